@@ -1,0 +1,29 @@
+# The two commands a fresh Debian machine needs: `make run` and `make test`.
+# Both install what is missing first (scripts/deps.sh), then build in release mode.
+
+MODULE := $(CURDIR)/target/release/libratelimit.so
+export RATELIMIT_MODULE := $(MODULE)
+
+.PHONY: deps build run test lint clean
+
+deps:
+	@bash scripts/deps.sh
+
+build: deps
+	cargo build --release
+
+# redis-server on 127.0.0.1:6379, in the foreground, with the module loaded.
+run: build
+	bash scripts/run.sh $(ARGS)
+
+# Unit and property tests, then integration tests against real redis-server processes
+# that the tests start on free loopback ports and stop themselves.
+test: build
+	cargo test --release
+
+lint: deps
+	cargo fmt --all -- --check
+	cargo clippy --release --all-targets -- -D warnings
+
+clean:
+	cargo clean

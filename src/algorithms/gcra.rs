@@ -1,0 +1,391 @@
+//! GCRA, the generic cell rate algorithm (virtual scheduling form).
+//!
+//! The intuition: requests are supposed to arrive one *emission interval* `T = period / rate`
+//! apart. The state is a single time, the TAT (theoretical arrival time): when the key's
+//! schedule would be fully paid off. A request of `cost` units pushes the TAT `cost × T`
+//! further. The key tolerates running ahead of schedule by at most `burst × T`, so a request
+//! is admitted when `max(TAT, now) + cost × T - now <= burst × T`.
+//!
+//! From that one inequality everything else follows:
+//! - `remaining = burst - ceil((TAT - now) / T)`: whole intervals of slack still unused;
+//! - `retry_after = max(TAT, now) + cost × T - burst × T - now` when denied (never, when
+//!   `cost > burst`);
+//! - `reset_after = max(TAT, now) - now`: when the schedule is paid off, the key is fresh.
+//!
+//! Exactness: `T` is rarely a whole number of microseconds (3 per second is 333333.3 µs),
+//! so time is kept in units of `1/rate` µs. In those units `T = period_us` exactly, a clock
+//! reading `now_us` is `now_us × rate`, and every comparison is exact integer arithmetic in
+//! u128 (at most about 2^99 for the largest times, rates and periods that parse).
+//!
+//! Same decisions as redis-cell's `CL.THROTTLE key (burst-1) rate period`, which keeps the
+//! TAT in nanoseconds with `T` truncated to a whole nanosecond; the two can differ only when
+//! that truncation matters.
+
+use super::{int, Algorithm, Decision, Span};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    /// Units admitted at once from a fresh key (the limit).
+    pub burst: u64,
+    /// Units that refill per period.
+    pub rate: u64,
+    pub period_ms: u64,
+}
+
+impl Params {
+    fn rate(&self) -> u128 {
+        u128::from(self.rate.max(1))
+    }
+
+    /// The emission interval T in units of 1/rate µs: the period in µs.
+    fn interval(&self) -> u128 {
+        u128::from(self.period_ms.max(1)).saturating_mul(1000)
+    }
+
+    /// The tolerance `burst × T`.
+    fn tolerance(&self) -> u128 {
+        u128::from(self.burst).saturating_mul(self.interval())
+    }
+
+    fn scaled(&self, us: u64) -> u128 {
+        u128::from(us).saturating_mul(self.rate())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct State {
+    /// The theoretical arrival time, in units of 1/rate µs since the Unix epoch.
+    pub tat: u128,
+}
+
+impl State {
+    /// The same instant in the units of another rate, rounded up (never in the key's favour).
+    fn rescaled(&self, from: &Params, to: &Params) -> u128 {
+        if from.rate == to.rate {
+            return self.tat;
+        }
+        let (old, new) = (from.rate(), to.rate());
+        let whole = (self.tat / old).saturating_mul(new);
+        let frac = (self.tat % old).saturating_mul(new);
+        whole.saturating_add(frac.div_ceil(old))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gcra;
+
+impl Algorithm for Gcra {
+    type Params = Params;
+    type State = State;
+    const NAME: &'static str = "RL.GCRA";
+
+    fn check(
+        params: &Params,
+        stored: Option<(&Params, &State)>,
+        now_us: u64,
+        cost: u64,
+    ) -> (Decision, State) {
+        let now = params.scaled(now_us);
+        let tat = match stored {
+            Some((old, state)) => state.rescaled(old, params).max(now),
+            None => now,
+        };
+        let interval = params.interval();
+        let tolerance = params.tolerance();
+        let new_tat = tat.saturating_add(u128::from(cost).saturating_mul(interval));
+        let allowed = new_tat - now <= tolerance;
+        let (ttl, retry_after, kept) = if allowed {
+            (new_tat - now, Some(Span::ZERO), new_tat)
+        } else {
+            let retry = (cost <= params.burst).then(|| {
+                Span::new(
+                    new_tat.saturating_sub(tolerance).saturating_sub(now),
+                    params.rate(),
+                )
+            });
+            (tat - now, retry, tat)
+        };
+        let used = ttl.div_ceil(interval);
+        let remaining = u128::from(params.burst).saturating_sub(used);
+        let decision = Decision {
+            allowed,
+            limit: params.burst,
+            remaining: u64::try_from(remaining).unwrap_or(0),
+            retry_after,
+            reset_after: Span::new(ttl, params.rate()),
+        };
+        (decision, State { tat: kept })
+    }
+
+    fn describe(params: &Params, state: &State, now_us: u64) -> Vec<(&'static str, i64)> {
+        let (now_view, _) = Gcra::check(params, Some((params, state)), now_us, 0);
+        vec![
+            ("limit", int(params.burst)),
+            ("burst", int(params.burst)),
+            ("rate", int(params.rate)),
+            ("period_ms", int(params.period_ms)),
+            ("tat_us", int(Span::new(state.tat, params.rate()).ceil_us())),
+            ("remaining", int(now_view.remaining)),
+            ("reset_after_ms", int(now_view.reset_after.ceil_ms())),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const T0: u64 = 1_700_000_000_000_000; // a clock reading in µs
+
+    fn params(burst: u64, rate: u64, period_ms: u64) -> Params {
+        Params {
+            burst,
+            rate,
+            period_ms,
+        }
+    }
+
+    /// Replays requests (µs since T0, cost) on one key; returns each decision.
+    fn replay(p: &Params, requests: &[(u64, u64)]) -> Vec<Decision> {
+        let mut state: Option<State> = None;
+        requests
+            .iter()
+            .map(|&(at, cost)| {
+                let (d, next) = Gcra::check(p, state.as_ref().map(|s| (p, s)), T0 + at, cost);
+                if d.allowed {
+                    state = Some(next);
+                }
+                d
+            })
+            .collect()
+    }
+
+    fn summary(d: &Decision) -> (bool, u64, u64, i64, u64) {
+        let retry = d.retry_after.map_or(-1, |s| s.ceil_ms() as i64);
+        (
+            d.allowed,
+            d.limit,
+            d.remaining,
+            retry,
+            d.reset_after.ceil_ms(),
+        )
+    }
+
+    #[test]
+    fn four_per_minute_admits_four_then_waits_fifteen_seconds() {
+        let p = params(4, 4, 60_000);
+        let got: Vec<_> = replay(&p, &[(0, 1); 5]).iter().map(summary).collect();
+        assert_eq!(
+            got,
+            vec![
+                (true, 4, 3, 0, 15_000),
+                (true, 4, 2, 0, 30_000),
+                (true, 4, 1, 0, 45_000),
+                (true, 4, 0, 0, 60_000),
+                (false, 4, 0, 15_000, 60_000),
+            ]
+        );
+    }
+
+    /// The table of redis-cell's own unit test (max_burst 4, 1 per second), replayed.
+    #[test]
+    fn redis_cell_table() {
+        let p = params(5, 1, 1000);
+        let s = 1_000_000;
+        let cases: [(u64, u64, bool, u64, u64, i64); 15] = [
+            // (at µs, cost, limited, remaining, reset_after µs, retry_after µs or -1)
+            (0, 6, true, 5, 0, -1),
+            (0, 1, false, 4, s, -1),
+            (0, 1, false, 3, 2 * s, -1),
+            (0, 1, false, 2, 3 * s, -1),
+            (0, 1, false, 1, 4 * s, -1),
+            (0, 1, false, 0, 5 * s, -1),
+            (0, 1, true, 0, 5 * s, s as i64),
+            (3_000_000, 1, false, 2, 3 * s, -1),
+            (3_100_000, 1, false, 1, 3_900_000, -1),
+            (4_000_000, 1, false, 1, 4 * s, -1),
+            (8_000_000, 1, false, 4, s, -1),
+            (9_500_000, 1, false, 4, s, -1),
+            (9_500_000, 0, false, 4, s, -1),
+            (9_500_000, 2, false, 2, 3 * s, -1),
+            (9_500_000, 5, true, 2, 3 * s, 3 * s as i64),
+        ];
+        let requests: Vec<_> = cases.iter().map(|c| (c.0, c.1)).collect();
+        for (d, c) in replay(&p, &requests).iter().zip(cases.iter()) {
+            assert_eq!(!d.allowed, c.2, "{c:?}");
+            assert_eq!(d.remaining, c.3, "{c:?}");
+            assert_eq!(d.reset_after, Span::new(u128::from(c.4), 1), "{c:?}");
+            let retry = match d.retry_after {
+                Some(s) if !d.allowed => s.ceil_us() as i64,
+                _ => -1,
+            };
+            assert_eq!(retry, c.5, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn a_third_of_a_second_stays_exact() {
+        // 3 per second: T = 333333.3 µs. After a burst of 1, the next request is due at
+        // exactly 1/3 s: 333333 µs is too early, 333334 µs is not, and in whole ms it is 334.
+        let p = params(1, 3, 1000);
+        let d = replay(&p, &[(0, 1), (0, 1)]);
+        assert_eq!(d[1].retry_after.unwrap().ceil_ms(), 334);
+        assert!(!replay(&p, &[(0, 1), (333_333, 1)])[1].allowed);
+        assert!(replay(&p, &[(0, 1), (333_334, 1)])[1].allowed);
+        // 3000 units at 3 per second take exactly 1000 s to pay off: no truncation error
+        // accumulates (a T truncated to 333333 µs would say 999999 ms).
+        let p = params(3000, 3, 1000);
+        let d = replay(&p, &[(0, 3000)]);
+        assert_eq!(d[0].reset_after.ceil_ms(), 1_000_000);
+        assert_eq!(d[0].reset_after.floor_ms(), 1_000_000);
+    }
+
+    #[test]
+    fn a_million_per_second_is_one_microsecond_apart() {
+        let p = params(1, 1_000_000, 1000);
+        let d = replay(&p, &[(0, 1), (0, 1), (1, 1), (1, 1), (2, 1)]);
+        let allowed: Vec<_> = d.iter().map(|d| d.allowed).collect();
+        assert_eq!(allowed, [true, false, true, false, true]);
+    }
+
+    #[test]
+    fn a_smaller_burst_keeps_the_state() {
+        let big = params(10, 10, 1000);
+        let (_, s) = Gcra::check(&big, None, T0, 8); // 8 of 10 used
+        let small = params(5, 10, 1000);
+        let (d, _) = Gcra::check(&small, Some((&big, &s)), T0, 1);
+        assert!(!d.allowed);
+        assert_eq!(d.remaining, 0);
+        // 800 ms of schedule is owed; with burst 5 the request fits 400 ms from now.
+        assert_eq!(d.retry_after.unwrap().ceil_ms(), 400);
+    }
+
+    #[test]
+    fn a_new_rate_rescales_the_schedule_exactly() {
+        let three = params(3, 3, 1000);
+        let (_, s) = Gcra::check(&three, None, T0, 1); // TAT = T0 + 1/3 s
+        let six = params(3, 6, 1000);
+        let tat_us = Span::new(s.rescaled(&three, &six), 6).ceil_us();
+        assert_eq!(tat_us, T0 + 333_334);
+    }
+
+    #[test]
+    fn describe_reports_the_state() {
+        let p = params(5, 1, 1000);
+        let (_, s) = Gcra::check(&p, None, T0, 2);
+        let fields = Gcra::describe(&p, &s, T0 + 500_000);
+        assert_eq!(
+            fields,
+            vec![
+                ("limit", 5),
+                ("burst", 5),
+                ("rate", 1),
+                ("period_ms", 1000),
+                ("tat_us", (T0 + 2_000_000) as i64),
+                ("remaining", 3),
+                ("reset_after_ms", 1500),
+            ]
+        );
+    }
+
+    fn any_params() -> impl Strategy<Value = Params> {
+        (1u64..=20, 1u64..=2_000, 1u64..=10_000).prop_map(|(b, r, p)| params(b, r, p))
+    }
+
+    fn any_requests() -> impl Strategy<Value = Vec<(u64, u64)>> {
+        // (µs since the previous request, cost)
+        proptest::collection::vec((0u64..3_000_000, 0u64..6), 1..60)
+    }
+
+    proptest! {
+        /// Never more than `burst + elapsed / T` units admitted, counting from the first request.
+        #[test]
+        fn never_more_than_burst_plus_elapsed_over_t(p in any_params(), gaps in any_requests()) {
+            let mut at = 0;
+            let requests: Vec<_> = gaps.iter().map(|&(gap, cost)| { at += gap; (at, cost) }).collect();
+            let decisions = replay(&p, &requests);
+            let mut admitted: u128 = 0;
+            for (d, &(at, cost)) in decisions.iter().zip(requests.iter()) {
+                if d.allowed {
+                    admitted += u128::from(cost);
+                }
+                // admitted × T <= burst × T + elapsed, in units of 1/rate µs.
+                let interval = u128::from(p.period_ms) * 1000;
+                let bound = u128::from(p.burst) * interval + u128::from(at) * u128::from(p.rate);
+                prop_assert!(admitted * interval <= bound, "admitted {} at {}", admitted, at);
+            }
+        }
+
+        /// retry_after is the least whole number of ms after which the request is admitted.
+        #[test]
+        fn retry_after_is_exact(p in any_params(), gaps in any_requests(), cost in 1u64..25) {
+            let mut at = 0;
+            let mut state: Option<State> = None;
+            for (gap, c) in gaps {
+                at += gap;
+                let (d, next) = Gcra::check(&p, state.as_ref().map(|s| (&p, s)), T0 + at, c);
+                if d.allowed { state = Some(next); }
+            }
+            let stored = state.as_ref().map(|s| (&p, s));
+            let (d, _) = Gcra::check(&p, stored, T0 + at, cost);
+            match (d.allowed, d.retry_after) {
+                (true, retry) => prop_assert_eq!(retry, Some(Span::ZERO)),
+                (false, None) => prop_assert!(cost > p.burst),
+                (false, Some(retry)) => {
+                    let ms = retry.ceil_ms();
+                    prop_assert!(ms >= 1);
+                    let (later, _) = Gcra::check(&p, stored, T0 + at + ms * 1000, cost);
+                    prop_assert!(later.allowed, "not admitted after retry_after {} ms", ms);
+                    let (earlier, _) = Gcra::check(&p, stored, T0 + at + (ms - 1) * 1000, cost);
+                    prop_assert!(!earlier.allowed, "already admitted at {} ms", ms - 1);
+                }
+            }
+        }
+
+        /// `remaining` more unit requests fit right now, and not one more.
+        #[test]
+        fn remaining_is_what_fits_now(p in any_params(), gaps in any_requests()) {
+            let mut at = 0;
+            let requests: Vec<_> = gaps.iter().map(|&(gap, cost)| { at += gap; (at, cost) }).collect();
+            let mut state: Option<State> = None;
+            for &(at, cost) in &requests {
+                let (d, next) = Gcra::check(&p, state.as_ref().map(|s| (&p, s)), T0 + at, cost);
+                if d.allowed { state = Some(next); }
+            }
+            let stored = state.as_ref().map(|s| (&p, s));
+            let (peek, _) = Gcra::check(&p, stored, T0 + at, 0);
+            if peek.remaining > 0 {
+                let (d, _) = Gcra::check(&p, stored, T0 + at, peek.remaining);
+                prop_assert!(d.allowed);
+            }
+            let (d, _) = Gcra::check(&p, stored, T0 + at, peek.remaining + 1);
+            prop_assert!(!d.allowed);
+        }
+
+        /// A check is a pure function: the same inputs give the same outputs, and a denial
+        /// hands back the stored state unchanged (what DRYRUN and a denied request rely on).
+        #[test]
+        fn check_is_pure(p in any_params(), q in any_params(), tat_off in 0u64..10_000_000, now in 0u64..20_000_000, cost in 0u64..30) {
+            let stored = State { tat: u128::from(T0 + tat_off) * u128::from(q.rate) };
+            let a = Gcra::check(&p, Some((&q, &stored)), T0 + now, cost);
+            let b = Gcra::check(&p, Some((&q, &stored)), T0 + now, cost);
+            prop_assert_eq!(a, b);
+            if !a.0.allowed {
+                prop_assert_eq!(a.1.tat, stored.rescaled(&q, &p).max(p.scaled(T0 + now)));
+            }
+        }
+
+        /// Extreme parameters, times and costs never panic or wrap.
+        #[test]
+        fn extremes_never_panic(burst in 1u64..=crate::args::MAX_COUNT, rate in 1u64..=crate::args::MAX_COUNT,
+                                period in 1u64..=crate::args::MAX_DURATION_MS, now in any::<u64>(),
+                                tat in any::<u128>(), cost in any::<u64>()) {
+            let p = params(burst, rate, period);
+            let q = params(1, 1, 1);
+            let (d, _) = Gcra::check(&p, Some((&q, &State { tat })), now, cost);
+            let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
+            let _ = Gcra::describe(&p, &State { tat }, now);
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! The rate-limit algorithms: pure state machines.
+//!
+//! Each algorithm takes its parameters, the key's stored parameters and state (or none for
+//! a fresh key), one clock reading in microseconds and a cost, and returns a [`Decision`]
+//! and the state to store if the request is admitted. Nothing here knows Redis, reads a
+//! clock or allocates per call, and no input makes it panic: arithmetic saturates.
+
+pub mod gcra;
+
+/// An exact, non-negative span of time: `num / den` microseconds.
+///
+/// Algorithms that keep time in fractions of a microsecond (GCRA keeps it in units of
+/// 1/rate µs so that `period / rate` is exact) report spans in their own unit; the
+/// conversions to whole milliseconds or seconds round here, once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    num: u128,
+    den: u128,
+}
+
+impl Span {
+    pub const ZERO: Span = Span { num: 0, den: 1 };
+
+    /// `num / den` microseconds; a zero `den` is taken as 1.
+    pub fn new(num: u128, den: u128) -> Span {
+        Span {
+            num,
+            den: den.max(1),
+        }
+    }
+
+    #[cfg(test)]
+    pub fn from_us(us: u64) -> Span {
+        Span::new(u128::from(us), 1)
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.num == 0
+    }
+
+    /// Whole milliseconds, rounded up: the least whole number of ms that is not shorter.
+    pub fn ceil_ms(&self) -> u64 {
+        let d = self.den.saturating_mul(1000);
+        saturate(self.num / d + u128::from(!self.num.is_multiple_of(d)))
+    }
+
+    /// Whole milliseconds, rounded down.
+    pub fn floor_ms(&self) -> u64 {
+        saturate(self.num / self.den.saturating_mul(1000))
+    }
+
+    /// Whole microseconds, rounded up.
+    pub fn ceil_us(&self) -> u64 {
+        saturate(self.num / self.den + u128::from(!self.num.is_multiple_of(self.den)))
+    }
+
+    /// Seconds the way redis-cell reports them: the whole milliseconds (rounded down),
+    /// then up to the next whole second if any millisecond is left over.
+    pub fn redis_cell_seconds(&self) -> u64 {
+        let ms = self.floor_ms();
+        ms / 1000 + u64::from(!ms.is_multiple_of(1000))
+    }
+}
+
+fn saturate(x: u128) -> u64 {
+    u64::try_from(x).unwrap_or(u64::MAX)
+}
+
+/// What an admission command answers (SPEC §2), before it becomes a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// The most units a fresh key admits at once.
+    pub limit: u64,
+    /// Units that could still be admitted right now, after this request.
+    pub remaining: u64,
+    /// Zero when admitted; when denied, how long until the same request would be admitted;
+    /// `None` when it never can be (the cost is above the limit).
+    pub retry_after: Option<Span>,
+    /// How long until the key is fresh again (zero when it is fresh).
+    pub reset_after: Span,
+}
+
+/// An algorithm's pure step. `Params` are what the command's arguments give; `State` is
+/// what the key stores between calls.
+pub trait Algorithm {
+    type Params: Clone + PartialEq + std::fmt::Debug;
+    type State: Clone + PartialEq + std::fmt::Debug;
+
+    /// The command name, as error texts name it.
+    const NAME: &'static str;
+
+    /// Decides a request of `cost` units at `now_us`. `stored` is the key's previous
+    /// parameters and state; when they differ from `params`, the state carries over and
+    /// the new parameters apply from now on. Returns the decision and the state to store
+    /// if the request is admitted.
+    fn check(
+        params: &Self::Params,
+        stored: Option<(&Self::Params, &Self::State)>,
+        now_us: u64,
+        cost: u64,
+    ) -> (Decision, Self::State);
+
+    /// Named numbers that describe the parameters and state at `now_us`, for RL.INSPECT.
+    fn describe(
+        params: &Self::Params,
+        state: &Self::State,
+        now_us: u64,
+    ) -> Vec<(&'static str, i64)>;
+}
+
+/// Clamps to the i64 range of a RESP integer.
+pub fn int(x: u64) -> i64 {
+    i64::try_from(x).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn span_rounding() {
+        let s = Span::new(1_000_001, 1); // 1000.001 ms
+        assert_eq!(
+            (s.ceil_ms(), s.floor_ms(), s.ceil_us()),
+            (1001, 1000, 1_000_001)
+        );
+        let third = Span::new(1, 3); // a third of a microsecond
+        assert_eq!(
+            (third.ceil_ms(), third.floor_ms(), third.ceil_us()),
+            (1, 0, 1)
+        );
+        assert_eq!(Span::ZERO.ceil_ms(), 0);
+        assert_eq!(Span::new(5, 0).ceil_us(), 5);
+    }
+
+    #[test]
+    fn redis_cell_rounds_seconds_up_from_whole_milliseconds() {
+        assert_eq!(Span::from_us(3_900_000).redis_cell_seconds(), 4);
+        assert_eq!(Span::from_us(3_000_000).redis_cell_seconds(), 3);
+        // Less than a whole millisecond over the second is not rounded up.
+        assert_eq!(Span::from_us(1_000_400).redis_cell_seconds(), 1);
+        assert_eq!(Span::from_us(1_001_000).redis_cell_seconds(), 2);
+        assert_eq!(Span::ZERO.redis_cell_seconds(), 0);
+    }
+}

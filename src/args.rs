@@ -1,0 +1,263 @@
+//! The argument grammar shared by every command: counts, durations with units, and the
+//! options `COST n` and `DRYRUN`. Pure functions over byte slices; no Redis types.
+
+use crate::error::{quote, Error};
+
+/// The largest count (limit, burst, rate, capacity, COST): 10^12.
+pub const MAX_COUNT: u64 = 1_000_000_000_000;
+/// The longest duration: ten 365-day years, in milliseconds.
+pub const MAX_DURATION_MS: u64 = 3650 * 86_400_000;
+
+/// Parses a decimal integer in `min..=max`; anything else (signs, spaces, hex, floats,
+/// overflow) is an error naming `arg`.
+pub fn count(bytes: &[u8], arg: &'static str, min: u64, max: u64) -> Result<u64, Error> {
+    let err = Error::Count { arg, min, max };
+    let n = digits(bytes).ok_or(err.clone())?;
+    if n < min || n > max {
+        return Err(err);
+    }
+    Ok(n)
+}
+
+/// A count from 1 to 10^12.
+pub fn positive_count(bytes: &[u8], arg: &'static str) -> Result<u64, Error> {
+    count(bytes, arg, 1, MAX_COUNT)
+}
+
+/// Parses a duration: a positive integer with an optional unit `ms`, `s`, `m`, `h` or `d`
+/// (any case); a bare number is milliseconds. Returns milliseconds, from 1 to ten years.
+pub fn duration_ms(bytes: &[u8], arg: &'static str) -> Result<u64, Error> {
+    let err = Error::Duration { arg };
+    let split = bytes
+        .iter()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(bytes.len());
+    let (number, unit) = bytes.split_at(split);
+    let scale: u64 = match unit.to_ascii_lowercase().as_slice() {
+        b"" | b"ms" => 1,
+        b"s" => 1_000,
+        b"m" => 60_000,
+        b"h" => 3_600_000,
+        b"d" => 86_400_000,
+        _ => return Err(err),
+    };
+    let n = digits(number).ok_or(err.clone())?;
+    match n.checked_mul(scale) {
+        Some(ms) if (1..=MAX_DURATION_MS).contains(&ms) => Ok(ms),
+        _ => Err(err),
+    }
+}
+
+/// A signed offset in milliseconds: `0`, a duration, or `-` and a duration.
+pub fn offset_ms(bytes: &[u8]) -> Option<i64> {
+    if bytes == b"0" {
+        return Some(0);
+    }
+    let (sign, rest) = match bytes.split_first() {
+        Some((b'-', rest)) => (-1, rest),
+        _ => (1, bytes),
+    };
+    let ms = duration_ms(rest, "offset").ok()?;
+    i64::try_from(ms).ok().map(|ms| sign * ms)
+}
+
+/// Only ASCII digits, at most 20 of them, no overflow.
+fn digits(bytes: &[u8]) -> Option<u64> {
+    if bytes.is_empty() || bytes.len() > 20 {
+        return None;
+    }
+    bytes.iter().try_fold(0u64, |acc, &b| {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        acc.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+    })
+}
+
+/// The options every admission command takes after its positional arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Units this request takes (default 1).
+    pub cost: u64,
+    /// Compute the reply only: write nothing, propagate nothing.
+    pub dryrun: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            cost: 1,
+            dryrun: false,
+        }
+    }
+}
+
+const ACCEPTED_OPTIONS: &str = "COST n or DRYRUN";
+
+/// Parses `[COST n] [DRYRUN]` in any order, case-insensitive. `first_position` is the
+/// argument number of `rest[0]` (the key being argument 1), used in error texts.
+pub fn options(rest: &[&[u8]], first_position: usize) -> Result<Options, Error> {
+    let mut opts = Options::default();
+    let (mut seen_cost, mut seen_dryrun) = (false, false);
+    let mut i = 0;
+    while i < rest.len() {
+        let token = rest[i];
+        if token.eq_ignore_ascii_case(b"COST") {
+            if seen_cost {
+                return Err(Error::OptionTwice { option: "COST" });
+            }
+            seen_cost = true;
+            let value = rest
+                .get(i + 1)
+                .ok_or(Error::OptionValue { option: "COST" })?;
+            opts.cost = count(value, "COST", 0, MAX_COUNT)?;
+            i += 2;
+        } else if token.eq_ignore_ascii_case(b"DRYRUN") {
+            if seen_dryrun {
+                return Err(Error::OptionTwice { option: "DRYRUN" });
+            }
+            seen_dryrun = true;
+            opts.dryrun = true;
+            i += 1;
+        } else {
+            return Err(Error::UnknownOption {
+                position: first_position + i,
+                token: quote(token),
+                accepted: ACCEPTED_OPTIONS,
+            });
+        }
+    }
+    Ok(opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn durations_with_and_without_units() {
+        let cases: [(&[u8], u64); 8] = [
+            (b"1500", 1500),
+            (b"1500ms", 1500),
+            (b"90s", 90_000),
+            (b"1m", 60_000),
+            (b"24h", 86_400_000),
+            (b"7d", 604_800_000),
+            (b"2S", 2000),
+            (b"3650d", MAX_DURATION_MS),
+        ];
+        for (text, ms) in cases {
+            assert_eq!(duration_ms(text, "period"), Ok(ms), "{:?}", text);
+        }
+    }
+
+    #[test]
+    fn bad_durations_name_the_argument() {
+        let bad: [&[u8]; 12] = [
+            b"",
+            b"0",
+            b"0s",
+            b"-5",
+            b"1.5s",
+            b"ms",
+            b"5x",
+            b"5 s",
+            b"3651d",
+            b"0x10",
+            b"+5",
+            b"99999999999999999999999",
+        ];
+        for text in bad {
+            assert_eq!(
+                duration_ms(text, "period"),
+                Err(Error::Duration { arg: "period" }),
+                "{:?}",
+                text
+            );
+        }
+    }
+
+    #[test]
+    fn counts_are_bounded_integers() {
+        assert_eq!(positive_count(b"1", "burst"), Ok(1));
+        assert_eq!(positive_count(b"1000000000000", "burst"), Ok(MAX_COUNT));
+        let err = Err(Error::Count {
+            arg: "burst",
+            min: 1,
+            max: MAX_COUNT,
+        });
+        for bad in [
+            &b"0"[..],
+            b"1000000000001",
+            b"-1",
+            b"1e3",
+            b"",
+            b" 1",
+            b"18446744073709551616",
+        ] {
+            assert_eq!(positive_count(bad, "burst"), err, "{:?}", bad);
+        }
+    }
+
+    #[test]
+    fn options_in_any_order_and_case() {
+        let o = options(&[b"dryrun", b"cost", b"7"], 5).unwrap();
+        assert_eq!(
+            o,
+            Options {
+                cost: 7,
+                dryrun: true
+            }
+        );
+        assert_eq!(options(&[], 5).unwrap(), Options::default());
+        assert_eq!(options(&[b"COST", b"0"], 5).unwrap().cost, 0);
+    }
+
+    #[test]
+    fn option_errors() {
+        assert_eq!(
+            options(&[b"COST"], 5),
+            Err(Error::OptionValue { option: "COST" })
+        );
+        assert_eq!(
+            options(&[b"COST", b"1", b"COST", b"2"], 5),
+            Err(Error::OptionTwice { option: "COST" })
+        );
+        assert_eq!(
+            options(&[b"DRYRUN", b"DRYRUN"], 5),
+            Err(Error::OptionTwice { option: "DRYRUN" })
+        );
+        assert_eq!(
+            options(&[b"DRYRUN", b"FAST"], 5),
+            Err(Error::UnknownOption {
+                position: 6,
+                token: "FAST".into(),
+                accepted: ACCEPTED_OPTIONS
+            })
+        );
+    }
+
+    #[test]
+    fn offsets_may_be_negative() {
+        assert_eq!(offset_ms(b"0"), Some(0));
+        assert_eq!(offset_ms(b"1500"), Some(1500));
+        assert_eq!(offset_ms(b"-2h"), Some(-7_200_000));
+        assert_eq!(offset_ms(b"--1"), None);
+        assert_eq!(offset_ms(b"-"), None);
+    }
+
+    proptest! {
+        #[test]
+        fn parsers_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let _ = duration_ms(&bytes, "period");
+            let _ = positive_count(&bytes, "burst");
+            let _ = options(&[&bytes, &bytes], 5);
+        }
+
+        #[test]
+        fn every_count_in_range_round_trips(n in 1u64..=MAX_COUNT) {
+            prop_assert_eq!(positive_count(n.to_string().as_bytes(), "rate"), Ok(n));
+        }
+    }
+}

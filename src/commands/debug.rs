@@ -1,0 +1,47 @@
+//! RL.DEBUG.*: a frozen, settable clock for deterministic tests, and a forced panic that
+//! shows the guard at work. Both refuse to run unless the module was loaded with
+//! `debug-clock yes`. They write no key, so they also run on a read-only replica.
+
+use super::Call;
+use crate::args;
+use crate::clock::{self, MAX_DEBUG_MS};
+use crate::error::Error;
+use crate::reply;
+
+/// `RL.DEBUG.CLOCK SET ms | ADVANCE ms | REAL`
+///
+/// SET freezes the module's clock at `ms` since the Unix epoch; ADVANCE moves it by `ms`
+/// (negative moves it back; from the real time if it was not frozen) and freezes it there;
+/// REAL lets it run with the server's clock again. Reply: the clock reading after the
+/// change, in ms since the Unix epoch. Key expiry always stays on the real clock.
+pub fn rl_debug_clock(call: &Call) -> Result<(), Error> {
+    if !clock::debug_enabled() {
+        return Err(Error::DebugClockOff);
+    }
+    let a = call.args;
+    let sub = a.get(1).copied().unwrap_or_default();
+    if sub.eq_ignore_ascii_case(b"SET") && a.len() == 3 {
+        let ms = args::count(a[2], "ms", 0, MAX_DEBUG_MS).map_err(|_| Error::DebugClockUsage)?;
+        clock::freeze_at_us(ms * 1000);
+    } else if sub.eq_ignore_ascii_case(b"ADVANCE") && a.len() == 3 {
+        let offset_ms = args::offset_ms(a[2]).ok_or(Error::DebugClockUsage)?;
+        let now_us = i128::from(clock::read().now_us);
+        let target = (now_us + i128::from(offset_ms) * 1000).max(0);
+        clock::freeze_at_us(u64::try_from(target).unwrap_or(u64::MAX));
+    } else if sub.eq_ignore_ascii_case(b"REAL") && a.len() == 2 {
+        clock::thaw();
+    } else {
+        return Err(Error::DebugClockUsage);
+    }
+    reply::integer(call.ctx, (clock::read().now_us / 1000) as i64);
+    Ok(())
+}
+
+/// `RL.DEBUG.PANIC`: panics on purpose, to show that the guard turns a panic into an error
+/// reply and the server lives on.
+pub fn rl_debug_panic(_call: &Call) -> Result<(), Error> {
+    if !clock::debug_enabled() {
+        return Err(Error::DebugClockOff);
+    }
+    panic!("RL.DEBUG.PANIC: a deliberate panic");
+}

@@ -1,0 +1,71 @@
+//! RL.GCRA and its redis-cell compatible twin CL.THROTTLE: the same algorithm and state.
+
+use super::{admission, Call};
+use crate::algorithms::gcra::{Gcra, Params};
+use crate::args::{self, Options, MAX_COUNT, MAX_DURATION_MS};
+use crate::error::Error;
+use crate::reply;
+
+const GCRA_USAGE: &str = "key burst rate period [COST n] [DRYRUN]";
+
+/// `RL.GCRA key burst rate period [COST n] [DRYRUN]`
+///
+/// Admits up to `burst` units at once, then `rate` units per `period`, one every
+/// `period / rate`. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`
+/// (a map with a boolean `allowed` for RESP3 clients).
+pub fn rl_gcra(call: &Call) -> Result<(), Error> {
+    let a = call.args;
+    if a.len() < 5 {
+        return Err(Error::Arity {
+            command: "RL.GCRA",
+            usage: GCRA_USAGE,
+        });
+    }
+    let params = Params {
+        burst: args::positive_count(a[2], "burst")?,
+        rate: args::positive_count(a[3], "rate")?,
+        period_ms: args::duration_ms(a[4], "period")?,
+    };
+    let opts = args::options(&a[5..], 5)?;
+    admission::run::<Gcra>(call, c"RL.GCRA", params, opts, |ctx, d| {
+        reply::admission(ctx, d, None)
+    })
+}
+
+const THROTTLE_USAGE: &str = "key max_burst count period [quantity]";
+/// CL.THROTTLE's period is whole seconds, up to ten years.
+const MAX_PERIOD_S: u64 = MAX_DURATION_MS / 1000;
+
+/// `CL.THROTTLE key max_burst count period [quantity]`
+///
+/// redis-cell's command: `count` per `period` seconds with bursts of `max_burst + 1`.
+/// Reply: `[limited, max_burst + 1, remaining, retry_after_s or -1, reset_after_s]`.
+pub fn cl_throttle(call: &Call) -> Result<(), Error> {
+    let a = call.args;
+    if a.len() != 5 && a.len() != 6 {
+        return Err(Error::Arity {
+            command: "CL.THROTTLE",
+            usage: THROTTLE_USAGE,
+        });
+    }
+    let max_burst = args::count(a[2], "max_burst", 0, MAX_COUNT - 1)?;
+    let count = args::positive_count(a[3], "count")?;
+    let period_s = args::count(a[4], "period", 1, MAX_PERIOD_S).map_err(|_| Error::Seconds {
+        arg: "period",
+        max: MAX_PERIOD_S,
+    })?;
+    let quantity = match a.get(5) {
+        Some(q) => args::count(q, "quantity", 0, MAX_COUNT)?,
+        None => 1,
+    };
+    let params = Params {
+        burst: max_burst + 1,
+        rate: count,
+        period_ms: period_s * 1000,
+    };
+    let opts = Options {
+        cost: quantity,
+        dryrun: false,
+    };
+    admission::run::<Gcra>(call, c"CL.THROTTLE", params, opts, reply::redis_cell)
+}

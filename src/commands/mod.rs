@@ -1,0 +1,248 @@
+//! The commands: each parses its arguments, then hands over to storage and an algorithm.
+//!
+//! Every command is registered through [`register`] from one table, [`COMMANDS`], and runs
+//! behind [`dispatch`]: it reads the arguments without copying them, and turns an error into
+//! an error reply and a panic into an error reply too (a panic must never reach Redis: it
+//! would abort the server for every client).
+
+mod admission;
+mod debug;
+mod gcra;
+mod inspect;
+mod replay;
+
+use std::ffi::CStr;
+use std::os::raw::c_int;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::slice;
+
+use redis_module::raw;
+
+use crate::error::Error;
+use crate::reply;
+
+pub type Ctx = *mut raw::RedisModuleCtx;
+type RawString = *mut raw::RedisModuleString;
+type Handler = fn(&Call) -> Result<(), Error>;
+type RawHandler = extern "C" fn(Ctx, *mut RawString, c_int) -> c_int;
+
+/// How a command runs: for a client, or replayed from the replication stream or the AOF
+/// with the primary's clock reading and the key's absolute expiry time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Live,
+    Replay { now_us: u64, expire_at_ms: u64 },
+}
+
+/// One call of a command.
+pub struct Call<'a> {
+    pub ctx: Ctx,
+    /// The arguments as the command sees them: `[name, key, ...]`.
+    pub args: &'a [&'a [u8]],
+    /// The key argument as a Redis string (null when the call has no key).
+    pub key: RawString,
+    /// The arguments after the key as Redis strings, for propagation without copies.
+    pub tail: &'a [RawString],
+    pub mode: Mode,
+}
+
+/// When a command is registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum When {
+    Always,
+    /// Only with `cell-compat yes` (the default).
+    CellCompat,
+}
+
+pub struct Command {
+    pub name: &'static CStr,
+    pub flags: &'static CStr,
+    /// First key, last key, step (1, 1, 1: the key is the first argument).
+    pub keys: (c_int, c_int, c_int),
+    pub when: When,
+    /// RL.REPLAY may replay it (the admission commands).
+    pub replayable: bool,
+    pub handler: Handler,
+    raw: RawHandler,
+}
+
+/// Makes the `extern "C"` entry point for a handler.
+macro_rules! entry {
+    ($handler:path) => {{
+        extern "C" fn trampoline(ctx: Ctx, argv: *mut RawString, argc: c_int) -> c_int {
+            dispatch(ctx, argv, argc, $handler)
+        }
+        trampoline as RawHandler
+    }};
+}
+
+macro_rules! command {
+    ($name:literal, $flags:literal, $keys:expr, $when:expr, $replayable:expr, $handler:path) => {
+        Command {
+            name: $name,
+            flags: $flags,
+            keys: $keys,
+            when: $when,
+            replayable: $replayable,
+            handler: $handler,
+            raw: entry!($handler),
+        }
+    };
+}
+
+const KEY: (c_int, c_int, c_int) = (1, 1, 1);
+const NO_KEYS: (c_int, c_int, c_int) = (0, 0, 0);
+
+/// Every command of the module.
+pub static COMMANDS: &[Command] = &[
+    command!(
+        c"rl.gcra",
+        c"write deny-oom fast",
+        KEY,
+        When::Always,
+        true,
+        gcra::rl_gcra
+    ),
+    command!(
+        c"cl.throttle",
+        c"write deny-oom fast",
+        KEY,
+        When::CellCompat,
+        true,
+        gcra::cl_throttle
+    ),
+    command!(
+        c"rl.inspect",
+        c"readonly fast",
+        KEY,
+        When::Always,
+        false,
+        inspect::rl_inspect
+    ),
+    command!(
+        c"rl.debug.clock",
+        c"admin fast",
+        NO_KEYS,
+        When::Always,
+        false,
+        debug::rl_debug_clock
+    ),
+    command!(
+        c"rl.debug.panic",
+        c"admin",
+        NO_KEYS,
+        When::Always,
+        false,
+        debug::rl_debug_panic
+    ),
+    command!(
+        c"rl.replay",
+        c"write",
+        KEY,
+        When::Always,
+        false,
+        replay::rl_replay
+    ),
+    command!(
+        c"rl.loadstate",
+        c"write",
+        KEY,
+        When::Always,
+        false,
+        replay::rl_loadstate
+    ),
+];
+
+/// Registers the commands of [`COMMANDS`]; `cell_compat` decides CL.THROTTLE.
+pub fn register(ctx: Ctx, cell_compat: bool) -> Result<(), String> {
+    for command in COMMANDS {
+        if command.when == When::CellCompat && !cell_compat {
+            continue;
+        }
+        let (first, last, step) = command.keys;
+        // SAFETY: called from the module's load hook with its context; the strings are
+        // NUL-terminated literals.
+        let status = unsafe {
+            raw::RedisModule_CreateCommand.unwrap()(
+                ctx,
+                command.name.as_ptr(),
+                Some(command.raw),
+                command.flags.as_ptr(),
+                first,
+                last,
+                step,
+            )
+        };
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err(format!("could not register {:?}", command.name));
+        }
+    }
+    Ok(())
+}
+
+/// The replayable command named `name` (any case).
+pub fn replayable(name: &[u8]) -> Option<&'static Command> {
+    COMMANDS
+        .iter()
+        .find(|c| c.replayable && c.name.to_bytes().eq_ignore_ascii_case(name))
+}
+
+/// Arguments above this count are read into a vector; below, onto the stack.
+const STACK_ARGS: usize = 12;
+
+fn dispatch(ctx: Ctx, argv: *mut RawString, argc: c_int, handler: Handler) -> c_int {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let argc = usize::try_from(argc).unwrap_or(0);
+        // SAFETY: Redis passes argc valid strings that outlive the call.
+        let strings: &[RawString] = if argv.is_null() || argc == 0 {
+            &[]
+        } else {
+            unsafe { slice::from_raw_parts(argv, argc) }
+        };
+        let mut stack: [&[u8]; STACK_ARGS] = [&[]; STACK_ARGS];
+        let heap: Vec<&[u8]>;
+        let args: &[&[u8]] = if strings.len() <= STACK_ARGS {
+            for (slot, &s) in stack.iter_mut().zip(strings) {
+                *slot = bytes(s);
+            }
+            &stack[..strings.len()]
+        } else {
+            heap = strings.iter().map(|&s| bytes(s)).collect();
+            &heap
+        };
+        let call = Call {
+            ctx,
+            args,
+            key: strings.get(1).copied().unwrap_or(std::ptr::null_mut()),
+            tail: strings.get(2..).unwrap_or(&[]),
+            mode: Mode::Live,
+        };
+        handler(&call)
+    }));
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => reply::error(ctx, &e),
+        Err(_) => reply::error(ctx, &Error::Panic),
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+/// The bytes of a Redis string, valid while the string lives.
+fn bytes<'a>(s: RawString) -> &'a [u8] {
+    let mut len = 0;
+    // SAFETY: s is a live argument string; Redis returns its buffer and length.
+    unsafe {
+        let ptr = raw::RedisModule_StringPtrLen.unwrap()(s, &mut len);
+        if ptr.is_null() {
+            &[]
+        } else {
+            slice::from_raw_parts(ptr.cast::<u8>(), len)
+        }
+    }
+}
+
+/// The context flags of the running command.
+fn context_flags(ctx: Ctx) -> u32 {
+    // SAFETY: ctx is the running command's context.
+    unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) as u32 }
+}

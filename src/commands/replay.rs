@@ -1,0 +1,85 @@
+//! The internal commands that carry writes to replicas and into the AOF. Both are refused
+//! from ordinary clients, whatever their ACL: they carry a clock reading or a raw state,
+//! and a client that could send them could forge any limiter's state.
+
+use redis_module::raw;
+
+use super::{context_flags, replayable, Call, Mode};
+use crate::error::Error;
+use crate::reply;
+use crate::storage::{codec, Key};
+
+/// Accepted only from the replication link (the primary) or while loading the AOF.
+fn internal_only(call: &Call, command: &'static str) -> Result<(), Error> {
+    let flags = context_flags(call.ctx);
+    let allowed = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
+    if flags & allowed == 0 {
+        return Err(Error::InternalOnly { command });
+    }
+    Ok(())
+}
+
+/// `RL.REPLAY key now_us expire_at_ms command arg...` (internal)
+///
+/// Runs the admission command `command key arg...` with the primary's clock reading
+/// `now_us` and sets the key to expire at `expire_at_ms` (absolute, real clock) if it writes.
+/// Reply: whatever the replayed command replies.
+pub fn rl_replay(call: &Call) -> Result<(), Error> {
+    internal_only(call, "RL.REPLAY")?;
+    let a = call.args;
+    if a.len() < 5 {
+        return Err(Error::Arity {
+            command: "RL.REPLAY",
+            usage: "key now_us expire_at_ms command [arg ...]",
+        });
+    }
+    let number = |bytes: &[u8]| -> Result<u64, Error> {
+        std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or(Error::NotReplayable)
+    };
+    let now_us = number(a[2])?;
+    let expire_at_ms = number(a[3])?;
+    let command = replayable(a[4]).ok_or(Error::NotReplayable)?;
+    let mut args: Vec<&[u8]> = Vec::with_capacity(a.len() - 3);
+    args.push(a[4]);
+    args.push(a[1]);
+    args.extend_from_slice(&a[5..]);
+    let inner = Call {
+        ctx: call.ctx,
+        args: &args,
+        key: call.key,
+        tail: call.tail.get(3..).unwrap_or(&[]),
+        mode: Mode::Replay {
+            now_us,
+            expire_at_ms,
+        },
+    };
+    (command.handler)(&inner)
+}
+
+/// `RL.LOADSTATE key state` (internal)
+///
+/// Sets the key's state from its encoding; the AOF rewrite emits it for every limiter key,
+/// followed by the key's PEXPIREAT. Reply: OK.
+pub fn rl_loadstate(call: &Call) -> Result<(), Error> {
+    internal_only(call, "RL.LOADSTATE")?;
+    let a = call.args;
+    if a.len() != 3 {
+        return Err(Error::Arity {
+            command: "RL.LOADSTATE",
+            usage: "key state",
+        });
+    }
+    let value = codec::decode(a[2]).map_err(|_| Error::BadState)?;
+    let mut key = Key::open(call.ctx, call.key, true);
+    key.value()?;
+    key.write(value, None);
+    // SAFETY: ctx is the running command's context.
+    unsafe {
+        raw::RedisModule_ReplicateVerbatim.unwrap()(call.ctx);
+    }
+    reply::ok(call.ctx);
+    Ok(())
+}

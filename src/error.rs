@@ -1,0 +1,166 @@
+//! Every error text the module replies with, spelled once.
+//!
+//! Tests assert these texts exactly, so a change here is a change of the public contract.
+//! No variant carries raw client bytes: where an error quotes what the client sent, the
+//! text goes through [`quote`] first, so it can hold neither a line break nor a NUL.
+
+use std::fmt;
+
+use crate::args::{MAX_COUNT, MAX_DURATION_MS};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// Too few or too many arguments; `usage` is the syntax after the command name.
+    Arity {
+        command: &'static str,
+        usage: &'static str,
+    },
+    /// A count (burst, rate, COST, ...) that is not an integer in `min..=max`.
+    Count {
+        arg: &'static str,
+        min: u64,
+        max: u64,
+    },
+    /// A duration that does not parse or is out of range.
+    Duration { arg: &'static str },
+    /// A whole number of seconds (CL.THROTTLE's period) out of range.
+    Seconds { arg: &'static str, max: u64 },
+    /// An option that needs a value was the last argument.
+    OptionValue { option: &'static str },
+    /// The same option given twice.
+    OptionTwice { option: &'static str },
+    /// An argument where an option was expected.
+    UnknownOption {
+        position: usize,
+        token: String,
+        accepted: &'static str,
+    },
+    /// The key holds a value of another Redis type.
+    WrongType,
+    /// The key holds the state of another algorithm.
+    OtherAlgorithm {
+        stored: &'static str,
+        requested: &'static str,
+    },
+    /// RL.DEBUG.* without `debug-clock yes` at load time.
+    DebugClockOff,
+    /// A bad RL.DEBUG.CLOCK subcommand or value.
+    DebugClockUsage,
+    /// An internal command sent by an ordinary client.
+    InternalOnly { command: &'static str },
+    /// RL.REPLAY naming a command it cannot replay.
+    NotReplayable,
+    /// RL.LOADSTATE with a state blob that does not decode.
+    BadState,
+    /// A panic caught by the command guard: a bug, reported instead of crashing the server.
+    Panic,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Arity { command, usage } => write!(
+                f,
+                "ERR wrong number of arguments for '{command}': expected {command} {usage}"
+            ),
+            Error::Count { arg, min, max } => {
+                write!(f, "ERR invalid {arg}: expected an integer from {min} to {max}")
+            }
+            Error::Duration { arg } => write!(
+                f,
+                "ERR invalid {arg}: expected a duration from 1ms to 10 years ({MAX_DURATION_MS}ms): \
+                 an integer with an optional unit ms, s, m, h or d (1500, 1500ms, 90s, 1m, 24h, 7d)"
+            ),
+            Error::Seconds { arg, max } => {
+                write!(f, "ERR invalid {arg}: expected whole seconds from 1 to {max}")
+            }
+            Error::OptionValue { option } => {
+                write!(f, "ERR {option} needs a value: an integer from 0 to {MAX_COUNT}")
+            }
+            Error::OptionTwice { option } => write!(f, "ERR {option} given more than once"),
+            Error::UnknownOption {
+                position,
+                token,
+                accepted,
+            } => write!(
+                f,
+                "ERR unknown option '{token}' at argument {position}: expected {accepted}"
+            ),
+            Error::WrongType => {
+                f.write_str("WRONGTYPE Operation against a key holding the wrong kind of value")
+            }
+            Error::OtherAlgorithm { stored, requested } => write!(
+                f,
+                "ERR the key holds {stored} state, not {requested}: use {stored} on it, or another key"
+            ),
+            Error::DebugClockOff => f.write_str(
+                "ERR the debug clock is off: load the module with 'debug-clock yes' to use RL.DEBUG commands",
+            ),
+            Error::DebugClockUsage => f.write_str(
+                "ERR usage: RL.DEBUG.CLOCK SET ms (0 to 253402300799999) | ADVANCE ms (an integer, may be negative, or a duration) | REAL",
+            ),
+            Error::InternalOnly { command } => write!(
+                f,
+                "ERR {command} is internal: it is accepted only from the replication stream or the AOF"
+            ),
+            Error::NotReplayable => {
+                f.write_str("ERR RL.REPLAY: the replayed command is not an admission command")
+            }
+            Error::BadState => f.write_str("ERR RL.LOADSTATE: the state does not decode"),
+            Error::Panic => f.write_str(
+                "ERR ratelimit caught an internal error (a bug, please report it); the command was not applied",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// A client's token made safe to quote in an error: printable ASCII only, at most 32 bytes.
+pub fn quote(token: &[u8]) -> String {
+    const MAX: usize = 32;
+    let mut out: String = token
+        .iter()
+        .take(MAX)
+        .map(|&b| {
+            if (0x21..0x7f).contains(&b) && b != b'\'' {
+                b as char
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    if token.len() > MAX {
+        out.push_str("...");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quote_keeps_printable_ascii_and_masks_the_rest() {
+        assert_eq!(quote(b"COST"), "COST");
+        assert_eq!(quote(b"a\r\nb\0c'd \xff"), "a??b?c?d??");
+        assert_eq!(quote(&[b'x'; 40]), format!("{}...", "x".repeat(32)));
+    }
+
+    #[test]
+    fn texts_never_hold_line_breaks() {
+        let all = [
+            Error::Duration { arg: "period" }.to_string(),
+            Error::DebugClockUsage.to_string(),
+            Error::UnknownOption {
+                position: 5,
+                token: quote(b"\r\n"),
+                accepted: "COST n or DRYRUN",
+            }
+            .to_string(),
+        ];
+        for text in all {
+            assert!(!text.contains('\r') && !text.contains('\n'), "{text}");
+        }
+    }
+}

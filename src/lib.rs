@@ -1,0 +1,98 @@
+//! ratelimit: native, atomic rate limiting for Redis.
+//!
+//! The layout, from the inside out:
+//! - [`algorithms`]: pure state machines, `(params, state, now, cost) -> (decision, state)`;
+//!   no Redis, no clock, no I/O, no panics.
+//! - [`args`], [`error`], [`clock`], [`reply`]: the grammar, the error texts, the one place
+//!   time enters, and the reply formats, each written once.
+//! - [`storage`]: the data type and the only code that opens keys or sets expiry.
+//! - [`commands`]: parse, then storage, algorithm, storage, propagation, reply.
+//!
+//! This file holds the registration and the module's settings only.
+
+mod algorithms;
+mod args;
+mod clock;
+mod commands;
+mod error;
+mod reply;
+mod storage;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use redis_module::configuration::ConfigurationFlags;
+use redis_module::{redis_module, Context, RedisString, Status};
+
+// The Redis allocator aborts outside a server: unit and property tests use the system one.
+#[cfg(not(test))]
+use redis_module::alloc::RedisAlloc as ModuleAllocator;
+#[cfg(test)]
+use std::alloc::System as ModuleAllocator;
+
+use storage::RL_TYPE;
+
+/// `cell-compat yes|no` (load time only, default yes): register CL.THROTTLE.
+static CELL_COMPAT: AtomicBool = AtomicBool::new(true);
+/// `debug-clock yes|no` (load time only, default no): allow RL.DEBUG.* commands.
+static DEBUG_CLOCK: AtomicBool = AtomicBool::new(false);
+
+/// The load arguments the module accepts, each followed by `yes` or `no`.
+const SETTINGS: [&str; 2] = ["cell-compat", "debug-clock"];
+
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    if let Err(message) = check_load_args(args) {
+        ctx.log_warning(&format!("ratelimit: {message}"));
+        return Status::Err;
+    }
+    if DEBUG_CLOCK.load(Ordering::Relaxed) {
+        clock::enable_debug();
+    }
+    match commands::register(ctx.ctx, CELL_COMPAT.load(Ordering::Relaxed)) {
+        Ok(()) => Status::Ok,
+        Err(message) => {
+            ctx.log_warning(&format!("ratelimit: {message}"));
+            Status::Err
+        }
+    }
+}
+
+/// Load arguments come in pairs `name yes|no`; anything else refuses the load, so that a
+/// typo never silently runs with a default.
+fn check_load_args(args: &[RedisString]) -> Result<(), String> {
+    if !args.len().is_multiple_of(2) {
+        return Err("load arguments come in pairs: name value".into());
+    }
+    for pair in args.chunks(2) {
+        let name = pair[0].to_string_lossy();
+        let value = pair[1].to_string_lossy();
+        if !SETTINGS.contains(&name.as_str()) {
+            return Err(format!(
+                "unknown load argument '{}': expected one of {}",
+                error::quote(name.as_bytes()),
+                SETTINGS.join(", ")
+            ));
+        }
+        if value != "yes" && value != "no" {
+            return Err(format!("{name} takes yes or no"));
+        }
+    }
+    Ok(())
+}
+
+redis_module! {
+    name: "ratelimit",
+    version: 1,
+    allocator: (ModuleAllocator, ModuleAllocator),
+    data_types: [RL_TYPE],
+    init: init,
+    configurations: [
+        i64: [],
+        string: [],
+        bool: [
+            ["cell-compat", &CELL_COMPAT, true, ConfigurationFlags::IMMUTABLE, None],
+            ["debug-clock", &DEBUG_CLOCK, false, ConfigurationFlags::IMMUTABLE, None],
+        ],
+        enum: [],
+        module_args_as_configuration: true,
+    ]
+}

@@ -1,0 +1,156 @@
+//! Replies: the five-field admission reply (an array for RESP2 clients, a map with a boolean
+//! `allowed` for RESP3 clients), redis-cell's array, RL.INSPECT's map, and errors.
+//!
+//! Written straight to the reply buffer with the raw API: no reply vectors on the hot path.
+
+use std::ffi::CString;
+use std::os::raw::{c_char, c_long};
+
+use redis_module::raw;
+
+use crate::algorithms::{int, Decision};
+use crate::error::Error;
+
+type Ctx = *mut raw::RedisModuleCtx;
+
+/// The field names of the admission reply, in order.
+pub const FIELDS: [&str; 5] = [
+    "allowed",
+    "limit",
+    "remaining",
+    "retry_after_ms",
+    "reset_after_ms",
+];
+
+fn resp3(ctx: Ctx) -> bool {
+    // SAFETY: ctx is the running command's context.
+    let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) };
+    flags as u32 & raw::REDISMODULE_CTX_FLAGS_RESP3 != 0
+}
+
+fn long(ctx: Ctx, n: i64) {
+    // SAFETY: as above.
+    unsafe {
+        raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, n);
+    }
+}
+
+fn name(ctx: Ctx, s: &str) {
+    // SAFETY: as above; the buffer is copied before the call returns.
+    unsafe {
+        raw::RedisModule_ReplyWithStringBuffer.unwrap()(ctx, s.as_ptr().cast::<c_char>(), s.len());
+    }
+}
+
+/// The admission reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`, plus
+/// one more named field for the commands that have it (RL.LEAKYBUCKET's `delay_ms`, ...).
+pub fn admission(ctx: Ctx, d: &Decision, extra: Option<(&str, i64)>) {
+    let retry = match d.retry_after {
+        Some(span) => int(span.ceil_ms()),
+        None => -1,
+    };
+    let values = [
+        i64::from(d.allowed),
+        int(d.limit),
+        int(d.remaining),
+        retry,
+        int(d.reset_after.ceil_ms()),
+    ];
+    let len = values.len() + usize::from(extra.is_some());
+    // SAFETY: ctx is the running command's context.
+    unsafe {
+        if resp3(ctx) {
+            raw::RedisModule_ReplyWithMap.unwrap()(ctx, len as c_long);
+            name(ctx, FIELDS[0]);
+            raw::RedisModule_ReplyWithBool.unwrap()(ctx, i32::from(d.allowed));
+            for (field, value) in FIELDS.iter().zip(values).skip(1) {
+                name(ctx, field);
+                long(ctx, value);
+            }
+            if let Some((field, value)) = extra {
+                name(ctx, field);
+                long(ctx, value);
+            }
+        } else {
+            raw::RedisModule_ReplyWithArray.unwrap()(ctx, len as c_long);
+            for value in values {
+                long(ctx, value);
+            }
+            if let Some((_, value)) = extra {
+                long(ctx, value);
+            }
+        }
+    }
+}
+
+/// redis-cell's reply: `[limited, limit, remaining, retry_after_s or -1, reset_after_s]`,
+/// an array for every protocol, seconds rounded the way redis-cell rounds them.
+pub fn redis_cell(ctx: Ctx, d: &Decision) {
+    let retry = match d.retry_after {
+        Some(span) if !d.allowed => int(span.redis_cell_seconds()),
+        _ => -1,
+    };
+    let values = [
+        i64::from(!d.allowed),
+        int(d.limit),
+        int(d.remaining),
+        retry,
+        int(d.reset_after.redis_cell_seconds()),
+    ];
+    // SAFETY: ctx is the running command's context.
+    unsafe {
+        raw::RedisModule_ReplyWithArray.unwrap()(ctx, values.len() as c_long);
+    }
+    for value in values {
+        long(ctx, value);
+    }
+}
+
+/// A map from names to integers after an `algorithm` name (RL.INSPECT); a flat array of
+/// name, value, ... for RESP2 clients, like HGETALL.
+pub fn described(ctx: Ctx, algorithm: &str, fields: &[(&str, i64)]) {
+    let pairs = fields.len() + 1;
+    // SAFETY: ctx is the running command's context.
+    unsafe {
+        if resp3(ctx) {
+            raw::RedisModule_ReplyWithMap.unwrap()(ctx, pairs as c_long);
+        } else {
+            raw::RedisModule_ReplyWithArray.unwrap()(ctx, (pairs * 2) as c_long);
+        }
+    }
+    name(ctx, "algorithm");
+    name(ctx, algorithm);
+    for (field, value) in fields {
+        name(ctx, field);
+        long(ctx, *value);
+    }
+}
+
+pub fn integer(ctx: Ctx, n: i64) {
+    long(ctx, n);
+}
+
+pub fn null(ctx: Ctx) {
+    // SAFETY: ctx is the running command's context.
+    unsafe {
+        raw::RedisModule_ReplyWithNull.unwrap()(ctx);
+    }
+}
+
+pub fn ok(ctx: Ctx) {
+    // SAFETY: as above; the string is a NUL-terminated literal.
+    unsafe {
+        raw::RedisModule_ReplyWithSimpleString.unwrap()(ctx, c"OK".as_ptr());
+    }
+}
+
+/// An error reply. The text comes from [`Error`]'s Display, which never holds client bytes
+/// unquoted, so it has no NUL or line break.
+pub fn error(ctx: Ctx, e: &Error) {
+    let text = CString::new(e.to_string())
+        .unwrap_or_else(|_| CString::from(c"ERR ratelimit: unprintable error"));
+    // SAFETY: ctx is the running command's context; the text is NUL-terminated.
+    unsafe {
+        raw::RedisModule_ReplyWithError.unwrap()(ctx, text.as_ptr());
+    }
+}

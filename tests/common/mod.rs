@@ -1,0 +1,464 @@
+//! The integration-test harness: real `redis-server` processes with the built module, each
+//! on a free loopback port with its own directory, stopped by PID when dropped (also when a
+//! test fails); and a small RESP2/RESP3 client that shows replies exactly as sent.
+//!
+//! Tests never `use` the crate: they see the module only through the server.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// The module under test: $RATELIMIT_MODULE, or the release build (`make test` builds it).
+pub fn module_path() -> PathBuf {
+    let path = std::env::var_os("RATELIMIT_MODULE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/libratelimit.so")
+        });
+    assert!(
+        path.exists(),
+        "{} is missing: run `make test` (or `cargo build --release` first)",
+        path.display()
+    );
+    path
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().unwrap().port()
+}
+
+static DIRS: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh directory under target/tmp for one server's files.
+pub fn fresh_dir(tag: &str) -> PathBuf {
+    let n = DIRS.fetch_add(1, Ordering::Relaxed);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/tmp")
+        .join(format!("{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create test dir");
+    dir
+}
+
+/// How to start a server.
+#[derive(Clone)]
+pub struct Config {
+    /// Arguments after the module path in --loadmodule.
+    pub module_args: Vec<String>,
+    /// More redis-server arguments, e.g. ["--appendonly", "yes"].
+    pub extra: Vec<String>,
+    /// Whether to load the module at all.
+    pub load_module: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            module_args: vec!["debug-clock".into(), "yes".into()],
+            extra: vec![],
+            load_module: true,
+        }
+    }
+}
+
+impl Config {
+    pub fn module_args(mut self, args: &[&str]) -> Self {
+        self.module_args = args.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    pub fn extra(mut self, args: &[&str]) -> Self {
+        self.extra.extend(args.iter().map(|s| s.to_string()));
+        self
+    }
+}
+
+pub struct Server {
+    pub port: u16,
+    pub dir: PathBuf,
+    pub config: Config,
+    child: Option<Child>,
+}
+
+impl Server {
+    /// A server with the module loaded and the debug clock on.
+    pub fn start() -> Server {
+        Server::with(Config::default())
+    }
+
+    pub fn with(config: Config) -> Server {
+        let dir = fresh_dir("server");
+        Server::start_in(config, dir)
+    }
+
+    /// Starts a server on a new free port with its files in `dir`.
+    pub fn start_in(config: Config, dir: PathBuf) -> Server {
+        let mut server = Server {
+            port: 0,
+            dir,
+            config,
+            child: None,
+        };
+        server
+            .launch()
+            .unwrap_or_else(|log| panic!("redis-server did not start:\n{log}"));
+        server
+    }
+
+    /// Tries to start; on failure returns the server's log (for tests of refused loads).
+    pub fn try_with(config: Config) -> Result<Server, String> {
+        let mut server = Server {
+            port: 0,
+            dir: fresh_dir("server"),
+            config,
+            child: None,
+        };
+        server.launch()?;
+        Ok(server)
+    }
+
+    fn launch(&mut self) -> Result<(), String> {
+        self.port = free_port();
+        let mut args: Vec<String> = vec![
+            "--port".into(),
+            self.port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--dir".into(),
+            self.dir.display().to_string(),
+            "--logfile".into(),
+            "redis.log".into(),
+            "--save".into(),
+            String::new(),
+            "--appendonly".into(),
+            "no".into(),
+            "--enable-debug-command".into(),
+            "yes".into(),
+        ];
+        if self.config.load_module {
+            args.push("--loadmodule".into());
+            args.push(module_path().display().to_string());
+            args.extend(self.config.module_args.iter().cloned());
+        }
+        args.extend(self.config.extra.iter().cloned());
+        let child = Command::new("redis-server")
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot run redis-server: {e}"))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                return Err(format!("exited with {status}; log:\n{}", self.log()));
+            }
+            if let Ok(mut c) = Client::try_connect(self.port) {
+                match c.cmd(&["PING"]) {
+                    Reply::Simple(s) if s == "PONG" => return Ok(()),
+                    _ => {}
+                }
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                return Err(format!("no PONG within 15 s; log:\n{}", self.log()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(self.port)
+    }
+
+    /// Stops the server with SIGTERM (a clean shutdown) and waits for it.
+    pub fn stop(&mut self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    /// Kills the server with SIGKILL: no shutdown work at all.
+    pub fn kill(&mut self) {
+        self.signal(libc::SIGKILL);
+    }
+
+    fn signal(&mut self, sig: i32) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill(2) on the PID of a child we spawned and have not reaped.
+            unsafe {
+                libc::kill(child.id() as i32, sig);
+            }
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                if child.try_wait().unwrap().is_some() {
+                    return;
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+
+    /// Stops the server and starts it again with the same directory (and its files), on a
+    /// new free port.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.launch()
+            .unwrap_or_else(|log| panic!("redis-server did not restart:\n{log}"));
+    }
+
+    /// Starts the server again after `stop` or `kill`.
+    pub fn start_again(&mut self) {
+        self.launch()
+            .unwrap_or_else(|log| panic!("redis-server did not restart:\n{log}"));
+    }
+
+    /// Waits until the server has loaded its data (after a restart with a big AOF).
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => c.try_wait().unwrap().is_none(),
+            None => false,
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A reply, as the server sent it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Vec<u8>),
+    Nil,
+    Array(Vec<Reply>),
+    Map(Vec<(Reply, Reply)>),
+    Bool(bool),
+    Double(String),
+    Other(String),
+}
+
+impl Reply {
+    pub fn int(&self) -> i64 {
+        match self {
+            Reply::Int(n) => *n,
+            other => panic!("expected an integer, got {other:?}"),
+        }
+    }
+
+    /// The integers of an array reply.
+    pub fn ints(&self) -> Vec<i64> {
+        match self {
+            Reply::Array(items) => items.iter().map(Reply::int).collect(),
+            other => panic!("expected an array of integers, got {other:?}"),
+        }
+    }
+
+    pub fn error(&self) -> String {
+        match self {
+            Reply::Error(e) => e.clone(),
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+
+    pub fn is_error(&self) -> bool {
+        matches!(self, Reply::Error(_))
+    }
+
+    pub fn text(&self) -> String {
+        match self {
+            Reply::Simple(s) => s.clone(),
+            Reply::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+            other => panic!("expected a string, got {other:?}"),
+        }
+    }
+
+    /// The reply as readable text, strings unquoted, for `contains` checks.
+    pub fn render(&self) -> String {
+        match self {
+            Reply::Simple(s) | Reply::Error(s) | Reply::Double(s) | Reply::Other(s) => s.clone(),
+            Reply::Int(n) => n.to_string(),
+            Reply::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+            Reply::Nil => "(nil)".into(),
+            Reply::Bool(b) => b.to_string(),
+            Reply::Array(items) => {
+                let inner: Vec<String> = items.iter().map(Reply::render).collect();
+                format!("[{}]", inner.join(" "))
+            }
+            Reply::Map(pairs) => {
+                let inner: Vec<String> = pairs
+                    .iter()
+                    .map(|(k, v)| format!("{}: {}", k.render(), v.render()))
+                    .collect();
+                format!("{{{}}}", inner.join(", "))
+            }
+        }
+    }
+
+    /// A flat name, value, ... array (RESP2) as pairs of name and integer; the
+    /// `algorithm` value is skipped.
+    pub fn fields(&self) -> Vec<(String, i64)> {
+        let items = match self {
+            Reply::Array(items) => items.clone(),
+            other => panic!("expected a flat array, got {other:?}"),
+        };
+        items
+            .chunks(2)
+            .filter_map(|pair| {
+                let name = pair[0].text();
+                match &pair[1] {
+                    Reply::Int(n) => Some((name, *n)),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
+    /// One field of a flat name, value, ... array.
+    pub fn field(&self, name: &str) -> Reply {
+        match self {
+            Reply::Array(items) => items
+                .chunks(2)
+                .find(|pair| pair[0].text() == name)
+                .map(|pair| pair[1].clone())
+                .unwrap_or_else(|| panic!("no field {name} in {self:?}")),
+            other => panic!("expected a flat array, got {other:?}"),
+        }
+    }
+}
+
+pub struct Client {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Client {
+    pub fn connect(port: u16) -> Client {
+        Client::try_connect(port).unwrap_or_else(|e| panic!("connect 127.0.0.1:{port}: {e}"))
+    }
+
+    pub fn try_connect(port: u16) -> std::io::Result<Client> {
+        let stream = TcpStream::connect(("127.0.0.1", port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        stream.set_nodelay(true)?;
+        Ok(Client {
+            reader: BufReader::new(stream.try_clone()?),
+            writer: stream,
+        })
+    }
+
+    pub fn cmd(&mut self, args: &[&str]) -> Reply {
+        let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.cmd_bytes(&bytes)
+    }
+
+    pub fn cmd_bytes(&mut self, args: &[&[u8]]) -> Reply {
+        self.send(args);
+        self.read()
+    }
+
+    /// Sends a command without reading its reply (for pipelining).
+    pub fn send(&mut self, args: &[&[u8]]) {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            out.extend_from_slice(a);
+            out.extend_from_slice(b"\r\n");
+        }
+        self.writer.write_all(&out).expect("write to redis");
+    }
+
+    pub fn read(&mut self) -> Reply {
+        let mut line = String::new();
+        let n = self.reader.read_line(&mut line).expect("read from redis");
+        assert!(n > 0, "the server closed the connection");
+        let line = line.trim_end_matches("\r\n");
+        let (kind, rest) = line.split_at(1);
+        match kind {
+            "+" => Reply::Simple(rest.into()),
+            "-" => Reply::Error(rest.into()),
+            ":" => Reply::Int(rest.parse().expect("integer")),
+            "$" | "=" => {
+                let len: i64 = rest.parse().expect("length");
+                if len < 0 {
+                    return Reply::Nil;
+                }
+                let mut buf = vec![0; len as usize + 2];
+                std::io::Read::read_exact(&mut self.reader, &mut buf).expect("bulk");
+                buf.truncate(len as usize);
+                Reply::Bulk(buf)
+            }
+            "*" | "~" | ">" => {
+                let len: i64 = rest.parse().expect("length");
+                if len < 0 {
+                    return Reply::Nil;
+                }
+                Reply::Array((0..len).map(|_| self.read()).collect())
+            }
+            "%" => {
+                let len: usize = rest.parse().expect("length");
+                Reply::Map((0..len).map(|_| (self.read(), self.read())).collect())
+            }
+            "_" => Reply::Nil,
+            "#" => Reply::Bool(rest == "t"),
+            "," => Reply::Double(rest.into()),
+            _ => Reply::Other(line.into()),
+        }
+    }
+
+    /// Sets the module's debug clock (ms since the Unix epoch).
+    pub fn clock_set(&mut self, ms: u64) {
+        let r = self.cmd(&["RL.DEBUG.CLOCK", "SET", &ms.to_string()]);
+        assert_eq!(r, Reply::Int(ms as i64));
+    }
+
+    pub fn clock_advance(&mut self, ms: i64) {
+        let r = self.cmd(&["RL.DEBUG.CLOCK", "ADVANCE", &ms.to_string()]);
+        assert!(matches!(r, Reply::Int(_)), "{r:?}");
+    }
+
+    pub fn pttl(&mut self, key: &str) -> i64 {
+        self.cmd(&["PTTL", key]).int()
+    }
+
+    /// A field of INFO, as text.
+    pub fn info_field(&mut self, section: &str, name: &str) -> String {
+        let info = self.cmd(&["INFO", section]).text();
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("no {name} in INFO {section}"))
+            .trim()
+            .to_string()
+    }
+}
+
+/// A clock reading for tests: 2023-11-14T22:13:20Z.
+pub const T0_MS: u64 = 1_700_000_000_000;
