@@ -1,0 +1,204 @@
+//! Replication is deterministic: a replica applies the primary's clock reading and expiry,
+//! never its own; denied requests, DRYRUN and COST 0 propagate nothing; a promoted replica
+//! goes on from the same state.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Client, Config, Reply, Server, T0_MS};
+
+/// A primary and a replica of it, both with the module and the debug clock.
+fn pair() -> (Server, Server) {
+    // No wait before the full sync: the default waits 5 s for more replicas.
+    let primary = Server::with(Config::default().extra(&["--repl-diskless-sync-delay", "0"]));
+    let replica = Server::start();
+    let mut r = replica.client();
+    let port = primary.port.to_string();
+    assert_eq!(
+        r.cmd(&["REPLICAOF", "127.0.0.1", &port]),
+        Reply::Simple("OK".into())
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while r.info_field("replication", "master_link_status") != "up" {
+        assert!(Instant::now() < deadline, "the replica did not sync");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (primary, replica)
+}
+
+/// Waits until the replica has acknowledged everything the primary sent.
+fn sync(p: &mut Client) {
+    assert_eq!(p.cmd(&["WAIT", "1", "10000"]), Reply::Int(1));
+}
+
+fn offset(p: &mut Client) -> i64 {
+    p.info_field("replication", "master_repl_offset")
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn the_replica_holds_the_primarys_state_exactly() {
+    let (primary, replica) = pair();
+    let (mut p, mut r) = (primary.client(), replica.client());
+    p.clock_set(T0_MS);
+    let mut keys = Vec::new();
+    for i in 0..20u64 {
+        let key = format!("user:{i}");
+        let burst = (i % 5 + 1).to_string();
+        let cost = (i % 3).to_string();
+        p.cmd(&["RL.GCRA", &key, &burst, "10", "1s", "COST", &cost]);
+        p.cmd(&["RL.GCRA", &key, &burst, "10", "1s"]);
+        p.cmd(&["RL.GCRA", &key, &burst, "10", "1s", "DRYRUN"]);
+        p.cmd(&[
+            "CL.THROTTLE",
+            &format!("cell:{}", i % 4),
+            "3",
+            "5",
+            "1",
+            "2",
+        ]);
+        // The primary's clock moves; the replica's stays where it is (real time).
+        p.clock_advance(37);
+        keys.push(key);
+    }
+    keys.extend((0..4).map(|i| format!("cell:{i}")));
+    sync(&mut p);
+    // Compare with both clocks at the same reading, so derived fields compare too.
+    let at = (T0_MS + 5000).to_string();
+    p.cmd(&["RL.DEBUG.CLOCK", "SET", &at]);
+    r.cmd(&["RL.DEBUG.CLOCK", "SET", &at]);
+    for key in &keys {
+        let on_primary = p.cmd(&["RL.INSPECT", key]);
+        assert!(
+            matches!(on_primary, Reply::Array(_)),
+            "{key}: {on_primary:?}"
+        );
+        assert_eq!(r.cmd(&["RL.INSPECT", key]), on_primary, "{key}");
+        assert_eq!(
+            r.cmd(&["DEBUG", "DIGEST-VALUE", key]),
+            p.cmd(&["DEBUG", "DIGEST-VALUE", key]),
+            "{key}"
+        );
+        // Both expire at the same absolute time.
+        let (pp, rp) = (p.pttl(key), r.pttl(key));
+        assert!(
+            (pp - rp).abs() <= 2,
+            "{key}: PTTL {pp} on the primary, {rp} on the replica"
+        );
+    }
+    assert_eq!(r.cmd(&["DBSIZE"]), p.cmd(&["DBSIZE"]));
+}
+
+#[test]
+fn denied_dryrun_and_cost_zero_propagate_nothing() {
+    let (primary, _replica) = pair();
+    let mut p = primary.client();
+    p.clock_set(T0_MS);
+    assert_eq!(p.cmd(&["RL.GCRA", "k", "1", "1", "1m"]).ints()[0], 1);
+    sync(&mut p);
+    let before = offset(&mut p);
+    assert_eq!(p.cmd(&["RL.GCRA", "k", "1", "1", "1m"]).ints()[0], 0);
+    assert_eq!(
+        p.cmd(&["RL.GCRA", "k", "1", "1", "1m", "COST", "5"]).ints()[0],
+        0
+    );
+    assert_eq!(
+        p.cmd(&["RL.GCRA", "fresh", "1", "1", "1m", "DRYRUN"])
+            .ints()[0],
+        1
+    );
+    assert_eq!(
+        p.cmd(&["RL.GCRA", "k", "1", "1", "1m", "COST", "0"]).ints()[0],
+        1
+    );
+    assert_eq!(p.cmd(&["CL.THROTTLE", "k", "0", "1", "60"]).ints()[0], 1);
+    assert_eq!(p.cmd(&["RL.GCRA", "k", "x", "1", "1m"]).is_error(), true);
+    assert_eq!(
+        offset(&mut p),
+        before,
+        "a denied request, DRYRUN or COST 0 was propagated"
+    );
+    // An admitted one is.
+    p.clock_advance(60_000);
+    assert_eq!(p.cmd(&["RL.GCRA", "k", "1", "1", "1m"]).ints()[0], 1);
+    assert!(offset(&mut p) > before);
+}
+
+#[test]
+fn a_promoted_replica_goes_on_from_the_same_state() {
+    let (primary, replica) = pair();
+    let (mut p, mut r) = (primary.client(), replica.client());
+    p.clock_set(T0_MS);
+    for _ in 0..3 {
+        p.cmd(&["RL.GCRA", "k", "3", "1", "1m"]);
+    }
+    sync(&mut p);
+    // The replica refuses writes from clients while it is a replica.
+    let e = r.cmd(&["RL.GCRA", "k", "3", "1", "1m"]).error();
+    assert!(e.starts_with("READONLY"), "{e}");
+    assert_eq!(
+        r.cmd(&["REPLICAOF", "NO", "ONE"]),
+        Reply::Simple("OK".into())
+    );
+    r.clock_set(T0_MS);
+    // Three units of one per minute: the schedule is paid off in 180 s, the next unit fits
+    // in 60 s.
+    assert_eq!(
+        r.cmd(&["RL.GCRA", "k", "3", "1", "1m"]).ints(),
+        [0, 3, 0, 60_000, 180_000]
+    );
+    r.clock_advance(60_000);
+    assert_eq!(
+        r.cmd(&["RL.GCRA", "k", "3", "1", "1m"]).ints(),
+        [1, 3, 0, 0, 180_000]
+    );
+}
+
+#[test]
+fn the_internal_commands_are_refused_on_a_replica_too() {
+    let (_primary, replica) = pair();
+    let mut r = replica.client();
+    let e = r
+        .cmd(&["RL.REPLAY", "k", "1", "1", "RL.GCRA", "5", "1", "1s"])
+        .error();
+    assert!(e.starts_with("READONLY") || e.contains("internal"), "{e}");
+    assert_eq!(r.cmd(&["EXISTS", "k"]), Reply::Int(0));
+}
+
+#[test]
+fn a_replicas_own_aof_records_the_replayed_writes() {
+    let primary = Server::with(Config::default().extra(&["--repl-diskless-sync-delay", "0"]));
+    let mut replica =
+        Server::with(Config::default().extra(&["--appendonly", "yes", "--appendfsync", "always"]));
+    let (mut p, mut r) = (primary.client(), replica.client());
+    let port = primary.port.to_string();
+    r.cmd(&["REPLICAOF", "127.0.0.1", &port]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while r.info_field("replication", "master_link_status") != "up"
+        || r.info_field("persistence", "aof_rewrite_in_progress") != "0"
+    {
+        assert!(Instant::now() < deadline, "the replica did not sync");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    p.clock_set(T0_MS);
+    for i in 0..5 {
+        p.cmd(&["RL.GCRA", &format!("k{i}"), "4", "2", "1m", "COST", "3"]);
+    }
+    sync(&mut p);
+    r.clock_set(T0_MS);
+    let before: Vec<Reply> = (0..5)
+        .map(|i| r.cmd(&["RL.INSPECT", &format!("k{i}")]))
+        .collect();
+    assert!(matches!(before[4], Reply::Array(_)), "{:?}", before[4]);
+    // Restarted on its own (REPLICAOF was not in its config), it loads its own AOF.
+    replica.kill();
+    replica.start_again();
+    let mut r = replica.client();
+    r.clock_set(T0_MS);
+    let after: Vec<Reply> = (0..5)
+        .map(|i| r.cmd(&["RL.INSPECT", &format!("k{i}")]))
+        .collect();
+    assert_eq!(after, before);
+}
