@@ -114,7 +114,7 @@ fn denied_dryrun_and_cost_zero_propagate_nothing() {
         1
     );
     assert_eq!(p.cmd(&["CL.THROTTLE", "k", "0", "1", "60"]).ints()[0], 1);
-    assert_eq!(p.cmd(&["RL.GCRA", "k", "x", "1", "1m"]).is_error(), true);
+    assert!(p.cmd(&["RL.GCRA", "k", "x", "1", "1m"]).is_error());
     assert_eq!(
         offset(&mut p),
         before,
