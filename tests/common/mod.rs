@@ -124,7 +124,19 @@ impl Server {
         Ok(server)
     }
 
+    /// Starts the process; a port taken between choosing it and binding it (tests run in
+    /// parallel) is retried on another.
     fn launch(&mut self) -> Result<(), String> {
+        let mut tries = 0;
+        loop {
+            match self.launch_once() {
+                Err(log) if log.contains("Address already in use") && tries < 5 => tries += 1,
+                other => return other,
+            }
+        }
+    }
+
+    fn launch_once(&mut self) -> Result<(), String> {
         self.port = free_port();
         let mut args: Vec<String> = vec![
             "--port".into(),
