@@ -81,21 +81,22 @@ impl Algorithm for Gcra {
 
     fn check(
         params: &Params,
-        stored: Option<(&Params, &State)>,
+        stored: Option<(&Params, &mut State)>,
         now_us: u64,
         cost: u64,
-    ) -> (Decision, State) {
+        write: bool,
+    ) -> (Decision, Option<State>) {
         let now = params.scaled(now_us);
-        let tat = match stored {
-            Some((old, state)) => state.rescaled(old, params).max(now),
-            None => now,
+        let (tat, state) = match stored {
+            Some((old, state)) => (state.rescaled(old, params).max(now), Some(state)),
+            None => (now, None),
         };
         let interval = params.interval();
         let tolerance = params.tolerance();
         let new_tat = tat.saturating_add(u128::from(cost).saturating_mul(interval));
         let allowed = new_tat - now <= tolerance;
-        let (ttl, retry_after, kept) = if allowed {
-            (new_tat - now, Some(Span::ZERO), new_tat)
+        let (ttl, retry_after) = if allowed {
+            (new_tat - now, Some(Span::ZERO))
         } else {
             let retry = (cost <= params.burst).then(|| {
                 Span::new(
@@ -103,7 +104,7 @@ impl Algorithm for Gcra {
                     params.rate(),
                 )
             });
-            (tat - now, retry, tat)
+            (tat - now, retry)
         };
         let used = ttl.div_ceil(interval);
         let remaining = u128::from(params.burst).saturating_sub(used);
@@ -113,12 +114,21 @@ impl Algorithm for Gcra {
             remaining: u64::try_from(remaining).unwrap_or(0),
             retry_after,
             reset_after: Span::new(ttl, params.rate()),
+            delay: None,
         };
-        (decision, State { tat: kept })
+        let mut fresh = None;
+        if allowed && write {
+            match state {
+                Some(state) => state.tat = new_tat,
+                None => fresh = Some(State { tat: new_tat }),
+            }
+        }
+        (decision, fresh)
     }
 
     fn describe(params: &Params, state: &State, now_us: u64) -> Vec<(&'static str, i64)> {
-        let (now_view, _) = Gcra::check(params, Some((params, state)), now_us, 0);
+        let mut state = *state;
+        let (now_view, _) = Gcra::check(params, Some((params, &mut state)), now_us, 0, false);
         vec![
             ("limit", int(params.burst)),
             ("burst", int(params.burst)),
@@ -134,6 +144,7 @@ impl Algorithm for Gcra {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithms::testing::{peek, step, Key};
     use proptest::prelude::*;
 
     const T0: u64 = 1_700_000_000_000_000; // a clock reading in µs
@@ -148,17 +159,20 @@ mod tests {
 
     /// Replays requests (µs since T0, cost) on one key; returns each decision.
     fn replay(p: &Params, requests: &[(u64, u64)]) -> Vec<Decision> {
-        let mut state: Option<State> = None;
+        let mut key: Key<Gcra> = None;
         requests
             .iter()
-            .map(|&(at, cost)| {
-                let (d, next) = Gcra::check(p, state.as_ref().map(|s| (p, s)), T0 + at, cost);
-                if d.allowed {
-                    state = Some(next);
-                }
-                d
-            })
+            .map(|&(at, cost)| step::<Gcra>(p, &mut key, T0 + at, cost))
             .collect()
+    }
+
+    /// The key after some requests.
+    fn key_after(p: &Params, requests: &[(u64, u64)]) -> Key<Gcra> {
+        let mut key: Key<Gcra> = None;
+        for &(at, cost) in requests {
+            step::<Gcra>(p, &mut key, T0 + at, cost);
+        }
+        key
     }
 
     fn summary(d: &Decision) -> (bool, u64, u64, i64, u64) {
@@ -252,9 +266,9 @@ mod tests {
     #[test]
     fn a_smaller_burst_keeps_the_state() {
         let big = params(10, 10, 1000);
-        let (_, s) = Gcra::check(&big, None, T0, 8); // 8 of 10 used
+        let key = key_after(&big, &[(0, 8)]); // 8 of 10 used
         let small = params(5, 10, 1000);
-        let (d, _) = Gcra::check(&small, Some((&big, &s)), T0, 1);
+        let d = peek::<Gcra>(&small, &key, T0, 1);
         assert!(!d.allowed);
         assert_eq!(d.remaining, 0);
         // 800 ms of schedule is owed; with burst 5 the request fits 400 ms from now.
@@ -264,7 +278,7 @@ mod tests {
     #[test]
     fn a_new_rate_rescales_the_schedule_exactly() {
         let three = params(3, 3, 1000);
-        let (_, s) = Gcra::check(&three, None, T0, 1); // TAT = T0 + 1/3 s
+        let (_, s) = key_after(&three, &[(0, 1)]).unwrap(); // TAT = T0 + 1/3 s
         let six = params(3, 6, 1000);
         let tat_us = Span::new(s.rescaled(&three, &six), 6).ceil_us();
         assert_eq!(tat_us, T0 + 333_334);
@@ -273,7 +287,7 @@ mod tests {
     #[test]
     fn describe_reports_the_state() {
         let p = params(5, 1, 1000);
-        let (_, s) = Gcra::check(&p, None, T0, 2);
+        let (_, s) = key_after(&p, &[(0, 2)]).unwrap();
         let fields = Gcra::describe(&p, &s, T0 + 500_000);
         assert_eq!(
             fields,
@@ -321,23 +335,21 @@ mod tests {
         #[test]
         fn retry_after_is_exact(p in any_params(), gaps in any_requests(), cost in 1u64..25) {
             let mut at = 0;
-            let mut state: Option<State> = None;
+            let mut key: Key<Gcra> = None;
             for (gap, c) in gaps {
                 at += gap;
-                let (d, next) = Gcra::check(&p, state.as_ref().map(|s| (&p, s)), T0 + at, c);
-                if d.allowed { state = Some(next); }
+                step::<Gcra>(&p, &mut key, T0 + at, c);
             }
-            let stored = state.as_ref().map(|s| (&p, s));
-            let (d, _) = Gcra::check(&p, stored, T0 + at, cost);
+            let d = peek::<Gcra>(&p, &key, T0 + at, cost);
             match (d.allowed, d.retry_after) {
                 (true, retry) => prop_assert_eq!(retry, Some(Span::ZERO)),
                 (false, None) => prop_assert!(cost > p.burst),
                 (false, Some(retry)) => {
                     let ms = retry.ceil_ms();
                     prop_assert!(ms >= 1);
-                    let (later, _) = Gcra::check(&p, stored, T0 + at + ms * 1000, cost);
+                    let later = peek::<Gcra>(&p, &key, T0 + at + ms * 1000, cost);
                     prop_assert!(later.allowed, "not admitted after retry_after {} ms", ms);
-                    let (earlier, _) = Gcra::check(&p, stored, T0 + at + (ms - 1) * 1000, cost);
+                    let earlier = peek::<Gcra>(&p, &key, T0 + at + (ms - 1) * 1000, cost);
                     prop_assert!(!earlier.allowed, "already admitted at {} ms", ms - 1);
                 }
             }
@@ -347,33 +359,31 @@ mod tests {
         #[test]
         fn remaining_is_what_fits_now(p in any_params(), gaps in any_requests()) {
             let mut at = 0;
-            let requests: Vec<_> = gaps.iter().map(|&(gap, cost)| { at += gap; (at, cost) }).collect();
-            let mut state: Option<State> = None;
-            for &(at, cost) in &requests {
-                let (d, next) = Gcra::check(&p, state.as_ref().map(|s| (&p, s)), T0 + at, cost);
-                if d.allowed { state = Some(next); }
+            let mut key: Key<Gcra> = None;
+            for (gap, cost) in gaps {
+                at += gap;
+                step::<Gcra>(&p, &mut key, T0 + at, cost);
             }
-            let stored = state.as_ref().map(|s| (&p, s));
-            let (peek, _) = Gcra::check(&p, stored, T0 + at, 0);
-            if peek.remaining > 0 {
-                let (d, _) = Gcra::check(&p, stored, T0 + at, peek.remaining);
-                prop_assert!(d.allowed);
+            let now = peek::<Gcra>(&p, &key, T0 + at, 0);
+            if now.remaining > 0 {
+                prop_assert!(peek::<Gcra>(&p, &key, T0 + at, now.remaining).allowed);
             }
-            let (d, _) = Gcra::check(&p, stored, T0 + at, peek.remaining + 1);
-            prop_assert!(!d.allowed);
+            prop_assert!(!peek::<Gcra>(&p, &key, T0 + at, now.remaining + 1).allowed);
         }
 
-        /// A check is a pure function: the same inputs give the same outputs, and a denial
-        /// hands back the stored state unchanged (what DRYRUN and a denied request rely on).
+        /// The same inputs give the same decision; without `write` (DRYRUN, COST 0) or when
+        /// denied, the state is untouched (`peek` and `step` assert it); with it, a request
+        /// decides as its dry run said.
         #[test]
-        fn check_is_pure(p in any_params(), q in any_params(), tat_off in 0u64..10_000_000, now in 0u64..20_000_000, cost in 0u64..30) {
-            let stored = State { tat: u128::from(T0 + tat_off) * u128::from(q.rate) };
-            let a = Gcra::check(&p, Some((&q, &stored)), T0 + now, cost);
-            let b = Gcra::check(&p, Some((&q, &stored)), T0 + now, cost);
-            prop_assert_eq!(a, b);
-            if !a.0.allowed {
-                prop_assert_eq!(a.1.tat, stored.rescaled(&q, &p).max(p.scaled(T0 + now)));
-            }
+        fn dryrun_decides_like_the_real_request_and_changes_nothing(
+            p in any_params(), q in any_params(), tat_off in 0u64..10_000_000,
+            now in 0u64..20_000_000, cost in 0u64..30,
+        ) {
+            let key: Key<Gcra> = Some((q, State { tat: u128::from(T0 + tat_off) * u128::from(q.rate) }));
+            let dry = peek::<Gcra>(&p, &key, T0 + now, cost);
+            prop_assert_eq!(dry, peek::<Gcra>(&p, &key, T0 + now, cost));
+            let mut real = key;
+            prop_assert_eq!(step::<Gcra>(&p, &mut real, T0 + now, cost), dry);
         }
 
         /// Extreme parameters, times and costs never panic or wrap.
@@ -383,7 +393,7 @@ mod tests {
                                 tat in any::<u128>(), cost in any::<u64>()) {
             let p = params(burst, rate, period);
             let q = params(1, 1, 1);
-            let (d, _) = Gcra::check(&p, Some((&q, &State { tat })), now, cost);
+            let (d, _) = Gcra::check(&p, Some((&q, &mut State { tat })), now, cost, true);
             let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
             let _ = Gcra::describe(&p, &State { tat }, now);
         }

@@ -79,6 +79,8 @@ pub struct Decision {
     pub retry_after: Option<Span>,
     /// How long until the key is fresh again (zero when it is fresh).
     pub reset_after: Span,
+    /// RL.LEAKYBUCKET only: how long an admitted request waits for its turn.
+    pub delay: Option<Span>,
 }
 
 /// An algorithm's pure step. `Params` are what the command's arguments give; `State` is
@@ -90,16 +92,23 @@ pub trait Algorithm {
     /// The command name, as error texts name it.
     const NAME: &'static str;
 
-    /// Decides a request of `cost` units at `now_us`. `stored` is the key's previous
-    /// parameters and state; when they differ from `params`, the state carries over and
-    /// the new parameters apply from now on. Returns the decision and the state to store
-    /// if the request is admitted.
+    /// Decides a request of `cost` units at `now_us`.
+    ///
+    /// `stored` is the key's previous parameters and state (`None`: a fresh key). When they
+    /// differ from `params`, the state carries over and the new parameters apply from now on.
+    ///
+    /// The state changes only when the request is admitted and `write` is set (the caller
+    /// clears it for DRYRUN and COST 0): then a stored state is updated in place, and for a
+    /// fresh key the new state is returned. A denied request, or any call without `write`,
+    /// leaves the state exactly as it was and returns `None`, so that a primary and its
+    /// replicas (which see only the writes) hold the same bytes.
     fn check(
         params: &Self::Params,
-        stored: Option<(&Self::Params, &Self::State)>,
+        stored: Option<(&Self::Params, &mut Self::State)>,
         now_us: u64,
         cost: u64,
-    ) -> (Decision, Self::State);
+        write: bool,
+    ) -> (Decision, Option<Self::State>);
 
     /// Named numbers that describe the parameters and state at `now_us`, for RL.INSPECT.
     fn describe(
@@ -112,6 +121,82 @@ pub trait Algorithm {
 /// Clamps to the i64 range of a RESP integer.
 pub fn int(x: u64) -> i64 {
     i64::try_from(x).unwrap_or(i64::MAX)
+}
+
+/// Helpers for the algorithms' unit and property tests.
+#[cfg(test)]
+pub mod testing {
+    use super::{Algorithm, Decision};
+
+    /// A key as the storage layer keeps it: the parameters it was written with, and state.
+    pub type Key<A> = Option<(<A as Algorithm>::Params, <A as Algorithm>::State)>;
+
+    /// A request that writes when admitted, as a client's request does (COST 0 never writes).
+    pub fn step<A: Algorithm>(
+        params: &A::Params,
+        key: &mut Key<A>,
+        now_us: u64,
+        cost: u64,
+    ) -> Decision {
+        match key {
+            Some((stored_params, state)) => {
+                let before = state.clone();
+                let (d, fresh) =
+                    A::check(params, Some((stored_params, state)), now_us, cost, cost > 0);
+                assert!(fresh.is_none(), "a stored key got a fresh state");
+                if d.allowed && cost > 0 {
+                    *stored_params = params.clone();
+                } else {
+                    assert_eq!(
+                        *state, before,
+                        "a request that did not write changed the state"
+                    );
+                }
+                d
+            }
+            None => {
+                let (d, fresh) = A::check(params, None, now_us, cost, cost > 0);
+                assert_eq!(
+                    fresh.is_some(),
+                    d.allowed && cost > 0,
+                    "fresh state iff admitted"
+                );
+                if let Some(state) = fresh {
+                    *key = Some((params.clone(), state));
+                }
+                d
+            }
+        }
+    }
+
+    /// A check that does not write (DRYRUN): asserts that it changes nothing.
+    pub fn peek<A: Algorithm>(
+        params: &A::Params,
+        key: &Key<A>,
+        now_us: u64,
+        cost: u64,
+    ) -> Decision {
+        match key {
+            Some((stored_params, state)) => {
+                let mut copy = state.clone();
+                let (d, fresh) = A::check(
+                    params,
+                    Some((stored_params, &mut copy)),
+                    now_us,
+                    cost,
+                    false,
+                );
+                assert!(fresh.is_none());
+                assert_eq!(&copy, state, "a check without write changed the state");
+                d
+            }
+            None => {
+                let (d, fresh) = A::check(params, None, now_us, cost, false);
+                assert!(fresh.is_none(), "a check without write made a state");
+                d
+            }
+        }
+    }
 }
 
 #[cfg(test)]

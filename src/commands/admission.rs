@@ -38,25 +38,36 @@ pub fn run<A: Variant>(
         }
         Mode::Replay { now_us, .. } => (now_us, 0),
     };
+    let write = opts.cost > 0 && !opts.dryrun;
     let mut key = Key::open(call.ctx, call.key, true);
-    let (decision, state) = {
-        let stored = key.stored::<A>()?;
-        A::check(
-            &params,
-            stored.map(|s| (&s.params, &s.state)),
-            now_us,
-            opts.cost,
-        )
+    let (decision, fresh) = match key.stored::<A>()? {
+        Some(stored) => {
+            let (decision, fresh) = A::check(
+                &params,
+                Some((&stored.params, &mut stored.state)),
+                now_us,
+                opts.cost,
+                write,
+            );
+            if decision.allowed && write {
+                stored.params = params.clone();
+            }
+            (decision, fresh)
+        }
+        None => A::check(&params, None, now_us, opts.cost, write),
     };
-    if decision.allowed && opts.cost > 0 && !opts.dryrun {
+    if decision.allowed && write {
         let expire_at_ms = match call.mode {
             Mode::Live => expire_base_ms.saturating_add(decision.reset_after.ceil_ms()),
             Mode::Replay { expire_at_ms, .. } => expire_at_ms,
         };
+        if let Some(state) = fresh {
+            key.write(A::wrap(Stored { params, state }));
+        }
         if decision.reset_after.is_zero() {
             key.delete();
         } else {
-            key.write(A::wrap(Stored { params, state }), Some(expire_at_ms));
+            key.expire_at(expire_at_ms);
         }
         drop(key);
         propagate(call, name, now_us, expire_at_ms);

@@ -201,32 +201,33 @@ impl Key {
         }
     }
 
-    /// Writes `value` (in place when the key already holds one) and, when given, expires the
-    /// key at `expire_at_ms`, an absolute time on the real clock.
-    pub fn write(&mut self, value: Value, expire_at_ms: Option<u64>) {
-        // SAFETY: the key is open for writing and holds our type or nothing (checked by
-        // `value()` before any caller decides to write).
-        unsafe {
-            match self.value() {
-                Ok(Some(existing)) => *existing = value,
-                _ => {
-                    let boxed = Box::into_raw(Box::new(value)).cast::<c_void>();
+    /// Stores `value` (in place when the key already holds one of ours).
+    pub fn write(&mut self, value: Value) {
+        match self.value() {
+            Ok(Some(existing)) => *existing = value,
+            _ => {
+                let boxed = Box::into_raw(Box::new(value)).cast::<c_void>();
+                // SAFETY: the key is open for writing; Redis owns the box from here and
+                // hands it back to `free`.
+                unsafe {
                     raw::RedisModule_ModuleTypeSetValue.unwrap()(self.ptr, raw_type(), boxed);
                 }
             }
-            if let Some(at) = expire_at_ms {
-                let at = i64::try_from(at).unwrap_or(i64::MAX);
-                match raw::RedisModule_SetAbsExpire {
-                    Some(set_abs) => {
-                        set_abs(self.ptr, at);
-                    }
-                    None => {
-                        let now = raw::RedisModule_Milliseconds.unwrap()();
-                        raw::RedisModule_SetExpire.unwrap()(
-                            self.ptr,
-                            at.saturating_sub(now).max(1),
-                        );
-                    }
+        }
+    }
+
+    /// Expires the key at `at_ms`, an absolute time on the real clock (ms since the epoch).
+    pub fn expire_at(&mut self, at_ms: u64) {
+        let at = i64::try_from(at_ms).unwrap_or(i64::MAX);
+        // SAFETY: the key is open for writing and exists.
+        unsafe {
+            match raw::RedisModule_SetAbsExpire {
+                Some(set_abs) => {
+                    set_abs(self.ptr, at);
+                }
+                None => {
+                    let now = raw::RedisModule_Milliseconds.unwrap()();
+                    raw::RedisModule_SetExpire.unwrap()(self.ptr, at.saturating_sub(now).max(1));
                 }
             }
         }
