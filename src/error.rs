@@ -108,7 +108,7 @@ impl fmt::Display for Error {
             }
             Error::BadState => f.write_str("ERR RL.LOADSTATE: the state does not decode"),
             Error::Panic => f.write_str(
-                "ERR ratelimit caught an internal error (a bug, please report it); the command was not applied",
+                "ERR ratelimit caught an internal error (a bug, please report it) and the server carries on",
             ),
         }
     }
