@@ -48,17 +48,12 @@ fn the_replica_holds_the_primarys_state_exactly() {
         let key = format!("user:{i}");
         let burst = (i % 5 + 1).to_string();
         let cost = (i % 3).to_string();
-        p.cmd(&["RL.GCRA", &key, &burst, "10", "1s", "COST", &cost]);
-        p.cmd(&["RL.GCRA", &key, &burst, "10", "1s"]);
-        p.cmd(&["RL.GCRA", &key, &burst, "10", "1s", "DRYRUN"]);
-        p.cmd(&[
-            "CL.THROTTLE",
-            &format!("cell:{}", i % 4),
-            "3",
-            "5",
-            "1",
-            "2",
-        ]);
+        // Periods of minutes: the keys' real TTLs must outlast the test on a busy machine.
+        p.cmd(&["RL.GCRA", &key, &burst, "10", "1m", "COST", &cost]);
+        p.cmd(&["RL.GCRA", &key, &burst, "10", "1m"]);
+        p.cmd(&["RL.GCRA", &key, &burst, "10", "1m", "DRYRUN"]);
+        let cell = format!("cell:{}", i % 4);
+        p.cmd(&["CL.THROTTLE", &cell, "3", "5", "60", "2"]);
         // The primary's clock moves; the replica's stays where it is (real time).
         p.clock_advance(37);
         keys.push(key);

@@ -174,11 +174,19 @@ impl Server {
                 self.child = None;
                 return Err(format!("exited with {status}; log:\n{}", self.log()));
             }
-            if let Ok(mut c) = Client::try_connect(self.port) {
-                match c.cmd(&["PING"]) {
-                    Reply::Simple(s) if s == "PONG" => return Ok(()),
-                    _ => {}
+            // Tests run in parallel and a free port can be handed to two of them: the server
+            // answering must be ours (its process id), not another test's, which may also be
+            // going away right now.
+            match probe(self.port) {
+                Some(pid) if Some(pid) == self.pid() => return Ok(()),
+                Some(_) => {
+                    let log = self.log();
+                    self.kill();
+                    return Err(format!(
+                        "Address already in use: another server answered; {log}"
+                    ));
                 }
+                None => {}
             }
             if Instant::now() > deadline {
                 self.kill();
@@ -252,6 +260,36 @@ impl Server {
             None => false,
         }
     }
+}
+
+/// The process id of the redis-server answering PING on `port`, if one does.
+fn probe(port: u16) -> Option<u32> {
+    use std::io::Read;
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream
+        .write_all(b"*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
+        .ok()?;
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        let n = stream.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        seen.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&seen);
+        if !text.starts_with("+PONG") {
+            return None;
+        }
+        if let Some(rest) = text.split("process_id:").nth(1) {
+            if let Some(line) = rest.split("\r\n").next().filter(|_| rest.contains("\r\n")) {
+                return line.trim().parse().ok();
+            }
+        }
+    }
+    None
 }
 
 impl Drop for Server {
