@@ -97,8 +97,21 @@ const ACCEPTED_OPTIONS: &str = "COST n or DRYRUN";
 /// Parses `[COST n] [DRYRUN]` in any order, case-insensitive. `first_position` is the
 /// argument number of `rest[0]` (the key being argument 1), used in error texts.
 pub fn options(rest: &[&[u8]], first_position: usize) -> Result<Options, Error> {
+    options_with(rest, first_position, &[], ACCEPTED_OPTIONS).map(|(opts, _)| opts)
+}
+
+/// Like [`options`], and also accepts the command's own `flags` (e.g. `INTERVAL`), each at
+/// most once; bit `i` of the returned mask is set when `flags[i]` was given. `accepted`
+/// lists every option for the error text.
+pub fn options_with(
+    rest: &[&[u8]],
+    first_position: usize,
+    flags: &[&'static str],
+    accepted: &'static str,
+) -> Result<(Options, u32), Error> {
     let mut opts = Options::default();
     let (mut seen_cost, mut seen_dryrun) = (false, false);
+    let mut mask = 0u32;
     let mut i = 0;
     while i < rest.len() {
         let token = rest[i];
@@ -112,22 +125,36 @@ pub fn options(rest: &[&[u8]], first_position: usize) -> Result<Options, Error> 
                 .ok_or(Error::OptionValue { option: "COST" })?;
             opts.cost = count(value, "COST", 0, MAX_COUNT)?;
             i += 2;
-        } else if token.eq_ignore_ascii_case(b"DRYRUN") {
+            continue;
+        }
+        if token.eq_ignore_ascii_case(b"DRYRUN") {
             if seen_dryrun {
                 return Err(Error::OptionTwice { option: "DRYRUN" });
             }
             seen_dryrun = true;
             opts.dryrun = true;
             i += 1;
-        } else {
-            return Err(Error::UnknownOption {
-                position: first_position + i,
-                token: quote(token),
-                accepted: ACCEPTED_OPTIONS,
-            });
+            continue;
         }
+        match flags
+            .iter()
+            .position(|f| token.eq_ignore_ascii_case(f.as_bytes()))
+        {
+            Some(bit) if mask & (1 << bit) != 0 => {
+                return Err(Error::OptionTwice { option: flags[bit] })
+            }
+            Some(bit) => mask |= 1 << bit,
+            None => {
+                return Err(Error::UnknownOption {
+                    position: first_position + i,
+                    token: quote(token),
+                    accepted,
+                })
+            }
+        }
+        i += 1;
     }
-    Ok(opts)
+    Ok((opts, mask))
 }
 
 #[cfg(test)]
@@ -245,6 +272,28 @@ mod tests {
         assert_eq!(offset_ms(b"-2h"), Some(-7_200_000));
         assert_eq!(offset_ms(b"--1"), None);
         assert_eq!(offset_ms(b"-"), None);
+    }
+
+    #[test]
+    fn command_flags_are_options_too() {
+        let flags = ["INTERVAL"];
+        let accepted = "COST n, DRYRUN or INTERVAL";
+        let (o, mask) = options_with(&[b"cost", b"2", b"interval"], 5, &flags, accepted).unwrap();
+        assert_eq!((o.cost, mask), (2, 1));
+        let (_, mask) = options_with(&[], 5, &flags, accepted).unwrap();
+        assert_eq!(mask, 0);
+        assert_eq!(
+            options_with(&[b"INTERVAL", b"INTERVAL"], 5, &flags, accepted),
+            Err(Error::OptionTwice { option: "INTERVAL" })
+        );
+        assert_eq!(
+            options_with(&[b"BLOCK"], 5, &flags, accepted),
+            Err(Error::UnknownOption {
+                position: 5,
+                token: "BLOCK".into(),
+                accepted
+            })
+        );
     }
 
     proptest! {

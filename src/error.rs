@@ -21,6 +21,8 @@ pub enum Error {
         min: u64,
         max: u64,
     },
+    /// RL.SLIDINGLOG's limit above the module setting that bounds it.
+    LogLimit { max: u64 },
     /// A duration that does not parse or is out of range.
     Duration { arg: &'static str },
     /// A whole number of seconds (CL.THROTTLE's period) out of range.
@@ -66,6 +68,11 @@ impl fmt::Display for Error {
             Error::Count { arg, min, max } => {
                 write!(f, "ERR invalid {arg}: expected an integer from {min} to {max}")
             }
+            Error::LogLimit { max } => write!(
+                f,
+                "ERR invalid limit: expected an integer from 1 to {max} (the module setting \
+                 ratelimit.sliding-log-max-limit bounds it)"
+            ),
             Error::Duration { arg } => write!(
                 f,
                 "ERR invalid {arg}: expected a duration from 1ms to 10 years ({MAX_DURATION_MS}ms): \

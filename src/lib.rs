@@ -18,7 +18,7 @@ mod error;
 mod reply;
 mod storage;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, RedisString, Status};
@@ -36,8 +36,21 @@ static CELL_COMPAT: AtomicBool = AtomicBool::new(true);
 /// `debug-clock yes|no` (load time only, default no): allow RL.DEBUG.* commands.
 static DEBUG_CLOCK: AtomicBool = AtomicBool::new(false);
 
-/// The load arguments the module accepts, each followed by `yes` or `no`.
-const SETTINGS: [&str; 2] = ["cell-compat", "debug-clock"];
+/// `sliding-log-max-limit n` (load time and CONFIG SET): the largest RL.SLIDINGLOG limit.
+/// The log keeps a few bytes per admitted unit, so this bounds one key's memory.
+static SLIDING_LOG_MAX_LIMIT: AtomicI64 = AtomicI64::new(SLIDING_LOG_MAX_LIMIT_DEFAULT);
+const SLIDING_LOG_MAX_LIMIT_DEFAULT: i64 = 1_000_000;
+/// The highest value the setting takes (an admitted count must fit the log's 32-bit words).
+pub(crate) const SLIDING_LOG_LIMIT_CEILING: u64 = 1_000_000_000;
+
+pub(crate) fn sliding_log_max_limit() -> u64 {
+    u64::try_from(SLIDING_LOG_MAX_LIMIT.load(Ordering::Relaxed)).unwrap_or(1)
+}
+
+/// The load arguments the module accepts: the flags take `yes` or `no`, the numbers a whole
+/// number in range.
+const FLAGS: [&str; 2] = ["cell-compat", "debug-clock"];
+const NUMBERS: [&str; 1] = ["sliding-log-max-limit"];
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     if let Err(message) = check_load_args(args) {
@@ -65,15 +78,26 @@ fn check_load_args(args: &[RedisString]) -> Result<(), String> {
     for pair in args.chunks(2) {
         let name = pair[0].to_string_lossy();
         let value = pair[1].to_string_lossy();
-        if !SETTINGS.contains(&name.as_str()) {
+        if FLAGS.contains(&name.as_str()) {
+            if value != "yes" && value != "no" {
+                return Err(format!("{name} takes yes or no"));
+            }
+        } else if NUMBERS.contains(&name.as_str()) {
+            let ok = value
+                .parse::<u64>()
+                .is_ok_and(|n| (1..=SLIDING_LOG_LIMIT_CEILING).contains(&n));
+            if !ok {
+                return Err(format!(
+                    "{name} takes a whole number from 1 to {SLIDING_LOG_LIMIT_CEILING}"
+                ));
+            }
+        } else {
             return Err(format!(
-                "unknown load argument '{}': expected one of {}",
+                "unknown load argument '{}': expected one of {}, {}",
                 error::quote(name.as_bytes()),
-                SETTINGS.join(", ")
+                FLAGS.join(", "),
+                NUMBERS.join(", ")
             ));
-        }
-        if value != "yes" && value != "no" {
-            return Err(format!("{name} takes yes or no"));
         }
     }
     Ok(())
@@ -86,7 +110,17 @@ redis_module! {
     data_types: [RL_TYPE],
     init: init,
     configurations: [
-        i64: [],
+        i64: [
+            [
+                "sliding-log-max-limit",
+                &SLIDING_LOG_MAX_LIMIT,
+                SLIDING_LOG_MAX_LIMIT_DEFAULT,
+                1,
+                SLIDING_LOG_LIMIT_CEILING as i64,
+                ConfigurationFlags::DEFAULT,
+                None
+            ],
+        ],
         string: [],
         bool: [
             ["cell-compat", &CELL_COMPAT, true, ConfigurationFlags::IMMUTABLE, None],

@@ -33,7 +33,7 @@ pub struct Params {
 }
 
 impl Params {
-    fn rate(&self) -> u128 {
+    pub(super) fn rate(&self) -> u128 {
         u128::from(self.rate.max(1))
     }
 
@@ -47,7 +47,7 @@ impl Params {
         u128::from(self.burst).saturating_mul(self.interval())
     }
 
-    fn scaled(&self, us: u64) -> u128 {
+    pub(super) fn scaled(&self, us: u64) -> u128 {
         u128::from(us).saturating_mul(self.rate())
     }
 }
@@ -60,7 +60,7 @@ pub struct State {
 
 impl State {
     /// The same instant in the units of another rate, rounded up (never in the key's favour).
-    fn rescaled(&self, from: &Params, to: &Params) -> u128 {
+    pub(super) fn rescaled(&self, from: &Params, to: &Params) -> u128 {
         if from.rate == to.rate {
             return self.tat;
         }
@@ -127,8 +127,7 @@ impl Algorithm for Gcra {
     }
 
     fn describe(params: &Params, state: &State, now_us: u64) -> Vec<(&'static str, i64)> {
-        let mut state = *state;
-        let (now_view, _) = Gcra::check(params, Some((params, &mut state)), now_us, 0, false);
+        let now_view = Gcra::view_now(params, state, now_us);
         vec![
             ("limit", int(params.burst)),
             ("burst", int(params.burst)),
@@ -144,7 +143,7 @@ impl Algorithm for Gcra {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::testing::{peek, step, Key};
+    use crate::algorithms::testing::{self, peek, step, summary, Key};
     use proptest::prelude::*;
 
     const T0: u64 = 1_700_000_000_000_000; // a clock reading in µs
@@ -159,31 +158,12 @@ mod tests {
 
     /// Replays requests (µs since T0, cost) on one key; returns each decision.
     fn replay(p: &Params, requests: &[(u64, u64)]) -> Vec<Decision> {
-        let mut key: Key<Gcra> = None;
-        requests
-            .iter()
-            .map(|&(at, cost)| step::<Gcra>(p, &mut key, T0 + at, cost))
-            .collect()
+        testing::replay::<Gcra>(p, T0, requests)
     }
 
     /// The key after some requests.
     fn key_after(p: &Params, requests: &[(u64, u64)]) -> Key<Gcra> {
-        let mut key: Key<Gcra> = None;
-        for &(at, cost) in requests {
-            step::<Gcra>(p, &mut key, T0 + at, cost);
-        }
-        key
-    }
-
-    fn summary(d: &Decision) -> (bool, u64, u64, i64, u64) {
-        let retry = d.retry_after.map_or(-1, |s| s.ceil_ms() as i64);
-        (
-            d.allowed,
-            d.limit,
-            d.remaining,
-            retry,
-            d.reset_after.ceil_ms(),
-        )
+        testing::key_after::<Gcra>(p, T0, requests)
     }
 
     #[test]

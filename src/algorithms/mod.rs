@@ -5,7 +5,12 @@
 //! and the state to store if the request is admitted. Nothing here knows Redis, reads a
 //! clock or allocates per call, and no input makes it panic: arithmetic saturates.
 
+pub mod fixed_window;
 pub mod gcra;
+pub mod leaky_bucket;
+pub mod sliding_log;
+pub mod sliding_window;
+pub mod token_bucket;
 
 /// An exact, non-negative span of time: `num / den` microseconds.
 ///
@@ -116,6 +121,13 @@ pub trait Algorithm {
         state: &Self::State,
         now_us: u64,
     ) -> Vec<(&'static str, i64)>;
+
+    /// The key as of `now_us` (what a request of no units would be told), without writing.
+    fn view_now(params: &Self::Params, state: &Self::State, now_us: u64) -> Decision {
+        // A check that does not write leaves the state alone; the copy satisfies `&mut`.
+        let mut copy = state.clone();
+        Self::check(params, Some((params, &mut copy)), now_us, 0, false).0
+    }
 }
 
 /// Clamps to the i64 range of a RESP integer.
@@ -167,6 +179,45 @@ pub mod testing {
                 d
             }
         }
+    }
+
+    /// Replays requests `(µs after base_us, cost)` on one fresh key; returns each decision.
+    pub fn replay<A: Algorithm>(
+        params: &A::Params,
+        base_us: u64,
+        requests: &[(u64, u64)],
+    ) -> Vec<Decision> {
+        let mut key: Key<A> = None;
+        requests
+            .iter()
+            .map(|&(at, cost)| step::<A>(params, &mut key, base_us + at, cost))
+            .collect()
+    }
+
+    /// The key after the requests `(µs after base_us, cost)`.
+    pub fn key_after<A: Algorithm>(
+        params: &A::Params,
+        base_us: u64,
+        requests: &[(u64, u64)],
+    ) -> Key<A> {
+        let mut key: Key<A> = None;
+        for &(at, cost) in requests {
+            step::<A>(params, &mut key, base_us + at, cost);
+        }
+        key
+    }
+
+    /// A decision as the reply shows it: allowed, limit, remaining, retry_after_ms (-1 when
+    /// never), reset_after_ms.
+    pub fn summary(d: &Decision) -> (bool, u64, u64, i64, u64) {
+        let retry = d.retry_after.map_or(-1, |s| s.ceil_ms() as i64);
+        (
+            d.allowed,
+            d.limit,
+            d.remaining,
+            retry,
+            d.reset_after.ceil_ms(),
+        )
     }
 
     /// A check that does not write (DRYRUN): asserts that it changes nothing.

@@ -16,6 +16,20 @@ use crate::storage::{Key, Stored, Variant};
 /// The internal command that carries a write to replicas and the AOF.
 pub const REPLAY: &CStr = c"RL.REPLAY";
 
+/// The arguments of an admission command with `positional` arguments after its name (the
+/// key included), or the arity error naming its syntax.
+pub fn arguments<'a>(
+    call: &Call<'a>,
+    positional: usize,
+    command: &'static str,
+    usage: &'static str,
+) -> Result<&'a [&'a [u8]], Error> {
+    if call.args.len() <= positional {
+        return Err(Error::Arity { command, usage });
+    }
+    Ok(call.args)
+}
+
 /// Runs a parsed admission request of algorithm `A` and replies with `reply`.
 ///
 /// `name` is the command as it will be replayed. A request writes (and propagates) only

@@ -14,13 +14,7 @@ const GCRA_USAGE: &str = "key burst rate period [COST n] [DRYRUN]";
 /// `period / rate`. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`
 /// (a map with a boolean `allowed` for RESP3 clients).
 pub fn rl_gcra(call: &Call) -> Result<(), Error> {
-    let a = call.args;
-    if a.len() < 5 {
-        return Err(Error::Arity {
-            command: "RL.GCRA",
-            usage: GCRA_USAGE,
-        });
-    }
+    let a = admission::arguments(call, 4, "RL.GCRA", GCRA_USAGE)?;
     let params = Params {
         burst: args::positive_count(a[2], "burst")?,
         rate: args::positive_count(a[3], "rate")?,

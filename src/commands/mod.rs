@@ -7,9 +7,14 @@
 
 mod admission;
 mod debug;
+mod fixed_window;
 mod gcra;
 mod inspect;
+mod leaky_bucket;
 mod replay;
+mod sliding_log;
+mod sliding_window;
+mod token_bucket;
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
@@ -93,64 +98,22 @@ macro_rules! command {
 const KEY: (c_int, c_int, c_int) = (1, 1, 1);
 const NO_KEYS: (c_int, c_int, c_int) = (0, 0, 0);
 
-/// Every command of the module.
+/// Every command of the module: name, flags, key positions, when it is registered, whether
+/// RL.REPLAY may replay it, and its handler.
+#[rustfmt::skip]
 pub static COMMANDS: &[Command] = &[
-    command!(
-        c"rl.gcra",
-        c"write deny-oom fast",
-        KEY,
-        When::Always,
-        true,
-        gcra::rl_gcra
-    ),
-    command!(
-        c"cl.throttle",
-        c"write deny-oom fast",
-        KEY,
-        When::CellCompat,
-        true,
-        gcra::cl_throttle
-    ),
-    command!(
-        c"rl.inspect",
-        c"readonly fast",
-        KEY,
-        When::Always,
-        false,
-        inspect::rl_inspect
-    ),
-    command!(
-        c"rl.debug.clock",
-        c"admin fast",
-        NO_KEYS,
-        When::Always,
-        false,
-        debug::rl_debug_clock
-    ),
-    command!(
-        c"rl.debug.panic",
-        c"admin",
-        NO_KEYS,
-        When::Always,
-        false,
-        debug::rl_debug_panic
-    ),
-    command!(
-        c"rl.replay",
-        c"write",
-        KEY,
-        When::Always,
-        false,
-        replay::rl_replay
-    ),
-    command!(
-        c"rl.loadstate",
-        c"write",
-        KEY,
-        When::Always,
-        false,
-        replay::rl_loadstate
-    ),
+    command!(c"rl.gcra",          c"write deny-oom fast", KEY,     When::Always,     true,  gcra::rl_gcra),
+    command!(c"cl.throttle",      c"write deny-oom fast", KEY,     When::CellCompat, true,  gcra::cl_throttle),
+    command!(c"rl.tokenbucket",   c"write deny-oom fast", KEY,     When::Always,     true,  token_bucket::rl_tokenbucket),
+    command!(c"rl.leakybucket",   c"write deny-oom fast", KEY,     When::Always,     true,  leaky_bucket::rl_leakybucket),
+    command!(c"rl.fixedwindow",   c"write deny-oom fast", KEY,     When::Always,     true,  fixed_window::rl_fixedwindow),
+    command!(c"rl.slidingwindow", c"write deny-oom fast", KEY,     When::Always,     true,  sliding_window::rl_slidingwindow),
+    command!(c"rl.slidinglog",    c"write deny-oom fast", KEY,     When::Always,     true,  sliding_log::rl_slidinglog),
+    command!(c"rl.inspect",       c"readonly fast",       KEY,     When::Always,     false, inspect::rl_inspect),
+    command!(c"rl.debug.clock",   c"admin fast",          NO_KEYS, When::Always,     false, debug::rl_debug_clock),
+    command!(c"rl.debug.panic",   c"admin",               NO_KEYS, When::Always,     false, debug::rl_debug_panic),
+    command!(c"rl.replay",        c"write",               KEY,     When::Always,     false, replay::rl_replay),
+    command!(c"rl.loadstate",     c"write",               KEY,     When::Always,     false, replay::rl_loadstate),
 ];
 
 /// Registers the commands of [`COMMANDS`]; `cell_compat` decides CL.THROTTLE.

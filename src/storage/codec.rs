@@ -1,10 +1,15 @@
 //! The byte encoding of a [`Value`], used for the RDB, the AOF rewrite and the digest.
 //!
 //! Layout (little-endian): one byte of encoding version, one byte naming the algorithm, then
-//! that algorithm's fields. Decoding checks everything: the bytes may come from a `RESTORE`
-//! payload a client crafted, so a bad blob is an error, never a panic or an absurd value.
+//! that algorithm's parameters and state, field by field. Decoding checks everything: the
+//! bytes may come from a `RESTORE` payload a client crafted, so a bad blob is an error, never
+//! a panic or a value outside what the commands can produce.
 
-use crate::algorithms::gcra;
+use std::collections::VecDeque;
+
+use crate::algorithms::{
+    fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
+};
 use crate::args::{MAX_COUNT, MAX_DURATION_MS};
 
 use super::value::{Stored, Value};
@@ -13,21 +18,59 @@ use super::value::{Stored, Value};
 /// every older version.
 pub const VERSION: u8 = 1;
 
-const TAG_GCRA: u8 = 1;
+const GCRA: u8 = 1;
+const TOKEN_BUCKET: u8 = 2;
+const LEAKY_BUCKET: u8 = 3;
+const FIXED_WINDOW: u8 = 4;
+const SLIDING_WINDOW: u8 = 5;
+const SLIDING_LOG: u8 = 6;
 
 pub fn encode(value: &Value) -> Vec<u8> {
-    let mut out = Vec::with_capacity(48);
-    out.push(VERSION);
+    let mut w = Writer(Vec::with_capacity(64));
+    w.u8(VERSION);
     match value {
         Value::Gcra(s) => {
-            out.push(TAG_GCRA);
-            out.extend_from_slice(&s.params.burst.to_le_bytes());
-            out.extend_from_slice(&s.params.rate.to_le_bytes());
-            out.extend_from_slice(&s.params.period_ms.to_le_bytes());
-            out.extend_from_slice(&s.state.tat.to_le_bytes());
+            w.u8(GCRA);
+            w.u64s(&[s.params.burst, s.params.rate, s.params.period_ms]);
+            w.u128(s.state.tat);
+        }
+        Value::TokenBucket(s) => {
+            w.u8(TOKEN_BUCKET);
+            let p = &s.params;
+            w.u64s(&[p.capacity, p.refill_amount, p.refill_period_ms]);
+            w.u8(u8::from(p.interval));
+            w.u128(s.state.scaled_tokens);
+            w.u64(s.state.updated_us);
+        }
+        Value::LeakyBucket(s) => {
+            w.u8(LEAKY_BUCKET);
+            let p = &s.params;
+            w.u64s(&[p.capacity, p.leak_amount, p.leak_period_ms]);
+            w.u128(s.state.tat);
+        }
+        Value::FixedWindow(s) => {
+            w.u8(FIXED_WINDOW);
+            w.u64s(&[s.params.limit, s.params.window_ms]);
+            w.u64s(&[s.state.window_start_us, s.state.count]);
+        }
+        Value::SlidingWindow(s) => {
+            w.u8(SLIDING_WINDOW);
+            w.u64s(&[s.params.limit, s.params.window_ms]);
+            let st = &s.state;
+            w.u64s(&[st.window_start_us, st.current, st.previous]);
+        }
+        Value::SlidingLog(s) => {
+            w.u8(SLIDING_LOG);
+            w.u64s(&[s.params.limit, s.params.window_ms]);
+            let st = &s.state;
+            w.u64s(&[st.base_us, st.unit_us, st.total, st.words.len() as u64]);
+            w.0.reserve(st.words.len() * 4);
+            for word in &st.words {
+                w.0.extend_from_slice(&word.to_le_bytes());
+            }
         }
     }
-    out
+    w.0
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +82,7 @@ pub fn decode(bytes: &[u8]) -> Result<Value, DecodeError> {
         return Err(DecodeError);
     }
     let value = match r.u8()? {
-        TAG_GCRA => {
+        GCRA => {
             let params = gcra::Params {
                 burst: r.count()?,
                 rate: r.count()?,
@@ -48,12 +91,109 @@ pub fn decode(bytes: &[u8]) -> Result<Value, DecodeError> {
             let state = gcra::State { tat: r.u128()? };
             Value::Gcra(Stored { params, state })
         }
+        TOKEN_BUCKET => {
+            let params = token_bucket::Params {
+                capacity: r.count()?,
+                refill_amount: r.count()?,
+                refill_period_ms: r.duration_ms()?,
+                interval: r.bool()?,
+            };
+            let state = token_bucket::State {
+                scaled_tokens: r.u128()?,
+                updated_us: r.u64()?,
+            };
+            let full = u128::from(params.capacity) * u128::from(params.refill_period_ms) * 1000;
+            if state.scaled_tokens > full {
+                return Err(DecodeError);
+            }
+            Value::TokenBucket(Stored { params, state })
+        }
+        LEAKY_BUCKET => {
+            let params = leaky_bucket::Params {
+                capacity: r.count()?,
+                leak_amount: r.count()?,
+                leak_period_ms: r.duration_ms()?,
+            };
+            let state = leaky_bucket::State { tat: r.u128()? };
+            Value::LeakyBucket(Stored { params, state })
+        }
+        FIXED_WINDOW => {
+            let params = fixed_window::Params {
+                limit: r.count()?,
+                window_ms: r.duration_ms()?,
+            };
+            let state = fixed_window::State {
+                window_start_us: r.u64()?,
+                count: r.u64()?,
+            };
+            Value::FixedWindow(Stored { params, state })
+        }
+        SLIDING_WINDOW => {
+            let params = sliding_window::Params {
+                limit: r.count()?,
+                window_ms: r.duration_ms()?,
+            };
+            let state = sliding_window::State {
+                window_start_us: r.u64()?,
+                current: r.u64()?,
+                previous: r.u64()?,
+            };
+            Value::SlidingWindow(Stored { params, state })
+        }
+        SLIDING_LOG => {
+            let params = sliding_log::Params {
+                limit: r.count()?,
+                window_ms: r.duration_ms()?,
+            };
+            let (base_us, unit_us, total) = (r.u64()?, r.u64()?, r.u64()?);
+            let len = usize::try_from(r.u64()?).map_err(|_| DecodeError)?;
+            // The length must match the bytes that are there: never allocate for a number.
+            if r.0.len() != len.checked_mul(4).ok_or(DecodeError)? {
+                return Err(DecodeError);
+            }
+            let mut words = VecDeque::with_capacity(len);
+            for _ in 0..len {
+                words.push_back(r.u32()?);
+            }
+            let state = sliding_log::State {
+                words,
+                base_us,
+                unit_us,
+                total,
+            };
+            if !sliding_log::is_valid(&state) {
+                return Err(DecodeError);
+            }
+            Value::SlidingLog(Stored { params, state })
+        }
         _ => return Err(DecodeError),
     };
     if !r.0.is_empty() {
         return Err(DecodeError);
     }
     Ok(value)
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u8(&mut self, x: u8) {
+        self.0.push(x);
+    }
+
+    fn u64(&mut self, x: u64) {
+        self.0.extend_from_slice(&x.to_le_bytes());
+    }
+
+    fn u64s(&mut self, xs: &[u64]) {
+        for &x in xs {
+            self.u64(x);
+        }
+    }
+
+    fn u128(&mut self, x: u128) {
+        self.0.extend_from_slice(&x.to_le_bytes());
+    }
 }
 
 struct Reader<'a>(&'a [u8]);
@@ -70,6 +210,18 @@ impl Reader<'_> {
 
     fn u8(&mut self) -> Result<u8, DecodeError> {
         Ok(self.take::<1>()?[0])
+    }
+
+    fn bool(&mut self) -> Result<bool, DecodeError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(DecodeError),
+        }
+    }
+
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.take()?))
     }
 
     fn u64(&mut self) -> Result<u64, DecodeError> {
@@ -105,55 +257,154 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn sample() -> Value {
-        Value::Gcra(Stored {
-            params: gcra::Params {
-                burst: 10,
-                rate: 3,
-                period_ms: 1000,
-            },
-            state: gcra::State {
-                tat: 5_100_000_000_000_000_001,
-            },
-        })
+    fn samples() -> Vec<Value> {
+        vec![
+            Value::Gcra(Stored {
+                params: gcra::Params {
+                    burst: 10,
+                    rate: 3,
+                    period_ms: 1000,
+                },
+                state: gcra::State {
+                    tat: 5_100_000_000_000_000_001,
+                },
+            }),
+            Value::TokenBucket(Stored {
+                params: token_bucket::Params {
+                    capacity: 4,
+                    refill_amount: 4,
+                    refill_period_ms: 60_000,
+                    interval: true,
+                },
+                state: token_bucket::State {
+                    scaled_tokens: 120_000_000,
+                    updated_us: 17,
+                },
+            }),
+            Value::LeakyBucket(Stored {
+                params: leaky_bucket::Params {
+                    capacity: 3,
+                    leak_amount: 2,
+                    leak_period_ms: 1000,
+                },
+                state: leaky_bucket::State { tat: 99 },
+            }),
+            Value::FixedWindow(Stored {
+                params: fixed_window::Params {
+                    limit: 5,
+                    window_ms: 60_000,
+                },
+                state: fixed_window::State {
+                    window_start_us: 60_000_000,
+                    count: 3,
+                },
+            }),
+            Value::SlidingWindow(Stored {
+                params: sliding_window::Params {
+                    limit: 7,
+                    window_ms: 60_000,
+                },
+                state: sliding_window::State {
+                    window_start_us: 60_000_000,
+                    current: 3,
+                    previous: 5,
+                },
+            }),
+            Value::SlidingLog(Stored {
+                params: sliding_log::Params {
+                    limit: 10,
+                    window_ms: 60_000,
+                },
+                state: sliding_log::State {
+                    words: VecDeque::from(vec![1, 2 | sliding_log::FLAG, 4, 9]),
+                    base_us: 1_700_000_000_000_000,
+                    unit_us: sliding_log::unit_for(60_000_000),
+                    total: 6,
+                },
+            }),
+        ]
     }
 
     #[test]
-    fn round_trip() {
-        let v = sample();
-        assert_eq!(decode(&encode(&v)), Ok(v));
+    fn every_algorithm_round_trips() {
+        for v in samples() {
+            assert_eq!(decode(&encode(&v)), Ok(v.clone()), "{v:?}");
+        }
     }
 
     #[test]
     fn rejects_bad_blobs() {
-        let good = encode(&sample());
-        assert_eq!(decode(&good[..good.len() - 1]), Err(DecodeError));
-        let mut long = good.clone();
-        long.push(0);
-        assert_eq!(decode(&long), Err(DecodeError));
-        let mut version = good.clone();
-        version[0] = 99;
-        assert_eq!(decode(&version), Err(DecodeError));
-        let mut tag = good.clone();
+        for v in samples() {
+            let good = encode(&v);
+            assert_eq!(decode(&good[..good.len() - 1]), Err(DecodeError), "{v:?}");
+            let mut long = good.clone();
+            long.push(0);
+            assert_eq!(decode(&long), Err(DecodeError), "{v:?}");
+            let mut version = good.clone();
+            version[0] = 99;
+            assert_eq!(decode(&version), Err(DecodeError));
+            // Every algorithm's first parameter is a count: zero is out of range.
+            let mut zero = good.clone();
+            zero[2..10].copy_from_slice(&0u64.to_le_bytes());
+            assert_eq!(decode(&zero), Err(DecodeError), "{v:?}");
+        }
+        let mut tag = encode(&samples()[0]);
         tag[1] = 200;
         assert_eq!(decode(&tag), Err(DecodeError));
-        let mut zero_rate = good.clone();
-        zero_rate[10..18].copy_from_slice(&0u64.to_le_bytes());
-        assert_eq!(decode(&zero_rate), Err(DecodeError));
         assert_eq!(decode(&[]), Err(DecodeError));
+    }
+
+    #[test]
+    fn a_sliding_log_must_be_consistent() {
+        let log = &samples()[5];
+        let good = encode(log);
+        // A total that disagrees with the entries.
+        let total_at = 2 + 16 + 16;
+        let mut bad_total = good.clone();
+        bad_total[total_at..total_at + 8].copy_from_slice(&7u64.to_le_bytes());
+        assert_eq!(decode(&bad_total), Err(DecodeError));
+        // A length that promises more words than there are: no allocation for it.
+        let len_at = total_at + 8;
+        let mut bad_len = good.clone();
+        bad_len[len_at..len_at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert_eq!(decode(&bad_len), Err(DecodeError));
+        // A flagged entry with no count word after it.
+        let mut dangling = good.clone();
+        let last = dangling.len() - 4;
+        dangling[last..].copy_from_slice(&(5 | sliding_log::FLAG).to_le_bytes());
+        assert_eq!(decode(&dangling), Err(DecodeError));
+    }
+
+    #[test]
+    fn a_token_bucket_cannot_hold_more_than_its_capacity() {
+        let mut v = samples()[1].clone();
+        if let Value::TokenBucket(s) = &mut v {
+            s.state.scaled_tokens = 4 * 60_000_000 + 1;
+        }
+        assert_eq!(decode(&encode(&v)), Err(DecodeError));
     }
 
     proptest! {
         #[test]
-        fn any_bytes_decode_or_fail_without_panic(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+        fn any_bytes_decode_or_fail_without_panic(bytes in proptest::collection::vec(any::<u8>(), 0..120)) {
             if let Ok(v) = decode(&bytes) {
                 prop_assert_eq!(encode(&v), bytes);
             }
         }
 
         #[test]
-        fn every_valid_value_round_trips(burst in 1..=MAX_COUNT, rate in 1..=MAX_COUNT,
-                                         period_ms in 1..=MAX_DURATION_MS, tat in any::<u128>()) {
+        fn mutated_blobs_decode_or_fail_without_panic(which in 0usize..6, at in any::<usize>(), byte in any::<u8>()) {
+            let mut bytes = encode(&samples()[which]);
+            let i = at % bytes.len();
+            bytes[i] = byte;
+            if let Ok(v) = decode(&bytes) {
+                prop_assert_eq!(encode(&v), bytes);
+            }
+        }
+
+        #[test]
+        fn every_valid_gcra_round_trips(burst in 1..=MAX_COUNT, rate in 1..=MAX_COUNT,
+                                        period_ms in 1..=MAX_DURATION_MS, tat in any::<u128>()) {
             let v = Value::Gcra(Stored {
                 params: gcra::Params { burst, rate, period_ms },
                 state: gcra::State { tat },

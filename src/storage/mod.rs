@@ -100,8 +100,8 @@ unsafe extern "C" fn aof_rewrite(
     });
 }
 
-unsafe extern "C" fn mem_usage(_value: *const c_void) -> usize {
-    std::mem::size_of::<Value>()
+unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    catch_unwind(|| value_ref(value.cast_mut()).memory()).unwrap_or(0)
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {

@@ -1,6 +1,12 @@
 //! What a limiter key holds: one algorithm's parameters and state.
 
-use crate::algorithms::{gcra, Algorithm};
+use crate::algorithms::fixed_window::FixedWindow;
+use crate::algorithms::gcra::Gcra;
+use crate::algorithms::leaky_bucket::LeakyBucket;
+use crate::algorithms::sliding_log::{self, SlidingLog};
+use crate::algorithms::sliding_window::SlidingWindow;
+use crate::algorithms::token_bucket::TokenBucket;
+use crate::algorithms::Algorithm;
 
 /// The parameters a key was last written with, and its state under them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -9,49 +15,78 @@ pub struct Stored<A: Algorithm> {
     pub state: A::State,
 }
 
-/// The value of a key of the module's data type.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Value {
-    Gcra(Stored<gcra::Gcra>),
-}
-
-impl Value {
-    /// The command that owns this state, as error texts name it.
-    pub fn algorithm_name(&self) -> &'static str {
-        match self {
-            Value::Gcra(_) => gcra::Gcra::NAME,
-        }
-    }
-
-    /// The algorithm's name as RL.INSPECT reports it.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Value::Gcra(_) => "gcra",
-        }
-    }
-
-    /// RL.INSPECT's fields after the algorithm name.
-    pub fn describe(&self, now_us: u64) -> Vec<(&'static str, i64)> {
-        match self {
-            Value::Gcra(s) => gcra::Gcra::describe(&s.params, &s.state, now_us),
-        }
-    }
-}
-
 /// Ties an algorithm to its variant of [`Value`].
 pub trait Variant: Algorithm + Sized {
     fn get_mut(value: &mut Value) -> Option<&mut Stored<Self>>;
     fn wrap(stored: Stored<Self>) -> Value;
 }
 
-impl Variant for gcra::Gcra {
-    fn get_mut(value: &mut Value) -> Option<&mut Stored<Self>> {
-        match value {
-            Value::Gcra(s) => Some(s),
+/// Declares [`Value`] with one variant per algorithm, and what each variant needs.
+macro_rules! values {
+    ($($variant:ident($algorithm:ty) = $kind:literal;)*) => {
+        /// The value of a key of the module's data type.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum Value {
+            $($variant(Stored<$algorithm>),)*
         }
-    }
 
-    fn wrap(stored: Stored<Self>) -> Value {
-        Value::Gcra(stored)
+        impl Value {
+            /// The command that owns this state, as error texts name it.
+            pub fn algorithm_name(&self) -> &'static str {
+                match self {
+                    $(Value::$variant(_) => <$algorithm>::NAME,)*
+                }
+            }
+
+            /// The algorithm's name as RL.INSPECT reports it.
+            pub fn kind(&self) -> &'static str {
+                match self {
+                    $(Value::$variant(_) => $kind,)*
+                }
+            }
+
+            /// RL.INSPECT's fields after the algorithm name.
+            pub fn describe(&self, now_us: u64) -> Vec<(&'static str, i64)> {
+                match self {
+                    $(Value::$variant(s) => <$algorithm>::describe(&s.params, &s.state, now_us),)*
+                }
+            }
+        }
+
+        $(
+            impl Variant for $algorithm {
+                fn get_mut(value: &mut Value) -> Option<&mut Stored<Self>> {
+                    match value {
+                        Value::$variant(s) => Some(s),
+                        #[allow(unreachable_patterns)]
+                        _ => None,
+                    }
+                }
+
+                fn wrap(stored: Stored<Self>) -> Value {
+                    Value::$variant(stored)
+                }
+            }
+        )*
+    };
+}
+
+values! {
+    Gcra(Gcra) = "gcra";
+    TokenBucket(TokenBucket) = "tokenbucket";
+    LeakyBucket(LeakyBucket) = "leakybucket";
+    FixedWindow(FixedWindow) = "fixedwindow";
+    SlidingWindow(SlidingWindow) = "slidingwindow";
+    SlidingLog(SlidingLog) = "slidinglog";
+}
+
+impl Value {
+    /// Bytes this value holds, for MEMORY USAGE: the value itself and what it points to.
+    pub fn memory(&self) -> usize {
+        let heap = match self {
+            Value::SlidingLog(s) => sliding_log::heap_bytes(&s.state),
+            _ => 0,
+        };
+        std::mem::size_of::<Value>() + heap
     }
 }

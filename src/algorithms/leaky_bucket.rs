@@ -1,0 +1,262 @@
+//! The leaky bucket as a queue: requests join a queue of at most `capacity` units that drains
+//! at `leak_amount` units per `leak_period`, with no background drip.
+//!
+//! Each admitted request is told when its turn comes (`delay`): the caller waits that long
+//! and then acts, so the work leaves the bucket at a constant rate, one emission interval
+//! `T = leak_period / leak_amount` apart, however bursty the arrivals were. A request that
+//! would overflow the queue (the unit being served included) is denied.
+//!
+//! The state is the time the queue will be empty, the same single instant GCRA keeps as its
+//! TAT, and the admission test is GCRA's: with the queue holding `ceil((TAT - now) / T)`
+//! units, `cost` more fit when `max(TAT, now) - now + cost × T <= capacity × T` (the two
+//! agree because `capacity - cost` is a whole number). So the arithmetic is
+//! [`gcra`](super::gcra)'s, exact in units of `1/leak_amount` µs, and this file adds what
+//! differs: the delay. A request's turn starts when everything queued before it has left,
+//! `max(TAT, now)`; the delay is that minus now (zero when the queue was empty).
+//!
+//! Parameters that change keep the queue's drain time, as GCRA keeps its TAT: the units
+//! already queued drain at the new rate from now on, and a smaller capacity may deny until
+//! the queue has drained below it.
+
+use super::gcra::{self, Gcra};
+use super::{int, Algorithm, Decision, Span};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    /// The most units the queue holds, the one being served included.
+    pub capacity: u64,
+    /// Units that leave per period.
+    pub leak_amount: u64,
+    pub leak_period_ms: u64,
+}
+
+impl Params {
+    fn gcra(&self) -> gcra::Params {
+        gcra::Params {
+            burst: self.capacity,
+            rate: self.leak_amount,
+            period_ms: self.leak_period_ms,
+        }
+    }
+}
+
+/// When the queue will be empty: GCRA's TAT, in units of 1/leak_amount µs.
+pub type State = gcra::State;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeakyBucket;
+
+impl Algorithm for LeakyBucket {
+    type Params = Params;
+    type State = State;
+    const NAME: &'static str = "RL.LEAKYBUCKET";
+
+    fn check(
+        params: &Params,
+        stored: Option<(&Params, &mut State)>,
+        now_us: u64,
+        cost: u64,
+        write: bool,
+    ) -> (Decision, Option<State>) {
+        let queue = params.gcra();
+        let stored = stored.map(|(old, state)| (old.gcra(), state));
+        // How long the units already queued take to leave: this request's wait.
+        let now = queue.scaled(now_us);
+        let wait = match &stored {
+            Some((old, state)) => state.rescaled(old, &queue).max(now) - now,
+            None => 0,
+        };
+        let (mut decision, fresh) = match stored {
+            Some((old, state)) => Gcra::check(&queue, Some((&old, state)), now_us, cost, write),
+            None => Gcra::check(&queue, None, now_us, cost, write),
+        };
+        decision.delay = decision.allowed.then(|| Span::new(wait, queue.rate()));
+        (decision, fresh)
+    }
+
+    fn describe(params: &Params, state: &State, now_us: u64) -> Vec<(&'static str, i64)> {
+        let now_view = LeakyBucket::view_now(params, state, now_us);
+        vec![
+            ("limit", int(params.capacity)),
+            ("capacity", int(params.capacity)),
+            ("leak_amount", int(params.leak_amount)),
+            ("leak_period_ms", int(params.leak_period_ms)),
+            (
+                "empty_at_us",
+                int(Span::new(state.tat, params.gcra().rate()).ceil_us()),
+            ),
+            (
+                "queued",
+                int(params.capacity.saturating_sub(now_view.remaining)),
+            ),
+            ("remaining", int(now_view.remaining)),
+            ("reset_after_ms", int(now_view.reset_after.ceil_ms())),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms::testing::{peek, step, Key};
+    use proptest::prelude::*;
+
+    const T0: u64 = 1_700_000_000_000_000;
+
+    fn params(capacity: u64, leak_amount: u64, leak_period_ms: u64) -> Params {
+        Params {
+            capacity,
+            leak_amount,
+            leak_period_ms,
+        }
+    }
+
+    fn delay_ms(d: &Decision) -> i64 {
+        d.delay.map_or(-1, |s| s.ceil_ms() as i64)
+    }
+
+    #[test]
+    fn a_burst_is_spread_one_interval_apart() {
+        // 2 per second: T = 500 ms; a queue of 3.
+        let p = params(3, 2, 1000);
+        let mut key: Key<LeakyBucket> = None;
+        let got: Vec<_> = (0..4)
+            .map(|_| {
+                let d = step::<LeakyBucket>(&p, &mut key, T0, 1);
+                (
+                    d.allowed,
+                    d.remaining,
+                    delay_ms(&d),
+                    d.reset_after.ceil_ms(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (true, 2, 0, 500),
+                (true, 1, 500, 1000),
+                (true, 0, 1000, 1500),
+                (false, 0, -1, 1500),
+            ]
+        );
+        // The fourth fits once the first has left.
+        let d = peek::<LeakyBucket>(&p, &key, T0, 1);
+        assert_eq!(d.retry_after.unwrap().ceil_ms(), 500);
+        let d = step::<LeakyBucket>(&p, &mut key, T0 + 500_000, 1);
+        assert_eq!((d.allowed, delay_ms(&d)), (true, 1000));
+        // After the queue has drained, the wait is zero again.
+        let d = step::<LeakyBucket>(&p, &mut key, T0 + 10_000_000, 1);
+        assert_eq!((d.allowed, delay_ms(&d), d.remaining), (true, 0, 2));
+    }
+
+    #[test]
+    fn cost_above_the_capacity_never_fits() {
+        let p = params(3, 1, 1000);
+        let mut key: Key<LeakyBucket> = None;
+        let d = step::<LeakyBucket>(&p, &mut key, T0, 4);
+        assert!(!d.allowed);
+        assert_eq!((d.retry_after, d.delay), (None, None));
+        assert!(key.is_none());
+    }
+
+    #[test]
+    fn a_third_of_a_second_apart_exactly() {
+        let p = params(10, 3, 1000);
+        let mut key: Key<LeakyBucket> = None;
+        let delays: Vec<_> = (0..4)
+            .map(|_| step::<LeakyBucket>(&p, &mut key, T0, 1).delay.unwrap())
+            .collect();
+        assert_eq!(delays[3], Span::new(3_000_000, 3)); // exactly 1 s
+        assert_eq!(delays[1].ceil_ms(), 334);
+        assert_eq!(delays[2].ceil_ms(), 667);
+    }
+
+    #[test]
+    fn a_smaller_capacity_keeps_the_queue() {
+        let big = params(10, 1, 1000);
+        let mut key: Key<LeakyBucket> = None;
+        step::<LeakyBucket>(&big, &mut key, T0, 6);
+        let small = params(4, 1, 1000);
+        let d = peek::<LeakyBucket>(&small, &key, T0, 1);
+        assert!(!d.allowed);
+        // 6 queued, room for 4: three must leave first.
+        assert_eq!(d.retry_after.unwrap().ceil_ms(), 3000);
+    }
+
+    #[test]
+    fn describe_reports_the_queue() {
+        let p = params(3, 2, 1000);
+        let mut key: Key<LeakyBucket> = None;
+        step::<LeakyBucket>(&p, &mut key, T0, 2);
+        let (_, state) = key.unwrap();
+        assert_eq!(
+            LeakyBucket::describe(&p, &state, T0 + 250_000),
+            vec![
+                ("limit", 3),
+                ("capacity", 3),
+                ("leak_amount", 2),
+                ("leak_period_ms", 1000),
+                ("empty_at_us", (T0 + 1_000_000) as i64),
+                ("queued", 2),
+                ("remaining", 1),
+                ("reset_after_ms", 750),
+            ]
+        );
+    }
+
+    fn any_params() -> impl Strategy<Value = Params> {
+        (1u64..=20, 1u64..=2_000, 1u64..=10_000).prop_map(|(c, a, p)| params(c, a, p))
+    }
+
+    proptest! {
+        /// Admitted units are scheduled back to back, one emission interval each, exactly as
+        /// an ideal queue would serve them, and never more than `capacity` units are queued.
+        #[test]
+        fn turns_are_exactly_one_interval_apart(p in any_params(),
+                gaps in proptest::collection::vec((0u64..2_000_000, 1u64..4), 1..60)) {
+            let mut key: Key<LeakyBucket> = None;
+            let mut at = 0;
+            // When the ideal queue is empty again, in units of 1/leak_amount µs.
+            let mut queue_end: Option<u128> = None;
+            let interval = u128::from(p.leak_period_ms) * 1000;
+            for (gap, cost) in gaps {
+                at += gap;
+                let now = u128::from(T0 + at) * u128::from(p.leak_amount);
+                let start = queue_end.map_or(now, |end| end.max(now));
+                let end = start + u128::from(cost) * interval;
+                let d = step::<LeakyBucket>(&p, &mut key, T0 + at, cost);
+                prop_assert_eq!(d.allowed, end - now <= u128::from(p.capacity) * interval);
+                if d.allowed {
+                    prop_assert_eq!(d.delay, Some(Span::new(start - now, u128::from(p.leak_amount))));
+                    queue_end = Some(end);
+                } else {
+                    prop_assert_eq!(d.delay, None);
+                }
+            }
+        }
+
+        #[test]
+        fn dryrun_decides_like_the_real_request_and_changes_nothing(p in any_params(),
+                gaps in proptest::collection::vec((0u64..2_000_000, 0u64..4), 1..30), cost in 0u64..25) {
+            let mut key: Key<LeakyBucket> = None;
+            let mut at = 0;
+            for (gap, c) in gaps {
+                at += gap;
+                step::<LeakyBucket>(&p, &mut key, T0 + at, c);
+            }
+            let dry = peek::<LeakyBucket>(&p, &key, T0 + at, cost);
+            prop_assert_eq!(step::<LeakyBucket>(&p, &mut key, T0 + at, cost), dry);
+        }
+
+        #[test]
+        fn extremes_never_panic(capacity in any::<u64>(), amount in any::<u64>(), period in any::<u64>(),
+                                now in any::<u64>(), tat in any::<u128>(), cost in any::<u64>()) {
+            let p = params(capacity, amount, period);
+            let q = params(1, 1, 1);
+            let (d, _) = LeakyBucket::check(&p, Some((&q, &mut State { tat })), now, cost, true);
+            let _ = (d.delay.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
+            let _ = LeakyBucket::describe(&p, &State { tat }, now);
+        }
+    }
+}

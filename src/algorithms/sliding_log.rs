@@ -1,0 +1,1060 @@
+//! Sliding log: the exact sliding window.
+//!
+//! The intuition: remember when every admitted unit was admitted. A request is admitted when
+//! the units admitted in the last `window` — the half-open interval `(now - window, now]` —
+//! plus its cost are at most `limit`. Nothing is estimated: it is the promise itself, so in no
+//! window-long interval are more than `limit` units ever admitted, wherever the interval
+//! starts. The price is memory: the key holds one entry per admitted request still in the
+//! window. Memory follows what is admitted, never `limit` up front.
+//!
+//! From the log everything else follows (`active` = units of the entries still in the window):
+//! - admitted iff `active + cost <= limit`; `remaining = limit - active` after the call;
+//! - `retry_after` when denied: walk the entries from the oldest, adding up their units, to
+//!   the first entry whose expiry frees enough (`active - freed + cost <= limit`); the answer
+//!   is that entry's time `+ window - now`, exact to the microsecond (never, when
+//!   `cost > limit`);
+//! - `reset_after = newest entry's time + window - now`: when the newest entry leaves the
+//!   window the key is fresh.
+//!
+//! # The ring
+//!
+//! Entries are not heap objects: they are packed into a ring of 32-bit words
+//! ([`State::words`]), oldest first. A request of cost 1 — the common case — takes one word,
+//! its timestamp; a request of cost > 1 takes two: its timestamp with the top bit ([`FLAG`])
+//! set, then a word holding the cost. So a key holding `n` unit requests costs about `4n`
+//! bytes (at most `8n` with the deque's growth slack), and 100,000 requests fit in
+//! under 800 KB.
+//!
+//! A timestamp word holds 31 bits: an offset from [`State::base_us`] in units of
+//! [`State::unit_us`]. The unit is a power of two chosen from the window ([`unit_for`]): the
+//! smallest with `window_us / unit_us < 2^29`, so offsets have room for at least four
+//! windows. Windows up to 2^29 µs (about 8.9 minutes) are kept to the exact microsecond;
+//! longer ones in coarser units (a 10-year window in units of about a second). Times are
+//! rounded UP to the unit, so an entry leaves the window a little late, never early: the
+//! promise holds for the true request times.
+//!
+//! Timestamps in the ring never decrease: a new entry is stamped `max(now, newest entry)`.
+//! If the clock goes backwards, new entries stay where the newest one was, and the entries
+//! made "in the future" stay in the window until the clock has passed them by a whole
+//! window: over real time, the promise still holds (a clock that jumps forward and back
+//! again is another matter: entries dropped while it was ahead are gone).
+//!
+//! When a new offset would not fit in 31 bits, the ring is rebased: `base_us` moves forward
+//! to the oldest entry still in the window and every entry is rewritten (O(n)). Only entries
+//! of the last window remain, which span fewer than 2^29 units, so this happens at most
+//! once every ~2^30 units of time: amortized O(1). (Only when the clock went far backwards
+//! and the window shrank can the ring span more than 2^31 units; then the oldest entries are
+//! moved later, to the oldest time that still fits: they stay longer, never shorter.)
+//!
+//! # Costs
+//!
+//! Only a writing, admitted check changes the ring: it drops the expired entries from the
+//! front, appends the new one and shrinks the deque when it is three quarters empty. A check
+//! that does not write (DRYRUN, COST 0) or that is denied changes nothing, so it counts the
+//! expired entries at the front without dropping them: O(expired entries), which is small
+//! while the key is written regularly and at most O(entries) after a long idle time. The
+//! denial's `retry_after` walks on through at most `cost` more entries.
+//!
+//! # Changing parameters
+//!
+//! The log is kept whatever changes; the new parameters apply from now on.
+//! - A new `limit` applies to the entries already there: a lower limit denies until enough
+//!   of them expire (`remaining` is 0 meanwhile), a higher one admits more at once.
+//! - A new `window` re-evaluates every entry still in the ring under the new window: a
+//!   shorter window lets old entries go sooner, a longer one keeps them longer. Entries
+//!   that an earlier write already dropped (expired under the old window) are gone. If the
+//!   new window needs another unit, the next admitted write re-encodes the ring in the new
+//!   unit (O(n), once): times round up to a coarser unit, and are exact in a finer one.
+//!
+//! A `limit` above 2^31 - 1 (the command layer never passes one: its cap is at most 10^9)
+//! acts as 2^31 - 1 everywhere, the reply's `limit` included, so that a cost word never has
+//! its top bit set and the ring can be read from both ends.
+
+use std::collections::VecDeque;
+
+use super::{int, Algorithm, Decision, Span};
+
+/// The top bit of a timestamp word: the request cost more than 1, and the next word holds
+/// its cost.
+pub const FLAG: u32 = 1 << 31;
+/// The offset bits of a timestamp word.
+const OFFSET_MASK: u32 = FLAG - 1;
+/// The largest offset a timestamp word holds, 2^31 - 1 units.
+const MAX_OFFSET: u128 = OFFSET_MASK as u128;
+/// The largest limit (and so cost) the ring stores: a cost word's top bit stays clear.
+pub const MAX_LIMIT: u64 = OFFSET_MASK as u64;
+/// Offsets a window may span, at most: `window_us / unit_us < 2^WINDOW_BITS`.
+const WINDOW_BITS: u32 = 29;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    /// Units admitted in any window-long interval.
+    pub limit: u64,
+    pub window_ms: u64,
+}
+
+impl Params {
+    /// The limit as the ring applies it (see the module doc for values above 2^31 - 1).
+    fn limit(&self) -> u64 {
+        self.limit.min(MAX_LIMIT)
+    }
+
+    fn window_us(&self) -> u64 {
+        self.window_ms.max(1).saturating_mul(1000)
+    }
+}
+
+/// The unit of a window's timestamps: the smallest power of two with
+/// `window_us / unit_us < 2^29` (1 µs up to 2^29 µs, about 8.9 minutes).
+pub fn unit_for(window_us: u64) -> u64 {
+    let bits = u64::BITS - window_us.leading_zeros();
+    1u64 << bits.saturating_sub(WINDOW_BITS)
+}
+
+/// The admitted requests still remembered, oldest first.
+///
+/// Invariants (every admitted write keeps them; [`is_valid`] checks them):
+/// - `words` is a sequence of entries: either one timestamp word without [`FLAG`] (a request
+///   of cost 1), or a timestamp word with [`FLAG`] followed by a cost word in
+///   `2..=MAX_LIMIT` (a request of that cost).
+/// - An entry's time is `base_us + (word & !FLAG) × unit_us` µs since the Unix epoch; the
+///   times never decrease from front to back.
+/// - `unit_us` is a power of two. It is normally [`unit_for`] the window; after a window
+///   change it is the old one until the next admitted write re-encodes the ring.
+/// - `total` is the sum of the entries' costs (1 for an unflagged word).
+///
+/// An empty ring (`total` 0) is a fresh key; `base_us` then does not matter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    pub words: VecDeque<u32>,
+    pub base_us: u64,
+    pub unit_us: u64,
+    pub total: u64,
+}
+
+impl State {
+    fn empty(base_us: u64, unit_us: u64) -> State {
+        State {
+            words: VecDeque::new(),
+            base_us,
+            unit_us,
+            total: 0,
+        }
+    }
+
+    fn unit(&self) -> u128 {
+        u128::from(self.unit_us.max(1))
+    }
+
+    /// The time of an entry at `offset`, in µs (u128: never wraps, whatever the state).
+    fn time_us(&self, offset: u32) -> u128 {
+        u128::from(self.base_us) + u128::from(offset & OFFSET_MASK) * self.unit()
+    }
+
+    fn entries(&self) -> Entries<std::collections::vec_deque::Iter<'_, u32>> {
+        Entries {
+            words: self.words.iter(),
+        }
+    }
+
+    /// The newest entry's offset, read from the back: the last word is a cost word exactly
+    /// when the word before it carries [`FLAG`] (cost words never do).
+    fn newest_offset(&self) -> Option<u32> {
+        let last = *self.words.back()?;
+        let before = self
+            .words
+            .len()
+            .checked_sub(2)
+            .and_then(|i| self.words.get(i));
+        match before {
+            Some(&word) if word & FLAG != 0 => Some(word & OFFSET_MASK),
+            _ => Some(last & OFFSET_MASK),
+        }
+    }
+}
+
+/// The heap memory of a key's ring, for MEMORY USAGE: 4 bytes per word of capacity.
+pub fn heap_bytes(state: &State) -> usize {
+    state
+        .words
+        .capacity()
+        .saturating_mul(std::mem::size_of::<u32>())
+}
+
+/// Whether a state keeps the invariants documented on [`State`] (for a storage layer that
+/// loads one from outside). The algorithm never panics on a state that breaks them, but its
+/// decisions are then only as good as the state.
+pub fn is_valid(state: &State) -> bool {
+    if !state.unit_us.is_power_of_two() {
+        return false;
+    }
+    let mut words = state.words.iter();
+    let mut sum: u64 = 0;
+    let mut previous = 0;
+    while let Some(&word) = words.next() {
+        let offset = word & OFFSET_MASK;
+        if offset < previous {
+            return false;
+        }
+        previous = offset;
+        let cost = if word & FLAG == 0 {
+            1
+        } else {
+            match words.next() {
+                Some(&cost) if (2..=MAX_LIMIT).contains(&u64::from(cost)) => u64::from(cost),
+                _ => return false,
+            }
+        };
+        sum = sum.saturating_add(cost);
+    }
+    sum == state.total
+}
+
+/// One request in the ring.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    offset: u32,
+    cost: u64,
+    /// Words it takes: 1 or 2.
+    words: usize,
+}
+
+/// Reads the entries of a ring from the front. A flagged last word without its cost word
+/// (only in a broken state) reads as a request of cost 1.
+struct Entries<I> {
+    words: I,
+}
+
+impl<'a, I: Iterator<Item = &'a u32>> Iterator for Entries<I> {
+    type Item = Entry;
+
+    fn next(&mut self) -> Option<Entry> {
+        let &word = self.words.next()?;
+        let offset = word & OFFSET_MASK;
+        if word & FLAG != 0 {
+            if let Some(&cost) = self.words.next() {
+                return Some(Entry {
+                    offset,
+                    cost: u64::from(cost),
+                    words: 2,
+                });
+            }
+        }
+        Some(Entry {
+            offset,
+            cost: 1,
+            words: 1,
+        })
+    }
+}
+
+/// The ring as of `now`, without changing it: the expired prefix and what is left.
+#[derive(Debug, Clone, Copy)]
+struct Scan {
+    /// Words of the expired entries at the front.
+    expired_words: usize,
+    expired_units: u64,
+    /// Units of the entries in the window.
+    active: u64,
+    /// The oldest entry in the window, if any.
+    oldest_offset: Option<u32>,
+}
+
+/// Walks the expired prefix: an entry at time `t` is in the window iff `t + window > now`,
+/// and times never decrease, so the first entry in the window ends the walk.
+fn scan(state: &State, now_us: u128, window_us: u128) -> Scan {
+    let mut expired_words = 0;
+    let mut expired_units: u64 = 0;
+    let mut oldest_offset = None;
+    for entry in state.entries() {
+        if state.time_us(entry.offset) + window_us > now_us {
+            oldest_offset = Some(entry.offset);
+            break;
+        }
+        expired_words += entry.words;
+        expired_units = expired_units.saturating_add(entry.cost);
+    }
+    Scan {
+        expired_words,
+        expired_units,
+        active: if oldest_offset.is_some() {
+            state.total.saturating_sub(expired_units)
+        } else {
+            0
+        },
+        oldest_offset,
+    }
+}
+
+/// How an admitted write lays out the ring (decided before writing, so that a dry run
+/// reports the same new entry's time).
+#[derive(Debug, Clone, Copy)]
+enum Layout {
+    /// Nothing left in the window: start afresh with `base_us = now`.
+    Fresh,
+    /// The ring stays as it is.
+    Same,
+    /// Every entry is rewritten in the new unit (rounding up), then moved `shift` new units
+    /// back (entries that would go below zero are raised to zero).
+    Reencode { shift: u128 },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    layout: Layout,
+    unit_us: u64,
+    base_us: u64,
+    /// The new entry's offset from `base_us`, in `unit_us`.
+    offset: u32,
+    /// The new entry's time, µs.
+    time_us: u128,
+}
+
+/// An old offset in the new unit, rounded up (exact when the new unit is finer).
+fn regrid(offset: u32, from_unit: u128, to_unit: u128) -> u128 {
+    let offset = u128::from(offset & OFFSET_MASK);
+    if from_unit == to_unit {
+        offset
+    } else {
+        (offset * from_unit).div_ceil(to_unit)
+    }
+}
+
+/// Where an admitted request at `now` goes: stamped `max(now, newest)` rounded up to the
+/// window's unit; the ring rebased (or re-encoded, after a window change) when needed.
+fn plan(state: &State, scan: &Scan, params: &Params, now_us: u64) -> Plan {
+    let unit_us = unit_for(params.window_us());
+    let (from, to) = (state.unit(), u128::from(unit_us));
+    let (Some(oldest), Some(newest)) = (scan.oldest_offset, state.newest_offset()) else {
+        return Plan {
+            layout: Layout::Fresh,
+            unit_us,
+            base_us: now_us,
+            offset: 0,
+            time_us: u128::from(now_us),
+        };
+    };
+    let base = u128::from(state.base_us);
+    let newest_us = base + regrid(newest, from, to) * to;
+    let stamp_us = u128::from(now_us).max(newest_us);
+    // On the grid `base + k × unit`, rounded up; stamp_us >= newest_us >= base.
+    let k_new = (stamp_us - base).div_ceil(to);
+    let shift = if k_new <= MAX_OFFSET {
+        0
+    } else {
+        regrid(oldest, from, to).max(k_new - MAX_OFFSET)
+    };
+    let layout = if shift == 0 && from == to {
+        Layout::Same
+    } else {
+        Layout::Reencode { shift }
+    };
+    Plan {
+        layout,
+        unit_us,
+        base_us: u64::try_from(base + shift * to).unwrap_or(u64::MAX),
+        offset: u32::try_from((k_new - shift).min(MAX_OFFSET)).unwrap_or(OFFSET_MASK),
+        time_us: base + k_new * to,
+    }
+}
+
+/// The admitted write: drop the expired prefix, lay the ring out as planned, append.
+fn admit(state: &mut State, scan: &Scan, plan: &Plan, cost: u64) {
+    let expired = scan.expired_words.min(state.words.len());
+    state.words.drain(..expired);
+    state.total = state.total.saturating_sub(scan.expired_units);
+    match plan.layout {
+        Layout::Fresh => {
+            state.words.clear();
+            state.total = 0;
+        }
+        Layout::Same => {}
+        Layout::Reencode { shift } => {
+            let (from, to) = (state.unit(), u128::from(plan.unit_us));
+            let mut cost_word_next = false;
+            for word in state.words.iter_mut() {
+                if cost_word_next {
+                    cost_word_next = false;
+                    continue;
+                }
+                let offset = regrid(*word, from, to)
+                    .saturating_sub(shift)
+                    .min(MAX_OFFSET);
+                *word = (*word & FLAG) | u32::try_from(offset).unwrap_or(OFFSET_MASK);
+                cost_word_next = *word & FLAG != 0;
+            }
+        }
+    }
+    state.base_us = plan.base_us;
+    state.unit_us = plan.unit_us;
+    // cost <= limit <= MAX_LIMIT: it fits a cost word with the top bit clear.
+    let cost_word = u32::try_from(cost.min(MAX_LIMIT)).unwrap_or(OFFSET_MASK);
+    if cost_word > 1 {
+        state.words.push_back(plan.offset | FLAG);
+        state.words.push_back(cost_word);
+    } else {
+        state.words.push_back(plan.offset);
+    }
+    state.total = state.total.saturating_add(cost);
+    // Memory follows what is admitted: give back a ring that is three quarters empty.
+    let capacity = state.words.capacity();
+    if capacity > 64 && state.words.len() < capacity / 4 {
+        state.words.shrink_to(state.words.len() * 2);
+    }
+}
+
+/// When denied with `cost <= limit`: the expiry of the first entry whose units, with those
+/// of the older ones, make room. O(cost) entries at most.
+fn retry_after(
+    state: &State,
+    scan: &Scan,
+    limit: u64,
+    cost: u64,
+    now_us: u128,
+    window_us: u128,
+) -> Option<Span> {
+    let excess = scan.active.saturating_add(cost).saturating_sub(limit);
+    let mut freed: u64 = 0;
+    let active = Entries {
+        words: state.words.iter().skip(scan.expired_words),
+    };
+    for entry in active {
+        freed = freed.saturating_add(entry.cost);
+        if freed >= excess {
+            let at = state.time_us(entry.offset) + window_us;
+            return Some(Span::new(at.saturating_sub(now_us), 1));
+        }
+    }
+    None
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlidingLog;
+
+impl Algorithm for SlidingLog {
+    type Params = Params;
+    type State = State;
+    const NAME: &'static str = "RL.SLIDINGLOG";
+
+    fn check(
+        params: &Params,
+        stored: Option<(&Params, &mut State)>,
+        now_us: u64,
+        cost: u64,
+        write: bool,
+    ) -> (Decision, Option<State>) {
+        // The log carries over any parameter change as it is: the old parameters have
+        // nothing to bring up to date, and the entries are read with the new window.
+        let mut fresh = None;
+        let state = match stored {
+            Some((_, state)) => state,
+            None => fresh.insert(State::empty(now_us, unit_for(params.window_us()))),
+        };
+        let limit = params.limit();
+        let window_us = u128::from(params.window_us());
+        let now = u128::from(now_us);
+        let scan = scan(state, now, window_us);
+        let allowed = cost <= limit && scan.active.saturating_add(cost) <= limit;
+        let newest_us = scan
+            .oldest_offset
+            .and_then(|_| state.newest_offset())
+            .map(|offset| state.time_us(offset));
+        let (used, newest_us, planned) = if allowed && cost > 0 {
+            let planned = plan(state, &scan, params, now_us);
+            (scan.active + cost, Some(planned.time_us), Some(planned))
+        } else {
+            (scan.active, newest_us, None)
+        };
+        let reset_after = newest_us.map_or(Span::ZERO, |newest| {
+            Span::new((newest + window_us).saturating_sub(now), 1)
+        });
+        let retry_after = if allowed {
+            Some(Span::ZERO)
+        } else if cost <= limit {
+            // Only a broken state (a total above its entries) finds no entry that makes room.
+            retry_after(state, &scan, limit, cost, now, window_us).or(Some(reset_after))
+        } else {
+            None
+        };
+        let decision = Decision {
+            allowed,
+            limit,
+            remaining: limit.saturating_sub(used),
+            retry_after,
+            reset_after,
+            delay: None,
+        };
+        match planned {
+            Some(planned) if write => {
+                admit(state, &scan, &planned, cost);
+                (decision, fresh)
+            }
+            _ => (decision, None),
+        }
+    }
+
+    fn describe(params: &Params, state: &State, now_us: u64) -> Vec<(&'static str, i64)> {
+        let now_view = SlidingLog::view_now(params, state, now_us);
+        let window_us = u128::from(params.window_us());
+        let active = scan(state, u128::from(now_us), window_us).active;
+        let time = |offset: Option<u32>| {
+            offset.map_or(0, |offset| {
+                u64::try_from(state.time_us(offset)).unwrap_or(u64::MAX)
+            })
+        };
+        vec![
+            ("limit", int(params.limit())),
+            ("window_ms", int(params.window_ms)),
+            (
+                "entries",
+                int(u64::try_from(state.entries().count()).unwrap_or(u64::MAX)),
+            ),
+            ("active", int(active)),
+            (
+                "oldest_us",
+                int(time(state.entries().next().map(|e| e.offset))),
+            ),
+            ("newest_us", int(time(state.newest_offset()))),
+            ("remaining", int(now_view.remaining)),
+            ("reset_after_ms", int(now_view.reset_after.ceil_ms())),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms::testing::{self, peek, step, summary, Key};
+    use proptest::prelude::*;
+
+    /// A round hour (2023-11-14T23:00:00Z) in µs since the Unix epoch, standing for the
+    /// worked example's 1:00:00; only differences matter.
+    const T0: u64 = 1_700_002_800_000_000;
+    const S: u64 = 1_000_000; // a second in µs
+
+    fn params(limit: u64, window_ms: u64) -> Params {
+        Params { limit, window_ms }
+    }
+
+    /// Replays requests (µs since T0, cost) on one key; returns each decision.
+    fn replay(p: &Params, requests: &[(u64, u64)]) -> Vec<Decision> {
+        testing::replay::<SlidingLog>(p, T0, requests)
+    }
+
+    /// The key after some requests.
+    fn key_after(p: &Params, requests: &[(u64, u64)]) -> Key<SlidingLog> {
+        testing::key_after::<SlidingLog>(p, T0, requests)
+    }
+
+    fn state(key: &Key<SlidingLog>) -> &State {
+        &key.as_ref().expect("a stored key").1
+    }
+
+    /// The promise spelled out naively: every admitted request with its true time.
+    #[derive(Default)]
+    struct Model {
+        admitted: Vec<(u64, u64)>,
+    }
+
+    impl Model {
+        fn active(&self, now: u64, window_us: u64) -> u64 {
+            self.admitted
+                .iter()
+                .filter(|&&(t, _)| u128::from(t) + u128::from(window_us) > u128::from(now))
+                .map(|&(_, c)| c)
+                .sum()
+        }
+    }
+
+    /// Never more than `limit` units with true times in `(t - window, t]`, for every
+    /// admission time `t`.
+    fn assert_promise(admitted: &[(u64, u64)], limit: u64, window_us: u64) {
+        for &(t, _) in admitted {
+            let units: u64 = admitted
+                .iter()
+                .filter(|&&(u, _)| u <= t && u + window_us > t)
+                .map(|&(_, c)| c)
+                .sum();
+            assert!(units <= limit, "{units} units in the window ending at {t}");
+        }
+    }
+
+    #[test]
+    fn two_per_minute_as_in_the_spec() {
+        // 1:00:01 and 1:00:30 pass, 1:00:50 is denied until 1:01:01, 1:01:40 passes.
+        let p = params(2, 60_000);
+        let got: Vec<_> = replay(&p, &[(S, 1), (30 * S, 1), (50 * S, 1), (100 * S, 1)])
+            .iter()
+            .map(summary)
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (true, 2, 1, 0, 60_000),
+                (true, 2, 0, 0, 60_000),
+                (false, 2, 0, 11_000, 40_000),
+                (true, 2, 1, 0, 60_000),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_first_denial_waits_exactly_until_the_oldest_entry_leaves() {
+        let p = params(2, 60_000);
+        let key = key_after(&p, &[(S, 1), (30 * S, 1)]);
+        let d = peek::<SlidingLog>(&p, &key, T0 + 50 * S, 1);
+        assert_eq!(d.retry_after, Some(Span::from_us(11 * S)));
+        // The entry at 1:00:01 is in (now - 60 s, now] until 1:01:01 exclusive.
+        assert!(!peek::<SlidingLog>(&p, &key, T0 + 61 * S - 1, 1).allowed);
+        let at = peek::<SlidingLog>(&p, &key, T0 + 61 * S, 1);
+        assert!(at.allowed);
+        assert_eq!(at.remaining, 0);
+        // Two at once need both entries gone: until 1:01:30.
+        let two = peek::<SlidingLog>(&p, &key, T0 + 50 * S, 2);
+        assert_eq!(two.retry_after, Some(Span::from_us(40 * S)));
+    }
+
+    #[test]
+    fn a_cost_above_the_limit_is_never_admitted_and_changes_nothing() {
+        let p = params(5, 1000);
+        let mut key = key_after(&p, &[(0, 2)]);
+        let before = key.clone();
+        let d = step::<SlidingLog>(&p, &mut key, T0 + 10, 6);
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, None);
+        assert_eq!(d.remaining, 3);
+        assert_eq!(key, before);
+        // A fresh key too: nothing is created.
+        let mut fresh: Key<SlidingLog> = None;
+        assert_eq!(step::<SlidingLog>(&p, &mut fresh, T0, 6).retry_after, None);
+        assert!(fresh.is_none());
+    }
+
+    #[test]
+    fn a_cost_above_one_takes_two_words() {
+        let p = params(100, 60_000);
+        let key = key_after(&p, &[(0, 1), (5, 7), (9, 1), (9, 40)]);
+        let s = state(&key);
+        assert_eq!(s.words, [0, 5 | FLAG, 7, 9, 9 | FLAG, 40]);
+        assert_eq!((s.base_us, s.unit_us, s.total), (T0, 1, 49));
+        assert_eq!(s.newest_offset(), Some(9));
+        assert!(is_valid(s));
+        let d = peek::<SlidingLog>(&p, &key, T0 + 10, 0);
+        assert_eq!(d.remaining, 51);
+        // The newest entry read from the back whether it is one word or two.
+        let key = key_after(&p, &[(0, 2), (3, 1)]);
+        assert_eq!(state(&key).words, [FLAG, 2, 3]);
+        assert_eq!(state(&key).newest_offset(), Some(3));
+    }
+
+    #[test]
+    fn a_long_window_rounds_times_up_never_down() {
+        // 10 minutes = 6 × 10^8 µs >= 2^29: timestamps in units of 2 µs.
+        let p = params(2, 600_000);
+        assert_eq!(unit_for(600_000_000), 2);
+        let key = key_after(&p, &[(0, 1), (3, 1)]);
+        let s = state(&key);
+        assert_eq!((s.unit_us, s.words.clone()), (2, VecDeque::from([0, 2])));
+        // The request at +3 µs is kept as +4 µs: it leaves the window 1 µs late.
+        let w = 600 * S;
+        let d = peek::<SlidingLog>(&p, &key, T0 + w + 3, 2);
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Some(Span::from_us(1)));
+        assert!(peek::<SlidingLog>(&p, &key, T0 + w + 4, 2).allowed);
+        // Ten years: units of 2^20 µs, about a second.
+        assert_eq!(unit_for(crate::args::MAX_DURATION_MS * 1000), 1 << 20);
+        assert_eq!(unit_for((1 << 29) - 1), 1);
+        assert_eq!(unit_for(1 << 29), 2);
+        assert_eq!(unit_for(u64::MAX), 1 << 35);
+    }
+
+    #[test]
+    fn a_jump_of_two_to_the_31_units_starts_the_ring_afresh() {
+        let p = params(2, 60_000);
+        let jump = 1u64 << 31;
+        let mut key = key_after(&p, &[(0, 1), (S, 1)]);
+        assert!(step::<SlidingLog>(&p, &mut key, T0 + jump, 1).allowed);
+        let s = state(&key);
+        assert_eq!(
+            (s.base_us, s.words.clone(), s.total),
+            (T0 + jump, VecDeque::from([0]), 1)
+        );
+        let d = step::<SlidingLog>(&p, &mut key, T0 + jump + 1, 1);
+        assert_eq!((d.allowed, d.remaining), (true, 0));
+        let d = peek::<SlidingLog>(&p, &key, T0 + jump + 2, 1);
+        assert_eq!(d.retry_after, Some(Span::from_us(60 * S - 2)));
+    }
+
+    #[test]
+    fn a_ring_that_outgrows_31_bits_is_rebased_and_decides_the_same() {
+        // 3 per minute, a request every 7 s for 3 hours: the ring is never empty, and
+        // 2^31 µs (35.8 minutes) passes several times.
+        let p = params(3, 60_000);
+        let w = 60 * S;
+        let mut key: Key<SlidingLog> = None;
+        let mut model = Model::default();
+        let mut bases = vec![];
+        for i in 0..(3 * 3600 / 7) {
+            let now = T0 + i * 7 * S + i % 5;
+            let d = step::<SlidingLog>(&p, &mut key, now, 1);
+            let allowed = model.active(now, w) < 3;
+            assert_eq!(d.allowed, allowed, "at step {i}");
+            if allowed {
+                model.admitted.push((now, 1));
+            }
+            let s = state(&key);
+            assert!(is_valid(s));
+            assert!(s
+                .words
+                .iter()
+                .all(|&w| u128::from(w & OFFSET_MASK) <= MAX_OFFSET));
+            if bases.last() != Some(&s.base_us) {
+                // A rebase, not a fresh start: older entries were kept and moved.
+                assert!(bases.is_empty() || s.words.len() >= 2, "at step {i}");
+                assert_eq!(s.words[0] & OFFSET_MASK, 0);
+                bases.push(s.base_us);
+            }
+        }
+        // Rebased more than once, each time to the oldest entry still in the window.
+        assert!(bases.len() >= 5, "{bases:?}");
+        assert!(bases.windows(2).all(|b| b[1] - b[0] < 1 << 31));
+    }
+
+    #[test]
+    fn entries_that_cannot_all_be_encoded_are_moved_later_never_dropped() {
+        // A 10-year window keeps entries an hour apart in ~1 s units; after the clock went
+        // back, a 1-second window makes them all "future" entries in µs units, which span
+        // more than 2^31 µs: the oldest is raised to fit, and nothing is forgotten.
+        let long = params(3, crate::args::MAX_DURATION_MS);
+        let hour = 3600 * S;
+        let mut key = key_after(&long, &[(0, 1), (hour, 1)]);
+        let short = params(3, 1000);
+        let back = T0 - S;
+        assert_eq!(peek::<SlidingLog>(&short, &key, back, 0).remaining, 1);
+        assert!(step::<SlidingLog>(&short, &mut key, back, 1).allowed);
+        let s = state(&key);
+        assert!(is_valid(s));
+        assert_eq!(s.unit_us, 1);
+        assert_eq!(s.total, 3);
+        let newest = s.time_us(s.newest_offset().unwrap());
+        let oldest = s.time_us(s.words[0]);
+        assert!(newest >= u128::from(T0 + hour));
+        assert_eq!(newest - oldest, MAX_OFFSET);
+        let d = peek::<SlidingLog>(&short, &key, back, 1);
+        assert!(!d.allowed);
+        assert_eq!(
+            d.reset_after.ceil_us() as u128,
+            newest + 1_000_000 - u128::from(back)
+        );
+    }
+
+    #[test]
+    fn a_hundred_thousand_requests_take_at_most_eight_bytes_each() {
+        let n: u64 = 100_000;
+        let p = params(n, 60_000);
+        let mut key: Key<SlidingLog> = None;
+        for i in 0..n {
+            assert!(step::<SlidingLog>(&p, &mut key, T0 + i, 1).allowed);
+        }
+        let s = state(&key);
+        assert_eq!(s.words.len() as u64, n);
+        let bytes = s.words.capacity() * 4 + std::mem::size_of::<State>();
+        assert_eq!(heap_bytes(s), s.words.capacity() * 4);
+        assert!(bytes as u64 <= 8 * n, "{bytes} bytes for {n} entries");
+    }
+
+    #[test]
+    fn memory_follows_what_is_admitted() {
+        let p = params(100_000, 1000);
+        let mut key: Key<SlidingLog> = None;
+        for i in 0..10_000 {
+            step::<SlidingLog>(&p, &mut key, T0 + i, 1);
+        }
+        assert!(state(&key).words.capacity() >= 10_000);
+        // A second later, one request a second: the ring gives its memory back.
+        for i in 1..=10 {
+            step::<SlidingLog>(&p, &mut key, T0 + i * S, 1);
+        }
+        let s = state(&key);
+        assert_eq!((s.words.len(), s.total), (1, 1));
+        assert!(s.words.capacity() <= 64, "capacity {}", s.words.capacity());
+    }
+
+    #[test]
+    fn a_lower_limit_keeps_the_log_and_denies_until_entries_expire() {
+        let ten = params(10, 60_000);
+        let key = key_after(&ten, &[(0, 5), (10 * S, 3)]); // 8 of 10 used
+        let five = params(5, 60_000);
+        let d = peek::<SlidingLog>(&five, &key, T0 + 20 * S, 1);
+        assert_eq!((d.allowed, d.limit, d.remaining), (false, 5, 0));
+        // The 5 units of t=0 must go: at 60 s, 3 + 1 <= 5.
+        assert_eq!(d.retry_after, Some(Span::from_us(40 * S)));
+        let twenty = params(20, 60_000);
+        assert_eq!(
+            peek::<SlidingLog>(&twenty, &key, T0 + 20 * S, 0).remaining,
+            12
+        );
+    }
+
+    #[test]
+    fn a_new_window_re_evaluates_the_entries_in_the_ring() {
+        let minute = params(2, 60_000);
+        let key = key_after(&minute, &[(0, 1), (30 * S, 1)]);
+        // A 10-second window at 35 s: the entry at 0 is out, the one at 30 s is in.
+        let ten = params(2, 10_000);
+        let d = peek::<SlidingLog>(&ten, &key, T0 + 35 * S, 1);
+        assert_eq!(
+            (d.allowed, d.remaining, d.reset_after),
+            (true, 0, Span::from_us(10 * S))
+        );
+        // A 2-minute window at 70 s: both still count, the first until 120 s.
+        let two = params(2, 120_000);
+        let d = peek::<SlidingLog>(&two, &key, T0 + 70 * S, 1);
+        assert_eq!(d.retry_after, Some(Span::from_us(50 * S)));
+        // A 10-minute window needs 2 µs units: the next write re-encodes the ring.
+        let mut key = key_after(&minute, &[(0, 1), (3, 1)]);
+        let long = params(3, 600_000);
+        assert!(step::<SlidingLog>(&long, &mut key, T0 + 5, 1).allowed);
+        let s = state(&key);
+        assert_eq!(
+            (s.base_us, s.unit_us, s.words.clone()),
+            (T0, 2, VecDeque::from([0, 2, 3]))
+        );
+        assert!(is_valid(s));
+        // And back to a minute: µs units, exact.
+        assert!(step::<SlidingLog>(&params(4, 60_000), &mut key, T0 + 7, 1).allowed);
+        let s = state(&key);
+        assert_eq!(s.unit_us, 1);
+        assert_eq!(s.words, [0, 4, 6, 7]);
+    }
+
+    #[test]
+    fn describe_reports_the_state() {
+        let p = params(5, 60_000);
+        let (_, s) = key_after(&p, &[(0, 2), (10 * S, 1), (20 * S, 1)]).unwrap();
+        let fields = SlidingLog::describe(&p, &s, T0 + 65 * S);
+        assert_eq!(
+            fields,
+            vec![
+                ("limit", 5),
+                ("window_ms", 60_000),
+                ("entries", 3),
+                ("active", 2),
+                ("oldest_us", T0 as i64),
+                ("newest_us", (T0 + 20 * S) as i64),
+                ("remaining", 3),
+                ("reset_after_ms", 15_000),
+            ]
+        );
+        let empty = State::empty(0, 1);
+        let fields = SlidingLog::describe(&p, &empty, T0);
+        assert_eq!(
+            fields[2..],
+            [
+                ("entries", 0),
+                ("active", 0),
+                ("oldest_us", 0),
+                ("newest_us", 0),
+                ("remaining", 5),
+                ("reset_after_ms", 0)
+            ]
+        );
+    }
+
+    /// Windows of a few ms to a few s (µs-exact), or of 10 minutes to 10 years (coarser).
+    fn any_params() -> impl Strategy<Value = Params> {
+        (
+            1u64..=20,
+            prop_oneof![1u64..=5_000, 600_000u64..=crate::args::MAX_DURATION_MS],
+        )
+            .prop_map(|(limit, window_ms)| params(limit, window_ms))
+    }
+
+    /// (time since the previous request in thousandths of a window, µs more, cost)
+    fn any_gaps() -> impl Strategy<Value = Vec<(u64, u64, u64)>> {
+        proptest::collection::vec((0u64..600, 0u64..5, 0u64..6), 1..80)
+    }
+
+    /// True request times from gaps relative to the window.
+    fn requests(p: &Params, gaps: &[(u64, u64, u64)]) -> Vec<(u64, u64)> {
+        let w = p.window_us();
+        let mut at = 0;
+        gaps.iter()
+            .map(|&(thousandths, us, cost)| {
+                at += w / 1000 * thousandths + us;
+                (at, cost)
+            })
+            .collect()
+    }
+
+    fn key_from(p: &Params, gaps: &[(u64, u64, u64)]) -> (Key<SlidingLog>, u64) {
+        let reqs = requests(p, gaps);
+        let last = reqs.last().map_or(0, |r| r.0);
+        (key_after(p, &reqs), T0 + last)
+    }
+
+    proptest! {
+        /// The promise: in every window-long interval ending at an admission, at most
+        /// `limit` units, by the true request times. µs-exact windows decide exactly like
+        /// the naive log.
+        #[test]
+        fn never_more_than_limit_in_any_window(p in any_params(), gaps in any_gaps()) {
+            let w = p.window_us();
+            let exact = unit_for(w) == 1;
+            let mut key: Key<SlidingLog> = None;
+            let mut model = Model::default();
+            for (at, cost) in requests(&p, &gaps) {
+                let now = T0 + at;
+                let d = step::<SlidingLog>(&p, &mut key, now, cost);
+                if exact {
+                    prop_assert_eq!(d.allowed, model.active(now, w) + cost <= p.limit);
+                }
+                if d.allowed && cost > 0 {
+                    model.admitted.push((now, cost));
+                }
+                if let Some((_, s)) = &key {
+                    prop_assert!(is_valid(s));
+                }
+            }
+            assert_promise(&model.admitted, p.limit, w);
+        }
+
+        /// The clock may step back (real time goes on): entries stay at the newest time
+        /// and the promise holds over real time.
+        #[test]
+        fn a_clock_going_backwards_admits_no_more(
+            p in any_params(), gaps in any_gaps(),
+            backs in proptest::collection::vec((0u64..10, 0u64..2000), 80),
+        ) {
+            let w = p.window_us();
+            let mut key: Key<SlidingLog> = None;
+            let mut admitted = vec![];
+            let mut behind = 0; // how far the clock is behind real time, never less
+            for (i, (real, cost)) in requests(&p, &gaps).into_iter().enumerate() {
+                let (chance, thousandths) = backs[i];
+                if chance == 0 {
+                    behind += w / 1000 * thousandths;
+                }
+                let reading = (T0 + real).saturating_sub(behind);
+                if step::<SlidingLog>(&p, &mut key, reading, cost).allowed && cost > 0 {
+                    admitted.push((T0 + real, cost));
+                }
+                if let Some((_, s)) = &key {
+                    prop_assert!(is_valid(s));
+                }
+            }
+            assert_promise(&admitted, p.limit, w);
+        }
+
+        /// retry_after is the least whole number of ms after which the request is admitted.
+        #[test]
+        fn retry_after_is_exact(p in any_params(), gaps in any_gaps(), cost in 0u64..25) {
+            let (key, now) = key_from(&p, &gaps);
+            let d = peek::<SlidingLog>(&p, &key, now, cost);
+            match (d.allowed, d.retry_after) {
+                (true, retry) => prop_assert_eq!(retry, Some(Span::ZERO)),
+                (false, None) => prop_assert!(cost > p.limit),
+                (false, Some(retry)) => {
+                    let ms = retry.ceil_ms();
+                    prop_assert!(ms >= 1);
+                    let later = peek::<SlidingLog>(&p, &key, now + ms * 1000, cost);
+                    prop_assert!(later.allowed, "not admitted after retry_after {} ms", ms);
+                    let earlier = peek::<SlidingLog>(&p, &key, now + (ms - 1) * 1000, cost);
+                    prop_assert!(!earlier.allowed, "already admitted at {} ms", ms - 1);
+                    // And to the µs.
+                    let us = retry.ceil_us();
+                    prop_assert!(peek::<SlidingLog>(&p, &key, now + us, cost).allowed);
+                    prop_assert!(!peek::<SlidingLog>(&p, &key, now + us - 1, cost).allowed);
+                }
+            }
+        }
+
+        /// `remaining` more units fit right now, and not one more.
+        #[test]
+        fn remaining_is_what_fits_now(p in any_params(), gaps in any_gaps()) {
+            let (key, now) = key_from(&p, &gaps);
+            let d = peek::<SlidingLog>(&p, &key, now, 0);
+            if d.remaining > 0 {
+                prop_assert!(peek::<SlidingLog>(&p, &key, now, d.remaining).allowed);
+            }
+            prop_assert!(!peek::<SlidingLog>(&p, &key, now, d.remaining + 1).allowed);
+            // After an admitted request, its own `remaining` is what is left.
+            let mut real = key.clone();
+            let d = step::<SlidingLog>(&p, &mut real, now, 1);
+            if d.allowed {
+                prop_assert_eq!(peek::<SlidingLog>(&p, &real, now, 0).remaining, d.remaining);
+            }
+        }
+
+        /// At now + reset_after, the key is fresh again.
+        #[test]
+        fn reset_after_leads_to_a_fresh_key(p in any_params(), gaps in any_gaps(), cost in 0u64..6) {
+            let (mut key, now) = key_from(&p, &gaps);
+            let d = step::<SlidingLog>(&p, &mut key, now, cost);
+            let reset = d.reset_after.ceil_us();
+            let at = peek::<SlidingLog>(&p, &key, now + reset, 0);
+            prop_assert_eq!(at.remaining, p.limit);
+            prop_assert_eq!(at.reset_after, Span::ZERO);
+            if reset > 0 {
+                prop_assert!(peek::<SlidingLog>(&p, &key, now + reset - 1, 0).remaining < p.limit);
+            }
+        }
+
+        /// Without `write` (DRYRUN, COST 0) or when denied, the state is untouched (`peek`
+        /// and `step` assert it); with it, a request decides as its dry run said, also
+        /// right after a parameter change.
+        #[test]
+        fn dryrun_decides_like_the_real_request_and_changes_nothing(
+            p in any_params(), q in any_params(), gaps in any_gaps(),
+            later in 0u64..3_000, cost in 0u64..30,
+        ) {
+            let (key, now) = key_from(&q, &gaps);
+            let now = now + p.window_us() / 1000 * later;
+            let dry = peek::<SlidingLog>(&p, &key, now, cost);
+            prop_assert_eq!(dry, peek::<SlidingLog>(&p, &key, now, cost));
+            let mut real = key;
+            prop_assert_eq!(step::<SlidingLog>(&p, &mut real, now, cost), dry);
+            if let Some((_, s)) = &real {
+                prop_assert!(is_valid(s));
+            }
+        }
+
+        /// Extreme parameters, times, costs and states (broken ones too) never panic.
+        #[test]
+        fn extremes_never_panic(
+            limit in any::<u64>(), window_ms in any::<u64>(), now in any::<u64>(),
+            cost in any::<u64>(), write in any::<bool>(),
+            words in proptest::collection::vec(any::<u32>(), 0..8),
+            base_us in any::<u64>(), unit_us in any::<u64>(), total in any::<u64>(),
+        ) {
+            let p = params(limit, window_ms);
+            let q = params(1, 1);
+            let s = State { words: words.into(), base_us, unit_us, total };
+            let _ = is_valid(&s);
+            let _ = SlidingLog::describe(&p, &s, now);
+            let mut m = s.clone();
+            let (d, _) = SlidingLog::check(&p, Some((&q, &mut m)), now, cost, write);
+            let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
+            let _ = SlidingLog::describe(&p, &m, now);
+            let (d, _) = SlidingLog::check(&p, None, now, cost, write);
+            let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms(), heap_bytes(&m));
+        }
+
+        /// The largest valid parameters and far-apart times keep every invariant.
+        #[test]
+        fn extreme_valid_inputs_keep_the_invariants(
+            limit in 1u64..=1_000_000_000, window_ms in 1u64..=crate::args::MAX_DURATION_MS,
+            times in proptest::collection::vec(any::<u64>(), 1..20),
+            cost in 1u64..=crate::args::MAX_COUNT,
+        ) {
+            let p = params(limit, window_ms);
+            let mut key: Key<SlidingLog> = None;
+            for now in times {
+                step::<SlidingLog>(&p, &mut key, now, cost % (limit + 1));
+                if let Some((_, s)) = &key {
+                    prop_assert!(is_valid(s));
+                }
+            }
+        }
+    }
+}

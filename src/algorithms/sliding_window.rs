@@ -1,0 +1,702 @@
+//! The sliding window counter.
+//!
+//! The intuition: a fixed window counter lets a client spend its limit at the end of one
+//! window and again at the start of the next. The sliding window counter looks back one
+//! window length from now instead, without keeping a log: it keeps the counts of the
+//! current aligned window and of the one before, and assumes the previous window's units
+//! were spread evenly over it. A window length back from now covers the part of the
+//! previous window that has not yet slid out, `(window - elapsed) / window` of it, plus all
+//! of the current one:
+//!
+//! `estimate = floor(previous × (window - elapsed) / window) + current`,
+//!
+//! `elapsed` being the time since the current window began. A request is admitted when
+//! `estimate + cost <= limit`, and adds its cost to `current`. Windows are aligned like
+//! RL.FIXEDWINDOW's (the arithmetic is shared with it): multiples of the window length since
+//! the Unix epoch.
+//!
+//! Rolling: when now's window is the stored one, the counts are as stored; when it is the
+//! next one, `previous = current` and `current = 0`; later, both are 0.
+//!
+//! The promises: after every admission the estimate is at most `limit`; and since
+//! `current <= estimate`, at most `limit` units are admitted in any one aligned window.
+//! Over an arbitrary interval of one window length the counter is an estimate, not a bound
+//! (RL.SLIDINGLOG is exact).
+//!
+//! The estimate never increases as time passes: within a window the previous count's share
+//! shrinks, and at a roll `current` becomes `previous` at full weight (the floor of
+//! `previous × window / window` is `previous`, the same number). So:
+//! - `remaining = limit - estimate` after this call (0 if the estimate is above the limit);
+//! - `retry_after`, when denied, is the least time at which `estimate + cost <= limit`, in
+//!   closed form: within a window with counts `(current, previous)` and
+//!   `A = limit - cost - current >= 0`, the request fits from the least elapsed `e` with
+//!   `previous × (window - e) < (A + 1) × window`, that is
+//!   `e = window - floor(((A + 1) × window - 1) / previous)`; if `current + cost > limit`,
+//!   it waits for the next window (where `previous = current`), and never if
+//!   `cost > limit`;
+//! - `reset_after` is when the estimate is 0 for good: with `current > 0`, in the next
+//!   window, from the least `e` with `current × (window - e) < window`; with only
+//!   `previous > 0`, within this window; else 0.
+//!
+//! Everything is exact integer arithmetic in microseconds, in u128 (at most about 2^89 for
+//! the largest counts and windows that parse); the spans are whole microseconds.
+//!
+//! Changing parameters on an existing key: the stored counts are first rolled to now under
+//! the OLD window length (from the stored window start), then both are kept as they are and
+//! placed in the window that contains now under the NEW length: `current` stays the
+//! current count and `previous` the previous one, weighted by the new window's elapsed
+//! share. Nothing admitted is forgotten, and the new limit applies to the estimate from now
+//! on. Until a request is admitted under the new parameters the stored state is unchanged
+//! and this conversion is made afresh at every call; `retry_after` and `reset_after` are
+//! exact for it too (the counts still roll on the old window's schedule, while the previous
+//! count's weight follows the new one, so the estimate may rise again at a new window's
+//! start: the times reported are the least ones that hold).
+//!
+//! A stored window that begins after `now` (a clock that went back) has not ended: its
+//! counts are taken as now's, never in the caller's favour.
+
+use super::fixed_window::{window_start, window_us};
+use super::{int, Algorithm, Decision, Span};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    /// Units admitted per window length (estimated over the sliding window).
+    pub limit: u64,
+    pub window_ms: u64,
+}
+
+/// What a key stores.
+///
+/// Invariants, as every admitted request writes them: `window_start_us` is a multiple of
+/// `window_ms × 1000` (of the parameters stored with it) and not after the clock of the
+/// write; `1 <= current <= limit`; `previous <= 10^12` (it was a `current` under some
+/// earlier limit, so it can exceed today's limit after a parameter change). A state outside
+/// them (a corrupted RDB) never makes the algorithm panic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct State {
+    /// The start of the window `current` counts, in µs since the Unix epoch.
+    pub window_start_us: u64,
+    /// Units admitted in that window.
+    pub current: u64,
+    /// Units admitted in the window before it.
+    pub previous: u64,
+}
+
+/// A key's counts under its own window length, in u128 so nothing can overflow.
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    start: u128,
+    window: u128,
+    current: u128,
+    previous: u128,
+}
+
+/// A stretch of time `[from, to)` over which the rolled counts stay the same.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    from: u128,
+    to: u128,
+    current: u128,
+    previous: u128,
+}
+
+impl Counts {
+    fn stored(params: &Params, state: &State) -> Counts {
+        Counts {
+            start: u128::from(state.window_start_us),
+            window: window_us(params.window_ms),
+            current: u128::from(state.current),
+            previous: u128::from(state.previous),
+        }
+    }
+
+    /// The counts from `now` on, rolled on this key's window schedule: as they are until
+    /// the window ends, then `(0, current)` for one window, then `(0, 0)` for good. Empty
+    /// segments (`from >= to`) are the stages already past.
+    fn from(&self, now: u128) -> [Segment; 3] {
+        let first_end = self.start + self.window;
+        let second_end = first_end + self.window;
+        [
+            Segment {
+                from: now,
+                to: first_end,
+                current: self.current,
+                previous: self.previous,
+            },
+            Segment {
+                from: now.max(first_end),
+                to: second_end,
+                current: 0,
+                previous: self.current,
+            },
+            Segment {
+                from: now.max(second_end),
+                to: u128::MAX,
+                current: 0,
+                previous: 0,
+            },
+        ]
+    }
+}
+
+impl Segment {
+    fn is_empty(&self) -> bool {
+        self.from >= self.to
+    }
+
+    /// The estimate at `t` (in this segment), the previous count weighted by what is left
+    /// of the aligned `window` that contains `t`.
+    fn estimate(&self, window: u128, t: u128) -> u128 {
+        let left = window - (t - window_start(t, window));
+        (self.previous.saturating_mul(left) / window).saturating_add(self.current)
+    }
+
+    /// The least elapsed time into a window from which `floor(previous × (window - e) /
+    /// window) <= allowance`: `previous × (window - e) < (allowance + 1) × window`. It is
+    /// `window` when no time within a window will do.
+    fn least_elapsed(&self, window: u128, allowance: u128) -> u128 {
+        if self.previous == 0 {
+            return 0;
+        }
+        let bound = allowance.saturating_add(1).saturating_mul(window) - 1;
+        window.saturating_sub(bound / self.previous)
+    }
+
+    /// The least time in this segment at which `estimate + cost <= limit`, if any.
+    fn first_fit(&self, window: u128, cost: u128, limit: u128) -> Option<u128> {
+        let allowance = limit.checked_sub(self.current.saturating_add(cost))?;
+        let e = self.least_elapsed(window, allowance);
+        if e >= window {
+            return None;
+        }
+        // Every window in the segment has the same profile: the first one (maybe entered
+        // part way) or else the next one decides.
+        let first = window_start(self.from, window);
+        let t = self.from.max(first + e);
+        if t < first + window && t < self.to {
+            return Some(t);
+        }
+        let t = first + window + e;
+        (t < self.to).then_some(t)
+    }
+
+    /// The least time from which the estimate is 0 until this segment ends.
+    fn zero_from(&self, window: u128) -> u128 {
+        if self.current > 0 {
+            return self.to;
+        }
+        if self.previous == 0 {
+            return self.from;
+        }
+        // The previous count's weight starts afresh at every window: only in the last one
+        // that the segment reaches can it fall to 0 for good.
+        let last = window_start(self.to - 1, window);
+        self.from
+            .max(last + self.least_elapsed(window, 0))
+            .min(self.to)
+    }
+}
+
+/// The least time from which the estimate stays 0 (the key is fresh for good).
+fn settled(segments: &[Segment; 3], window: u128, now: u128) -> u128 {
+    let mut settle = now;
+    for segment in segments.iter().rev().filter(|s| !s.is_empty()) {
+        settle = segment.zero_from(window);
+        if settle > segment.from {
+            break;
+        }
+    }
+    settle
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlidingWindow;
+
+impl Algorithm for SlidingWindow {
+    type Params = Params;
+    type State = State;
+    const NAME: &'static str = "RL.SLIDINGWINDOW";
+
+    fn check(
+        params: &Params,
+        stored: Option<(&Params, &mut State)>,
+        now_us: u64,
+        cost: u64,
+        write: bool,
+    ) -> (Decision, Option<State>) {
+        // A request of no units changes nothing, whoever asks.
+        let write = write && cost > 0;
+        let now = u128::from(now_us);
+        let window = window_us(params.window_ms);
+        let start = window_start(now, window);
+        let limit = u128::from(params.limit);
+        let cost_units = u128::from(cost);
+        let held = match &stored {
+            Some((old, state)) => Counts::stored(old, state),
+            None => Counts {
+                start,
+                window,
+                current: 0,
+                previous: 0,
+            },
+        };
+        // Rolled to now on the stored schedule, then weighted on the new one.
+        let segments = held.from(now);
+        let here = segments
+            .iter()
+            .find(|s| !s.is_empty())
+            .copied()
+            .unwrap_or(segments[2]);
+        let estimate = here.estimate(window, now);
+        let allowed = estimate.saturating_add(cost_units) <= limit;
+        let (after, reset_at) = if allowed && cost > 0 {
+            // What the key holds once the request is made: the counts placed in now's
+            // window under the new length, the cost added to the current one.
+            let made = Counts {
+                start,
+                window,
+                current: here.current + cost_units,
+                previous: here.previous,
+            };
+            let reset_at = settled(&made.from(now), window, now);
+            (estimate + cost_units, reset_at)
+        } else {
+            (estimate, settled(&segments, window, now))
+        };
+        let retry_after = if allowed {
+            Some(Span::ZERO)
+        } else if cost > params.limit {
+            None
+        } else {
+            segments
+                .iter()
+                .filter(|s| !s.is_empty())
+                .find_map(|s| s.first_fit(window, cost_units, limit))
+                .map(|t| Span::new(t - now, 1))
+        };
+        let decision = Decision {
+            allowed,
+            limit: params.limit,
+            remaining: u64::try_from(limit.saturating_sub(after)).unwrap_or(0),
+            retry_after,
+            reset_after: Span::new(reset_at - now, 1),
+            delay: None,
+        };
+        let mut fresh = None;
+        if allowed && write {
+            // All fit: start <= now, current + cost <= estimate + cost <= limit, and
+            // previous is a stored count.
+            let new = State {
+                window_start_us: u64::try_from(start).unwrap_or(now_us),
+                current: u64::try_from(here.current + cost_units).unwrap_or(params.limit),
+                previous: u64::try_from(here.previous).unwrap_or(u64::MAX),
+            };
+            match stored {
+                Some((_, state)) => *state = new,
+                None => fresh = Some(new),
+            }
+        }
+        (decision, fresh)
+    }
+
+    fn describe(params: &Params, state: &State, now_us: u64) -> Vec<(&'static str, i64)> {
+        let now_view = SlidingWindow::view_now(params, state, now_us);
+        vec![
+            ("limit", int(params.limit)),
+            ("window_ms", int(params.window_ms)),
+            ("window_start_us", int(state.window_start_us)),
+            ("current", int(state.current)),
+            ("previous", int(state.previous)),
+            ("remaining", int(now_view.remaining)),
+            ("reset_after_ms", int(now_view.reset_after.ceil_ms())),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms::testing::{self, peek, step, summary, Key};
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    /// 2023-11-14 02:00:00 UTC in µs: a round minute (and hour), as the examples need.
+    const T2: u64 = 1_699_927_200_000_000;
+    const SEC: u64 = 1_000_000;
+
+    fn params(limit: u64, window_ms: u64) -> Params {
+        Params { limit, window_ms }
+    }
+
+    /// Replays requests (µs since T2, cost) on one key; returns each decision.
+    fn replay(p: &Params, requests: &[(u64, u64)]) -> Vec<Decision> {
+        testing::replay::<SlidingWindow>(p, T2, requests)
+    }
+
+    /// The key after some requests.
+    fn key_after(p: &Params, requests: &[(u64, u64)]) -> Key<SlidingWindow> {
+        testing::key_after::<SlidingWindow>(p, T2, requests)
+    }
+
+    /// SPEC §3: 7 per minute, 5 requests in the previous minute and 3 in this one; a request
+    /// 30% into this minute sees 3 + floor(5 × 0.7) = 6 and passes; the next is denied.
+    #[test]
+    fn seven_per_minute_weighs_the_previous_minute() {
+        let p = params(7, 60_000);
+        let mut requests = vec![(10 * SEC, 1); 5]; // 2:00:10
+        requests.extend([(65 * SEC, 1); 3]); // 2:01:05
+        requests.extend([(78 * SEC, 1); 2]); // 2:01:18, 30% into the minute
+        let got: Vec<_> = replay(&p, &requests).iter().map(summary).collect();
+        assert_eq!(
+            got,
+            vec![
+                // 2:00:10: the n admitted so far count in 2:01 at a weight that falls
+                // below 1/n (floor 0) at 2:01:00 + 60 s × (1 - 1/n) + 1 µs, when the key is
+                // fresh again: 2:01:00.000001 for 1, ..., 2:01:48.000001 for 5.
+                (true, 7, 6, 0, 50_001),
+                (true, 7, 5, 0, 80_001),
+                (true, 7, 4, 0, 90_001),
+                (true, 7, 3, 0, 95_001),
+                (true, 7, 2, 0, 98_001),
+                // 2:01:05: floor(5 × 55 / 60) = 4 of the previous minute, plus this one's.
+                (true, 7, 2, 0, 55_001),
+                (true, 7, 1, 0, 85_001),
+                (true, 7, 0, 0, 95_001),
+                // 2:01:18: 3 + floor(5 × 0.7) = 6, so one passes; the next waits 6.000001 s.
+                (true, 7, 0, 0, 87_001),
+                (false, 7, 0, 6001, 87_001),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_first_denial_waits_exactly_and_then_passes() {
+        let p = params(7, 60_000);
+        let mut history = vec![(10 * SEC, 1); 5];
+        history.extend([(65 * SEC, 1); 3]);
+        history.push((78 * SEC, 1));
+        let key = key_after(&p, &history);
+        // current 4, previous 5: the request fits when floor(5 × left / 60 s) <= 2, that is
+        // once less than 36 s of the minute is left: 24.000001 s in, 6.000001 s from now.
+        let d = peek::<SlidingWindow>(&p, &key, T2 + 78 * SEC, 1);
+        assert_eq!(d.retry_after, Some(Span::from_us(6 * SEC + 1)));
+        assert!(!peek::<SlidingWindow>(&p, &key, T2 + 84 * SEC, 1).allowed);
+        assert!(peek::<SlidingWindow>(&p, &key, T2 + 84 * SEC + 1, 1).allowed);
+        // In whole ms, 6001: admitted then, not at 6000.
+        assert!(peek::<SlidingWindow>(&p, &key, T2 + 78 * SEC + 6_001_000, 1).allowed);
+    }
+
+    #[test]
+    fn a_full_current_window_waits_for_the_roll() {
+        let p = params(4, 1000);
+        let key = key_after(&p, &[(200_000, 4)]);
+        // current 4 = limit: no share of the previous count helps; at the next second the
+        // 4 become the previous count at full weight, and slide out over that second.
+        let d = peek::<SlidingWindow>(&p, &key, T2 + 500_000, 2);
+        // floor(4 × left / 1 s) <= 2 once left < 0.75 s: 0.250001 s into the next second.
+        assert_eq!(d.retry_after, Some(Span::from_us(750_001)));
+        assert!(!peek::<SlidingWindow>(&p, &key, T2 + 1_250_000, 2).allowed);
+        assert!(peek::<SlidingWindow>(&p, &key, T2 + 1_250_001, 2).allowed);
+        // Fresh once floor(4 × left / 1 s) = 0: left < 0.25 s, 1.750001 s after 2:00:00.
+        assert_eq!(d.reset_after, Span::from_us(1_250_001));
+    }
+
+    #[test]
+    fn cost_above_the_limit_is_never_admitted() {
+        let p = params(5, 60_000);
+        let mut key = key_after(&p, &[(0, 2)]);
+        let before = key;
+        let d = step::<SlidingWindow>(&p, &mut key, T2 + SEC, 6);
+        assert!(!d.allowed);
+        assert_eq!((d.remaining, d.retry_after), (3, None));
+        assert_eq!(key, before);
+        let mut fresh: Key<SlidingWindow> = None;
+        let d = step::<SlidingWindow>(&p, &mut fresh, T2, 6);
+        assert_eq!(summary(&d), (false, 5, 5, -1, 0));
+        assert_eq!(fresh, None);
+    }
+
+    #[test]
+    fn a_parameter_change_keeps_both_counts() {
+        // 10 per minute: 4 in 2:00, 6 in 2:01 (by 2:01:30).
+        let minute = params(10, 60_000);
+        let mut key = key_after(&minute, &[(10 * SEC, 4), (90 * SEC, 6)]);
+        // At 2:01:35, 10 per 10 s: rolled on the minute, (current 6, previous 4), placed in
+        // [2:01:30, 2:01:40), 5 s in: 6 + floor(4 × 5 / 10) = 8, so 2 more fit.
+        let ten_s = params(10, 10_000);
+        let d = step::<SlidingWindow>(&ten_s, &mut key, T2 + 95 * SEC, 2);
+        assert!(d.allowed);
+        assert_eq!(d.remaining, 0);
+        assert_eq!(
+            key,
+            Some((
+                ten_s,
+                State {
+                    window_start_us: T2 + 90 * SEC,
+                    current: 8,
+                    previous: 4
+                }
+            ))
+        );
+        // From here on, the new 10 s schedule: at 2:01:40 the 8 are the previous count.
+        let d = peek::<SlidingWindow>(&ten_s, &key, T2 + 95 * SEC, 1);
+        assert!(!d.allowed);
+        // The estimate is 8 + floor(4 × 5 / 10) = 10, but a microsecond later the previous
+        // count weighs floor(4 × 4.999999 / 10) = 1: 9 + 1 fits.
+        assert_eq!(d.retry_after, Some(Span::from_us(1)));
+
+        // Unwritten, the stored counts roll on the OLD schedule: a shorter window with a
+        // smaller limit keeps them until the old minute ends, whatever its own windows say.
+        let key = key_after(&minute, &[(90 * SEC, 10)]); // 2:01, full
+        let small = params(5, 10_000);
+        let d = peek::<SlidingWindow>(&small, &key, T2 + 95 * SEC, 1);
+        assert!(!d.allowed);
+        assert_eq!(d.remaining, 0);
+        // At 2:02 the 10 become the previous count, weighted on the 10 s windows:
+        // floor(10 × left / 10 s) <= 4 once left < 5 s, at 2:02:05.000001. That weight
+        // starts again at every 10 s window of the old minute 2:02, so the key is fresh for
+        // good only in the last one: floor(10 × left / 10 s) = 0 from 2:02:59.000001.
+        assert_eq!(d.retry_after, Some(Span::from_us(30 * SEC + 1)));
+        assert!(peek::<SlidingWindow>(&small, &key, T2 + 125 * SEC + 1, 1).allowed);
+        assert!(!peek::<SlidingWindow>(&small, &key, T2 + 125 * SEC, 1).allowed);
+        assert_eq!(d.reset_after, Span::from_us(84 * SEC + 1));
+    }
+
+    #[test]
+    fn describe_reports_the_state() {
+        let p = params(7, 60_000);
+        let (_, s) = key_after(&p, &[(10 * SEC, 5), (65 * SEC, 3)]).unwrap();
+        let fields = SlidingWindow::describe(&p, &s, T2 + 78 * SEC);
+        assert_eq!(
+            fields,
+            vec![
+                ("limit", 7),
+                ("window_ms", 60_000),
+                ("window_start_us", (T2 + 60 * SEC) as i64),
+                ("current", 3),
+                ("previous", 5),
+                ("remaining", 1),
+                ("reset_after_ms", 82_001),
+            ]
+        );
+    }
+
+    fn any_params() -> impl Strategy<Value = Params> {
+        (1u64..=20, 1u64..=10_000).prop_map(|(l, w)| params(l, w))
+    }
+
+    fn any_requests() -> impl Strategy<Value = Vec<(u64, u64)>> {
+        // (µs since the previous request, cost)
+        proptest::collection::vec((0u64..3_000_000, 0u64..6), 1..60)
+    }
+
+    /// A key after random requests, and the time of the last one (µs since T2).
+    fn history(p: &Params, gaps: &[(u64, u64)]) -> (Key<SlidingWindow>, u64) {
+        let mut at = 0;
+        let mut key: Key<SlidingWindow> = None;
+        for &(gap, cost) in gaps {
+            at += gap;
+            step::<SlidingWindow>(p, &mut key, T2 + at, cost);
+        }
+        (key, at)
+    }
+
+    proptest! {
+        /// After an admission the estimate is at most the limit, and in every aligned
+        /// window at most `limit` units are admitted.
+        #[test]
+        fn never_more_than_limit(p in any_params(), gaps in any_requests()) {
+            let mut at = 0;
+            let mut key: Key<SlidingWindow> = None;
+            let mut per_window: HashMap<u128, u64> = HashMap::new();
+            let window = window_us(p.window_ms);
+            for (gap, cost) in gaps {
+                at += gap;
+                let now = T2 + at;
+                if step::<SlidingWindow>(&p, &mut key, now, cost).allowed {
+                    let estimate = p.limit - peek::<SlidingWindow>(&p, &key, now, 0).remaining;
+                    if let (Some((_, s)), true) = (&key, cost > 0) {
+                        // The estimate from the counts just written, as the formula says.
+                        let left = window_start(u128::from(now), window) + window - u128::from(now);
+                        let exact = u128::from(s.previous) * left / window + u128::from(s.current);
+                        prop_assert!(exact <= u128::from(p.limit), "estimate {}", exact);
+                        prop_assert_eq!(u128::from(estimate), exact);
+                    }
+                    let n = per_window.entry(window_start(u128::from(now), window)).or_default();
+                    *n += cost;
+                    prop_assert!(*n <= p.limit, "{} admitted in one window", n);
+                }
+            }
+        }
+
+        /// retry_after is the least whole number of ms after which the request is admitted.
+        #[test]
+        fn retry_after_is_exact(p in any_params(), gaps in any_requests(), cost in 1u64..25) {
+            let (key, at) = history(&p, &gaps);
+            let d = peek::<SlidingWindow>(&p, &key, T2 + at, cost);
+            match (d.allowed, d.retry_after) {
+                (true, retry) => prop_assert_eq!(retry, Some(Span::ZERO)),
+                (false, None) => prop_assert!(cost > p.limit),
+                (false, Some(retry)) => {
+                    let ms = retry.ceil_ms();
+                    prop_assert!(ms >= 1);
+                    let later = peek::<SlidingWindow>(&p, &key, T2 + at + ms * 1000, cost);
+                    prop_assert!(later.allowed, "not admitted after retry_after {} ms", ms);
+                    let earlier = peek::<SlidingWindow>(&p, &key, T2 + at + (ms - 1) * 1000, cost);
+                    prop_assert!(!earlier.allowed, "already admitted at {} ms", ms - 1);
+                    // And to the microsecond.
+                    let us = retry.ceil_us();
+                    prop_assert!(peek::<SlidingWindow>(&p, &key, T2 + at + us, cost).allowed);
+                    prop_assert!(!peek::<SlidingWindow>(&p, &key, T2 + at + us - 1, cost).allowed);
+                }
+            }
+        }
+
+        /// The estimate never rises while nothing is admitted (so waiting never hurts),
+        /// across window rolls too.
+        #[test]
+        fn the_estimate_never_rises_with_time(
+            p in any_params(), gaps in any_requests(), steps in proptest::collection::vec(0u64..2_000_000, 1..20),
+        ) {
+            let (key, at) = history(&p, &gaps);
+            let mut t = T2 + at;
+            let mut remaining = peek::<SlidingWindow>(&p, &key, t, 0).remaining;
+            for dt in steps {
+                t += dt;
+                let now = peek::<SlidingWindow>(&p, &key, t, 0).remaining;
+                prop_assert!(now >= remaining);
+                remaining = now;
+            }
+        }
+
+        /// After a parameter change the estimate need not fall steadily, but retry_after is
+        /// still the least time (in µs) after which the request is admitted: admitted then,
+        /// and not a microsecond earlier nor at any earlier whole millisecond sampled.
+        #[test]
+        fn retry_after_is_exact_after_a_parameter_change(
+            q in any_params(), p in any_params(), gaps in any_requests(),
+            later in 0u64..5_000_000, cost in 1u64..25, probe in 0u64..1_000_000,
+        ) {
+            let (key, at) = history(&q, &gaps);
+            let now = T2 + at + later;
+            let d = peek::<SlidingWindow>(&p, &key, now, cost);
+            if let (false, Some(retry)) = (d.allowed, d.retry_after) {
+                let us = retry.ceil_us();
+                prop_assert!(us >= 1);
+                prop_assert!(peek::<SlidingWindow>(&p, &key, now + us, cost).allowed);
+                prop_assert!(!peek::<SlidingWindow>(&p, &key, now + us - 1, cost).allowed);
+                prop_assert!(!peek::<SlidingWindow>(&p, &key, now + probe % us, cost).allowed);
+            }
+            // reset_after too: fresh then, and from then on.
+            let reset = d.reset_after.ceil_us();
+            if !d.allowed {
+                for t in [now + reset, now + reset + probe] {
+                    prop_assert_eq!(peek::<SlidingWindow>(&p, &key, t, 0).remaining, p.limit);
+                }
+                if reset > 0 {
+                    prop_assert!(peek::<SlidingWindow>(&p, &key, now + reset - 1, 0).remaining < p.limit);
+                }
+            }
+        }
+
+        /// With windows of a few ms, every microsecond before retry_after is checked: none
+        /// admits the request; and from reset_after on, for three windows, every one shows a
+        /// fresh key. Parameters may change (the stored ones are `q`).
+        #[test]
+        fn retry_and_reset_are_the_least_times_microsecond_by_microsecond(
+            q in (1u64..=4, 1u64..=4).prop_map(|(l, w)| params(l, w)),
+            p in (1u64..=4, 1u64..=4).prop_map(|(l, w)| params(l, w)),
+            gaps in proptest::collection::vec((0u64..3_000, 0u64..4), 1..12),
+            later in 0u64..3_000, cost in 1u64..5,
+        ) {
+            let (key, at) = history(&q, &gaps);
+            let now = T2 + at + later;
+            let d = peek::<SlidingWindow>(&p, &key, now, cost);
+            if let (false, Some(retry)) = (d.allowed, d.retry_after) {
+                let us = retry.ceil_us();
+                for t in now..now + us {
+                    prop_assert!(!peek::<SlidingWindow>(&p, &key, t, cost).allowed, "admitted at +{}", t - now);
+                }
+                prop_assert!(peek::<SlidingWindow>(&p, &key, now + us, cost).allowed);
+            }
+            if !d.allowed {
+                let reset = d.reset_after.ceil_us();
+                if reset > 0 {
+                    prop_assert!(peek::<SlidingWindow>(&p, &key, now + reset - 1, 0).remaining < p.limit);
+                }
+                for t in now + reset..now + reset + 3 * p.window_ms * 1000 {
+                    prop_assert_eq!(peek::<SlidingWindow>(&p, &key, t, 0).remaining, p.limit, "at +{}", t - now);
+                }
+            }
+        }
+
+        /// `remaining` more units fit right now, and not one more.
+        #[test]
+        fn remaining_is_what_fits_now(p in any_params(), gaps in any_requests()) {
+            let (key, at) = history(&p, &gaps);
+            let now = peek::<SlidingWindow>(&p, &key, T2 + at, 0);
+            if now.remaining > 0 {
+                prop_assert!(peek::<SlidingWindow>(&p, &key, T2 + at, now.remaining).allowed);
+            }
+            prop_assert!(!peek::<SlidingWindow>(&p, &key, T2 + at, now.remaining + 1).allowed);
+        }
+
+        /// The same inputs give the same decision; without `write` (DRYRUN, COST 0) or when
+        /// denied, the state is untouched (`peek` and `step` assert it); with it, a request
+        /// decides as its dry run said, and the key it writes agrees with the reply.
+        #[test]
+        fn dryrun_decides_like_the_real_request_and_changes_nothing(
+            p in any_params(), q in any_params(), start_off in 0u64..100, current in 0u64..25,
+            previous in 0u64..25, now in 0u64..20_000_000, cost in 0u64..30,
+        ) {
+            let start = T2 + start_off * q.window_ms * 1000;
+            let key: Key<SlidingWindow> = Some((q, State { window_start_us: start, current, previous }));
+            let dry = peek::<SlidingWindow>(&p, &key, T2 + now, cost);
+            prop_assert_eq!(dry, peek::<SlidingWindow>(&p, &key, T2 + now, cost));
+            let mut real = key;
+            prop_assert_eq!(step::<SlidingWindow>(&p, &mut real, T2 + now, cost), dry);
+            // What an admitted request reports is what the key it writes says.
+            if dry.allowed && cost > 0 {
+                let after = peek::<SlidingWindow>(&p, &real, T2 + now, 0);
+                prop_assert_eq!((after.remaining, after.reset_after), (dry.remaining, dry.reset_after));
+            }
+        }
+
+        /// At now + reset_after the key is fresh, and stays so; a microsecond earlier it
+        /// is not.
+        #[test]
+        fn fresh_again_after_reset_after(
+            p in any_params(), gaps in any_requests(), later in 0u64..100_000_000,
+        ) {
+            let (key, at) = history(&p, &gaps);
+            let now = T2 + at;
+            let us = peek::<SlidingWindow>(&p, &key, now, 0).reset_after.ceil_us();
+            for t in [now + us, now + us + later] {
+                prop_assert_eq!(peek::<SlidingWindow>(&p, &key, t, 0).remaining, p.limit);
+            }
+            if us > 0 {
+                prop_assert!(peek::<SlidingWindow>(&p, &key, now + us - 1, 0).remaining < p.limit);
+            }
+        }
+
+        /// Any parameters, states, times and costs: no panic, no wrap.
+        #[test]
+        fn extremes_never_panic(limit in any::<u64>(), window_ms in any::<u64>(),
+                                old_limit in any::<u64>(), old_window_ms in any::<u64>(),
+                                window_start_us in any::<u64>(), current in any::<u64>(),
+                                previous in any::<u64>(), now in any::<u64>(),
+                                cost in any::<u64>(), write in any::<bool>()) {
+            let p = params(limit, window_ms);
+            let q = params(old_limit, old_window_ms);
+            let state = State { window_start_us, current, previous };
+            for stored in [&q, &p] {
+                let mut s = state;
+                let (d, _) = SlidingWindow::check(&p, Some((stored, &mut s)), now, cost, write);
+                let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
+            }
+            let (d, _) = SlidingWindow::check(&p, None, now, cost, write);
+            let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
+            let _ = SlidingWindow::describe(&p, &state, now);
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! RL.FIXEDWINDOW.
+
+use super::{admission, Call};
+use crate::algorithms::fixed_window::{FixedWindow, Params};
+use crate::args;
+use crate::error::Error;
+use crate::reply;
+
+/// `RL.FIXEDWINDOW key limit window [COST n] [DRYRUN]`
+///
+/// At most `limit` units per window, windows aligned to multiples of `window` since the Unix
+/// epoch. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
+pub fn rl_fixedwindow(call: &Call) -> Result<(), Error> {
+    let a = admission::arguments(
+        call,
+        3,
+        "RL.FIXEDWINDOW",
+        "key limit window [COST n] [DRYRUN]",
+    )?;
+    let params = Params {
+        limit: args::positive_count(a[2], "limit")?,
+        window_ms: args::duration_ms(a[3], "window")?,
+    };
+    let opts = args::options(&a[4..], 4)?;
+    admission::run::<FixedWindow>(call, c"RL.FIXEDWINDOW", params, opts, |ctx, d| {
+        reply::admission(ctx, d, None)
+    })
+}

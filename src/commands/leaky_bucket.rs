@@ -1,0 +1,32 @@
+//! RL.LEAKYBUCKET.
+
+use super::{admission, Call};
+use crate::algorithms::int;
+use crate::algorithms::leaky_bucket::{LeakyBucket, Params};
+use crate::args;
+use crate::error::Error;
+use crate::reply;
+
+/// `RL.LEAKYBUCKET key capacity leak_amount leak_period [COST n] [DRYRUN]`
+///
+/// A queue of at most `capacity` units that drains `leak_amount` units per `leak_period`.
+/// Reply: the five fields and a sixth, `delay_ms`: how long an admitted request waits for its
+/// turn (0 when the queue was empty), -1 when denied.
+pub fn rl_leakybucket(call: &Call) -> Result<(), Error> {
+    let a = admission::arguments(
+        call,
+        4,
+        "RL.LEAKYBUCKET",
+        "key capacity leak_amount leak_period [COST n] [DRYRUN]",
+    )?;
+    let params = Params {
+        capacity: args::positive_count(a[2], "capacity")?,
+        leak_amount: args::positive_count(a[3], "leak_amount")?,
+        leak_period_ms: args::duration_ms(a[4], "leak_period")?,
+    };
+    let opts = args::options(&a[5..], 5)?;
+    admission::run::<LeakyBucket>(call, c"RL.LEAKYBUCKET", params, opts, |ctx, d| {
+        let delay_ms = d.delay.map_or(-1, |span| int(span.ceil_ms()));
+        reply::admission(ctx, d, Some(("delay_ms", delay_ms)))
+    })
+}

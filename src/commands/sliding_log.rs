@@ -1,0 +1,35 @@
+//! RL.SLIDINGLOG.
+
+use super::{admission, Call, Mode};
+use crate::algorithms::sliding_log::{Params, SlidingLog};
+use crate::args;
+use crate::error::Error;
+use crate::reply;
+
+/// `RL.SLIDINGLOG key limit window [COST n] [DRYRUN]`
+///
+/// Exact: admits when the units admitted in the last `window` plus COST are at most `limit`.
+/// `limit` is bounded by the setting `ratelimit.sliding-log-max-limit`, since the log keeps
+/// a few bytes per admitted unit. Reply: `[allowed, limit, remaining, retry_after_ms,
+/// reset_after_ms]`.
+pub fn rl_slidinglog(call: &Call) -> Result<(), Error> {
+    let a = admission::arguments(
+        call,
+        3,
+        "RL.SLIDINGLOG",
+        "key limit window [COST n] [DRYRUN]",
+    )?;
+    // A replica replays what its primary admitted, whatever its own setting says.
+    let max = match call.mode {
+        Mode::Live => crate::sliding_log_max_limit(),
+        Mode::Replay { .. } => crate::SLIDING_LOG_LIMIT_CEILING,
+    };
+    let params = Params {
+        limit: args::count(a[2], "limit", 1, max).map_err(|_| Error::LogLimit { max })?,
+        window_ms: args::duration_ms(a[3], "window")?,
+    };
+    let opts = args::options(&a[4..], 4)?;
+    admission::run::<SlidingLog>(call, c"RL.SLIDINGLOG", params, opts, |ctx, d| {
+        reply::admission(ctx, d, None)
+    })
+}

@@ -1,0 +1,29 @@
+//! RL.SLIDINGWINDOW.
+
+use super::{admission, Call};
+use crate::algorithms::sliding_window::{Params, SlidingWindow};
+use crate::args;
+use crate::error::Error;
+use crate::reply;
+
+/// `RL.SLIDINGWINDOW key limit window [COST n] [DRYRUN]`
+///
+/// The sliding window counter: the previous aligned window's count, weighted by how much of
+/// it still overlaps the sliding window, plus the current one's, at most `limit`.
+/// Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
+pub fn rl_slidingwindow(call: &Call) -> Result<(), Error> {
+    let a = admission::arguments(
+        call,
+        3,
+        "RL.SLIDINGWINDOW",
+        "key limit window [COST n] [DRYRUN]",
+    )?;
+    let params = Params {
+        limit: args::positive_count(a[2], "limit")?,
+        window_ms: args::duration_ms(a[3], "window")?,
+    };
+    let opts = args::options(&a[4..], 4)?;
+    admission::run::<SlidingWindow>(call, c"RL.SLIDINGWINDOW", params, opts, |ctx, d| {
+        reply::admission(ctx, d, None)
+    })
+}

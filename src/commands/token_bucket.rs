@@ -1,0 +1,35 @@
+//! RL.TOKENBUCKET.
+
+use super::{admission, Call};
+use crate::algorithms::token_bucket::{Params, TokenBucket};
+use crate::args;
+use crate::error::Error;
+use crate::reply;
+
+/// `RL.TOKENBUCKET key capacity refill_amount refill_period [INTERVAL] [COST n] [DRYRUN]`
+///
+/// A bucket of `capacity` tokens, full at first, refilled with `refill_amount` tokens per
+/// `refill_period` (continuously, or in whole steps at each period with `INTERVAL`); a request
+/// takes `COST` tokens. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
+pub fn rl_tokenbucket(call: &Call) -> Result<(), Error> {
+    let a = admission::arguments(
+        call,
+        4,
+        "RL.TOKENBUCKET",
+        "key capacity refill_amount refill_period [INTERVAL] [COST n] [DRYRUN]",
+    )?;
+    let capacity = args::positive_count(a[2], "capacity")?;
+    let refill_amount = args::positive_count(a[3], "refill_amount")?;
+    let refill_period_ms = args::duration_ms(a[4], "refill_period")?;
+    let (opts, flags) =
+        args::options_with(&a[5..], 5, &["INTERVAL"], "COST n, DRYRUN or INTERVAL")?;
+    let params = Params {
+        capacity,
+        refill_amount,
+        refill_period_ms,
+        interval: flags & 1 != 0,
+    };
+    admission::run::<TokenBucket>(call, c"RL.TOKENBUCKET", params, opts, |ctx, d| {
+        reply::admission(ctx, d, None)
+    })
+}
