@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::{Client, Config, Reply, Server, T0_MS};
 
-/// Writes state into a few keys with the debug clock at T0 and after; returns the keys.
+/// Writes state into keys of every algorithm with the debug clock at T0 and after (COST,
+/// INTERVAL and a sliding log with entries of several units included); returns the keys.
 fn workload(c: &mut Client) -> Vec<String> {
     c.clock_set(T0_MS);
     let mut keys = Vec::new();
@@ -18,11 +19,30 @@ fn workload(c: &mut Client) -> Vec<String> {
         for _ in 0..=i {
             c.cmd(&["RL.GCRA", &key, &burst, "3", "1m"]);
         }
-        c.cmd(&["CL.THROTTLE", "cell", "9", "2", "60", &i.to_string()]);
+        let n = i.to_string();
+        c.cmd(&["CL.THROTTLE", "cell", "9", "2", "60", &n]);
+        c.cmd(&["RL.TOKENBUCKET", "tb", "20", "3", "1m", "COST", &n]);
+        c.cmd(&[
+            "RL.TOKENBUCKET",
+            "tbi",
+            "20",
+            "3",
+            "1m",
+            "INTERVAL",
+            "COST",
+            &n,
+        ]);
+        c.cmd(&["RL.LEAKYBUCKET", "lb", "20", "3", "1m", "COST", &n]);
+        c.cmd(&["RL.FIXEDWINDOW", "fw", "20", "1h", "COST", &n]);
+        c.cmd(&["RL.SLIDINGWINDOW", "sw", "20", "1h", "COST", &n]);
+        c.cmd(&["RL.SLIDINGLOG", "sl", "20", "1h", "COST", &n]);
+        c.cmd(&["RL.SLIDINGLOG", "sl", "20", "1h"]);
         c.clock_advance(1234);
         keys.push(key);
     }
-    keys.push("cell".into());
+    for key in ["cell", "tb", "tbi", "lb", "fw", "sw", "sl"] {
+        keys.push(key.into());
+    }
     keys
 }
 

@@ -54,11 +54,29 @@ fn the_replica_holds_the_primarys_state_exactly() {
         p.cmd(&["RL.GCRA", &key, &burst, "10", "1m", "DRYRUN"]);
         let cell = format!("cell:{}", i % 4);
         p.cmd(&["CL.THROTTLE", &cell, "3", "5", "60", "2"]);
+        // Every other algorithm too, on a few shared keys.
+        let n = (i % 4).to_string();
+        p.cmd(&["RL.TOKENBUCKET", "tb", "30", "3", "1m", "COST", &n]);
+        p.cmd(&[
+            "RL.TOKENBUCKET",
+            "tbi",
+            "30",
+            "3",
+            "1m",
+            "INTERVAL",
+            "COST",
+            &n,
+        ]);
+        p.cmd(&["RL.LEAKYBUCKET", "lb", "30", "3", "1m", "COST", &n]);
+        p.cmd(&["RL.FIXEDWINDOW", "fw", "30", "1h", "COST", &n]);
+        p.cmd(&["RL.SLIDINGWINDOW", "sw", "30", "1h", "COST", &n]);
+        p.cmd(&["RL.SLIDINGLOG", "sl", "30", "1h", "COST", &n]);
         // The primary's clock moves; the replica's stays where it is (real time).
         p.clock_advance(37);
         keys.push(key);
     }
     keys.extend((0..4).map(|i| format!("cell:{i}")));
+    keys.extend(["tb", "tbi", "lb", "fw", "sw", "sl"].map(String::from));
     sync(&mut p);
     // Compare with both clocks at the same reading, so derived fields compare too.
     let at = (T0_MS + 5000).to_string();
