@@ -4,7 +4,7 @@
 MODULE := $(CURDIR)/target/release/libratelimit.so
 export RATELIMIT_MODULE := $(MODULE)
 
-.PHONY: deps build run test lint clean
+.PHONY: deps build run test lint bench clean
 
 deps:
 	@bash scripts/deps.sh
@@ -20,6 +20,14 @@ run: build
 # that the tests start on free loopback ports and stop themselves.
 test: build
 	cargo test --release
+
+# Not part of `make test` or CI: numbers on a shared 2-core machine are for reading, not for
+# asserting. Criterion micro-benchmarks of the pure algorithms (ns per decision), then the
+# module against INCR and Lua twins on a real server (scripts/bench.py; report also in
+# target/bench/report.md). BENCH_REPS, BENCH_N1 and BENCH_N16 tune the second part.
+bench: build
+	cargo bench --bench algorithms
+	python3 scripts/bench.py
 
 lint: deps
 	cargo fmt --all -- --check

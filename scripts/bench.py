@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""`make bench`: the module against INCR and against Lua twins, in one run, on this machine.
+
+Starts its own redis-server with the module on a free loopback port (stopped by PID at the
+end), then measures:
+  1. throughput with redis-benchmark (50 clients, 100,000 random keys, -P 1 and -P 16) of
+     INCR, every admission command and CL.THROTTLE, and a Lua script (EVALSHA) per algorithm
+     written the usual way (scripts/lua/); and each command's server-side usec_per_call from
+     INFO commandstats. Medians of BENCH_REPS repetitions (default 3), interleaved so that
+     noise spreads over all commands alike;
+  2. memory: used_memory growth per key over 100,000 fresh keys, against a plain
+     `SET key <integer> PX <ms>` key and the Lua twins' keys; and the sliding log's bytes per
+     admitted request at 10, 1,000 and 100,000 entries per key, against a sorted set's;
+  3. the sliding log's usec_per_call with a full log at limits 10 to 1,000,000.
+Prints one report (and writes it to target/bench/report.md).
+"""
+
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODULE = os.environ.get("RATELIMIT_MODULE", os.path.join(ROOT, "target/release/libratelimit.so"))
+OUT = os.path.join(ROOT, "target/bench")
+REPS = int(os.environ.get("BENCH_REPS", "3"))
+# Requests per redis-benchmark run, per pipeline depth: each run takes a few seconds.
+REQUESTS = {1: int(os.environ.get("BENCH_N1", "300000")), 16: int(os.environ.get("BENCH_N16", "2000000"))}
+KEYS = 100_000
+CLIENTS = 50
+
+# (label, command after the key, Lua twin label); keys are key:__rand_int__.
+RL_COMMANDS = [
+    ("RL.GCRA", ["RL.GCRA", "10", "10", "1s"], "gcra"),
+    ("CL.THROTTLE", ["CL.THROTTLE", "9", "10", "1"], "gcra"),
+    ("RL.TOKENBUCKET", ["RL.TOKENBUCKET", "10", "10", "1s"], "tokenbucket"),
+    ("RL.LEAKYBUCKET", ["RL.LEAKYBUCKET", "10", "10", "1s"], "leakybucket"),
+    ("RL.FIXEDWINDOW", ["RL.FIXEDWINDOW", "10", "1s"], "fixedwindow"),
+    ("RL.SLIDINGWINDOW", ["RL.SLIDINGWINDOW", "10", "1s"], "slidingwindow"),
+    ("RL.SLIDINGLOG", ["RL.SLIDINGLOG", "10", "1s"], "slidinglog"),
+]
+# The Lua twins' arguments (times in ms, cost last).
+LUA_ARGS = {
+    "gcra": ["10", "10", "1000", "1"],
+    "tokenbucket": ["10", "10", "1000", "1"],
+    "leakybucket": ["10", "10", "1000", "1"],
+    "fixedwindow": ["10", "1000", "1"],
+    "slidingwindow": ["10", "1000", "1"],
+    "slidinglog": ["10", "1000", "1"],
+}
+FIXED_SIZE = {"RL.GCRA", "CL.THROTTLE", "RL.TOKENBUCKET", "RL.LEAKYBUCKET", "RL.FIXEDWINDOW", "RL.SLIDINGWINDOW"}
+
+
+class Client:
+    """A minimal RESP2 client: enough for setup, INFO and pipelined fills."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.file = self.sock.makefile("rb")
+
+    @staticmethod
+    def encode(*args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        return b"".join(out)
+
+    def read(self):
+        line = self.file.readline()
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            return None if n < 0 else self.file.read(n + 2)[:-2]
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self.read() for _ in range(n)]
+        raise RuntimeError("unexpected reply %r" % line)
+
+    def cmd(self, *args):
+        self.sock.sendall(self.encode(*args))
+        return self.read()
+
+    def pipeline(self, commands, batch=1000):
+        for start in range(0, len(commands), batch):
+            chunk = commands[start:start + batch]
+            self.sock.sendall(b"".join(self.encode(*c) for c in chunk))
+            for _ in chunk:
+                self.read()
+
+    def info(self, section):
+        text = self.cmd("INFO", section).decode()
+        fields = {}
+        for line in text.split("\r\n"):
+            if ":" in line and not line.startswith("#"):
+                name, value = line.split(":", 1)
+                fields[name] = value
+        return fields
+
+    def used_memory(self):
+        return int(self.info("memory")["used_memory"])
+
+    def usec_per_call(self, command):
+        stats = self.info("commandstats").get("cmdstat_" + command.lower())
+        if not stats:
+            return float("nan")
+        return float(dict(kv.split("=") for kv in stats.split(","))["usec_per_call"])
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self):
+        os.makedirs(OUT, exist_ok=True)
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", OUT,
+             "--save", "", "--appendonly", "no", "--logfile", "redis.log",
+             "--loadmodule", MODULE],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 15
+        while True:
+            if self.proc.poll() is not None:
+                sys.exit("redis-server exited; see %s/redis.log" % OUT)
+            try:
+                self.client = Client(self.port)
+                if self.client.cmd("PING") == "PONG":
+                    break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                self.stop()
+                sys.exit("redis-server did not answer")
+            time.sleep(0.05)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def benchmark(port, args, pipeline):
+    """Requests per second of one redis-benchmark run."""
+    cmd = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(CLIENTS),
+           "-n", str(REQUESTS[pipeline]), "-r", str(KEYS), "-P", str(pipeline), "--csv"] + args
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    rows = [line for line in out.splitlines() if line.strip()]
+    return float(rows[-1].split(",")[1].strip('"'))
+
+
+def throughput(server, shas):
+    """{(label, pipeline): (median rps, median usec_per_call)}."""
+    cases = [("INCR", ["INCR", "key:__rand_int__"], "incr")]
+    for label, args, _ in RL_COMMANDS:
+        cases.append((label, [args[0], "key:__rand_int__"] + args[1:], args[0]))
+    for twin, args in LUA_ARGS.items():
+        cases.append(("lua:" + twin, ["EVALSHA", shas[twin], "1", "key:__rand_int__"] + args, "evalsha"))
+    samples = {}
+    for rep in range(REPS):
+        for pipeline in (1, 16):
+            for label, args, stat in cases:
+                server.client.cmd("FLUSHALL")
+                server.client.cmd("CONFIG", "RESETSTAT")
+                rps = benchmark(server.port, args, pipeline)
+                usec = server.client.usec_per_call(stat)
+                samples.setdefault((label, pipeline), []).append((rps, usec))
+                print("  rep %d -P %-2d %-20s %10.0f ops/s %6.2f usec/call" % (rep + 1, pipeline, label, rps, usec),
+                      file=sys.stderr)
+    return {k: (statistics.median(r for r, _ in v), statistics.median(u for _, u in v)) for k, v in samples.items()}
+
+
+def per_key_memory(client, make, n=KEYS):
+    client.cmd("FLUSHALL")
+    before = client.used_memory()
+    client.pipeline([make(i) for i in range(n)])
+    return (client.used_memory() - before) / n
+
+
+def memory(client, shas):
+    rows = []
+    plain = per_key_memory(client, lambda i: ("SET", "key:%d" % i, 1_700_000_000_123 + i, "PX", 3_600_000))
+    rows.append(("SET key <integer> PX <ms>", plain, None))
+    long_args = {  # an hour, so that nothing expires while the keys are counted
+        "RL.GCRA": ["10", "10", "1h"], "CL.THROTTLE": ["9", "10", "3600"],
+        "RL.TOKENBUCKET": ["10", "10", "1h"], "RL.LEAKYBUCKET": ["10", "10", "1h"],
+        "RL.FIXEDWINDOW": ["10", "1h"], "RL.SLIDINGWINDOW": ["10", "1h"], "RL.SLIDINGLOG": ["10", "1h"],
+    }
+    lua_long = {
+        "gcra": ["10", "10", "3600000", "1"], "tokenbucket": ["10", "10", "3600000", "1"],
+        "leakybucket": ["10", "10", "3600000", "1"], "fixedwindow": ["10", "3600000", "1"],
+        "slidingwindow": ["10", "3600000", "1"], "slidinglog": ["10", "3600000", "1"],
+    }
+    for label, args, twin in RL_COMMANDS:
+        ours = per_key_memory(client, lambda i: (args[0], "key:%d" % i, *long_args[label]))
+        lua = per_key_memory(client, lambda i: ("EVALSHA", shas[twin], "1", "key:%d" % i, *lua_long[twin]))
+        rows.append((label, ours, lua))
+    log_rows = []
+    for entries, keys in ((10, 10_000), (1000, 100), (100_000, 2)):
+        def fill(make):
+            client.cmd("FLUSHALL")
+            before = client.used_memory()
+            client.pipeline([make(k, e) for k in range(keys) for e in range(entries)])
+            return (client.used_memory() - before) / (keys * entries)
+        ours = fill(lambda k, e: ("RL.SLIDINGLOG", "log:%d" % k, entries, "1h"))
+        zset = fill(lambda k, e: ("EVALSHA", shas["slidinglog"], "1", "log:%d" % k, entries, 3_600_000, 1))
+        log_rows.append((entries, ours, zset))
+    return plain, rows, log_rows
+
+
+def log_scale(server):
+    rows = []
+    for limit in (10, 1000, 100_000, 1_000_000):
+        server.client.cmd("FLUSHALL")
+        server.client.pipeline([("RL.SLIDINGLOG", "full", limit, "1h")] * limit, batch=10_000)
+        entries = dict(zip(*[iter(server.client.cmd("RL.INSPECT", "full"))] * 2))[b"active"]
+        usecs = []
+        for _ in range(REPS):
+            server.client.cmd("CONFIG", "RESETSTAT")
+            run = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(server.port), "-c", str(CLIENTS),
+                   "-n", "200000", "-P", "16", "--csv", "RL.SLIDINGLOG", "full", str(limit), "1h"]
+            subprocess.run(run, check=True, capture_output=True)
+            usecs.append(server.client.usec_per_call("RL.SLIDINGLOG"))
+        rows.append((limit, entries, statistics.median(usecs)))
+    return rows
+
+
+def main():
+    for tool in ("redis-server", "redis-benchmark"):
+        if subprocess.run(["sh", "-c", "command -v " + tool], capture_output=True).returncode:
+            sys.exit(tool + " is missing: run make bench (it installs what is missing)")
+    if not os.path.exists(MODULE):
+        sys.exit(MODULE + " is missing: run make bench")
+    server = Server()
+    try:
+        shas = {}
+        for twin in LUA_ARGS:
+            with open(os.path.join(ROOT, "scripts/lua", twin + ".lua")) as f:
+                shas[twin] = server.client.cmd("SCRIPT", "LOAD", f.read()).decode()
+        print("throughput (%d repetitions)..." % REPS, file=sys.stderr)
+        results = throughput(server, shas)
+        print("memory...", file=sys.stderr)
+        plain, mem_rows, log_rows = memory(server.client, shas)
+        print("sliding log scale...", file=sys.stderr)
+        scale = log_scale(server)
+    finally:
+        server.stop()
+    report = render(results, plain, mem_rows, log_rows, scale)
+    with open(os.path.join(OUT, "report.md"), "w") as f:
+        f.write(report)
+    print(report)
+
+
+def render(results, plain, mem_rows, log_rows, scale):
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()[2]
+    lines = [
+        "Machine: %d cores (%s), Redis %s. Medians of %d runs of `redis-benchmark -c %d -r %d -P {1,16} "
+        "-n {%d,%d}`, interleaved; usec_per_call from INFO commandstats." % (
+            os.cpu_count(), cpu, version.replace("v=", ""), REPS, CLIENTS, KEYS, REQUESTS[1], REQUESTS[16]),
+        "",
+        "| command | -P | ops/s | × INCR | × Lua twin | usec_per_call | usec × INCR |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for pipeline in (1, 16):
+        incr_rps, incr_usec = results[("INCR", pipeline)]
+        lines.append("| INCR | %d | %.0f | 1.00 | | %.2f | 1.00 |" % (pipeline, incr_rps, incr_usec))
+        for label, _, twin in RL_COMMANDS:
+            rps, usec = results[(label, pipeline)]
+            lua_rps, _ = results[("lua:" + twin, pipeline)]
+            lines.append("| %s | %d | %.0f | %.2f | %.2f | %.2f | %.2f |" % (
+                label, pipeline, rps, rps / incr_rps, rps / lua_rps, usec, usec / incr_usec))
+        for twin in LUA_ARGS:
+            rps, usec = results[("lua:" + twin, pipeline)]
+            lines.append("| Lua %s (EVALSHA) | %d | %.0f | %.2f | 1.00 | %.2f | %.2f |" % (
+                twin, pipeline, rps, rps / incr_rps, usec, usec / incr_usec))
+    lines += ["", "Memory: used_memory growth per key over %d fresh keys (one request each)." % KEYS, "",
+              "| key | bytes/key | × SET | Lua twin bytes/key |", "|---|---|---|---|"]
+    for label, ours, lua in mem_rows:
+        lua_text = "" if lua is None else "%.1f" % lua
+        lines.append("| %s | %.1f | %.2f | %s |" % (label, ours, ours / plain, lua_text))
+    lines += ["", "Sliding log: bytes per admitted request (cost 1), against a sorted set (the Lua twin).", "",
+              "| entries per key | RL.SLIDINGLOG | sorted set |", "|---|---|---|"]
+    for entries, ours, zset in log_rows:
+        lines.append("| %d | %.1f | %.1f |" % (entries, ours, zset))
+    lines += ["", "Sliding log with a full log (every request denied), -P 16, median usec_per_call.", "",
+              "| limit | entries | usec_per_call | × limit 10 |", "|---|---|---|---|"]
+    base = scale[0][2]
+    for limit, entries, usec in scale:
+        lines.append("| %d | %d | %.2f | %.2f |" % (limit, entries, usec, usec / base))
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
