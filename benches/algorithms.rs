@@ -32,8 +32,13 @@ fn steady<A: Algorithm>(c: &mut Criterion, name: &str, params: A::Params, step_u
     c.bench_function(name, |b| {
         b.iter(|| {
             now += step_us;
-            let (decision, _) =
-                A::check(black_box(&params), Some((&params, &mut state)), now, 1, true);
+            let (decision, _) = A::check(
+                black_box(&params),
+                Some((&params, &mut state)),
+                now,
+                1,
+                true,
+            );
             black_box(decision)
         })
     });
@@ -44,37 +49,61 @@ fn decisions(c: &mut Criterion) {
     steady::<gcra::Gcra>(
         c,
         "gcra",
-        gcra::Params { burst: 100, rate: 100, period_ms: 1000 },
+        gcra::Params {
+            burst: 100,
+            rate: 100,
+            period_ms: 1000,
+        },
         5_000,
     );
     steady::<token_bucket::TokenBucket>(
         c,
         "tokenbucket",
-        token_bucket::Params { capacity: 100, refill_amount: 100, refill_period_ms: 1000, interval: false },
+        token_bucket::Params {
+            capacity: 100,
+            refill_amount: 100,
+            refill_period_ms: 1000,
+            interval: false,
+        },
         5_000,
     );
     steady::<token_bucket::TokenBucket>(
         c,
         "tokenbucket interval",
-        token_bucket::Params { capacity: 100, refill_amount: 100, refill_period_ms: 1000, interval: true },
+        token_bucket::Params {
+            capacity: 100,
+            refill_amount: 100,
+            refill_period_ms: 1000,
+            interval: true,
+        },
         5_000,
     );
     steady::<leaky_bucket::LeakyBucket>(
         c,
         "leakybucket",
-        leaky_bucket::Params { capacity: 100, leak_amount: 100, leak_period_ms: 1000 },
+        leaky_bucket::Params {
+            capacity: 100,
+            leak_amount: 100,
+            leak_period_ms: 1000,
+        },
         5_000,
     );
     steady::<fixed_window::FixedWindow>(
         c,
         "fixedwindow",
-        fixed_window::Params { limit: 100, window_ms: 1000 },
+        fixed_window::Params {
+            limit: 100,
+            window_ms: 1000,
+        },
         5_000,
     );
     steady::<sliding_window::SlidingWindow>(
         c,
         "slidingwindow",
-        sliding_window::Params { limit: 100, window_ms: 1000 },
+        sliding_window::Params {
+            limit: 100,
+            window_ms: 1000,
+        },
         5_000,
     );
     // A full log that slides: each admitted request drops the oldest entry and appends.

@@ -388,7 +388,7 @@ fn the_internal_commands_are_refused_from_clients() {
     let mut c = server.client();
     c.clock_set(T0_MS);
     assert_eq!(
-        c.cmd(&["RL.REPLAY", "k", "1", "1", "RL.GCRA", "5", "1", "1s"])
+        c.cmd(&["RL.REPLAY", "k", "1:1:RL.GCRA:5", "1", "1s"])
             .error(),
         "ERR RL.REPLAY is internal: it is accepted only from the replication stream or the AOF"
     );

@@ -174,7 +174,7 @@ fn the_internal_commands_are_refused_on_a_replica_too() {
     let (_primary, replica) = pair();
     let mut r = replica.client();
     let e = r
-        .cmd(&["RL.REPLAY", "k", "1", "1", "RL.GCRA", "5", "1", "1s"])
+        .cmd(&["RL.REPLAY", "k", "1:1:RL.GCRA:5", "1", "1s"])
         .error();
     assert!(e.starts_with("READONLY") || e.contains("internal"), "{e}");
     assert_eq!(r.cmd(&["EXISTS", "k"]), Reply::Int(0));
@@ -214,4 +214,43 @@ fn a_replicas_own_aof_records_the_replayed_writes() {
         .map(|i| r.cmd(&["RL.INSPECT", &format!("k{i}")]))
         .collect();
     assert_eq!(after, before);
+}
+
+/// Propagation borrows the client's argument vector for a moment: inside MULTI/EXEC and
+/// inside a Lua script the replica must still get every write, and the client's own view
+/// (SLOWLOG, here) must show the command as sent.
+#[test]
+fn transactions_scripts_and_slowlog_see_the_right_commands() {
+    let (primary, replica) = pair();
+    let (mut p, mut r) = (primary.client(), replica.client());
+    p.clock_set(T0_MS);
+    p.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    p.cmd(&["SLOWLOG", "RESET"]);
+    assert_eq!(
+        p.cmd(&["RL.GCRA", "plain", "5", "1", "1m", "COST", "2"])
+            .ints()[0],
+        1
+    );
+    let log = p.cmd(&["SLOWLOG", "GET", "1"]).render();
+    assert!(log.contains("[RL.GCRA plain 5 1 1m COST 2]"), "{log}");
+
+    assert_eq!(p.cmd(&["MULTI"]), Reply::Simple("OK".into()));
+    p.cmd(&["RL.GCRA", "tx", "5", "1", "1m"]);
+    p.cmd(&["RL.SLIDINGLOG", "tx:log", "5", "1m", "COST", "3"]);
+    let exec = p.cmd(&["EXEC"]).render();
+    assert_eq!(exec, "[[1 5 4 0 60000] [1 5 2 0 60000]]");
+
+    let script = "return redis.call('RL.TOKENBUCKET', KEYS[1], 5, 1, '1m', 'COST', ARGV[1])";
+    let r1 = p.cmd(&["EVAL", script, "1", "lua", "3"]);
+    assert_eq!(r1.ints(), [1, 5, 2, 0, 180_000]);
+    sync(&mut p);
+    r.clock_set(T0_MS);
+    for key in ["plain", "tx", "tx:log", "lua"] {
+        let on_primary = p.cmd(&["RL.INSPECT", key]);
+        assert!(
+            matches!(on_primary, Reply::Array(_)),
+            "{key}: {on_primary:?}"
+        );
+        assert_eq!(r.cmd(&["RL.INSPECT", key]), on_primary, "{key}");
+    }
 }

@@ -2,11 +2,11 @@
 //! clock → storage load → algorithm → storage save, TTL, propagation → reply.
 
 use std::ffi::CStr;
-use std::os::raw::{c_char, c_longlong};
+use std::os::raw::c_char;
 
 use redis_module::raw;
 
-use super::{Call, Ctx, Mode};
+use super::{Call, Ctx, Mode, RawString};
 use crate::algorithms::Decision;
 use crate::args::Options;
 use crate::clock;
@@ -90,30 +90,155 @@ pub fn run<A: Variant>(
     Ok(())
 }
 
-/// Sends the write to replicas and the AOF as `RL.REPLAY key now_us expire_at_ms name args`,
-/// so that they apply the primary's clock reading and expiry, never their own. A replica
-/// replaying it passes it on verbatim (for its own AOF).
-fn propagate(call: &Call, name: &CStr, now_us: u64, expire_at_ms: u64) {
-    // SAFETY: ctx, the key and the tail strings are the live arguments of this call; the
-    // format matches the arguments: s = string, l = long long, c = C string, v = vector.
+/// Sends the write to replicas and the AOF as
+/// `RL.REPLAY key now_us:expire_at_ms:COMMAND:arg2 arg3...`, so that they apply the primary's
+/// clock reading and expiry, never their own. A replica replaying it passes it on verbatim
+/// (for its own AOF).
+///
+/// This runs on every admitted request, and `RM_Replicate` costs more than the rest of the
+/// command: it looks the command name up (an sds copy, a split, a hash) and builds an object
+/// per argument. `RM_ReplicateVerbatim` does neither: it hands the client's argument vector
+/// (`c->argv`, which Redis passes to module commands as `argv`) to the propagation queue,
+/// which copies the array and takes a reference to each string. So for the length of that
+/// call, two slots of the vector are swapped: the command name for `RL.REPLAY`, and the
+/// argument after the key for one that also carries the clock and the command's name, which
+/// keeps the argument count and the key's position. Then the client's own strings are put
+/// back, so SLOWLOG, MONITOR and everything after the command see what the client sent.
+fn propagate(call: &Call, name: &'static CStr, now_us: u64, expire_at_ms: u64) {
+    // SAFETY: ctx is the running command's context.
+    let verbatim = || unsafe {
+        raw::RedisModule_ReplicateVerbatim.unwrap()(call.ctx);
+    };
+    if let Mode::Replay { .. } = call.mode {
+        verbatim();
+        return;
+    }
+    let Some(&first_arg) = call.args.get(2) else {
+        // Every admission command has arguments after the key; nothing to carry otherwise.
+        return;
+    };
+    let mut text = Vec::with_capacity(64 + first_arg.len());
+    write_replay(&mut text, now_us, expire_at_ms, name.to_bytes(), first_arg);
+    // SAFETY: `argv` is the vector Redis passed, `args.len()` (>= 3) strings long, and it
+    // stays ours for the whole call. The swapped-in strings are live while the queue takes
+    // its references; the clock string's own reference is released right after.
     unsafe {
-        match call.mode {
-            Mode::Live => {
-                raw::RedisModule_Replicate.unwrap()(
-                    call.ctx,
-                    REPLAY.as_ptr(),
-                    c"sllcv".as_ptr(),
-                    call.key,
-                    now_us as c_longlong,
-                    expire_at_ms as c_longlong,
-                    name.as_ptr().cast::<c_char>(),
-                    call.tail.as_ptr(),
-                    call.tail.len(),
-                );
-            }
-            Mode::Replay { .. } => {
-                raw::RedisModule_ReplicateVerbatim.unwrap()(call.ctx);
+        let carried = raw::RedisModule_CreateString.unwrap()(
+            call.ctx,
+            text.as_ptr().cast::<c_char>(),
+            text.len(),
+        );
+        let name_slot = call.argv;
+        let arg_slot = call.argv.add(2);
+        let (client_name, client_arg) = (*name_slot, *arg_slot);
+        *name_slot = replay_name();
+        *arg_slot = carried;
+        verbatim();
+        *name_slot = client_name;
+        *arg_slot = client_arg;
+        raw::RedisModule_FreeString.unwrap()(call.ctx, carried);
+    }
+}
+
+/// Writes `now_us:expire_at_ms:command:first_arg` into `out`.
+fn write_replay(
+    out: &mut Vec<u8>,
+    now_us: u64,
+    expire_at_ms: u64,
+    command: &[u8],
+    first_arg: &[u8],
+) {
+    for n in [now_us, expire_at_ms] {
+        let mut digits = [0u8; 20];
+        let mut k = digits.len();
+        let mut n = n;
+        loop {
+            k -= 1;
+            digits[k] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
             }
         }
+        out.extend_from_slice(&digits[k..]);
+        out.push(b':');
+    }
+    out.extend_from_slice(command);
+    out.push(b':');
+    out.extend_from_slice(first_arg);
+}
+
+/// What RL.REPLAY's third argument carries.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Replayed<'a> {
+    pub now_us: u64,
+    pub expire_at_ms: u64,
+    pub command: &'a [u8],
+    pub first_arg: &'a [u8],
+}
+
+/// Parses what [`write_replay`] wrote (the argument after the command may hold colons).
+pub fn parse_replay(text: &[u8]) -> Option<Replayed<'_>> {
+    let mut parts = text.splitn(4, |&b| b == b':');
+    let number =
+        |part: Option<&[u8]>| -> Option<u64> { std::str::from_utf8(part?).ok()?.parse().ok() };
+    Some(Replayed {
+        now_us: number(parts.next())?,
+        expire_at_ms: number(parts.next())?,
+        command: parts.next()?,
+        first_arg: parts.next()?,
+    })
+}
+
+/// `RL.REPLAY` as a Redis string, created once and kept for the life of the module.
+fn replay_name() -> RawString {
+    use std::sync::atomic::{AtomicPtr, Ordering};
+    static NAME: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());
+    let name = NAME.load(Ordering::Relaxed);
+    if !name.is_null() {
+        return name;
+    }
+    // SAFETY: a NULL context makes a string no context frees; commands run on the main
+    // thread, so it is made once.
+    let name = unsafe {
+        raw::RedisModule_CreateString.unwrap()(
+            std::ptr::null_mut(),
+            REPLAY.as_ptr(),
+            REPLAY.to_bytes().len(),
+        )
+    };
+    NAME.store(name, Ordering::Relaxed);
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_replayed_argument_round_trips() {
+        for (now, expire, command, arg) in [
+            (0, 0, &b"RL.GCRA"[..], &b"5"[..]),
+            (
+                1_700_000_000_123_456,
+                1_700_000_060_124,
+                b"CL.THROTTLE",
+                b"a:b:c",
+            ),
+            (u64::MAX, u64::MAX, b"RL.SLIDINGLOG", b""),
+        ] {
+            let mut out = Vec::new();
+            write_replay(&mut out, now, expire, command, arg);
+            let expected = Replayed {
+                now_us: now,
+                expire_at_ms: expire,
+                command,
+                first_arg: arg,
+            };
+            assert_eq!(parse_replay(&out), Some(expected));
+        }
+        assert_eq!(parse_replay(b"12:13:RL.GCRA"), None);
+        assert_eq!(parse_replay(b"x:13:RL.GCRA:5"), None);
+        assert_eq!(parse_replay(b"-1:2:RL.GCRA:5"), None);
     }
 }

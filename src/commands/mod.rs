@@ -27,7 +27,7 @@ use crate::error::Error;
 use crate::reply;
 
 pub type Ctx = *mut raw::RedisModuleCtx;
-type RawString = *mut raw::RedisModuleString;
+pub type RawString = *mut raw::RedisModuleString;
 type Handler = fn(&Call) -> Result<(), Error>;
 type RawHandler = extern "C" fn(Ctx, *mut RawString, c_int) -> c_int;
 
@@ -46,8 +46,9 @@ pub struct Call<'a> {
     pub args: &'a [&'a [u8]],
     /// The key argument as a Redis string (null when the call has no key).
     pub key: RawString,
-    /// The arguments after the key as Redis strings, for propagation without copies.
-    pub tail: &'a [RawString],
+    /// The argument vector Redis passed to the command, `args.len()` long: the client's own
+    /// (`c->argv`), which propagation borrows (see `admission::propagate`).
+    pub argv: *mut RawString,
     pub mode: Mode,
 }
 
@@ -177,7 +178,7 @@ fn dispatch(ctx: Ctx, argv: *mut RawString, argc: c_int, handler: Handler) -> c_
             ctx,
             args,
             key: strings.get(1).copied().unwrap_or(std::ptr::null_mut()),
-            tail: strings.get(2..).unwrap_or(&[]),
+            argv,
             mode: Mode::Live,
         };
         handler(&call)

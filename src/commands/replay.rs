@@ -4,6 +4,7 @@
 
 use redis_module::raw;
 
+use super::admission::parse_replay;
 use super::{context_flags, replayable, Call, Mode};
 use crate::error::Error;
 use crate::reply;
@@ -19,41 +20,35 @@ fn internal_only(call: &Call, command: &'static str) -> Result<(), Error> {
     Ok(())
 }
 
-/// `RL.REPLAY key now_us expire_at_ms command arg...` (internal)
+/// `RL.REPLAY key now_us:expire_at_ms:command:arg arg...` (internal)
 ///
-/// Runs the admission command `command key arg...` with the primary's clock reading
+/// Runs the admission command `command key arg arg...` with the primary's clock reading
 /// `now_us` and sets the key to expire at `expire_at_ms` (absolute, real clock) if it writes.
-/// Reply: whatever the replayed command replies.
+/// The clock, the command and its first argument after the key share one argument so that
+/// the primary can send this with the client's own argument count (see
+/// `admission::propagate`). Reply: whatever the replayed command replies.
 pub fn rl_replay(call: &Call) -> Result<(), Error> {
     internal_only(call, "RL.REPLAY")?;
     let a = call.args;
-    if a.len() < 5 {
+    if a.len() < 3 {
         return Err(Error::Arity {
             command: "RL.REPLAY",
-            usage: "key now_us expire_at_ms command [arg ...]",
+            usage: "key now_us:expire_at_ms:command:arg [arg ...]",
         });
     }
-    let number = |bytes: &[u8]| -> Result<u64, Error> {
-        std::str::from_utf8(bytes)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .ok_or(Error::NotReplayable)
-    };
-    let now_us = number(a[2])?;
-    let expire_at_ms = number(a[3])?;
-    let command = replayable(a[4]).ok_or(Error::NotReplayable)?;
-    let mut args: Vec<&[u8]> = Vec::with_capacity(a.len() - 3);
-    args.push(a[4]);
-    args.push(a[1]);
-    args.extend_from_slice(&a[5..]);
+    let replayed = parse_replay(a[2]).ok_or(Error::NotReplayable)?;
+    let command = replayable(replayed.command).ok_or(Error::NotReplayable)?;
+    let mut args: Vec<&[u8]> = Vec::with_capacity(a.len());
+    args.extend_from_slice(&[replayed.command, a[1], replayed.first_arg]);
+    args.extend_from_slice(&a[3..]);
     let inner = Call {
         ctx: call.ctx,
         args: &args,
         key: call.key,
-        tail: call.tail.get(3..).unwrap_or(&[]),
+        argv: call.argv,
         mode: Mode::Replay {
-            now_us,
-            expire_at_ms,
+            now_us: replayed.now_us,
+            expire_at_ms: replayed.expire_at_ms,
         },
     };
     (command.handler)(&inner)
