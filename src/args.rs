@@ -33,12 +33,14 @@ pub fn duration_ms(bytes: &[u8], arg: &'static str) -> Result<u64, Error> {
         .position(|b| !b.is_ascii_digit())
         .unwrap_or(bytes.len());
     let (number, unit) = bytes.split_at(split);
-    let scale: u64 = match unit.to_ascii_lowercase().as_slice() {
-        b"" | b"ms" => 1,
-        b"s" => 1_000,
-        b"m" => 60_000,
-        b"h" => 3_600_000,
-        b"d" => 86_400_000,
+    // Case-insensitive without allocating: this runs on every request.
+    let scale: u64 = match unit {
+        b"" => 1,
+        [m, s] if m.eq_ignore_ascii_case(&b'm') && s.eq_ignore_ascii_case(&b's') => 1,
+        [b's' | b'S'] => 1_000,
+        [b'm' | b'M'] => 60_000,
+        [b'h' | b'H'] => 3_600_000,
+        [b'd' | b'D'] => 86_400_000,
         _ => return Err(err),
     };
     let n = digits(number).ok_or(err.clone())?;

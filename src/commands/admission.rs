@@ -117,8 +117,9 @@ fn propagate(call: &Call, name: &'static CStr, now_us: u64, expire_at_ms: u64) {
         // Every admission command has arguments after the key; nothing to carry otherwise.
         return;
     };
-    let mut text = Vec::with_capacity(64 + first_arg.len());
+    let mut text = ReplayText::default();
     write_replay(&mut text, now_us, expire_at_ms, name.to_bytes(), first_arg);
+    let text = text.as_slice();
     // SAFETY: `argv` is the vector Redis passed, `args.len()` (>= 3) strings long, and it
     // stays ours for the whole call. The swapped-in strings are live while the queue takes
     // its references; the clock string's own reference is released right after.
@@ -140,9 +141,52 @@ fn propagate(call: &Call, name: &'static CStr, now_us: u64, expire_at_ms: u64) {
     }
 }
 
+/// A byte buffer on the stack for the usual sizes, on the heap past them.
+struct ReplayText {
+    stack: [u8; 128],
+    len: usize,
+    heap: Vec<u8>,
+}
+
+impl Default for ReplayText {
+    fn default() -> Self {
+        ReplayText {
+            stack: [0; 128],
+            len: 0,
+            heap: Vec::new(),
+        }
+    }
+}
+
+impl ReplayText {
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        if self.heap.is_empty() && self.len + bytes.len() <= self.stack.len() {
+            self.stack[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+            self.len += bytes.len();
+        } else {
+            if self.heap.is_empty() {
+                self.heap.extend_from_slice(&self.stack[..self.len]);
+            }
+            self.heap.extend_from_slice(bytes);
+        }
+    }
+
+    fn push(&mut self, byte: u8) {
+        self.extend_from_slice(&[byte]);
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        if self.heap.is_empty() {
+            &self.stack[..self.len]
+        } else {
+            &self.heap
+        }
+    }
+}
+
 /// Writes `now_us:expire_at_ms:command:first_arg` into `out`.
 fn write_replay(
-    out: &mut Vec<u8>,
+    out: &mut ReplayText,
     now_us: u64,
     expire_at_ms: u64,
     command: &[u8],
@@ -227,7 +271,7 @@ mod tests {
             ),
             (u64::MAX, u64::MAX, b"RL.SLIDINGLOG", b""),
         ] {
-            let mut out = Vec::new();
+            let mut out = ReplayText::default();
             write_replay(&mut out, now, expire, command, arg);
             let expected = Replayed {
                 now_us: now,
@@ -235,8 +279,13 @@ mod tests {
                 command,
                 first_arg: arg,
             };
-            assert_eq!(parse_replay(&out), Some(expected));
+            assert_eq!(parse_replay(out.as_slice()), Some(expected));
         }
+        // A long first argument spills to the heap and still round-trips.
+        let long = vec![b'x'; 300];
+        let mut out = ReplayText::default();
+        write_replay(&mut out, 1, 2, b"RL.GCRA", &long);
+        assert_eq!(parse_replay(out.as_slice()).unwrap().first_arg, &long[..]);
         assert_eq!(parse_replay(b"12:13:RL.GCRA"), None);
         assert_eq!(parse_replay(b"x:13:RL.GCRA:5"), None);
         assert_eq!(parse_replay(b"-1:2:RL.GCRA:5"), None);
