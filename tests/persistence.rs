@@ -282,3 +282,68 @@ fn a_forged_restore_payload_is_refused_and_the_server_lives() {
     assert_eq!(c.cmd(&["EXISTS", "x"]), Reply::Int(0));
     assert_eq!(c.cmd(&["RL.INSPECT", "a"]), state);
 }
+
+/// Keys are stored compactly when their state packs and whole when it does not; both
+/// forms, and a key moving from one to the other, survive everything, and shared
+/// parameters outlive the keys that are deleted.
+#[test]
+fn compact_and_whole_values_survive_reload_copy_and_async_flush() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    // Counts past 2^27 do not pack: this sliding window is stored whole.
+    c.cmd(&[
+        "RL.SLIDINGWINDOW",
+        "whole",
+        "1000000000",
+        "1h",
+        "COST",
+        "200000000",
+    ]);
+    c.cmd(&["RL.SLIDINGWINDOW", "small", "1000000000", "1h", "COST", "5"]);
+    let compact = c.cmd(&["MEMORY", "USAGE", "small"]).int();
+    let whole = c.cmd(&["MEMORY", "USAGE", "whole"]).int();
+    assert!(compact < whole, "compact {compact} bytes, whole {whole}");
+    // The small one grows past what packs, and moves to the whole form.
+    c.cmd(&[
+        "RL.SLIDINGWINDOW",
+        "small",
+        "1000000000",
+        "1h",
+        "COST",
+        "200000000",
+    ]);
+    assert_eq!(
+        c.cmd(&["RL.INSPECT", "small"]).field("current"),
+        Reply::Int(200_000_005)
+    );
+    assert_eq!(c.cmd(&["MEMORY", "USAGE", "small"]).int(), whole);
+    // Many keys share one set of parameters; a copy holds it too.
+    for i in 0..50 {
+        c.cmd(&["RL.GCRA", &format!("g:{i}"), "5", "1", "1h"]);
+    }
+    assert_eq!(c.cmd(&["COPY", "g:0", "copy"]), Reply::Int(1));
+    let state = c.cmd(&["RL.INSPECT", "copy"]);
+    for i in 0..50 {
+        c.cmd(&["DEL", &format!("g:{i}")]);
+    }
+    assert_eq!(c.cmd(&["RL.INSPECT", "copy"]), state);
+    let before: Vec<Reply> = ["whole", "small", "copy"]
+        .iter()
+        .map(|k| c.cmd(&["RL.INSPECT", k]))
+        .collect();
+    assert_eq!(c.cmd(&["DEBUG", "RELOAD"]), Reply::Simple("OK".into()));
+    c.clock_set(T0_MS);
+    let after: Vec<Reply> = ["whole", "small", "copy"]
+        .iter()
+        .map(|k| c.cmd(&["RL.INSPECT", k]))
+        .collect();
+    assert_eq!(after, before);
+    // Freed on Redis's lazy-free thread: the server lives on and new keys work.
+    assert_eq!(c.cmd(&["FLUSHALL", "ASYNC"]), Reply::Simple("OK".into()));
+    assert_eq!(
+        c.cmd(&["RL.GCRA", "g:0", "5", "1", "1h"]).ints(),
+        [1, 5, 4, 0, 3_600_000]
+    );
+    assert_eq!(c.cmd(&["PING"]), Reply::Simple("PONG".into()));
+}

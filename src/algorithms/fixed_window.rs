@@ -51,7 +51,7 @@ pub(super) fn window_start(t_us: u128, window_us: u128) -> u128 {
     t_us - t_us % window_us.max(1)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
     /// Units admitted per aligned window.
     pub limit: u64,

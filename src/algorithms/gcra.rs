@@ -23,7 +23,7 @@
 
 use super::{int, Algorithm, Decision, Span};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
     /// Units admitted at once from a fresh key (the limit).
     pub burst: u64,

@@ -21,7 +21,7 @@
 use super::gcra::{self, Gcra};
 use super::{int, Algorithm, Decision, Span};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
     /// The most units the queue holds, the one being served included.
     pub capacity: u64,

@@ -86,7 +86,7 @@ pub const MAX_LIMIT: u64 = OFFSET_MASK as u64;
 /// Offsets a window may span, at most: `window_us / unit_us < 2^WINDOW_BITS`.
 const WINDOW_BITS: u32 = 29;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
     /// Units admitted in any window-long interval.
     pub limit: u64,

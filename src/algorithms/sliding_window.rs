@@ -58,7 +58,7 @@
 use super::fixed_window::{window_start, window_us};
 use super::{int, Algorithm, Decision, Span};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
     /// Units admitted per window length (estimated over the sliding window).
     pub limit: u64,

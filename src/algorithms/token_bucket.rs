@@ -73,7 +73,7 @@
 
 use super::{int, Algorithm, Decision, Span};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
     /// The most tokens the bucket holds, and the limit: a fresh key starts full.
     pub capacity: u64,

@@ -11,7 +11,7 @@ use crate::algorithms::Decision;
 use crate::args::Options;
 use crate::clock;
 use crate::error::Error;
-use crate::storage::{Key, Stored, Variant};
+use crate::storage::{Key, Variant};
 
 /// The internal command that carries a write to replicas and the AOF.
 pub const REPLAY: &CStr = c"RL.REPLAY";
@@ -54,30 +54,14 @@ pub fn run<A: Variant>(
     };
     let write = opts.cost > 0 && !opts.dryrun;
     let mut key = Key::open(call.ctx, call.key, true);
-    let (decision, fresh) = match key.stored::<A>()? {
-        Some(stored) => {
-            let (decision, fresh) = A::check(
-                &params,
-                Some((&stored.params, &mut stored.state)),
-                now_us,
-                opts.cost,
-                write,
-            );
-            if decision.allowed && write {
-                stored.params = params.clone();
-            }
-            (decision, fresh)
-        }
-        None => A::check(&params, None, now_us, opts.cost, write),
-    };
+    let decision = key.update::<A>(&params, write, |stored| {
+        A::check(&params, stored, now_us, opts.cost, write)
+    })?;
     if decision.allowed && write {
         let expire_at_ms = match call.mode {
             Mode::Live => expire_base_ms.saturating_add(decision.reset_after.ceil_ms()),
             Mode::Replay { expire_at_ms, .. } => expire_at_ms,
         };
-        if let Some(state) = fresh {
-            key.write(A::wrap(Stored { params, state }));
-        }
         if decision.reset_after.is_zero() {
             key.delete();
         } else {

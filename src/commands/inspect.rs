@@ -19,7 +19,7 @@ pub fn rl_inspect(call: &Call) -> Result<(), Error> {
         });
     }
     let mut key = Key::open(call.ctx, call.key, false);
-    match key.value()? {
+    match key.snapshot()? {
         None => reply::null(call.ctx),
         Some(value) => {
             let fields = value.describe(clock::read().now_us);

@@ -69,8 +69,7 @@ pub fn rl_loadstate(call: &Call) -> Result<(), Error> {
     }
     let value = codec::decode(a[2]).map_err(|_| Error::BadState)?;
     let mut key = Key::open(call.ctx, call.key, true);
-    key.value()?;
-    key.write(value);
+    key.replace(value)?;
     // SAFETY: ctx is the running command's context.
     unsafe {
         raw::RedisModule_ReplicateVerbatim.unwrap()(call.ctx);

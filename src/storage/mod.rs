@@ -1,9 +1,17 @@
 //! The only code that opens keys or sets expiry: the module data type, its persistence
 //! callbacks, and key access for the commands.
+//!
+//! A key's value pointer is one of two things (the low bit tells which; Redis never looks
+//! behind a module value's pointer, it only hands it back to the callbacks here):
+//! - a [`compact::Cell`] of 16 bytes, interned parameters and a packed state, for every key
+//!   whose state packs;
+//! - a whole [`Value`], for a sliding log or a state too large to pack.
 
 pub mod codec;
+pub mod compact;
 pub mod value;
 
+use std::borrow::Cow;
 use std::os::raw::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
@@ -11,7 +19,9 @@ use std::ptr;
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
+use crate::algorithms::Decision;
 use crate::error::Error;
+use compact::{interner, Cell};
 pub use value::{Stored, Value, Variant};
 
 /// The RDB encoding version of the data type (`encver`): the blob inside carries its own
@@ -52,10 +62,61 @@ fn raw_type() -> *mut raw::RedisModuleType {
     *RL_TYPE.raw_type.borrow()
 }
 
+/// The tag on a compact cell's pointer (heap blocks are at least 8-byte aligned).
+const COMPACT: usize = 1;
+
+/// What a value pointer points to.
+enum Repr<'a> {
+    Compact(&'a mut Cell),
+    Whole(&'a mut Value),
+}
+
 /// # Safety
-/// `value` is a pointer this module stored with `ModuleTypeSetValue`.
-unsafe fn value_ref<'a>(value: *mut c_void) -> &'a Value {
-    &*value.cast::<Value>()
+/// `ptr` is a value pointer this module made with [`into_raw`], not yet freed.
+unsafe fn repr<'a>(ptr: *mut c_void) -> Repr<'a> {
+    let addr = ptr as usize;
+    if addr & COMPACT != 0 {
+        Repr::Compact(&mut *((addr & !COMPACT) as *mut Cell))
+    } else {
+        Repr::Whole(&mut *ptr.cast::<Value>())
+    }
+}
+
+/// A value pointer for `value`: a compact cell when its state packs, else the whole value.
+fn into_raw(value: Value) -> *mut c_void {
+    if let Some((params, state)) = compact::pack(&value) {
+        let id = interner().acquire(params);
+        let cell = Box::into_raw(Box::new(Cell::new(id, state)));
+        return (cell as usize | COMPACT) as *mut c_void;
+    }
+    Box::into_raw(Box::new(value)).cast::<c_void>()
+}
+
+/// The value behind a pointer (unpacked from a cell), or `None` for a cell whose parameters
+/// are gone (which would be a bug).
+///
+/// # Safety
+/// As for [`repr`].
+unsafe fn value_of<'a>(ptr: *mut c_void) -> Option<Cow<'a, Value>> {
+    match repr(ptr) {
+        Repr::Whole(value) => Some(Cow::Borrowed(value)),
+        Repr::Compact(cell) => {
+            let params = *interner().get(cell.params)?;
+            Some(Cow::Owned(compact::unpack(&params, cell.state())))
+        }
+    }
+}
+
+/// # Safety
+/// As for [`repr`]; the pointer is not used again.
+unsafe fn free_raw(ptr: *mut c_void) {
+    let addr = ptr as usize;
+    if addr & COMPACT != 0 {
+        let cell = Box::from_raw((addr & !COMPACT) as *mut Cell);
+        interner().release(cell.params);
+    } else if !ptr.is_null() {
+        drop(Box::from_raw(ptr.cast::<Value>()));
+    }
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
@@ -67,7 +128,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
             return ptr::null_mut();
         };
         match codec::decode(buffer.as_ref()) {
-            Ok(value) => Box::into_raw(Box::new(value)).cast::<c_void>(),
+            Ok(value) => into_raw(value),
             Err(_) => ptr::null_mut(),
         }
     })
@@ -76,7 +137,9 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
 
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     let _ = catch_unwind(|| {
-        raw::save_slice(rdb, &codec::encode(value_ref(value)));
+        if let Some(value) = value_of(value) {
+            raw::save_slice(rdb, &codec::encode(&value));
+        }
     });
 }
 
@@ -86,7 +149,10 @@ unsafe extern "C" fn aof_rewrite(
     value: *mut c_void,
 ) {
     let _ = catch_unwind(|| {
-        let blob = codec::encode(value_ref(value));
+        let Some(value) = value_of(value) else {
+            return;
+        };
+        let blob = codec::encode(&value);
         if let Some(emit) = raw::RedisModule_EmitAOF {
             emit(
                 aof,
@@ -101,12 +167,19 @@ unsafe extern "C" fn aof_rewrite(
 }
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
-    catch_unwind(|| value_ref(value.cast_mut()).memory()).unwrap_or(0)
+    catch_unwind(|| match repr(value.cast_mut()) {
+        Repr::Compact(_) => std::mem::size_of::<Cell>(),
+        Repr::Whole(value) => value.memory(),
+    })
+    .unwrap_or(0)
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     let _ = catch_unwind(|| {
-        let mut blob = codec::encode(value_ref(value));
+        let Some(value) = value_of(value) else {
+            return;
+        };
+        let mut blob = codec::encode(&value);
         if let (Some(add), Some(end)) = (
             raw::RedisModule_DigestAddStringBuffer,
             raw::RedisModule_DigestEndSequence,
@@ -118,9 +191,7 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
 }
 
 unsafe extern "C" fn free(value: *mut c_void) {
-    if !value.is_null() {
-        drop(Box::from_raw(value.cast::<Value>()));
-    }
+    let _ = catch_unwind(|| free_raw(value));
 }
 
 unsafe extern "C" fn copy(
@@ -128,9 +199,13 @@ unsafe extern "C" fn copy(
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
-    catch_unwind(AssertUnwindSafe(|| {
-        let copy = value_ref(value.cast_mut()).clone();
-        Box::into_raw(Box::new(copy)).cast::<c_void>()
+    catch_unwind(AssertUnwindSafe(|| match repr(value.cast_mut()) {
+        Repr::Compact(cell) => {
+            interner().retain(cell.params);
+            let copy = Box::into_raw(Box::new(*cell));
+            (copy as usize | COMPACT) as *mut c_void
+        }
+        Repr::Whole(value) => Box::into_raw(Box::new(value.clone())).cast::<c_void>(),
     }))
     .unwrap_or(ptr::null_mut())
 }
@@ -168,10 +243,10 @@ impl Key {
         Key { ptr: ptr.cast() }
     }
 
-    /// The key's value: `None` when the key does not exist, WRONGTYPE when it holds another
-    /// Redis type.
-    pub fn value(&mut self) -> Result<Option<&mut Value>, Error> {
-        // SAFETY: the key is open; a module value of our type is a Box<Value> we stored.
+    /// The key's value pointer: `None` when the key does not exist, WRONGTYPE when it holds
+    /// another Redis type.
+    fn raw_value(&mut self) -> Result<Option<*mut c_void>, Error> {
+        // SAFETY: the key is open.
         unsafe {
             let kind = raw::RedisModule_KeyType.unwrap()(self.ptr);
             if kind == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
@@ -182,37 +257,105 @@ impl Key {
             {
                 return Err(Error::WrongType);
             }
-            let value = raw::RedisModule_ModuleTypeGetValue.unwrap()(self.ptr).cast::<Value>();
-            Ok(value.as_mut())
+            Ok(Some(raw::RedisModule_ModuleTypeGetValue.unwrap()(self.ptr)))
         }
     }
 
-    /// The key's state for algorithm `A`, or the error naming both algorithms.
-    pub fn stored<A: Variant>(&mut self) -> Result<Option<&mut Stored<A>>, Error> {
-        match self.value()? {
+    /// A copy of the key's value (`None`: no key), for reading it whole (RL.INSPECT).
+    pub fn snapshot(&mut self) -> Result<Option<Value>, Error> {
+        match self.raw_value()? {
             None => Ok(None),
-            Some(value) => {
-                let stored_name = value.algorithm_name();
-                A::get_mut(value).map(Some).ok_or(Error::OtherAlgorithm {
-                    stored: stored_name,
-                    requested: A::NAME,
-                })
+            // SAFETY: a value of our type is a pointer this module made.
+            Some(ptr) => unsafe {
+                value_of(ptr)
+                    .map(|v| Some(v.into_owned()))
+                    .ok_or(Error::Panic)
+            },
+        }
+    }
+
+    /// Decides a request of algorithm `A` on this key: `step` gets the key's stored
+    /// parameters and state (`None` for a fresh key) and returns the decision, changing the
+    /// state only when the request is admitted and writes (the algorithms' contract). When
+    /// `write` is set and the request is admitted, the key then holds `params` and the new
+    /// state. A key holding another algorithm's state is an error naming both; nothing
+    /// changes on any error.
+    pub fn update<A: Variant>(
+        &mut self,
+        params: &A::Params,
+        write: bool,
+        step: impl FnOnce(Option<(&A::Params, &mut A::State)>) -> (Decision, Option<A::State>),
+    ) -> Result<Decision, Error> {
+        let other = |value: &Value| Error::OtherAlgorithm {
+            stored: value.algorithm_name(),
+            requested: A::NAME,
+        };
+        let Some(ptr) = self.raw_value()? else {
+            let (decision, fresh) = step(None);
+            if let (true, Some(state)) = (decision.allowed && write, fresh) {
+                self.set(into_raw(A::wrap(Stored {
+                    params: params.clone(),
+                    state,
+                })));
+            }
+            return Ok(decision);
+        };
+        // SAFETY: a value of our type is a pointer this module made, alive while the key is
+        // open; nothing else touches it during the command.
+        match unsafe { repr(ptr) } {
+            Repr::Whole(value) => {
+                let error = other(value);
+                let stored = A::get_mut(value).ok_or(error)?;
+                let (decision, _) = step(Some((&stored.params, &mut stored.state)));
+                if decision.allowed && write {
+                    stored.params = params.clone();
+                }
+                Ok(decision)
+            }
+            Repr::Compact(cell) => {
+                let interned = *interner().get(cell.params).ok_or(Error::Panic)?;
+                let mut value = compact::unpack(&interned, cell.state());
+                let error = other(&value);
+                let stored = A::get_mut(&mut value).ok_or(error)?;
+                let (decision, _) = step(Some((&stored.params, &mut stored.state)));
+                if !(decision.allowed && write) {
+                    return Ok(decision);
+                }
+                stored.params = params.clone();
+                match compact::pack(&value) {
+                    Some((packed_params, state)) => {
+                        let id = if packed_params == interned {
+                            cell.params
+                        } else {
+                            let mut table = interner();
+                            table.release(cell.params);
+                            table.acquire(packed_params)
+                        };
+                        *cell = Cell::new(id, state);
+                    }
+                    // No longer fits: the key keeps the whole value (the old cell is freed,
+                    // and its parameters released, by Redis through `free`).
+                    None => self.set(into_raw(value)),
+                }
+                Ok(decision)
             }
         }
     }
 
-    /// Stores `value` (in place when the key already holds one of ours).
-    pub fn write(&mut self, value: Value) {
-        match self.value() {
-            Ok(Some(existing)) => *existing = value,
-            _ => {
-                let boxed = Box::into_raw(Box::new(value)).cast::<c_void>();
-                // SAFETY: the key is open for writing; Redis owns the box from here and
-                // hands it back to `free`.
-                unsafe {
-                    raw::RedisModule_ModuleTypeSetValue.unwrap()(self.ptr, raw_type(), boxed);
-                }
-            }
+    /// Replaces the key's value with `value` (RL.LOADSTATE); WRONGTYPE for another type.
+    pub fn replace(&mut self, value: Value) -> Result<(), Error> {
+        self.raw_value()?;
+        self.set(into_raw(value));
+        Ok(())
+    }
+
+    /// Sets the key's value pointer. Replacing a value re-creates the key, so its expiry is
+    /// gone: callers set it again.
+    fn set(&mut self, ptr: *mut c_void) {
+        // SAFETY: the key is open for writing; Redis owns the pointer from here and hands it
+        // back to `free`.
+        unsafe {
+            raw::RedisModule_ModuleTypeSetValue.unwrap()(self.ptr, raw_type(), ptr);
         }
     }
 

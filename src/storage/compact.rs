@@ -1,0 +1,386 @@
+//! The compact form of a limiter key: 16 bytes instead of a whole [`Value`].
+//!
+//! A Redis key already costs about 116 bytes (`SET key <integer> PX <ms>`: its dict entry,
+//! name, object and expiry entry) and a module value adds a 16-byte wrapper, so a value of
+//! our own larger than 16 bytes would cost more than a third again. Most keys of a limiter
+//! share their parameters and hold a state of a few integers, so:
+//!
+//! - parameters are interned: a table holds each distinct set once, counted by reference,
+//!   and a key holds its 32-bit index;
+//! - the state is packed into 96 bits, when it fits: a GCRA or leaky-bucket TAT (at most
+//!   about 2^92 until the year 4000 at the largest rate), a token bucket's fixed-point tokens
+//!   (42 bits) and update time (54 bits), a window's index (42 bits) and counts.
+//!
+//! A state that does not fit (a huge token bucket, counts past 2^27 in a sliding window) and
+//! every sliding log keep the whole [`Value`]: nothing is ever rounded to fit.
+//!
+//! The table is behind a mutex: Redis may free values on its lazy-free thread (FLUSHALL
+//! ASYNC), which releases their parameters.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Mutex;
+
+use crate::algorithms::{fixed_window, gcra, leaky_bucket, sliding_window, token_bucket};
+
+use super::value::{Stored, Value};
+
+/// The parameters of every algorithm that packs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Params {
+    Gcra(gcra::Params),
+    TokenBucket(token_bucket::Params),
+    LeakyBucket(leaky_bucket::Params),
+    FixedWindow(fixed_window::Params),
+    SlidingWindow(sliding_window::Params),
+}
+
+/// A key's compact value: interned parameters and a packed state. 16 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct Cell {
+    pub params: u32,
+    state_high: u32,
+    state_low: u64,
+}
+
+const STATE_BITS: u32 = 96;
+
+impl Cell {
+    pub fn new(params: u32, state: u128) -> Cell {
+        Cell {
+            params,
+            state_high: (state >> 64) as u32,
+            state_low: state as u64,
+        }
+    }
+
+    pub fn state(&self) -> u128 {
+        (u128::from(self.state_high) << 64) | u128::from(self.state_low)
+    }
+}
+
+fn fits(x: u128, bits: u32) -> bool {
+    x >> bits == 0
+}
+
+/// Packs `value`'s state into 96 bits with its parameters, or `None` when it cannot be.
+pub fn pack(value: &Value) -> Option<(Params, u128)> {
+    match value {
+        Value::Gcra(s) => {
+            fits(s.state.tat, STATE_BITS).then_some((Params::Gcra(s.params), s.state.tat))
+        }
+        Value::LeakyBucket(s) => {
+            fits(s.state.tat, STATE_BITS).then_some((Params::LeakyBucket(s.params), s.state.tat))
+        }
+        Value::TokenBucket(s) => {
+            let (tokens, at) = (s.state.scaled_tokens, u128::from(s.state.updated_us));
+            (fits(tokens, 42) && fits(at, 54))
+                .then_some((Params::TokenBucket(s.params), tokens << 54 | at))
+        }
+        Value::FixedWindow(s) => {
+            let window_us = u128::from(s.params.window_ms) * 1000;
+            let start = u128::from(s.state.window_start_us);
+            let index = start / window_us;
+            let count = u128::from(s.state.count);
+            (index * window_us == start && fits(index, 42) && fits(count, 54))
+                .then_some((Params::FixedWindow(s.params), index << 54 | count))
+        }
+        Value::SlidingWindow(s) => {
+            let window_us = u128::from(s.params.window_ms) * 1000;
+            let start = u128::from(s.state.window_start_us);
+            let index = start / window_us;
+            let (current, previous) = (u128::from(s.state.current), u128::from(s.state.previous));
+            (index * window_us == start
+                && fits(index, 42)
+                && fits(current, 27)
+                && fits(previous, 27))
+            .then_some((
+                Params::SlidingWindow(s.params),
+                index << 54 | current << 27 | previous,
+            ))
+        }
+        Value::SlidingLog(_) => None,
+    }
+}
+
+/// The value a packed state stands for (the inverse of [`pack`]).
+pub fn unpack(params: &Params, state: u128) -> Value {
+    let low = |bits: u32| (state & ((1u128 << bits) - 1)) as u64;
+    match *params {
+        Params::Gcra(params) => Value::Gcra(Stored {
+            params,
+            state: gcra::State { tat: state },
+        }),
+        Params::LeakyBucket(params) => Value::LeakyBucket(Stored {
+            params,
+            state: leaky_bucket::State { tat: state },
+        }),
+        Params::TokenBucket(params) => Value::TokenBucket(Stored {
+            params,
+            state: token_bucket::State {
+                scaled_tokens: state >> 54,
+                updated_us: low(54),
+            },
+        }),
+        Params::FixedWindow(params) => {
+            let index = (state >> 54) as u64;
+            let window_start_us = index.saturating_mul(params.window_ms.saturating_mul(1000));
+            Value::FixedWindow(Stored {
+                params,
+                state: fixed_window::State {
+                    window_start_us,
+                    count: low(54),
+                },
+            })
+        }
+        Params::SlidingWindow(params) => {
+            let index = (state >> 54) as u64;
+            let window_start_us = index.saturating_mul(params.window_ms.saturating_mul(1000));
+            let current = ((state >> 27) & ((1 << 27) - 1)) as u64;
+            Value::SlidingWindow(Stored {
+                params,
+                state: sliding_window::State {
+                    window_start_us,
+                    current,
+                    previous: low(27),
+                },
+            })
+        }
+    }
+}
+
+/// FNV-1a: parameters are a few integers, and a siphash per new key is not needed here.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+/// Interned parameters: each distinct set once, with the number of keys that hold it.
+#[derive(Default)]
+pub struct Interner {
+    ids: HashMap<Params, u32, BuildHasherDefault<Fnv>>,
+    entries: Vec<Option<(Params, u64)>>,
+    free: Vec<u32>,
+}
+
+impl Interner {
+    /// The id of `params`, taking one reference to it.
+    pub fn acquire(&mut self, params: Params) -> u32 {
+        if let Some(&id) = self.ids.get(&params) {
+            if let Some(Some((_, refs))) = self.entries.get_mut(id as usize) {
+                *refs += 1;
+            }
+            return id;
+        }
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.entries[id as usize] = Some((params, 1));
+                id
+            }
+            None => {
+                self.entries.push(Some((params, 1)));
+                (self.entries.len() - 1) as u32
+            }
+        };
+        self.ids.insert(params, id);
+        id
+    }
+
+    /// One more reference to `id` (a copied key).
+    pub fn retain(&mut self, id: u32) {
+        if let Some(Some((_, refs))) = self.entries.get_mut(id as usize) {
+            *refs += 1;
+        }
+    }
+
+    /// Drops one reference to `id`; the entry goes when no key holds it.
+    pub fn release(&mut self, id: u32) {
+        let Some(slot) = self.entries.get_mut(id as usize) else {
+            return;
+        };
+        if let Some((params, refs)) = slot {
+            *refs -= 1;
+            if *refs == 0 {
+                self.ids.remove(params);
+                *slot = None;
+                self.free.push(id);
+            }
+        }
+    }
+
+    pub fn get(&self, id: u32) -> Option<&Params> {
+        self.entries
+            .get(id as usize)?
+            .as_ref()
+            .map(|(params, _)| params)
+    }
+
+    /// Distinct parameter sets held.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+}
+
+/// The module's one table.
+pub static INTERNER: Mutex<Interner> = Mutex::new(Interner {
+    ids: HashMap::with_hasher(BuildHasherDefault::new()),
+    entries: Vec::new(),
+    free: Vec::new(),
+});
+
+/// The table, also after a panic elsewhere left the lock poisoned (its data stays valid:
+/// every method leaves it consistent before it could panic).
+pub fn interner() -> std::sync::MutexGuard<'static, Interner> {
+    INTERNER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms::sliding_log;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_cell_is_sixteen_bytes() {
+        assert_eq!(std::mem::size_of::<Cell>(), 16);
+        let c = Cell::new(7, (1u128 << 95) | 12345);
+        assert_eq!((c.params, c.state()), (7, (1u128 << 95) | 12345));
+    }
+
+    #[test]
+    fn what_does_not_fit_stays_whole() {
+        let big_tat = Value::Gcra(Stored {
+            params: gcra::Params {
+                burst: 1,
+                rate: 1,
+                period_ms: 1,
+            },
+            state: gcra::State { tat: 1 << 96 },
+        });
+        assert_eq!(pack(&big_tat), None);
+        let log = Value::SlidingLog(Stored {
+            params: sliding_log::Params {
+                limit: 1,
+                window_ms: 1,
+            },
+            state: sliding_log::State {
+                words: Default::default(),
+                base_us: 0,
+                unit_us: 1,
+                total: 0,
+            },
+        });
+        assert_eq!(pack(&log), None);
+        let busy = Value::SlidingWindow(Stored {
+            params: sliding_window::Params {
+                limit: 1 << 30,
+                window_ms: 1000,
+            },
+            state: sliding_window::State {
+                window_start_us: 0,
+                current: 1 << 27,
+                previous: 0,
+            },
+        });
+        assert_eq!(pack(&busy), None);
+    }
+
+    #[test]
+    fn the_interner_counts_references() {
+        let mut t = Interner::default();
+        let a = Params::Gcra(gcra::Params {
+            burst: 1,
+            rate: 2,
+            period_ms: 3,
+        });
+        let b = Params::Gcra(gcra::Params {
+            burst: 1,
+            rate: 2,
+            period_ms: 4,
+        });
+        let ia = t.acquire(a);
+        assert_eq!(t.acquire(a), ia);
+        let ib = t.acquire(b);
+        assert_ne!(ia, ib);
+        t.retain(ib);
+        t.release(ia);
+        assert_eq!(t.get(ia), Some(&a));
+        t.release(ia);
+        assert_eq!((t.get(ia), t.len()), (None, 1));
+        // The freed slot is reused.
+        let c = Params::Gcra(gcra::Params {
+            burst: 9,
+            rate: 9,
+            period_ms: 9,
+        });
+        assert_eq!(t.acquire(c), ia);
+        t.release(ib);
+        t.release(ib);
+        t.release(ib); // one too many: ignored
+        assert_eq!(t.len(), 1);
+    }
+
+    fn round_trips(v: Value) -> Result<(), TestCaseError> {
+        if let Some((params, bits)) = pack(&v) {
+            prop_assert!(fits(bits, STATE_BITS));
+            prop_assert_eq!(unpack(&params, bits), v);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn gcra_and_leaky_round_trip(burst in 1u64..1000, rate in 1u64..1_000_000_000_000, period_ms in 1u64..1_000_000, tat in any::<u128>()) {
+            round_trips(Value::Gcra(Stored { params: gcra::Params { burst, rate, period_ms }, state: gcra::State { tat } }))?;
+            round_trips(Value::LeakyBucket(Stored {
+                params: leaky_bucket::Params { capacity: burst, leak_amount: rate, leak_period_ms: period_ms },
+                state: leaky_bucket::State { tat },
+            }))?;
+        }
+
+        #[test]
+        fn token_buckets_round_trip(capacity in 1u64..1_000_000, interval in any::<bool>(),
+                                    tokens in any::<u128>(), small in 0u128..(1 << 42), updated_us in any::<u64>()) {
+            for scaled_tokens in [tokens, small] {
+                round_trips(Value::TokenBucket(Stored {
+                    params: token_bucket::Params { capacity, refill_amount: 3, refill_period_ms: 1000, interval },
+                    state: token_bucket::State { scaled_tokens, updated_us },
+                }))?;
+            }
+        }
+
+        #[test]
+        fn windows_round_trip(window_ms in 1u64..100_000_000, index in 0u64..(1 << 43), count in any::<u64>(),
+                              current in 0u64..(1 << 28), previous in 0u64..(1 << 28), skew in 0u64..2) {
+            let window_start_us = index.saturating_mul(window_ms * 1000).saturating_add(skew);
+            round_trips(Value::FixedWindow(Stored {
+                params: fixed_window::Params { limit: 10, window_ms },
+                state: fixed_window::State { window_start_us, count },
+            }))?;
+            round_trips(Value::SlidingWindow(Stored {
+                params: sliding_window::Params { limit: 10, window_ms },
+                state: sliding_window::State { window_start_us, current, previous },
+            }))?;
+        }
+    }
+}
