@@ -101,8 +101,7 @@ fn propagate(call: &Call, name: &'static CStr, now_us: u64, expire_at_ms: u64) {
         // Every admission command has arguments after the key; nothing to carry otherwise.
         return;
     };
-    let mut text = ReplayText::default();
-    write_replay(&mut text, now_us, expire_at_ms, name.to_bytes(), first_arg);
+    let text = write_replay(now_us, expire_at_ms, name.to_bytes(), first_arg);
     let text = text.as_slice();
     // SAFETY: `argv` is the vector Redis passed, `args.len()` (>= 3) strings long, and it
     // stays ours for the whole call. The swapped-in strings are live while the queue takes
@@ -125,40 +124,15 @@ fn propagate(call: &Call, name: &'static CStr, now_us: u64, expire_at_ms: u64) {
     }
 }
 
-/// A byte buffer on the stack for the usual sizes, on the heap past them.
+/// RL.REPLAY's carried argument, built in one pass: on the stack when it fits (always, but
+/// for a client's very long first argument), else on the heap.
 struct ReplayText {
     stack: [u8; 128],
     len: usize,
     heap: Vec<u8>,
 }
 
-impl Default for ReplayText {
-    fn default() -> Self {
-        ReplayText {
-            stack: [0; 128],
-            len: 0,
-            heap: Vec::new(),
-        }
-    }
-}
-
 impl ReplayText {
-    fn extend_from_slice(&mut self, bytes: &[u8]) {
-        if self.heap.is_empty() && self.len + bytes.len() <= self.stack.len() {
-            self.stack[self.len..self.len + bytes.len()].copy_from_slice(bytes);
-            self.len += bytes.len();
-        } else {
-            if self.heap.is_empty() {
-                self.heap.extend_from_slice(&self.stack[..self.len]);
-            }
-            self.heap.extend_from_slice(bytes);
-        }
-    }
-
-    fn push(&mut self, byte: u8) {
-        self.extend_from_slice(&[byte]);
-    }
-
     fn as_slice(&self) -> &[u8] {
         if self.heap.is_empty() {
             &self.stack[..self.len]
@@ -168,32 +142,48 @@ impl ReplayText {
     }
 }
 
-/// Writes `now_us:expire_at_ms:command:first_arg` into `out`.
-fn write_replay(
-    out: &mut ReplayText,
-    now_us: u64,
-    expire_at_ms: u64,
-    command: &[u8],
-    first_arg: &[u8],
-) {
-    for n in [now_us, expire_at_ms] {
-        let mut digits = [0u8; 20];
-        let mut k = digits.len();
-        let mut n = n;
-        loop {
-            k -= 1;
-            digits[k] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
+/// `n` in decimal, into the end of `digits`; returns where it starts.
+fn decimal(digits: &mut [u8; 20], mut n: u64) -> usize {
+    let mut k = digits.len();
+    loop {
+        k -= 1;
+        digits[k] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return k;
         }
-        out.extend_from_slice(&digits[k..]);
-        out.push(b':');
     }
-    out.extend_from_slice(command);
-    out.push(b':');
-    out.extend_from_slice(first_arg);
+}
+
+/// `now_us:expire_at_ms:command:first_arg`.
+fn write_replay(now_us: u64, expire_at_ms: u64, command: &[u8], first_arg: &[u8]) -> ReplayText {
+    let (mut now, mut expire) = ([0u8; 20], [0u8; 20]);
+    let now_at = decimal(&mut now, now_us);
+    let expire_at = decimal(&mut expire, expire_at_ms);
+    let parts: [&[u8]; 7] = [
+        &now[now_at..],
+        b":",
+        &expire[expire_at..],
+        b":",
+        command,
+        b":",
+        first_arg,
+    ];
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let mut out = ReplayText {
+        stack: [0; 128],
+        len: 0,
+        heap: Vec::new(),
+    };
+    if total <= out.stack.len() {
+        for part in parts {
+            out.stack[out.len..out.len + part.len()].copy_from_slice(part);
+            out.len += part.len();
+        }
+    } else {
+        out.heap = parts.concat();
+    }
+    out
 }
 
 /// What RL.REPLAY's third argument carries.
@@ -255,8 +245,7 @@ mod tests {
             ),
             (u64::MAX, u64::MAX, b"RL.SLIDINGLOG", b""),
         ] {
-            let mut out = ReplayText::default();
-            write_replay(&mut out, now, expire, command, arg);
+            let out = write_replay(now, expire, command, arg);
             let expected = Replayed {
                 now_us: now,
                 expire_at_ms: expire,
@@ -267,8 +256,7 @@ mod tests {
         }
         // A long first argument spills to the heap and still round-trips.
         let long = vec![b'x'; 300];
-        let mut out = ReplayText::default();
-        write_replay(&mut out, 1, 2, b"RL.GCRA", &long);
+        let out = write_replay(1, 2, b"RL.GCRA", &long);
         assert_eq!(parse_replay(out.as_slice()).unwrap().first_arg, &long[..]);
         assert_eq!(parse_replay(b"12:13:RL.GCRA"), None);
         assert_eq!(parse_replay(b"x:13:RL.GCRA:5"), None);
