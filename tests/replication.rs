@@ -254,3 +254,24 @@ fn transactions_scripts_and_slowlog_see_the_right_commands() {
         assert_eq!(r.cmd(&["RL.INSPECT", key]), on_primary, "{key}");
     }
 }
+
+/// An idle key disappears once it is fresh again: on the primary by its TTL, and on the
+/// replica through the DEL the primary sends (replicas do not expire keys themselves).
+#[test]
+fn idle_keys_expire_on_the_primary_and_then_the_replica() {
+    let (primary, replica) = pair();
+    let (mut p, mut r) = (primary.client(), replica.client());
+    p.clock_set(T0_MS);
+    // Fresh again after 1 ms (1000 per ms, burst 1), and one that lives for an hour.
+    p.cmd(&["RL.GCRA", "brief", "1", "1000", "1ms"]);
+    p.cmd(&["RL.GCRA", "lasting", "1", "1", "1h"]);
+    sync(&mut p);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // DBSIZE counts keys a replica still holds, expired or not.
+    while p.cmd(&["DBSIZE"]).int() != 1 || r.cmd(&["DBSIZE"]).int() != 1 {
+        assert!(Instant::now() < deadline, "the idle key was not expired");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(r.cmd(&["EXISTS", "brief"]), Reply::Int(0));
+    assert_eq!(r.cmd(&["EXISTS", "lasting"]), Reply::Int(1));
+}

@@ -512,3 +512,59 @@ impl Client {
 
 /// A clock reading for tests: 2023-11-14T22:13:20Z.
 pub const T0_MS: u64 = 1_700_000_000_000;
+
+/// A client for a Redis Cluster: one connection per node, following MOVED and ASK
+/// redirections as cluster-aware clients do.
+pub struct ClusterClient {
+    nodes: std::collections::HashMap<u16, Client>,
+    /// The node to try first.
+    pub entry: u16,
+}
+
+impl ClusterClient {
+    pub fn new(entry: u16) -> ClusterClient {
+        ClusterClient {
+            nodes: std::collections::HashMap::new(),
+            entry,
+        }
+    }
+
+    fn node(&mut self, port: u16) -> &mut Client {
+        self.nodes
+            .entry(port)
+            .or_insert_with(|| Client::connect(port))
+    }
+
+    /// Sends a command for `key`'s slot, following up to 5 redirections.
+    pub fn cmd(&mut self, args: &[&str]) -> Reply {
+        let mut port = self.entry;
+        let mut asking = false;
+        for _ in 0..5 {
+            let node = self.node(port);
+            if asking {
+                node.cmd(&["ASKING"]);
+            }
+            let reply = node.cmd(args);
+            match &reply {
+                Reply::Error(e) if e.starts_with("MOVED ") || e.starts_with("ASK ") => {
+                    asking = e.starts_with("ASK ");
+                    let target = e.rsplit(' ').next().unwrap_or_default();
+                    port = target
+                        .rsplit(':')
+                        .next()
+                        .unwrap_or_default()
+                        .parse()
+                        .unwrap();
+                    if !asking {
+                        self.entry = port;
+                    }
+                }
+                Reply::Error(e) if e.starts_with("TRYAGAIN") => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                _ => return reply,
+            }
+        }
+        panic!("too many redirections for {args:?}");
+    }
+}
