@@ -1,0 +1,354 @@
+//! Hostile input against a real server: 100,000 generated calls, bounded in count and time.
+//! The server stays up; every reply is a well-formed admission reply or an error naming what
+//! is wrong; and a call that errors changes nothing.
+
+mod common;
+
+use common::{Client, Reply, Server, T0_MS};
+
+/// xorshift64*: deterministic, so a failure replays exactly.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}
+
+/// A command, its valid positional arguments after the key, and its options.
+struct Shape {
+    name: &'static str,
+    positional: &'static [&'static str],
+    options: &'static [&'static str],
+}
+
+const SHAPES: &[Shape] = &[
+    Shape {
+        name: "RL.GCRA",
+        positional: &["5", "2", "1h"],
+        options: &["DRYRUN"],
+    },
+    Shape {
+        name: "RL.TOKENBUCKET",
+        positional: &["5", "2", "1h"],
+        options: &["DRYRUN", "INTERVAL"],
+    },
+    Shape {
+        name: "RL.LEAKYBUCKET",
+        positional: &["5", "2", "1h"],
+        options: &["DRYRUN"],
+    },
+    Shape {
+        name: "RL.FIXEDWINDOW",
+        positional: &["5", "1d"],
+        options: &["DRYRUN"],
+    },
+    Shape {
+        name: "RL.SLIDINGWINDOW",
+        positional: &["5", "1d"],
+        options: &["DRYRUN"],
+    },
+    Shape {
+        name: "RL.SLIDINGLOG",
+        positional: &["5", "1h"],
+        options: &["DRYRUN"],
+    },
+    Shape {
+        name: "CL.THROTTLE",
+        positional: &["4", "2", "3600"],
+        options: &[],
+    },
+];
+
+/// Tokens that are no valid count, duration, number of seconds or COST anywhere.
+const NEVER_VALID: &[&[u8]] = &[
+    b"",
+    b"-1",
+    b"-0",
+    b"1.5",
+    b"0x10",
+    b"1e3",
+    b"abc",
+    b" 5",
+    b"5 ",
+    b"+5",
+    b"\xff\xfe",
+    b"\x00",
+    b"5\r\n",
+    b"99999999999999999999999",
+    b"18446744073709551616",
+    b"9223372036854775808000",
+    b"1000000000000000000",
+    b"10y",
+    b"5w",
+    b"36500d",
+    b"999999999999h",
+];
+
+/// Tokens for the mixed calls: valid or not, in range or not.
+const ANY: &[&[u8]] = &[
+    b"0",
+    b"1",
+    b"2",
+    b"7",
+    b"1000000000000",
+    b"1000000000001",
+    b"9223372036854775807",
+    b"1ms",
+    b"1s",
+    b"90s",
+    b"1m",
+    b"24h",
+    b"7d",
+    b"3650d",
+    b"1500",
+    b"0s",
+    b"COST",
+    b"DRYRUN",
+    b"INTERVAL",
+    b"BLOCK",
+    b"cost",
+    b"dryrun",
+    b"-5",
+    b"",
+    b"\xff",
+    b"1.0",
+];
+
+const KEYS: &[&str] = &[
+    "fz:0", "fz:1", "fz:2", "fz:3", "fz:4", "fz:5", "fz:6", "fz:7",
+];
+
+/// A valid call of `shape` on `key`.
+fn valid(shape: &Shape, key: &str) -> Vec<Vec<u8>> {
+    let mut call = vec![shape.name.as_bytes().to_vec(), key.as_bytes().to_vec()];
+    call.extend(shape.positional.iter().map(|a| a.as_bytes().to_vec()));
+    call
+}
+
+/// A call that must fail: a valid one with exactly one thing made wrong.
+fn invalid(rng: &mut Rng) -> Vec<Vec<u8>> {
+    let shape = rng.pick(SHAPES);
+    let mut call = valid(shape, *rng.pick(KEYS));
+    match rng.below(7) {
+        // A positional argument that is never valid.
+        0 | 1 => {
+            let at = 2 + rng.below(shape.positional.len());
+            call[at] = (*rng.pick(NEVER_VALID)).to_vec();
+        }
+        // Too few arguments.
+        2 => call.truncate(1 + rng.below(1 + shape.positional.len())),
+        // An option that does not exist, or COST without a valid value.
+        3 => match rng.below(3) {
+            0 => call.push((*rng.pick(&[&b"BLOCK"[..], b"FAST", b"\xff", b"COSTS", b""])).to_vec()),
+            1 => call.push(b"COST".to_vec()),
+            _ => {
+                call.push(b"COST".to_vec());
+                call.push((*rng.pick(NEVER_VALID)).to_vec());
+            }
+        },
+        // An option twice.
+        4 if !shape.options.is_empty() => {
+            let option = (*rng.pick(shape.options)).as_bytes().to_vec();
+            call.push(option.clone());
+            call.push(option);
+        }
+        4 => call.push(b"DRYRUN".to_vec()), // CL.THROTTLE takes no options
+        // A key of another Redis type, or one holding another algorithm's state.
+        5 => {
+            call[1] = (*rng.pick(&["str", "hash", "other:gcra"]))
+                .as_bytes()
+                .to_vec()
+        }
+        // The internal commands, from a client.
+        _ => {
+            let internal: &[u8] = *rng.pick(&[&b"RL.REPLAY"[..], b"RL.LOADSTATE"]);
+            call[0] = internal.to_vec();
+        }
+    }
+    // "other:gcra" holds GCRA state: only a non-GCRA command errors on it.
+    if call.len() > 1
+        && call[1] == b"other:gcra"
+        && (call[0] == b"RL.GCRA" || call[0] == b"CL.THROTTLE")
+    {
+        call[1] = b"str".to_vec();
+    }
+    call
+}
+
+/// A call of any kind: mostly valid shapes with random arguments and options.
+fn mixed(rng: &mut Rng) -> Vec<Vec<u8>> {
+    let shape = rng.pick(SHAPES);
+    // Keys of their own: these calls may write, with durations as short as a millisecond.
+    let key = format!("mx:{}", rng.below(8));
+    let mut call = valid(shape, &key);
+    for arg in call.iter_mut().skip(2) {
+        if rng.below(3) == 0 {
+            *arg = (*rng.pick(ANY)).to_vec();
+        }
+    }
+    for _ in 0..rng.below(4) {
+        call.push((*rng.pick(ANY)).to_vec());
+    }
+    call
+}
+
+/// The names the error texts may give for the offending argument.
+const ARGUMENTS: &[&str] = &[
+    "burst",
+    "rate",
+    "period",
+    "capacity",
+    "refill_amount",
+    "refill_period",
+    "leak_amount",
+    "leak_period",
+    "limit",
+    "window",
+    "max_burst",
+    "count",
+    "quantity",
+    "COST",
+];
+
+/// Whether `reply` is an error that says what is wrong with the call.
+fn names_the_problem(reply: &Reply) -> bool {
+    let Reply::Error(e) = reply else {
+        return false;
+    };
+    if let Some(rest) = e.strip_prefix("ERR invalid ") {
+        let arg = rest.split(':').next().unwrap_or_default();
+        return ARGUMENTS.contains(&arg) && rest.contains(" from ");
+    }
+    [
+        "ERR wrong number of arguments for '",
+        "ERR unknown option '",
+        "ERR COST needs a value",
+        "ERR COST given more than once",
+        "ERR DRYRUN given more than once",
+        "ERR INTERVAL given more than once",
+        "WRONGTYPE Operation against a key holding the wrong kind of value",
+        "ERR the key holds ",
+        "ERR RL.REPLAY is internal",
+        "ERR RL.LOADSTATE is internal",
+    ]
+    .iter()
+    .any(|prefix| e.starts_with(prefix))
+}
+
+/// Whether `reply` is a well-formed admission reply for `command`.
+fn well_formed(command: &[u8], reply: &Reply) -> bool {
+    let Reply::Array(items) = reply else {
+        return false;
+    };
+    let fields = if command.eq_ignore_ascii_case(b"RL.LEAKYBUCKET") {
+        6
+    } else {
+        5
+    };
+    let ints: Vec<i64> = items
+        .iter()
+        .filter_map(|i| {
+            if let Reply::Int(n) = i {
+                Some(*n)
+            } else {
+                None
+            }
+        })
+        .collect();
+    ints.len() == fields
+        && (0..=1).contains(&ints[0])
+        && ints[1] >= 1
+        && ints[2] >= 0
+        && ints[2] <= ints[1]
+        && ints[3] >= -1
+        && ints[4] >= 0
+}
+
+/// Everything the failing calls could change, read back: every key they name (a key they
+/// created would show as a state where there was none) and the module's clock.
+fn snapshot(c: &mut Client) -> Vec<Reply> {
+    let mut state = vec![c.cmd(&["GET", "str"]), c.cmd(&["HGETALL", "hash"])];
+    for key in KEYS.iter().chain(&["other:gcra"]) {
+        state.push(c.cmd(&["RL.INSPECT", key]));
+        state.push(c.cmd(&["PEXPIRETIME", key]));
+    }
+    state.push(c.cmd(&["RL.DEBUG.CLOCK", "ADVANCE", "0"]));
+    state
+}
+
+fn send_batch(c: &mut Client, calls: &[Vec<Vec<u8>>]) -> Vec<Reply> {
+    for call in calls {
+        let args: Vec<&[u8]> = call.iter().map(Vec::as_slice).collect();
+        c.send(&args);
+    }
+    calls.iter().map(|_| c.read()).collect()
+}
+
+#[test]
+fn a_hundred_thousand_hostile_calls() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    c.cmd(&["SET", "str", "x"]);
+    c.cmd(&["HSET", "hash", "f", "v"]);
+    c.cmd(&["RL.GCRA", "other:gcra", "5", "1", "1h"]);
+    for shape in SHAPES {
+        let key = format!("fz:{}", shape.name.len() % KEYS.len());
+        let args = valid(shape, &key);
+        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        c.cmd_bytes(&args);
+    }
+    let mut rng = Rng(0x5eed_1234_abcd_ef01);
+    const ROUNDS: usize = 50;
+    const BATCH: usize = 1000;
+    let started = std::time::Instant::now();
+    let mut checked = 0;
+    for round in 0..ROUNDS {
+        // Calls that must all fail, and change nothing.
+        let before = snapshot(&mut c);
+        let calls: Vec<_> = (0..BATCH).map(|_| invalid(&mut rng)).collect();
+        for (call, reply) in calls.iter().zip(send_batch(&mut c, &calls)) {
+            assert!(
+                names_the_problem(&reply),
+                "round {round}: {call:?} gave {reply:?}"
+            );
+        }
+        assert_eq!(
+            snapshot(&mut c),
+            before,
+            "round {round}: a failing call changed something"
+        );
+        // Calls of any kind: each reply well formed, or an error that says what is wrong.
+        let calls: Vec<_> = (0..BATCH).map(|_| mixed(&mut rng)).collect();
+        for (call, reply) in calls.iter().zip(send_batch(&mut c, &calls)) {
+            assert!(
+                well_formed(&call[0], &reply) || names_the_problem(&reply),
+                "round {round}: {call:?} gave {reply:?}"
+            );
+        }
+        assert_eq!(
+            c.cmd(&["PING"]),
+            Reply::Simple("PONG".into()),
+            "round {round}"
+        );
+        checked += 2 * BATCH;
+        // Bounded in time as well as in count.
+        assert!(
+            started.elapsed().as_secs() < 120,
+            "the fuzz run took too long"
+        );
+    }
+    assert_eq!(checked, 100_000);
+}
