@@ -140,7 +140,7 @@ fn valid(shape: &Shape, key: &str) -> Vec<Vec<u8>> {
 /// A call that must fail: a valid one with exactly one thing made wrong.
 fn invalid(rng: &mut Rng) -> Vec<Vec<u8>> {
     let shape = rng.pick(SHAPES);
-    let key: &str = rng.pick(KEYS);
+    let key = *rng.pick(KEYS);
     let mut call = valid(shape, key);
     match rng.below(7) {
         // A positional argument that is never valid.
