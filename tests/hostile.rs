@@ -174,7 +174,7 @@ fn invalid(rng: &mut Rng) -> Vec<Vec<u8>> {
         }
         // The internal commands, from a client.
         _ => {
-            let internal: &[u8] = *rng.pick(&[&b"RL.REPLAY"[..], b"RL.LOADSTATE"]);
+            let internal = *rng.pick(&[&b"RL.REPLAY"[..], b"RL.LOADSTATE"]);
             call[0] = internal.to_vec();
         }
     }
