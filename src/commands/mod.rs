@@ -140,8 +140,45 @@ pub fn register(ctx: Ctx, cell_compat: bool) -> Result<(), String> {
         if status != raw::REDISMODULE_OK as c_int {
             return Err(format!("could not register {:?}", command.name));
         }
+        set_acl_categories(ctx, command);
     }
     Ok(())
+}
+
+/// On Redis 7.2 and later, puts a command in the ACL categories its flags imply (`@write`
+/// for the admission commands, `@read` for RL.INSPECT, `@admin @dangerous` for the debug and
+/// internal ones), so that `+@read` or `-@dangerous` rules cover it. Redis 7.0 has no ACL
+/// categories for module commands (the function is absent): grant the commands by name.
+/// A failure here is logged, not fatal: the command works, it just sits in no category.
+fn set_acl_categories(ctx: Ctx, command: &Command) {
+    // SAFETY: called from the load hook with its context, after the command was created.
+    unsafe {
+        let (Some(set), Some(get)) = (
+            raw::RedisModule_SetCommandACLCategories,
+            raw::RedisModule_GetCommand,
+        ) else {
+            return;
+        };
+        let flags = command.flags.to_bytes();
+        let categories: &CStr = if flags.starts_with(b"write") {
+            if flags.ends_with(b"fast") {
+                c"write fast"
+            } else {
+                c"write"
+            }
+        } else if flags.starts_with(b"readonly") {
+            c"read fast"
+        } else {
+            c"admin dangerous"
+        };
+        let handle = get(ctx, command.name.as_ptr());
+        if handle.is_null() || set(handle, categories.as_ptr()) != raw::REDISMODULE_OK as c_int {
+            raw::redis_log(
+                ctx,
+                &format!("ratelimit: no ACL categories for {:?}", command.name),
+            );
+        }
+    }
 }
 
 /// The replayable command named `name` (any case).
