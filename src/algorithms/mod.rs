@@ -254,6 +254,14 @@ pub mod testing {
 mod tests {
     use super::*;
 
+    /// The property tests look for arithmetic that wraps: that needs overflow checks in the
+    /// build that runs them (Cargo.toml turns them on for this crate, release included).
+    #[test]
+    fn tests_run_with_overflow_checks() {
+        let max = std::hint::black_box(u64::MAX);
+        assert!(std::panic::catch_unwind(|| max + 1).is_err());
+    }
+
     #[test]
     fn span_rounding() {
         let s = Span::new(1_000_001, 1); // 1000.001 ms
