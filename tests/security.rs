@@ -1,0 +1,271 @@
+//! Least privilege, memory limits and clock trouble, against real servers.
+
+mod common;
+
+use common::{Client, Config, Reply, Server, T0_MS};
+
+/// Every admission command, with parameters that admit 3 at once, on `key`.
+fn admissions(key: &str) -> Vec<Vec<String>> {
+    let k = key.to_string();
+    let v = |args: &[&str]| -> Vec<String> {
+        let mut call = vec![args[0].to_string(), k.clone()];
+        call.extend(args[1..].iter().map(|a| a.to_string()));
+        call
+    };
+    vec![
+        v(&["RL.GCRA", "3", "1", "1h"]),
+        v(&["CL.THROTTLE", "2", "1", "3600"]),
+        v(&["RL.TOKENBUCKET", "3", "1", "1h"]),
+        v(&["RL.LEAKYBUCKET", "3", "1", "1h"]),
+        v(&["RL.FIXEDWINDOW", "3", "1d"]),
+        v(&["RL.SLIDINGWINDOW", "3", "1d"]),
+        v(&["RL.SLIDINGLOG", "3", "1h"]),
+    ]
+}
+
+fn send(c: &mut Client, call: &[String]) -> Reply {
+    let args: Vec<&str> = call.iter().map(String::as_str).collect();
+    c.cmd(&args)
+}
+
+/// Whether an admission reply admitted (CL.THROTTLE's first field is "limited").
+fn admitted(call: &[String], reply: &Reply) -> bool {
+    let first = reply.ints()[0];
+    if call[0] == "CL.THROTTLE" {
+        first == 0
+    } else {
+        first == 1
+    }
+}
+
+/// The README's recipe for Redis 7.0: the commands by name, the keys by pattern.
+const RECIPE: &[&str] = &[
+    "ACL",
+    "SETUSER",
+    "limiter",
+    "on",
+    ">secret",
+    "~rl:*",
+    "+rl.gcra",
+    "+rl.tokenbucket",
+    "+rl.leakybucket",
+    "+rl.fixedwindow",
+    "+rl.slidingwindow",
+    "+rl.slidinglog",
+    "+rl.inspect",
+    "+cl.throttle",
+];
+
+#[test]
+fn acl_key_patterns_and_command_grants_apply_to_every_command() {
+    let server = Server::start();
+    let mut admin = server.client();
+    admin.clock_set(T0_MS);
+    assert_eq!(admin.cmd(RECIPE), Reply::Simple("OK".into()));
+    assert_eq!(
+        admin.cmd(&["ACL", "SETUSER", "app", "on", ">pw", "~*", "+get", "+set"]),
+        Reply::Simple("OK".into())
+    );
+    let mut limiter = server.client();
+    assert_eq!(
+        limiter.cmd(&["AUTH", "limiter", "secret"]),
+        Reply::Simple("OK".into())
+    );
+    for (i, call) in admissions("rl:user:1").into_iter().enumerate() {
+        let mut call = call;
+        call[1] = format!("rl:user:{i}");
+        assert!(admitted(&call, &send(&mut limiter, &call)), "{call:?}");
+        let e = limiter.cmd(&["RL.INSPECT", &call[1]]);
+        assert!(matches!(e, Reply::Array(_)), "{e:?}");
+        // Any other key: NOPERM, through every command.
+        call[1] = format!("other:{i}");
+        let e = send(&mut limiter, &call).error();
+        assert!(e.starts_with("NOPERM"), "{call:?}: {e}");
+    }
+    let e = limiter.cmd(&["RL.INSPECT", "other:1"]).error();
+    assert!(e.starts_with("NOPERM"), "{e}");
+    assert!(limiter
+        .cmd(&["GET", "rl:user:1"])
+        .error()
+        .starts_with("NOPERM"));
+    // A user without the commands cannot run them, on any key.
+    let mut app = server.client();
+    assert_eq!(app.cmd(&["AUTH", "app", "pw"]), Reply::Simple("OK".into()));
+    for call in admissions("rl:user:9") {
+        let e = send(&mut app, &call).error();
+        assert!(e.starts_with("NOPERM"), "{call:?}: {e}");
+    }
+    assert_eq!(
+        admin.cmd(&["EXISTS", "rl:user:9", "other:1"]),
+        Reply::Int(0)
+    );
+    // The internal commands are refused whatever the ACL: even a user with every right.
+    let e = admin
+        .cmd(&["RL.REPLAY", "rl:x", "1:1:RL.GCRA:5", "1", "1h"])
+        .error();
+    assert!(e.contains("is internal"), "{e}");
+    let e = admin.cmd(&["RL.LOADSTATE", "rl:x", "\x01\x01"]).error();
+    assert!(e.contains("is internal"), "{e}");
+}
+
+#[test]
+fn out_of_memory_refuses_writes_and_eviction_starts_keys_fresh() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    for mut call in admissions("before") {
+        call[1] = format!("before:{}", call[0]);
+        assert!(admitted(&call, &send(&mut c, &call)));
+    }
+    let state = c.cmd(&["RL.INSPECT", "before:RL.GCRA"]);
+    // noeviction and no room: every admission command answers OOM; reads still work.
+    c.cmd(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    c.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
+    for call in admissions("k") {
+        let e = send(&mut c, &call).error();
+        assert!(e.starts_with("OOM"), "{call:?}: {e}");
+    }
+    assert_eq!(c.cmd(&["RL.INSPECT", "before:RL.GCRA"]), state);
+    assert_eq!(c.cmd(&["PING"]), Reply::Simple("PONG".into()));
+    // With an eviction policy, evicted limiter keys simply start fresh.
+    c.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
+    for i in 0..2000 {
+        c.cmd(&["RL.GCRA", &format!("many:{i}"), "3", "1", "1h", "COST", "3"]);
+    }
+    let used: i64 = c.info_field("memory", "used_memory").parse().unwrap();
+    c.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-random"]);
+    c.cmd(&["CONFIG", "SET", "maxmemory", &(used - 100_000).to_string()]);
+    c.cmd(&["RL.GCRA", "trigger", "3", "1", "1h"]);
+    let evicted: i64 = c.info_field("stats", "evicted_keys").parse().unwrap();
+    assert!(evicted > 0, "nothing was evicted");
+    let gone = (0..2000)
+        .map(|i| format!("many:{i}"))
+        .find(|k| c.cmd(&["EXISTS", k]) == Reply::Int(0))
+        .expect("an evicted limiter key");
+    // Its burst was spent; evicted, it admits again from a full burst.
+    assert_eq!(
+        c.cmd(&["RL.GCRA", &gone, "3", "1", "1h"]).ints(),
+        [1, 3, 2, 0, 3_600_000]
+    );
+    assert_eq!(c.cmd(&["PING"]), Reply::Simple("PONG".into()));
+}
+
+/// Clocks jump: backwards after a failover to a slower machine or an NTP step, forwards
+/// after a suspend. A limiter must not hand out a second allowance because time went back,
+/// and must work again once time moves on.
+#[test]
+fn the_clock_jumping_back_or_forward_never_admits_extra() {
+    let server = Server::start();
+    let mut c = server.client();
+    for call in admissions("jump") {
+        let name = call[0].clone();
+        let mut call = call;
+        call[1] = format!("jump:{name}");
+        c.clock_set(T0_MS);
+        let first: usize = (0..6)
+            .filter(|_| admitted(&call, &send(&mut c, &call)))
+            .count();
+        assert_eq!(first, 3, "{name}");
+        // Back an hour, a day, thirty days: nothing more in (almost) no wall-clock time.
+        for back_ms in [3_600_000u64, 86_400_000, 30 * 86_400_000] {
+            c.clock_set(T0_MS - back_ms);
+            let extra = (0..6)
+                .filter(|_| admitted(&call, &send(&mut c, &call)))
+                .count();
+            assert_eq!(extra, 0, "{name}: {extra} admitted {back_ms} ms back");
+        }
+        // Forward years: a fresh allowance, and limiting again after it.
+        c.clock_set(T0_MS + 3 * 365 * 86_400_000);
+        let later = (0..6)
+            .filter(|_| admitted(&call, &send(&mut c, &call)))
+            .count();
+        assert_eq!(later, 3, "{name}");
+        // Back to the first allowance's time: still nothing more.
+        c.clock_set(T0_MS);
+        let extra = (0..6)
+            .filter(|_| admitted(&call, &send(&mut c, &call)))
+            .count();
+        assert_eq!(extra, 0, "{name}: back after the jump forward");
+    }
+    // The extremes of the debug clock never panic.
+    for ms in ["0", "253402300799999"] {
+        c.cmd(&["RL.DEBUG.CLOCK", "SET", ms]);
+        for mut call in admissions("extreme") {
+            call[1] = format!("extreme:{}", call[0]);
+            assert!(
+                matches!(send(&mut c, &call), Reply::Array(_)),
+                "{call:?} at {ms}"
+            );
+        }
+    }
+    assert_eq!(c.cmd(&["PING"]), Reply::Simple("PONG".into()));
+}
+
+/// No number a client types makes the module allocate for it: a key costs what was admitted.
+#[test]
+fn no_parameter_allocates_in_proportion_to_what_the_client_typed() {
+    let server = Server::with(Config::default().module_args(&[
+        "debug-clock",
+        "yes",
+        "sliding-log-max-limit",
+        "1000000000",
+    ]));
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    c.cmd(&["RL.SLIDINGLOG", "small", "10", "3650d"]);
+    c.cmd(&["RL.SLIDINGLOG", "huge", "1000000000", "3650d"]);
+    let small = c.cmd(&["MEMORY", "USAGE", "small"]).int();
+    let huge = c.cmd(&["MEMORY", "USAGE", "huge"]).int();
+    assert_eq!(huge, small, "the largest limit costs what one entry costs");
+    assert!(huge < 300, "{huge} bytes for one entry");
+    // A COST of a million in one request is one entry, not a million.
+    c.cmd(&[
+        "RL.SLIDINGLOG",
+        "huge",
+        "1000000000",
+        "3650d",
+        "COST",
+        "1000000",
+    ]);
+    assert!(c.cmd(&["MEMORY", "USAGE", "huge"]).int() < 300);
+    for (key, call) in [
+        (
+            "g",
+            vec!["RL.GCRA", "g", "1000000000000", "1000000000000", "3650d"],
+        ),
+        (
+            "t",
+            vec![
+                "RL.TOKENBUCKET",
+                "t",
+                "1000000000000",
+                "1",
+                "3650d",
+                "COST",
+                "1000000000000",
+            ],
+        ),
+        (
+            "w",
+            vec![
+                "RL.FIXEDWINDOW",
+                "w",
+                "1000000000000",
+                "3650d",
+                "COST",
+                "999999999999",
+            ],
+        ),
+    ] {
+        assert!(matches!(c.cmd(&call), Reply::Array(_)), "{call:?}");
+        assert!(c.cmd(&["MEMORY", "USAGE", key]).int() < 200, "{key}");
+    }
+    // The bound itself is a setting, refused out of range.
+    let e = c.cmd(&[
+        "CONFIG",
+        "SET",
+        "ratelimit.sliding-log-max-limit",
+        "1000000001",
+    ]);
+    assert!(e.is_error(), "{e:?}");
+}
