@@ -83,6 +83,8 @@ pub struct Options {
     pub cost: u64,
     /// Compute the reply only: write nothing, propagate nothing.
     pub dryrun: bool,
+    /// `BLOCK duration`: a denied request blocks the key this long (ms).
+    pub block_ms: Option<u64>,
 }
 
 impl Default for Options {
@@ -90,13 +92,14 @@ impl Default for Options {
         Options {
             cost: 1,
             dryrun: false,
+            block_ms: None,
         }
     }
 }
 
-const ACCEPTED_OPTIONS: &str = "COST n or DRYRUN";
+const ACCEPTED_OPTIONS: &str = "COST n, DRYRUN or BLOCK duration";
 
-/// Parses `[COST n] [DRYRUN]` in any order, case-insensitive. `first_position` is the
+/// Parses `[COST n] [DRYRUN] [BLOCK duration]` in any order, case-insensitive. `first_position` is the
 /// argument number of `rest[0]` (the key being argument 1), used in error texts.
 pub fn options(rest: &[&[u8]], first_position: usize) -> Result<Options, Error> {
     options_with(rest, first_position, &[], ACCEPTED_OPTIONS).map(|(opts, _)| opts)
@@ -122,10 +125,23 @@ pub fn options_with(
                 return Err(Error::OptionTwice { option: "COST" });
             }
             seen_cost = true;
-            let value = rest
-                .get(i + 1)
-                .ok_or(Error::OptionValue { option: "COST" })?;
+            let value = rest.get(i + 1).ok_or(Error::OptionValue {
+                option: "COST",
+                expected: "an integer from 0 to 1000000000000",
+            })?;
             opts.cost = count(value, "COST", 0, MAX_COUNT)?;
+            i += 2;
+            continue;
+        }
+        if token.eq_ignore_ascii_case(b"BLOCK") {
+            if opts.block_ms.is_some() {
+                return Err(Error::OptionTwice { option: "BLOCK" });
+            }
+            let value = rest.get(i + 1).ok_or(Error::OptionValue {
+                option: "BLOCK",
+                expected: "a duration from 1ms to 10 years",
+            })?;
+            opts.block_ms = Some(duration_ms(value, "BLOCK")?);
             i += 2;
             continue;
         }
@@ -236,8 +252,26 @@ mod tests {
             o,
             Options {
                 cost: 7,
-                dryrun: true
+                dryrun: true,
+                block_ms: None
             }
+        );
+        let o = options(&[b"block", b"15m", b"COST", b"2"], 5).unwrap();
+        assert_eq!((o.cost, o.block_ms), (2, Some(900_000)));
+        assert_eq!(
+            options(&[b"BLOCK"], 5),
+            Err(Error::OptionValue {
+                option: "BLOCK",
+                expected: "a duration from 1ms to 10 years"
+            })
+        );
+        assert_eq!(
+            options(&[b"BLOCK", b"1m", b"BLOCK", b"1m"], 5),
+            Err(Error::OptionTwice { option: "BLOCK" })
+        );
+        assert_eq!(
+            options(&[b"BLOCK", b"0"], 5),
+            Err(Error::Duration { arg: "BLOCK" })
         );
         assert_eq!(options(&[], 5).unwrap(), Options::default());
         assert_eq!(options(&[b"COST", b"0"], 5).unwrap().cost, 0);
@@ -247,7 +281,10 @@ mod tests {
     fn option_errors() {
         assert_eq!(
             options(&[b"COST"], 5),
-            Err(Error::OptionValue { option: "COST" })
+            Err(Error::OptionValue {
+                option: "COST",
+                expected: "an integer from 0 to 1000000000000"
+            })
         );
         assert_eq!(
             options(&[b"COST", b"1", b"COST", b"2"], 5),
@@ -279,7 +316,7 @@ mod tests {
     #[test]
     fn command_flags_are_options_too() {
         let flags = ["INTERVAL"];
-        let accepted = "COST n, DRYRUN or INTERVAL";
+        let accepted = "COST n, DRYRUN, BLOCK duration or INTERVAL";
         let (o, mask) = options_with(&[b"cost", b"2", b"interval"], 5, &flags, accepted).unwrap();
         assert_eq!((o.cost, mask), (2, 1));
         let (_, mask) = options_with(&[], 5, &flags, accepted).unwrap();
@@ -289,10 +326,10 @@ mod tests {
             Err(Error::OptionTwice { option: "INTERVAL" })
         );
         assert_eq!(
-            options_with(&[b"BLOCK"], 5, &flags, accepted),
+            options_with(&[b"EVERY"], 5, &flags, accepted),
             Err(Error::UnknownOption {
                 position: 5,
-                token: "BLOCK".into(),
+                token: "EVERY".into(),
                 accepted
             })
         );

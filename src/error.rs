@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use crate::args::{MAX_COUNT, MAX_DURATION_MS};
+use crate::args::MAX_DURATION_MS;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {
@@ -28,7 +28,10 @@ pub enum Error {
     /// A whole number of seconds (CL.THROTTLE's period) out of range.
     Seconds { arg: &'static str, max: u64 },
     /// An option that needs a value was the last argument.
-    OptionValue { option: &'static str },
+    OptionValue {
+        option: &'static str,
+        expected: &'static str,
+    },
     /// The same option given twice.
     OptionTwice { option: &'static str },
     /// An argument where an option was expected.
@@ -81,8 +84,8 @@ impl fmt::Display for Error {
             Error::Seconds { arg, max } => {
                 write!(f, "ERR invalid {arg}: expected whole seconds from 1 to {max}")
             }
-            Error::OptionValue { option } => {
-                write!(f, "ERR {option} needs a value: an integer from 0 to {MAX_COUNT}")
+            Error::OptionValue { option, expected } => {
+                write!(f, "ERR {option} needs a value: {expected}")
             }
             Error::OptionTwice { option } => write!(f, "ERR {option} given more than once"),
             Error::UnknownOption {

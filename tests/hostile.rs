@@ -221,6 +221,7 @@ const ARGUMENTS: &[&str] = &[
     "count",
     "quantity",
     "COST",
+    "BLOCK",
 ];
 
 /// Whether `reply` is an error that says what is wrong with the call.
@@ -236,6 +237,8 @@ fn names_the_problem(reply: &Reply) -> bool {
         "ERR wrong number of arguments for '",
         "ERR unknown option '",
         "ERR COST needs a value",
+        "ERR BLOCK needs a value",
+        "ERR BLOCK given more than once",
         "ERR COST given more than once",
         "ERR DRYRUN given more than once",
         "ERR INTERVAL given more than once",

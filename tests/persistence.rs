@@ -275,7 +275,7 @@ fn a_forged_restore_payload_is_refused_and_the_server_lives() {
         assert!(r.is_error(), "{r:?}");
     }
     // A bad encoding version too.
-    let version = [1u8, 1, 5, 0, 0, 0, 0, 0, 0, 0];
+    let version = [2u8, 1, 5, 0, 0, 0, 0, 0, 0, 0];
     let forged = forge(&payload, &version, &[9u8, 1, 5, 0, 0, 0, 0, 0, 0, 0]);
     assert!(c.cmd_bytes(&[b"RESTORE", b"x", b"0", &forged]).is_error());
     assert_eq!(c.cmd(&["PING"]), Reply::Simple("PONG".into()));

@@ -8,6 +8,7 @@
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
+pub mod penalty;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;
@@ -34,7 +35,6 @@ impl Span {
         }
     }
 
-    #[cfg(test)]
     pub fn from_us(us: u64) -> Span {
         Span::new(u128::from(us), 1)
     }

@@ -11,7 +11,7 @@ use crate::algorithms::Decision;
 use crate::args::Options;
 use crate::clock;
 use crate::error::Error;
-use crate::storage::{Key, Variant};
+use crate::storage::{Key, Request, Variant};
 
 /// The internal command that carries a write to replicas and the AOF.
 pub const REPLAY: &CStr = c"RL.REPLAY";
@@ -53,11 +53,17 @@ pub fn run<A: Variant>(
         Mode::Replay { now_us, .. } => (now_us, 0),
     };
     let write = opts.cost > 0 && !opts.dryrun;
+    let request = Request {
+        now_us,
+        cost: opts.cost,
+        write,
+        block_ms: opts.block_ms,
+    };
     let mut key = Key::open(call.ctx, call.key, true);
-    let decision = key.update::<A>(&params, write, |stored| {
+    let (decision, wrote) = key.update::<A>(&params, request, |stored, write| {
         A::check(&params, stored, now_us, opts.cost, write)
     })?;
-    if decision.allowed && write {
+    if wrote {
         let expire_at_ms = match call.mode {
             Mode::Live => expire_base_ms.saturating_add(decision.reset_after.ceil_ms()),
             Mode::Replay { expire_at_ms, .. } => expire_at_ms,

@@ -6,7 +6,7 @@ use crate::args;
 use crate::error::Error;
 use crate::reply;
 
-/// `RL.FIXEDWINDOW key limit window [COST n] [DRYRUN]`
+/// `RL.FIXEDWINDOW key limit window [COST n] [DRYRUN] [BLOCK duration]`
 ///
 /// At most `limit` units per window, windows aligned to multiples of `window` since the Unix
 /// epoch. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
@@ -15,7 +15,7 @@ pub fn rl_fixedwindow(call: &Call) -> Result<(), Error> {
         call,
         3,
         "RL.FIXEDWINDOW",
-        "key limit window [COST n] [DRYRUN]",
+        "key limit window [COST n] [DRYRUN] [BLOCK duration]",
     )?;
     let params = Params {
         limit: args::positive_count(a[2], "limit")?,

@@ -6,9 +6,9 @@ use crate::args::{self, Options, MAX_COUNT, MAX_DURATION_MS};
 use crate::error::Error;
 use crate::reply;
 
-const GCRA_USAGE: &str = "key burst rate period [COST n] [DRYRUN]";
+const GCRA_USAGE: &str = "key burst rate period [COST n] [DRYRUN] [BLOCK duration]";
 
-/// `RL.GCRA key burst rate period [COST n] [DRYRUN]`
+/// `RL.GCRA key burst rate period [COST n] [DRYRUN] [BLOCK duration]`
 ///
 /// Admits up to `burst` units at once, then `rate` units per `period`, one every
 /// `period / rate`. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`
@@ -59,7 +59,7 @@ pub fn cl_throttle(call: &Call) -> Result<(), Error> {
     };
     let opts = Options {
         cost: quantity,
-        dryrun: false,
+        ..Options::default()
     };
     admission::run::<Gcra>(call, c"CL.THROTTLE", params, opts, reply::redis_cell)
 }

@@ -1,6 +1,7 @@
 //! RL.INSPECT: read a key's algorithm, parameters and state without changing them.
 
 use super::Call;
+use crate::algorithms::int;
 use crate::clock;
 use crate::error::Error;
 use crate::reply;
@@ -10,7 +11,7 @@ use crate::storage::Key;
 ///
 /// Reply: nil for a missing key; else a map (a flat name, value array for RESP2 clients):
 /// `algorithm`, the parameters, the stored state, and `remaining` and `reset_after_ms` as of
-/// the module's clock now.
+/// the module's clock now, and `blocked_until_us` while a `BLOCK` penalty is set.
 pub fn rl_inspect(call: &Call) -> Result<(), Error> {
     if call.args.len() != 2 {
         return Err(Error::Arity {
@@ -21,9 +22,12 @@ pub fn rl_inspect(call: &Call) -> Result<(), Error> {
     let mut key = Key::open(call.ctx, call.key, false);
     match key.snapshot()? {
         None => reply::null(call.ctx),
-        Some(value) => {
-            let fields = value.describe(clock::read().now_us);
-            reply::described(call.ctx, value.kind(), &fields);
+        Some(entry) => {
+            let mut fields = entry.value.describe(clock::read().now_us);
+            if entry.blocked_until_us > 0 {
+                fields.push(("blocked_until_us", int(entry.blocked_until_us)));
+            }
+            reply::described(call.ctx, entry.value.kind(), &fields);
         }
     }
     Ok(())

@@ -7,7 +7,7 @@ use crate::args;
 use crate::error::Error;
 use crate::reply;
 
-/// `RL.LEAKYBUCKET key capacity leak_amount leak_period [COST n] [DRYRUN]`
+/// `RL.LEAKYBUCKET key capacity leak_amount leak_period [COST n] [DRYRUN] [BLOCK duration]`
 ///
 /// A queue of at most `capacity` units that drains `leak_amount` units per `leak_period`.
 /// Reply: the five fields and a sixth, `delay_ms`: how long an admitted request waits for its
@@ -17,7 +17,7 @@ pub fn rl_leakybucket(call: &Call) -> Result<(), Error> {
         call,
         4,
         "RL.LEAKYBUCKET",
-        "key capacity leak_amount leak_period [COST n] [DRYRUN]",
+        "key capacity leak_amount leak_period [COST n] [DRYRUN] [BLOCK duration]",
     )?;
     let params = Params {
         capacity: args::positive_count(a[2], "capacity")?,

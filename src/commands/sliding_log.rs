@@ -6,7 +6,7 @@ use crate::args;
 use crate::error::Error;
 use crate::reply;
 
-/// `RL.SLIDINGLOG key limit window [COST n] [DRYRUN]`
+/// `RL.SLIDINGLOG key limit window [COST n] [DRYRUN] [BLOCK duration]`
 ///
 /// Exact: admits when the units admitted in the last `window` plus COST are at most `limit`.
 /// `limit` is bounded by the setting `ratelimit.sliding-log-max-limit`, since the log keeps
@@ -17,7 +17,7 @@ pub fn rl_slidinglog(call: &Call) -> Result<(), Error> {
         call,
         3,
         "RL.SLIDINGLOG",
-        "key limit window [COST n] [DRYRUN]",
+        "key limit window [COST n] [DRYRUN] [BLOCK duration]",
     )?;
     // A replica replays what its primary admitted, whatever its own setting says.
     let max = match call.mode {

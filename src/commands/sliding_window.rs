@@ -6,7 +6,7 @@ use crate::args;
 use crate::error::Error;
 use crate::reply;
 
-/// `RL.SLIDINGWINDOW key limit window [COST n] [DRYRUN]`
+/// `RL.SLIDINGWINDOW key limit window [COST n] [DRYRUN] [BLOCK duration]`
 ///
 /// The sliding window counter: the previous aligned window's count, weighted by how much of
 /// it still overlaps the sliding window, plus the current one's, at most `limit`.
@@ -16,7 +16,7 @@ pub fn rl_slidingwindow(call: &Call) -> Result<(), Error> {
         call,
         3,
         "RL.SLIDINGWINDOW",
-        "key limit window [COST n] [DRYRUN]",
+        "key limit window [COST n] [DRYRUN] [BLOCK duration]",
     )?;
     let params = Params {
         limit: args::positive_count(a[2], "limit")?,

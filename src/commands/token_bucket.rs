@@ -6,7 +6,7 @@ use crate::args;
 use crate::error::Error;
 use crate::reply;
 
-/// `RL.TOKENBUCKET key capacity refill_amount refill_period [INTERVAL] [COST n] [DRYRUN]`
+/// `RL.TOKENBUCKET key capacity refill_amount refill_period [INTERVAL] [COST n] [DRYRUN] [BLOCK duration]`
 ///
 /// A bucket of `capacity` tokens, full at first, refilled with `refill_amount` tokens per
 /// `refill_period` (continuously, or in whole steps at each period with `INTERVAL`); a request
@@ -16,13 +16,17 @@ pub fn rl_tokenbucket(call: &Call) -> Result<(), Error> {
         call,
         4,
         "RL.TOKENBUCKET",
-        "key capacity refill_amount refill_period [INTERVAL] [COST n] [DRYRUN]",
+        "key capacity refill_amount refill_period [INTERVAL] [COST n] [DRYRUN] [BLOCK duration]",
     )?;
     let capacity = args::positive_count(a[2], "capacity")?;
     let refill_amount = args::positive_count(a[3], "refill_amount")?;
     let refill_period_ms = args::duration_ms(a[4], "refill_period")?;
-    let (opts, flags) =
-        args::options_with(&a[5..], 5, &["INTERVAL"], "COST n, DRYRUN or INTERVAL")?;
+    let (opts, flags) = args::options_with(
+        &a[5..],
+        5,
+        &["INTERVAL"],
+        "COST n, DRYRUN, BLOCK duration or INTERVAL",
+    )?;
     let params = Params {
         capacity,
         refill_amount,

@@ -15,8 +15,9 @@ use crate::args::{MAX_COUNT, MAX_DURATION_MS};
 use super::value::{Stored, Value};
 
 /// The encoding version this build writes. Bump it when a layout changes, and keep decoding
-/// every older version.
-pub const VERSION: u8 = 1;
+/// every older version. Version 2 added the key's block (`BLOCK duration`) after the state;
+/// version 1 had none.
+pub const VERSION: u8 = 2;
 
 const GCRA: u8 = 1;
 const TOKEN_BUCKET: u8 = 2;
@@ -25,9 +26,32 @@ const FIXED_WINDOW: u8 = 4;
 const SLIDING_WINDOW: u8 = 5;
 const SLIDING_LOG: u8 = 6;
 
-pub fn encode(value: &Value) -> Vec<u8> {
-    let mut w = Writer(Vec::with_capacity(64));
+/// A key's whole value: its algorithm's parameters and state, and until when a penalty
+/// blocks it (0: not blocked).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub value: Value,
+    pub blocked_until_us: u64,
+}
+
+impl Entry {
+    pub fn new(value: Value) -> Entry {
+        Entry {
+            value,
+            blocked_until_us: 0,
+        }
+    }
+}
+
+pub fn encode(entry: &Entry) -> Vec<u8> {
+    let mut w = Writer(Vec::with_capacity(72));
     w.u8(VERSION);
+    encode_value(&mut w, &entry.value);
+    w.u64(entry.blocked_until_us);
+    w.0
+}
+
+fn encode_value(w: &mut Writer, value: &Value) {
     match value {
         Value::Gcra(s) => {
             w.u8(GCRA);
@@ -70,17 +94,29 @@ pub fn encode(value: &Value) -> Vec<u8> {
             }
         }
     }
-    w.0
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DecodeError;
 
-pub fn decode(bytes: &[u8]) -> Result<Value, DecodeError> {
+pub fn decode(bytes: &[u8]) -> Result<Entry, DecodeError> {
     let mut r = Reader(bytes);
-    if r.u8()? != VERSION {
+    let version = r.u8()?;
+    if version != 1 && version != 2 {
         return Err(DecodeError);
     }
+    let value = decode_value(&mut r, version)?;
+    let blocked_until_us = if version >= 2 { r.u64()? } else { 0 };
+    if !r.0.is_empty() {
+        return Err(DecodeError);
+    }
+    Ok(Entry {
+        value,
+        blocked_until_us,
+    })
+}
+
+fn decode_value(r: &mut Reader, version: u8) -> Result<Value, DecodeError> {
     let value = match r.u8()? {
         GCRA => {
             let params = gcra::Params {
@@ -148,7 +184,13 @@ pub fn decode(bytes: &[u8]) -> Result<Value, DecodeError> {
             let (base_us, unit_us, total) = (r.u64()?, r.u64()?, r.u64()?);
             let len = usize::try_from(r.u64()?).map_err(|_| DecodeError)?;
             // The length must match the bytes that are there: never allocate for a number.
-            if r.0.len() != len.checked_mul(4).ok_or(DecodeError)? {
+            let trailer = if version >= 2 { 8 } else { 0 };
+            if r.0.len()
+                != len
+                    .checked_mul(4)
+                    .ok_or(DecodeError)?
+                    .saturating_add(trailer)
+            {
                 return Err(DecodeError);
             }
             let mut words = VecDeque::with_capacity(len);
@@ -168,9 +210,6 @@ pub fn decode(bytes: &[u8]) -> Result<Value, DecodeError> {
         }
         _ => return Err(DecodeError),
     };
-    if !r.0.is_empty() {
-        return Err(DecodeError);
-    }
     Ok(value)
 }
 
@@ -328,14 +367,18 @@ mod tests {
     #[test]
     fn every_algorithm_round_trips() {
         for v in samples() {
-            assert_eq!(decode(&encode(&v)), Ok(v.clone()), "{v:?}");
+            let e = Entry {
+                value: v.clone(),
+                blocked_until_us: 7,
+            };
+            assert_eq!(decode(&encode(&e)), Ok(e), "{v:?}");
         }
     }
 
     #[test]
     fn rejects_bad_blobs() {
         for v in samples() {
-            let good = encode(&v);
+            let good = encode(&Entry::new(v.clone()));
             assert_eq!(decode(&good[..good.len() - 1]), Err(DecodeError), "{v:?}");
             let mut long = good.clone();
             long.push(0);
@@ -348,16 +391,27 @@ mod tests {
             zero[2..10].copy_from_slice(&0u64.to_le_bytes());
             assert_eq!(decode(&zero), Err(DecodeError), "{v:?}");
         }
-        let mut tag = encode(&samples()[0]);
+        let mut tag = encode(&Entry::new(samples()[0].clone()));
         tag[1] = 200;
         assert_eq!(decode(&tag), Err(DecodeError));
         assert_eq!(decode(&[]), Err(DecodeError));
     }
 
+    /// Version 1 had no block: it still decodes, unblocked.
+    #[test]
+    fn version_1_still_decodes() {
+        for v in samples() {
+            let mut bytes = encode(&Entry::new(v.clone()));
+            bytes[0] = 1;
+            bytes.truncate(bytes.len() - 8);
+            assert_eq!(decode(&bytes), Ok(Entry::new(v)));
+        }
+    }
+
     #[test]
     fn a_sliding_log_must_be_consistent() {
         let log = &samples()[5];
-        let good = encode(log);
+        let good = encode(&Entry::new(log.clone()));
         // A total that disagrees with the entries.
         let total_at = 2 + 16 + 16;
         let mut bad_total = good.clone();
@@ -368,10 +422,10 @@ mod tests {
         let mut bad_len = good.clone();
         bad_len[len_at..len_at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
         assert_eq!(decode(&bad_len), Err(DecodeError));
-        // A flagged entry with no count word after it.
+        // A flagged entry with no count word after it (the last word, before the block).
         let mut dangling = good.clone();
-        let last = dangling.len() - 4;
-        dangling[last..].copy_from_slice(&(5 | sliding_log::FLAG).to_le_bytes());
+        let last = dangling.len() - 12;
+        dangling[last..last + 4].copy_from_slice(&(5 | sliding_log::FLAG).to_le_bytes());
         assert_eq!(decode(&dangling), Err(DecodeError));
     }
 
@@ -381,24 +435,24 @@ mod tests {
         if let Value::TokenBucket(s) = &mut v {
             s.state.scaled_tokens = 4 * 60_000_000 + 1;
         }
-        assert_eq!(decode(&encode(&v)), Err(DecodeError));
+        assert_eq!(decode(&encode(&Entry::new(v))), Err(DecodeError));
     }
 
     proptest! {
         #[test]
         fn any_bytes_decode_or_fail_without_panic(bytes in proptest::collection::vec(any::<u8>(), 0..120)) {
-            if let Ok(v) = decode(&bytes) {
-                prop_assert_eq!(encode(&v), bytes);
+            if let Ok(e) = decode(&bytes) {
+                prop_assert_eq!(decode(&encode(&e)), Ok(e));
             }
         }
 
         #[test]
         fn mutated_blobs_decode_or_fail_without_panic(which in 0usize..6, at in any::<usize>(), byte in any::<u8>()) {
-            let mut bytes = encode(&samples()[which]);
+            let mut bytes = encode(&Entry::new(samples()[which].clone()));
             let i = at % bytes.len();
             bytes[i] = byte;
-            if let Ok(v) = decode(&bytes) {
-                prop_assert_eq!(encode(&v), bytes);
+            if let Ok(e) = decode(&bytes) {
+                prop_assert_eq!(decode(&encode(&e)), Ok(e));
             }
         }
 
@@ -409,7 +463,8 @@ mod tests {
                 params: gcra::Params { burst, rate, period_ms },
                 state: gcra::State { tat },
             });
-            prop_assert_eq!(decode(&encode(&v)), Ok(v));
+            let e = Entry::new(v);
+            prop_assert_eq!(decode(&encode(&e)), Ok(e));
         }
     }
 }

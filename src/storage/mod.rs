@@ -19,8 +19,9 @@ use std::ptr;
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use crate::algorithms::Decision;
+use crate::algorithms::{penalty, Decision};
 use crate::error::Error;
+pub use codec::Entry;
 use compact::{interner, Cell};
 pub use value::{Stored, Value, Variant};
 
@@ -68,7 +69,7 @@ const COMPACT: usize = 1;
 /// What a value pointer points to.
 enum Repr<'a> {
     Compact(&'a mut Cell),
-    Whole(&'a mut Value),
+    Whole(&'a mut Entry),
 }
 
 /// # Safety
@@ -78,18 +79,21 @@ unsafe fn repr<'a>(ptr: *mut c_void) -> Repr<'a> {
     if addr & COMPACT != 0 {
         Repr::Compact(&mut *((addr & !COMPACT) as *mut Cell))
     } else {
-        Repr::Whole(&mut *ptr.cast::<Value>())
+        Repr::Whole(&mut *ptr.cast::<Entry>())
     }
 }
 
-/// A value pointer for `value`: a compact cell when its state packs, else the whole value.
-fn into_raw(value: Value) -> *mut c_void {
-    if let Some((params, state)) = compact::pack(&value) {
-        let id = interner().acquire(params);
-        let cell = Box::into_raw(Box::new(Cell::new(id, state)));
-        return (cell as usize | COMPACT) as *mut c_void;
+/// A value pointer for `entry`: a compact cell when its state packs and no block is set,
+/// else the whole entry.
+fn into_raw(entry: Entry) -> *mut c_void {
+    if entry.blocked_until_us == 0 {
+        if let Some((params, state)) = compact::pack(&entry.value) {
+            let id = interner().acquire(params);
+            let cell = Box::into_raw(Box::new(Cell::new(id, state)));
+            return (cell as usize | COMPACT) as *mut c_void;
+        }
     }
-    Box::into_raw(Box::new(value)).cast::<c_void>()
+    Box::into_raw(Box::new(entry)).cast::<c_void>()
 }
 
 /// The value behind a pointer (unpacked from a cell), or `None` for a cell whose parameters
@@ -97,12 +101,15 @@ fn into_raw(value: Value) -> *mut c_void {
 ///
 /// # Safety
 /// As for [`repr`].
-unsafe fn value_of<'a>(ptr: *mut c_void) -> Option<Cow<'a, Value>> {
+unsafe fn value_of<'a>(ptr: *mut c_void) -> Option<Cow<'a, Entry>> {
     match repr(ptr) {
-        Repr::Whole(value) => Some(Cow::Borrowed(value)),
+        Repr::Whole(entry) => Some(Cow::Borrowed(entry)),
         Repr::Compact(cell) => {
             let params = *interner().get(cell.params)?;
-            Some(Cow::Owned(compact::unpack(&params, cell.state())))
+            Some(Cow::Owned(Entry::new(compact::unpack(
+                &params,
+                cell.state(),
+            ))))
         }
     }
 }
@@ -115,7 +122,7 @@ unsafe fn free_raw(ptr: *mut c_void) {
         let cell = Box::from_raw((addr & !COMPACT) as *mut Cell);
         interner().release(cell.params);
     } else if !ptr.is_null() {
-        drop(Box::from_raw(ptr.cast::<Value>()));
+        drop(Box::from_raw(ptr.cast::<Entry>()));
     }
 }
 
@@ -169,7 +176,7 @@ unsafe extern "C" fn aof_rewrite(
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     catch_unwind(|| match repr(value.cast_mut()) {
         Repr::Compact(_) => std::mem::size_of::<Cell>(),
-        Repr::Whole(value) => value.memory(),
+        Repr::Whole(entry) => entry.value.memory() + std::mem::size_of::<u64>(),
     })
     .unwrap_or(0)
 }
@@ -205,9 +212,20 @@ unsafe extern "C" fn copy(
             let copy = Box::into_raw(Box::new(*cell));
             (copy as usize | COMPACT) as *mut c_void
         }
-        Repr::Whole(value) => Box::into_raw(Box::new(value.clone())).cast::<c_void>(),
+        Repr::Whole(entry) => Box::into_raw(Box::new(entry.clone())).cast::<c_void>(),
     }))
     .unwrap_or(ptr::null_mut())
+}
+
+/// What a request brings besides its algorithm's parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct Request {
+    pub now_us: u64,
+    pub cost: u64,
+    /// Whether an admitted request writes (not DRYRUN, COST > 0).
+    pub write: bool,
+    /// `BLOCK duration`, in ms.
+    pub block_ms: Option<u64>,
 }
 
 /// An open key. Closed when dropped, also when a panic unwinds through the command.
@@ -262,7 +280,7 @@ impl Key {
     }
 
     /// A copy of the key's value (`None`: no key), for reading it whole (RL.INSPECT).
-    pub fn snapshot(&mut self) -> Result<Option<Value>, Error> {
+    pub fn snapshot(&mut self) -> Result<Option<Entry>, Error> {
         match self.raw_value()? {
             None => Ok(None),
             // SAFETY: a value of our type is a pointer this module made.
@@ -275,51 +293,88 @@ impl Key {
     }
 
     /// Decides a request of algorithm `A` on this key: `step` gets the key's stored
-    /// parameters and state (`None` for a fresh key) and returns the decision, changing the
-    /// state only when the request is admitted and writes (the algorithms' contract). When
-    /// `write` is set and the request is admitted, the key then holds `params` and the new
-    /// state. A key holding another algorithm's state is an error naming both; nothing
-    /// changes on any error.
+    /// parameters and state (`None` for a fresh key) and whether it may write, and returns the
+    /// decision, changing the state only when the request is admitted and writes (the
+    /// algorithms' contract). When the request writes and is admitted, the key then holds
+    /// `params` and the new state. A blocked key refuses everything until its block ends; a
+    /// denied request may start a block ([`penalty`]). Returns the decision and whether the
+    /// key changed (and so must expire anew and propagate). A key holding another
+    /// algorithm's state is an error naming both; nothing changes on any error.
     pub fn update<A: Variant>(
         &mut self,
         params: &A::Params,
-        write: bool,
-        step: impl FnOnce(Option<(&A::Params, &mut A::State)>) -> (Decision, Option<A::State>),
-    ) -> Result<Decision, Error> {
+        request: Request,
+        step: impl FnOnce(Option<(&A::Params, &mut A::State)>, bool) -> (Decision, Option<A::State>),
+    ) -> Result<(Decision, bool), Error> {
+        let Request {
+            now_us,
+            cost,
+            write,
+            block_ms,
+        } = request;
         let other = |value: &Value| Error::OtherAlgorithm {
             stored: value.algorithm_name(),
             requested: A::NAME,
         };
         let Some(ptr) = self.raw_value()? else {
-            let (decision, fresh) = step(None);
+            // A fresh key denies only what can never fit, which starts no block.
+            let (decision, fresh) = step(None, write);
             if let (true, Some(state)) = (decision.allowed && write, fresh) {
-                self.set(into_raw(A::wrap(Stored {
+                let stored = Stored {
                     params: params.clone(),
                     state,
-                })));
+                };
+                self.set(into_raw(Entry::new(A::wrap(stored))));
+                return Ok((decision, true));
             }
-            return Ok(decision);
+            return Ok((decision, false));
         };
         // SAFETY: a value of our type is a pointer this module made, alive while the key is
         // open; nothing else touches it during the command.
         match unsafe { repr(ptr) } {
-            Repr::Whole(value) => {
-                let error = other(value);
-                let stored = A::get_mut(value).ok_or(error)?;
-                let (decision, _) = step(Some((&stored.params, &mut stored.state)));
+            Repr::Whole(entry) => {
+                let error = other(&entry.value);
+                let stored = A::get_mut(&mut entry.value).ok_or(error)?;
+                let blocked = entry.blocked_until_us;
+                if blocked > now_us {
+                    let (mut decision, _) = step(Some((&stored.params, &mut stored.state)), false);
+                    penalty::apply(&mut decision, blocked, now_us);
+                    return Ok((decision, false));
+                }
+                let (mut decision, _) = step(Some((&stored.params, &mut stored.state)), write);
                 if decision.allowed && write {
                     stored.params = params.clone();
+                    entry.blocked_until_us = 0;
+                    return Ok((decision, true));
                 }
-                Ok(decision)
+                match penalty::starts(&decision, cost, write, block_ms, now_us) {
+                    Some(until) => {
+                        entry.blocked_until_us = until;
+                        penalty::apply(&mut decision, until, now_us);
+                        Ok((decision, true))
+                    }
+                    None => Ok((decision, false)),
+                }
             }
             Repr::Compact(cell) => {
                 let interned = *interner().get(cell.params).ok_or(Error::Panic)?;
                 let mut value = compact::unpack(&interned, cell.state());
                 let error = other(&value);
                 let stored = A::get_mut(&mut value).ok_or(error)?;
-                let (decision, _) = step(Some((&stored.params, &mut stored.state)));
+                let (mut decision, _) = step(Some((&stored.params, &mut stored.state)), write);
                 if !(decision.allowed && write) {
-                    return Ok(decision);
+                    // A block keeps the whole entry (a cell has no room for it).
+                    return match penalty::starts(&decision, cost, write, block_ms, now_us) {
+                        Some(until) => {
+                            penalty::apply(&mut decision, until, now_us);
+                            self.set(into_raw(Entry {
+                                value,
+                                blocked_until_us: until,
+                            }));
+                            Ok((decision, true))
+                        }
+                        None => Ok((decision, false)),
+                    };
                 }
                 stored.params = params.clone();
                 match compact::pack(&value) {
@@ -335,17 +390,17 @@ impl Key {
                     }
                     // No longer fits: the key keeps the whole value (the old cell is freed,
                     // and its parameters released, by Redis through `free`).
-                    None => self.set(into_raw(value)),
+                    None => self.set(into_raw(Entry::new(value))),
                 }
-                Ok(decision)
+                Ok((decision, true))
             }
         }
     }
 
-    /// Replaces the key's value with `value` (RL.LOADSTATE); WRONGTYPE for another type.
-    pub fn replace(&mut self, value: Value) -> Result<(), Error> {
+    /// Replaces the key's value with `entry` (RL.LOADSTATE); WRONGTYPE for another type.
+    pub fn replace(&mut self, entry: Entry) -> Result<(), Error> {
         self.raw_value()?;
-        self.set(into_raw(value));
+        self.set(into_raw(entry));
         Ok(())
     }
 
