@@ -365,19 +365,7 @@ mod tests {
         #[test]
         fn retry_after_is_exact(p in any_params(), gaps in any_requests(), cost in 1u64..25) {
             let (key, at) = history(&p, &gaps);
-            let d = peek::<FixedWindow>(&p, &key, T2 + at, cost);
-            match (d.allowed, d.retry_after) {
-                (true, retry) => prop_assert_eq!(retry, Some(Span::ZERO)),
-                (false, None) => prop_assert!(cost > p.limit),
-                (false, Some(retry)) => {
-                    let ms = retry.ceil_ms();
-                    prop_assert!(ms >= 1);
-                    let later = peek::<FixedWindow>(&p, &key, T2 + at + ms * 1000, cost);
-                    prop_assert!(later.allowed, "not admitted after retry_after {} ms", ms);
-                    let earlier = peek::<FixedWindow>(&p, &key, T2 + at + (ms - 1) * 1000, cost);
-                    prop_assert!(!earlier.allowed, "already admitted at {} ms", ms - 1);
-                }
-            }
+            testing::retry_after_is_exact::<FixedWindow>(&p, &key, T2 + at, cost, p.limit)?;
         }
 
         /// After a parameter change, retry_after is still the least time (in µs) after

@@ -320,19 +320,7 @@ mod tests {
                 at += gap;
                 step::<Gcra>(&p, &mut key, T0 + at, c);
             }
-            let d = peek::<Gcra>(&p, &key, T0 + at, cost);
-            match (d.allowed, d.retry_after) {
-                (true, retry) => prop_assert_eq!(retry, Some(Span::ZERO)),
-                (false, None) => prop_assert!(cost > p.burst),
-                (false, Some(retry)) => {
-                    let ms = retry.ceil_ms();
-                    prop_assert!(ms >= 1);
-                    let later = peek::<Gcra>(&p, &key, T0 + at + ms * 1000, cost);
-                    prop_assert!(later.allowed, "not admitted after retry_after {} ms", ms);
-                    let earlier = peek::<Gcra>(&p, &key, T0 + at + (ms - 1) * 1000, cost);
-                    prop_assert!(!earlier.allowed, "already admitted at {} ms", ms - 1);
-                }
-            }
+            testing::retry_after_is_exact::<Gcra>(&p, &key, T0 + at, cost, p.burst)?;
         }
 
         /// `remaining` more unit requests fit right now, and not one more.

@@ -220,6 +220,36 @@ pub mod testing {
         )
     }
 
+    /// The property every algorithm promises for `retry_after`: a denied request that can ever
+    /// fit is admitted `retry_after` (rounded up to whole ms, and to whole µs) from now, and
+    /// not a millisecond (or microsecond) earlier; one that never can exceeds the limit.
+    pub fn retry_after_is_exact<A: Algorithm>(
+        params: &A::Params,
+        key: &Key<A>,
+        now_us: u64,
+        cost: u64,
+        limit: u64,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        use proptest::{prop_assert, prop_assert_eq};
+        let d = peek::<A>(params, key, now_us, cost);
+        match (d.allowed, d.retry_after) {
+            (true, retry) => prop_assert_eq!(retry, Some(super::Span::ZERO)),
+            (false, None) => prop_assert!(cost > limit),
+            (false, Some(retry)) => {
+                let ms = retry.ceil_ms();
+                prop_assert!(ms >= 1);
+                let later = peek::<A>(params, key, now_us + ms * 1000, cost);
+                prop_assert!(later.allowed, "not admitted after retry_after {} ms", ms);
+                let earlier = peek::<A>(params, key, now_us + (ms - 1) * 1000, cost);
+                prop_assert!(!earlier.allowed, "already admitted at {} ms", ms - 1);
+                let us = retry.ceil_us();
+                prop_assert!(peek::<A>(params, key, now_us + us, cost).allowed);
+                prop_assert!(!peek::<A>(params, key, now_us + us - 1, cost).allowed);
+            }
+        }
+        Ok(())
+    }
+
     /// A check that does not write (DRYRUN): asserts that it changes nothing.
     pub fn peek<A: Algorithm>(
         params: &A::Params,

@@ -533,23 +533,7 @@ mod tests {
         #[test]
         fn retry_after_is_exact(p in any_params(), gaps in any_requests(), cost in 1u64..25) {
             let (key, at) = history(&p, &gaps);
-            let d = peek::<SlidingWindow>(&p, &key, T2 + at, cost);
-            match (d.allowed, d.retry_after) {
-                (true, retry) => prop_assert_eq!(retry, Some(Span::ZERO)),
-                (false, None) => prop_assert!(cost > p.limit),
-                (false, Some(retry)) => {
-                    let ms = retry.ceil_ms();
-                    prop_assert!(ms >= 1);
-                    let later = peek::<SlidingWindow>(&p, &key, T2 + at + ms * 1000, cost);
-                    prop_assert!(later.allowed, "not admitted after retry_after {} ms", ms);
-                    let earlier = peek::<SlidingWindow>(&p, &key, T2 + at + (ms - 1) * 1000, cost);
-                    prop_assert!(!earlier.allowed, "already admitted at {} ms", ms - 1);
-                    // And to the microsecond.
-                    let us = retry.ceil_us();
-                    prop_assert!(peek::<SlidingWindow>(&p, &key, T2 + at + us, cost).allowed);
-                    prop_assert!(!peek::<SlidingWindow>(&p, &key, T2 + at + us - 1, cost).allowed);
-                }
-            }
+            testing::retry_after_is_exact::<SlidingWindow>(&p, &key, T2 + at, cost, p.limit)?;
         }
 
         /// The estimate never rises while nothing is admitted (so waiting never hurts),

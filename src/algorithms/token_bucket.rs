@@ -664,23 +664,7 @@ mod tests {
         #[test]
         fn retry_after_is_exact(p in any_params(), gaps in any_requests(), cost in 1u64..25) {
             let (key, at) = history(&p, &gaps);
-            let d = peek::<TokenBucket>(&p, &key, T0 + at, cost);
-            match (d.allowed, d.retry_after) {
-                (true, retry) => prop_assert_eq!(retry, Some(Span::ZERO)),
-                (false, None) => prop_assert!(cost > p.capacity),
-                (false, Some(retry)) => {
-                    let ms = retry.ceil_ms();
-                    prop_assert!(ms >= 1);
-                    let later = peek::<TokenBucket>(&p, &key, T0 + at + ms * 1000, cost);
-                    prop_assert!(later.allowed, "not admitted after retry_after {} ms", ms);
-                    let earlier = peek::<TokenBucket>(&p, &key, T0 + at + (ms - 1) * 1000, cost);
-                    prop_assert!(!earlier.allowed, "already admitted at {} ms", ms - 1);
-                    // And to the microsecond.
-                    let us = retry.ceil_us();
-                    prop_assert!(peek::<TokenBucket>(&p, &key, T0 + at + us, cost).allowed);
-                    prop_assert!(!peek::<TokenBucket>(&p, &key, T0 + at + us - 1, cost).allowed);
-                }
-            }
+            testing::retry_after_is_exact::<TokenBucket>(&p, &key, T0 + at, cost, p.capacity)?;
         }
 
         /// `remaining` more units fit right now, and not one more; after an admitted request
