@@ -83,6 +83,55 @@ pub fn admission(ctx: Ctx, d: &Decision, extra: Option<(&str, i64)>) {
     }
 }
 
+/// RL.CONCURRENCY.ACQUIRE's reply: the five fields, then the lease's token (nil when
+/// denied, or for DRYRUN); a map with `token` for RESP3 clients.
+pub fn acquired(ctx: Ctx, d: &Decision, token: Option<&[u8]>) {
+    let retry = match d.retry_after {
+        Some(span) => int(span.ceil_ms()),
+        None => -1,
+    };
+    let values = [
+        i64::from(d.allowed),
+        int(d.limit),
+        int(d.remaining),
+        retry,
+        int(d.reset_after.ceil_ms()),
+    ];
+    let map = resp3(ctx);
+    // SAFETY: ctx is the running command's context; buffers are copied before returning.
+    unsafe {
+        if map {
+            raw::RedisModule_ReplyWithMap.unwrap()(ctx, 6);
+            name(ctx, FIELDS[0]);
+            raw::RedisModule_ReplyWithBool.unwrap()(ctx, i32::from(d.allowed));
+        } else {
+            raw::RedisModule_ReplyWithArray.unwrap()(ctx, 6);
+            long(ctx, values[0]);
+        }
+        for (field, value) in FIELDS.iter().zip(values).skip(1) {
+            if map {
+                name(ctx, field);
+            }
+            long(ctx, value);
+        }
+        if map {
+            name(ctx, "token");
+        }
+        match token {
+            Some(t) => {
+                raw::RedisModule_ReplyWithStringBuffer.unwrap()(
+                    ctx,
+                    t.as_ptr().cast::<c_char>(),
+                    t.len(),
+                );
+            }
+            None => {
+                raw::RedisModule_ReplyWithNull.unwrap()(ctx);
+            }
+        }
+    }
+}
+
 /// redis-cell's reply: `[limited, limit, remaining, retry_after_s or -1, reset_after_s]`,
 /// an array for every protocol, seconds rounded the way redis-cell rounds them.
 pub fn redis_cell(ctx: Ctx, d: &Decision) {

@@ -65,6 +65,11 @@ const SHAPES: &[Shape] = &[
         options: &["DRYRUN"],
     },
     Shape {
+        name: "RL.CONCURRENCY.ACQUIRE",
+        positional: &["5", "1h"],
+        options: &["DRYRUN"],
+    },
+    Shape {
         name: "CL.THROTTLE",
         positional: &["4", "2", "3600"],
         options: &[],
@@ -222,6 +227,7 @@ const ARGUMENTS: &[&str] = &[
     "quantity",
     "COST",
     "BLOCK",
+    "lease",
 ];
 
 /// Whether `reply` is an error that says what is wrong with the call.
@@ -238,6 +244,7 @@ fn names_the_problem(reply: &Reply) -> bool {
         "ERR unknown option '",
         "ERR COST needs a value",
         "ERR BLOCK needs a value",
+        "ERR ID needs a value",
         "ERR BLOCK given more than once",
         "ERR COST given more than once",
         "ERR DRYRUN given more than once",
@@ -256,6 +263,7 @@ fn well_formed(command: &[u8], reply: &Reply) -> bool {
     let Reply::Array(items) = reply else {
         return false;
     };
+    // RL.CONCURRENCY.ACQUIRE's sixth field is its token, not an integer.
     let fields = if command.eq_ignore_ascii_case(b"RL.LEAKYBUCKET") {
         6
     } else {

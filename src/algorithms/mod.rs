@@ -5,6 +5,7 @@
 //! and the state to store if the request is admitted. Nothing here knows Redis, reads a
 //! clock or allocates per call, and no input makes it panic: arithmetic saturates.
 
+pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;

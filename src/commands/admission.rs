@@ -94,7 +94,7 @@ pub fn run<A: Variant>(
 /// argument after the key for one that also carries the clock and the command's name, which
 /// keeps the argument count and the key's position. Then the client's own strings are put
 /// back, so SLOWLOG, MONITOR and everything after the command see what the client sent.
-fn propagate(call: &Call, name: &'static CStr, now_us: u64, expire_at_ms: u64) {
+pub fn propagate(call: &Call, name: &'static CStr, now_us: u64, expire_at_ms: u64) {
     // SAFETY: ctx is the running command's context.
     let verbatim = || unsafe {
         raw::RedisModule_ReplicateVerbatim.unwrap()(call.ctx);

@@ -6,6 +6,7 @@
 //! would abort the server for every client).
 
 mod admission;
+mod concurrency;
 mod debug;
 mod fixed_window;
 mod gcra;
@@ -110,6 +111,8 @@ pub static COMMANDS: &[Command] = &[
     command!(c"rl.fixedwindow",   c"write deny-oom fast", KEY,     When::Always,     true,  fixed_window::rl_fixedwindow),
     command!(c"rl.slidingwindow", c"write deny-oom fast", KEY,     When::Always,     true,  sliding_window::rl_slidingwindow),
     command!(c"rl.slidinglog",    c"write deny-oom fast", KEY,     When::Always,     true,  sliding_log::rl_slidinglog),
+    command!(c"rl.concurrency.acquire", c"write deny-oom fast", KEY, When::Always, true, concurrency::rl_concurrency_acquire),
+    command!(c"rl.concurrency.release", c"write fast",     KEY,     When::Always,     true,  concurrency::rl_concurrency_release),
     command!(c"rl.inspect",       c"readonly fast",       KEY,     When::Always,     false, inspect::rl_inspect),
     command!(c"rl.debug.clock",   c"admin fast",          NO_KEYS, When::Always,     false, debug::rl_debug_clock),
     command!(c"rl.debug.panic",   c"admin",               NO_KEYS, When::Always,     false, debug::rl_debug_panic),

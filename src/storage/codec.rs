@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 
 use crate::algorithms::{
-    fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
+    concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
 };
 use crate::args::{MAX_COUNT, MAX_DURATION_MS};
 
@@ -25,6 +25,7 @@ const LEAKY_BUCKET: u8 = 3;
 const FIXED_WINDOW: u8 = 4;
 const SLIDING_WINDOW: u8 = 5;
 const SLIDING_LOG: u8 = 6;
+const CONCURRENCY: u8 = 7;
 
 /// A key's whole value: its algorithm's parameters and state, and until when a penalty
 /// blocks it (0: not blocked).
@@ -91,6 +92,16 @@ fn encode_value(w: &mut Writer, value: &Value) {
             w.0.reserve(st.words.len() * 4);
             for word in &st.words {
                 w.0.extend_from_slice(&word.to_le_bytes());
+            }
+        }
+        Value::Concurrency(s) => {
+            w.u8(CONCURRENCY);
+            w.u64s(&[s.params.limit, s.params.lease_ms]);
+            w.u64s(&[s.state.issued, s.state.leases.len() as u64]);
+            for lease in &s.state.leases {
+                w.u64(lease.expires_us);
+                w.u64(lease.token.len() as u64);
+                w.0.extend_from_slice(&lease.token);
             }
         }
     }
@@ -207,6 +218,34 @@ fn decode_value(r: &mut Reader, version: u8) -> Result<Value, DecodeError> {
                 return Err(DecodeError);
             }
             Value::SlidingLog(Stored { params, state })
+        }
+        CONCURRENCY => {
+            let params = concurrency::Params {
+                limit: r.count()?,
+                lease_ms: r.duration_ms()?,
+            };
+            let issued = r.u64()?;
+            let count = r.u64()?;
+            // Each lease takes at least 17 bytes: never allocate for a number.
+            if count > (r.0.len() / 17) as u64 {
+                return Err(DecodeError);
+            }
+            let mut leases = Vec::with_capacity(count as usize);
+            for _ in 0..count {
+                let expires_us = r.u64()?;
+                let len = usize::try_from(r.u64()?).map_err(|_| DecodeError)?;
+                if len == 0 || len > concurrency::MAX_TOKEN || len > r.0.len() {
+                    return Err(DecodeError);
+                }
+                let (token, rest) = r.0.split_at(len);
+                r.0 = rest;
+                leases.push(concurrency::Lease {
+                    token: token.to_vec(),
+                    expires_us,
+                });
+            }
+            let state = concurrency::State { leases, issued };
+            Value::Concurrency(Stored { params, state })
         }
         _ => return Err(DecodeError),
     };
@@ -361,6 +400,19 @@ mod tests {
                     total: 6,
                 },
             }),
+            Value::Concurrency(Stored {
+                params: concurrency::Params {
+                    limit: 3,
+                    lease_ms: 30_000,
+                },
+                state: concurrency::State {
+                    leases: vec![concurrency::Lease {
+                        token: b"job-1".to_vec(),
+                        expires_us: 99,
+                    }],
+                    issued: 4,
+                },
+            }),
         ]
     }
 
@@ -447,7 +499,7 @@ mod tests {
         }
 
         #[test]
-        fn mutated_blobs_decode_or_fail_without_panic(which in 0usize..6, at in any::<usize>(), byte in any::<u8>()) {
+        fn mutated_blobs_decode_or_fail_without_panic(which in 0usize..7, at in any::<usize>(), byte in any::<u8>()) {
             let mut bytes = encode(&Entry::new(samples()[which].clone()));
             let i = at % bytes.len();
             bytes[i] = byte;

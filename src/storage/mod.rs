@@ -397,6 +397,37 @@ impl Key {
         }
     }
 
+    /// The key's state for an algorithm whose values never pack (the concurrency limiter),
+    /// for commands that work on it directly; `None` when the key does not exist.
+    pub fn whole<A: Variant>(&mut self) -> Result<Option<&mut Stored<A>>, Error> {
+        let Some(ptr) = self.raw_value()? else {
+            return Ok(None);
+        };
+        // SAFETY: as in `update`.
+        let value: &mut Value = match unsafe { repr(ptr) } {
+            Repr::Whole(entry) => &mut entry.value,
+            Repr::Compact(cell) => {
+                // A packed value is another algorithm's: name it in the error.
+                let interned = *interner().get(cell.params).ok_or(Error::Panic)?;
+                let value = compact::unpack(&interned, cell.state());
+                return Err(Error::OtherAlgorithm {
+                    stored: value.algorithm_name(),
+                    requested: A::NAME,
+                });
+            }
+        };
+        let stored_name = value.algorithm_name();
+        A::get_mut(value).map(Some).ok_or(Error::OtherAlgorithm {
+            stored: stored_name,
+            requested: A::NAME,
+        })
+    }
+
+    /// Creates the key with `stored` (it did not exist).
+    pub fn create<A: Variant>(&mut self, stored: Stored<A>) {
+        self.set(into_raw(Entry::new(A::wrap(stored))));
+    }
+
     /// Replaces the key's value with `entry` (RL.LOADSTATE); WRONGTYPE for another type.
     pub fn replace(&mut self, entry: Entry) -> Result<(), Error> {
         self.raw_value()?;

@@ -1,5 +1,6 @@
 //! What a limiter key holds: one algorithm's parameters and state.
 
+use crate::algorithms::concurrency::{self, Concurrency};
 use crate::algorithms::fixed_window::FixedWindow;
 use crate::algorithms::gcra::Gcra;
 use crate::algorithms::leaky_bucket::LeakyBucket;
@@ -78,6 +79,7 @@ values! {
     FixedWindow(FixedWindow) = "fixedwindow";
     SlidingWindow(SlidingWindow) = "slidingwindow";
     SlidingLog(SlidingLog) = "slidinglog";
+    Concurrency(Concurrency) = "concurrency";
 }
 
 impl Value {
@@ -85,6 +87,7 @@ impl Value {
     pub fn memory(&self) -> usize {
         let heap = match self {
             Value::SlidingLog(s) => sliding_log::heap_bytes(&s.state),
+            Value::Concurrency(s) => concurrency::heap_bytes(&s.state),
             _ => 0,
         };
         std::mem::size_of::<Value>() + heap

@@ -1,0 +1,138 @@
+//! RL.CONCURRENCY.ACQUIRE and RL.CONCURRENCY.RELEASE: at most `limit` leases at once.
+
+use super::{admission, Call, Mode};
+use crate::algorithms::concurrency::{self, Concurrency, Params, State, MAX_TOKEN};
+use crate::args;
+use crate::clock;
+use crate::error::{quote, Error};
+use crate::reply;
+use crate::storage::{Key, Stored};
+
+const ACQUIRE_USAGE: &str = "key limit lease [ID token] [DRYRUN]";
+
+/// The clock reading and the real time to expire from (the primary's, when replayed).
+fn now(call: &Call) -> (u64, u64) {
+    match call.mode {
+        Mode::Live => {
+            let r = clock::read();
+            (r.now_us, r.real_ms)
+        }
+        Mode::Replay { now_us, .. } => (now_us, 0),
+    }
+}
+
+fn expire_at(call: &Call, base_ms: u64, reset_ms: u64) -> u64 {
+    match call.mode {
+        Mode::Live => base_ms.saturating_add(reset_ms),
+        Mode::Replay { expire_at_ms, .. } => expire_at_ms,
+    }
+}
+
+/// `RL.CONCURRENCY.ACQUIRE key limit lease [ID token] [DRYRUN]`
+///
+/// Takes one of `limit` slots for at most `lease` (a crashed holder cannot keep it), named
+/// `token` or a generated token; the same token renews its own lease. Reply: the five fields
+/// and the token (nil when denied or DRYRUN).
+pub fn rl_concurrency_acquire(call: &Call) -> Result<(), Error> {
+    let a = admission::arguments(call, 3, "RL.CONCURRENCY.ACQUIRE", ACQUIRE_USAGE)?;
+    let params = Params {
+        limit: args::positive_count(a[2], "limit")?,
+        lease_ms: args::duration_ms(a[3], "lease")?,
+    };
+    let (mut id, mut dryrun) = (None, false);
+    let mut i = 4;
+    while i < a.len() {
+        if a[i].eq_ignore_ascii_case(b"ID") && id.is_none() {
+            let token = a.get(i + 1).ok_or(Error::OptionValue {
+                option: "ID",
+                expected: "a token of 1 to 256 bytes",
+            })?;
+            if token.is_empty() || token.len() > MAX_TOKEN {
+                return Err(Error::OptionValue {
+                    option: "ID",
+                    expected: "a token of 1 to 256 bytes",
+                });
+            }
+            id = Some(*token);
+            i += 2;
+        } else if a[i].eq_ignore_ascii_case(b"DRYRUN") && !dryrun {
+            dryrun = true;
+            i += 1;
+        } else {
+            return Err(Error::UnknownOption {
+                position: i,
+                token: quote(a[i]),
+                accepted: "ID token or DRYRUN, each once",
+            });
+        }
+    }
+    let (now_us, base_ms) = now(call);
+    let write = !dryrun;
+    let mut key = Key::open(call.ctx, call.key, true);
+    let acquired = match key.whole::<Concurrency>()? {
+        Some(stored) => {
+            let acquired = concurrency::acquire(&params, &mut stored.state, now_us, id, write);
+            if acquired.decision.allowed && write {
+                stored.params = params;
+            }
+            acquired
+        }
+        None => {
+            let mut state = State::default();
+            let acquired = concurrency::acquire(&params, &mut state, now_us, id, write);
+            if acquired.decision.allowed && write {
+                key.create::<Concurrency>(Stored { params, state });
+            }
+            acquired
+        }
+    };
+    let d = &acquired.decision;
+    if d.allowed && write {
+        let at = expire_at(call, base_ms, d.reset_after.ceil_ms());
+        key.expire_at(at);
+        drop(key);
+        admission::propagate(call, c"RL.CONCURRENCY.ACQUIRE", now_us, at);
+    }
+    let token = if write {
+        acquired.token.as_deref()
+    } else {
+        None
+    };
+    reply::acquired(call.ctx, d, token);
+    Ok(())
+}
+
+/// `RL.CONCURRENCY.RELEASE key token`
+///
+/// Ends the lease named `token`. Reply: 1, or 0 when no such lease is held (unknown or
+/// already ended), and then nothing changes.
+pub fn rl_concurrency_release(call: &Call) -> Result<(), Error> {
+    let a = call.args;
+    if a.len() != 3 {
+        return Err(Error::Arity {
+            command: "RL.CONCURRENCY.RELEASE",
+            usage: "key token",
+        });
+    }
+    let (now_us, base_ms) = now(call);
+    let mut key = Key::open(call.ctx, call.key, true);
+    let Some(stored) = key.whole::<Concurrency>()? else {
+        reply::integer(call.ctx, 0);
+        return Ok(());
+    };
+    if !concurrency::release(&mut stored.state, a[2], now_us) {
+        reply::integer(call.ctx, 0);
+        return Ok(());
+    }
+    let reset_ms = concurrency::reset_after(&stored.state, now_us).ceil_ms();
+    let at = expire_at(call, base_ms, reset_ms);
+    if reset_ms == 0 {
+        key.delete();
+    } else {
+        key.expire_at(at);
+    }
+    drop(key);
+    admission::propagate(call, c"RL.CONCURRENCY.RELEASE", now_us, at);
+    reply::integer(call.ctx, 1);
+    Ok(())
+}
