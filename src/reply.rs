@@ -42,9 +42,18 @@ fn name(ctx: Ctx, s: &str) {
     }
 }
 
+/// A sixth field some commands add to the admission reply.
+pub enum Extra<'a> {
+    /// RL.LEAKYBUCKET's `delay_ms`.
+    Int(i64),
+    /// RL.CONCURRENCY.ACQUIRE's `token` (nil when there is none).
+    Bytes(Option<&'a [u8]>),
+}
+
 /// The admission reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`, plus
-/// one more named field for the commands that have it (RL.LEAKYBUCKET's `delay_ms`, ...).
-pub fn admission(ctx: Ctx, d: &Decision, extra: Option<(&str, i64)>) {
+/// one more named field for the commands that have it; a map with a boolean `allowed` for
+/// RESP3 clients.
+pub fn admission(ctx: Ctx, d: &Decision, extra: Option<(&str, Extra)>) {
     let retry = match d.retry_after {
         Some(span) => int(span.ceil_ms()),
         None => -1,
@@ -57,55 +66,15 @@ pub fn admission(ctx: Ctx, d: &Decision, extra: Option<(&str, i64)>) {
         int(d.reset_after.ceil_ms()),
     ];
     let len = values.len() + usize::from(extra.is_some());
-    // SAFETY: ctx is the running command's context.
-    unsafe {
-        if resp3(ctx) {
-            raw::RedisModule_ReplyWithMap.unwrap()(ctx, len as c_long);
-            name(ctx, FIELDS[0]);
-            raw::RedisModule_ReplyWithBool.unwrap()(ctx, i32::from(d.allowed));
-            for (field, value) in FIELDS.iter().zip(values).skip(1) {
-                name(ctx, field);
-                long(ctx, value);
-            }
-            if let Some((field, value)) = extra {
-                name(ctx, field);
-                long(ctx, value);
-            }
-        } else {
-            raw::RedisModule_ReplyWithArray.unwrap()(ctx, len as c_long);
-            for value in values {
-                long(ctx, value);
-            }
-            if let Some((_, value)) = extra {
-                long(ctx, value);
-            }
-        }
-    }
-}
-
-/// RL.CONCURRENCY.ACQUIRE's reply: the five fields, then the lease's token (nil when
-/// denied, or for DRYRUN); a map with `token` for RESP3 clients.
-pub fn acquired(ctx: Ctx, d: &Decision, token: Option<&[u8]>) {
-    let retry = match d.retry_after {
-        Some(span) => int(span.ceil_ms()),
-        None => -1,
-    };
-    let values = [
-        i64::from(d.allowed),
-        int(d.limit),
-        int(d.remaining),
-        retry,
-        int(d.reset_after.ceil_ms()),
-    ];
     let map = resp3(ctx);
     // SAFETY: ctx is the running command's context; buffers are copied before returning.
     unsafe {
         if map {
-            raw::RedisModule_ReplyWithMap.unwrap()(ctx, 6);
+            raw::RedisModule_ReplyWithMap.unwrap()(ctx, len as c_long);
             name(ctx, FIELDS[0]);
             raw::RedisModule_ReplyWithBool.unwrap()(ctx, i32::from(d.allowed));
         } else {
-            raw::RedisModule_ReplyWithArray.unwrap()(ctx, 6);
+            raw::RedisModule_ReplyWithArray.unwrap()(ctx, len as c_long);
             long(ctx, values[0]);
         }
         for (field, value) in FIELDS.iter().zip(values).skip(1) {
@@ -114,19 +83,22 @@ pub fn acquired(ctx: Ctx, d: &Decision, token: Option<&[u8]>) {
             }
             long(ctx, value);
         }
-        if map {
-            name(ctx, "token");
-        }
-        match token {
-            Some(t) => {
-                raw::RedisModule_ReplyWithStringBuffer.unwrap()(
-                    ctx,
-                    t.as_ptr().cast::<c_char>(),
-                    t.len(),
-                );
+        if let Some((field, value)) = extra {
+            if map {
+                name(ctx, field);
             }
-            None => {
-                raw::RedisModule_ReplyWithNull.unwrap()(ctx);
+            match value {
+                Extra::Int(n) => long(ctx, n),
+                Extra::Bytes(Some(bytes)) => {
+                    raw::RedisModule_ReplyWithStringBuffer.unwrap()(
+                        ctx,
+                        bytes.as_ptr().cast::<c_char>(),
+                        bytes.len(),
+                    );
+                }
+                Extra::Bytes(None) => {
+                    raw::RedisModule_ReplyWithNull.unwrap()(ctx);
+                }
             }
         }
     }

@@ -9,7 +9,6 @@ use redis_module::raw;
 use super::{Call, Ctx, Mode, RawString};
 use crate::algorithms::Decision;
 use crate::args::Options;
-use crate::clock;
 use crate::error::Error;
 use crate::storage::{Key, Request, Variant};
 
@@ -45,13 +44,7 @@ pub fn run<A: Variant>(
     if call.key.is_null() {
         return Err(Error::Panic);
     }
-    let (now_us, expire_base_ms) = match call.mode {
-        Mode::Live => {
-            let reading = clock::read();
-            (reading.now_us, reading.real_ms)
-        }
-        Mode::Replay { now_us, .. } => (now_us, 0),
-    };
+    let (now_us, real_ms) = call.clock();
     let write = opts.cost > 0 && !opts.dryrun;
     let request = Request {
         now_us,
@@ -64,10 +57,7 @@ pub fn run<A: Variant>(
         A::check(&params, stored, now_us, opts.cost, write)
     })?;
     if wrote {
-        let expire_at_ms = match call.mode {
-            Mode::Live => expire_base_ms.saturating_add(decision.reset_after.ceil_ms()),
-            Mode::Replay { expire_at_ms, .. } => expire_at_ms,
-        };
+        let expire_at_ms = call.expire_at(real_ms, decision.reset_after.ceil_ms());
         if decision.reset_after.is_zero() {
             key.delete();
         } else {

@@ -1,32 +1,13 @@
 //! RL.CONCURRENCY.ACQUIRE and RL.CONCURRENCY.RELEASE: at most `limit` leases at once.
 
-use super::{admission, Call, Mode};
+use super::{admission, Call};
 use crate::algorithms::concurrency::{self, Concurrency, Params, State, MAX_TOKEN};
 use crate::args;
-use crate::clock;
 use crate::error::{quote, Error};
 use crate::reply;
 use crate::storage::{Key, Stored};
 
 const ACQUIRE_USAGE: &str = "key limit lease [ID token] [DRYRUN]";
-
-/// The clock reading and the real time to expire from (the primary's, when replayed).
-fn now(call: &Call) -> (u64, u64) {
-    match call.mode {
-        Mode::Live => {
-            let r = clock::read();
-            (r.now_us, r.real_ms)
-        }
-        Mode::Replay { now_us, .. } => (now_us, 0),
-    }
-}
-
-fn expire_at(call: &Call, base_ms: u64, reset_ms: u64) -> u64 {
-    match call.mode {
-        Mode::Live => base_ms.saturating_add(reset_ms),
-        Mode::Replay { expire_at_ms, .. } => expire_at_ms,
-    }
-}
 
 /// `RL.CONCURRENCY.ACQUIRE key limit lease [ID token] [DRYRUN]`
 ///
@@ -66,7 +47,7 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<(), Error> {
             });
         }
     }
-    let (now_us, base_ms) = now(call);
+    let (now_us, real_ms) = call.clock();
     let write = !dryrun;
     let mut key = Key::open(call.ctx, call.key, true);
     let acquired = match key.whole::<Concurrency>()? {
@@ -88,7 +69,7 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<(), Error> {
     };
     let d = &acquired.decision;
     if d.allowed && write {
-        let at = expire_at(call, base_ms, d.reset_after.ceil_ms());
+        let at = call.expire_at(real_ms, d.reset_after.ceil_ms());
         key.expire_at(at);
         drop(key);
         admission::propagate(call, c"RL.CONCURRENCY.ACQUIRE", now_us, at);
@@ -98,7 +79,7 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<(), Error> {
     } else {
         None
     };
-    reply::acquired(call.ctx, d, token);
+    reply::admission(call.ctx, d, Some(("token", reply::Extra::Bytes(token))));
     Ok(())
 }
 
@@ -114,7 +95,7 @@ pub fn rl_concurrency_release(call: &Call) -> Result<(), Error> {
             usage: "key token",
         });
     }
-    let (now_us, base_ms) = now(call);
+    let (now_us, real_ms) = call.clock();
     let mut key = Key::open(call.ctx, call.key, true);
     let Some(stored) = key.whole::<Concurrency>()? else {
         reply::integer(call.ctx, 0);
@@ -125,7 +106,7 @@ pub fn rl_concurrency_release(call: &Call) -> Result<(), Error> {
         return Ok(());
     }
     let reset_ms = concurrency::reset_after(&stored.state, now_us).ceil_ms();
-    let at = expire_at(call, base_ms, reset_ms);
+    let at = call.expire_at(real_ms, reset_ms);
     if reset_ms == 0 {
         key.delete();
     } else {

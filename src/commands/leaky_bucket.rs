@@ -27,6 +27,6 @@ pub fn rl_leakybucket(call: &Call) -> Result<(), Error> {
     let opts = args::options(&a[5..], 5)?;
     admission::run::<LeakyBucket>(call, c"RL.LEAKYBUCKET", params, opts, |ctx, d| {
         let delay_ms = d.delay.map_or(-1, |span| int(span.ceil_ms()));
-        reply::admission(ctx, d, Some(("delay_ms", delay_ms)))
+        reply::admission(ctx, d, Some(("delay_ms", reply::Extra::Int(delay_ms))))
     })
 }

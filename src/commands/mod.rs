@@ -53,6 +53,30 @@ pub struct Call<'a> {
     pub mode: Mode,
 }
 
+impl Call<'_> {
+    /// The clock reading decisions use, and the real time in ms that expiry counts from: the
+    /// module's clock for a client's call; the primary's reading when replayed (which also
+    /// carries the absolute expiry, see [`Call::expire_at`]).
+    pub fn clock(&self) -> (u64, u64) {
+        match self.mode {
+            Mode::Live => {
+                let reading = crate::clock::read();
+                (reading.now_us, reading.real_ms)
+            }
+            Mode::Replay { now_us, .. } => (now_us, 0),
+        }
+    }
+
+    /// When a key written by this call expires: `reset_ms` after `real_ms` (from
+    /// [`Call::clock`]), or the primary's absolute expiry when replayed.
+    pub fn expire_at(&self, real_ms: u64, reset_ms: u64) -> u64 {
+        match self.mode {
+            Mode::Live => real_ms.saturating_add(reset_ms),
+            Mode::Replay { expire_at_ms, .. } => expire_at_ms,
+        }
+    }
+}
+
 /// When a command is registered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum When {
