@@ -57,6 +57,26 @@ pub enum Error {
     NotReplayable,
     /// RL.LOADSTATE with a state blob that does not decode.
     BadState,
+    /// A rule of RL.POLICY.SET that does not start with an algorithm name.
+    UnknownRule { position: usize, token: String },
+    /// A rule with too few arguments; `usage` is what its algorithm takes.
+    RuleArity {
+        position: usize,
+        algorithm: &'static str,
+        usage: &'static str,
+    },
+    /// A bad argument inside a rule: the argument's own error, and where the rule starts.
+    InRule {
+        position: usize,
+        algorithm: &'static str,
+        inner: Box<Error>,
+    },
+    /// More rules than a policy holds.
+    TooManyRules { max: usize },
+    /// A policy name that is empty or too long.
+    PolicyName { max: usize },
+    /// RL.LIMIT naming a policy that does not exist.
+    NoPolicy { name: String },
     /// A panic caught by the command guard: a bug, reported instead of crashing the server.
     Panic,
 }
@@ -117,6 +137,37 @@ impl fmt::Display for Error {
                 f.write_str("ERR RL.REPLAY: the replayed command is not an admission command")
             }
             Error::BadState => f.write_str("ERR RL.LOADSTATE: the state does not decode"),
+            Error::UnknownRule { position, token } => write!(
+                f,
+                "ERR unknown algorithm '{token}' at argument {position}: expected a rule, one of \
+                 GCRA, TOKENBUCKET, LEAKYBUCKET, FIXEDWINDOW, SLIDINGWINDOW or SLIDINGLOG with its \
+                 arguments"
+            ),
+            Error::RuleArity {
+                position,
+                algorithm,
+                usage,
+            } => write!(
+                f,
+                "ERR the {algorithm} rule at argument {position} needs its arguments: {algorithm} {usage}"
+            ),
+            Error::InRule {
+                position,
+                algorithm,
+                inner,
+            } => {
+                let text = inner.to_string();
+                let detail = text.strip_prefix("ERR ").unwrap_or(&text);
+                write!(f, "ERR the {algorithm} rule at argument {position}: {detail}")
+            }
+            Error::TooManyRules { max } => write!(f, "ERR a policy holds at most {max} rules"),
+            Error::PolicyName { max } => {
+                write!(f, "ERR invalid policy name: expected 1 to {max} bytes")
+            }
+            Error::NoPolicy { name } => write!(
+                f,
+                "ERR no policy named '{name}': create it with RL.POLICY.SET {name} rule [rule ...]"
+            ),
             Error::Panic => f.write_str(
                 "ERR ratelimit caught an internal error (a bug, please report it) and the server carries on",
             ),

@@ -61,7 +61,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         clock::enable_debug();
     }
     match commands::register(ctx.ctx, CELL_COMPAT.load(Ordering::Relaxed)) {
-        Ok(()) => Status::Ok,
+        Ok(()) => {
+            storage::policies::init(ctx.ctx);
+            Status::Ok
+        }
         Err(message) => {
             ctx.log_warning(&format!("ratelimit: {message}"));
             Status::Err

@@ -128,9 +128,34 @@ pub fn redis_cell(ctx: Ctx, d: &Decision) {
 }
 
 /// A map from names to integers after an `algorithm` name (RL.INSPECT); a flat array of
-/// name, value, ... for RESP2 clients, like HGETALL.
-pub fn described(ctx: Ctx, algorithm: &str, fields: &[(&str, i64)]) {
-    let pairs = fields.len() + 1;
+/// name, value, ... for RESP2 clients, like HGETALL. An RL.LIMIT key adds `rules`: an array
+/// with one such map per rule.
+pub fn described(ctx: Ctx, algorithm: &str, fields: &[(&str, i64)], rules: &[Described]) {
+    let pairs = fields.len() + 1 + usize::from(!rules.is_empty());
+    map_header(ctx, pairs);
+    name(ctx, "algorithm");
+    name(ctx, algorithm);
+    for (field, value) in fields {
+        name(ctx, field);
+        long(ctx, *value);
+    }
+    if !rules.is_empty() {
+        name(ctx, "rules");
+        // SAFETY: ctx is the running command's context.
+        unsafe {
+            raw::RedisModule_ReplyWithArray.unwrap()(ctx, rules.len() as c_long);
+        }
+        for (algorithm, fields) in rules {
+            described(ctx, algorithm, fields, &[]);
+        }
+    }
+}
+
+/// One rule of an RL.LIMIT key as RL.INSPECT shows it: its algorithm and fields.
+pub type Described = (&'static str, Vec<(&'static str, i64)>);
+
+/// A map of `pairs` entries, or a flat array of twice as many for RESP2 clients.
+fn map_header(ctx: Ctx, pairs: usize) {
     // SAFETY: ctx is the running command's context.
     unsafe {
         if resp3(ctx) {
@@ -139,11 +164,20 @@ pub fn described(ctx: Ctx, algorithm: &str, fields: &[(&str, i64)]) {
             raw::RedisModule_ReplyWithArray.unwrap()(ctx, (pairs * 2) as c_long);
         }
     }
-    name(ctx, "algorithm");
-    name(ctx, algorithm);
-    for (field, value) in fields {
-        name(ctx, field);
-        long(ctx, *value);
+}
+
+/// An array of strings (RL.POLICY.GET's rule words, RL.POLICY.LIST's names).
+pub fn strings<'a>(ctx: Ctx, items: impl ExactSizeIterator<Item = &'a [u8]>) {
+    // SAFETY: ctx is the running command's context; buffers are copied before returning.
+    unsafe {
+        raw::RedisModule_ReplyWithArray.unwrap()(ctx, items.len() as c_long);
+        for item in items {
+            raw::RedisModule_ReplyWithStringBuffer.unwrap()(
+                ctx,
+                item.as_ptr().cast::<c_char>(),
+                item.len(),
+            );
+        }
     }
 }
 

@@ -41,6 +41,27 @@ pub fn run<A: Variant>(
     opts: Options,
     reply: impl FnOnce(Ctx, &Decision),
 ) -> Result<(), Error> {
+    run_with::<A>(call, name, params, opts, A::check, reply)
+}
+
+/// [`run`] with the algorithm's step given: `check` takes what [`Algorithm::check`] takes
+/// and keeps its contract (RL.LIMIT's step also notes the binding rule for its reply).
+///
+/// [`Algorithm::check`]: crate::algorithms::Algorithm::check
+pub fn run_with<A: Variant>(
+    call: &Call,
+    name: &'static CStr,
+    params: A::Params,
+    opts: Options,
+    check: impl FnOnce(
+        &A::Params,
+        Option<(&A::Params, &mut A::State)>,
+        u64,
+        u64,
+        bool,
+    ) -> (Decision, Option<A::State>),
+    reply: impl FnOnce(Ctx, &Decision),
+) -> Result<(), Error> {
     if call.key.is_null() {
         return Err(Error::Panic);
     }
@@ -54,7 +75,7 @@ pub fn run<A: Variant>(
     };
     let mut key = Key::open(call.ctx, call.key, true);
     let (decision, wrote) = key.update::<A>(&params, request, |stored, write| {
-        A::check(&params, stored, now_us, opts.cost, write)
+        check(&params, stored, now_us, opts.cost, write)
     })?;
     if wrote {
         let expire_at_ms = call.expire_at(real_ms, decision.reset_after.ceil_ms());
@@ -85,6 +106,8 @@ pub fn run<A: Variant>(
 /// keeps the argument count and the key's position. Then the client's own strings are put
 /// back, so SLOWLOG, MONITOR and everything after the command see what the client sent.
 pub fn propagate(call: &Call, name: &'static CStr, now_us: u64, expire_at_ms: u64) {
+    // Policies a fork asked to propagate go first (RL.LIMIT's replay needs its policy).
+    crate::storage::policies::flush_pending(call.ctx);
     // SAFETY: ctx is the running command's context.
     let verbatim = || unsafe {
         raw::RedisModule_ReplicateVerbatim.unwrap()(call.ctx);

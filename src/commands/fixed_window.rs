@@ -17,12 +17,17 @@ pub fn rl_fixedwindow(call: &Call) -> Result<(), Error> {
         "RL.FIXEDWINDOW",
         "key limit window [COST n] [DRYRUN] [BLOCK duration]",
     )?;
-    let params = Params {
-        limit: args::positive_count(a[2], "limit")?,
-        window_ms: args::duration_ms(a[3], "window")?,
-    };
+    let params = params(&a[2..4])?;
     let opts = args::options(&a[4..], 4)?;
     admission::run::<FixedWindow>(call, c"RL.FIXEDWINDOW", params, opts, |ctx, d| {
         reply::admission(ctx, d, None)
+    })
+}
+
+/// The parameters from `limit window` (also a rule of a policy).
+pub fn params(a: &[&[u8]]) -> Result<Params, Error> {
+    Ok(Params {
+        limit: args::positive_count(a[0], "limit")?,
+        window_ms: args::duration_ms(a[1], "window")?,
     })
 }

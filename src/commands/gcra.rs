@@ -15,14 +15,19 @@ const GCRA_USAGE: &str = "key burst rate period [COST n] [DRYRUN] [BLOCK duratio
 /// (a map with a boolean `allowed` for RESP3 clients).
 pub fn rl_gcra(call: &Call) -> Result<(), Error> {
     let a = admission::arguments(call, 4, "RL.GCRA", GCRA_USAGE)?;
-    let params = Params {
-        burst: args::positive_count(a[2], "burst")?,
-        rate: args::positive_count(a[3], "rate")?,
-        period_ms: args::duration_ms(a[4], "period")?,
-    };
+    let params = params(&a[2..5])?;
     let opts = args::options(&a[5..], 5)?;
     admission::run::<Gcra>(call, c"RL.GCRA", params, opts, |ctx, d| {
         reply::admission(ctx, d, None)
+    })
+}
+
+/// The parameters from `burst rate period` (also a GCRA rule of a policy).
+pub fn params(a: &[&[u8]]) -> Result<Params, Error> {
+    Ok(Params {
+        burst: args::positive_count(a[0], "burst")?,
+        rate: args::positive_count(a[1], "rate")?,
+        period_ms: args::duration_ms(a[2], "period")?,
     })
 }
 

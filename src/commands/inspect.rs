@@ -5,13 +5,14 @@ use crate::algorithms::int;
 use crate::clock;
 use crate::error::Error;
 use crate::reply;
-use crate::storage::Key;
+use crate::storage::{Key, Value};
 
 /// `RL.INSPECT key`
 ///
 /// Reply: nil for a missing key; else a map (a flat name, value array for RESP2 clients):
 /// `algorithm`, the parameters, the stored state, and `remaining` and `reset_after_ms` as of
-/// the module's clock now, and `blocked_until_us` while a `BLOCK` penalty is set.
+/// the module's clock now, and `blocked_until_us` while a `BLOCK` penalty is set. An RL.LIMIT
+/// key adds `rules`, the same for each rule of the policy it was last written with.
 pub fn rl_inspect(call: &Call) -> Result<(), Error> {
     if call.args.len() != 2 {
         return Err(Error::Arity {
@@ -23,11 +24,21 @@ pub fn rl_inspect(call: &Call) -> Result<(), Error> {
     match key.snapshot()? {
         None => reply::null(call.ctx),
         Some(entry) => {
-            let mut fields = entry.value.describe(clock::read().now_us);
+            let now_us = clock::read().now_us;
+            let mut fields = entry.value.describe(now_us);
             if entry.blocked_until_us > 0 {
                 fields.push(("blocked_until_us", int(entry.blocked_until_us)));
             }
-            reply::described(call.ctx, entry.value.kind(), &fields);
+            let rules: Vec<reply::Described> = match &entry.value {
+                Value::Limit(s) => s
+                    .params
+                    .iter()
+                    .zip(&s.state)
+                    .map(|(rule, state)| (rule.kind(), rule.describe(state, now_us)))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            reply::described(call.ctx, entry.value.kind(), &fields, &rules);
         }
     }
     Ok(())

@@ -19,14 +19,19 @@ pub fn rl_leakybucket(call: &Call) -> Result<(), Error> {
         "RL.LEAKYBUCKET",
         "key capacity leak_amount leak_period [COST n] [DRYRUN] [BLOCK duration]",
     )?;
-    let params = Params {
-        capacity: args::positive_count(a[2], "capacity")?,
-        leak_amount: args::positive_count(a[3], "leak_amount")?,
-        leak_period_ms: args::duration_ms(a[4], "leak_period")?,
-    };
+    let params = params(&a[2..5])?;
     let opts = args::options(&a[5..], 5)?;
     admission::run::<LeakyBucket>(call, c"RL.LEAKYBUCKET", params, opts, |ctx, d| {
         let delay_ms = d.delay.map_or(-1, |span| int(span.ceil_ms()));
         reply::admission(ctx, d, Some(("delay_ms", reply::Extra::Int(delay_ms))))
+    })
+}
+
+/// The parameters from `capacity leak_amount leak_period` (also a LEAKYBUCKET rule).
+pub fn params(a: &[&[u8]]) -> Result<Params, Error> {
+    Ok(Params {
+        capacity: args::positive_count(a[0], "capacity")?,
+        leak_amount: args::positive_count(a[1], "leak_amount")?,
+        leak_period_ms: args::duration_ms(a[2], "leak_period")?,
     })
 }

@@ -12,6 +12,7 @@ mod fixed_window;
 mod gcra;
 mod inspect;
 mod leaky_bucket;
+mod policy;
 mod replay;
 mod sliding_log;
 mod sliding_window;
@@ -26,6 +27,7 @@ use redis_module::raw;
 
 use crate::error::Error;
 use crate::reply;
+pub use policy::parse_saved;
 
 pub type Ctx = *mut raw::RedisModuleCtx;
 pub type RawString = *mut raw::RedisModuleString;
@@ -137,6 +139,11 @@ pub static COMMANDS: &[Command] = &[
     command!(c"rl.slidinglog",    c"write deny-oom fast", KEY,     When::Always,     true,  sliding_log::rl_slidinglog),
     command!(c"rl.concurrency.acquire", c"write deny-oom fast", KEY, When::Always, true, concurrency::rl_concurrency_acquire),
     command!(c"rl.concurrency.release", c"write fast",     KEY,     When::Always,     true,  concurrency::rl_concurrency_release),
+    command!(c"rl.limit",         c"write deny-oom fast", KEY,     When::Always,     true,  policy::rl_limit),
+    command!(c"rl.policy.set",    c"write deny-oom",      NO_KEYS, When::Always,     false, policy::rl_policy_set),
+    command!(c"rl.policy.get",    c"readonly fast",       NO_KEYS, When::Always,     false, policy::rl_policy_get),
+    command!(c"rl.policy.del",    c"write fast",          NO_KEYS, When::Always,     false, policy::rl_policy_del),
+    command!(c"rl.policy.list",   c"readonly",            NO_KEYS, When::Always,     false, policy::rl_policy_list),
     command!(c"rl.inspect",       c"readonly fast",       KEY,     When::Always,     false, inspect::rl_inspect),
     command!(c"rl.debug.clock",   c"admin fast",          NO_KEYS, When::Always,     false, debug::rl_debug_clock),
     command!(c"rl.debug.panic",   c"admin",               NO_KEYS, When::Always,     false, debug::rl_debug_panic),

@@ -24,12 +24,17 @@ pub fn rl_slidinglog(call: &Call) -> Result<(), Error> {
         Mode::Live => crate::sliding_log_max_limit(),
         Mode::Replay { .. } => crate::SLIDING_LOG_LIMIT_CEILING,
     };
-    let params = Params {
-        limit: args::count(a[2], "limit", 1, max).map_err(|_| Error::LogLimit { max })?,
-        window_ms: args::duration_ms(a[3], "window")?,
-    };
+    let params = params(&a[2..4], max)?;
     let opts = args::options(&a[4..], 4)?;
     admission::run::<SlidingLog>(call, c"RL.SLIDINGLOG", params, opts, |ctx, d| {
         reply::admission(ctx, d, None)
+    })
+}
+
+/// The parameters from `limit window`, with `limit` at most `max` (also a SLIDINGLOG rule).
+pub fn params(a: &[&[u8]], max: u64) -> Result<Params, Error> {
+    Ok(Params {
+        limit: args::count(a[0], "limit", 1, max).map_err(|_| Error::LogLimit { max })?,
+        window_ms: args::duration_ms(a[1], "window")?,
     })
 }

@@ -18,12 +18,17 @@ pub fn rl_slidingwindow(call: &Call) -> Result<(), Error> {
         "RL.SLIDINGWINDOW",
         "key limit window [COST n] [DRYRUN] [BLOCK duration]",
     )?;
-    let params = Params {
-        limit: args::positive_count(a[2], "limit")?,
-        window_ms: args::duration_ms(a[3], "window")?,
-    };
+    let params = params(&a[2..4])?;
     let opts = args::options(&a[4..], 4)?;
     admission::run::<SlidingWindow>(call, c"RL.SLIDINGWINDOW", params, opts, |ctx, d| {
         reply::admission(ctx, d, None)
+    })
+}
+
+/// The parameters from `limit window` (also a rule of a policy).
+pub fn params(a: &[&[u8]]) -> Result<Params, Error> {
+    Ok(Params {
+        limit: args::positive_count(a[0], "limit")?,
+        window_ms: args::duration_ms(a[1], "window")?,
     })
 }

@@ -18,22 +18,26 @@ pub fn rl_tokenbucket(call: &Call) -> Result<(), Error> {
         "RL.TOKENBUCKET",
         "key capacity refill_amount refill_period [INTERVAL] [COST n] [DRYRUN] [BLOCK duration]",
     )?;
-    let capacity = args::positive_count(a[2], "capacity")?;
-    let refill_amount = args::positive_count(a[3], "refill_amount")?;
-    let refill_period_ms = args::duration_ms(a[4], "refill_period")?;
+    let mut params = params(&a[2..5], false)?;
     let (opts, flags) = args::options_with(
         &a[5..],
         5,
         &["INTERVAL"],
         "COST n, DRYRUN, BLOCK duration or INTERVAL",
     )?;
-    let params = Params {
-        capacity,
-        refill_amount,
-        refill_period_ms,
-        interval: flags & 1 != 0,
-    };
+    params.interval = flags & 1 != 0;
     admission::run::<TokenBucket>(call, c"RL.TOKENBUCKET", params, opts, |ctx, d| {
         reply::admission(ctx, d, None)
+    })
+}
+
+/// The parameters from `capacity refill_amount refill_period`, refilled in whole steps when
+/// `interval` (also a TOKENBUCKET rule).
+pub fn params(a: &[&[u8]], interval: bool) -> Result<Params, Error> {
+    Ok(Params {
+        capacity: args::positive_count(a[0], "capacity")?,
+        refill_amount: args::positive_count(a[1], "refill_amount")?,
+        refill_period_ms: args::duration_ms(a[2], "refill_period")?,
+        interval,
     })
 }

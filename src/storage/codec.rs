@@ -6,9 +6,11 @@
 //! a panic or a value outside what the commands can produce.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use crate::algorithms::{
-    concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
+    concurrency, fixed_window, gcra, leaky_bucket, policy, sliding_log, sliding_window,
+    token_bucket,
 };
 use crate::args::{MAX_COUNT, MAX_DURATION_MS};
 
@@ -26,6 +28,8 @@ const FIXED_WINDOW: u8 = 4;
 const SLIDING_WINDOW: u8 = 5;
 const SLIDING_LOG: u8 = 6;
 const CONCURRENCY: u8 = 7;
+/// RL.LIMIT: a count, then each rule as the value of a key of its algorithm (tags 1 to 6).
+const LIMIT: u8 = 8;
 
 /// A key's whole value: its algorithm's parameters and state, and until when a penalty
 /// blocks it (0: not blocked).
@@ -104,6 +108,16 @@ fn encode_value(w: &mut Writer, value: &Value) {
                 w.0.extend_from_slice(&lease.token);
             }
         }
+        Value::Limit(s) => {
+            w.u8(LIMIT);
+            w.u64(s.params.len() as u64);
+            for (rule, state) in s.params.iter().zip(&s.state) {
+                // Every stored state is its rule's (the policy step keeps them aligned).
+                if let Some(value) = Value::from_rule(rule, state) {
+                    encode_value(w, &value);
+                }
+            }
+        }
     }
 }
 
@@ -116,7 +130,7 @@ pub fn decode(bytes: &[u8]) -> Result<Entry, DecodeError> {
     if version != 1 && version != 2 {
         return Err(DecodeError);
     }
-    let value = decode_value(&mut r, version)?;
+    let value = decode_value(&mut r, version, false)?;
     let blocked_until_us = if version >= 2 { r.u64()? } else { 0 };
     if !r.0.is_empty() {
         return Err(DecodeError);
@@ -127,8 +141,15 @@ pub fn decode(bytes: &[u8]) -> Result<Entry, DecodeError> {
     })
 }
 
-fn decode_value(r: &mut Reader, version: u8) -> Result<Value, DecodeError> {
-    let value = match r.u8()? {
+/// Decodes one value; `in_limit` for a rule of an RL.LIMIT value, which is never itself an
+/// RL.LIMIT or a concurrency limiter (checked before anything nests, so a crafted blob
+/// cannot recurse).
+fn decode_value(r: &mut Reader, version: u8, in_limit: bool) -> Result<Value, DecodeError> {
+    let tag = r.u8()?;
+    if in_limit && !(GCRA..=SLIDING_LOG).contains(&tag) {
+        return Err(DecodeError);
+    }
+    let value = match tag {
         GCRA => {
             let params = gcra::Params {
                 burst: r.count()?,
@@ -194,14 +215,8 @@ fn decode_value(r: &mut Reader, version: u8) -> Result<Value, DecodeError> {
             };
             let (base_us, unit_us, total) = (r.u64()?, r.u64()?, r.u64()?);
             let len = usize::try_from(r.u64()?).map_err(|_| DecodeError)?;
-            // The length must match the bytes that are there: never allocate for a number.
-            let trailer = if version >= 2 { 8 } else { 0 };
-            if r.0.len()
-                != len
-                    .checked_mul(4)
-                    .ok_or(DecodeError)?
-                    .saturating_add(trailer)
-            {
+            // The bytes must be there: never allocate for a number.
+            if len.checked_mul(4).is_none_or(|bytes| bytes > r.0.len()) {
                 return Err(DecodeError);
             }
             let mut words = VecDeque::with_capacity(len);
@@ -246,6 +261,25 @@ fn decode_value(r: &mut Reader, version: u8) -> Result<Value, DecodeError> {
             }
             let state = concurrency::State { leases, issued };
             Value::Concurrency(Stored { params, state })
+        }
+        LIMIT => {
+            let count = r.u64()?;
+            if !(1..=policy::MAX_RULES as u64).contains(&count) {
+                return Err(DecodeError);
+            }
+            let mut rules = Vec::with_capacity(count as usize);
+            let mut states = Vec::with_capacity(count as usize);
+            for _ in 0..count {
+                let (rule, state) = decode_value(r, version, true)?
+                    .into_rule()
+                    .ok_or(DecodeError)?;
+                rules.push(rule);
+                states.push(state);
+            }
+            Value::Limit(Stored {
+                params: Arc::from(rules),
+                state: states,
+            })
         }
         _ => return Err(DecodeError),
     };

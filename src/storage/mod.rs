@@ -9,6 +9,7 @@
 
 pub mod codec;
 pub mod compact;
+pub mod policies;
 pub mod value;
 
 use std::borrow::Cow;
@@ -41,9 +42,9 @@ pub static RL_TYPE: RedisType = RedisType::new(
         mem_usage: Some(mem_usage),
         digest: Some(digest),
         free: Some(free),
-        aux_load: None,
-        aux_save: None,
-        aux_save_triggers: 0,
+        aux_load: Some(policies::aux_load),
+        aux_save: Some(policies::aux_save),
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as i32,
         free_effort: None,
         unlink: None,
         copy: Some(copy),

@@ -4,6 +4,7 @@ use crate::algorithms::concurrency::{self, Concurrency};
 use crate::algorithms::fixed_window::FixedWindow;
 use crate::algorithms::gcra::Gcra;
 use crate::algorithms::leaky_bucket::LeakyBucket;
+use crate::algorithms::policy::{self, Limit, Rule, RuleState};
 use crate::algorithms::sliding_log::{self, SlidingLog};
 use crate::algorithms::sliding_window::SlidingWindow;
 use crate::algorithms::token_bucket::TokenBucket;
@@ -80,6 +81,7 @@ values! {
     SlidingWindow(SlidingWindow) = "slidingwindow";
     SlidingLog(SlidingLog) = "slidinglog";
     Concurrency(Concurrency) = "concurrency";
+    Limit(Limit) = "limit";
 }
 
 impl Value {
@@ -88,8 +90,41 @@ impl Value {
         let heap = match self {
             Value::SlidingLog(s) => sliding_log::heap_bytes(&s.state),
             Value::Concurrency(s) => concurrency::heap_bytes(&s.state),
+            Value::Limit(s) => policy::heap_bytes(&s.params, &s.state),
             _ => 0,
         };
         std::mem::size_of::<Value>() + heap
     }
 }
+
+/// Declares the conversions between one rule of a policy with its state and the value a key
+/// of that rule's algorithm would hold (the encoding writes a policy's rules as such values).
+macro_rules! rule_values {
+    ($($variant:ident),*) => {
+        impl Value {
+            /// The value of a key holding `rule` alone, with `state`; `None` if the state is
+            /// not the rule's.
+            pub fn from_rule(rule: &Rule, state: &RuleState) -> Option<Value> {
+                match (rule, state) {
+                    $((Rule::$variant(params), RuleState::$variant(state)) => {
+                        Some(Value::$variant(Stored {
+                            params: *params,
+                            state: state.clone(),
+                        }))
+                    })*
+                    _ => None,
+                }
+            }
+
+            /// The rule and state this value holds, for an algorithm a policy's rule can use.
+            pub fn into_rule(self) -> Option<(Rule, RuleState)> {
+                match self {
+                    $(Value::$variant(s) => Some((Rule::$variant(s.params), RuleState::$variant(s.state))),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+rule_values!(Gcra, TokenBucket, LeakyBucket, FixedWindow, SlidingWindow, SlidingLog);

@@ -1,0 +1,489 @@
+//! RL.LIMIT: several rules checked at once against the state of one key, all or nothing.
+//!
+//! A policy is a list of rules, each an admission algorithm with its parameters
+//! ("10 per second, 300 per minute, 5000 per day"). The key keeps one state per rule, in the
+//! order of the rules it was last written with. A request:
+//!
+//! - is checked by every rule, each on a copy of its state;
+//! - is admitted only if every rule admits it; then (when it writes) every rule's new state
+//!   is kept; if any rule refuses, no state changes;
+//! - is answered with the *binding* rule: when admitted, the one with the fewest remaining
+//!   (the one that will refuse first); when denied, the one whose refusal lasts longest (a
+//!   rule that can never admit the cost binds first). Ties go to the earlier rule.
+//!
+//! When a policy changes, each rule of the new policy takes the state of an identical rule
+//! (same algorithm, same parameters) the key holds, if any; a new or changed rule starts
+//! fresh, and the state of a rule no longer in the policy is dropped at the next write.
+
+use std::sync::Arc;
+
+use super::fixed_window::{self, FixedWindow};
+use super::gcra::{self, Gcra};
+use super::leaky_bucket::{self, LeakyBucket};
+use super::sliding_log::{self, SlidingLog};
+use super::sliding_window::{self, SlidingWindow};
+use super::token_bucket::{self, TokenBucket};
+use super::{Algorithm, Decision, Span};
+
+/// The most rules a policy holds.
+pub const MAX_RULES: usize = 16;
+
+/// Declares [`Rule`] and [`RuleState`] with one variant per algorithm a rule can use, and
+/// the dispatch from a rule to its algorithm.
+macro_rules! rules {
+    ($($variant:ident($algorithm:ty, $module:ident) = $kind:literal;)*) => {
+        /// One rule of a policy: an algorithm and its parameters.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum Rule {
+            $($variant($module::Params),)*
+        }
+
+        /// The state one rule keeps in a key.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum RuleState {
+            $($variant(<$algorithm as Algorithm>::State),)*
+        }
+
+        impl Rule {
+            /// The rule's algorithm as RL.INSPECT names it.
+            pub fn kind(&self) -> &'static str {
+                match self {
+                    $(Rule::$variant(_) => $kind,)*
+                }
+            }
+
+            /// Checks a request against this rule, with `state` the rule's state (`None`:
+            /// fresh). Returns the decision and the state the rule would keep if the whole
+            /// request is admitted (`None` when nothing would change).
+            fn check(
+                &self,
+                state: Option<&RuleState>,
+                now_us: u64,
+                cost: u64,
+                write: bool,
+            ) -> (Decision, Option<RuleState>) {
+                match self {
+                    $(Rule::$variant(params) => {
+                        let mut copy = match state {
+                            Some(RuleState::$variant(s)) => Some(s.clone()),
+                            _ => None,
+                        };
+                        let stored = copy.as_mut().map(|s| (params, s));
+                        let (decision, fresh) =
+                            <$algorithm>::check(params, stored, now_us, cost, write);
+                        let next = fresh.or(copy).map(RuleState::$variant);
+                        (decision, next)
+                    })*
+                }
+            }
+
+            /// RL.INSPECT's fields for this rule with `state`.
+            pub fn describe(&self, state: &RuleState, now_us: u64) -> Vec<(&'static str, i64)> {
+                match (self, state) {
+                    $((Rule::$variant(params), RuleState::$variant(s)) => {
+                        <$algorithm>::describe(params, s, now_us)
+                    })*
+                    // A state that is not the rule's is never stored (see `belongs`).
+                    _ => Vec::new(),
+                }
+            }
+        }
+
+        impl RuleState {
+            /// Whether this is a state of `rule`'s algorithm.
+            pub fn belongs(&self, rule: &Rule) -> bool {
+                matches!(
+                    (rule, self),
+                    $((Rule::$variant(_), RuleState::$variant(_)))|*
+                )
+            }
+        }
+    };
+}
+
+rules! {
+    Gcra(Gcra, gcra) = "gcra";
+    TokenBucket(TokenBucket, token_bucket) = "tokenbucket";
+    LeakyBucket(LeakyBucket, leaky_bucket) = "leakybucket";
+    FixedWindow(FixedWindow, fixed_window) = "fixedwindow";
+    SlidingWindow(SlidingWindow, sliding_window) = "slidingwindow";
+    SlidingLog(SlidingLog, sliding_log) = "slidinglog";
+}
+
+/// The rules of a policy, shared between the policy and the keys written under it.
+pub type Rules = Arc<[Rule]>;
+
+/// What every rule said about a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The request as a whole: the binding rule's decision, but `reset_after` is the longest
+    /// of all the rules' (the key lives until every rule is fresh again).
+    pub decision: Decision,
+    /// The binding rule's index in the policy, and its own decision.
+    pub binding: usize,
+    pub binding_decision: Decision,
+}
+
+/// Checks a request against every rule of `rules`, with `stored` the rules the key was last
+/// written with and their states (`None`: a fresh key). Returns the outcome and, when the
+/// request is admitted and writes, the states to keep (in the order of `rules`).
+pub fn evaluate(
+    rules: &[Rule],
+    stored: Option<(&[Rule], &[RuleState])>,
+    now_us: u64,
+    cost: u64,
+    write: bool,
+) -> (Outcome, Option<Vec<RuleState>>) {
+    let mut used = [false; MAX_RULES];
+    let mut next = Vec::with_capacity(if write { rules.len() } else { 0 });
+    let mut binding: Option<(usize, Decision)> = None;
+    let mut allowed = true;
+    let mut reset_after: Option<Span> = None;
+    for (i, rule) in rules.iter().enumerate() {
+        let state = stored.and_then(|(old_rules, states)| {
+            let j = old_rules
+                .iter()
+                .zip(states)
+                .enumerate()
+                .position(|(j, (old, s))| {
+                    !used.get(j).copied().unwrap_or(true) && old == rule && s.belongs(rule)
+                })?;
+            used[j] = true;
+            states.get(j)
+        });
+        let (decision, kept) = rule.check(state, now_us, cost, write);
+        allowed &= decision.allowed;
+        if reset_after.is_none_or(|r| decision.reset_after.ceil_us() > r.ceil_us()) {
+            reset_after = Some(decision.reset_after);
+        }
+        if binding.as_ref().is_none_or(|(_, b)| binds_before(&decision, b)) {
+            binding = Some((i, decision));
+        }
+        if write {
+            if let Some(kept) = kept {
+                next.push(kept);
+            }
+        }
+    }
+    let (index, binding_decision) = binding.unwrap_or((0, EMPTY));
+    let mut decision = binding_decision;
+    decision.allowed = allowed;
+    decision.reset_after = reset_after.unwrap_or(Span::ZERO);
+    let states = (allowed && write && cost > 0 && next.len() == rules.len()).then_some(next);
+    let outcome = Outcome {
+        decision,
+        binding: index,
+        binding_decision,
+    };
+    (outcome, states)
+}
+
+/// The decision of a policy without rules (which RL.POLICY.SET never makes).
+const EMPTY: Decision = Decision {
+    allowed: true,
+    limit: 0,
+    remaining: 0,
+    retry_after: Some(Span::ZERO),
+    reset_after: Span::ZERO,
+    delay: None,
+};
+
+/// Whether decision `a` binds rather than `b` (found earlier): a refusal over an admission;
+/// between refusals, the longer (never is longest); between admissions, fewer remaining.
+fn binds_before(a: &Decision, b: &Decision) -> bool {
+    match (a.allowed, b.allowed) {
+        (false, true) => true,
+        (true, false) => false,
+        (true, true) => a.remaining < b.remaining,
+        (false, false) => match (a.retry_after, b.retry_after) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(x), Some(y)) => x.ceil_us() > y.ceil_us(),
+        },
+    }
+}
+
+/// RL.LIMIT's state as the key's algorithm: the parameters are the rules the key was last
+/// written with, the state one entry per rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limit;
+
+impl Algorithm for Limit {
+    type Params = Rules;
+    type State = Vec<RuleState>;
+    const NAME: &'static str = "RL.LIMIT";
+
+    fn check(
+        params: &Rules,
+        stored: Option<(&Rules, &mut Vec<RuleState>)>,
+        now_us: u64,
+        cost: u64,
+        write: bool,
+    ) -> (Decision, Option<Vec<RuleState>>) {
+        let (outcome, states) = match stored {
+            Some((old, state)) => {
+                let (outcome, states) =
+                    evaluate(params, Some((old, state.as_slice())), now_us, cost, write);
+                if let Some(states) = states {
+                    *state = states;
+                    return (outcome.decision, None);
+                }
+                (outcome, None)
+            }
+            None => evaluate(params, None, now_us, cost, write),
+        };
+        (outcome.decision, states)
+    }
+
+    fn describe(params: &Rules, state: &Vec<RuleState>, now_us: u64) -> Vec<(&'static str, i64)> {
+        let now = evaluate(params, Some((params, state)), now_us, 0, false).0;
+        vec![
+            ("rules", super::int(params.len() as u64)),
+            ("binding_rule", super::int(now.binding as u64)),
+            ("remaining", super::int(now.decision.remaining)),
+            ("reset_after_ms", super::int(now.decision.reset_after.ceil_ms())),
+        ]
+    }
+}
+
+/// Heap bytes a key's rules and states hold (for MEMORY USAGE): the states, and the rules
+/// (shared with the policy while it is unchanged, but counted here as if not).
+pub fn heap_bytes(params: &Rules, state: &[RuleState]) -> usize {
+    let log_bytes: usize = state
+        .iter()
+        .map(|s| match s {
+            RuleState::SlidingLog(log) => sliding_log::heap_bytes(log),
+            _ => 0,
+        })
+        .sum();
+    std::mem::size_of_val(&**params) + std::mem::size_of_val(state) + log_bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms::testing::{self, summary};
+    use proptest::prelude::*;
+
+    const T0: u64 = 1_700_000_000_000_000;
+    const SECOND: u64 = 1_000_000;
+
+    fn gcra(burst: u64, rate: u64, period_ms: u64) -> Rule {
+        Rule::Gcra(gcra::Params {
+            burst,
+            rate,
+            period_ms,
+        })
+    }
+
+    fn fixed(limit: u64, window_ms: u64) -> Rule {
+        Rule::FixedWindow(fixed_window::Params { limit, window_ms })
+    }
+
+    fn sliding(limit: u64, window_ms: u64) -> Rule {
+        Rule::SlidingWindow(sliding_window::Params { limit, window_ms })
+    }
+
+    type Key = testing::Key<Limit>;
+
+    fn step(rules: &Rules, key: &mut Key, now_us: u64, cost: u64) -> Decision {
+        testing::step::<Limit>(rules, key, now_us, cost)
+    }
+
+    fn outcome(rules: &Rules, key: &Key, now_us: u64, cost: u64) -> Outcome {
+        let stored = key.as_ref().map(|(r, s)| (&r[..], &s[..]));
+        evaluate(rules, stored, now_us, cost, false).0
+    }
+
+    /// Three tiers: 10 a second, 30 a minute, 50 a day.
+    fn tiers() -> Rules {
+        Arc::from(vec![gcra(10, 10, 1000), fixed(30, 60_000), fixed(50, 86_400_000)])
+    }
+
+    #[test]
+    fn admitted_only_when_every_rule_admits_and_the_tightest_binds() {
+        let rules = tiers();
+        let mut key: Key = None;
+        // The first request: the per-second rule has 9 left, the minute 29, the day 49.
+        let d = step(&rules, &mut key, T0, 1);
+        assert!(d.allowed);
+        let o = outcome(&rules, &key, T0, 0);
+        assert_eq!((o.binding, o.binding_decision.remaining), (0, 9));
+        // Ten at once empties the per-second rule: the eleventh is refused by it alone.
+        for _ in 0..9 {
+            assert!(step(&rules, &mut key, T0, 1).allowed);
+        }
+        let refused = outcome(&rules, &key, T0, 1);
+        assert!(!refused.decision.allowed);
+        assert_eq!(refused.binding, 0);
+        assert_eq!(summary(&refused.binding_decision), (false, 10, 0, 100, 1000));
+        // The key lives until the day's window ends.
+        let day_start = T0 - T0 % 86_400_000_000;
+        assert_eq!(
+            refused.decision.reset_after.ceil_us(),
+            day_start + 86_400_000_000 - T0
+        );
+    }
+
+    #[test]
+    fn the_per_day_rule_binds_once_it_has_the_fewest_left() {
+        let rules: Rules = Arc::from(vec![gcra(10, 10, 1000), fixed(300, 60_000), fixed(12, 86_400_000)]);
+        let mut key: Key = None;
+        for i in 0..12 {
+            // One request every two seconds: the per-second rule is always full again.
+            let d = step(&rules, &mut key, T0 + i * 2 * SECOND, 1);
+            assert!(d.allowed, "request {i}");
+        }
+        let now = T0 + 24 * SECOND;
+        let o = outcome(&rules, &key, now, 1);
+        assert!(!o.decision.allowed);
+        assert_eq!(o.binding, 2);
+        assert_eq!(o.binding_decision.limit, 12);
+        assert_eq!(o.binding_decision.remaining, 0);
+    }
+
+    #[test]
+    fn a_refusal_by_the_last_rule_changes_no_rule() {
+        let rules: Rules = Arc::from(vec![gcra(10, 10, 1000), fixed(2, 60_000)]);
+        let mut key: Key = None;
+        step(&rules, &mut key, T0, 1);
+        step(&rules, &mut key, T0, 1);
+        let before = key.clone();
+        // testing::step asserts a refused request leaves the whole state as it was.
+        let d = step(&rules, &mut key, T0, 1);
+        assert!(!d.allowed);
+        assert_eq!(key, before);
+    }
+
+    #[test]
+    fn a_request_no_rule_can_ever_admit_binds_over_a_waiting_one() {
+        let rules: Rules = Arc::from(vec![gcra(10, 1, 1000), fixed(5, 60_000)]);
+        let o = outcome(&rules, &None, T0, 7);
+        assert_eq!(o.binding, 1);
+        assert_eq!(o.binding_decision.retry_after, None);
+    }
+
+    #[test]
+    fn identical_rules_keep_their_state_when_the_policy_changes() {
+        let old: Rules = Arc::from(vec![gcra(10, 10, 1000), fixed(30, 60_000)]);
+        let mut key: Key = None;
+        for _ in 0..5 {
+            step(&old, &mut key, T0, 1);
+        }
+        // The minute rule stays (now first), the second rule changes, a day rule is added.
+        let new: Rules =
+            Arc::from(vec![fixed(30, 60_000), gcra(20, 20, 1000), fixed(100, 86_400_000)]);
+        let o = outcome(&new, &key, T0, 0);
+        let (_, states) = key.as_ref().unwrap();
+        let minute = fixed(30, 60_000).describe(&states[1], T0);
+        assert!(minute.contains(&("remaining", 25)));
+        // The changed rule starts fresh with its 20, fewer than the minute's 25: it binds.
+        assert_eq!((o.binding, o.binding_decision.remaining), (1, 20));
+        let d = step(&new, &mut key, T0, 1);
+        assert!(d.allowed);
+        let (rules, states) = key.as_ref().unwrap();
+        assert_eq!(rules, &new);
+        assert_eq!(new[1].describe(&states[1], T0)[..1], [("limit", 20)]);
+        assert!(new[1].describe(&states[1], T0).contains(&("remaining", 19)));
+        assert!(new[2].describe(&states[2], T0).contains(&("remaining", 99)));
+        assert!(new[0].describe(&states[0], T0).contains(&("remaining", 24)));
+    }
+
+    #[test]
+    fn a_rule_given_twice_keeps_two_states() {
+        let rules: Rules = Arc::from(vec![fixed(3, 60_000), fixed(3, 60_000)]);
+        let mut key: Key = None;
+        step(&rules, &mut key, T0, 1);
+        step(&rules, &mut key, T0, 2);
+        assert!(!step(&rules, &mut key, T0, 1).allowed);
+        assert_eq!(key.as_ref().unwrap().1.len(), 2);
+    }
+
+    fn rule_strategy() -> impl Strategy<Value = Rule> {
+        let count = 1u64..6;
+        let ms = prop_oneof![Just(1000u64), Just(60_000), Just(3_600_000)];
+        prop_oneof![
+            (count.clone(), count.clone(), ms.clone()).prop_map(|(b, r, p)| gcra(b, r, p)),
+            (count.clone(), ms.clone()).prop_map(|(l, w)| fixed(l, w)),
+            (count.clone(), ms.clone()).prop_map(|(l, w)| sliding(l, w)),
+            (count.clone(), count.clone(), ms.clone()).prop_map(|(c, a, p)| {
+                Rule::TokenBucket(token_bucket::Params {
+                    capacity: c,
+                    refill_amount: a,
+                    refill_period_ms: p,
+                    interval: false,
+                })
+            }),
+            (count, ms).prop_map(|(l, w)| {
+                Rule::SlidingLog(sliding_log::Params {
+                    limit: l,
+                    window_ms: w,
+                })
+            }),
+        ]
+    }
+
+    proptest! {
+        /// All or nothing: a request is admitted exactly when each rule, checked alone on
+        /// its own state, admits it; then each rule's state is what it alone would keep; a
+        /// refusal keeps every state. The reply is the binding rule's.
+        #[test]
+        fn the_policy_is_every_rule_at_once(
+            rules in proptest::collection::vec(rule_strategy(), 1..4),
+            requests in proptest::collection::vec((0u64..5_000_000, 0u64..4), 1..40),
+        ) {
+            let rules: Rules = Arc::from(rules);
+            let mut key: Key = None;
+            let mut now = T0;
+            for (gap, cost) in requests {
+                now += gap;
+                let stored = key.as_ref().map(|(r, s)| (&r[..], &s[..]));
+                let alone: Vec<(Decision, Option<RuleState>)> = rules
+                    .iter()
+                    .enumerate()
+                    .map(|(i, rule)| rule.check(stored.map(|(_, s)| &s[i]), now, cost, cost > 0))
+                    .collect();
+                let o = outcome(&rules, &key, now, cost);
+                let every = alone.iter().all(|(d, _)| d.allowed);
+                let d = step(&rules, &mut key, now, cost);
+                prop_assert_eq!(d.allowed, every);
+                prop_assert_eq!(d, o.decision);
+                prop_assert_eq!(o.binding_decision, alone[o.binding].0);
+                if every && cost > 0 {
+                    let (_, states) = key.as_ref().unwrap();
+                    for (i, (_, kept)) in alone.iter().enumerate() {
+                        prop_assert_eq!(Some(&states[i]), kept.as_ref());
+                    }
+                }
+                // The binding rule: it binds before every earlier rule (ties go to the
+                // earlier one) and no later rule binds before it.
+                for (i, (other, _)) in alone.iter().enumerate() {
+                    if i < o.binding {
+                        prop_assert!(binds_before(&o.binding_decision, other));
+                    } else {
+                        prop_assert!(!binds_before(other, &o.binding_decision));
+                    }
+                }
+            }
+        }
+
+        /// One rule alone answers exactly as its own command does.
+        #[test]
+        fn one_rule_is_its_algorithm(
+            burst in 1u64..8, rate in 1u64..8,
+            requests in proptest::collection::vec((0u64..3_000_000, 0u64..4), 1..40),
+        ) {
+            let params = gcra::Params { burst, rate, period_ms: 1000 };
+            let rules: Rules = Arc::from(vec![Rule::Gcra(params)]);
+            let mut key: Key = None;
+            let mut alone: testing::Key<Gcra> = None;
+            let mut now = T0;
+            for (gap, cost) in requests {
+                now += gap;
+                let d = step(&rules, &mut key, now, cost);
+                let e = testing::step::<Gcra>(&params, &mut alone, now, cost);
+                prop_assert_eq!(d, e);
+            }
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! Policies and RL.LIMIT: RL.POLICY.SET/GET/DEL/LIST keep named lists of rules on the
+//! server; RL.LIMIT checks a key against every rule of one, all or nothing.
+
+use std::cell::Cell;
+use std::sync::Arc;
+
+use redis_module::raw;
+
+use super::{admission, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window};
+use super::{token_bucket, Call};
+use crate::algorithms::policy::{self, Limit, Rule, Rules, MAX_RULES};
+use crate::algorithms::{penalty, Decision};
+use crate::args;
+use crate::error::{quote, Error};
+use crate::reply;
+use crate::storage::policies::{self, Policy, MAX_NAME};
+
+/// Each algorithm a rule can name: its name, its positional arguments and their syntax.
+const GRAMMAR: [(&str, usize, &str); 6] = [
+    ("GCRA", 3, "burst rate period"),
+    ("TOKENBUCKET", 3, "capacity refill_amount refill_period [INTERVAL]"),
+    ("LEAKYBUCKET", 3, "capacity leak_amount leak_period"),
+    ("FIXEDWINDOW", 2, "limit window"),
+    ("SLIDINGWINDOW", 2, "limit window"),
+    ("SLIDINGLOG", 2, "limit window"),
+];
+
+/// Parses rules: each an algorithm name (`GCRA` or `RL.GCRA`, any case) and its positional
+/// arguments, a TOKENBUCKET rule optionally followed by `INTERVAL`. `first_position` is the
+/// argument number of `words[0]`, for error texts; `log_max` bounds a SLIDINGLOG limit.
+/// Returns the rules and their words as RL.POLICY.GET shows them (the algorithm upper case).
+pub fn parse_rules(
+    words: &[&[u8]],
+    first_position: usize,
+    log_max: u64,
+) -> Result<(Rules, Vec<Vec<u8>>), Error> {
+    let mut rules = Vec::new();
+    let mut canonical = Vec::with_capacity(words.len());
+    let mut i = 0;
+    while i < words.len() {
+        let position = first_position + i;
+        let word = words[i];
+        let bare = word
+            .get(..3)
+            .filter(|prefix| prefix.eq_ignore_ascii_case(b"RL."))
+            .map_or(word, |_| &word[3..]);
+        let Some(&(name, n, usage)) = GRAMMAR
+            .iter()
+            .find(|(name, _, _)| name.as_bytes().eq_ignore_ascii_case(bare))
+        else {
+            return Err(Error::UnknownRule {
+                position,
+                token: quote(word),
+            });
+        };
+        if rules.len() == MAX_RULES {
+            return Err(Error::TooManyRules { max: MAX_RULES });
+        }
+        let a = words.get(i + 1..i + 1 + n).ok_or(Error::RuleArity {
+            position,
+            algorithm: name,
+            usage,
+        })?;
+        let interval = name == "TOKENBUCKET"
+            && words
+                .get(i + 1 + n)
+                .is_some_and(|w| w.eq_ignore_ascii_case(b"INTERVAL"));
+        let rule = match name {
+            "GCRA" => gcra::params(a).map(Rule::Gcra),
+            "TOKENBUCKET" => token_bucket::params(a, interval).map(Rule::TokenBucket),
+            "LEAKYBUCKET" => leaky_bucket::params(a).map(Rule::LeakyBucket),
+            "FIXEDWINDOW" => fixed_window::params(a).map(Rule::FixedWindow),
+            "SLIDINGWINDOW" => sliding_window::params(a).map(Rule::SlidingWindow),
+            _ => sliding_log::params(a, log_max).map(Rule::SlidingLog),
+        }
+        .map_err(|inner| Error::InRule {
+            position,
+            algorithm: name,
+            inner: Box::new(inner),
+        })?;
+        rules.push(rule);
+        canonical.push(name.as_bytes().to_vec());
+        canonical.extend(a.iter().map(|w| w.to_vec()));
+        i += 1 + n;
+        if interval {
+            canonical.push(b"INTERVAL".to_vec());
+            i += 1;
+        }
+    }
+    if rules.is_empty() {
+        return Err(Error::Arity {
+            command: "RL.POLICY.SET",
+            usage: SET_USAGE,
+        });
+    }
+    Ok((Arc::from(rules), canonical))
+}
+
+const SET_USAGE: &str = "name rule [rule ...], a rule being an algorithm and its arguments \
+                         (GCRA burst rate period, FIXEDWINDOW limit window, ...)";
+
+fn policy_name<'a>(a: &'a [u8]) -> Result<&'a [u8], Error> {
+    if (1..=MAX_NAME).contains(&a.len()) {
+        Ok(a)
+    } else {
+        Err(Error::PolicyName { max: MAX_NAME })
+    }
+}
+
+/// `RL.POLICY.SET name rule [rule ...]`
+///
+/// Creates or replaces the policy `name`. Reply: OK.
+pub fn rl_policy_set(call: &Call) -> Result<(), Error> {
+    let a = call.args;
+    if a.len() < 3 {
+        return Err(Error::Arity {
+            command: "RL.POLICY.SET",
+            usage: SET_USAGE,
+        });
+    }
+    let name = policy_name(a[1])?;
+    // A replica or the AOF takes what its primary accepted, whatever its own log setting.
+    let log_max = match super::context_flags(call.ctx)
+        & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING)
+    {
+        0 => crate::sliding_log_max_limit(),
+        _ => crate::SLIDING_LOG_LIMIT_CEILING,
+    };
+    let (rules, words) = parse_rules(&a[2..], 2, log_max)?;
+    policies::set(name, Policy { rules, words });
+    replicate_verbatim(call);
+    reply::ok(call.ctx);
+    Ok(())
+}
+
+/// `RL.POLICY.GET name`
+///
+/// Reply: the policy's rules as words (algorithm names upper case), or nil.
+pub fn rl_policy_get(call: &Call) -> Result<(), Error> {
+    let a = call.args;
+    if a.len() != 2 {
+        return Err(Error::Arity {
+            command: "RL.POLICY.GET",
+            usage: "name",
+        });
+    }
+    match policies::get(a[1]) {
+        Some(policy) => reply::strings(call.ctx, policy.words.iter().map(Vec::as_slice)),
+        None => reply::null(call.ctx),
+    }
+    Ok(())
+}
+
+/// `RL.POLICY.DEL name`
+///
+/// Deletes the policy; keys written under it keep their state (RL.LIMIT with a policy of
+/// the same rules picks it up again). Reply: 1 if it existed, else 0.
+pub fn rl_policy_del(call: &Call) -> Result<(), Error> {
+    let a = call.args;
+    if a.len() != 2 {
+        return Err(Error::Arity {
+            command: "RL.POLICY.DEL",
+            usage: "name",
+        });
+    }
+    let deleted = policies::delete(a[1]);
+    if deleted {
+        replicate_verbatim(call);
+    }
+    reply::integer(call.ctx, i64::from(deleted));
+    Ok(())
+}
+
+/// `RL.POLICY.LIST`
+///
+/// Reply: the names of every policy, in byte order.
+pub fn rl_policy_list(call: &Call) -> Result<(), Error> {
+    if call.args.len() != 1 {
+        return Err(Error::Arity {
+            command: "RL.POLICY.LIST",
+            usage: "(no arguments)",
+        });
+    }
+    let all = policies::all();
+    reply::strings(call.ctx, all.iter().map(|(name, _)| name.as_slice()));
+    Ok(())
+}
+
+fn replicate_verbatim(call: &Call) {
+    policies::flush_pending(call.ctx);
+    // SAFETY: ctx is the running command's context.
+    unsafe {
+        raw::RedisModule_ReplicateVerbatim.unwrap()(call.ctx);
+    }
+}
+
+const LIMIT_USAGE: &str = "key policy [COST n] [DRYRUN] [BLOCK duration]";
+
+/// `RL.LIMIT key policy [COST n] [DRYRUN] [BLOCK duration]`
+///
+/// Checks the request against every rule of the policy, with each rule's state in `key`:
+/// admitted only if every rule admits it, and then every rule counts it; if any refuses,
+/// nothing changes. Reply: the binding rule's `[allowed, limit, remaining, retry_after_ms,
+/// reset_after_ms]` and its index in the policy (from 0) as `rule`.
+pub fn rl_limit(call: &Call) -> Result<(), Error> {
+    let a = admission::arguments(call, 2, "RL.LIMIT", LIMIT_USAGE)?;
+    let opts = args::options(&a[3..], 3)?;
+    let policy = policies::get(a[2]).ok_or_else(|| Error::NoPolicy {
+        name: quote(a[2]),
+    })?;
+    // The binding rule and the clock reading, from the step to the reply.
+    let seen: Cell<Option<(usize, Decision, u64)>> = Cell::new(None);
+    let check = |rules: &Rules,
+                 stored: Option<(&Rules, &mut Vec<policy::RuleState>)>,
+                 now_us: u64,
+                 cost: u64,
+                 write: bool| {
+        let view = stored.as_ref().map(|(r, s)| (&r[..], &s[..]));
+        let (outcome, states) = policy::evaluate(rules, view, now_us, cost, write);
+        seen.set(Some((outcome.binding, outcome.binding_decision, now_us)));
+        match (stored, states) {
+            (Some((_, state)), Some(states)) => {
+                *state = states;
+                (outcome.decision, None)
+            }
+            (_, states) => (outcome.decision, states),
+        }
+    };
+    let rules = Arc::clone(&policy.rules);
+    admission::run_with::<Limit>(call, c"RL.LIMIT", rules, opts, check, |ctx, d| {
+        let Some((index, mut binding, now_us)) = seen.get() else {
+            return reply::error(ctx, &Error::Panic);
+        };
+        // A BLOCK penalty in force answers for the key instead of the rule.
+        if d.allowed != binding.allowed || d.retry_after != binding.retry_after {
+            let left = d.retry_after.map_or(0, |span| span.ceil_us());
+            penalty::apply(&mut binding, now_us.saturating_add(left), now_us);
+        }
+        let index = i64::try_from(index).unwrap_or(i64::MAX);
+        reply::admission(ctx, &binding, Some(("rule", reply::Extra::Int(index))))
+    })
+}
+
+/// What loading needs from the grammar: the rules, with the largest SLIDINGLOG limit any
+/// setting allows (a saved policy was valid when it was set).
+pub fn parse_saved(words: &[&[u8]]) -> Option<Rules> {
+    parse_rules(words, 0, crate::SLIDING_LOG_LIMIT_CEILING)
+        .ok()
+        .map(|(rules, _)| rules)
+}
