@@ -156,7 +156,10 @@ pub fn evaluate(
         if reset_after.is_none_or(|r| decision.reset_after.ceil_us() > r.ceil_us()) {
             reset_after = Some(decision.reset_after);
         }
-        if binding.as_ref().is_none_or(|(_, b)| binds_before(&decision, b)) {
+        if binding
+            .as_ref()
+            .is_none_or(|(_, b)| binds_before(&decision, b))
+        {
             binding = Some((i, decision));
         }
         if write {
@@ -238,10 +241,12 @@ impl Algorithm for Limit {
     fn describe(params: &Rules, state: &Vec<RuleState>, now_us: u64) -> Vec<(&'static str, i64)> {
         let now = evaluate(params, Some((params, state)), now_us, 0, false).0;
         vec![
-            ("rules", super::int(params.len() as u64)),
             ("binding_rule", super::int(now.binding as u64)),
             ("remaining", super::int(now.decision.remaining)),
-            ("reset_after_ms", super::int(now.decision.reset_after.ceil_ms())),
+            (
+                "reset_after_ms",
+                super::int(now.decision.reset_after.ceil_ms()),
+            ),
         ]
     }
 }
@@ -297,7 +302,11 @@ mod tests {
 
     /// Three tiers: 10 a second, 30 a minute, 50 a day.
     fn tiers() -> Rules {
-        Arc::from(vec![gcra(10, 10, 1000), fixed(30, 60_000), fixed(50, 86_400_000)])
+        Arc::from(vec![
+            gcra(10, 10, 1000),
+            fixed(30, 60_000),
+            fixed(50, 86_400_000),
+        ])
     }
 
     #[test]
@@ -316,7 +325,10 @@ mod tests {
         let refused = outcome(&rules, &key, T0, 1);
         assert!(!refused.decision.allowed);
         assert_eq!(refused.binding, 0);
-        assert_eq!(summary(&refused.binding_decision), (false, 10, 0, 100, 1000));
+        assert_eq!(
+            summary(&refused.binding_decision),
+            (false, 10, 0, 100, 1000)
+        );
         // The key lives until the day's window ends.
         let day_start = T0 - T0 % 86_400_000_000;
         assert_eq!(
@@ -327,7 +339,11 @@ mod tests {
 
     #[test]
     fn the_per_day_rule_binds_once_it_has_the_fewest_left() {
-        let rules: Rules = Arc::from(vec![gcra(10, 10, 1000), fixed(300, 60_000), fixed(12, 86_400_000)]);
+        let rules: Rules = Arc::from(vec![
+            gcra(10, 10, 1000),
+            fixed(300, 60_000),
+            fixed(12, 86_400_000),
+        ]);
         let mut key: Key = None;
         for i in 0..12 {
             // One request every two seconds: the per-second rule is always full again.
@@ -371,8 +387,11 @@ mod tests {
             step(&old, &mut key, T0, 1);
         }
         // The minute rule stays (now first), the second rule changes, a day rule is added.
-        let new: Rules =
-            Arc::from(vec![fixed(30, 60_000), gcra(20, 20, 1000), fixed(100, 86_400_000)]);
+        let new: Rules = Arc::from(vec![
+            fixed(30, 60_000),
+            gcra(20, 20, 1000),
+            fixed(100, 86_400_000),
+        ]);
         let o = outcome(&new, &key, T0, 0);
         let (_, states) = key.as_ref().unwrap();
         let minute = fixed(30, 60_000).describe(&states[1], T0);

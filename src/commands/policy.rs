@@ -18,7 +18,11 @@ use crate::storage::policies::{self, Policy, MAX_NAME};
 /// Each algorithm a rule can name: its name, its positional arguments and their syntax.
 const GRAMMAR: [(&str, usize, &str); 6] = [
     ("GCRA", 3, "burst rate period"),
-    ("TOKENBUCKET", 3, "capacity refill_amount refill_period [INTERVAL]"),
+    (
+        "TOKENBUCKET",
+        3,
+        "capacity refill_amount refill_period [INTERVAL]",
+    ),
     ("LEAKYBUCKET", 3, "capacity leak_amount leak_period"),
     ("FIXEDWINDOW", 2, "limit window"),
     ("SLIDINGWINDOW", 2, "limit window"),
@@ -205,9 +209,7 @@ const LIMIT_USAGE: &str = "key policy [COST n] [DRYRUN] [BLOCK duration]";
 pub fn rl_limit(call: &Call) -> Result<(), Error> {
     let a = admission::arguments(call, 2, "RL.LIMIT", LIMIT_USAGE)?;
     let opts = args::options(&a[3..], 3)?;
-    let policy = policies::get(a[2]).ok_or_else(|| Error::NoPolicy {
-        name: quote(a[2]),
-    })?;
+    let policy = policies::get(a[2]).ok_or_else(|| Error::NoPolicy { name: quote(a[2]) })?;
     // The binding rule and the clock reading, from the step to the reply.
     let seen: Cell<Option<(usize, Decision, u64)>> = Cell::new(None);
     let check = |rules: &Rules,

@@ -76,8 +76,9 @@ pub fn init(ctx: *mut raw::RedisModuleCtx) {
     };
     // SAFETY: called from the module's load hook with its context.
     let subscribed = unsafe {
-        raw::RedisModule_SubscribeToServerEvent
-            .is_some_and(|subscribe| subscribe(ctx, event, Some(on_fork)) == raw::REDISMODULE_OK as c_int)
+        raw::RedisModule_SubscribeToServerEvent.is_some_and(|subscribe| {
+            subscribe(ctx, event, Some(on_fork)) == raw::REDISMODULE_OK as c_int
+        })
     };
     if !subscribed {
         raw::redis_log(
@@ -107,8 +108,10 @@ unsafe extern "C" fn on_fork(
         if subevent != raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN as u64 {
             return;
         }
-        let (Some(flags), Some(timer)) = (raw::RedisModule_GetContextFlags, raw::RedisModule_CreateTimer)
-        else {
+        let (Some(flags), Some(timer)) = (
+            raw::RedisModule_GetContextFlags,
+            raw::RedisModule_CreateTimer,
+        ) else {
             return;
         };
         if flags(ctx) as u32 & raw::REDISMODULE_CTX_FLAGS_AOF == 0 || table().is_empty() {
@@ -179,7 +182,11 @@ pub unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
 
 /// Reads what [`aux_save`] wrote and replaces the server's policies with it, all at once;
 /// anything that does not parse fails the load.
-pub unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int) -> c_int {
+pub unsafe extern "C" fn aux_load(
+    rdb: *mut raw::RedisModuleIO,
+    encver: c_int,
+    when: c_int,
+) -> c_int {
     const ERR: c_int = raw::REDISMODULE_ERR as c_int;
     if encver != super::ENCODING_VERSION || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
         return ERR;

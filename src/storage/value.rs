@@ -127,4 +127,11 @@ macro_rules! rule_values {
     };
 }
 
-rule_values!(Gcra, TokenBucket, LeakyBucket, FixedWindow, SlidingWindow, SlidingLog);
+rule_values!(
+    Gcra,
+    TokenBucket,
+    LeakyBucket,
+    FixedWindow,
+    SlidingWindow,
+    SlidingLog
+);
