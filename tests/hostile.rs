@@ -70,6 +70,11 @@ const SHAPES: &[Shape] = &[
         options: &["DRYRUN"],
     },
     Shape {
+        name: "RL.LIMIT",
+        positional: &["fuzz"],
+        options: &["DRYRUN"],
+    },
+    Shape {
         name: "CL.THROTTLE",
         positional: &["4", "2", "3600"],
         options: &[],
@@ -253,6 +258,7 @@ fn names_the_problem(reply: &Reply) -> bool {
         "ERR the key holds ",
         "ERR RL.REPLAY is internal",
         "ERR RL.LOADSTATE is internal",
+        "ERR no policy named '",
     ]
     .iter()
     .any(|prefix| e.starts_with(prefix))
@@ -264,7 +270,10 @@ fn well_formed(command: &[u8], reply: &Reply) -> bool {
         return false;
     };
     // RL.CONCURRENCY.ACQUIRE's sixth field is its token, not an integer.
-    let fields = if command.eq_ignore_ascii_case(b"RL.LEAKYBUCKET") {
+    // RL.LIMIT's sixth is the binding rule's index.
+    let fields = if command.eq_ignore_ascii_case(b"RL.LEAKYBUCKET")
+        || command.eq_ignore_ascii_case(b"RL.LIMIT")
+    {
         6
     } else {
         5
@@ -316,6 +325,18 @@ fn a_hundred_thousand_hostile_calls() {
     c.cmd(&["SET", "str", "x"]);
     c.cmd(&["HSET", "hash", "f", "v"]);
     c.cmd(&["RL.GCRA", "other:gcra", "5", "1", "1h"]);
+    let policy = [
+        "RL.POLICY.SET",
+        "fuzz",
+        "GCRA",
+        "5",
+        "2",
+        "1h",
+        "FIXEDWINDOW",
+        "5",
+        "1d",
+    ];
+    assert_eq!(c.cmd(&policy), Reply::Simple("OK".into()));
     for shape in SHAPES {
         let key = format!("fz:{}", shape.name.len() % KEYS.len());
         let args = valid(shape, &key);
@@ -363,4 +384,84 @@ fn a_hundred_thousand_hostile_calls() {
         );
     }
     assert_eq!(checked, 100_000);
+}
+
+/// The algorithms a rule may name, with how many arguments each takes.
+const RULES: &[(&str, usize)] = &[
+    ("GCRA", 3),
+    ("rl.gcra", 3),
+    ("TOKENBUCKET", 3),
+    ("LEAKYBUCKET", 3),
+    ("FIXEDWINDOW", 2),
+    ("SLIDINGWINDOW", 2),
+    ("SLIDINGLOG", 2),
+    ("CONCURRENCY", 2),
+];
+
+/// Random rules, mostly well formed: sometimes an argument never valid, one missing, or a
+/// word out of place.
+fn random_rules(rng: &mut Rng) -> Vec<Vec<u8>> {
+    let mut words = Vec::new();
+    for _ in 0..1 + rng.below(4) {
+        let &(name, n) = rng.pick(RULES);
+        words.push(name.as_bytes().to_vec());
+        for _ in 0..n {
+            let arg: &[u8] = match rng.below(20) {
+                0 => *rng.pick(NEVER_VALID),
+                1 => continue,
+                _ => *rng.pick(&[&b"5"[..], b"2", b"60000"]),
+            };
+            words.push(arg.to_vec());
+        }
+        match rng.below(20) {
+            0 => words.push(b"INTERVAL".to_vec()),
+            1 => words.push((*rng.pick(ANY)).to_vec()),
+            _ => {}
+        }
+    }
+    words
+}
+
+#[test]
+fn random_policies_are_accepted_whole_or_refused_with_a_reason() {
+    let server = Server::start();
+    let mut c = server.client();
+    let first = ["RL.POLICY.SET", "p", "FIXEDWINDOW", "5", "1m"];
+    assert_eq!(c.cmd(&first), Reply::Simple("OK".into()));
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut accepted = 0;
+    for round in 0..5000 {
+        let mut call: Vec<Vec<u8>> = vec![b"RL.POLICY.SET".to_vec(), b"p".to_vec()];
+        call.extend(random_rules(&mut rng));
+        let before = c.cmd(&["RL.POLICY.GET", "p"]);
+        let args: Vec<&[u8]> = call.iter().map(Vec::as_slice).collect();
+        match c.cmd_bytes(&args) {
+            Reply::Simple(ok) if ok == "OK" => accepted += 1,
+            Reply::Error(e) => {
+                assert!(
+                    [
+                        "ERR the ",
+                        "ERR unknown algorithm '",
+                        "ERR wrong number of arguments for 'RL.POLICY.SET'",
+                        "ERR a policy holds at most",
+                    ]
+                    .iter()
+                    .any(|prefix| e.starts_with(prefix)),
+                    "round {round}: {call:?} gave {e}"
+                );
+                assert_eq!(c.cmd(&["RL.POLICY.GET", "p"]), before, "round {round}");
+            }
+            other => panic!("round {round}: {call:?} gave {other:?}"),
+        }
+        // Whatever was accepted is a policy RL.LIMIT can use.
+        let reply = c.cmd(&["RL.LIMIT", "k", "p", "DRYRUN"]);
+        assert!(
+            matches!(reply, Reply::Array(ref items) if items.len() == 6),
+            "{reply:?}"
+        );
+    }
+    assert!(
+        accepted > 1000,
+        "only {accepted} random policies were valid"
+    );
 }
