@@ -20,7 +20,24 @@ fn admissions(key: &str) -> Vec<Vec<String>> {
         v(&["RL.FIXEDWINDOW", "3", "1d"]),
         v(&["RL.SLIDINGWINDOW", "3", "1d"]),
         v(&["RL.SLIDINGLOG", "3", "1h"]),
+        v(&["RL.LIMIT", "p3"]),
     ]
+}
+
+/// The policy the RL.LIMIT call of [`admissions`] names: 3 an hour, like the others.
+fn policy(c: &mut Client) {
+    let set = [
+        "RL.POLICY.SET",
+        "p3",
+        "GCRA",
+        "3",
+        "1",
+        "1h",
+        "FIXEDWINDOW",
+        "10",
+        "1d",
+    ];
+    assert_eq!(c.cmd(&set), Reply::Simple("OK".into()));
 }
 
 fn send(c: &mut Client, call: &[String]) -> Reply {
@@ -54,6 +71,9 @@ const RECIPE: &[&str] = &[
     "+rl.slidinglog",
     "+rl.inspect",
     "+cl.throttle",
+    "+rl.limit",
+    "+rl.policy.get",
+    "+rl.policy.list",
 ];
 
 #[test]
@@ -61,6 +81,7 @@ fn acl_key_patterns_and_command_grants_apply_to_every_command() {
     let server = Server::start();
     let mut admin = server.client();
     admin.clock_set(T0_MS);
+    policy(&mut admin);
     assert_eq!(admin.cmd(RECIPE), Reply::Simple("OK".into()));
     assert_eq!(
         admin.cmd(&["ACL", "SETUSER", "app", "on", ">pw", "~*", "+get", "+set"]),
@@ -83,6 +104,15 @@ fn acl_key_patterns_and_command_grants_apply_to_every_command() {
         assert!(e.starts_with("NOPERM"), "{call:?}: {e}");
     }
     let e = limiter.cmd(&["RL.INSPECT", "other:1"]).error();
+    assert!(e.starts_with("NOPERM"), "{e}");
+    // It reads the policies, and cannot change them.
+    assert_eq!(
+        limiter.cmd(&["RL.POLICY.LIST"]),
+        Reply::Array(vec![Reply::Bulk(b"p3".to_vec())])
+    );
+    let e = limiter
+        .cmd(&["RL.POLICY.SET", "p3", "FIXEDWINDOW", "1000", "1s"])
+        .error();
     assert!(e.starts_with("NOPERM"), "{e}");
     assert!(limiter
         .cmd(&["GET", "rl:user:1"])
@@ -113,6 +143,7 @@ fn out_of_memory_refuses_writes_and_eviction_starts_keys_fresh() {
     let server = Server::start();
     let mut c = server.client();
     c.clock_set(T0_MS);
+    policy(&mut c);
     for mut call in admissions("before") {
         call[1] = format!("before:{}", call[0]);
         assert!(admitted(&call, &send(&mut c, &call)));
@@ -157,6 +188,7 @@ fn out_of_memory_refuses_writes_and_eviction_starts_keys_fresh() {
 fn the_clock_jumping_back_or_forward_never_admits_extra() {
     let server = Server::start();
     let mut c = server.client();
+    policy(&mut c);
     for call in admissions("jump") {
         let name = call[0].clone();
         let mut call = call;
