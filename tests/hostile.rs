@@ -407,9 +407,9 @@ fn random_rules(rng: &mut Rng) -> Vec<Vec<u8>> {
         words.push(name.as_bytes().to_vec());
         for _ in 0..n {
             let arg: &[u8] = match rng.below(20) {
-                0 => *rng.pick(NEVER_VALID),
+                0 => rng.pick(NEVER_VALID),
                 1 => continue,
-                _ => *rng.pick(&[&b"5"[..], b"2", b"60000"]),
+                _ => rng.pick(&[&b"5"[..], b"2", b"60000"]),
             };
             words.push(arg.to_vec());
         }

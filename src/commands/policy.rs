@@ -103,7 +103,7 @@ pub fn parse_rules(
 const SET_USAGE: &str = "name rule [rule ...], a rule being an algorithm and its arguments \
                          (GCRA burst rate period, FIXEDWINDOW limit window, ...)";
 
-fn policy_name<'a>(a: &'a [u8]) -> Result<&'a [u8], Error> {
+fn policy_name(a: &[u8]) -> Result<&[u8], Error> {
     if (1..=MAX_NAME).contains(&a.len()) {
         Ok(a)
     } else {

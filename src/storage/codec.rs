@@ -130,7 +130,7 @@ pub fn decode(bytes: &[u8]) -> Result<Entry, DecodeError> {
     if version != 1 && version != 2 {
         return Err(DecodeError);
     }
-    let value = decode_value(&mut r, version, false)?;
+    let value = decode_value(&mut r, false)?;
     let blocked_until_us = if version >= 2 { r.u64()? } else { 0 };
     if !r.0.is_empty() {
         return Err(DecodeError);
@@ -144,7 +144,7 @@ pub fn decode(bytes: &[u8]) -> Result<Entry, DecodeError> {
 /// Decodes one value; `in_limit` for a rule of an RL.LIMIT value, which is never itself an
 /// RL.LIMIT or a concurrency limiter (checked before anything nests, so a crafted blob
 /// cannot recurse).
-fn decode_value(r: &mut Reader, version: u8, in_limit: bool) -> Result<Value, DecodeError> {
+fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
     let tag = r.u8()?;
     if in_limit && !(GCRA..=SLIDING_LOG).contains(&tag) {
         return Err(DecodeError);
@@ -270,7 +270,7 @@ fn decode_value(r: &mut Reader, version: u8, in_limit: bool) -> Result<Value, De
             let mut rules = Vec::with_capacity(count as usize);
             let mut states = Vec::with_capacity(count as usize);
             for _ in 0..count {
-                let (rule, state) = decode_value(r, version, true)?
+                let (rule, state) = decode_value(r, true)?
                     .into_rule()
                     .ok_or(DecodeError)?;
                 rules.push(rule);
@@ -370,6 +370,12 @@ mod tests {
     use proptest::prelude::*;
 
     fn samples() -> Vec<Value> {
+        let mut all = base_samples();
+        all.push(limit_sample());
+        all
+    }
+
+    fn base_samples() -> Vec<Value> {
         vec![
             Value::Gcra(Stored {
                 params: gcra::Params {
@@ -450,6 +456,22 @@ mod tests {
         ]
     }
 
+    /// An RL.LIMIT key whose rules are the GCRA, sliding log and fixed window samples.
+    fn limit_sample() -> Value {
+        let mut rules = Vec::new();
+        let mut states = Vec::new();
+        for i in [0, 5, 3] {
+            let (rule, state) = base_samples()[i].clone().into_rule().unwrap();
+            rules.push(rule);
+            states.push(state);
+        }
+        Value::Limit(Stored {
+            params: Arc::from(rules),
+            state: states,
+        })
+    }
+
+
     #[test]
     fn every_algorithm_round_trips() {
         for v in samples() {
@@ -516,6 +538,36 @@ mod tests {
     }
 
     #[test]
+    fn a_limit_holds_1_to_16_rules_of_the_six_rate_algorithms() {
+        let good = encode(&Entry::new(limit_sample()));
+        // No rules, or more than a policy holds.
+        for count in [0u64, 17, u64::MAX] {
+            let mut bad = good.clone();
+            bad[2..10].copy_from_slice(&count.to_le_bytes());
+            assert_eq!(decode(&bad), Err(DecodeError), "{count}");
+        }
+        // A rule that is itself an RL.LIMIT (which could nest without end), or a lease set.
+        let mut nested = good[..10].to_vec();
+        nested[2..10].copy_from_slice(&1u64.to_le_bytes());
+        nested.extend_from_slice(&good[1..good.len() - 8]);
+        nested.extend_from_slice(&0u64.to_le_bytes());
+        assert_eq!(decode(&nested), Err(DecodeError));
+        let leases = encode(&Entry::new(samples()[6].clone()));
+        let mut with_leases = good[..10].to_vec();
+        with_leases[2..10].copy_from_slice(&1u64.to_le_bytes());
+        with_leases.extend_from_slice(&leases[1..leases.len() - 8]);
+        with_leases.extend_from_slice(&0u64.to_le_bytes());
+        assert_eq!(decode(&with_leases), Err(DecodeError));
+        // The same bytes with a rate algorithm's rule instead decode.
+        let gcra = encode(&Entry::new(samples()[0].clone()));
+        let mut one = good[..10].to_vec();
+        one[2..10].copy_from_slice(&1u64.to_le_bytes());
+        one.extend_from_slice(&gcra[1..gcra.len() - 8]);
+        one.extend_from_slice(&0u64.to_le_bytes());
+        assert!(decode(&one).is_ok());
+    }
+
+    #[test]
     fn a_token_bucket_cannot_hold_more_than_its_capacity() {
         let mut v = samples()[1].clone();
         if let Value::TokenBucket(s) = &mut v {
@@ -533,7 +585,7 @@ mod tests {
         }
 
         #[test]
-        fn mutated_blobs_decode_or_fail_without_panic(which in 0usize..7, at in any::<usize>(), byte in any::<u8>()) {
+        fn mutated_blobs_decode_or_fail_without_panic(which in 0usize..8, at in any::<usize>(), byte in any::<u8>()) {
             let mut bytes = encode(&Entry::new(samples()[which].clone()));
             let i = at % bytes.len();
             bytes[i] = byte;

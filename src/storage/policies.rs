@@ -71,7 +71,7 @@ pub fn all() -> Vec<(Vec<u8>, Arc<Policy>)> {
 /// API still persists policies in the RDB and the AOF preamble; that is logged.
 pub fn init(ctx: *mut raw::RedisModuleCtx) {
     let event = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_FORK_CHILD as u64,
+        id: raw::REDISMODULE_EVENT_FORK_CHILD,
         dataver: 1,
     };
     // SAFETY: called from the module's load hook with its context.
@@ -105,7 +105,7 @@ unsafe extern "C" fn on_fork(
     _data: *mut c_void,
 ) {
     let _ = catch_unwind(|| {
-        if subevent != raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN as u64 {
+        if subevent != raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
             return;
         }
         let (Some(flags), Some(timer)) = (
