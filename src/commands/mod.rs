@@ -8,6 +8,7 @@
 mod admission;
 mod concurrency;
 mod debug;
+mod docs;
 mod fixed_window;
 mod gcra;
 mod inspect;
@@ -168,6 +169,7 @@ pub fn register(ctx: Ctx, cell_compat: bool) -> Result<(), String> {
             return Err(format!("could not register {:?}", command.name));
         }
         set_acl_categories(ctx, command);
+        docs::describe(ctx, command);
     }
     Ok(())
 }
