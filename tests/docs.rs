@@ -425,7 +425,8 @@ fn argument_count_errors_stay_the_commands_own() {
 }
 
 /// The key specs reach ACLs: RL.INSPECT only reads its key, so a read-only key pattern
-/// grants it; an admission command reads and updates, so it needs both.
+/// grants it; an admission command reads and updates, so it needs both; a release only
+/// removes a lease, so a write-only pattern grants it.
 #[test]
 fn acl_read_and_write_key_patterns_follow_the_key_specs() {
     let server = Server::start();
@@ -442,6 +443,7 @@ fn acl_read_and_write_key_patterns_follow_the_key_specs() {
             pattern,
             "+rl.inspect",
             "+rl.gcra",
+            "+rl.concurrency.release",
         ];
         assert_eq!(admin.cmd(&setuser), ok);
     }
@@ -451,8 +453,13 @@ fn acl_read_and_write_key_patterns_follow_the_key_specs() {
         reader.cmd(&["RL.INSPECT", "rl:k"]),
         Reply::Array(_)
     ));
-    let e = reader.cmd(&["RL.GCRA", "rl:k", "5", "1", "1s"]).error();
-    assert!(e.starts_with("NOPERM"), "{e}");
+    for call in [
+        vec!["RL.GCRA", "rl:k", "5", "1", "1s"],
+        vec!["RL.CONCURRENCY.RELEASE", "rl:lease", "token"],
+    ] {
+        let e = reader.cmd(&call).error();
+        assert!(e.starts_with("NOPERM"), "{call:?}: {e}");
+    }
     let mut writer = server.client();
     assert_eq!(writer.cmd(&["AUTH", "writer", "pw"]), ok);
     for call in [
@@ -462,6 +469,10 @@ fn acl_read_and_write_key_patterns_follow_the_key_specs() {
         let e = writer.cmd(&call).error();
         assert!(e.starts_with("NOPERM"), "{call:?}: {e}");
     }
+    assert_eq!(
+        writer.cmd(&["RL.CONCURRENCY.RELEASE", "rl:lease", "token"]),
+        Reply::Int(0)
+    );
 }
 
 /// The docs never stand in the way of loading: with CL.THROTTLE left out, the others are
