@@ -8,6 +8,7 @@
 mod admission;
 mod concurrency;
 mod debug;
+mod docs;
 mod fixed_window;
 mod gcra;
 mod inspect;
@@ -175,6 +176,7 @@ pub fn register(ctx: Ctx, cell_compat: bool) -> Result<(), String> {
             return Err(format!("could not register {:?}", command.name));
         }
         set_acl_categories(ctx, command);
+        docs::describe(ctx, command);
     }
     Ok(())
 }

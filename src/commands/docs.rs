@@ -1,0 +1,737 @@
+//! What `COMMAND DOCS` and `COMMAND INFO` say about each command: a summary, the complexity,
+//! every argument with its type, and the key spec. `redis-cli` builds its argument hints from
+//! this, as for built-in commands.
+//!
+//! The table [`DOCS`] is keyed by command name and written for every command of the module,
+//! including those the command table may not register (CL.THROTTLE with `cell-compat no`).
+//! [`describe`] hands one entry to Redis with `RedisModule_SetCommandInfo` right after the
+//! command is created. Redis copies everything it is given (`RM_SetCommandInfo` duplicates
+//! every string and array), so the raw structures built here live only for that call.
+//!
+//! Nothing here can stop the module from loading: a command without an entry, a server
+//! without `RedisModule_SetCommandInfo` (before Redis 7.0), or an entry Redis refuses is
+//! logged, and the command works as before, only without docs.
+//!
+//! The arity is always -1 ("at least the name"): Redis then never answers a wrong argument
+//! count itself, and every command keeps its own error, which names its syntax. (An arity of
+//! 0 also means -1 on Redis 7.0, but would mean -2 for a command with subcommands.)
+
+use std::ffi::{CStr, CString};
+use std::os::raw::{c_char, c_int};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use redis_module::raw;
+
+use super::{Command, Ctx};
+
+/// The module version that introduced the commands: all of them come with the first release.
+const SINCE: &CStr = c"1.0.0";
+
+/// See the module docs: the commands check their own argument counts.
+const ARITY: c_int = -1;
+
+/// What a command does with its key (the first argument), as its key spec tells ACLs,
+/// `COMMAND INFO` and Redis Cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyUse {
+    /// No key.
+    None,
+    /// Reads the state, replies from it and updates it: `RW ACCESS UPDATE`, as Redis gives
+    /// INCR (the reply's `remaining` and `reset_after_ms` come from the stored state).
+    Update,
+    /// Removes part of the value (a lease): `RW DELETE`, as Redis gives SREM.
+    Remove,
+    /// Reads the state and replies with it, changing nothing: `RO ACCESS`.
+    Read,
+    /// Replaces the whole value: `OW UPDATE`, as Redis gives RESTORE.
+    Overwrite,
+}
+
+impl KeyUse {
+    fn flags(self) -> u64 {
+        let flags = match self {
+            KeyUse::None => 0,
+            KeyUse::Update => {
+                raw::REDISMODULE_CMD_KEY_RW
+                    | raw::REDISMODULE_CMD_KEY_ACCESS
+                    | raw::REDISMODULE_CMD_KEY_UPDATE
+            }
+            KeyUse::Remove => raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE,
+            KeyUse::Read => raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+            KeyUse::Overwrite => raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
+        };
+        u64::from(flags)
+    }
+}
+
+/// One command's documentation.
+#[derive(Debug)]
+pub struct Doc {
+    /// The command's name, lowercase, as in the command table.
+    pub name: &'static str,
+    pub summary: &'static CStr,
+    pub complexity: &'static CStr,
+    pub key: KeyUse,
+    pub args: &'static [Arg],
+}
+
+/// An argument as `COMMAND DOCS` shows it.
+#[derive(Debug, Clone, Copy)]
+pub struct Arg {
+    /// The placeholder, as the command's own usage line spells it (`burst`, `n` in `COST n`).
+    pub name: &'static CStr,
+    pub kind: Kind,
+    /// The word before the value (`COST`), or the whole argument for a [`Kind::Token`].
+    pub token: Option<&'static CStr>,
+    pub summary: &'static CStr,
+    pub optional: bool,
+    pub multiple: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Kind {
+    Key,
+    Integer,
+    /// Any string: a duration with its unit, a token, a name.
+    String,
+    /// A word alone, like `DRYRUN`.
+    Token,
+    /// Exactly one of the sub-arguments.
+    OneOf(&'static [Arg]),
+    /// The sub-arguments together, in order.
+    Block(&'static [Arg]),
+}
+
+impl Kind {
+    fn raw(self) -> raw::RedisModuleCommandArgType {
+        match self {
+            Kind::Key => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
+            Kind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+            Kind::String => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+            Kind::Token => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+            Kind::OneOf(_) => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
+            Kind::Block(_) => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
+        }
+    }
+
+    fn subargs(self) -> &'static [Arg] {
+        match self {
+            Kind::OneOf(subargs) | Kind::Block(subargs) => subargs,
+            _ => &[],
+        }
+    }
+}
+
+const fn arg(name: &'static CStr, kind: Kind, summary: &'static CStr) -> Arg {
+    Arg {
+        name,
+        kind,
+        token: None,
+        summary,
+        optional: false,
+        multiple: false,
+    }
+}
+
+const fn integer(name: &'static CStr, summary: &'static CStr) -> Arg {
+    arg(name, Kind::Integer, summary)
+}
+
+const fn string(name: &'static CStr, summary: &'static CStr) -> Arg {
+    arg(name, Kind::String, summary)
+}
+
+/// A word alone, like `DRYRUN`, named after it in lowercase.
+const fn token(name: &'static CStr, word: &'static CStr, summary: &'static CStr) -> Arg {
+    arg(name, Kind::Token, summary).after(word)
+}
+
+impl Arg {
+    const fn after(mut self, word: &'static CStr) -> Arg {
+        self.token = Some(word);
+        self
+    }
+
+    const fn optional(mut self) -> Arg {
+        self.optional = true;
+        self
+    }
+
+    const fn multiple(mut self) -> Arg {
+        self.multiple = true;
+        self
+    }
+
+    fn flags(&self) -> c_int {
+        let mut flags = raw::REDISMODULE_CMD_ARG_NONE;
+        if self.optional {
+            flags |= raw::REDISMODULE_CMD_ARG_OPTIONAL;
+        }
+        if self.multiple {
+            flags |= raw::REDISMODULE_CMD_ARG_MULTIPLE;
+        }
+        flags as c_int
+    }
+}
+
+const KEY: Arg = arg(c"key", Kind::Key, c"the limiter's key");
+const DURATION: &CStr =
+    c"a duration from 1ms to 10 years: an integer with an optional unit ms, s, m, h or d (a bare number is ms)";
+
+const COST: Arg = integer(
+    c"n",
+    c"units this request takes, 0 to 10^12 (default 1); COST 0 checks without taking",
+)
+.after(c"COST")
+.optional();
+const DRYRUN: Arg = token(
+    c"dryrun",
+    c"DRYRUN",
+    c"reply as if the request were made; write and propagate nothing",
+)
+.optional();
+const BLOCK: Arg = string(
+    c"duration",
+    c"a penalty: if this request is denied, the key refuses every request for this duration",
+)
+.after(c"BLOCK")
+.optional();
+
+/// The positional arguments of the window algorithms, then the options.
+const WINDOW_ARGS: &[Arg] = &[
+    KEY,
+    integer(c"limit", c"the most units admitted in a window, 1 to 10^12"),
+    string(c"window", DURATION),
+    COST,
+    DRYRUN,
+    BLOCK,
+];
+
+const O1: &CStr = c"O(1)";
+
+/// The documentation of every command of the module.
+#[rustfmt::skip]
+pub static DOCS: &[Doc] = &[
+    Doc {
+        name: "rl.gcra",
+        summary: c"Admit or deny a request with GCRA: up to burst units at once, then rate units per period, evenly spaced",
+        complexity: O1,
+        key: KeyUse::Update,
+        args: &[
+            KEY,
+            integer(c"burst", c"the most units admitted at once, 1 to 10^12"),
+            integer(c"rate", c"units per period, 1 to 10^12"),
+            string(c"period", DURATION),
+            COST,
+            DRYRUN,
+            BLOCK,
+        ],
+    },
+    Doc {
+        name: "cl.throttle",
+        summary: c"Admit or deny a request with GCRA, redis-cell compatible: its arguments, its reply in seconds",
+        complexity: O1,
+        key: KeyUse::Update,
+        args: &[
+            KEY,
+            integer(c"max_burst", c"the burst less one, 0 to 10^12 - 1"),
+            integer(c"count", c"units per period, 1 to 10^12"),
+            integer(c"period", c"whole seconds, 1 to 315360000 (10 years)"),
+            integer(c"quantity", c"units this request takes, 0 to 10^12 (default 1)").optional(),
+        ],
+    },
+    Doc {
+        name: "rl.tokenbucket",
+        summary: c"Admit or deny a request with a token bucket: capacity tokens, refilled by refill_amount per refill_period",
+        complexity: O1,
+        key: KeyUse::Update,
+        args: &[
+            KEY,
+            integer(c"capacity", c"the most tokens the bucket holds, 1 to 10^12"),
+            integer(c"refill_amount", c"tokens added per refill_period, 1 to 10^12"),
+            string(c"refill_period", DURATION),
+            token(c"interval", c"INTERVAL", c"refill the whole refill_amount at each full refill_period, not continuously").optional(),
+            COST,
+            DRYRUN,
+            BLOCK,
+        ],
+    },
+    Doc {
+        name: "rl.leakybucket",
+        summary: c"Admit or deny a request with a leaky bucket: a queue of capacity units draining at a constant rate; the reply says when to act",
+        complexity: O1,
+        key: KeyUse::Update,
+        args: &[
+            KEY,
+            integer(c"capacity", c"the most units queued, the one being served included, 1 to 10^12"),
+            integer(c"leak_amount", c"units drained per leak_period, 1 to 10^12"),
+            string(c"leak_period", DURATION),
+            COST,
+            DRYRUN,
+            BLOCK,
+        ],
+    },
+    Doc {
+        name: "rl.fixedwindow",
+        summary: c"Admit or deny a request with a fixed window counter, windows aligned to the Unix epoch",
+        complexity: O1,
+        key: KeyUse::Update,
+        args: WINDOW_ARGS,
+    },
+    Doc {
+        name: "rl.slidingwindow",
+        summary: c"Admit or deny a request with a sliding window counter: this window's count plus the previous one's, weighted",
+        complexity: O1,
+        key: KeyUse::Update,
+        args: WINDOW_ARGS,
+    },
+    Doc {
+        name: "rl.slidinglog",
+        summary: c"Admit or deny a request with a sliding log: exact, it keeps every admitted request still in the window",
+        complexity: c"O(1) amortized for a key written regularly: O(E) for the E expired entries it drops or skips, and O(COST) more for a denial",
+        key: KeyUse::Update,
+        args: WINDOW_ARGS,
+    },
+    Doc {
+        name: "rl.concurrency.acquire",
+        summary: c"Take one of limit leases, held until released or for lease at most; the reply carries the lease's token",
+        complexity: c"O(N) where N is the number of leases held on the key",
+        key: KeyUse::Update,
+        args: &[
+            KEY,
+            integer(c"limit", c"the most leases held at once, 1 to 10^12"),
+            string(c"lease", DURATION),
+            string(c"token", c"name the lease (1 to 256 bytes); the same token renews its own lease").after(c"ID").optional(),
+            DRYRUN,
+        ],
+    },
+    Doc {
+        name: "rl.concurrency.release",
+        summary: c"End a lease taken with RL.CONCURRENCY.ACQUIRE: 1, or 0 when no such lease is held",
+        complexity: c"O(N) where N is the number of leases held on the key",
+        key: KeyUse::Remove,
+        args: &[KEY, string(c"token", c"the token RL.CONCURRENCY.ACQUIRE replied with")],
+    },
+    Doc {
+        name: "rl.inspect",
+        summary: c"Show a limiter key's algorithm, parameters and state, changing nothing",
+        complexity: c"O(1); O(N) for a sliding log or concurrency key holding N entries or leases",
+        key: KeyUse::Read,
+        args: &[KEY],
+    },
+    Doc {
+        name: "rl.limit",
+        summary: c"Admit or deny a request against every rule of a policy, all or nothing; the reply is the binding rule's",
+        complexity: c"O(R) where R is the number of rules in the policy",
+        key: KeyUse::Update,
+        args: &[
+            KEY,
+            string(c"policy", c"the name of a policy set with RL.POLICY.SET"),
+            COST,
+            DRYRUN,
+            BLOCK,
+        ],
+    },
+    Doc {
+        name: "rl.policy.set",
+        summary: c"Create or replace a policy: a named list of rules, each an algorithm and its arguments",
+        complexity: c"O(R) where R is the number of rules",
+        key: KeyUse::None,
+        args: &[
+            string(c"name", c"the policy's name"),
+            arg(c"rule", Kind::Block(&[
+                string(c"algorithm", c"an algorithm, as its command is named without RL. (gcra, tokenbucket, ...)"),
+                string(c"argument", c"the algorithm's positional arguments, as its command takes them after the key").multiple(),
+            ]), c"an algorithm and its arguments").multiple(),
+        ],
+    },
+    Doc {
+        name: "rl.policy.get",
+        summary: c"Show the rules of a policy",
+        complexity: c"O(R) where R is the number of rules",
+        key: KeyUse::None,
+        args: &[string(c"name", c"the policy's name")],
+    },
+    Doc {
+        name: "rl.policy.del",
+        summary: c"Delete a policy",
+        complexity: c"O(R) where R is the number of rules",
+        key: KeyUse::None,
+        args: &[string(c"name", c"the policy's name")],
+    },
+    Doc {
+        name: "rl.policy.list",
+        summary: c"List the names of the policies",
+        complexity: c"O(P) where P is the number of policies",
+        key: KeyUse::None,
+        args: &[],
+    },
+    Doc {
+        name: "rl.debug.clock",
+        summary: c"Freeze, move or release the module's clock, for deterministic tests (only with debug-clock yes)",
+        complexity: O1,
+        key: KeyUse::None,
+        args: &[arg(c"change", Kind::OneOf(&[
+            integer(c"ms", c"freeze the clock at ms since the Unix epoch, 0 to 253402300799999").after(c"SET"),
+            string(c"offset", c"move the clock by ms or a duration, negative to move it back, and freeze it").after(c"ADVANCE"),
+            token(c"real", c"REAL", c"let the clock run with the server's clock again"),
+        ]), c"how to change the clock")],
+    },
+    Doc {
+        name: "rl.debug.panic",
+        summary: c"Panic on purpose, to show the guard turns a panic into an error reply (only with debug-clock yes)",
+        complexity: O1,
+        key: KeyUse::None,
+        args: &[],
+    },
+    Doc {
+        name: "rl.replay",
+        summary: c"Internal: replays an admitted write with the primary's clock reading; accepted only from replication or the AOF",
+        complexity: c"That of the replayed command",
+        key: KeyUse::Update,
+        args: &[
+            KEY,
+            string(c"now_us:expire_at_ms:command:arg", c"the primary's clock reading, the key's expiry, the command and its first argument after the key"),
+            string(c"arg", c"the command's other arguments").optional().multiple(),
+        ],
+    },
+    Doc {
+        name: "rl.loadstate",
+        summary: c"Internal: sets a key's encoded state, as an AOF rewrite writes it; accepted only from replication or the AOF",
+        complexity: c"O(N) where N is the size of the state",
+        key: KeyUse::Overwrite,
+        args: &[KEY, string(c"state", c"the encoded state")],
+    },
+];
+
+/// The documentation of the command named `name` (any case).
+pub fn find(name: &[u8]) -> Option<&'static Doc> {
+    DOCS.iter()
+        .find(|doc| doc.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// What [`describe`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Described,
+    /// The table has no entry for the command (a bug: a unit test checks for it).
+    NoDocs,
+    /// The server has no `RedisModule_SetCommandInfo` (before Redis 7.0).
+    NoApi,
+    /// Redis refused the entry (it logs why), or something failed here.
+    Refused,
+}
+
+/// The server lacks the API: said once, not once per command.
+static NO_API_LOGGED: AtomicBool = AtomicBool::new(false);
+
+/// Gives Redis the documentation of `command`, just created. Never fails the load: whatever
+/// goes wrong is logged and the command runs without docs.
+pub fn describe(ctx: Ctx, command: &Command) -> Outcome {
+    let outcome = catch_unwind(AssertUnwindSafe(|| set_info(ctx, command)));
+    let outcome = outcome.unwrap_or(Outcome::Refused);
+    let name = command.name.to_string_lossy();
+    match outcome {
+        Outcome::Described => {}
+        Outcome::NoDocs => log(
+            ctx,
+            &format!("ratelimit: no COMMAND DOCS entry for {name}: it loads without docs"),
+        ),
+        Outcome::NoApi => {
+            if !NO_API_LOGGED.swap(true, Ordering::Relaxed) {
+                log(
+                    ctx,
+                    "ratelimit: this server has no RedisModule_SetCommandInfo (Redis 7.0 added it): \
+                     the commands load without COMMAND DOCS and COMMAND INFO details",
+                );
+            }
+        }
+        Outcome::Refused => log(
+            ctx,
+            &format!("ratelimit: Redis refused the COMMAND DOCS of {name}: it loads without docs"),
+        ),
+    }
+    outcome
+}
+
+fn set_info(ctx: Ctx, command: &Command) -> Outcome {
+    let Some(doc) = find(command.name.to_bytes()) else {
+        return Outcome::NoDocs;
+    };
+    // SAFETY: reading the API pointers the module's load filled in (or left empty).
+    let (Some(get), Some(set)) = (unsafe { raw::RedisModule_GetCommand }, unsafe {
+        raw::RedisModule_SetCommandInfo
+    }) else {
+        return Outcome::NoApi;
+    };
+    // SAFETY: called from the load hook with its context, after the command was created.
+    let handle = unsafe { get(ctx, command.name.as_ptr()) };
+    if handle.is_null() {
+        return Outcome::Refused;
+    }
+    let mut keep = Vec::new();
+    let args = if doc.args.is_empty() {
+        ptr::null_mut()
+    } else {
+        lower(doc.args, &mut keep)
+    };
+    let mut key_specs = key_specs(doc.key);
+    let version = raw::RedisModuleCommandInfoVersion {
+        version: 1,
+        sizeof_historyentry: size_of::<raw::RedisModuleCommandHistoryEntry>(),
+        sizeof_keyspec: size_of::<raw::RedisModuleCommandKeySpec>(),
+        sizeof_arg: size_of::<raw::RedisModuleCommandArg>(),
+    };
+    let info = raw::RedisModuleCommandInfo {
+        version: &version,
+        summary: doc.summary.as_ptr(),
+        complexity: doc.complexity.as_ptr(),
+        since: SINCE.as_ptr(),
+        history: ptr::null_mut(),
+        tips: ptr::null(),
+        arity: ARITY,
+        key_specs: if doc.key == KeyUse::None {
+            ptr::null_mut()
+        } else {
+            key_specs.as_mut_ptr()
+        },
+        args,
+    };
+    // SAFETY: every pointer in `info` points into `version`, `key_specs`, `keep` or static
+    // strings, all alive until this call returns; Redis copies what it keeps.
+    let status = unsafe { set(handle, &info) };
+    if status == raw::REDISMODULE_OK as c_int {
+        Outcome::Described
+    } else {
+        Outcome::Refused
+    }
+}
+
+/// The one key spec of a keyed command (the key at argument 1), and the zeroed entry that
+/// ends the array.
+fn key_specs(key: KeyUse) -> [raw::RedisModuleCommandKeySpec; 2] {
+    let spec = |flags: u64, begin, pos, find, keystep| raw::RedisModuleCommandKeySpec {
+        notes: ptr::null(),
+        flags,
+        begin_search_type: begin,
+        bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
+            index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos },
+        },
+        find_keys_type: find,
+        fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+            range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
+                lastkey: 0,
+                keystep,
+                limit: 0,
+            },
+        },
+    };
+    [
+        spec(
+            key.flags(),
+            raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
+            1,
+            raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
+            1,
+        ),
+        spec(
+            0,
+            raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INVALID,
+            0,
+            raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_OMITTED,
+            0,
+        ),
+    ]
+}
+
+/// `args` as Redis's array, ended by a zeroed entry; the arrays (this one and those of the
+/// sub-arguments) are kept in `keep`, which must outlive their use.
+fn lower(
+    args: &[Arg],
+    keep: &mut Vec<Vec<raw::RedisModuleCommandArg>>,
+) -> *mut raw::RedisModuleCommandArg {
+    let mut level = Vec::with_capacity(args.len() + 1);
+    for arg in args {
+        let subargs = match arg.kind.subargs() {
+            [] => ptr::null_mut(),
+            subargs => lower(subargs, keep),
+        };
+        level.push(raw::RedisModuleCommandArg {
+            name: arg.name.as_ptr(),
+            type_: arg.kind.raw(),
+            key_spec_index: if matches!(arg.kind, Kind::Key) { 0 } else { -1 },
+            token: arg.token.map_or(ptr::null(), CStr::as_ptr),
+            summary: arg.summary.as_ptr(),
+            since: ptr::null(),
+            flags: arg.flags(),
+            deprecated_since: ptr::null(),
+            subargs,
+            display_text: ptr::null(),
+        });
+    }
+    level.push(raw::RedisModuleCommandArg {
+        name: ptr::null(),
+        type_: 0,
+        key_spec_index: 0,
+        token: ptr::null(),
+        summary: ptr::null(),
+        since: ptr::null(),
+        flags: 0,
+        deprecated_since: ptr::null(),
+        subargs: ptr::null_mut(),
+        display_text: ptr::null(),
+    });
+    // The vector's buffer does not move when the vector is moved into `keep`.
+    let first = level.as_mut_ptr();
+    keep.push(level);
+    first
+}
+
+/// A warning in the server's log; nothing when there is no server (unit tests).
+fn log(ctx: Ctx, message: &str) {
+    let Ok(message) = CString::new(message) else {
+        return;
+    };
+    // SAFETY: the format is "%s" and its one argument a NUL-terminated string.
+    unsafe {
+        if let Some(log) = raw::RedisModule_Log {
+            log(
+                ctx,
+                c"warning".as_ptr(),
+                c"%s".as_ptr(),
+                message.as_ptr() as *const c_char,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{When, COMMANDS, NO_KEYS};
+    use super::*;
+
+    #[test]
+    fn every_command_has_docs() {
+        for command in COMMANDS {
+            let name = command.name.to_str().unwrap();
+            assert!(
+                find(name.as_bytes()).is_some(),
+                "{name} has no entry in DOCS"
+            );
+        }
+    }
+
+    #[test]
+    fn the_key_spec_agrees_with_the_command_table() {
+        for command in COMMANDS {
+            let name = command.name.to_str().unwrap();
+            let doc = find(name.as_bytes()).unwrap();
+            let flags = command.flags.to_str().unwrap();
+            let expected = if command.keys == NO_KEYS {
+                vec![KeyUse::None]
+            } else if flags.split(' ').any(|f| f == "readonly") {
+                vec![KeyUse::Read]
+            } else {
+                vec![KeyUse::Update, KeyUse::Remove, KeyUse::Overwrite]
+            };
+            assert!(expected.contains(&doc.key), "{name}: {:?}", doc.key);
+        }
+        assert!(COMMANDS.iter().any(|c| c.when == When::CellCompat));
+    }
+
+    /// The rules `RM_SetCommandInfo` checks, so that Redis never refuses an entry; and
+    /// what the docs promise: one key, first.
+    #[test]
+    fn every_entry_is_one_redis_accepts() {
+        fn check(name: &str, args: &[Arg]) {
+            let mut names: Vec<&CStr> = args.iter().map(|a| a.name).collect();
+            names.sort();
+            names.dedup();
+            assert_eq!(
+                names.len(),
+                args.len(),
+                "{name}: two arguments share a name"
+            );
+            for arg in args {
+                let what = format!("{name} {:?}", arg.name);
+                assert!(!arg.name.is_empty() && !arg.summary.is_empty(), "{what}");
+                match arg.kind {
+                    Kind::Token => assert!(arg.token.is_some(), "{what}: a token needs its word"),
+                    Kind::OneOf(subargs) | Kind::Block(subargs) => {
+                        assert!(!subargs.is_empty(), "{what}");
+                        check(name, subargs);
+                    }
+                    Kind::Key => panic!("{what}: a key inside a group"),
+                    Kind::Integer | Kind::String => {}
+                }
+            }
+        }
+        let mut seen = Vec::new();
+        for doc in DOCS {
+            assert!(!seen.contains(&doc.name), "{} twice", doc.name);
+            seen.push(doc.name);
+            assert_eq!(doc.name, doc.name.to_lowercase());
+            assert!(!doc.summary.is_empty() && !doc.complexity.is_empty());
+            let keys = doc
+                .args
+                .iter()
+                .filter(|a| matches!(a.kind, Kind::Key))
+                .count();
+            if doc.key == KeyUse::None {
+                assert_eq!(keys, 0, "{}", doc.name);
+                check(doc.name, doc.args);
+            } else {
+                assert_eq!(keys, 1, "{}", doc.name);
+                assert!(matches!(doc.args[0].kind, Kind::Key), "{}", doc.name);
+                assert!(!doc.args[0].optional && !doc.args[0].multiple);
+                check(doc.name, &doc.args[1..]);
+            }
+            if doc.key != KeyUse::None {
+                let flags = doc.key.flags();
+                let access = raw::REDISMODULE_CMD_KEY_RO
+                    | raw::REDISMODULE_CMD_KEY_RW
+                    | raw::REDISMODULE_CMD_KEY_OW
+                    | raw::REDISMODULE_CMD_KEY_RM;
+                let write = raw::REDISMODULE_CMD_KEY_INSERT
+                    | raw::REDISMODULE_CMD_KEY_DELETE
+                    | raw::REDISMODULE_CMD_KEY_UPDATE;
+                assert_eq!((flags & u64::from(access)).count_ones(), 1, "{}", doc.name);
+                assert!((flags & u64::from(write)).count_ones() <= 1, "{}", doc.name);
+            }
+        }
+    }
+
+    #[test]
+    fn the_raw_arrays_end_with_a_zeroed_entry() {
+        let doc = find(b"RL.DEBUG.CLOCK").unwrap();
+        let mut keep = Vec::new();
+        let first = lower(doc.args, &mut keep);
+        assert_eq!(keep.len(), 2, "the group's own array, then the command's");
+        let top = keep.last().unwrap();
+        assert_eq!(top.as_ptr(), first as *const _);
+        assert_eq!(top.len(), 2);
+        assert!(top[1].name.is_null());
+        let group = &keep[0];
+        assert_eq!(top[0].subargs as *const _, group.as_ptr());
+        assert_eq!(group.len(), 4);
+        assert!(group[3].name.is_null());
+        assert_eq!(group[2].type_, Kind::Token.raw());
+        let specs = key_specs(KeyUse::Read);
+        assert_eq!(specs[1].begin_search_type, 0);
+        assert_eq!(
+            specs[0].flags,
+            u64::from(raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS)
+        );
+    }
+
+    /// Without a server the API pointers are empty: the same path as a server older than
+    /// 7.0, which must load the commands without docs rather than fail.
+    #[test]
+    fn no_api_means_no_docs_and_no_failure() {
+        for command in COMMANDS {
+            assert_eq!(describe(ptr::null_mut(), command), Outcome::NoApi);
+        }
+    }
+}
