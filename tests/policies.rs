@@ -267,8 +267,8 @@ fn bad_policies_are_refused_and_change_nothing() {
         (
             vec!["RL.POLICY.SET", "p"],
             "ERR wrong number of arguments for 'RL.POLICY.SET': expected RL.POLICY.SET name \
-             rule [rule ...], a rule being an algorithm and its arguments (GCRA burst rate \
-             period, FIXEDWINDOW limit window, ...)"
+             algorithm argument [argument ...] [algorithm argument [argument ...] ...], each \
+             rule an algorithm and its arguments, as in GCRA 10 10 1s FIXEDWINDOW 5000 1d"
                 .into(),
         ),
         (

@@ -100,8 +100,10 @@ pub fn parse_rules(
     Ok((Arc::from(rules), canonical))
 }
 
-const SET_USAGE: &str = "name rule [rule ...], a rule being an algorithm and its arguments \
-                         (GCRA burst rate period, FIXEDWINDOW limit window, ...)";
+const SET_USAGE: &str =
+    "name algorithm argument [argument ...] [algorithm argument [argument ...] \
+                         ...], each rule an algorithm and its arguments, as in GCRA 10 10 1s \
+                         FIXEDWINDOW 5000 1d";
 
 fn policy_name(a: &[u8]) -> Result<&[u8], Error> {
     if (1..=MAX_NAME).contains(&a.len()) {

@@ -270,9 +270,7 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
             let mut rules = Vec::with_capacity(count as usize);
             let mut states = Vec::with_capacity(count as usize);
             for _ in 0..count {
-                let (rule, state) = decode_value(r, true)?
-                    .into_rule()
-                    .ok_or(DecodeError)?;
+                let (rule, state) = decode_value(r, true)?.into_rule().ok_or(DecodeError)?;
                 rules.push(rule);
                 states.push(state);
             }
@@ -470,7 +468,6 @@ mod tests {
             state: states,
         })
     }
-
 
     #[test]
     fn every_algorithm_round_trips() {
