@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Installs what the build and the tests need and the machine lacks: redis-server and
-# redis-tools (the server the module loads into, redis-cli and redis-benchmark) and
-# libclang-dev (bindgen, inside the redis-module crate, needs it). Debian packages, via
-# apt-get; nothing is installed when everything is already there.
+# redis-tools (the server the module loads into, redis-cli and redis-benchmark),
+# libclang-dev (bindgen, inside the redis-module crate, needs it), and python3, its venv
+# module, nodejs and npm (for the client examples). Debian packages, via apt-get; nothing is
+# installed when everything is already there. Then the examples' pinned dependencies: the
+# Python ones into examples/python/.venv, the Node ones into examples/node/node_modules
+# (npm ci), each redone only when its pin file changed.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
@@ -15,6 +19,11 @@ if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 \
 fi
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 command -v cargo >/dev/null 2>&1 || need+=(cargo)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+# Debian's python3 leaves out ensurepip, which `python3 -m venv` needs: python3-venv has it.
+python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 
 if ((${#need[@]})); then
   # Sort and de-duplicate (redis-tools may be named twice).
@@ -34,4 +43,25 @@ minor=${rest%%.*}
 if [ "$major" -lt 1 ] || { [ "$major" -eq 1 ] && [ "$minor" -lt 87 ]; }; then
   echo "deps: cargo $version is too old: ratelimit needs Rust 1.87 or later (rustup.rs)" >&2
   exit 1
+fi
+
+# The Python example: a venv of its own, so nothing goes into the system's site-packages.
+# The copy of requirements.txt inside the venv says what is installed there.
+venv=examples/python/.venv
+if ! cmp -s examples/python/requirements.txt "$venv/requirements.txt" \
+    || ! "$venv/bin/python" -c 'import redis' >/dev/null 2>&1; then
+  echo "deps: installing examples/python/requirements.txt into $venv" >&2
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r examples/python/requirements.txt
+  cp examples/python/requirements.txt "$venv/requirements.txt"
+fi
+
+# The Node example: npm ci installs exactly package-lock.json (removing node_modules first);
+# the copy of it left in node_modules says what is installed there.
+node=examples/node
+if ! cmp -s "$node/package-lock.json" "$node/node_modules/.installed-lock.json"; then
+  echo "deps: npm ci in $node" >&2
+  (cd "$node" && npm ci --no-audit --no-fund --loglevel=error)
+  cp "$node/package-lock.json" "$node/node_modules/.installed-lock.json"
 fi

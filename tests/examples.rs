@@ -1,0 +1,290 @@
+//! The client examples in examples/: each HTTP service runs as a child process against a real
+//! server with the module, and answers real HTTP requests on loopback. The debug clock is
+//! frozen, so every status code and header value is exact.
+//!
+//! `make test` installs the examples' dependencies first (scripts/deps.sh); without them these
+//! tests fail and say so.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::{fresh_dir, Reply, Server, T0_MS};
+
+fn examples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
+}
+
+/// An example service, killed by PID when dropped (also when a test fails).
+struct Service {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Service {
+    /// Starts `program args` in `dir` with PORT=0 and REDIS_URL set, and waits (bounded) for
+    /// its first stdout line, `listening on http://127.0.0.1:PORT`. The service binds the port
+    /// itself, so no other test can take it in between.
+    fn start(program: &Path, args: &[&str], dir: &Path, redis_port: u16) -> Service {
+        let log = fresh_dir("example").join("stderr.log");
+        let mut child = Command::new(program)
+            .args(args)
+            .current_dir(dir)
+            .env("PORT", "0")
+            .env("REDIS_URL", format!("redis://127.0.0.1:{redis_port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("create the service's log"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            let _ = tx.send(line);
+            // Keep the pipe open and drained for as long as the service lives.
+            let _ = std::io::copy(&mut reader, &mut std::io::sink());
+        });
+        let mut service = Service {
+            child,
+            port: 0,
+            log,
+        };
+        let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
+        service.port = line
+            .trim()
+            .strip_prefix("listening on http://127.0.0.1:")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| {
+                panic!(
+                    "{} did not say where it listens (stdout: {line:?}); its stderr:\n{}",
+                    program.display(),
+                    std::fs::read_to_string(&service.log).unwrap_or_default()
+                )
+            });
+        service
+    }
+
+    /// GET / with `X-Client-Id: client` (none when `client` is None), on a new connection.
+    fn get(&self, client: Option<&str>) -> Response {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let id = client
+            .map(|c| format!("X-Client-Id: {c}\r\n"))
+            .unwrap_or_default();
+        let request = format!(
+            "GET / HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n{id}Connection: close\r\n\r\n",
+            self.port
+        );
+        stream.write_all(request.as_bytes()).expect("send");
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).unwrap_or_else(|e| {
+            panic!(
+                "no answer: {e}; the service's stderr:\n{}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            )
+        });
+        Response::parse(&raw)
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Debug)]
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+}
+
+impl Response {
+    fn parse(raw: &str) -> Response {
+        let head = raw.split("\r\n\r\n").next().unwrap_or_default();
+        let mut lines = head.split("\r\n");
+        let status_line = lines.next().unwrap_or_default();
+        let status = status_line
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("not an HTTP response: {raw:?}"));
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(name, value)| (name.to_ascii_lowercase(), value.trim().to_string()))
+            .collect();
+        Response { status, headers }
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Status, then RateLimit-Limit, -Remaining, -Reset and Retry-After (None when absent).
+    fn limits(&self) -> (u16, [Option<&str>; 4]) {
+        (
+            self.status,
+            [
+                self.header("RateLimit-Limit"),
+                self.header("RateLimit-Remaining"),
+                self.header("RateLimit-Reset"),
+                self.header("Retry-After"),
+            ],
+        )
+    }
+}
+
+/// The same story for both services: a burst of 5, then 10 per minute (one every 6 s).
+fn limits_each_client_over_http(server: &Server, service: &Service) {
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+
+    // The burst: 5 admitted, each leaving one less and 6 s more until the key is fresh.
+    for (remaining, reset) in [
+        ("4", "6"),
+        ("3", "12"),
+        ("2", "18"),
+        ("1", "24"),
+        ("0", "30"),
+    ] {
+        let r = service.get(Some("alice"));
+        assert_eq!(
+            r.limits(),
+            (200, [Some("5"), Some(remaining), Some(reset), None]),
+            "{r:?}"
+        );
+        assert_eq!(r.header("RateLimit-Policy"), Some("10;w=60;burst=5"));
+    }
+    // The sixth waits one emission interval.
+    let r = service.get(Some("alice"));
+    assert_eq!(
+        r.limits(),
+        (429, [Some("5"), Some("0"), Some("30"), Some("6")]),
+        "{r:?}"
+    );
+    assert_eq!(r.header("RateLimit-Policy"), Some("10;w=60;burst=5"));
+
+    // Another client has a limit of its own.
+    let r = service.get(Some("bob"));
+    assert_eq!(
+        r.limits(),
+        (200, [Some("5"), Some("4"), Some("6"), None]),
+        "{r:?}"
+    );
+
+    // Seconds are rounded up: 3500 ms to wait is Retry-After 4, 27500 ms to reset is 28.
+    c.clock_advance(2_500);
+    let r = service.get(Some("alice"));
+    assert_eq!(
+        r.limits(),
+        (429, [Some("5"), Some("0"), Some("28"), Some("4")]),
+        "{r:?}"
+    );
+    // 1 ms early is still too early, and still a whole second to wait.
+    c.clock_advance(3_499);
+    let r = service.get(Some("alice"));
+    assert_eq!(
+        r.limits(),
+        (429, [Some("5"), Some("0"), Some("25"), Some("1")]),
+        "{r:?}"
+    );
+    c.clock_advance(1);
+    let r = service.get(Some("alice"));
+    assert_eq!(
+        r.limits(),
+        (200, [Some("5"), Some("0"), Some("30"), None]),
+        "{r:?}"
+    );
+
+    // Without X-Client-Id the client is its address.
+    let r = service.get(None);
+    assert_eq!(
+        r.limits(),
+        (200, [Some("5"), Some("4"), Some("6"), None]),
+        "{r:?}"
+    );
+    assert_eq!(c.cmd(&["EXISTS", "rl:http:127.0.0.1"]), Reply::Int(1));
+}
+
+/// With Redis gone, the service refuses at once (503) rather than serve without a limit.
+fn fails_closed_without_redis(server: &mut Server, service: &Service) {
+    server.stop();
+    for client in [Some("alice"), Some("carol"), None] {
+        let r = service.get(client);
+        assert_eq!(r.limits(), (503, [None, None, None, None]), "{r:?}");
+    }
+}
+
+/// The protocol (`resp=2` or `resp=3`) of each connection whose last command was RL.GCRA:
+/// the service's, from CLIENT LIST.
+fn service_protocols(server: &Server) -> Vec<String> {
+    let list = server.client().cmd(&["CLIENT", "LIST"]).text();
+    let mut seen: Vec<String> = list
+        .lines()
+        .filter(|l| l.split(' ').any(|f| f == "cmd=rl.gcra"))
+        .filter_map(|l| l.split(' ').find(|f| f.starts_with("resp=")))
+        .map(str::to_string)
+        .collect();
+    seen.dedup();
+    seen
+}
+
+fn required(path: PathBuf, what: &str) -> PathBuf {
+    assert!(
+        path.exists(),
+        "{} is missing ({what}): run `make test`, or `bash scripts/deps.sh`, which installs it",
+        path.display()
+    );
+    path
+}
+
+#[test]
+fn python_example_limits_each_client_over_http() {
+    let dir = examples_dir().join("python");
+    let python = required(
+        dir.join(".venv/bin/python"),
+        "the Python example's venv with redis-py",
+    );
+    let mut server = Server::start();
+    let service = Service::start(&python, &["server.py"], &dir, server.port);
+    limits_each_client_over_http(&server, &service);
+    // It asks for RESP2: the reply it read was the five-integer array.
+    assert_eq!(service_protocols(&server), ["resp=2"]);
+    fails_closed_without_redis(&mut server, &service);
+}
+
+#[test]
+fn node_example_limits_each_client_over_http_with_resp3() {
+    let dir = examples_dir().join("node");
+    required(
+        dir.join("node_modules/redis/package.json"),
+        "the Node example's node_modules with the redis client",
+    );
+    let node = Command::new("node")
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run node ({e}): scripts/deps.sh installs nodejs"));
+    assert!(node.status.success(), "node --version failed: {node:?}");
+    let mut server = Server::start();
+    let service = Service::start(Path::new("node"), &["server.js"], &dir, server.port);
+    limits_each_client_over_http(&server, &service);
+    // The reply it read was the RESP3 map, with `allowed` a boolean.
+    assert_eq!(service_protocols(&server), ["resp=3"]);
+    fails_closed_without_redis(&mut server, &service);
+}
