@@ -15,13 +15,15 @@ mod args;
 mod clock;
 mod commands;
 mod error;
+mod metrics;
 mod reply;
 mod storage;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use redis_module::configuration::ConfigurationFlags;
-use redis_module::{redis_module, Context, RedisString, Status};
+// The `info:` handler's expansion names InfoContext and RedisResult.
+use redis_module::{redis_module, Context, InfoContext, RedisResult, RedisString, Status};
 
 // The Redis allocator aborts outside a server: unit and property tests use the system one.
 #[cfg(not(test))]
@@ -29,6 +31,7 @@ use redis_module::alloc::RedisAlloc as ModuleAllocator;
 #[cfg(test)]
 use std::alloc::System as ModuleAllocator;
 
+use metrics::info;
 use storage::RL_TYPE;
 
 /// `cell-compat yes|no` (load time only, default yes): register CL.THROTTLE.
@@ -109,6 +112,7 @@ redis_module! {
     allocator: (ModuleAllocator, ModuleAllocator),
     data_types: [RL_TYPE],
     init: init,
+    info: info,
     configurations: [
         i64: [
             [

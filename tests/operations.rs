@@ -1,0 +1,237 @@
+//! Operations: the counters of `INFO ratelimit`.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{Client, Config, Reply, Server, T0_MS};
+
+/// The `INFO` text of `section`.
+fn info(c: &mut Client, section: &str) -> String {
+    c.cmd(&["INFO", section]).text()
+}
+
+/// The lines of the section `ratelimit_commandstats`, as command name -> counters text.
+fn commandstats(c: &mut Client) -> BTreeMap<String, String> {
+    let text = info(c, "ratelimit");
+    let mut lines = text.split("\r\n");
+    assert_eq!(lines.next(), Some("# ratelimit_commandstats"), "{text:?}");
+    lines
+        .filter(|line| !line.is_empty())
+        .map(|line| {
+            let (name, counters) = line
+                .strip_prefix("ratelimit_")
+                .and_then(|l| l.split_once(':'))
+                .unwrap_or_else(|| panic!("not a counters line: {line:?}"));
+            (name.to_string(), counters.to_string())
+        })
+        .collect()
+}
+
+fn counters(calls: u64, admitted: u64, denied: u64, errors: u64) -> String {
+    format!("calls={calls},admitted={admitted},denied={denied},errors={errors}")
+}
+
+/// The module's registered commands, in lowercase.
+fn module_commands(c: &mut Client) -> Vec<String> {
+    let Reply::Array(names) = c.cmd(&["COMMAND", "LIST", "FILTERBY", "MODULE", "ratelimit"]) else {
+        panic!("COMMAND LIST did not answer an array");
+    };
+    let mut names: Vec<String> = names.iter().map(Reply::text).collect();
+    names.sort();
+    names
+}
+
+/// Redis's own `cmdstat_<name>` line: (calls, failed_calls).
+fn redis_cmdstat(c: &mut Client, name: &str) -> (u64, u64) {
+    let text = info(c, "commandstats");
+    let Some(line) = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:")))
+    else {
+        return (0, 0);
+    };
+    let field = |f: &str| -> u64 {
+        line.split(',')
+            .find_map(|kv| kv.strip_prefix(&format!("{f}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {f} in {line}"))
+    };
+    (field("calls"), field("failed_calls"))
+}
+
+/// A scripted sequence over every kind of call, then the exact counters.
+#[test]
+fn info_counts_calls_admissions_denials_and_errors_per_command() {
+    let server = Server::start();
+    let mut c = server.client();
+    // Before any call: one line per registered command, every counter zero (RL.DEBUG.CLOCK
+    // is a command too, so this comes first).
+    let before = commandstats(&mut c);
+    let names: Vec<String> = before.keys().cloned().collect();
+    assert_eq!(names, module_commands(&mut c));
+    assert!(
+        before.values().all(|v| *v == counters(0, 0, 0, 0)),
+        "{before:?}"
+    );
+
+    c.clock_set(T0_MS);
+    let gcra = ["RL.GCRA", "k", "2", "1", "1m"];
+    assert_eq!(c.cmd(&gcra).ints()[0], 1);
+    assert_eq!(c.cmd(&gcra).ints()[0], 1);
+    assert_eq!(c.cmd(&gcra).ints()[0], 0);
+    // Previews count as calls only, denied (DRYRUN) or admitted (COST 0).
+    assert_eq!(c.cmd(&[&gcra[..], &["DRYRUN"]].concat()).ints()[0], 0);
+    assert_eq!(c.cmd(&[&gcra[..], &["COST", "0"]].concat()).ints()[0], 1);
+    // Errors: a bad argument, another type's key, a client sending an internal command.
+    assert!(c.cmd(&["RL.GCRA", "k", "x", "1", "1m"]).is_error());
+    c.cmd(&["SET", "s", "v"]);
+    assert!(c.cmd(&["RL.GCRA", "s", "2", "1", "1m"]).is_error());
+    assert!(c
+        .cmd(&["RL.REPLAY", "k", "1:1:RL.GCRA:2", "1", "1m"])
+        .is_error());
+    // A caught panic is an error too.
+    assert!(c.cmd(&["RL.DEBUG.PANIC"]).is_error());
+    // redis-cell's reply: limited = 1 is a denial.
+    assert_eq!(c.cmd(&["CL.THROTTLE", "c", "0", "1", "60"]).ints()[0], 0);
+    assert_eq!(c.cmd(&["CL.THROTTLE", "c", "0", "1", "60"]).ints()[0], 1);
+    // One admission and one denial for each other algorithm.
+    for call in [
+        &["RL.TOKENBUCKET", "tb", "1", "1", "1m"][..],
+        &["RL.LEAKYBUCKET", "lb", "1", "1", "1m"],
+        &["RL.FIXEDWINDOW", "fw", "1", "1m"],
+        &["RL.SLIDINGWINDOW", "sw", "1", "1m"],
+        &["RL.SLIDINGLOG", "sl", "1", "1m"],
+    ] {
+        assert_eq!(c.cmd(call).ints()[0], 1, "{call:?}");
+        assert_eq!(c.cmd(call).ints()[0], 0, "{call:?}");
+    }
+    let acquire = ["RL.CONCURRENCY.ACQUIRE", "l", "1", "1m", "ID", "t1"];
+    assert_eq!(c.cmd(&acquire).render(), "[1 1 0 0 60000 t1]");
+    let other = ["RL.CONCURRENCY.ACQUIRE", "l", "1", "1m", "ID", "t2"];
+    assert_eq!(c.cmd(&other).render(), "[0 1 0 60000 60000 (nil)]");
+    assert_eq!(
+        c.cmd(&[&other[..], &["DRYRUN"]].concat()).render(),
+        "[0 1 0 60000 60000 (nil)]"
+    );
+    assert_eq!(c.cmd(&["RL.CONCURRENCY.RELEASE", "l", "t1"]), Reply::Int(1));
+    assert!(matches!(c.cmd(&["RL.INSPECT", "k"]), Reply::Array(_)));
+    // Inside a transaction each command counts as itself.
+    c.cmd(&["MULTI"]);
+    c.cmd(&gcra);
+    assert_eq!(c.cmd(&["EXEC"]).render(), "[[0 2 0 60000 120000]]");
+
+    let mut expected: BTreeMap<String, String> = names
+        .iter()
+        .map(|n| (n.clone(), counters(0, 0, 0, 0)))
+        .collect();
+    for (name, line) in [
+        ("rl.gcra", counters(8, 2, 2, 2)),
+        ("cl.throttle", counters(2, 1, 1, 0)),
+        ("rl.tokenbucket", counters(2, 1, 1, 0)),
+        ("rl.leakybucket", counters(2, 1, 1, 0)),
+        ("rl.fixedwindow", counters(2, 1, 1, 0)),
+        ("rl.slidingwindow", counters(2, 1, 1, 0)),
+        ("rl.slidinglog", counters(2, 1, 1, 0)),
+        ("rl.concurrency.acquire", counters(3, 1, 1, 0)),
+        ("rl.concurrency.release", counters(1, 0, 0, 0)),
+        ("rl.inspect", counters(1, 0, 0, 0)),
+        ("rl.debug.clock", counters(1, 0, 0, 0)),
+        ("rl.debug.panic", counters(1, 0, 0, 1)),
+        ("rl.replay", counters(1, 0, 0, 1)),
+    ] {
+        expected.insert(name.to_string(), line);
+    }
+    assert_eq!(commandstats(&mut c), expected);
+
+    // The exact text, as INFO prints it: a header, then `ratelimit_<command>:` and the
+    // counters, in the order of the module's command table.
+    let text = info(&mut c, "ratelimit");
+    assert!(text.starts_with(
+        "# ratelimit_commandstats\r\n\
+         ratelimit_rl.gcra:calls=8,admitted=2,denied=2,errors=2\r\n\
+         ratelimit_cl.throttle:calls=2,admitted=1,denied=1,errors=0\r\n\
+         ratelimit_rl.tokenbucket:calls=2,admitted=1,denied=1,errors=0\r\n"
+    ));
+    assert!(text.contains("\r\nratelimit_rl.replay:calls=1,admitted=0,denied=0,errors=1\r\n"));
+    // The same section by its own name, and within INFO modules / everything; not in the
+    // default INFO or INFO all, which leave module sections out.
+    assert_eq!(info(&mut c, "ratelimit_commandstats"), text);
+    let modules = info(&mut c, "modules");
+    assert!(
+        modules.starts_with("# Modules\r\nmodule:name=ratelimit,"),
+        "{modules}"
+    );
+    assert!(modules.ends_with(&format!("\r\n\r\n{text}")), "{modules}");
+    assert!(info(&mut c, "everything").contains(&text));
+    assert!(!info(&mut c, "default").contains("ratelimit_"));
+    assert!(!info(&mut c, "all").contains("ratelimit_"));
+    assert!(!info(&mut c, "server").contains("ratelimit_"));
+
+    // Redis's own commandstats count the same calls, and its failed_calls are our errors.
+    for name in ["rl.gcra", "cl.throttle", "rl.debug.panic", "rl.replay"] {
+        let ours = &expected[name];
+        let (calls, failed) = redis_cmdstat(&mut c, name);
+        assert!(
+            ours.starts_with(&format!("calls={calls},"))
+                && ours.ends_with(&format!(",errors={failed}")),
+            "{name}: ours {ours}, Redis's calls={calls} failed_calls={failed}"
+        );
+    }
+    // CONFIG RESETSTAT resets Redis's statistics, not the module's.
+    assert_eq!(c.cmd(&["CONFIG", "RESETSTAT"]), Reply::Simple("OK".into()));
+    assert_eq!(redis_cmdstat(&mut c, "rl.gcra"), (0, 0));
+    assert_eq!(commandstats(&mut c), expected);
+}
+
+#[test]
+fn with_cell_compat_off_cl_throttle_has_no_line() {
+    let server = Server::with(Config::default().module_args(&["cell-compat", "no"]));
+    let mut c = server.client();
+    let stats = commandstats(&mut c);
+    assert!(!stats.contains_key("cl.throttle"), "{stats:?}");
+    assert_eq!(
+        stats.keys().cloned().collect::<Vec<_>>(),
+        module_commands(&mut c)
+    );
+}
+
+/// The script for redis_exporter's `--script` option turns the counters into name/value
+/// pairs (redis_exporter evaluates it with `EVAL script 0 0`).
+#[test]
+fn the_redis_exporter_script_exports_every_counter() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    c.cmd(&["RL.GCRA", "k", "1", "1", "1m"]);
+    c.cmd(&["RL.GCRA", "k", "1", "1", "1m"]);
+    let script = include_str!("../scripts/redis_exporter.lua");
+    let Reply::Array(items) = c.cmd(&["EVAL", script, "0", "0"]) else {
+        panic!("the script did not return an array");
+    };
+    let pairs: Vec<(String, String)> = items
+        .chunks(2)
+        .map(|kv| match kv {
+            [Reply::Bulk(k), Reply::Bulk(v)] => (
+                String::from_utf8_lossy(k).into_owned(),
+                String::from_utf8_lossy(v).into_owned(),
+            ),
+            other => panic!("not a pair of strings: {other:?}"),
+        })
+        .collect();
+    let commands = module_commands(&mut c);
+    assert_eq!(pairs.len(), commands.len() * 4);
+    for (key, value) in [
+        ("rl.gcra_calls", "2"),
+        ("rl.gcra_admitted", "1"),
+        ("rl.gcra_denied", "1"),
+        ("rl.gcra_errors", "0"),
+        ("rl.debug.clock_calls", "1"),
+        ("cl.throttle_denied", "0"),
+    ] {
+        assert!(
+            pairs.contains(&(key.to_string(), value.to_string())),
+            "{key}={value} missing from {pairs:?}"
+        );
+    }
+}
