@@ -80,7 +80,7 @@ fn bump(counter: &AtomicU64) {
     counter.store(counter.load(Relaxed).wrapping_add(1), Relaxed);
 }
 
-/// What the running call decided, as far as counting cares.
+/// What the running call decided, as far as counting and notifications care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     /// A request admitted (and written, unless it had nothing to write).
@@ -91,11 +91,13 @@ pub enum Outcome {
     Other,
 }
 
-/// The running call's record: which decision its reply carried, and whether it previewed.
+/// The running call's record: which decision its reply carried, whether it previewed, and
+/// whether it replayed a write of the primary or the AOF.
 static RECORD: AtomicU8 = AtomicU8::new(0);
 const ADMITTED: u8 = 1;
 const DENIED: u8 = 2;
 const PREVIEW: u8 = 4;
+const REPLAYED: u8 = 8;
 
 /// Starts a call's record; returns the enclosing one, for [`end`] to put back (a command
 /// that somehow runs inside another keeps each record apart). A load and a store rather
@@ -130,6 +132,12 @@ impl Record {
             Outcome::Other
         }
     }
+
+    /// Whether the call denied a client's request, which publishes a keyspace event: a
+    /// preview does not, nor a replayed denial (the primary published it for its client).
+    pub fn publishes_denial(self) -> bool {
+        self.outcome() == Outcome::Denied && self.0 & REPLAYED == 0
+    }
 }
 
 fn mark(bit: u8) {
@@ -142,9 +150,15 @@ pub fn decided(allowed: bool) {
 }
 
 /// Records that the running call only previews (DRYRUN, COST 0): it counts as a call, not
-/// as an admission or a denial.
+/// as an admission or a denial, and a denial publishes no keyspace event.
 pub fn preview() {
     mark(PREVIEW);
+}
+
+/// Records that the running call replays a write from the primary or the AOF (RL.REPLAY):
+/// it counts as usual, under RL.REPLAY, and a denial publishes no keyspace event.
+pub fn replayed() {
+    mark(REPLAYED);
 }
 
 /// The names of the dictionary fields, in the order of [`Stats::values`].
@@ -205,7 +219,9 @@ mod tests {
         let inner = begin();
         decided(true);
         assert_eq!(end(inner).outcome(), Outcome::Admitted);
-        assert_eq!(end(outer).outcome(), Outcome::Denied);
+        let denied = end(outer);
+        assert_eq!(denied.outcome(), Outcome::Denied);
+        assert!(denied.publishes_denial());
 
         let saved = begin();
         assert_eq!(end(saved).outcome(), Outcome::Other);
@@ -219,6 +235,18 @@ mod tests {
             Outcome::Other,
             "a preview is no denial"
         );
+        assert!(!previewed.publishes_denial());
+
+        let saved = begin();
+        replayed();
+        decided(false);
+        let replay = end(saved);
+        assert_eq!(
+            replay.outcome(),
+            Outcome::Denied,
+            "a replayed denial counts"
+        );
+        assert!(!replay.publishes_denial(), "but publishes nothing");
     }
 
     #[test]

@@ -55,8 +55,9 @@ pub enum Extra<'a> {
 /// one more named field for the commands that have it; a map with a boolean `allowed` for
 /// RESP3 clients.
 ///
-/// It also records the decision for the command guard, which counts it (`INFO ratelimit`):
-/// every admission command replies through here or [`redis_cell`].
+/// It also records the decision for the command guard, which counts it (`INFO ratelimit`)
+/// and publishes a denial as a keyspace event: every admission command replies through here
+/// or [`redis_cell`].
 pub fn admission(ctx: Ctx, d: &Decision, extra: Option<(&str, Extra)>) {
     metrics::decided(d.allowed);
     let retry = match d.retry_after {

@@ -1,8 +1,9 @@
-//! Operations: the counters of `INFO ratelimit`.
+//! Operations: the counters of `INFO ratelimit` and the `ratelimit.denied` keyspace event.
 
 mod common;
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use common::{Client, Config, Reply, Server, T0_MS};
 
@@ -234,4 +235,196 @@ fn the_redis_exporter_script_exports_every_counter() {
             "{key}={value} missing from {pairs:?}"
         );
     }
+}
+
+/// A subscriber of every keyspace event in db 0.
+fn subscriber(server: &Server) -> Client {
+    let mut s = server.client();
+    let r = s.cmd(&["PSUBSCRIBE", "__key*@0__:*"]);
+    assert_eq!(r.render(), "[psubscribe __key*@0__:* 1]");
+    s
+}
+
+const MARKER: &str = "__keyevent@0__:end-of-test";
+
+/// Bytes as text, non-ASCII escaped: exact, and readable in a failed assertion.
+fn shown(bytes: &[u8]) -> String {
+    bytes.escape_ascii().to_string()
+}
+
+/// Publishes a marker, then reads what `s` received up to it: (channel, message) pairs.
+/// Messages reach a subscriber in the order they were published, so everything the
+/// commands before the marker published is in the list, with no waiting.
+fn received(c: &mut Client, s: &mut Client) -> Vec<(String, String)> {
+    c.cmd(&["PUBLISH", MARKER, "x"]);
+    let mut out = Vec::new();
+    loop {
+        let Reply::Array(m) = s.read() else {
+            panic!("not a message");
+        };
+        let [Reply::Bulk(kind), _, Reply::Bulk(channel), Reply::Bulk(message)] = &m[..] else {
+            panic!("not a pmessage: {m:?}");
+        };
+        assert_eq!(kind, b"pmessage");
+        if channel == MARKER.as_bytes() {
+            return out;
+        }
+        out.push((shown(channel), shown(message)));
+    }
+}
+
+/// The two events of a denial on `key` with `K` and `E` on: the key's channel, then the
+/// event's.
+fn denial(key: &[u8]) -> [(String, String); 2] {
+    [
+        (
+            format!("__keyspace@0__:{}", shown(key)),
+            "ratelimit.denied".to_string(),
+        ),
+        ("__keyevent@0__:ratelimit.denied".to_string(), shown(key)),
+    ]
+}
+
+#[test]
+fn a_subscriber_receives_exactly_the_denials() {
+    let server = Server::with(Config::default().extra(&["--notify-keyspace-events", "KEd"]));
+    let mut c = server.client();
+    let mut s = subscriber(&server);
+    c.clock_set(T0_MS);
+    let mut expected = Vec::new();
+
+    let gcra = ["RL.GCRA", "a", "1", "1", "1h"];
+    assert_eq!(c.cmd(&gcra).ints()[0], 1);
+    assert_eq!(c.cmd(&gcra).ints()[0], 0);
+    expected.extend(denial(b"a"));
+    // Previews and errors publish nothing.
+    assert_eq!(c.cmd(&[&gcra[..], &["DRYRUN"]].concat()).ints()[0], 0);
+    assert!(c.cmd(&["RL.GCRA", "a", "0", "1", "1h"]).is_error());
+    // A denial that starts a BLOCK penalty is published; a COST 0 peek at the blocked key,
+    // denied too, is not.
+    let blocking = ["RL.GCRA", "b", "1", "1", "1h", "BLOCK", "2h"];
+    assert_eq!(c.cmd(&blocking).ints()[0], 1);
+    assert_eq!(c.cmd(&blocking).ints()[..4], [0, 1, 0, 7_200_000]);
+    expected.extend(denial(b"b"));
+    let peek = ["RL.GCRA", "b", "1", "1", "1h", "COST", "0"];
+    assert_eq!(c.cmd(&peek).ints()[0], 0);
+    // Every admission command, CL.THROTTLE and the concurrency limiter included.
+    for (key, call) in [
+        ("c", &["CL.THROTTLE", "c", "0", "1", "60"][..]),
+        ("tb", &["RL.TOKENBUCKET", "tb", "1", "1", "1m"]),
+        ("lb", &["RL.LEAKYBUCKET", "lb", "1", "1", "1m"]),
+        ("fw", &["RL.FIXEDWINDOW", "fw", "1", "1m"]),
+        ("sw", &["RL.SLIDINGWINDOW", "sw", "1", "1m"]),
+        ("sl", &["RL.SLIDINGLOG", "sl", "1", "1m"]),
+        ("l", &["RL.CONCURRENCY.ACQUIRE", "l", "1", "1m"]),
+    ] {
+        assert!(matches!(c.cmd(call), Reply::Array(_)));
+        assert!(matches!(c.cmd(call), Reply::Array(_)));
+        expected.extend(denial(key.as_bytes()));
+    }
+    let acquire_dryrun = ["RL.CONCURRENCY.ACQUIRE", "l", "1", "1m", "DRYRUN"];
+    assert_eq!(c.cmd(&acquire_dryrun).render(), "[0 1 0 60000 60000 (nil)]");
+    assert!(matches!(c.cmd(&["RL.INSPECT", "a"]), Reply::Array(_)));
+    // In a transaction, and on a key of any bytes.
+    c.cmd(&["MULTI"]);
+    c.cmd(&gcra);
+    c.cmd(&["EXEC"]);
+    expected.extend(denial(b"a"));
+    let key: &[u8] = b"user:\x00\xff \r\n";
+    c.cmd_bytes(&[b"RL.GCRA", key, b"1", b"1", b"1h"]);
+    c.cmd_bytes(&[b"RL.GCRA", key, b"1", b"1", b"1h"]);
+    expected.extend(denial(key));
+
+    assert_eq!(received(&mut c, &mut s), expected);
+}
+
+#[test]
+fn nothing_is_published_unless_module_events_are_on() {
+    let server = Server::start();
+    let mut c = server.client();
+    let mut s = subscriber(&server);
+    c.clock_set(T0_MS);
+    let gcra = ["RL.GCRA", "a", "1", "1", "1h"];
+    let set = |c: &mut Client, flags: &str| {
+        let r = c.cmd(&["CONFIG", "SET", "notify-keyspace-events", flags]);
+        assert_eq!(r, Reply::Simple("OK".into()), "{flags}");
+    };
+    // Off (the default).
+    assert_eq!(
+        c.cmd(&["CONFIG", "GET", "notify-keyspace-events"]).render(),
+        "[notify-keyspace-events ]"
+    );
+    c.cmd(&gcra);
+    assert_eq!(c.cmd(&gcra).ints()[0], 0);
+    // Every other class on, but not module events: SET publishes, a denial does not.
+    set(&mut c, "KEg$lshzxet");
+    assert_eq!(c.cmd(&gcra).ints()[0], 0);
+    c.cmd(&["SET", "x", "1"]);
+    // Module events without K or E: nothing anywhere.
+    set(&mut c, "d");
+    assert_eq!(c.cmd(&gcra).ints()[0], 0);
+    // Keyspace channel only.
+    set(&mut c, "Kd");
+    assert_eq!(c.cmd(&gcra).ints()[0], 0);
+    // A (all classes) includes module events.
+    set(&mut c, "EA");
+    assert_eq!(c.cmd(&gcra).ints()[0], 0);
+
+    let [keyspace, keyevent] = denial(b"a");
+    assert_eq!(
+        received(&mut c, &mut s),
+        [
+            ("__keyspace@0__:x".to_string(), "set".to_string()),
+            ("__keyevent@0__:set".to_string(), "x".to_string()),
+            keyspace,
+            keyevent,
+        ]
+    );
+}
+
+/// A primary and a replica of it, the replica with every keyspace event on.
+fn pair() -> (Server, Server) {
+    let primary = Server::with(Config::default().extra(&["--repl-diskless-sync-delay", "0"]));
+    let replica = Server::with(Config::default().extra(&["--notify-keyspace-events", "KEA"]));
+    let mut r = replica.client();
+    let port = primary.port.to_string();
+    assert_eq!(
+        r.cmd(&["REPLICAOF", "127.0.0.1", &port]),
+        Reply::Simple("OK".into())
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while r.info_field("replication", "master_link_status") != "up" {
+        assert!(Instant::now() < deadline, "the replica did not sync");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (primary, replica)
+}
+
+/// A replica counts what it replays under RL.REPLAY, never under the client's command, and
+/// publishes nothing for a replayed denial: the primary did, for its client.
+#[test]
+fn a_replica_counts_replays_as_rl_replay_and_publishes_nothing() {
+    let (primary, replica) = pair();
+    let (mut p, mut r) = (primary.client(), replica.client());
+    let mut s = subscriber(&replica);
+    p.clock_set(T0_MS);
+    let blocking = ["RL.GCRA", "k", "1", "1", "1h", "BLOCK", "2h"];
+    assert_eq!(p.cmd(&blocking).ints()[0], 1);
+    // Denied, and a write: the block reaches the replica, which replays the denial.
+    assert_eq!(p.cmd(&blocking).ints()[0], 0);
+    assert_eq!(p.cmd(&[&blocking[..], &["DRYRUN"]].concat()).ints()[0], 0);
+    assert_eq!(p.cmd(&["WAIT", "1", "10000"]), Reply::Int(1));
+    let blocked = p.cmd(&["RL.INSPECT", "k"]).field("blocked_until_us");
+    assert_eq!(
+        r.cmd(&["RL.INSPECT", "k"]).field("blocked_until_us"),
+        blocked
+    );
+
+    assert_eq!(commandstats(&mut p)["rl.gcra"], counters(3, 1, 1, 0));
+    assert_eq!(commandstats(&mut p)["rl.replay"], counters(0, 0, 0, 0));
+    let on_replica = commandstats(&mut r);
+    assert_eq!(on_replica["rl.gcra"], counters(0, 0, 0, 0));
+    assert_eq!(on_replica["rl.replay"], counters(2, 1, 1, 0));
+    // Nothing published on the replica (its subscriber has every class of event on).
+    assert_eq!(received(&mut r, &mut s), Vec::<(String, String)>::new());
 }

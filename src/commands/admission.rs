@@ -35,7 +35,8 @@ pub fn arguments<'a>(
 /// `name` is the command as it will be replayed. A request writes (and propagates) only
 /// when it is admitted, takes at least one unit, and is not a DRYRUN; a denied request or a
 /// DRYRUN leaves the keyspace, the replication stream and the AOF as they were. A DRYRUN or
-/// COST 0 request is a preview: INFO counts it as a call only.
+/// COST 0 request is a preview: INFO counts it as a call only, and its denial publishes no
+/// keyspace event.
 pub fn run<A: Variant>(
     call: &Call,
     name: &'static CStr,

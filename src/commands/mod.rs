@@ -4,10 +4,10 @@
 //! behind [`dispatch`]: it reads the arguments without copying them, and turns an error into
 //! an error reply and a panic into an error reply too (a panic must never reach Redis: it
 //! would abort the server for every client). It also counts the call in the command's own
-//! counters (`INFO ratelimit`, see [`crate::metrics`]), learning the decision from the
-//! admission reply, so a command added to the table gets them by replying through
-//! `reply::admission`; one that answers a DRYRUN or COST 0 also calls `metrics::preview()`,
-//! as `admission::run` does.
+//! counters (`INFO ratelimit`, see [`crate::metrics`]) and publishes a client's denial as the
+//! keyspace event `ratelimit.denied`. Both learn the decision from the admission reply, so a
+//! command added to the table gets them by replying through `reply::admission`; one that
+//! answers a DRYRUN or COST 0 also calls `metrics::preview()`, as `admission::run` does.
 
 mod admission;
 mod concurrency;
@@ -225,7 +225,8 @@ pub fn replayable(name: &[u8]) -> Option<&'static Command> {
 const STACK_ARGS: usize = 12;
 
 /// Runs one call of a command: reads the arguments, runs the handler, replies with the
-/// error it returned or with [`Error::Panic`] for a panic, and counts the call in `stats`.
+/// error it returned or with [`Error::Panic`] for a panic, counts the call in `stats`, and
+/// publishes a denial (see [`notify_denied`]).
 fn dispatch(ctx: Ctx, argv: *mut RawString, argc: c_int, handler: Handler, stats: &Stats) -> c_int {
     stats.call();
     let enclosing = metrics::begin();
@@ -261,6 +262,10 @@ fn dispatch(ctx: Ctx, argv: *mut RawString, argc: c_int, handler: Handler, stats
     match outcome {
         Ok(Ok(())) => {
             stats.outcome(record.outcome());
+            if record.publishes_denial() && argc >= 2 && !argv.is_null() {
+                // SAFETY: argv holds argc >= 2 strings; the key is the first argument.
+                notify_denied(ctx, unsafe { *argv.add(1) });
+            }
         }
         Ok(Err(e)) => {
             stats.error();
@@ -272,6 +277,32 @@ fn dispatch(ctx: Ctx, argv: *mut RawString, argc: c_int, handler: Handler, stats
         }
     }
     raw::REDISMODULE_OK as c_int
+}
+
+/// The keyspace event a denial publishes on its key.
+const DENIED_EVENT: &CStr = c"ratelimit.denied";
+
+/// Publishes `ratelimit.denied` on `key`, a module keyspace event: Redis sends it to
+/// `__keyspace@<db>__:<key>` and `__keyevent@<db>__:ratelimit.denied` only when
+/// `notify-keyspace-events` has `d` (or `A`) with `K` or `E`, and drops it otherwise after
+/// one bit test. Only for a client's own request: RL.REPLAY marks its calls (a replica or
+/// the AOF replaying a BLOCK denial publishes nothing; the primary did, for its client).
+fn notify_denied(ctx: Ctx, key: RawString) {
+    if key.is_null() {
+        return;
+    }
+    // SAFETY: ctx is the running command's context and key one of its arguments; the
+    // function exists on every supported server, checked anyway.
+    unsafe {
+        if let Some(notify) = raw::RedisModule_NotifyKeyspaceEvent {
+            notify(
+                ctx,
+                raw::REDISMODULE_NOTIFY_MODULE,
+                DENIED_EVENT.as_ptr(),
+                key,
+            );
+        }
+    }
 }
 
 /// The bytes of a Redis string, valid while the string lives.
