@@ -1,11 +1,12 @@
-//! Operations: the counters of `INFO ratelimit` and the `ratelimit.denied` keyspace event.
+//! Operations: the counters of `INFO ratelimit`, the `ratelimit.denied` keyspace event, and
+//! the settings (load arguments, `CONFIG SET/GET`).
 
 mod common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::{Client, Config, Reply, Server, T0_MS};
+use common::{module_path, Client, Config, Reply, Server, T0_MS};
 
 /// The `INFO` text of `section`.
 fn info(c: &mut Client, section: &str) -> String {
@@ -427,4 +428,207 @@ fn a_replica_counts_replays_as_rl_replay_and_publishes_nothing() {
     assert_eq!(on_replica["rl.replay"], counters(2, 1, 1, 0));
     // Nothing published on the replica (its subscriber has every class of event on).
     assert_eq!(received(&mut r, &mut s), Vec::<(String, String)>::new());
+}
+
+/// Every setting, with its default when no load argument is given.
+#[test]
+fn config_get_lists_every_setting_with_its_default() {
+    let server = Server::with(Config::default().module_args(&[]));
+    let mut c = server.client();
+    let r = c.cmd(&["CONFIG", "GET", "ratelimit.*"]);
+    let Reply::Array(items) = r else {
+        panic!("CONFIG GET did not answer an array");
+    };
+    let settings: BTreeMap<String, String> = items
+        .chunks(2)
+        .map(|kv| (kv[0].text(), kv[1].text()))
+        .collect();
+    let expected: BTreeMap<String, String> = [
+        ("ratelimit.cell-compat", "yes"),
+        ("ratelimit.debug-clock", "no"),
+        ("ratelimit.sliding-log-max-limit", "1000000"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(settings, expected);
+}
+
+fn config_get(c: &mut Client, name: &str) -> String {
+    let r = c.cmd(&["CONFIG", "GET", name]);
+    match &r {
+        Reply::Array(kv) if kv.len() == 2 => kv[1].text(),
+        other => panic!("CONFIG GET {name}: {other:?}"),
+    }
+}
+
+fn config_set(c: &mut Client, name: &str, value: &str) -> Reply {
+    c.cmd(&["CONFIG", "SET", name, value])
+}
+
+#[test]
+fn config_set_round_trips_and_refuses_bad_values_exactly() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    let name = "ratelimit.sliding-log-max-limit";
+    assert_eq!(config_set(&mut c, name, "5"), Reply::Simple("OK".into()));
+    assert_eq!(config_get(&mut c, name), "5");
+    // The next command uses it.
+    assert_eq!(
+        c.cmd(&["RL.SLIDINGLOG", "k", "6", "1m"]).error(),
+        "ERR invalid limit: expected an integer from 1 to 5 (the module setting \
+         ratelimit.sliding-log-max-limit bounds it)"
+    );
+    assert_eq!(
+        c.cmd(&["RL.SLIDINGLOG", "k", "5", "1m"]).ints(),
+        [1, 5, 4, 0, 60_000]
+    );
+    // Case does not matter to CONFIG.
+    assert_eq!(
+        config_set(&mut c, "RATELIMIT.SLIDING-LOG-MAX-LIMIT", "1000000000"),
+        Reply::Simple("OK".into())
+    );
+    assert_eq!(config_get(&mut c, name), "1000000000");
+
+    let failed = |arg: &str, why: &str| {
+        format!("ERR CONFIG SET failed (possibly related to argument '{arg}') - {why}")
+    };
+    let range = "argument must be between 1 and 1000000000 inclusive";
+    for (value, why) in [
+        ("0", range),
+        ("-1", range),
+        ("1000000001", range),
+        ("abc", "argument couldn't be parsed into an integer"),
+        ("", "argument couldn't be parsed into an integer"),
+    ] {
+        assert_eq!(
+            config_set(&mut c, name, value).error(),
+            failed(name, why),
+            "{value:?}"
+        );
+    }
+    for setting in ["ratelimit.cell-compat", "ratelimit.debug-clock"] {
+        for value in ["yes", "no"] {
+            assert_eq!(
+                config_set(&mut c, setting, value).error(),
+                failed(setting, "can't set immutable config"),
+                "{setting} {value}"
+            );
+        }
+    }
+    assert_eq!(
+        config_set(&mut c, "ratelimit.nope", "1").error(),
+        "ERR Unknown option or number of arguments for CONFIG SET - 'ratelimit.nope'"
+    );
+    // Nothing refused changed anything.
+    assert_eq!(config_get(&mut c, name), "1000000000");
+    assert_eq!(config_get(&mut c, "ratelimit.cell-compat"), "yes");
+    assert_eq!(config_get(&mut c, "ratelimit.debug-clock"), "yes");
+}
+
+/// A bad load argument refuses the load, with a line in the server log that names it.
+#[test]
+fn bad_load_arguments_refuse_the_load_with_a_clear_line() {
+    for (args, line) in [
+        (
+            &["sliding-log-max-limit", "abc"][..],
+            "sliding-log-max-limit takes a whole number from 1 to 1000000000, not 'abc'",
+        ),
+        (
+            &["sliding-log-max-limit", "0"],
+            "sliding-log-max-limit takes a whole number from 1 to 1000000000, not '0'",
+        ),
+        (
+            &["sliding-log-max-limit", "99999999999999999999"],
+            "sliding-log-max-limit takes a whole number from 1 to 1000000000, not \
+             '99999999999999999999'",
+        ),
+        (
+            &["cell-compat", "maybe"],
+            "cell-compat takes yes or no, not 'maybe'",
+        ),
+        (
+            &["debug-clock", "YES"],
+            "debug-clock takes yes or no, not 'YES'",
+        ),
+        (
+            &["frobnicate", "yes"],
+            "unknown load argument 'frobnicate': expected one of cell-compat, debug-clock, \
+             sliding-log-max-limit",
+        ),
+        (
+            &["debug-clock", "yes", "cell-compat"],
+            "load arguments come in pairs: name value",
+        ),
+    ] {
+        match Server::try_with(Config::default().module_args(args)) {
+            Ok(_) => panic!("the module loaded with {args:?}"),
+            Err(log) => assert!(
+                log.contains(&format!("<ratelimit> refusing to load: {line}\n")),
+                "{args:?}: {log}"
+            ),
+        }
+    }
+}
+
+/// `ratelimit.<name>` directives (redis.conf or the command line) set the settings too; a
+/// load argument overrides one.
+#[test]
+fn directives_set_settings_and_load_arguments_override_them() {
+    let server = Server::with(
+        Config::default()
+            .module_args(&["sliding-log-max-limit", "9"])
+            .extra(&[
+                "--ratelimit.sliding-log-max-limit",
+                "7",
+                "--ratelimit.cell-compat",
+                "no",
+            ]),
+    );
+    let mut c = server.client();
+    assert_eq!(config_get(&mut c, "ratelimit.sliding-log-max-limit"), "9");
+    assert_eq!(config_get(&mut c, "ratelimit.cell-compat"), "no");
+    assert_eq!(config_get(&mut c, "ratelimit.debug-clock"), "no");
+    let e = c.cmd(&["CL.THROTTLE", "k", "1", "1", "1"]).error();
+    assert!(e.starts_with("ERR unknown command 'CL.THROTTLE'"), "{e}");
+    // A directive out of range refuses to start, as Redis checks it.
+    let refused =
+        Server::try_with(Config::default().extra(&["--ratelimit.sliding-log-max-limit", "0"]));
+    let log = refused.err().expect("the server started");
+    assert!(
+        log.contains(
+            "Issue during loading of configuration ratelimit.sliding-log-max-limit : argument \
+             must be between 1 and 1000000000 inclusive"
+        ),
+        "{log}"
+    );
+}
+
+/// MODULE LOAD at runtime: a refused load answers Redis's generic error and logs why; the
+/// server carries on and a good load then works.
+#[test]
+fn module_load_refuses_bad_arguments_and_then_loads() {
+    let mut config = Config::default().extra(&["--enable-module-command", "yes"]);
+    config.load_module = false;
+    let server = Server::with(config);
+    let mut c = server.client();
+    let path = module_path().display().to_string();
+    assert_eq!(
+        c.cmd(&["MODULE", "LOAD", &path, "sliding-log-max-limit", "1e6"])
+            .error(),
+        "ERR Error loading the extension. Please check the server logs."
+    );
+    assert!(server.log().contains(
+        "<ratelimit> refusing to load: sliding-log-max-limit takes a whole number from 1 to \
+         1000000000, not '1e6'"
+    ));
+    assert_eq!(c.cmd(&["MODULE", "LIST"]), Reply::Array(vec![]));
+    assert_eq!(
+        c.cmd(&["MODULE", "LOAD", &path, "sliding-log-max-limit", "100"]),
+        Reply::Simple("OK".into())
+    );
+    assert_eq!(config_get(&mut c, "ratelimit.sliding-log-max-limit"), "100");
+    assert_eq!(c.cmd(&["RL.GCRA", "k", "1", "1", "1s"]).ints()[0], 1);
+    assert_eq!(commandstats(&mut c)["rl.gcra"], counters(1, 1, 0, 0));
 }
