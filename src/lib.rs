@@ -14,6 +14,7 @@ mod algorithms;
 mod args;
 mod clock;
 mod commands;
+mod compat;
 mod error;
 mod metrics;
 mod reply;
@@ -71,6 +72,7 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&format!("refusing to load: {message}"));
         return Status::Err;
     }
+    compat::log_fallbacks(ctx);
     if DEBUG_CLOCK.load(Ordering::Relaxed) {
         clock::enable_debug();
     }

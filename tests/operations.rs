@@ -1,5 +1,6 @@
-//! Operations: the counters of `INFO ratelimit`, the `ratelimit.denied` keyspace event, and
-//! the settings (load arguments, `CONFIG SET/GET`).
+//! Operations: the counters of `INFO ratelimit`, the `ratelimit.denied` keyspace event, the
+//! settings (load arguments, `CONFIG SET/GET`), and what the module says about the server
+//! version it runs on.
 
 mod common;
 
@@ -631,4 +632,34 @@ fn module_load_refuses_bad_arguments_and_then_loads() {
     assert_eq!(config_get(&mut c, "ratelimit.sliding-log-max-limit"), "100");
     assert_eq!(c.cmd(&["RL.GCRA", "k", "1", "1", "1s"]).ints()[0], 1);
     assert_eq!(commandstats(&mut c)["rl.gcra"], counters(1, 1, 0, 0));
+}
+
+/// The server's version as (major, minor).
+fn version(c: &mut Client) -> (u32, u32) {
+    let v = c.info_field("server", "redis_version");
+    let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap());
+    (parts.next().unwrap(), parts.next().unwrap())
+}
+
+/// Before Redis 7.2 two module-API functions are missing; the module loads anyway and logs
+/// what it does instead, once.
+#[test]
+fn the_log_says_what_an_older_server_lacks() {
+    let server = Server::start();
+    let mut c = server.client();
+    let log = server.log();
+    let lines = [
+        "<ratelimit> this server has no RedisModule_CachedMicroseconds (Redis 7.2+): the clock \
+         reads the system clock in microseconds, once per command\n",
+        "<ratelimit> this server has no RedisModule_SetCommandACLCategories (Redis 7.2+): \
+         commands belong to no ACL category; grant them to users by name (+rl.gcra ...)\n",
+    ];
+    let older = version(&mut c) < (7, 2);
+    for line in lines {
+        assert_eq!(
+            log.matches(line).count(),
+            usize::from(older),
+            "{line}\n{log}"
+        );
+    }
 }
