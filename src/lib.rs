@@ -14,14 +14,18 @@ mod algorithms;
 mod args;
 mod clock;
 mod commands;
+mod compat;
 mod error;
+mod metrics;
 mod reply;
 mod storage;
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use redis_module::configuration::ConfigurationFlags;
-use redis_module::{redis_module, Context, RedisString, Status};
+// The `info:` handler's expansion names InfoContext and RedisResult.
+use redis_module::{redis_module, Context, InfoContext, RedisResult, RedisString, Status};
 
 // The Redis allocator aborts outside a server: unit and property tests use the system one.
 #[cfg(not(test))]
@@ -29,6 +33,7 @@ use redis_module::alloc::RedisAlloc as ModuleAllocator;
 #[cfg(test)]
 use std::alloc::System as ModuleAllocator;
 
+use metrics::info;
 use storage::RL_TYPE;
 
 /// `cell-compat yes|no` (load time only, default yes): register CL.THROTTLE.
@@ -49,14 +54,25 @@ pub(crate) fn sliding_log_max_limit() -> u64 {
 
 /// The load arguments the module accepts: the flags take `yes` or `no`, the numbers a whole
 /// number in range.
-const FLAGS: [&str; 2] = ["cell-compat", "debug-clock"];
-const NUMBERS: [&str; 1] = ["sliding-log-max-limit"];
+const FLAGS: [(&str, &AtomicBool); 2] =
+    [("cell-compat", &CELL_COMPAT), ("debug-clock", &DEBUG_CLOCK)];
+const NUMBERS: [(&str, &AtomicI64, u64); 1] = [(
+    "sliding-log-max-limit",
+    &SLIDING_LOG_MAX_LIMIT,
+    SLIDING_LOG_LIMIT_CEILING,
+)];
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
-    if let Err(message) = check_load_args(args) {
-        ctx.log_warning(&format!("ratelimit: {message}"));
+    // A panic at load would take the server down with it.
+    catch_unwind(AssertUnwindSafe(|| load(ctx, args))).unwrap_or(Status::Err)
+}
+
+fn load(ctx: &Context, args: &[RedisString]) -> Status {
+    if let Err(message) = apply_load_args(args) {
+        ctx.log_warning(&format!("refusing to load: {message}"));
         return Status::Err;
     }
+    compat::log_fallbacks(ctx);
     if DEBUG_CLOCK.load(Ordering::Relaxed) {
         clock::enable_debug();
     }
@@ -66,42 +82,70 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
             Status::Ok
         }
         Err(message) => {
-            ctx.log_warning(&format!("ratelimit: {message}"));
+            ctx.log_warning(&format!("refusing to load: {message}"));
             Status::Err
         }
     }
 }
 
-/// Load arguments come in pairs `name yes|no`; anything else refuses the load, so that a
-/// typo never silently runs with a default.
-fn check_load_args(args: &[RedisString]) -> Result<(), String> {
+/// Checks the load arguments, pairs `name value`, and then sets them. Anything wrong
+/// refuses the load (and sets nothing), so that a typo never silently runs with a default.
+///
+/// They are applied here rather than as the settings' registered defaults
+/// (`module_args_as_configuration`), because the crate parses those first and refuses a bad
+/// number with a message that names neither the argument nor the value. Redis has already
+/// set every setting to its default or to its `ratelimit.<name>` directive (from redis.conf
+/// or the command line); a load argument overrides the directive.
+fn apply_load_args(args: &[RedisString]) -> Result<(), String> {
     if !args.len().is_multiple_of(2) {
         return Err("load arguments come in pairs: name value".into());
     }
+    let mut flags = Vec::new();
+    let mut numbers = Vec::new();
     for pair in args.chunks(2) {
-        let name = pair[0].to_string_lossy();
-        let value = pair[1].to_string_lossy();
-        if FLAGS.contains(&name.as_str()) {
-            if value != "yes" && value != "no" {
-                return Err(format!("{name} takes yes or no"));
-            }
-        } else if NUMBERS.contains(&name.as_str()) {
-            let ok = value
-                .parse::<u64>()
-                .is_ok_and(|n| (1..=SLIDING_LOG_LIMIT_CEILING).contains(&n));
-            if !ok {
-                return Err(format!(
-                    "{name} takes a whole number from 1 to {SLIDING_LOG_LIMIT_CEILING}"
-                ));
-            }
+        let name = pair[0].as_slice();
+        let value = pair[1].as_slice();
+        let shown = || error::quote(value);
+        if let Some((name, setting)) = FLAGS.iter().find(|(n, _)| n.as_bytes() == name) {
+            let on = match value {
+                b"yes" => true,
+                b"no" => false,
+                _ => return Err(format!("{name} takes yes or no, not '{}'", shown())),
+            };
+            flags.push((*setting, on));
+        } else if let Some((name, setting, max)) =
+            NUMBERS.iter().find(|(n, _, _)| n.as_bytes() == name)
+        {
+            let n = std::str::from_utf8(value)
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .filter(|n| (1..=*max).contains(n))
+                .and_then(|n| i64::try_from(n).ok())
+                .ok_or_else(|| {
+                    format!(
+                        "{name} takes a whole number from 1 to {max}, not '{}'",
+                        shown()
+                    )
+                })?;
+            numbers.push((*setting, n));
         } else {
+            let names: Vec<&str> = FLAGS
+                .iter()
+                .map(|(n, _)| *n)
+                .chain(NUMBERS.iter().map(|(n, _, _)| *n))
+                .collect();
             return Err(format!(
-                "unknown load argument '{}': expected one of {}, {}",
-                error::quote(name.as_bytes()),
-                FLAGS.join(", "),
-                NUMBERS.join(", ")
+                "unknown load argument '{}': expected one of {}",
+                error::quote(name),
+                names.join(", ")
             ));
         }
+    }
+    for (setting, on) in flags {
+        setting.store(on, Ordering::Relaxed);
+    }
+    for (setting, n) in numbers {
+        setting.store(n, Ordering::Relaxed);
     }
     Ok(())
 }
@@ -112,6 +156,7 @@ redis_module! {
     allocator: (ModuleAllocator, ModuleAllocator),
     data_types: [RL_TYPE],
     init: init,
+    info: info,
     configurations: [
         i64: [
             [
@@ -130,6 +175,7 @@ redis_module! {
             ["debug-clock", &DEBUG_CLOCK, false, ConfigurationFlags::IMMUTABLE, None],
         ],
         enum: [],
-        module_args_as_configuration: true,
+        // Load arguments are checked and applied by `init` (see apply_load_args).
+        module_args_as_configuration: false,
     ]
 }

@@ -10,6 +10,7 @@ use redis_module::raw;
 
 use crate::algorithms::{int, Decision};
 use crate::error::Error;
+use crate::metrics;
 
 type Ctx = *mut raw::RedisModuleCtx;
 
@@ -53,7 +54,12 @@ pub enum Extra<'a> {
 /// The admission reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`, plus
 /// one more named field for the commands that have it; a map with a boolean `allowed` for
 /// RESP3 clients.
+///
+/// It also records the decision for the command guard, which counts it (`INFO ratelimit`)
+/// and publishes a denial as a keyspace event: every admission command replies through here
+/// or [`redis_cell`].
 pub fn admission(ctx: Ctx, d: &Decision, extra: Option<(&str, Extra)>) {
+    metrics::decided(d.allowed);
     let retry = match d.retry_after {
         Some(span) => int(span.ceil_ms()),
         None => -1,
@@ -105,8 +111,10 @@ pub fn admission(ctx: Ctx, d: &Decision, extra: Option<(&str, Extra)>) {
 }
 
 /// redis-cell's reply: `[limited, limit, remaining, retry_after_s or -1, reset_after_s]`,
-/// an array for every protocol, seconds rounded the way redis-cell rounds them.
+/// an array for every protocol, seconds rounded the way redis-cell rounds them. Records the
+/// decision like [`admission`].
 pub fn redis_cell(ctx: Ctx, d: &Decision) {
+    metrics::decided(d.allowed);
     let retry = match d.retry_after {
         Some(span) if !d.allowed => int(span.redis_cell_seconds()),
         _ => -1,

@@ -10,6 +10,7 @@ use super::{Call, Ctx, Mode, RawString};
 use crate::algorithms::Decision;
 use crate::args::Options;
 use crate::error::Error;
+use crate::metrics;
 use crate::storage::{Key, Request, Variant};
 
 /// The internal command that carries a write to replicas and the AOF.
@@ -33,7 +34,9 @@ pub fn arguments<'a>(
 ///
 /// `name` is the command as it will be replayed. A request writes (and propagates) only
 /// when it is admitted, takes at least one unit, and is not a DRYRUN; a denied request or a
-/// DRYRUN leaves the keyspace, the replication stream and the AOF as they were.
+/// DRYRUN leaves the keyspace, the replication stream and the AOF as they were. A DRYRUN or
+/// COST 0 request is a preview: INFO counts it as a call only, and its denial publishes no
+/// keyspace event.
 pub fn run<A: Variant>(
     call: &Call,
     name: &'static CStr,
@@ -67,6 +70,10 @@ pub fn run_with<A: Variant>(
     }
     let (now_us, real_ms) = call.clock();
     let write = opts.cost > 0 && !opts.dryrun;
+    if !write {
+        // DRYRUN and COST 0 ask what would happen: neither an admission nor a denial.
+        metrics::preview();
+    }
     let request = Request {
         now_us,
         cost: opts.cost,

@@ -4,6 +4,7 @@ use super::{admission, Call};
 use crate::algorithms::concurrency::{self, Concurrency, Params, State, MAX_TOKEN};
 use crate::args;
 use crate::error::{quote, Error};
+use crate::metrics;
 use crate::reply;
 use crate::storage::{Key, Stored};
 
@@ -49,6 +50,9 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<(), Error> {
     }
     let (now_us, real_ms) = call.clock();
     let write = !dryrun;
+    if dryrun {
+        metrics::preview();
+    }
     let mut key = Key::open(call.ctx, call.key, true);
     let acquired = match key.whole::<Concurrency>()? {
         Some(stored) => {

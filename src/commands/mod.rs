@@ -3,7 +3,11 @@
 //! Every command is registered through [`register`] from one table, [`COMMANDS`], and runs
 //! behind [`dispatch`]: it reads the arguments without copying them, and turns an error into
 //! an error reply and a panic into an error reply too (a panic must never reach Redis: it
-//! would abort the server for every client).
+//! would abort the server for every client). It also counts the call in the command's own
+//! counters (`INFO ratelimit`, see [`crate::metrics`]) and publishes a client's denial as the
+//! keyspace event `ratelimit.denied`. Both learn the decision from the admission reply, so a
+//! command added to the table gets them by replying through `reply::admission`; one that
+//! answers a DRYRUN or COST 0 also calls `metrics::preview()`, as `admission::run` does.
 
 mod admission;
 mod concurrency;
@@ -27,6 +31,7 @@ use std::slice;
 use redis_module::raw;
 
 use crate::error::Error;
+use crate::metrics::{self, Stats};
 use crate::reply;
 pub use policy::parse_saved;
 
@@ -97,21 +102,20 @@ pub struct Command {
     /// RL.REPLAY may replay it (the admission commands).
     pub replayable: bool,
     pub handler: Handler,
+    /// Its calls, admissions, denials and errors (`INFO ratelimit`).
+    pub stats: &'static Stats,
     raw: RawHandler,
 }
 
-/// Makes the `extern "C"` entry point for a handler.
-macro_rules! entry {
-    ($handler:path) => {{
-        extern "C" fn trampoline(ctx: Ctx, argv: *mut RawString, argc: c_int) -> c_int {
-            dispatch(ctx, argv, argc, $handler)
-        }
-        trampoline as RawHandler
-    }};
-}
-
+/// A table entry: the command, its counters (a static of its own, so that every entry gets
+/// them, whatever is added to the table), and the `extern "C"` entry point that runs its
+/// handler behind [`dispatch`].
 macro_rules! command {
-    ($name:literal, $flags:literal, $keys:expr, $when:expr, $replayable:expr, $handler:path) => {
+    ($name:literal, $flags:literal, $keys:expr, $when:expr, $replayable:expr, $handler:path) => {{
+        static STATS: Stats = Stats::new();
+        extern "C" fn trampoline(ctx: Ctx, argv: *mut RawString, argc: c_int) -> c_int {
+            dispatch(ctx, argv, argc, $handler, &STATS)
+        }
         Command {
             name: $name,
             flags: $flags,
@@ -119,9 +123,10 @@ macro_rules! command {
             when: $when,
             replayable: $replayable,
             handler: $handler,
-            raw: entry!($handler),
+            stats: &STATS,
+            raw: trampoline as RawHandler,
         }
-    };
+    }};
 }
 
 const KEY: (c_int, c_int, c_int) = (1, 1, 1);
@@ -175,6 +180,7 @@ pub fn register(ctx: Ctx, cell_compat: bool) -> Result<(), String> {
         if status != raw::REDISMODULE_OK as c_int {
             return Err(format!("could not register {:?}", command.name));
         }
+        command.stats.registered();
         set_acl_categories(ctx, command);
         docs::describe(ctx, command);
     }
@@ -227,7 +233,12 @@ pub fn replayable(name: &[u8]) -> Option<&'static Command> {
 /// Arguments above this count are read into a vector; below, onto the stack.
 const STACK_ARGS: usize = 12;
 
-fn dispatch(ctx: Ctx, argv: *mut RawString, argc: c_int, handler: Handler) -> c_int {
+/// Runs one call of a command: reads the arguments, runs the handler, replies with the
+/// error it returned or with [`Error::Panic`] for a panic, counts the call in `stats`, and
+/// publishes a denial (see [`notify_denied`]).
+fn dispatch(ctx: Ctx, argv: *mut RawString, argc: c_int, handler: Handler, stats: &Stats) -> c_int {
+    stats.call();
+    let enclosing = metrics::begin();
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let argc = usize::try_from(argc).unwrap_or(0);
         // SAFETY: Redis passes argc valid strings that outlive the call.
@@ -256,12 +267,51 @@ fn dispatch(ctx: Ctx, argv: *mut RawString, argc: c_int, handler: Handler) -> c_
         };
         handler(&call)
     }));
+    let record = metrics::end(enclosing);
     match outcome {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => reply::error(ctx, &e),
-        Err(_) => reply::error(ctx, &Error::Panic),
+        Ok(Ok(())) => {
+            stats.outcome(record.outcome());
+            if record.publishes_denial() && argc >= 2 && !argv.is_null() {
+                // SAFETY: argv holds argc >= 2 strings; the key is the first argument.
+                notify_denied(ctx, unsafe { *argv.add(1) });
+            }
+        }
+        Ok(Err(e)) => {
+            stats.error();
+            reply::error(ctx, &e);
+        }
+        Err(_) => {
+            stats.error();
+            reply::error(ctx, &Error::Panic);
+        }
     }
     raw::REDISMODULE_OK as c_int
+}
+
+/// The keyspace event a denial publishes on its key.
+const DENIED_EVENT: &CStr = c"ratelimit.denied";
+
+/// Publishes `ratelimit.denied` on `key`, a module keyspace event: Redis sends it to
+/// `__keyspace@<db>__:<key>` and `__keyevent@<db>__:ratelimit.denied` only when
+/// `notify-keyspace-events` has `d` (or `A`) with `K` or `E`, and drops it otherwise after
+/// one bit test. Only for a client's own request: RL.REPLAY marks its calls (a replica or
+/// the AOF replaying a BLOCK denial publishes nothing; the primary did, for its client).
+fn notify_denied(ctx: Ctx, key: RawString) {
+    if key.is_null() {
+        return;
+    }
+    // SAFETY: ctx is the running command's context and key one of its arguments; the
+    // function exists on every supported server, checked anyway.
+    unsafe {
+        if let Some(notify) = raw::RedisModule_NotifyKeyspaceEvent {
+            notify(
+                ctx,
+                raw::REDISMODULE_NOTIFY_MODULE,
+                DENIED_EVENT.as_ptr(),
+                key,
+            );
+        }
+    }
 }
 
 /// The bytes of a Redis string, valid while the string lives.
@@ -281,5 +331,5 @@ fn bytes<'a>(s: RawString) -> &'a [u8] {
 /// The context flags of the running command.
 fn context_flags(ctx: Ctx) -> u32 {
     // SAFETY: ctx is the running command's context.
-    unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) as u32 }
+    unsafe { raw::RedisModule_GetContextFlags.map_or(0, |flags| flags(ctx) as u32) }
 }

@@ -7,6 +7,7 @@ use redis_module::raw;
 use super::admission::parse_replay;
 use super::{context_flags, replayable, Call, Mode};
 use crate::error::Error;
+use crate::metrics;
 use crate::reply;
 use crate::storage::{codec, Key};
 
@@ -29,6 +30,8 @@ fn internal_only(call: &Call, command: &'static str) -> Result<(), Error> {
 /// `admission::propagate`). Reply: whatever the replayed command replies.
 pub fn rl_replay(call: &Call) -> Result<(), Error> {
     internal_only(call, "RL.REPLAY")?;
+    // Counted under RL.REPLAY; a replayed denial publishes no keyspace event.
+    metrics::replayed();
     let a = call.args;
     if a.len() < 3 {
         return Err(Error::Arity {
