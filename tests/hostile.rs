@@ -406,10 +406,11 @@ fn random_rules(rng: &mut Rng) -> Vec<Vec<u8>> {
         let &(name, n) = rng.pick(RULES);
         words.push(name.as_bytes().to_vec());
         for _ in 0..n {
-            let arg: &[u8] = match rng.below(20) {
+            const VALID: &[&[u8]] = &[b"5", b"2", b"60000"];
+            let arg = match rng.below(20) {
                 0 => rng.pick(NEVER_VALID),
                 1 => continue,
-                _ => rng.pick(&[&b"5"[..], b"2", b"60000"]),
+                _ => rng.pick(VALID),
             };
             words.push(arg.to_vec());
         }
