@@ -118,6 +118,14 @@ fn info_counts_calls_admissions_denials_and_errors_per_command() {
         "[0 1 0 60000 60000 (nil)]"
     );
     assert_eq!(c.cmd(&["RL.CONCURRENCY.RELEASE", "l", "t1"]), Reply::Int(1));
+    // RL.LIMIT like every admission command; the policy commands count calls.
+    let set = ["RL.POLICY.SET", "p", "FIXEDWINDOW", "1", "1m"];
+    assert_eq!(c.cmd(&set), Reply::Simple("OK".into()));
+    let limit = ["RL.LIMIT", "lim", "p"];
+    assert_eq!(c.cmd(&limit).ints()[0], 1);
+    assert_eq!(c.cmd(&limit).ints()[0], 0);
+    assert_eq!(c.cmd(&[&limit[..], &["DRYRUN"]].concat()).ints()[0], 0);
+    assert!(c.cmd(&["RL.LIMIT", "lim", "nope"]).is_error());
     assert!(matches!(c.cmd(&["RL.INSPECT", "k"]), Reply::Array(_)));
     // Inside a transaction each command counts as itself.
     c.cmd(&["MULTI"]);
@@ -138,6 +146,8 @@ fn info_counts_calls_admissions_denials_and_errors_per_command() {
         ("rl.slidinglog", counters(2, 1, 1, 0)),
         ("rl.concurrency.acquire", counters(3, 1, 1, 0)),
         ("rl.concurrency.release", counters(1, 0, 0, 0)),
+        ("rl.limit", counters(4, 1, 1, 1)),
+        ("rl.policy.set", counters(1, 0, 0, 0)),
         ("rl.inspect", counters(1, 0, 0, 0)),
         ("rl.debug.clock", counters(1, 0, 0, 0)),
         ("rl.debug.panic", counters(1, 0, 0, 1)),
@@ -324,6 +334,26 @@ fn a_subscriber_receives_exactly_the_denials() {
         assert!(matches!(c.cmd(call), Reply::Array(_)));
         expected.extend(denial(key.as_bytes()));
     }
+    // RL.LIMIT: a denial by any rule is published, a DRYRUN one is not.
+    let set = [
+        "RL.POLICY.SET",
+        "p",
+        "GCRA",
+        "5",
+        "5",
+        "1m",
+        "FIXEDWINDOW",
+        "1",
+        "1h",
+    ];
+    assert_eq!(c.cmd(&set), Reply::Simple("OK".into()));
+    assert_eq!(c.cmd(&["RL.LIMIT", "lim", "p"]).ints()[0], 1);
+    assert_eq!(c.cmd(&["RL.LIMIT", "lim", "p", "DRYRUN"]).ints()[0], 0);
+    assert_eq!(
+        c.cmd(&["RL.LIMIT", "lim", "p"]).ints()[..6],
+        [0, 1, 0, 2_800_000, 2_800_000, 1]
+    );
+    expected.extend(denial(b"lim"));
     let acquire_dryrun = ["RL.CONCURRENCY.ACQUIRE", "l", "1", "1m", "DRYRUN"];
     assert_eq!(c.cmd(&acquire_dryrun).render(), "[0 1 0 60000 60000 (nil)]");
     assert!(matches!(c.cmd(&["RL.INSPECT", "a"]), Reply::Array(_)));
