@@ -35,9 +35,10 @@ const OPTIONAL: [Optional; 2] = [
 /// Logs, at load, one line for each newer function this server lacks.
 pub fn log_fallbacks(ctx: &Context) {
     for api in OPTIONAL.iter().filter(|api| !(api.present)()) {
-        ctx.log_notice(&format!(
+        let message = format!(
             "this server has no {} (Redis {}+): {}",
             api.name, api.since, api.without
-        ));
+        );
+        crate::log::log(ctx.ctx, crate::log::Level::Notice, &message);
     }
 }

@@ -16,6 +16,7 @@ mod clock;
 mod commands;
 mod compat;
 mod error;
+mod log;
 mod metrics;
 mod reply;
 mod storage;
@@ -69,7 +70,11 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
 
 fn load(ctx: &Context, args: &[RedisString]) -> Status {
     if let Err(message) = apply_load_args(args) {
-        ctx.log_warning(&format!("refusing to load: {message}"));
+        log::log(
+            ctx.ctx,
+            log::Level::Warning,
+            &format!("refusing to load: {message}"),
+        );
         return Status::Err;
     }
     compat::log_fallbacks(ctx);
@@ -82,7 +87,11 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
             Status::Ok
         }
         Err(message) => {
-            ctx.log_warning(&format!("refusing to load: {message}"));
+            log::log(
+                ctx.ctx,
+                log::Level::Warning,
+                &format!("refusing to load: {message}"),
+            );
             Status::Err
         }
     }

@@ -592,6 +592,11 @@ fn bad_load_arguments_refuse_the_load_with_a_clear_line() {
             &["debug-clock", "yes", "cell-compat"],
             "load arguments come in pairs: name value",
         ),
+        // Written as it is: a log line is never a printf format.
+        (
+            &["cell-compat", "%s%s%s%n"],
+            "cell-compat takes yes or no, not '%s%s%s%n'",
+        ),
     ] {
         match Server::try_with(Config::default().module_args(args)) {
             Ok(_) => panic!("the module loaded with {args:?}"),

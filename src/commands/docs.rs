@@ -16,8 +16,8 @@
 //! count itself, and every command keeps its own error, which names its syntax. (An arity of
 //! 0 also means -1 on Redis 7.0, but would mean -2 for a command with subcommands.)
 
-use std::ffi::{CStr, CString};
-use std::os::raw::{c_char, c_int};
+use std::ffi::CStr;
+use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -591,20 +591,7 @@ fn lower(
 
 /// A warning in the server's log; nothing when there is no server (unit tests).
 fn log(ctx: Ctx, message: &str) {
-    let Ok(message) = CString::new(message) else {
-        return;
-    };
-    // SAFETY: the format is "%s" and its one argument a NUL-terminated string.
-    unsafe {
-        if let Some(log) = raw::RedisModule_Log {
-            log(
-                ctx,
-                c"warning".as_ptr(),
-                c"%s".as_ptr(),
-                message.as_ptr() as *const c_char,
-            );
-        }
-    }
+    crate::log::log(ctx, crate::log::Level::Warning, message);
 }
 
 #[cfg(test)]

@@ -215,10 +215,8 @@ fn set_acl_categories(ctx: Ctx, command: &Command) {
         };
         let handle = get(ctx, command.name.as_ptr());
         if handle.is_null() || set(handle, categories.as_ptr()) != raw::REDISMODULE_OK as c_int {
-            raw::redis_log(
-                ctx,
-                &format!("ratelimit: no ACL categories for {:?}", command.name),
-            );
+            let message = format!("no ACL categories for {:?}", command.name);
+            crate::log::log(ctx, crate::log::Level::Warning, &message);
         }
     }
 }

@@ -81,10 +81,11 @@ pub fn init(ctx: *mut raw::RedisModuleCtx) {
         })
     };
     if !subscribed {
-        raw::redis_log(
+        crate::log::log(
             ctx,
-            "ratelimit: no fork events on this server: policies persist through the RDB and the \
-             AOF preamble, not through an AOF rewrite without the preamble",
+            crate::log::Level::Warning,
+            "no fork events on this server: policies persist through the RDB and the AOF \
+             preamble, not through an AOF rewrite without the preamble",
         );
     }
 }
