@@ -4,7 +4,7 @@ mod common;
 
 use std::sync::{Arc, Barrier};
 
-use common::{Client, Config, Reply, Server, T0_MS};
+use common::{Client, Reply, Server, T0_MS};
 
 fn acquire(c: &mut Client, args: &[&str]) -> (Vec<i64>, Reply) {
     let mut call = vec!["RL.CONCURRENCY.ACQUIRE"];
@@ -130,18 +130,10 @@ fn sixteen_clients_hold_exactly_the_limit() {
 
 #[test]
 fn leases_replicate_with_their_generated_tokens_and_survive_a_reload() {
-    let primary = Server::with(Config::default().extra(&["--repl-diskless-sync-delay", "0"]));
+    let primary = Server::with(common::primary_config());
     let replica = Server::start();
     let mut r = replica.client();
-    r.cmd(&["REPLICAOF", "127.0.0.1", &primary.port.to_string()]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while r.info_field("replication", "master_link_status") != "up" {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the replica did not sync"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    r.replicate_from(&primary);
     let mut p = primary.client();
     p.clock_set(T0_MS);
     let (_, first) = acquire(&mut p, &["l", "3", "1h"]);

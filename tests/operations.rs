@@ -5,7 +5,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
 
 use common::{module_path, Client, Config, Reply, Server, T0_MS};
 
@@ -416,19 +415,9 @@ fn nothing_is_published_unless_module_events_are_on() {
 
 /// A primary and a replica of it, the replica with every keyspace event on.
 fn pair() -> (Server, Server) {
-    let primary = Server::with(Config::default().extra(&["--repl-diskless-sync-delay", "0"]));
+    let primary = Server::with(common::primary_config());
     let replica = Server::with(Config::default().extra(&["--notify-keyspace-events", "KEA"]));
-    let mut r = replica.client();
-    let port = primary.port.to_string();
-    assert_eq!(
-        r.cmd(&["REPLICAOF", "127.0.0.1", &port]),
-        Reply::Simple("OK".into())
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while r.info_field("replication", "master_link_status") != "up" {
-        assert!(Instant::now() < deadline, "the replica did not sync");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    replica.client().replicate_from(&primary);
     (primary, replica)
 }
 

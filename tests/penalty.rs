@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Config, Reply, Server, T0_MS};
+use common::{Reply, Server, T0_MS};
 
 /// 2023-11-14T22:13:00Z: a whole minute, for the aligned windows.
 const MINUTE: u64 = 1_699_999_980_000;
@@ -104,18 +104,10 @@ fn every_admission_command_takes_block() {
 
 #[test]
 fn a_block_reaches_replicas_and_survives_a_reload() {
-    let primary = Server::with(Config::default().extra(&["--repl-diskless-sync-delay", "0"]));
+    let primary = Server::with(common::primary_config());
     let replica = Server::start();
     let mut r = replica.client();
-    r.cmd(&["REPLICAOF", "127.0.0.1", &primary.port.to_string()]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while r.info_field("replication", "master_link_status") != "up" {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the replica did not sync"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    r.replicate_from(&primary);
     let mut p = primary.client();
     p.clock_set(T0_MS);
     let call = ["RL.SLIDINGWINDOW", "w", "1", "1h", "BLOCK", "30m"];

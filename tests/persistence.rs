@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use common::{Client, Config, Reply, Server, T0_MS};
 
 /// Writes state into keys of every algorithm with the debug clock at T0 and after (COST,
@@ -119,20 +117,7 @@ fn rewrite_and_restart(preamble: &str) {
     assert_all_present(&before);
     let pttl_before = c.pttl("rl:3");
     c.cmd(&["BGREWRITEAOF"]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let busy = c.info_field("persistence", "aof_rewrite_in_progress") != "0"
-            || c.info_field("persistence", "aof_rewrite_scheduled") != "0";
-        if !busy {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the AOF rewrite did not finish");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(
-        c.info_field("persistence", "aof_last_bgrewrite_status"),
-        "ok"
-    );
+    c.wait_for_aof_rewrite();
     if preamble == "no" {
         // The rewritten base file recreates each key with RL.LOADSTATE and its PEXPIREAT.
         let base = std::fs::read_dir(server.dir.join("appendonlydir"))

@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use common::{Client, Config, Reply, Server};
 
 /// 2023-11-14T00:00:00Z: the start of a day (and of a minute), for the aligned windows.
@@ -14,6 +12,11 @@ fn ok() -> Reply {
     Reply::Simple("OK".into())
 }
 
+/// A command's words, written as one line.
+fn split(line: &str) -> Vec<&str> {
+    line.split(' ').collect()
+}
+
 fn words(reply: &Reply) -> Vec<String> {
     match reply {
         Reply::Array(items) => items.iter().map(Reply::text).collect(),
@@ -21,22 +24,17 @@ fn words(reply: &Reply) -> Vec<String> {
     }
 }
 
+/// A server with the debug clock at [`DAY`], and a client of it.
+fn at_midnight() -> (Server, Client) {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(DAY);
+    (server, c)
+}
+
 /// An API's tiers: 5 a second (bursts of 5), 20 a minute, 30 a day.
 fn api_policy(c: &mut Client) {
-    let set = [
-        "RL.POLICY.SET",
-        "api",
-        "GCRA",
-        "5",
-        "5",
-        "1s",
-        "FIXEDWINDOW",
-        "20",
-        "1m",
-        "FIXEDWINDOW",
-        "30",
-        "1d",
-    ];
+    let set = split("RL.POLICY.SET api GCRA 5 5 1s FIXEDWINDOW 20 1m FIXEDWINDOW 30 1d");
     assert_eq!(c.cmd(&set), ok());
 }
 
@@ -102,23 +100,8 @@ fn three_tiers_where_the_minute_then_the_day_binds() {
 
 #[test]
 fn a_refusal_by_the_last_rule_leaves_every_rule_untouched() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(DAY);
-    let set = [
-        "RL.POLICY.SET",
-        "p",
-        "GCRA",
-        "10",
-        "10",
-        "1m",
-        "SLIDINGWINDOW",
-        "8",
-        "1h",
-        "FIXEDWINDOW",
-        "2",
-        "1h",
-    ];
+    let (_server, mut c) = at_midnight();
+    let set = split("RL.POLICY.SET p GCRA 10 10 1m SLIDINGWINDOW 8 1h FIXEDWINDOW 2 1h");
     assert_eq!(c.cmd(&set), ok());
     let limit = ["RL.LIMIT", "k", "p"];
     assert_eq!(c.cmd(&limit).ints(), [1, 2, 1, 0, 3_600_000, 2]);
@@ -155,35 +138,14 @@ fn a_refusal_by_the_last_rule_leaves_every_rule_untouched() {
 
 #[test]
 fn a_policy_changed_mid_stream_keeps_the_rules_that_stayed() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(DAY);
-    let v1 = [
-        "RL.POLICY.SET",
-        "p",
-        "FIXEDWINDOW",
-        "10",
-        "1h",
-        "GCRA",
-        "100",
-        "100",
-        "1h",
-    ];
+    let (_server, mut c) = at_midnight();
+    let v1 = split("RL.POLICY.SET p FIXEDWINDOW 10 1h GCRA 100 100 1h");
     assert_eq!(c.cmd(&v1), ok());
     for _ in 0..3 {
         c.cmd(&["RL.LIMIT", "k", "p"]);
     }
     // The hour rule stays; the GCRA rule goes; a minute rule comes.
-    let v2 = [
-        "RL.POLICY.SET",
-        "p",
-        "fixedwindow",
-        "5",
-        "1m",
-        "RL.FixedWindow",
-        "10",
-        "1h",
-    ];
+    let v2 = split("RL.POLICY.SET p fixedwindow 5 1m RL.FixedWindow 10 1h");
     assert_eq!(c.cmd(&v2), ok());
     assert_eq!(
         words(&c.cmd(&["RL.POLICY.GET", "p"])),
@@ -357,19 +319,8 @@ fn bad_policies_are_refused_and_change_nothing() {
 
 #[test]
 fn block_locks_every_rule_of_the_key() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(DAY);
-    let set = [
-        "RL.POLICY.SET",
-        "login",
-        "FIXEDWINDOW",
-        "5",
-        "1m",
-        "FIXEDWINDOW",
-        "20",
-        "1d",
-    ];
+    let (_server, mut c) = at_midnight();
+    let set = split("RL.POLICY.SET login FIXEDWINDOW 5 1m FIXEDWINDOW 20 1d");
     assert_eq!(c.cmd(&set), ok());
     let attempt = ["RL.LIMIT", "login:bob", "login", "BLOCK", "15m"];
     for left in (0..5).rev() {
@@ -386,23 +337,6 @@ fn block_locks_every_rule_of_the_key() {
         panic!("{state:?}")
     };
     assert_eq!(rules[1].field("count"), Reply::Int(6));
-}
-
-fn wait_for_rewrite(c: &mut Client) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let busy = c.info_field("persistence", "aof_rewrite_in_progress") != "0"
-            || c.info_field("persistence", "aof_rewrite_scheduled") != "0";
-        if !busy {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the AOF rewrite did not finish");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(
-        c.info_field("persistence", "aof_last_bgrewrite_status"),
-        "ok"
-    );
 }
 
 /// Policies and RL.LIMIT state as a client sees them.
@@ -466,7 +400,7 @@ fn aof(preamble: &str) -> Config {
 fn policies_survive_an_aof_rewrite_with_the_rdb_preamble() {
     survives_restart(aof("yes"), |c| {
         c.cmd(&["BGREWRITEAOF"]);
-        wait_for_rewrite(c);
+        c.wait_for_aof_rewrite();
     });
 }
 
@@ -474,7 +408,7 @@ fn policies_survive_an_aof_rewrite_with_the_rdb_preamble() {
 fn policies_survive_an_aof_rewrite_without_the_rdb_preamble() {
     survives_restart(aof("no"), |c| {
         c.cmd(&["BGREWRITEAOF"]);
-        wait_for_rewrite(c);
+        c.wait_for_aof_rewrite();
     });
 }
 
@@ -485,7 +419,7 @@ fn policies_survive_an_aof_without_a_rewrite() {
 
 #[test]
 fn policies_reach_replicas_by_full_sync_and_by_the_stream() {
-    let primary = Server::with(Config::default().extra(&["--repl-diskless-sync-delay", "0"]));
+    let primary = Server::with(common::primary_config());
     let replica = Server::start();
     let (mut p, mut r) = (primary.client(), replica.client());
     p.clock_set(DAY);
@@ -496,26 +430,10 @@ fn policies_reach_replicas_by_full_sync_and_by_the_stream() {
         r.cmd(&["RL.POLICY.SET", "local", "FIXEDWINDOW", "1", "1m"]),
         ok()
     );
-    let port = primary.port.to_string();
-    assert_eq!(r.cmd(&["REPLICAOF", "127.0.0.1", &port]), ok());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while r.info_field("replication", "master_link_status") != "up" {
-        assert!(Instant::now() < deadline, "the replica did not sync");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    r.replicate_from(&primary);
     assert_eq!(words(&r.cmd(&["RL.POLICY.LIST"])), ["api"]);
     // Then through the replication stream: a change, a new policy, a deletion, requests.
-    let v2 = [
-        "RL.POLICY.SET",
-        "api",
-        "GCRA",
-        "5",
-        "5",
-        "1s",
-        "FIXEDWINDOW",
-        "10",
-        "1d",
-    ];
+    let v2 = split("RL.POLICY.SET api GCRA 5 5 1s FIXEDWINDOW 10 1d");
     assert_eq!(p.cmd(&v2), ok());
     assert_eq!(
         p.cmd(&["RL.POLICY.SET", "other", "SLIDINGWINDOW", "3", "1h"]),

@@ -10,20 +10,9 @@ use common::{Client, Config, Reply, Server, T0_MS};
 
 /// A primary and a replica of it, both with the module and the debug clock.
 fn pair() -> (Server, Server) {
-    // No wait before the full sync: the default waits 5 s for more replicas.
-    let primary = Server::with(Config::default().extra(&["--repl-diskless-sync-delay", "0"]));
+    let primary = Server::with(common::primary_config());
     let replica = Server::start();
-    let mut r = replica.client();
-    let port = primary.port.to_string();
-    assert_eq!(
-        r.cmd(&["REPLICAOF", "127.0.0.1", &port]),
-        Reply::Simple("OK".into())
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while r.info_field("replication", "master_link_status") != "up" {
-        assert!(Instant::now() < deadline, "the replica did not sync");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    replica.client().replicate_from(&primary);
     (primary, replica)
 }
 
@@ -185,15 +174,7 @@ fn a_replicas_own_aof_records_the_replayed_writes() {
     let mut replica =
         Server::with(Config::default().extra(&["--appendonly", "yes", "--appendfsync", "always"]));
     let (mut p, mut r) = (primary.client(), replica.client());
-    let port = primary.port.to_string();
-    r.cmd(&["REPLICAOF", "127.0.0.1", &port]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while r.info_field("replication", "master_link_status") != "up"
-        || r.info_field("persistence", "aof_rewrite_in_progress") != "0"
-    {
-        assert!(Instant::now() < deadline, "the replica did not sync");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    r.replicate_from(&primary);
     p.clock_set(T0_MS);
     for i in 0..5 {
         p.cmd(&["RL.GCRA", &format!("k{i}"), "4", "2", "1m", "COST", "3"]);

@@ -543,25 +543,21 @@ mod tests {
             bad[2..10].copy_from_slice(&count.to_le_bytes());
             assert_eq!(decode(&bad), Err(DecodeError), "{count}");
         }
+        // An RL.LIMIT of one rule, the rule being the value `inner` encodes.
+        let one_rule = |inner: &[u8]| {
+            let mut blob = good[..2].to_vec();
+            blob.extend_from_slice(&1u64.to_le_bytes());
+            blob.extend_from_slice(&inner[1..inner.len() - 8]);
+            blob.extend_from_slice(&0u64.to_le_bytes());
+            decode(&blob)
+        };
         // A rule that is itself an RL.LIMIT (which could nest without end), or a lease set.
-        let mut nested = good[..10].to_vec();
-        nested[2..10].copy_from_slice(&1u64.to_le_bytes());
-        nested.extend_from_slice(&good[1..good.len() - 8]);
-        nested.extend_from_slice(&0u64.to_le_bytes());
-        assert_eq!(decode(&nested), Err(DecodeError));
+        assert_eq!(one_rule(&good), Err(DecodeError));
         let leases = encode(&Entry::new(samples()[6].clone()));
-        let mut with_leases = good[..10].to_vec();
-        with_leases[2..10].copy_from_slice(&1u64.to_le_bytes());
-        with_leases.extend_from_slice(&leases[1..leases.len() - 8]);
-        with_leases.extend_from_slice(&0u64.to_le_bytes());
-        assert_eq!(decode(&with_leases), Err(DecodeError));
-        // The same bytes with a rate algorithm's rule instead decode.
+        assert_eq!(one_rule(&leases), Err(DecodeError));
+        // A rate algorithm's rule decodes.
         let gcra = encode(&Entry::new(samples()[0].clone()));
-        let mut one = good[..10].to_vec();
-        one[2..10].copy_from_slice(&1u64.to_le_bytes());
-        one.extend_from_slice(&gcra[1..gcra.len() - 8]);
-        one.extend_from_slice(&0u64.to_le_bytes());
-        assert!(decode(&one).is_ok());
+        assert!(one_rule(&gcra).is_ok());
     }
 
     #[test]

@@ -508,6 +508,44 @@ impl Client {
             .trim()
             .to_string()
     }
+
+    /// Makes this client's server a replica of `primary` and waits until the link is up and
+    /// any AOF rewrite the sync started is over.
+    pub fn replicate_from(&mut self, primary: &Server) {
+        let port = primary.port.to_string();
+        assert_eq!(
+            self.cmd(&["REPLICAOF", "127.0.0.1", &port]),
+            Reply::Simple("OK".into())
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.info_field("replication", "master_link_status") != "up"
+            || self.info_field("persistence", "aof_rewrite_in_progress") != "0"
+        {
+            assert!(Instant::now() < deadline, "the replica did not sync");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the AOF rewrite in progress or scheduled to end, and checks it succeeded.
+    pub fn wait_for_aof_rewrite(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.info_field("persistence", "aof_rewrite_in_progress") != "0"
+            || self.info_field("persistence", "aof_rewrite_scheduled") != "0"
+        {
+            assert!(Instant::now() < deadline, "the AOF rewrite did not finish");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(
+            self.info_field("persistence", "aof_last_bgrewrite_status"),
+            "ok"
+        );
+    }
+}
+
+/// A primary for the replication tests: it starts a full sync at once (by default it waits
+/// 5 s for more replicas to come).
+pub fn primary_config() -> Config {
+    Config::default().extra(&["--repl-diskless-sync-delay", "0"])
 }
 
 /// A clock reading for tests: 2023-11-14T22:13:20Z.
