@@ -53,26 +53,24 @@ macro_rules! rules {
             }
 
             /// Checks a request against this rule, with `state` the rule's state (`None`:
-            /// fresh). Returns the decision and the state the rule would keep if the whole
-            /// request is admitted (`None` when nothing would change).
+            /// fresh), under [`Algorithm::check`]'s contract: with `write`, an admitted request
+            /// updates `state` in place, or returns a fresh rule's new state.
             fn check(
                 &self,
-                state: Option<&RuleState>,
+                state: Option<&mut RuleState>,
                 now_us: u64,
                 cost: u64,
                 write: bool,
             ) -> (Decision, Option<RuleState>) {
                 match self {
                     $(Rule::$variant(params) => {
-                        let mut copy = match state {
-                            Some(RuleState::$variant(s)) => Some(s.clone()),
+                        let stored = match state {
+                            Some(RuleState::$variant(s)) => Some((params, s)),
                             _ => None,
                         };
-                        let stored = copy.as_mut().map(|s| (params, s));
                         let (decision, fresh) =
                             <$algorithm>::check(params, stored, now_us, cost, write);
-                        let next = fresh.or(copy).map(RuleState::$variant);
-                        (decision, next)
+                        (decision, fresh.map(RuleState::$variant))
                     })*
                 }
             }
@@ -124,34 +122,55 @@ pub struct Outcome {
     pub binding_decision: Decision,
 }
 
-/// Checks a request against every rule of `rules`, with `stored` the rules the key was last
-/// written with and their states (`None`: a fresh key). Returns the outcome and, when the
-/// request is admitted and writes, the states to keep (in the order of `rules`).
-pub fn evaluate(
+/// Which stored state each rule of `rules` takes: the first not yet taken whose rule is
+/// identical (`None`: the rule starts fresh).
+fn matches(rules: &[Rule], old: &[Rule], states: &[RuleState]) -> [Option<usize>; MAX_RULES] {
+    let mut found = [None; MAX_RULES];
+    let mut used = [false; MAX_RULES];
+    for (slot, rule) in found.iter_mut().zip(rules) {
+        *slot = old
+            .iter()
+            .zip(states)
+            .zip(&used)
+            .position(|((o, s), &u)| !u && o == rule && s.belongs(rule));
+        if let Some(j) = *slot {
+            used[j] = true;
+        }
+    }
+    found
+}
+
+/// RL.LIMIT's step: checks a request against every rule of `rules`, with `stored` the rules
+/// the key was last written with and their states (`None`: a fresh key), under
+/// [`Algorithm::check`]'s contract: the states change only when every rule admits the
+/// request and it writes; then a stored key's states are updated (in place when its rules
+/// are the policy's, as they are but after a policy change), and a fresh key's are returned.
+///
+/// Every rule is first asked without writing, on its own state: no copy, however large a
+/// sliding log. (A check without `write` decides as the real request would: each
+/// algorithm's `dryrun_decides_like_the_real_request` property.) Only if all admit does each
+/// count the request.
+pub fn step(
     rules: &[Rule],
-    stored: Option<(&[Rule], &[RuleState])>,
+    stored: Option<(&[Rule], &mut Vec<RuleState>)>,
     now_us: u64,
     cost: u64,
     write: bool,
 ) -> (Outcome, Option<Vec<RuleState>>) {
-    let mut used = [false; MAX_RULES];
-    let mut next = Vec::with_capacity(if write { rules.len() } else { 0 });
+    let (old, mut states) = match stored {
+        Some((old, states)) => (old, Some(states)),
+        None => (&[][..], None),
+    };
+    let found = matches(rules, old, states.as_deref().map_or(&[], Vec::as_slice));
     let mut binding: Option<(usize, Decision)> = None;
     let mut allowed = true;
     let mut reset_after: Option<Span> = None;
     for (i, rule) in rules.iter().enumerate() {
-        let state = stored.and_then(|(old_rules, states)| {
-            let j = old_rules
-                .iter()
-                .zip(states)
-                .enumerate()
-                .position(|(j, (old, s))| {
-                    !used.get(j).copied().unwrap_or(true) && old == rule && s.belongs(rule)
-                })?;
-            used[j] = true;
-            states.get(j)
-        });
-        let (decision, kept) = rule.check(state, now_us, cost, write);
+        let state = match (found.get(i).copied().flatten(), states.as_deref_mut()) {
+            (Some(j), Some(states)) => states.get_mut(j),
+            _ => None,
+        };
+        let (decision, _) = rule.check(state, now_us, cost, false);
         allowed &= decision.allowed;
         if reset_after.is_none_or(|r| decision.reset_after.ceil_us() > r.ceil_us()) {
             reset_after = Some(decision.reset_after);
@@ -162,23 +181,47 @@ pub fn evaluate(
         {
             binding = Some((i, decision));
         }
-        if write {
-            if let Some(kept) = kept {
-                next.push(kept);
-            }
-        }
     }
     let (index, binding_decision) = binding.unwrap_or((0, EMPTY));
     let mut decision = binding_decision;
     decision.allowed = allowed;
     decision.reset_after = reset_after.unwrap_or(Span::ZERO);
-    let states = (allowed && write && cost > 0 && next.len() == rules.len()).then_some(next);
     let outcome = Outcome {
         decision,
         binding: index,
         binding_decision,
     };
-    (outcome, states)
+    if !(allowed && write && cost > 0) {
+        return (outcome, None);
+    }
+    let in_place = states.as_ref().is_some_and(|s| s.len() == rules.len())
+        && (0..rules.len()).all(|i| found.get(i).copied().flatten() == Some(i));
+    match states {
+        Some(states) if in_place => {
+            for (rule, state) in rules.iter().zip(states.iter_mut()) {
+                rule.check(Some(state), now_us, cost, true);
+            }
+            (outcome, None)
+        }
+        states => {
+            let mut next = Vec::with_capacity(rules.len());
+            for (i, rule) in rules.iter().enumerate() {
+                let mut state = match (found.get(i).copied().flatten(), states.as_deref()) {
+                    (Some(j), Some(states)) => states.get(j).cloned(),
+                    _ => None,
+                };
+                let (_, fresh) = rule.check(state.as_mut(), now_us, cost, true);
+                next.extend(fresh.or(state));
+            }
+            match states {
+                Some(states) => {
+                    *states = next;
+                    (outcome, None)
+                }
+                None => (outcome, Some(next)),
+            }
+        }
+    }
 }
 
 /// The decision of a policy without rules (which RL.POLICY.SET never makes).
@@ -223,23 +266,15 @@ impl Algorithm for Limit {
         cost: u64,
         write: bool,
     ) -> (Decision, Option<Vec<RuleState>>) {
-        let (outcome, states) = match stored {
-            Some((old, state)) => {
-                let (outcome, states) =
-                    evaluate(params, Some((old, state.as_slice())), now_us, cost, write);
-                if let Some(states) = states {
-                    *state = states;
-                    return (outcome.decision, None);
-                }
-                (outcome, None)
-            }
-            None => evaluate(params, None, now_us, cost, write),
-        };
-        (outcome.decision, states)
+        let stored = stored.map(|(old, states)| (&old[..], states));
+        let (outcome, fresh) = step(params, stored, now_us, cost, write);
+        (outcome.decision, fresh)
     }
 
     fn describe(params: &Rules, state: &Vec<RuleState>, now_us: u64) -> Vec<(&'static str, i64)> {
-        let now = evaluate(params, Some((params, state)), now_us, 0, false).0;
+        // A check of no units writes nothing; the copy satisfies `&mut`.
+        let mut copy = state.clone();
+        let now = step(params, Some((params, &mut copy)), now_us, 0, false).0;
         vec![
             ("binding_rule", super::int(now.binding as u64)),
             ("remaining", super::int(now.decision.remaining)),
@@ -296,8 +331,9 @@ mod tests {
     }
 
     fn outcome(rules: &Rules, key: &Key, now_us: u64, cost: u64) -> Outcome {
-        let stored = key.as_ref().map(|(r, s)| (&r[..], &s[..]));
-        evaluate(rules, stored, now_us, cost, false).0
+        let mut copy = key.clone();
+        let stored = copy.as_mut().map(|(r, s)| (&r[..], s));
+        super::step(rules, stored, now_us, cost, false).0
     }
 
     /// Three tiers: 10 a second, 30 a minute, 50 a day.
@@ -460,7 +496,11 @@ mod tests {
                 let alone: Vec<(Decision, Option<RuleState>)> = rules
                     .iter()
                     .enumerate()
-                    .map(|(i, rule)| rule.check(stored.map(|(_, s)| &s[i]), now, cost, cost > 0))
+                    .map(|(i, rule)| {
+                        let mut state = stored.map(|(_, s)| s[i].clone());
+                        let (decision, fresh) = rule.check(state.as_mut(), now, cost, cost > 0);
+                        (decision, fresh.or(state))
+                    })
                     .collect();
                 let o = outcome(&rules, &key, now, cost);
                 let every = alone.iter().all(|(d, _)| d.allowed);

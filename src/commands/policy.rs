@@ -219,16 +219,10 @@ pub fn rl_limit(call: &Call) -> Result<(), Error> {
                  now_us: u64,
                  cost: u64,
                  write: bool| {
-        let view = stored.as_ref().map(|(r, s)| (&r[..], &s[..]));
-        let (outcome, states) = policy::evaluate(rules, view, now_us, cost, write);
+        let stored = stored.map(|(old, states)| (&old[..], states));
+        let (outcome, fresh) = policy::step(rules, stored, now_us, cost, write);
         seen.set(Some((outcome.binding, outcome.binding_decision, now_us)));
-        match (stored, states) {
-            (Some((_, state)), Some(states)) => {
-                *state = states;
-                (outcome.decision, None)
-            }
-            (_, states) => (outcome.decision, states),
-        }
+        (outcome.decision, fresh)
     };
     let rules = Arc::clone(&policy.rules);
     admission::run_with::<Limit>(call, c"RL.LIMIT", rules, opts, check, |ctx, d| {
