@@ -130,10 +130,8 @@ fn sixteen_clients_hold_exactly_the_limit() {
 
 #[test]
 fn leases_replicate_with_their_generated_tokens_and_survive_a_reload() {
-    let primary = Server::with(common::primary_config());
-    let replica = Server::start();
+    let (primary, replica) = common::replicated(common::Config::default());
     let mut r = replica.client();
-    r.replicate_from(&primary);
     let mut p = primary.client();
     p.clock_set(T0_MS);
     let (_, first) = acquire(&mut p, &["l", "3", "1h"]);

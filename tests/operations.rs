@@ -415,10 +415,7 @@ fn nothing_is_published_unless_module_events_are_on() {
 
 /// A primary and a replica of it, the replica with every keyspace event on.
 fn pair() -> (Server, Server) {
-    let primary = Server::with(common::primary_config());
-    let replica = Server::with(Config::default().extra(&["--notify-keyspace-events", "KEA"]));
-    replica.client().replicate_from(&primary);
-    (primary, replica)
+    common::replicated(Config::default().extra(&["--notify-keyspace-events", "KEA"]))
 }
 
 /// A replica counts what it replays under RL.REPLAY, never under the client's command, and

@@ -104,10 +104,8 @@ fn every_admission_command_takes_block() {
 
 #[test]
 fn a_block_reaches_replicas_and_survives_a_reload() {
-    let primary = Server::with(common::primary_config());
-    let replica = Server::start();
+    let (primary, replica) = common::replicated(common::Config::default());
     let mut r = replica.client();
-    r.replicate_from(&primary);
     let mut p = primary.client();
     p.clock_set(T0_MS);
     let call = ["RL.SLIDINGWINDOW", "w", "1", "1h", "BLOCK", "30m"];

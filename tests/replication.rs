@@ -8,14 +8,6 @@ use std::time::{Duration, Instant};
 
 use common::{Client, Config, Reply, Server, T0_MS};
 
-/// A primary and a replica of it, both with the module and the debug clock.
-fn pair() -> (Server, Server) {
-    let primary = Server::with(common::primary_config());
-    let replica = Server::start();
-    replica.client().replicate_from(&primary);
-    (primary, replica)
-}
-
 /// Waits until the replica has acknowledged everything the primary sent.
 fn sync(p: &mut Client) {
     assert_eq!(p.cmd(&["WAIT", "1", "10000"]), Reply::Int(1));
@@ -29,7 +21,7 @@ fn offset(p: &mut Client) -> i64 {
 
 #[test]
 fn the_replica_holds_the_primarys_state_exactly() {
-    let (primary, replica) = pair();
+    let (primary, replica) = common::replicated(Config::default());
     let (mut p, mut r) = (primary.client(), replica.client());
     p.clock_set(T0_MS);
     let mut keys = Vec::new();
@@ -94,7 +86,7 @@ fn the_replica_holds_the_primarys_state_exactly() {
 
 #[test]
 fn denied_dryrun_and_cost_zero_propagate_nothing() {
-    let (primary, _replica) = pair();
+    let (primary, _replica) = common::replicated(Config::default());
     let mut p = primary.client();
     p.clock_set(T0_MS);
     assert_eq!(p.cmd(&["RL.GCRA", "k", "1", "1", "1m"]).ints()[0], 1);
@@ -129,7 +121,7 @@ fn denied_dryrun_and_cost_zero_propagate_nothing() {
 
 #[test]
 fn a_promoted_replica_goes_on_from_the_same_state() {
-    let (primary, replica) = pair();
+    let (primary, replica) = common::replicated(Config::default());
     let (mut p, mut r) = (primary.client(), replica.client());
     p.clock_set(T0_MS);
     for _ in 0..3 {
@@ -159,7 +151,7 @@ fn a_promoted_replica_goes_on_from_the_same_state() {
 
 #[test]
 fn the_internal_commands_are_refused_on_a_replica_too() {
-    let (_primary, replica) = pair();
+    let (_primary, replica) = common::replicated(Config::default());
     let mut r = replica.client();
     let e = r
         .cmd(&["RL.REPLAY", "k", "1:1:RL.GCRA:5", "1", "1s"])
@@ -201,7 +193,7 @@ fn a_replicas_own_aof_records_the_replayed_writes() {
 /// (SLOWLOG, here) must show the command as sent.
 #[test]
 fn transactions_scripts_and_slowlog_see_the_right_commands() {
-    let (primary, replica) = pair();
+    let (primary, replica) = common::replicated(Config::default());
     let (mut p, mut r) = (primary.client(), replica.client());
     p.clock_set(T0_MS);
     p.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
@@ -239,7 +231,7 @@ fn transactions_scripts_and_slowlog_see_the_right_commands() {
 /// replica through the DEL the primary sends (replicas do not expire keys themselves).
 #[test]
 fn idle_keys_expire_on_the_primary_and_then_the_replica() {
-    let (primary, replica) = pair();
+    let (primary, replica) = common::replicated(Config::default());
     let (mut p, mut r) = (primary.client(), replica.client());
     p.clock_set(T0_MS);
     // Fresh again after 1 ms (1000 per ms, burst 1), and one that lives for an hour.

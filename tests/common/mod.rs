@@ -548,6 +548,14 @@ pub fn primary_config() -> Config {
     Config::default().extra(&["--repl-diskless-sync-delay", "0"])
 }
 
+/// A primary, and a replica of it started with `replica`, in sync.
+pub fn replicated(replica: Config) -> (Server, Server) {
+    let primary = Server::with(primary_config());
+    let replica = Server::with(replica);
+    replica.client().replicate_from(&primary);
+    (primary, replica)
+}
+
 /// A clock reading for tests: 2023-11-14T22:13:20Z.
 pub const T0_MS: u64 = 1_700_000_000_000;
 
