@@ -37,7 +37,7 @@
 //!
 //! The window arithmetic ([`window_us`], [`window_start`]) is shared with RL.SLIDINGWINDOW.
 
-use super::{int, Algorithm, Decision, Span};
+use super::{int, keep, Algorithm, Decision, Span};
 
 /// A window length in microseconds; a zero length (which no command accepts) is taken as
 /// one millisecond, and u128 leaves room for any length in ms.
@@ -132,18 +132,16 @@ impl Algorithm for FixedWindow {
             reset_after: Span::new(reset_at - now, 1),
             delay: None,
         };
-        let mut fresh = None;
-        if allowed && write {
+        let fresh = if allowed && write {
             // Both fit: start <= now, and used <= limit.
             let new = State {
                 window_start_us: u64::try_from(start).unwrap_or(now_us),
                 count: u64::try_from(used).unwrap_or(params.limit),
             };
-            match stored {
-                Some((_, state)) => *state = new,
-                None => fresh = Some(new),
-            }
-        }
+            keep(stored.map(|(_, state)| state), new)
+        } else {
+            None
+        };
         (decision, fresh)
     }
 

@@ -21,7 +21,7 @@
 //! TAT in nanoseconds with `T` truncated to a whole nanosecond; the two can differ only when
 //! that truncation matters.
 
-use super::{int, Algorithm, Decision, Span};
+use super::{int, keep, Algorithm, Decision, Span};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
@@ -116,13 +116,11 @@ impl Algorithm for Gcra {
             reset_after: Span::new(ttl, params.rate()),
             delay: None,
         };
-        let mut fresh = None;
-        if allowed && write {
-            match state {
-                Some(state) => state.tat = new_tat,
-                None => fresh = Some(State { tat: new_tat }),
-            }
-        }
+        let fresh = if allowed && write {
+            keep(state, State { tat: new_tat })
+        } else {
+            None
+        };
         (decision, fresh)
     }
 

@@ -132,6 +132,18 @@ pub trait Algorithm {
     }
 }
 
+/// Keeps `new` as the key's state: in place for a stored key (`Some`), or returned as a
+/// fresh key's state. What [`Algorithm::check`] does with an admitted request that writes.
+pub fn keep<S>(stored: Option<&mut S>, new: S) -> Option<S> {
+    match stored {
+        Some(state) => {
+            *state = new;
+            None
+        }
+        None => Some(new),
+    }
+}
+
 /// Clamps to the i64 range of a RESP integer.
 pub fn int(x: u64) -> i64 {
     i64::try_from(x).unwrap_or(i64::MAX)

@@ -56,7 +56,7 @@
 //! counts are taken as now's, never in the caller's favour.
 
 use super::fixed_window::{window_start, window_us};
-use super::{int, Algorithm, Decision, Span};
+use super::{int, keep, Algorithm, Decision, Span};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
@@ -282,8 +282,7 @@ impl Algorithm for SlidingWindow {
             reset_after: Span::new(reset_at - now, 1),
             delay: None,
         };
-        let mut fresh = None;
-        if allowed && write {
+        let fresh = if allowed && write {
             // All fit: start <= now, current + cost <= estimate + cost <= limit, and
             // previous is a stored count.
             let new = State {
@@ -291,11 +290,10 @@ impl Algorithm for SlidingWindow {
                 current: u64::try_from(here.current + cost_units).unwrap_or(params.limit),
                 previous: u64::try_from(here.previous).unwrap_or(u64::MAX),
             };
-            match stored {
-                Some((_, state)) => *state = new,
-                None => fresh = Some(new),
-            }
-        }
+            keep(stored.map(|(_, state)| state), new)
+        } else {
+            None
+        };
         (decision, fresh)
     }
 

@@ -71,7 +71,7 @@
 //! A clock that goes backwards (a reading before the stored instant) refills nothing and
 //! never moves the stored instant back, so no time is refilled twice.
 
-use super::{int, Algorithm, Decision, Span};
+use super::{int, keep, Algorithm, Decision, Span};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
@@ -255,13 +255,11 @@ impl Algorithm for TokenBucket {
             reset_after: after.time_until(params, params.full(), now_us),
             delay: None,
         };
-        let mut fresh = None;
-        if allowed && write {
-            match stored_state {
-                Some(state) => *state = after,
-                None => fresh = Some(after),
-            }
-        }
+        let fresh = if allowed && write {
+            keep(stored_state, after)
+        } else {
+            None
+        };
         (decision, fresh)
     }
 
