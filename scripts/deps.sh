@@ -13,10 +13,20 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v redis-benchmark >/dev/null 2>&1 || need+=(redis-tools)
-if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 \
-    && ! ls /usr/lib/*/libclang*.so* >/dev/null 2>&1; then
-  need+=(libclang-dev)
-fi
+# bindgen (inside the redis-module crate) loads libclang itself at build time: a file named
+# libclang.so, libclang-<version>.so or either with a .<n> suffix, in LIBCLANG_PATH or the
+# usual library folders. libclang-cpp.so.<n>, which some images ship alone, is another library
+# and does not do: it must not count as libclang here.
+has_libclang() {
+  local dir file
+  for dir in ${LIBCLANG_PATH:-} /usr/lib/llvm-*/lib /usr/lib/*-linux-gnu /usr/lib /usr/local/lib; do
+    for file in "$dir"/libclang.so "$dir"/libclang.so.* "$dir"/libclang-[0-9]*.so "$dir"/libclang-[0-9]*.so.*; do
+      [ -e "$file" ] && return 0
+    done
+  done
+  return 1
+}
+has_libclang || need+=(libclang-dev)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 command -v cargo >/dev/null 2>&1 || need+=(cargo)
 command -v python3 >/dev/null 2>&1 || need+=(python3)

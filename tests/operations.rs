@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{module_path, Client, Config, Reply, Server, T0_MS};
+use common::{module_path, modules, Client, Config, Reply, Server, T0_MS};
 
 /// The `INFO` text of `section`.
 fn info(c: &mut Client, section: &str) -> String {
@@ -170,8 +170,12 @@ fn info_counts_calls_admissions_denials_and_errors_per_command() {
     // default INFO or INFO all, which leave module sections out.
     assert_eq!(info(&mut c, "ratelimit_commandstats"), text);
     let modules = info(&mut c, "modules");
+    // Newer servers list modules of their own there too (Redis 8: vectorset), in any order.
+    assert!(modules.starts_with("# Modules\r\n"), "{modules}");
     assert!(
-        modules.starts_with("# Modules\r\nmodule:name=ratelimit,"),
+        modules
+            .lines()
+            .any(|line| line.starts_with("module:name=ratelimit,")),
         "{modules}"
     );
     assert!(modules.ends_with(&format!("\r\n\r\n{text}")), "{modules}");
@@ -645,7 +649,7 @@ fn module_load_refuses_bad_arguments_and_then_loads() {
         "<ratelimit> refusing to load: sliding-log-max-limit takes a whole number from 1 to \
          1000000000, not '1e6'"
     ));
-    assert_eq!(c.cmd(&["MODULE", "LIST"]), Reply::Array(vec![]));
+    assert!(!modules(&mut c).iter().any(|(name, _)| name == "ratelimit"));
     assert_eq!(
         c.cmd(&["MODULE", "LOAD", &path, "sliding-log-max-limit", "100"]),
         Reply::Simple("OK".into())

@@ -247,3 +247,103 @@ fn idle_keys_expire_on_the_primary_and_then_the_replica() {
     assert_eq!(r.cmd(&["EXISTS", "brief"]), Reply::Int(0));
     assert_eq!(r.cmd(&["EXISTS", "lasting"]), Reply::Int(1));
 }
+
+/// The commands RESP-encoded in `bytes` (an AOF), as lists of arguments.
+fn resp_commands(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
+    fn line<'a>(bytes: &'a [u8], at: &mut usize) -> &'a [u8] {
+        let end = *at + bytes[*at..].windows(2).position(|w| w == b"\r\n").unwrap();
+        let text = &bytes[*at..end];
+        *at = end + 2;
+        text
+    }
+    let number = |text: &[u8]| -> usize { std::str::from_utf8(text).unwrap().parse().unwrap() };
+    let mut at = 0;
+    let mut commands = Vec::new();
+    while at < bytes.len() {
+        let header = line(bytes, &mut at);
+        assert_eq!(header[0], b'*', "not an array at byte {at}");
+        let count = number(&header[1..]);
+        let mut args = Vec::new();
+        for _ in 0..count {
+            let len = number(&line(bytes, &mut at)[1..]);
+            args.push(bytes[at..at + len].to_vec());
+            at += len + 2;
+        }
+        commands.push(args);
+    }
+    commands
+}
+
+/// Propagation lends two slots of the client's argument vector to RL.REPLAY for the length
+/// of RedisModule_ReplicateVerbatim, then puts the client's strings back. That the server
+/// copies the vector there, and reads it again afterwards for MONITOR and SLOWLOG, is a server
+/// internal: this pins it on the server under test (make test runs it on each one).
+#[test]
+fn the_stream_gets_the_replay_and_the_client_keeps_its_own_command() {
+    let server =
+        Server::with(Config::default().extra(&["--appendonly", "yes", "--appendfsync", "always"]));
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    c.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    let mut monitor = server.client();
+    assert_eq!(monitor.cmd(&["MONITOR"]), Reply::Simple("OK".into()));
+
+    let real_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    let before = real_ms();
+    let reply = c.cmd(&["RL.GCRA", "plain", "5", "1", "1m", "COST", "2"]);
+    let after = real_ms();
+    assert_eq!(reply.ints(), [1, 5, 3, 0, 120_000]);
+
+    // What the client sent, as MONITOR and SLOWLOG show it once the command is over.
+    let seen = monitor.read().text();
+    assert!(
+        seen.ends_with(r#""RL.GCRA" "plain" "5" "1" "1m" "COST" "2""#),
+        "{seen}"
+    );
+    let log = c.cmd(&["SLOWLOG", "GET", "1"]).render();
+    assert!(log.contains("[RL.GCRA plain 5 1 1m COST 2]"), "{log}");
+
+    // What the AOF (the same stream replicas get) holds: the replay, with the primary's clock
+    // reading, the expiry on the real clock, the command's name and its first argument.
+    let aof_dir = server.dir.join("appendonlydir");
+    let mut commands = Vec::new();
+    for entry in std::fs::read_dir(&aof_dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.to_string_lossy().ends_with(".incr.aof") {
+            commands.extend(resp_commands(&std::fs::read(path).unwrap()));
+        }
+    }
+    let replays: Vec<&Vec<Vec<u8>>> = commands
+        .iter()
+        .filter(|args| args[0].eq_ignore_ascii_case(b"RL.REPLAY"))
+        .collect();
+    assert_eq!(replays.len(), 1, "{commands:?}");
+    let args: Vec<String> = replays[0]
+        .iter()
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    assert_eq!(args.len(), 7, "{args:?}");
+    assert_eq!(args[..2], ["RL.REPLAY", "plain"]);
+    assert_eq!(args[3..], ["1", "1m", "COST", "2"]);
+    let carried: Vec<&str> = args[2].split(':').collect();
+    assert_eq!(carried.len(), 4, "{args:?}");
+    assert_eq!(carried[0], (T0_MS * 1000).to_string());
+    let expire_at: u64 = carried[1].parse().unwrap();
+    assert!(
+        (before + 120_000..=after + 120_000).contains(&expire_at),
+        "{expire_at} not in {before}+120000..={after}+120000"
+    );
+    assert_eq!(carried[2..], ["RL.GCRA", "5"]);
+    // No other command was propagated for it (no PEXPIREAT, no client argv).
+    assert!(
+        !commands
+            .iter()
+            .any(|args| args[0].eq_ignore_ascii_case(b"RL.GCRA")),
+        "{commands:?}"
+    );
+}

@@ -28,6 +28,14 @@ pub fn module_path() -> PathBuf {
     path
 }
 
+/// The server binary the tests start: $RATELIMIT_SERVER (`make test` sets it to Redis 8.2's
+/// and Valkey 8.1's in turn), else `redis-server` from PATH (Debian's Redis 7.0).
+pub fn server_binary() -> PathBuf {
+    std::env::var_os("RATELIMIT_SERVER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("redis-server"))
+}
+
 /// A loopback port nobody listens on right now.
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
@@ -160,13 +168,13 @@ impl Server {
             args.extend(self.config.module_args.iter().cloned());
         }
         args.extend(self.config.extra.iter().cloned());
-        let child = Command::new("redis-server")
+        let child = Command::new(server_binary())
             .args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| format!("cannot run redis-server: {e}"))?;
+            .map_err(|e| format!("cannot run {}: {e}", server_binary().display()))?;
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
@@ -613,4 +621,28 @@ impl ClusterClient {
         }
         panic!("too many redirections for {args:?}");
     }
+}
+
+/// The modules `MODULE LIST` shows, as (name, version), in the order given. Newer servers
+/// load modules of their own (Redis 8 ships `vectorset` and others): look for ours by name.
+pub fn modules(c: &mut Client) -> Vec<(String, i64)> {
+    let Reply::Array(entries) = c.cmd(&["MODULE", "LIST"]) else {
+        panic!("MODULE LIST is not an array");
+    };
+    entries
+        .iter()
+        .map(|entry| {
+            let Reply::Array(fields) = entry else {
+                panic!("a MODULE LIST entry is not an array: {entry:?}");
+            };
+            let field = |name: &str| {
+                fields
+                    .chunks(2)
+                    .find(|pair| pair[0].text() == name)
+                    .map(|pair| pair[1].clone())
+                    .unwrap_or_else(|| panic!("no {name} in {entry:?}"))
+            };
+            (field("name").text(), field("ver").int())
+        })
+        .collect()
 }

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# make test: the unit and property tests once, then every integration test against each
+# server users run, in turn: Debian's Redis 7.0 (redis-server on PATH), then Redis 8.2 and
+# Valkey 8.1 as scripts/servers.sh unpacked them. The tests start each server themselves
+# ($RATELIMIT_SERVER names the binary) on free loopback ports. Every server's tests run even
+# when one fails; the exit status is non-zero if any failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+servers=(
+  "$(command -v redis-server || echo redis-server)"
+  "$PWD/target/servers/redis-8.2.3/redis-server"
+  "$PWD/target/servers/valkey-8.1.8/valkey-server"
+)
+
+failed=()
+cargo test --release --lib || failed+=("unit and property tests")
+summary=()
+for server in "${servers[@]}"; do
+  version=$("$server" --version | grep -o -E '^(Redis|Valkey) server v=[0-9.]+' | sed 's/ server v=/ /')
+  echo "== integration tests against $version ($server)"
+  start=$(date +%s)
+  if RATELIMIT_SERVER="$server" cargo test --release --no-fail-fast --test '*'; then
+    summary+=("$version: passed in $(($(date +%s) - start)) s")
+  else
+    summary+=("$version: FAILED")
+    failed+=("$version")
+  fi
+done
+printf '== %s\n' "${summary[@]}"
+if ((${#failed[@]})); then
+  printf '== failed: %s\n' "${failed[@]}"
+  exit 1
+fi
