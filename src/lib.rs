@@ -125,10 +125,9 @@ fn apply_load_args(args: &[RedisString]) -> Result<(), String> {
         } else if let Some((name, setting, max)) =
             NUMBERS.iter().find(|(n, _, _)| n.as_bytes() == name)
         {
-            let n = std::str::from_utf8(value)
+            // Written as Redis writes integers: no sign, no leading zero (SPEC §1).
+            let n = args::count(value, name, 1, *max)
                 .ok()
-                .and_then(|v| v.parse::<u64>().ok())
-                .filter(|n| (1..=*max).contains(n))
                 .and_then(|n| i64::try_from(n).ok())
                 .ok_or_else(|| {
                     format!(

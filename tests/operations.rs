@@ -518,6 +518,9 @@ fn config_set_round_trips_and_refuses_bad_values_exactly() {
         ("1000000001", range),
         ("abc", "argument couldn't be parsed into an integer"),
         ("", "argument couldn't be parsed into an integer"),
+        // Redis's own parser: no leading zero, no sign (SPEC §1), as for the load argument.
+        ("05", "argument couldn't be parsed into an integer"),
+        ("+5", "argument couldn't be parsed into an integer"),
     ] {
         assert_eq!(
             config_set(&mut c, name, value).error(),
@@ -555,6 +558,14 @@ fn bad_load_arguments_refuse_the_load_with_a_clear_line() {
         (
             &["sliding-log-max-limit", "0"],
             "sliding-log-max-limit takes a whole number from 1 to 1000000000, not '0'",
+        ),
+        (
+            &["sliding-log-max-limit", "05"],
+            "sliding-log-max-limit takes a whole number from 1 to 1000000000, not '05'",
+        ),
+        (
+            &["sliding-log-max-limit", "+5"],
+            "sliding-log-max-limit takes a whole number from 1 to 1000000000, not '+5'",
         ),
         (
             &["sliding-log-max-limit", "99999999999999999999"],

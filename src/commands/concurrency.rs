@@ -24,7 +24,10 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<(), Error> {
     let (mut id, mut dryrun) = (None, false);
     let mut i = 4;
     while i < a.len() {
-        if a[i].eq_ignore_ascii_case(b"ID") && id.is_none() {
+        if a[i].eq_ignore_ascii_case(b"ID") {
+            if id.is_some() {
+                return Err(Error::OptionTwice { option: "ID" });
+            }
             let token = a.get(i + 1).ok_or(Error::OptionValue {
                 option: "ID",
                 expected: "a token of 1 to 256 bytes",
@@ -37,7 +40,10 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<(), Error> {
             }
             id = Some(*token);
             i += 2;
-        } else if a[i].eq_ignore_ascii_case(b"DRYRUN") && !dryrun {
+        } else if a[i].eq_ignore_ascii_case(b"DRYRUN") {
+            if dryrun {
+                return Err(Error::OptionTwice { option: "DRYRUN" });
+            }
             dryrun = true;
             i += 1;
         } else {
