@@ -505,7 +505,7 @@ fn leading_zeros_and_repeated_options_are_refused_by_name() {
         (&["CL.THROTTLE", "k", "04", "1", "1"], count("max_burst", 0).replace("1000000000000", "999999999999")),
         (&["CL.THROTTLE", "k", "4", "1", "01"], "ERR invalid period: expected whole seconds from 1 to 315360000".into()),
         (&["CL.THROTTLE", "k", "4", "1", "1", "01"], count("quantity", 0)),
-        (&["RL.CONCURRENCY.ACQUIRE", "k", "02", "1m"], count("limit", 1)),
+        (&["RL.CONCURRENCY.ACQUIRE", "k", "02", "1m"], "ERR invalid limit: expected an integer from 1 to 100000 (the module setting ratelimit.concurrency-max-limit bounds it)".into()),
         (&["RL.CONCURRENCY.ACQUIRE", "k", "2", "01m"], duration("lease")),
         (&["RL.CONCURRENCY.ACQUIRE", "k", "2", "1m", "DRYRUN", "DRYRUN"], "ERR DRYRUN given more than once".into()),
         (&["RL.CONCURRENCY.ACQUIRE", "k", "2", "1m", "ID", "a", "ID", "b"], "ERR ID given more than once".into()),

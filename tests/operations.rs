@@ -464,6 +464,7 @@ fn config_get_lists_every_setting_with_its_default() {
         ("ratelimit.cell-compat", "yes"),
         ("ratelimit.debug-clock", "no"),
         ("ratelimit.sliding-log-max-limit", "1000000"),
+        ("ratelimit.concurrency-max-limit", "100000"),
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -560,6 +561,10 @@ fn bad_load_arguments_refuse_the_load_with_a_clear_line() {
             "sliding-log-max-limit takes a whole number from 1 to 1000000000, not '0'",
         ),
         (
+            &["concurrency-max-limit", "10000001"],
+            "concurrency-max-limit takes a whole number from 1 to 10000000, not '10000001'",
+        ),
+        (
             &["sliding-log-max-limit", "05"],
             "sliding-log-max-limit takes a whole number from 1 to 1000000000, not '05'",
         ),
@@ -583,7 +588,7 @@ fn bad_load_arguments_refuse_the_load_with_a_clear_line() {
         (
             &["frobnicate", "yes"],
             "unknown load argument 'frobnicate': expected one of cell-compat, debug-clock, \
-             sliding-log-max-limit",
+             sliding-log-max-limit, concurrency-max-limit",
         ),
         (
             &["debug-clock", "yes", "cell-compat"],
