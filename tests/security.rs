@@ -140,6 +140,16 @@ fn acl_key_patterns_and_command_grants_apply_to_every_command() {
     assert!(e.contains("is internal"), "{e}");
 }
 
+/// On Redis 7.0, what a `+@all` user must be refused by name (README, Access control).
+const SEVEN_ZERO_REVOKE: [&str; 6] = [
+    "-rl.policy.set",
+    "-rl.policy.del",
+    "-rl.debug.clock",
+    "-rl.debug.panic",
+    "-rl.replay",
+    "-rl.loadstate",
+];
+
 /// What SPEC §7 asks of an application user: it runs every admission command, RL.LIMIT,
 /// RL.INSPECT and the policy reads on its keys, and gets NOPERM for a policy change, the
 /// debug commands and the internal ones; the default user (every right) does all of them.
@@ -253,7 +263,39 @@ fn an_application_user_checks_limits_but_cannot_change_policies() {
             members(&mut admin, "read"),
             ["rl.inspect", "rl.policy.get", "rl.policy.list"]
         );
-    } else {
+    }
+    // An operator-like user `+@all -@dangerous`: on 7.2+ that takes the policy changes, the
+    // debug and the internal commands away; on 7.0 `+@all` grants every module command, so
+    // the README's rule names them.
+    let mut rule = vec![
+        "ACL",
+        "SETUSER",
+        "ops",
+        "on",
+        ">pw",
+        "~*",
+        "+@all",
+        "-@dangerous",
+    ];
+    if !categories {
+        rule.extend(SEVEN_ZERO_REVOKE);
+    }
+    assert_eq!(admin.cmd(&rule), Reply::Simple("OK".into()));
+    let mut ops = server.client();
+    assert_eq!(ops.cmd(&["AUTH", "ops", "pw"]), Reply::Simple("OK".into()));
+    assert_eq!(ops.cmd(&["RL.GCRA", "k", "1", "1", "1s"]).ints()[0], 1);
+    for call in [
+        &["RL.POLICY.SET", "x", "GCRA", "1", "1", "1s"][..],
+        &["RL.POLICY.DEL", "x"],
+        &["RL.DEBUG.CLOCK", "REAL"],
+        &["RL.DEBUG.PANIC"],
+        &["RL.REPLAY", "k", "1:1:RL.GCRA:5", "1", "1h"],
+        &["RL.LOADSTATE", "k", "x"],
+    ] {
+        let e = ops.cmd(call).error();
+        assert!(e.starts_with("NOPERM"), "{call:?}: {e}");
+    }
+    if !categories {
         let mut app = server.client();
         assert_eq!(app.cmd(&["AUTH", "app", "pw"]), Reply::Simple("OK".into()));
         for call in admissions("rl:app") {
