@@ -8,8 +8,8 @@ pub const MAX_COUNT: u64 = 1_000_000_000_000;
 /// The longest duration: ten 365-day years, in milliseconds.
 pub const MAX_DURATION_MS: u64 = 3650 * 86_400_000;
 
-/// Parses a decimal integer in `min..=max`; anything else (signs, spaces, hex, floats,
-/// overflow) is an error naming `arg`.
+/// Parses a decimal integer in `min..=max`, written as Redis writes it; anything else (signs,
+/// spaces, hex, floats, leading zeros, overflow) is an error naming `arg`.
 pub fn count(bytes: &[u8], arg: &'static str, min: u64, max: u64) -> Result<u64, Error> {
     let err = Error::Count { arg, min, max };
     let n = digits(bytes).ok_or(err.clone())?;
@@ -63,9 +63,10 @@ pub fn offset_ms(bytes: &[u8]) -> Option<i64> {
     i64::try_from(ms).ok().map(|ms| sign * ms)
 }
 
-/// Only ASCII digits, at most 20 of them, no overflow.
+/// Only ASCII digits, at most 20 of them, no leading zero (`05` is refused, as Redis refuses
+/// it: SPEC §1), no overflow.
 fn digits(bytes: &[u8]) -> Option<u64> {
-    if bytes.is_empty() || bytes.len() > 20 {
+    if bytes.is_empty() || bytes.len() > 20 || (bytes.len() > 1 && bytes[0] == b'0') {
         return None;
     }
     bytes.iter().try_fold(0u64, |acc, &b| {
@@ -199,8 +200,11 @@ mod tests {
 
     #[test]
     fn bad_durations_name_the_argument() {
-        let bad: [&[u8]; 12] = [
+        let bad: [&[u8]; 15] = [
             b"",
+            b"05",
+            b"01s",
+            b"00ms",
             b"0",
             b"0s",
             b"-5",
@@ -239,6 +243,9 @@ mod tests {
             b"1e3",
             b"",
             b" 1",
+            b"05",
+            b"00",
+            b"+5",
             b"18446744073709551616",
         ] {
             assert_eq!(positive_count(bad, "burst"), err, "{:?}", bad);

@@ -21,8 +21,9 @@ pub enum Error {
         min: u64,
         max: u64,
     },
-    /// RL.SLIDINGLOG's limit above the module setting that bounds it.
-    LogLimit { max: u64 },
+    /// A limit above the module setting that bounds it (`sliding-log-max-limit` for
+    /// RL.SLIDINGLOG, `concurrency-max-limit` for RL.CONCURRENCY.ACQUIRE).
+    CappedLimit { max: u64, setting: &'static str },
     /// A duration that does not parse or is out of range.
     Duration { arg: &'static str },
     /// A whole number of seconds (CL.THROTTLE's period) out of range.
@@ -91,10 +92,10 @@ impl fmt::Display for Error {
             Error::Count { arg, min, max } => {
                 write!(f, "ERR invalid {arg}: expected an integer from {min} to {max}")
             }
-            Error::LogLimit { max } => write!(
+            Error::CappedLimit { max, setting } => write!(
                 f,
                 "ERR invalid limit: expected an integer from 1 to {max} (the module setting \
-                 ratelimit.sliding-log-max-limit bounds it)"
+                 ratelimit.{setting} bounds it)"
             ),
             Error::Duration { arg } => write!(
                 f,

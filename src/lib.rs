@@ -53,15 +53,34 @@ pub(crate) fn sliding_log_max_limit() -> u64 {
     u64::try_from(SLIDING_LOG_MAX_LIMIT.load(Ordering::Relaxed)).unwrap_or(1)
 }
 
+/// `concurrency-max-limit n` (load time and CONFIG SET): the largest RL.CONCURRENCY.ACQUIRE
+/// limit. A key holds at most that many leases, so this bounds one key's memory and the
+/// work a call that drops ended leases does.
+static CONCURRENCY_MAX_LIMIT: AtomicI64 = AtomicI64::new(CONCURRENCY_MAX_LIMIT_DEFAULT);
+const CONCURRENCY_MAX_LIMIT_DEFAULT: i64 = 100_000;
+/// The highest value the setting takes.
+pub(crate) const CONCURRENCY_LIMIT_CEILING: u64 = 10_000_000;
+
+pub(crate) fn concurrency_max_limit() -> u64 {
+    u64::try_from(CONCURRENCY_MAX_LIMIT.load(Ordering::Relaxed)).unwrap_or(1)
+}
+
 /// The load arguments the module accepts: the flags take `yes` or `no`, the numbers a whole
 /// number in range.
 const FLAGS: [(&str, &AtomicBool); 2] =
     [("cell-compat", &CELL_COMPAT), ("debug-clock", &DEBUG_CLOCK)];
-const NUMBERS: [(&str, &AtomicI64, u64); 1] = [(
-    "sliding-log-max-limit",
-    &SLIDING_LOG_MAX_LIMIT,
-    SLIDING_LOG_LIMIT_CEILING,
-)];
+const NUMBERS: [(&str, &AtomicI64, u64); 2] = [
+    (
+        "sliding-log-max-limit",
+        &SLIDING_LOG_MAX_LIMIT,
+        SLIDING_LOG_LIMIT_CEILING,
+    ),
+    (
+        "concurrency-max-limit",
+        &CONCURRENCY_MAX_LIMIT,
+        CONCURRENCY_LIMIT_CEILING,
+    ),
+];
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // A panic at load would take the server down with it.
@@ -125,10 +144,9 @@ fn apply_load_args(args: &[RedisString]) -> Result<(), String> {
         } else if let Some((name, setting, max)) =
             NUMBERS.iter().find(|(n, _, _)| n.as_bytes() == name)
         {
-            let n = std::str::from_utf8(value)
+            // Written as Redis writes integers: no sign, no leading zero (SPEC §1).
+            let n = args::count(value, name, 1, *max)
                 .ok()
-                .and_then(|v| v.parse::<u64>().ok())
-                .filter(|n| (1..=*max).contains(n))
                 .and_then(|n| i64::try_from(n).ok())
                 .ok_or_else(|| {
                     format!(
@@ -174,6 +192,15 @@ redis_module! {
                 SLIDING_LOG_MAX_LIMIT_DEFAULT,
                 1,
                 SLIDING_LOG_LIMIT_CEILING as i64,
+                ConfigurationFlags::DEFAULT,
+                None
+            ],
+            [
+                "concurrency-max-limit",
+                &CONCURRENCY_MAX_LIMIT,
+                CONCURRENCY_MAX_LIMIT_DEFAULT,
+                1,
+                CONCURRENCY_LIMIT_CEILING as i64,
                 ConfigurationFlags::DEFAULT,
                 None
             ],

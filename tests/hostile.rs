@@ -93,6 +93,8 @@ const NEVER_VALID: &[&[u8]] = &[
     b" 5",
     b"5 ",
     b"+5",
+    b"05",
+    b"007s",
     b"\xff\xfe",
     b"\x00",
     b"5\r\n",
@@ -253,6 +255,7 @@ fn names_the_problem(reply: &Reply) -> bool {
         "ERR BLOCK given more than once",
         "ERR COST given more than once",
         "ERR DRYRUN given more than once",
+        "ERR ID given more than once",
         "ERR INTERVAL given more than once",
         "WRONGTYPE Operation against a key holding the wrong kind of value",
         "ERR the key holds ",
@@ -465,4 +468,70 @@ fn random_policies_are_accepted_whole_or_refused_with_a_reason() {
         accepted > 1000,
         "only {accepted} random policies were valid"
     );
+}
+
+/// SPEC §1: integers are written as Redis writes them, so a leading zero is refused, in every
+/// place an integer is read (counts, durations with units, COST, BLOCK, CL.THROTTLE's
+/// arguments, the debug clock, a policy's rules); and an option given twice says so.
+#[test]
+fn leading_zeros_and_repeated_options_are_refused_by_name() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    let count = |arg: &str, min: u64| {
+        format!("ERR invalid {arg}: expected an integer from {min} to 1000000000000")
+    };
+    let duration = |arg: &str| {
+        format!(
+            "ERR invalid {arg}: expected a duration from 1ms to 10 years (315360000000ms): an \
+             integer with an optional unit ms, s, m, h or d (1500, 1500ms, 90s, 1m, 24h, 7d)"
+        )
+    };
+    let clock = "ERR usage: RL.DEBUG.CLOCK SET ms (0 to 253402300799999) | ADVANCE ms (an \
+                 integer, may be negative, or a duration) | REAL";
+    #[rustfmt::skip]
+    let cases: Vec<(&[&str], String)> = vec![
+        (&["RL.GCRA", "k", "05", "1", "1s"], count("burst", 1)),
+        (&["RL.GCRA", "k", "5", "01", "1s"], count("rate", 1)),
+        (&["RL.GCRA", "k", "5", "1", "01"], duration("period")),
+        (&["RL.GCRA", "k", "5", "1", "05s"], duration("period")),
+        (&["RL.GCRA", "k", "5", "1", "00ms"], duration("period")),
+        (&["RL.GCRA", "k", "5", "1", "1s", "COST", "00"], count("COST", 0)),
+        (&["RL.GCRA", "k", "5", "1", "1s", "COST", "01"], count("COST", 0)),
+        (&["RL.GCRA", "k", "5", "1", "1s", "BLOCK", "010s"], duration("BLOCK")),
+        (&["RL.TOKENBUCKET", "k", "010", "1", "1s"], count("capacity", 1)),
+        (&["RL.FIXEDWINDOW", "k", "10", "01m"], duration("window")),
+        (&["RL.SLIDINGLOG", "k", "05", "1m"], "ERR invalid limit: expected an integer from 1 to 1000000 (the module setting ratelimit.sliding-log-max-limit bounds it)".into()),
+        (&["CL.THROTTLE", "k", "04", "1", "1"], count("max_burst", 0).replace("1000000000000", "999999999999")),
+        (&["CL.THROTTLE", "k", "4", "1", "01"], "ERR invalid period: expected whole seconds from 1 to 315360000".into()),
+        (&["CL.THROTTLE", "k", "4", "1", "1", "01"], count("quantity", 0)),
+        (&["RL.CONCURRENCY.ACQUIRE", "k", "02", "1m"], "ERR invalid limit: expected an integer from 1 to 100000 (the module setting ratelimit.concurrency-max-limit bounds it)".into()),
+        (&["RL.CONCURRENCY.ACQUIRE", "k", "2", "01m"], duration("lease")),
+        (&["RL.CONCURRENCY.ACQUIRE", "k", "2", "1m", "DRYRUN", "DRYRUN"], "ERR DRYRUN given more than once".into()),
+        (&["RL.CONCURRENCY.ACQUIRE", "k", "2", "1m", "ID", "a", "ID", "b"], "ERR ID given more than once".into()),
+        (&["RL.CONCURRENCY.ACQUIRE", "k", "2", "1m", "ID", "a", "DRYRUN", "ID", "a"], "ERR ID given more than once".into()),
+        (&["RL.CONCURRENCY.ACQUIRE", "k", "2", "1m", "FAST"], "ERR unknown option 'FAST' at argument 4: expected ID token or DRYRUN, each once".into()),
+        (&["RL.DEBUG.CLOCK", "SET", "01"], clock.into()),
+        (&["RL.DEBUG.CLOCK", "ADVANCE", "-05"], clock.into()),
+        (&["RL.DEBUG.CLOCK", "ADVANCE", "05s"], clock.into()),
+        (&["RL.POLICY.SET", "p", "GCRA", "05", "1", "1s"], "ERR the GCRA rule at argument 2: invalid burst: expected an integer from 1 to 1000000000000".into()),
+        (&["RL.POLICY.SET", "p", "FIXEDWINDOW", "5", "01s"], "ERR the FIXEDWINDOW rule at argument 2: invalid window: expected a duration from 1ms to 10 years (315360000000ms): an integer with an optional unit ms, s, m, h or d (1500, 1500ms, 90s, 1m, 24h, 7d)".into()),
+    ];
+    for (args, expected) in &cases {
+        assert_eq!(&c.cmd(args).error(), expected, "{args:?}");
+    }
+    // Nothing was written, the clock did not move, and no policy was made.
+    assert_eq!(c.cmd(&["DBSIZE"]), Reply::Int(0));
+    assert_eq!(c.cmd(&["RL.POLICY.LIST"]), Reply::Array(vec![]));
+    assert_eq!(
+        c.cmd(&["RL.DEBUG.CLOCK", "ADVANCE", "0"]).int(),
+        T0_MS as i64
+    );
+    // Zero itself, where zero is allowed, and ten are not leading zeros.
+    assert_eq!(
+        c.cmd(&["RL.GCRA", "k", "10", "10", "10s", "COST", "0"])
+            .ints(),
+        [1, 10, 10, 0, 0]
+    );
+    assert_eq!(c.cmd(&["RL.DEBUG.CLOCK", "SET", "0"]).int(), 0);
 }

@@ -84,7 +84,8 @@ fn leases_are_held_released_renewed_and_end_by_themselves() {
         .error();
     assert_eq!(
         e,
-        "ERR invalid limit: expected an integer from 1 to 1000000000000"
+        "ERR invalid limit: expected an integer from 1 to 100000 (the module setting \
+         ratelimit.concurrency-max-limit bounds it)"
     );
     c.cmd(&["HELLO", "3"]);
     match c.cmd(&["RL.CONCURRENCY.ACQUIRE", "other", "1", "1m", "ID", "x"]) {
@@ -166,4 +167,73 @@ fn leases_replicate_with_their_generated_tokens_and_survive_a_reload() {
     assert_eq!(p.cmd(&["DEBUG", "RELOAD"]), Reply::Simple("OK".into()));
     p.clock_set(T0_MS + 5);
     assert_eq!(p.cmd(&["RL.INSPECT", "l"]), state);
+}
+
+/// `limit` is bounded by the setting `concurrency-max-limit` (default 100000, 1 to 10^7, a
+/// load argument or CONFIG SET), so a key never holds more leases than it. Like the sliding
+/// log's cap: a lowered cap leaves the keys as they are, refuses a request whose limit is
+/// above it, and applies to clients only (a replica replays what its primary admitted).
+#[test]
+fn the_lease_cap_bounds_limit_and_a_lowered_cap_keeps_what_is_held() {
+    let capped = |max: u64| {
+        format!(
+            "ERR invalid limit: expected an integer from 1 to {max} (the module setting \
+             ratelimit.concurrency-max-limit bounds it)"
+        )
+    };
+    let (primary, replica) = common::replicated(common::Config::default().module_args(&[
+        "debug-clock",
+        "yes",
+        "concurrency-max-limit",
+        "1",
+    ]));
+    let mut c = primary.client();
+    c.clock_set(T0_MS);
+    let call = ["RL.CONCURRENCY.ACQUIRE", "k", "100001", "1m"];
+    assert_eq!(c.cmd(&call).error(), capped(100_000));
+    assert_eq!(
+        acquire(&mut c, &["k", "100000", "1m"]).0,
+        [1, 100_000, 99_999, 0, 60_000]
+    );
+    let set = |c: &mut Client, value: &str| {
+        c.cmd(&["CONFIG", "SET", "ratelimit.concurrency-max-limit", value])
+    };
+    assert_eq!(set(&mut c, "3"), Reply::Simple("OK".into()));
+    assert_eq!(
+        c.cmd(&["CONFIG", "GET", "ratelimit.concurrency-max-limit"])
+            .render(),
+        "[ratelimit.concurrency-max-limit 3]"
+    );
+    assert_eq!(
+        c.cmd(&["RL.CONCURRENCY.ACQUIRE", "k", "4", "1m"]).error(),
+        capped(3)
+    );
+    for _ in 0..3 {
+        assert_eq!(acquire(&mut c, &["held", "3", "1m"]).0[0], 1);
+    }
+    // Lowered: the three leases stay; a limit above the cap is refused and changes nothing.
+    assert_eq!(set(&mut c, "2"), Reply::Simple("OK".into()));
+    let state = c.cmd(&["RL.INSPECT", "held"]);
+    assert_eq!(state.field("held"), Reply::Int(3));
+    let e = c.cmd(&["RL.CONCURRENCY.ACQUIRE", "held", "3", "1m", "ID", "x"]);
+    assert_eq!(e.error(), capped(2));
+    assert_eq!(c.cmd(&["RL.INSPECT", "held"]), state);
+    assert_eq!(
+        acquire(&mut c, &["held", "2", "1m"]),
+        (vec![0, 2, 0, 60_000, 60_000], Reply::Nil)
+    );
+    // Out of range: refused by CONFIG SET.
+    for bad in ["0", "10000001", "05"] {
+        assert!(set(&mut c, bad).is_error(), "{bad}");
+    }
+    // The replica, loaded with a cap of 1, holds what the primary admitted.
+    assert_eq!(c.cmd(&["WAIT", "1", "10000"]), Reply::Int(1));
+    let mut r = replica.client();
+    r.clock_set(T0_MS);
+    assert_eq!(r.cmd(&["RL.INSPECT", "held"]), state);
+    assert_eq!(
+        r.cmd(&["CONFIG", "GET", "ratelimit.concurrency-max-limit"])
+            .render(),
+        "[ratelimit.concurrency-max-limit 1]"
+    );
 }

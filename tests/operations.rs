@@ -468,6 +468,7 @@ fn config_get_lists_every_setting_with_its_default() {
         ("ratelimit.cell-compat", "yes"),
         ("ratelimit.debug-clock", "no"),
         ("ratelimit.sliding-log-max-limit", "1000000"),
+        ("ratelimit.concurrency-max-limit", "100000"),
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -522,6 +523,9 @@ fn config_set_round_trips_and_refuses_bad_values_exactly() {
         ("1000000001", range),
         ("abc", "argument couldn't be parsed into an integer"),
         ("", "argument couldn't be parsed into an integer"),
+        // Redis's own parser: no leading zero, no sign (SPEC §1), as for the load argument.
+        ("05", "argument couldn't be parsed into an integer"),
+        ("+5", "argument couldn't be parsed into an integer"),
     ] {
         assert_eq!(
             config_set(&mut c, name, value).error(),
@@ -561,6 +565,18 @@ fn bad_load_arguments_refuse_the_load_with_a_clear_line() {
             "sliding-log-max-limit takes a whole number from 1 to 1000000000, not '0'",
         ),
         (
+            &["concurrency-max-limit", "10000001"],
+            "concurrency-max-limit takes a whole number from 1 to 10000000, not '10000001'",
+        ),
+        (
+            &["sliding-log-max-limit", "05"],
+            "sliding-log-max-limit takes a whole number from 1 to 1000000000, not '05'",
+        ),
+        (
+            &["sliding-log-max-limit", "+5"],
+            "sliding-log-max-limit takes a whole number from 1 to 1000000000, not '+5'",
+        ),
+        (
             &["sliding-log-max-limit", "99999999999999999999"],
             "sliding-log-max-limit takes a whole number from 1 to 1000000000, not \
              '99999999999999999999'",
@@ -576,7 +592,7 @@ fn bad_load_arguments_refuse_the_load_with_a_clear_line() {
         (
             &["frobnicate", "yes"],
             "unknown load argument 'frobnicate': expected one of cell-compat, debug-clock, \
-             sliding-log-max-limit",
+             sliding-log-max-limit, concurrency-max-limit",
         ),
         (
             &["debug-clock", "yes", "cell-compat"],

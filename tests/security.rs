@@ -71,6 +71,8 @@ const RECIPE: &[&str] = &[
     "+rl.slidinglog",
     "+rl.inspect",
     "+cl.throttle",
+    "+rl.concurrency.acquire",
+    "+rl.concurrency.release",
     "+rl.limit",
     "+rl.policy.get",
     "+rl.policy.list",
@@ -136,6 +138,171 @@ fn acl_key_patterns_and_command_grants_apply_to_every_command() {
     assert!(e.contains("is internal"), "{e}");
     let e = admin.cmd(&["RL.LOADSTATE", "rl:x", "\x01\x01"]).error();
     assert!(e.contains("is internal"), "{e}");
+}
+
+/// On Redis 7.0, what a `+@all` user must be refused by name (README, Access control).
+const SEVEN_ZERO_REVOKE: [&str; 6] = [
+    "-rl.policy.set",
+    "-rl.policy.del",
+    "-rl.debug.clock",
+    "-rl.debug.panic",
+    "-rl.replay",
+    "-rl.loadstate",
+];
+
+/// What SPEC §7 asks of an application user: it runs every admission command, RL.LIMIT,
+/// RL.INSPECT and the policy reads on its keys, and gets NOPERM for a policy change, the
+/// debug commands and the internal ones; the default user (every right) does all of them.
+fn application_user_checks_limits_only(server: &Server, user: &str) {
+    let mut admin = server.client();
+    admin.clock_set(T0_MS);
+    policy(&mut admin);
+    let mut app = server.client();
+    assert_eq!(app.cmd(&["AUTH", user, "pw"]), Reply::Simple("OK".into()));
+    for (i, mut call) in admissions("rl:").into_iter().enumerate() {
+        call[1] = format!("rl:{user}:{i}");
+        assert!(admitted(&call, &send(&mut app, &call)), "{user}: {call:?}");
+    }
+    let lease = ["RL.CONCURRENCY.ACQUIRE", "rl:lease", "2", "1m", "ID", "job"];
+    assert_eq!(app.cmd(&lease).render(), "[1 2 1 0 60000 job]", "{user}");
+    assert_eq!(
+        app.cmd(&["RL.CONCURRENCY.RELEASE", "rl:lease", "job"]),
+        Reply::Int(1),
+        "{user}"
+    );
+    assert!(matches!(
+        app.cmd(&["RL.INSPECT", "rl:x"]),
+        Reply::Nil | Reply::Array(_)
+    ));
+    assert_eq!(
+        app.cmd(&["RL.POLICY.LIST"]),
+        Reply::Array(vec![Reply::Bulk(b"p3".to_vec())])
+    );
+    assert!(matches!(app.cmd(&["RL.POLICY.GET", "p3"]), Reply::Array(_)));
+    let forbidden: [&[&str]; 7] = [
+        &["RL.POLICY.SET", "p3", "FIXEDWINDOW", "1000000000000", "1s"],
+        &["RL.POLICY.SET", "new", "FIXEDWINDOW", "1", "1s"],
+        &["RL.POLICY.DEL", "p3"],
+        &["RL.DEBUG.CLOCK", "SET", "0"],
+        &["RL.DEBUG.PANIC"],
+        &["RL.REPLAY", "rl:x", "1:1:RL.GCRA:5", "1", "1h"],
+        &["RL.LOADSTATE", "rl:x", "\x01\x01"],
+    ];
+    for call in forbidden {
+        let e = app.cmd(call).error();
+        assert!(e.starts_with("NOPERM"), "{user}: {call:?}: {e}");
+    }
+    // The policy is as it was, and the default user may change it.
+    assert_eq!(admin.cmd(&["RL.POLICY.LIST"]).render(), "[p3]");
+    assert_eq!(
+        admin.cmd(&["RL.POLICY.SET", "p3", "GCRA", "3", "1", "1h"]),
+        Reply::Simple("OK".into())
+    );
+    assert_eq!(admin.cmd(&["RL.POLICY.DEL", "p3"]), Reply::Int(1));
+    assert_eq!(admin.cmd(&["RL.DEBUG.CLOCK", "SET", "0"]), Reply::Int(0));
+}
+
+/// SPEC §7 on every server: policies are server configuration, so `+@read +@write` does not
+/// reach RL.POLICY.SET or RL.POLICY.DEL (they are `@admin @dangerous`, like the debug and
+/// internal commands). Redis 7.0 puts module commands in no category: there the README's
+/// per-command rule does the same, and `+@read +@write` alone grants none of them.
+#[test]
+fn an_application_user_checks_limits_but_cannot_change_policies() {
+    let server = Server::start();
+    let mut admin = server.client();
+    let categories = common::module_acl_categories(&mut admin);
+    let mut recipe: Vec<&str> = RECIPE.to_vec();
+    recipe[2] = "recipe";
+    recipe[4] = ">pw";
+    assert_eq!(admin.cmd(&recipe), Reply::Simple("OK".into()));
+    let by_category = [
+        "ACL", "SETUSER", "app", "on", ">pw", "~rl:*", "+@read", "+@write",
+    ];
+    assert_eq!(admin.cmd(&by_category), Reply::Simple("OK".into()));
+    application_user_checks_limits_only(&server, "recipe");
+    if categories {
+        application_user_checks_limits_only(&server, "app");
+        let members = |c: &mut Client, category: &str| -> Vec<String> {
+            let mut names: Vec<String> = match c.cmd(&["ACL", "CAT", category]) {
+                Reply::Array(items) => items
+                    .iter()
+                    .map(Reply::text)
+                    .filter(|n| n.starts_with("rl.") || n.starts_with("cl."))
+                    .collect(),
+                other => panic!("ACL CAT {category}: {other:?}"),
+            };
+            names.sort();
+            names
+        };
+        let privileged = [
+            "rl.debug.clock",
+            "rl.debug.panic",
+            "rl.loadstate",
+            "rl.policy.del",
+            "rl.policy.set",
+            "rl.replay",
+        ];
+        assert_eq!(members(&mut admin, "admin"), privileged);
+        assert_eq!(members(&mut admin, "dangerous"), privileged);
+        assert_eq!(
+            members(&mut admin, "write"),
+            [
+                "cl.throttle",
+                "rl.concurrency.acquire",
+                "rl.concurrency.release",
+                "rl.fixedwindow",
+                "rl.gcra",
+                "rl.leakybucket",
+                "rl.limit",
+                "rl.slidinglog",
+                "rl.slidingwindow",
+                "rl.tokenbucket",
+            ]
+        );
+        assert_eq!(
+            members(&mut admin, "read"),
+            ["rl.inspect", "rl.policy.get", "rl.policy.list"]
+        );
+    }
+    // An operator-like user `+@all -@dangerous`: on 7.2+ that takes the policy changes, the
+    // debug and the internal commands away; on 7.0 `+@all` grants every module command, so
+    // the README's rule names them.
+    let mut rule = vec![
+        "ACL",
+        "SETUSER",
+        "ops",
+        "on",
+        ">pw",
+        "~*",
+        "+@all",
+        "-@dangerous",
+    ];
+    if !categories {
+        rule.extend(SEVEN_ZERO_REVOKE);
+    }
+    assert_eq!(admin.cmd(&rule), Reply::Simple("OK".into()));
+    let mut ops = server.client();
+    assert_eq!(ops.cmd(&["AUTH", "ops", "pw"]), Reply::Simple("OK".into()));
+    assert_eq!(ops.cmd(&["RL.GCRA", "k", "1", "1", "1s"]).ints()[0], 1);
+    for call in [
+        &["RL.POLICY.SET", "x", "GCRA", "1", "1", "1s"][..],
+        &["RL.POLICY.DEL", "x"],
+        &["RL.DEBUG.CLOCK", "REAL"],
+        &["RL.DEBUG.PANIC"],
+        &["RL.REPLAY", "k", "1:1:RL.GCRA:5", "1", "1h"],
+        &["RL.LOADSTATE", "k", "x"],
+    ] {
+        let e = ops.cmd(call).error();
+        assert!(e.starts_with("NOPERM"), "{call:?}: {e}");
+    }
+    if !categories {
+        let mut app = server.client();
+        assert_eq!(app.cmd(&["AUTH", "app", "pw"]), Reply::Simple("OK".into()));
+        for call in admissions("rl:app") {
+            let e = send(&mut app, &call).error();
+            assert!(e.starts_with("NOPERM"), "{call:?}: {e}");
+        }
+    }
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! RL.CONCURRENCY.ACQUIRE and RL.CONCURRENCY.RELEASE: at most `limit` leases at once.
 
-use super::{admission, Call};
+use super::{admission, Call, Mode};
 use crate::algorithms::concurrency::{self, Concurrency, Params, State, MAX_TOKEN};
 use crate::args;
 use crate::error::{quote, Error};
@@ -13,18 +13,31 @@ const ACQUIRE_USAGE: &str = "key limit lease [ID token] [DRYRUN]";
 /// `RL.CONCURRENCY.ACQUIRE key limit lease [ID token] [DRYRUN]`
 ///
 /// Takes one of `limit` slots for at most `lease` (a crashed holder cannot keep it), named
-/// `token` or a generated token; the same token renews its own lease. Reply: the five fields
-/// and the token (nil when denied or DRYRUN).
+/// `token` or a generated token; the same token renews its own lease. `limit` is bounded by
+/// the setting `ratelimit.concurrency-max-limit`, which so bounds the leases a key holds.
+/// O(log n) in the leases held (amortised, see `algorithms::concurrency`). Reply: the five
+/// fields and the token (nil when denied or DRYRUN).
 pub fn rl_concurrency_acquire(call: &Call) -> Result<(), Error> {
     let a = admission::arguments(call, 3, "RL.CONCURRENCY.ACQUIRE", ACQUIRE_USAGE)?;
+    // A replica replays what its primary admitted, whatever its own setting says.
+    let max = match call.mode {
+        Mode::Live => crate::concurrency_max_limit(),
+        Mode::Replay { .. } => crate::CONCURRENCY_LIMIT_CEILING,
+    };
     let params = Params {
-        limit: args::positive_count(a[2], "limit")?,
+        limit: args::count(a[2], "limit", 1, max).map_err(|_| Error::CappedLimit {
+            max,
+            setting: "concurrency-max-limit",
+        })?,
         lease_ms: args::duration_ms(a[3], "lease")?,
     };
     let (mut id, mut dryrun) = (None, false);
     let mut i = 4;
     while i < a.len() {
-        if a[i].eq_ignore_ascii_case(b"ID") && id.is_none() {
+        if a[i].eq_ignore_ascii_case(b"ID") {
+            if id.is_some() {
+                return Err(Error::OptionTwice { option: "ID" });
+            }
             let token = a.get(i + 1).ok_or(Error::OptionValue {
                 option: "ID",
                 expected: "a token of 1 to 256 bytes",
@@ -37,7 +50,10 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<(), Error> {
             }
             id = Some(*token);
             i += 2;
-        } else if a[i].eq_ignore_ascii_case(b"DRYRUN") && !dryrun {
+        } else if a[i].eq_ignore_ascii_case(b"DRYRUN") {
+            if dryrun {
+                return Err(Error::OptionTwice { option: "DRYRUN" });
+            }
             dryrun = true;
             i += 1;
         } else {

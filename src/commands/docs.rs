@@ -297,11 +297,11 @@ pub static DOCS: &[Doc] = &[
     Doc {
         name: "rl.concurrency.acquire",
         summary: c"Take one of limit leases, held until released or for lease at most; the reply carries the lease's token",
-        complexity: c"O(N) where N is the number of leases held on the key",
+        complexity: c"O(log N) where N is the number of leases held on the key, amortised: a write also drops the leases ended since the last one",
         key: KeyUse::Update,
         args: &[
             KEY,
-            integer(c"limit", c"the most leases held at once, 1 to 10^12"),
+            integer(c"limit", c"the most leases held at once, 1 to the setting ratelimit.concurrency-max-limit (default 100000)"),
             string(c"lease", DURATION),
             string(c"token", c"name the lease (1 to 256 bytes); the same token renews its own lease").after(c"ID").optional(),
             DRYRUN,
@@ -310,14 +310,14 @@ pub static DOCS: &[Doc] = &[
     Doc {
         name: "rl.concurrency.release",
         summary: c"End a lease taken with RL.CONCURRENCY.ACQUIRE: 1, or 0 when no such lease is held",
-        complexity: c"O(N) where N is the number of leases held on the key",
+        complexity: c"O(log N) where N is the number of leases held on the key, amortised: a write also drops the leases ended since the last one",
         key: KeyUse::Remove,
         args: &[KEY, string(c"token", c"the token RL.CONCURRENCY.ACQUIRE replied with")],
     },
     Doc {
         name: "rl.inspect",
         summary: c"Show a limiter key's algorithm, parameters and state, changing nothing",
-        complexity: c"O(1); O(N) for a sliding log or concurrency key holding N entries or leases",
+        complexity: c"O(1); O(N) for a sliding log holding N entries; O(log N) for a concurrency key holding N leases",
         key: KeyUse::Read,
         args: &[KEY],
     },

@@ -96,6 +96,8 @@ pub enum When {
 pub struct Command {
     pub name: &'static CStr,
     pub flags: &'static CStr,
+    /// Its ACL categories on Redis 7.2 and later.
+    pub acl: &'static CStr,
     /// First key, last key, step (1, 1, 1: the key is the first argument).
     pub keys: (c_int, c_int, c_int),
     pub when: When,
@@ -111,7 +113,7 @@ pub struct Command {
 /// them, whatever is added to the table), and the `extern "C"` entry point that runs its
 /// handler behind [`dispatch`].
 macro_rules! command {
-    ($name:literal, $flags:literal, $keys:expr, $when:expr, $replayable:expr, $handler:path) => {{
+    ($name:literal, $flags:literal, $acl:expr, $keys:expr, $when:expr, $replayable:expr, $handler:path) => {{
         static STATS: Stats = Stats::new();
         extern "C" fn trampoline(ctx: Ctx, argv: *mut RawString, argc: c_int) -> c_int {
             dispatch(ctx, argv, argc, $handler, &STATS)
@@ -119,6 +121,7 @@ macro_rules! command {
         Command {
             name: $name,
             flags: $flags,
+            acl: $acl,
             keys: $keys,
             when: $when,
             replayable: $replayable,
@@ -132,29 +135,42 @@ macro_rules! command {
 const KEY: (c_int, c_int, c_int) = (1, 1, 1);
 const NO_KEYS: (c_int, c_int, c_int) = (0, 0, 0);
 
-/// Every command of the module: name, flags, key positions, when it is registered, whether
-/// RL.REPLAY may replay it, and its handler.
+/// ACL categories (Redis 7.2 and later). They are set, not implied by the flags: on Redis 8.2
+/// and Valkey 8.1 a module command is in exactly the categories it is given, whatever its
+/// flags (`tests/security.rs` checks `ACL CAT` on both).
+const WRITE: &CStr = c"write fast";
+const READ: &CStr = c"read";
+const READ_FAST: &CStr = c"read fast";
+/// Policies are server configuration: changing one needs more than `@write` (SPEC §7). The
+/// commands stay flagged `write`, so a read-only replica refuses them to its clients and the
+/// primary propagates them like any write.
+const CONFIG: &CStr = c"admin dangerous";
+/// The debug clock and the internal commands.
+const PRIVILEGED: &CStr = c"admin dangerous";
+
+/// Every command of the module: name, flags, ACL categories, key positions, when it is
+/// registered, whether RL.REPLAY may replay it, and its handler.
 #[rustfmt::skip]
 pub static COMMANDS: &[Command] = &[
-    command!(c"rl.gcra",          c"write deny-oom fast", KEY,     When::Always,     true,  gcra::rl_gcra),
-    command!(c"cl.throttle",      c"write deny-oom fast", KEY,     When::CellCompat, true,  gcra::cl_throttle),
-    command!(c"rl.tokenbucket",   c"write deny-oom fast", KEY,     When::Always,     true,  token_bucket::rl_tokenbucket),
-    command!(c"rl.leakybucket",   c"write deny-oom fast", KEY,     When::Always,     true,  leaky_bucket::rl_leakybucket),
-    command!(c"rl.fixedwindow",   c"write deny-oom fast", KEY,     When::Always,     true,  fixed_window::rl_fixedwindow),
-    command!(c"rl.slidingwindow", c"write deny-oom fast", KEY,     When::Always,     true,  sliding_window::rl_slidingwindow),
-    command!(c"rl.slidinglog",    c"write deny-oom fast", KEY,     When::Always,     true,  sliding_log::rl_slidinglog),
-    command!(c"rl.concurrency.acquire", c"write deny-oom fast", KEY, When::Always, true, concurrency::rl_concurrency_acquire),
-    command!(c"rl.concurrency.release", c"write fast",     KEY,     When::Always,     true,  concurrency::rl_concurrency_release),
-    command!(c"rl.limit",         c"write deny-oom fast", KEY,     When::Always,     true,  policy::rl_limit),
-    command!(c"rl.policy.set",    c"write deny-oom",      NO_KEYS, When::Always,     false, policy::rl_policy_set),
-    command!(c"rl.policy.get",    c"readonly fast",       NO_KEYS, When::Always,     false, policy::rl_policy_get),
-    command!(c"rl.policy.del",    c"write fast",          NO_KEYS, When::Always,     false, policy::rl_policy_del),
-    command!(c"rl.policy.list",   c"readonly",            NO_KEYS, When::Always,     false, policy::rl_policy_list),
-    command!(c"rl.inspect",       c"readonly fast",       KEY,     When::Always,     false, inspect::rl_inspect),
-    command!(c"rl.debug.clock",   c"admin fast",          NO_KEYS, When::Always,     false, debug::rl_debug_clock),
-    command!(c"rl.debug.panic",   c"admin",               NO_KEYS, When::Always,     false, debug::rl_debug_panic),
-    command!(c"rl.replay",        c"write",               KEY,     When::Always,     false, replay::rl_replay),
-    command!(c"rl.loadstate",     c"write",               KEY,     When::Always,     false, replay::rl_loadstate),
+    command!(c"rl.gcra",                 c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  gcra::rl_gcra),
+    command!(c"cl.throttle",             c"write deny-oom fast",  WRITE,       KEY,      When::CellCompat,  true,  gcra::cl_throttle),
+    command!(c"rl.tokenbucket",          c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  token_bucket::rl_tokenbucket),
+    command!(c"rl.leakybucket",          c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  leaky_bucket::rl_leakybucket),
+    command!(c"rl.fixedwindow",          c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  fixed_window::rl_fixedwindow),
+    command!(c"rl.slidingwindow",        c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  sliding_window::rl_slidingwindow),
+    command!(c"rl.slidinglog",           c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  sliding_log::rl_slidinglog),
+    command!(c"rl.concurrency.acquire",  c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  concurrency::rl_concurrency_acquire),
+    command!(c"rl.concurrency.release",  c"write fast",           WRITE,       KEY,      When::Always,      true,  concurrency::rl_concurrency_release),
+    command!(c"rl.limit",                c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  policy::rl_limit),
+    command!(c"rl.policy.set",           c"write deny-oom",       CONFIG,      NO_KEYS,  When::Always,      false, policy::rl_policy_set),
+    command!(c"rl.policy.get",           c"readonly fast",        READ_FAST,   NO_KEYS,  When::Always,      false, policy::rl_policy_get),
+    command!(c"rl.policy.del",           c"write fast",           CONFIG,      NO_KEYS,  When::Always,      false, policy::rl_policy_del),
+    command!(c"rl.policy.list",          c"readonly",             READ,        NO_KEYS,  When::Always,      false, policy::rl_policy_list),
+    command!(c"rl.inspect",              c"readonly fast",        READ_FAST,   KEY,      When::Always,      false, inspect::rl_inspect),
+    command!(c"rl.debug.clock",          c"admin fast",           PRIVILEGED,  NO_KEYS,  When::Always,      false, debug::rl_debug_clock),
+    command!(c"rl.debug.panic",          c"admin",                PRIVILEGED,  NO_KEYS,  When::Always,      false, debug::rl_debug_panic),
+    command!(c"rl.replay",               c"write",                PRIVILEGED,  KEY,      When::Always,      false, replay::rl_replay),
+    command!(c"rl.loadstate",            c"write",                PRIVILEGED,  KEY,      When::Always,      false, replay::rl_loadstate),
 ];
 
 /// Registers the commands of [`COMMANDS`]; `cell_compat` decides CL.THROTTLE.
@@ -187,11 +203,11 @@ pub fn register(ctx: Ctx, cell_compat: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// On Redis 7.2 and later, puts a command in the ACL categories its flags imply (`@write`
-/// for the admission commands, `@read` for RL.INSPECT, `@admin @dangerous` for the debug and
-/// internal ones), so that `+@read` or `-@dangerous` rules cover it. Redis 7.0 has no ACL
-/// categories for module commands (the function is absent): grant the commands by name.
-/// A failure here is logged, not fatal: the command works, it just sits in no category.
+/// On Redis 7.2 and later, puts a command in its ACL categories (see [`COMMANDS`]), so that
+/// `+@write` grants the admission commands and not a policy change, and `-@dangerous` takes
+/// the debug and internal commands away. Redis 7.0 has no ACL categories for module commands
+/// (the function is absent): grant the commands by name. A failure here is logged, not
+/// fatal: the command works, it just sits in no category.
 fn set_acl_categories(ctx: Ctx, command: &Command) {
     // SAFETY: called from the load hook with its context, after the command was created.
     unsafe {
@@ -201,20 +217,8 @@ fn set_acl_categories(ctx: Ctx, command: &Command) {
         ) else {
             return;
         };
-        let flags = command.flags.to_bytes();
-        let categories: &CStr = if flags.starts_with(b"write") {
-            if flags.ends_with(b"fast") {
-                c"write fast"
-            } else {
-                c"write"
-            }
-        } else if flags.starts_with(b"readonly") {
-            c"read fast"
-        } else {
-            c"admin dangerous"
-        };
         let handle = get(ctx, command.name.as_ptr());
-        if handle.is_null() || set(handle, categories.as_ptr()) != raw::REDISMODULE_OK as c_int {
+        if handle.is_null() || set(handle, command.acl.as_ptr()) != raw::REDISMODULE_OK as c_int {
             let message = format!("no ACL categories for {:?}", command.name);
             crate::log::log(ctx, crate::log::Level::Warning, &message);
         }

@@ -34,7 +34,10 @@ pub fn rl_slidinglog(call: &Call) -> Result<(), Error> {
 /// The parameters from `limit window`, with `limit` at most `max` (also a SLIDINGLOG rule).
 pub fn params(a: &[&[u8]], max: u64) -> Result<Params, Error> {
     Ok(Params {
-        limit: args::count(a[0], "limit", 1, max).map_err(|_| Error::LogLimit { max })?,
+        limit: args::count(a[0], "limit", 1, max).map_err(|_| Error::CappedLimit {
+            max,
+            setting: "sliding-log-max-limit",
+        })?,
         window_ms: args::duration_ms(a[1], "window")?,
     })
 }

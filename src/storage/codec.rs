@@ -101,11 +101,12 @@ fn encode_value(w: &mut Writer, value: &Value) {
         Value::Concurrency(s) => {
             w.u8(CONCURRENCY);
             w.u64s(&[s.params.limit, s.params.lease_ms]);
-            w.u64s(&[s.state.issued, s.state.leases.len() as u64]);
-            for lease in &s.state.leases {
-                w.u64(lease.expires_us);
-                w.u64(lease.token.len() as u64);
-                w.0.extend_from_slice(&lease.token);
+            let leases = s.state.leases();
+            w.u64s(&[s.state.issued, leases.len() as u64]);
+            for (token, expires_us) in leases {
+                w.u64(expires_us);
+                w.u64(token.len() as u64);
+                w.0.extend_from_slice(token);
             }
         }
         Value::Limit(s) => {
@@ -245,7 +246,7 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
             if count > (r.0.len() / 17) as u64 {
                 return Err(DecodeError);
             }
-            let mut leases = Vec::with_capacity(count as usize);
+            let mut state = concurrency::State::new(issued);
             for _ in 0..count {
                 let expires_us = r.u64()?;
                 let len = usize::try_from(r.u64()?).map_err(|_| DecodeError)?;
@@ -254,12 +255,11 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
                 }
                 let (token, rest) = r.0.split_at(len);
                 r.0 = rest;
-                leases.push(concurrency::Lease {
-                    token: token.to_vec(),
-                    expires_us,
-                });
+                // Two leases of one token: never written, so damaged.
+                if !state.insert(token, expires_us) {
+                    return Err(DecodeError);
+                }
             }
-            let state = concurrency::State { leases, issued };
             Value::Concurrency(Stored { params, state })
         }
         LIMIT => {
@@ -443,12 +443,10 @@ mod tests {
                     limit: 3,
                     lease_ms: 30_000,
                 },
-                state: concurrency::State {
-                    leases: vec![concurrency::Lease {
-                        token: b"job-1".to_vec(),
-                        expires_us: 99,
-                    }],
-                    issued: 4,
+                state: {
+                    let mut state = concurrency::State::new(4);
+                    state.insert(b"job-1", 99);
+                    state
                 },
             }),
         ]
@@ -558,6 +556,34 @@ mod tests {
         // A rate algorithm's rule decodes.
         let gcra = encode(&Entry::new(samples()[0].clone()));
         assert!(one_rule(&gcra).is_ok());
+    }
+
+    /// Leases are written the first to end first; a blob written in another order (as before
+    /// they were kept in that order) decodes to the same state, and two leases of one token
+    /// are refused.
+    #[test]
+    fn leases_decode_in_any_order_and_once_per_token() {
+        let mut state = concurrency::State::new(2);
+        state.insert(b"a", 100);
+        state.insert(b"b", 200);
+        let value = Value::Concurrency(Stored {
+            params: concurrency::Params {
+                limit: 3,
+                lease_ms: 30_000,
+            },
+            state,
+        });
+        let good = encode(&Entry::new(value.clone()));
+        // Two records of 17 bytes (end, length, one byte of token), then the 8-byte block.
+        let records = good.len() - 8 - 34..good.len() - 8;
+        let (first, second) = good[records.clone()].split_at(17);
+        let mut swapped = good.clone();
+        swapped[records.clone()].copy_from_slice(&[second, first].concat());
+        assert_ne!(swapped, good);
+        assert_eq!(decode(&swapped).map(|e| e.value), Ok(value));
+        let mut twice = good.clone();
+        twice[records.clone()].copy_from_slice(&[first, first].concat());
+        assert_eq!(decode(&twice), Err(DecodeError));
     }
 
     #[test]

@@ -646,3 +646,12 @@ pub fn modules(c: &mut Client) -> Vec<(String, i64)> {
         })
         .collect()
 }
+
+/// Whether the server puts module commands in ACL categories (Redis 7.2 and later, and every
+/// Valkey, which reports `redis_version:7.2.4`); Redis 7.0 has no categories for them.
+pub fn module_acl_categories(c: &mut Client) -> bool {
+    let version = c.info_field("server", "redis_version");
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (7, 2)
+}
