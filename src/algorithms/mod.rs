@@ -264,6 +264,22 @@ pub mod testing {
         Ok(())
     }
 
+    /// Requests `(parameters, cost)` made one after another at the one instant `now_us` on
+    /// `key`, each writing when admitted; returns the units admitted in total. SPEC §3: that
+    /// total is at most the largest limit among the parameter sets used, whatever the key
+    /// held before and however the parameters change between the requests.
+    pub fn admitted_at_one_instant<A: Algorithm>(
+        key: &mut Key<A>,
+        requests: &[(A::Params, u64)],
+        now_us: u64,
+    ) -> u64 {
+        requests
+            .iter()
+            .filter(|(params, cost)| step::<A>(params, key, now_us, *cost).allowed)
+            .map(|(_, cost)| cost)
+            .sum()
+    }
+
     /// A check that does not write (DRYRUN): asserts that it changes nothing.
     pub fn peek<A: Algorithm>(
         params: &A::Params,
