@@ -1020,6 +1020,24 @@ mod tests {
         }
 
         /// Extreme parameters, times, costs and states (broken ones too) never panic.
+        /// SPEC §3: at one instant, requests under any sequence of parameter sets admit in
+        /// total at most the largest limit among them, whatever the key held before: every entry made at this instant is in any window.
+        #[test]
+        fn one_instant_admits_at_most_the_largest_limit(
+            history in proptest::collection::vec((any_params(), 0u64..3_000_000, 0u64..6), 0..20),
+            sets in proptest::collection::vec((any_params(), 0u64..6), 1..40),
+        ) {
+            let mut key: Key<SlidingLog> = None;
+            let mut at = 0;
+            for (p, gap, cost) in history {
+                at += gap;
+                step::<SlidingLog>(&p, &mut key, T0 + at, cost);
+            }
+            let largest = sets.iter().map(|(p, _)| p.limit).max().unwrap_or(0);
+            let admitted = testing::admitted_at_one_instant::<SlidingLog>(&mut key, &sets, T0 + at);
+            prop_assert!(admitted <= largest, "admitted {} > {}", admitted, largest);
+        }
+
         #[test]
         fn extremes_never_panic(
             limit in any::<u64>(), window_ms in any::<u64>(), now in any::<u64>(),
