@@ -977,6 +977,25 @@ mod tests {
 
         /// The clock may step back (real time goes on): entries stay at the newest time
         /// and the promise holds over real time.
+        /// With the limit changing at every request (the window staying), no window-long
+        /// interval holds more than the largest limit used.
+        #[test]
+        fn a_changing_limit_never_admits_more_than_the_largest_in_any_window(
+            p in any_params(), gaps in any_gaps(), limits in proptest::collection::vec(1u64..=20, 80),
+        ) {
+            let mut key: Key<SlidingLog> = None;
+            let mut admitted = Vec::new();
+            let mut largest = 0;
+            for (i, &(at, cost)) in requests(&p, &gaps).iter().enumerate() {
+                let q = params(limits[i], p.window_ms);
+                largest = largest.max(q.limit);
+                if step::<SlidingLog>(&q, &mut key, T0 + at, cost).allowed && cost > 0 {
+                    admitted.push((T0 + at, cost));
+                }
+            }
+            assert_promise(&admitted, largest, p.window_us());
+        }
+
         #[test]
         fn a_clock_going_backwards_admits_no_more(
             p in any_params(), gaps in any_gaps(),
