@@ -102,7 +102,11 @@ pub trait Algorithm {
     /// Decides a request of `cost` units at `now_us`.
     ///
     /// `stored` is the key's previous parameters and state (`None`: a fresh key). When they
-    /// differ from `params`, the state carries over and the new parameters apply from now on.
+    /// differ from `params`, the state carries over as the units it has taken, measured with
+    /// the new parameters, never in the caller's favour, and the new parameters apply from now
+    /// on: at one instant, requests under any sequence of parameter sets admit in total at
+    /// most the largest limit among them (SPEC §3; the tests check it with
+    /// `testing::admitted_at_one_instant`).
     ///
     /// The state changes only when the request is admitted and `write` is set (the caller
     /// clears it for DRYRUN and COST 0): then a stored state is updated in place, and for a

@@ -12,7 +12,7 @@
 //!   rule that can never admit the cost binds first). Ties go to the earlier rule.
 //!
 //! When a policy changes, each rule of the new policy takes the state of a rule of the same
-//! algorithm the key holds, if any ([`matches`]: identical rules first, then a rule over the
+//! algorithm the key holds, if any ([`matches()`]: identical rules first, then a rule over the
 //! same period or window, then in order), and carries it over to its new parameters as its
 //! algorithm does for a key (SPEC §3: never in the caller's favour). Only a rule with no
 //! state of its algorithm left starts fresh; the state of a rule no longer in the policy is
