@@ -421,6 +421,35 @@ mod tests {
             }
         }
 
+        /// SPEC §3 for leases: parameters that change keep the leases held. At one instant,
+        /// acquisitions under any sequence of parameter sets take at most the largest limit
+        /// among them; over time, the leases held never exceed the largest limit used.
+        #[test]
+        fn changing_parameters_never_hold_more_than_the_largest_limit(
+            ops in proptest::collection::vec((1u64..6, 1u64..2_000, 0u64..400_000), 1..80),
+            sets in proptest::collection::vec((1u64..6, 1u64..2_000), 1..20),
+        ) {
+            let mut s = State::default();
+            let mut now = T0;
+            let mut largest = 0;
+            for (limit, lease_ms, gap) in ops {
+                now += gap;
+                largest = largest.max(limit);
+                acquire(&Params { limit, lease_ms }, &mut s, now, None, true);
+                prop_assert!(active(&s, now).count() as u64 <= largest);
+            }
+            let held = active(&s, now).count() as u64;
+            let at_instant = sets.iter().map(|&(limit, _)| limit).max().unwrap_or(0);
+            let taken = sets
+                .iter()
+                .filter(|&&(limit, lease_ms)| {
+                    acquire(&Params { limit, lease_ms }, &mut s, now, None, true).decision.allowed
+                })
+                .count() as u64;
+            prop_assert!(taken <= at_instant);
+            prop_assert!(active(&s, now).count() as u64 <= held.max(at_instant));
+        }
+
         #[test]
         fn extremes_never_panic(limit in any::<u64>(), lease_ms in any::<u64>(), now in any::<u64>(), expires in any::<u64>(), issued in any::<u64>()) {
             let p = Params { limit, lease_ms };

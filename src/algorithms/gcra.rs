@@ -17,6 +17,11 @@
 //! reading `now_us` is `now_us × rate`, and every comparison is exact integer arithmetic in
 //! u128 (at most about 2^99 for the largest times, rates and periods that parse).
 //!
+//! Changing parameters: the TAT stands for units taken, `(TAT - now) / T` intervals still
+//! owed, and those carry over: under new parameters the key owes the same units, each one new
+//! interval long ([`State::converted`], rounded up). So at one instant, requests under any
+//! sequence of parameter sets admit in total at most the largest burst among them.
+//!
 //! Same decisions as redis-cell's `CL.THROTTLE key (burst-1) rate period`, which keeps the
 //! TAT in nanoseconds with `T` truncated to a whole nanosecond; the two can differ only when
 //! that truncation matters.
@@ -59,15 +64,28 @@ pub struct State {
 }
 
 impl State {
-    /// The same instant in the units of another rate, rounded up (never in the key's favour).
-    pub(super) fn rescaled(&self, from: &Params, to: &Params) -> u128 {
-        if from.rate == to.rate {
+    /// The TAT under `to`, for a key whose TAT was written under `from`, as of `now_us`.
+    ///
+    /// What the schedule stands for is the units it has taken: `(TAT - now) / T`, the
+    /// intervals still owed. Those carry over, measured with the new interval, so the new
+    /// TAT is `now + owed × T'` (in units of 1/rate' µs). Kept as a time instead, a longer
+    /// period would turn ten owed units of a second into a fraction of one of an hour, and
+    /// admit them again. Rounded up, never in the key's favour; a schedule already paid off
+    /// owes nothing. A new burst alone changes nothing here.
+    pub(super) fn converted(&self, from: &Params, to: &Params, now_us: u64) -> u128 {
+        if from.rate == to.rate && from.period_ms == to.period_ms {
             return self.tat;
         }
-        let (old, new) = (from.rate(), to.rate());
-        let whole = (self.tat / old).saturating_mul(new);
-        let frac = (self.tat % old).saturating_mul(new);
-        whole.saturating_add(frac.div_ceil(old))
+        let now_from = from.scaled(now_us);
+        let now_to = to.scaled(now_us);
+        let Some(owed) = self.tat.checked_sub(now_from).filter(|&owed| owed > 0) else {
+            return now_to;
+        };
+        // owed × T' / T, in two parts so that nothing overflows: T, T' < 2^49.
+        let (old, new) = (from.interval(), to.interval());
+        let whole = (owed / old).saturating_mul(new);
+        let part = (owed % old).saturating_mul(new).div_ceil(old);
+        now_to.saturating_add(whole.saturating_add(part))
     }
 }
 
@@ -88,7 +106,7 @@ impl Algorithm for Gcra {
     ) -> (Decision, Option<State>) {
         let now = params.scaled(now_us);
         let (tat, state) = match stored {
-            Some((old, state)) => (state.rescaled(old, params).max(now), Some(state)),
+            Some((old, state)) => (state.converted(old, params, now_us).max(now), Some(state)),
             None => (now, None),
         };
         let interval = params.interval();
@@ -254,12 +272,42 @@ mod tests {
     }
 
     #[test]
-    fn a_new_rate_rescales_the_schedule_exactly() {
+    fn a_new_rate_carries_the_units_owed() {
         let three = params(3, 3, 1000);
-        let (_, s) = key_after(&three, &[(0, 1)]).unwrap(); // TAT = T0 + 1/3 s
+        let key = key_after(&three, &[(0, 1)]); // one unit owed: TAT = T0 + 1/3 s
+        let (_, s) = key.unwrap();
+        // At six per second the unit owed is paid off in 1/6 s, rounded up.
         let six = params(3, 6, 1000);
-        let tat_us = Span::new(s.rescaled(&three, &six), 6).ceil_us();
-        assert_eq!(tat_us, T0 + 333_334);
+        let tat_us = Span::new(s.converted(&three, &six, T0), 6).ceil_us();
+        assert_eq!(tat_us, T0 + 166_667);
+        // At one per second, in a whole second: still one unit owed, two remaining.
+        let one = params(3, 1, 1000);
+        let d = peek::<Gcra>(&one, &key, T0, 0);
+        assert_eq!(summary(&d), (true, 3, 2, 0, 1000));
+        // A schedule paid off owes nothing under any parameters.
+        let d = peek::<Gcra>(&one, &key, T0 + 400_000, 0);
+        assert_eq!(summary(&d), (true, 3, 3, 0, 0));
+    }
+
+    /// Issue 12: ten at once under 10 per second, then under 10 per hour, admitted 19: the
+    /// TAT, kept as a time, owed a fraction of one hour-long interval. It owes ten.
+    #[test]
+    fn a_longer_period_does_not_hand_out_the_burst_again() {
+        let second = params(10, 1, 1000);
+        let hour = params(10, 1, 3_600_000);
+        let mut key: Key<Gcra> = None;
+        let mut requests = vec![(second, 1); 10];
+        requests.extend(vec![(hour, 1); 10]);
+        assert_eq!(
+            testing::admitted_at_one_instant::<Gcra>(&mut key, &requests, T0),
+            10
+        );
+        // Under the hour the ten units owed take ten hours to pay off.
+        let d = peek::<Gcra>(&hour, &key, T0, 1);
+        assert_eq!(summary(&d), (false, 10, 0, 3_600_000, 36_000_000));
+        // Back under the second, they are owed as ten seconds' worth.
+        let d = peek::<Gcra>(&second, &key, T0, 0);
+        assert_eq!(summary(&d), (true, 10, 0, 0, 10_000));
     }
 
     #[test]
@@ -279,6 +327,12 @@ mod tests {
                 ("reset_after_ms", 1500),
             ]
         );
+    }
+
+    /// Parameters whose periods all divide an hour.
+    fn timed_params() -> impl Strategy<Value = Params> {
+        let periods = prop::sample::select(vec![1u64, 7, 1000, 3000, 5000, 60_000, 3_600_000]);
+        (1u64..=20, 1u64..=2_000, periods).prop_map(|(b, r, p)| params(b, r, p))
     }
 
     fn any_params() -> impl Strategy<Value = Params> {
@@ -350,6 +404,53 @@ mod tests {
             prop_assert_eq!(dry, peek::<Gcra>(&p, &key, T0 + now, cost));
             let mut real = key;
             prop_assert_eq!(step::<Gcra>(&p, &mut real, T0 + now, cost), dry);
+        }
+
+        /// SPEC §3: at one instant, requests under any sequence of parameter sets admit in
+        /// total at most the largest burst among them, whatever the key held before.
+        #[test]
+        fn one_instant_admits_at_most_the_largest_burst(
+            history in proptest::collection::vec((any_params(), 0u64..3_000_000, 0u64..6), 0..20),
+            sets in proptest::collection::vec((any_params(), 0u64..6), 1..40),
+        ) {
+            let mut key: Key<Gcra> = None;
+            let mut at = 0;
+            for (p, gap, cost) in history {
+                at += gap;
+                step::<Gcra>(&p, &mut key, T0 + at, cost);
+            }
+            let largest = sets.iter().map(|(p, _)| p.burst).max().unwrap_or(0);
+            let admitted = testing::admitted_at_one_instant::<Gcra>(&mut key, &sets, T0 + at);
+            prop_assert!(admitted <= largest, "admitted {} > {}", admitted, largest);
+        }
+
+        /// Across time, with the parameters changing: never more than the largest burst plus
+        /// what the intervals in force paid off, each gap at the interval of the parameters
+        /// the key was stored with then.
+        #[test]
+        fn changing_parameters_never_pay_off_more_than_the_time_allows(
+            requests in proptest::collection::vec((timed_params(), 0u64..3_000_000, 0u64..6), 1..60),
+        ) {
+            // Every period divides an hour: what is paid off is counted in 1/hour-µs units.
+            const HOUR_US: u128 = 3_600_000_000;
+            let mut key: Key<Gcra> = None;
+            let mut at = 0;
+            let mut admitted: u128 = 0;
+            let mut paid: u128 = 0;
+            let largest = requests.iter().map(|(p, _, _)| p.burst).max().unwrap_or(0);
+            for (p, gap, cost) in requests {
+                if let Some((stored, _)) = &key {
+                    // gap / T = gap × rate / period_us units paid off, at most.
+                    let per_unit = HOUR_US / (u128::from(stored.period_ms) * 1000);
+                    paid += u128::from(gap) * u128::from(stored.rate) * per_unit;
+                }
+                at += gap;
+                if step::<Gcra>(&p, &mut key, T0 + at, cost).allowed {
+                    admitted += u128::from(cost);
+                }
+                prop_assert!(admitted * HOUR_US <= u128::from(largest) * HOUR_US + paid,
+                    "admitted {} > {} + {}/{}", admitted, largest, paid, HOUR_US);
+            }
         }
 
         /// Extreme parameters, times and costs never panic or wrap.

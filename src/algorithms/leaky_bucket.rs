@@ -14,9 +14,10 @@
 //! differs: the delay. A request's turn starts when everything queued before it has left,
 //! `max(TAT, now)`; the delay is that minus now (zero when the queue was empty).
 //!
-//! Parameters that change keep the queue's drain time, as GCRA keeps its TAT: the units
-//! already queued drain at the new rate from now on, and a smaller capacity may deny until
-//! the queue has drained below it.
+//! Parameters that change keep the units queued, as GCRA keeps the units its TAT owes: the
+//! drain time is converted through the emission interval ([`gcra::State::converted`]), so
+//! the units already queued drain at the new rate from now on, each a new interval long, and
+//! a smaller capacity may deny until the queue has drained below it.
 
 use super::gcra::{self, Gcra};
 use super::{int, Algorithm, Decision, Span};
@@ -63,7 +64,7 @@ impl Algorithm for LeakyBucket {
         // How long the units already queued take to leave: this request's wait.
         let now = queue.scaled(now_us);
         let wait = match &stored {
-            Some((old, state)) => state.rescaled(old, &queue).max(now) - now,
+            Some((old, state)) => state.converted(old, &queue, now_us).max(now) - now,
             None => 0,
         };
         let (mut decision, fresh) = match stored {
@@ -98,7 +99,7 @@ impl Algorithm for LeakyBucket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::testing::{peek, step, Key};
+    use crate::algorithms::testing::{self, peek, step, Key};
     use proptest::prelude::*;
 
     const T0: u64 = 1_700_000_000_000_000;
@@ -184,6 +185,27 @@ mod tests {
         assert_eq!(d.retry_after.unwrap().ceil_ms(), 3000);
     }
 
+    /// Issue 12: a full queue of 10 at 1 per second, then the same capacity at 1 per hour,
+    /// admitted 19: the drain time, kept as a time, held a fraction of one hour-long turn.
+    /// The ten units queued stay queued, now an hour apart.
+    #[test]
+    fn a_slower_leak_keeps_the_units_queued() {
+        let second = params(10, 1, 1000);
+        let hour = params(10, 1, 3_600_000);
+        let mut key: Key<LeakyBucket> = None;
+        let mut requests = vec![(second, 1); 10];
+        requests.extend(vec![(hour, 1); 10]);
+        assert_eq!(
+            testing::admitted_at_one_instant::<LeakyBucket>(&mut key, &requests, T0),
+            10
+        );
+        let d = peek::<LeakyBucket>(&hour, &key, T0, 1);
+        assert_eq!(
+            (d.allowed, d.remaining, d.retry_after.unwrap().ceil_ms()),
+            (false, 0, 3_600_000)
+        );
+    }
+
     #[test]
     fn describe_reports_the_queue() {
         let p = params(3, 2, 1000);
@@ -247,6 +269,24 @@ mod tests {
             }
             let dry = peek::<LeakyBucket>(&p, &key, T0 + at, cost);
             prop_assert_eq!(step::<LeakyBucket>(&p, &mut key, T0 + at, cost), dry);
+        }
+
+        /// SPEC §3: at one instant, any sequence of parameter sets admits in total at most
+        /// the largest capacity among them, whatever the queue held before.
+        #[test]
+        fn one_instant_admits_at_most_the_largest_capacity(
+            history in proptest::collection::vec((any_params(), 0u64..3_000_000, 0u64..6), 0..20),
+            sets in proptest::collection::vec((any_params(), 0u64..6), 1..40),
+        ) {
+            let mut key: Key<LeakyBucket> = None;
+            let mut at = 0;
+            for (p, gap, cost) in history {
+                at += gap;
+                step::<LeakyBucket>(&p, &mut key, T0 + at, cost);
+            }
+            let largest = sets.iter().map(|(p, _)| p.capacity).max().unwrap_or(0);
+            let admitted = testing::admitted_at_one_instant::<LeakyBucket>(&mut key, &sets, T0 + at);
+            prop_assert!(admitted <= largest, "admitted {} > {}", admitted, largest);
         }
 
         #[test]

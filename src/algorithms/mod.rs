@@ -102,7 +102,11 @@ pub trait Algorithm {
     /// Decides a request of `cost` units at `now_us`.
     ///
     /// `stored` is the key's previous parameters and state (`None`: a fresh key). When they
-    /// differ from `params`, the state carries over and the new parameters apply from now on.
+    /// differ from `params`, the state carries over as the units it has taken, measured with
+    /// the new parameters, never in the caller's favour, and the new parameters apply from now
+    /// on: at one instant, requests under any sequence of parameter sets admit in total at
+    /// most the largest limit among them (SPEC §3; the tests check it with
+    /// `testing::admitted_at_one_instant`).
     ///
     /// The state changes only when the request is admitted and `write` is set (the caller
     /// clears it for DRYRUN and COST 0): then a stored state is updated in place, and for a
@@ -262,6 +266,22 @@ pub mod testing {
             }
         }
         Ok(())
+    }
+
+    /// Requests `(parameters, cost)` made one after another at the one instant `now_us` on
+    /// `key`, each writing when admitted; returns the units admitted in total. SPEC §3: that
+    /// total is at most the largest limit among the parameter sets used, whatever the key
+    /// held before and however the parameters change between the requests.
+    pub fn admitted_at_one_instant<A: Algorithm>(
+        key: &mut Key<A>,
+        requests: &[(A::Params, u64)],
+        now_us: u64,
+    ) -> u64 {
+        requests
+            .iter()
+            .filter(|(params, cost)| step::<A>(params, key, now_us, *cost).allowed)
+            .map(|(_, cost)| cost)
+            .sum()
     }
 
     /// A check that does not write (DRYRUN): asserts that it changes nothing.

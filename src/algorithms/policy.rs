@@ -11,9 +11,12 @@
 //!   (the one that will refuse first); when denied, the one whose refusal lasts longest (a
 //!   rule that can never admit the cost binds first). Ties go to the earlier rule.
 //!
-//! When a policy changes, each rule of the new policy takes the state of an identical rule
-//! (same algorithm, same parameters) the key holds, if any; a new or changed rule starts
-//! fresh, and the state of a rule no longer in the policy is dropped at the next write.
+//! When a policy changes, each rule of the new policy takes the state of a rule of the same
+//! algorithm the key holds, if any ([`matches()`]: identical rules first, then a rule over the
+//! same period or window, then in order), and carries it over to its new parameters as its
+//! algorithm does for a key (SPEC §3: never in the caller's favour). Only a rule with no
+//! state of its algorithm left starts fresh; the state of a rule no longer in the policy is
+//! dropped at the next write.
 
 use std::sync::Arc;
 
@@ -52,20 +55,21 @@ macro_rules! rules {
                 }
             }
 
-            /// Checks a request against this rule, with `state` the rule's state (`None`:
-            /// fresh), under [`Algorithm::check`]'s contract: with `write`, an admitted request
-            /// updates `state` in place, or returns a fresh rule's new state.
+            /// Checks a request against this rule, with `stored` the rule the key's state was
+            /// written under and that state (`None`: fresh), under [`Algorithm::check`]'s
+            /// contract: the state carries over to this rule's parameters; with `write`, an
+            /// admitted request updates it in place, or returns a fresh rule's new state.
             fn check(
                 &self,
-                state: Option<&mut RuleState>,
+                stored: Option<(&Rule, &mut RuleState)>,
                 now_us: u64,
                 cost: u64,
                 write: bool,
             ) -> (Decision, Option<RuleState>) {
                 match self {
                     $(Rule::$variant(params) => {
-                        let stored = match state {
-                            Some(RuleState::$variant(s)) => Some((params, s)),
+                        let stored = match stored {
+                            Some((Rule::$variant(old), RuleState::$variant(s))) => Some((old, s)),
                             _ => None,
                         };
                         let (decision, fresh) =
@@ -122,22 +126,59 @@ pub struct Outcome {
     pub binding_decision: Decision,
 }
 
-/// Which stored state each rule of `rules` takes: the first not yet taken whose rule is
-/// identical (`None`: the rule starts fresh).
+/// Which stored state each rule of `rules` takes (`None`: the rule starts fresh), each old
+/// rule's state going to one new rule at most, in three passes over the rules still
+/// unmatched, each in the policy's order:
+/// 1. an identical rule (same algorithm, same arguments), wherever it stands;
+/// 2. a rule of the same algorithm over the same period or window (a changed limit);
+/// 3. the first rule left of the same algorithm.
+///
+/// A rule that takes a changed rule's state carries it over to its own parameters, never in
+/// the caller's favour (SPEC §3). The common case, an unchanged policy, ends after pass 1.
 fn matches(rules: &[Rule], old: &[Rule], states: &[RuleState]) -> [Option<usize>; MAX_RULES] {
     let mut found = [None; MAX_RULES];
     let mut used = [false; MAX_RULES];
-    for (slot, rule) in found.iter_mut().zip(rules) {
-        *slot = old
-            .iter()
-            .zip(states)
-            .zip(&used)
-            .position(|((o, s), &u)| !u && o == rule && s.belongs(rule));
-        if let Some(j) = *slot {
-            used[j] = true;
+    let passes: [fn(&Rule, &Rule) -> bool; 3] = [
+        |o, r| o == r,
+        |o, r| o.kind() == r.kind() && o.period_ms() == r.period_ms(),
+        |o, r| o.kind() == r.kind(),
+    ];
+    for pass in passes {
+        let mut left = false;
+        for (slot, rule) in found.iter_mut().zip(rules) {
+            if slot.is_some() {
+                continue;
+            }
+            *slot = old
+                .iter()
+                .zip(states)
+                .zip(&used)
+                .position(|((o, s), &u)| !u && s.belongs(rule) && pass(o, rule));
+            match *slot {
+                Some(j) => used[j] = true,
+                None => left = true,
+            }
+        }
+        if !left {
+            break;
         }
     }
     found
+}
+
+impl Rule {
+    /// The rule's period or window, in ms: what makes two rules of one algorithm count the
+    /// same span of time.
+    fn period_ms(&self) -> u64 {
+        match self {
+            Rule::Gcra(p) => p.period_ms,
+            Rule::TokenBucket(p) => p.refill_period_ms,
+            Rule::LeakyBucket(p) => p.leak_period_ms,
+            Rule::FixedWindow(p) => p.window_ms,
+            Rule::SlidingWindow(p) => p.window_ms,
+            Rule::SlidingLog(p) => p.window_ms,
+        }
+    }
 }
 
 /// RL.LIMIT's step: checks a request against every rule of `rules`, with `stored` the rules
@@ -166,11 +207,11 @@ pub fn step(
     let mut allowed = true;
     let mut reset_after: Option<Span> = None;
     for (i, rule) in rules.iter().enumerate() {
-        let state = match (found.get(i).copied().flatten(), states.as_deref_mut()) {
-            (Some(j), Some(states)) => states.get_mut(j),
+        let stored = match (found.get(i).copied().flatten(), states.as_deref_mut()) {
+            (Some(j), Some(states)) => old.get(j).zip(states.get_mut(j)),
             _ => None,
         };
-        let (decision, _) = rule.check(state, now_us, cost, false);
+        let (decision, _) = rule.check(stored, now_us, cost, false);
         allowed &= decision.allowed;
         if reset_after.is_none_or(|r| decision.reset_after.ceil_us() > r.ceil_us()) {
             reset_after = Some(decision.reset_after);
@@ -198,19 +239,19 @@ pub fn step(
         && (0..rules.len()).all(|i| found.get(i).copied().flatten() == Some(i));
     match states {
         Some(states) if in_place => {
-            for (rule, state) in rules.iter().zip(states.iter_mut()) {
-                rule.check(Some(state), now_us, cost, true);
+            for ((rule, old), state) in rules.iter().zip(old).zip(states.iter_mut()) {
+                rule.check(Some((old, state)), now_us, cost, true);
             }
             (outcome, None)
         }
         states => {
             let mut next = Vec::with_capacity(rules.len());
             for (i, rule) in rules.iter().enumerate() {
-                let mut state = match (found.get(i).copied().flatten(), states.as_deref()) {
-                    (Some(j), Some(states)) => states.get(j).cloned(),
-                    _ => None,
+                let (from, mut state) = match (found.get(i).copied().flatten(), states.as_deref()) {
+                    (Some(j), Some(states)) => (old.get(j), states.get(j).cloned()),
+                    _ => (None, None),
                 };
-                let (_, fresh) = rule.check(state.as_mut(), now_us, cost, true);
+                let (_, fresh) = rule.check(from.zip(state.as_mut()), now_us, cost, true);
                 next.extend(fresh.or(state));
             }
             match states {
@@ -416,13 +457,14 @@ mod tests {
     }
 
     #[test]
-    fn identical_rules_keep_their_state_when_the_policy_changes() {
+    fn rules_keep_their_state_when_the_policy_changes() {
         let old: Rules = Arc::from(vec![gcra(10, 10, 1000), fixed(30, 60_000)]);
         let mut key: Key = None;
         for _ in 0..5 {
             step(&old, &mut key, T0, 1);
         }
-        // The minute rule stays (now first), the second rule changes, a day rule is added.
+        // The minute rule stays (now first), the per-second rule changes, a day rule is
+        // added.
         let new: Rules = Arc::from(vec![
             fixed(30, 60_000),
             gcra(20, 20, 1000),
@@ -432,16 +474,68 @@ mod tests {
         let (_, states) = key.as_ref().unwrap();
         let minute = fixed(30, 60_000).describe(&states[1], T0);
         assert!(minute.contains(&("remaining", 25)));
-        // The changed rule starts fresh with its 20, fewer than the minute's 25: it binds.
-        assert_eq!((o.binding, o.binding_decision.remaining), (1, 20));
+        // The changed rule keeps the 5 units it owes, now at 20 a second: 15 of 20 left,
+        // fewer than the minute's 25, so it binds.
+        assert_eq!((o.binding, o.binding_decision.remaining), (1, 15));
         let d = step(&new, &mut key, T0, 1);
         assert!(d.allowed);
         let (rules, states) = key.as_ref().unwrap();
         assert_eq!(rules, &new);
         assert_eq!(new[1].describe(&states[1], T0)[..1], [("limit", 20)]);
-        assert!(new[1].describe(&states[1], T0).contains(&("remaining", 19)));
+        assert!(new[1].describe(&states[1], T0).contains(&("remaining", 14)));
         assert!(new[2].describe(&states[2], T0).contains(&("remaining", 99)));
         assert!(new[0].describe(&states[0], T0).contains(&("remaining", 24)));
+    }
+
+    /// Issue 12: FIXEDWINDOW 10 1h, then 11 1h, then 10 1h admitted 31 at one instant: each
+    /// change started the rule afresh. The rule keeps its count: 11 in all, as a plain key.
+    #[test]
+    fn a_changed_rule_keeps_its_state_under_the_new_parameters() {
+        let policies: Vec<Rules> = [10, 11, 10]
+            .iter()
+            .map(|&limit| Arc::from(vec![fixed(limit, 3_600_000)]))
+            .collect();
+        let mut key: Key = None;
+        let mut admitted = 0;
+        for rules in &policies {
+            while step(rules, &mut key, T0, 1).allowed {
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 11);
+    }
+
+    #[test]
+    fn rules_are_matched_identical_first_then_by_period_then_in_order() {
+        // 4 used of every rule.
+        let old: Rules = Arc::from(vec![
+            fixed(10, 1000),
+            gcra(10, 10, 1000),
+            fixed(1000, 86_400_000),
+        ]);
+        let mut key: Key = None;
+        step(&old, &mut key, T0, 4);
+        let new: Rules = Arc::from(vec![
+            fixed(2000, 86_400_000), // the day rule's window: its count, 4
+            fixed(5, 60_000),        // no window of its own left: the per-second count, 4
+            gcra(10, 10, 1000),      // identical: its own state
+            fixed(7, 10_000),        // nothing of its algorithm left: fresh
+            sliding(5, 1000),        // no rule of its algorithm before: fresh
+        ]);
+        let o = outcome(&new, &key, T0, 0);
+        assert_eq!((o.binding, o.binding_decision.remaining), (1, 1));
+        let remaining: Vec<u64> = new
+            .iter()
+            .enumerate()
+            .map(|(i, rule)| {
+                let found = matches(&new, &old, &key.as_ref().unwrap().1)[i];
+                let mut state = found.map(|j| key.as_ref().unwrap().1[j].clone());
+                let old_rule = found.map(|j| &old[j]);
+                let stored = old_rule.zip(state.as_mut());
+                rule.check(stored, T0, 0, false).0.remaining
+            })
+            .collect();
+        assert_eq!(remaining, [1996, 1, 6, 7, 5]);
     }
 
     #[test]
@@ -478,6 +572,41 @@ mod tests {
         ]
     }
 
+    /// The most units a fresh key admits at once under `rule`.
+    fn limit_of(rule: &Rule) -> u64 {
+        rule.check(None, T0, 0, false).0.limit
+    }
+
+    /// A rule of algorithm `kind` (0 to 4, in `rule_strategy`'s order) from `pool`, or a
+    /// fixed one when the pool has none of it.
+    fn rule_strategy_kind(kind: usize, pool: &[Rule]) -> Rule {
+        let names = [
+            "gcra",
+            "fixedwindow",
+            "slidingwindow",
+            "tokenbucket",
+            "slidinglog",
+        ];
+        pool.iter()
+            .find(|r| r.kind() == names[kind])
+            .cloned()
+            .unwrap_or_else(|| match kind {
+                0 => gcra(3, 2, 1000),
+                1 => fixed(3, 60_000),
+                2 => sliding(3, 60_000),
+                3 => Rule::TokenBucket(token_bucket::Params {
+                    capacity: 3,
+                    refill_amount: 1,
+                    refill_period_ms: 1000,
+                    interval: false,
+                }),
+                _ => Rule::SlidingLog(sliding_log::Params {
+                    limit: 3,
+                    window_ms: 1000,
+                }),
+            })
+    }
+
     proptest! {
         /// All or nothing: a request is admitted exactly when each rule, checked alone on
         /// its own state, admits it; then each rule's state is what it alone would keep; a
@@ -498,7 +627,7 @@ mod tests {
                     .enumerate()
                     .map(|(i, rule)| {
                         let mut state = stored.map(|(_, s)| s[i].clone());
-                        let (decision, fresh) = rule.check(state.as_mut(), now, cost, cost > 0);
+                        let (decision, fresh) = rule.check(state.as_mut().map(|s| (rule, s)), now, cost, cost > 0);
                         (decision, fresh.or(state))
                     })
                     .collect();
@@ -524,6 +653,37 @@ mod tests {
                     }
                 }
             }
+        }
+
+        /// SPEC §3 for policies: at one instant, whatever the key held before, requests under
+        /// any sequence of policies whose rules keep their algorithms (each rule's parameters
+        /// changing at random) admit in total at most, for every rule, the largest limit
+        /// that rule had among them.
+        #[test]
+        fn one_instant_admits_at_most_each_rules_largest_limit(
+            kinds in proptest::collection::vec(0usize..5, 1..4),
+            history in proptest::collection::vec((proptest::collection::vec(rule_strategy(), 4), 0u64..5_000_000, 0u64..4), 0..15),
+            sets in proptest::collection::vec((proptest::collection::vec(rule_strategy(), 4), 0u64..4), 1..30),
+        ) {
+            // A policy of `kinds`' algorithms, in that order, with parameters drawn from
+            // `pool` (a rule of each algorithm is found by its kind).
+            let policy = |pool: &[Rule]| -> Rules {
+                let of_kind = |k: usize| rule_strategy_kind(k, pool);
+                Arc::from(kinds.iter().map(|&k| of_kind(k)).collect::<Vec<_>>())
+            };
+            let mut key: Key = None;
+            let mut now = T0;
+            for (pool, gap, cost) in &history {
+                now += gap;
+                step(&policy(pool), &mut key, now, *cost);
+            }
+            let policies: Vec<(Rules, u64)> = sets.iter().map(|(pool, cost)| (policy(pool), *cost)).collect();
+            let bound = (0..kinds.len())
+                .map(|i| policies.iter().map(|(rules, _)| limit_of(&rules[i])).max().unwrap_or(0))
+                .min()
+                .unwrap_or(0);
+            let admitted = testing::admitted_at_one_instant::<Limit>(&mut key, &policies, now);
+            prop_assert!(admitted <= bound, "admitted {} > {}", admitted, bound);
         }
 
         /// One rule alone answers exactly as its own command does.

@@ -40,11 +40,11 @@
 //! again is another matter: entries dropped while it was ahead are gone).
 //!
 //! When a new offset would not fit in 31 bits, the ring is rebased: `base_us` moves forward
-//! to the oldest entry still in the window and every entry is rewritten (O(n)). Only entries
-//! of the last window remain, which span fewer than 2^29 units, so this happens at most
-//! once every ~2^30 units of time: amortized O(1). (Only when the clock went far backwards
-//! and the window shrank can the ring span more than 2^31 units; then the oldest entries are
-//! moved later, to the oldest time that still fits: they stay longer, never shorter.)
+//! to the oldest entry still in the window and every entry is rewritten (O(n)), in the
+//! window's own unit. Only entries of the last window remain, which span fewer than 2^29
+//! units, so this happens at most once every ~2^30 units of time: amortized O(1). (Should
+//! the ring ever span more than 2^31 units then, the oldest entries are moved later, to the
+//! oldest time that still fits: they stay longer, never shorter.)
 //!
 //! # Costs
 //!
@@ -63,8 +63,11 @@
 //! - A new `window` re-evaluates every entry still in the ring under the new window: a
 //!   shorter window lets old entries go sooner, a longer one keeps them longer. Entries
 //!   that an earlier write already dropped (expired under the old window) are gone. If the
-//!   new window needs another unit, the next admitted write re-encodes the ring in the new
-//!   unit (O(n), once): times round up to a coarser unit, and are exact in a finer one.
+//!   new window needs a coarser unit, the next admitted write re-encodes the ring in it
+//!   (O(n), once; times round up). A window that would do with a finer unit keeps the
+//!   ring's coarser one (entries stay at most one unit longer, never shorter), so windows
+//!   that alternate between calls re-encode the ring once, not at every call; the window's
+//!   own unit comes back when the ring starts afresh or is rebased.
 //!
 //! A `limit` above 2^31 - 1 (the command layer never passes one: its cap is at most 10^9)
 //! acts as 2^31 - 1 everywhere, the reply's `limit` included, so that a cost word never has
@@ -119,8 +122,10 @@ pub fn unit_for(window_us: u64) -> u64 {
 ///   `2..=MAX_LIMIT` (a request of that cost).
 /// - An entry's time is `base_us + (word & !FLAG) × unit_us` µs since the Unix epoch; the
 ///   times never decrease from front to back.
-/// - `unit_us` is a power of two. It is normally [`unit_for`] the window; after a window
-///   change it is the old one until the next admitted write re-encodes the ring.
+/// - `unit_us` is a power of two. An admitted write leaves it at least [`unit_for`] the
+///   window: that unit, or a coarser one an earlier window needed (see the module doc);
+///   after a change to a window that needs a coarser unit, it is the old one until the next
+///   admitted write re-encodes the ring.
 /// - `total` is the sum of the entries' costs (1 for an unflagged word).
 ///
 /// An empty ring (`total` 0) is a fresh key; `base_us` then does not matter.
@@ -294,8 +299,9 @@ enum Layout {
     Fresh,
     /// The ring stays as it is.
     Same,
-    /// Every entry is rewritten in the new unit (rounding up), then moved `shift` new units
-    /// back (entries that would go below zero are raised to zero).
+    /// Every entry is rewritten in the new unit (rounding up, or exactly in a finer unit
+    /// after a rebase), then moved `shift` new units back (entries that would go below zero
+    /// are raised to zero).
     Reencode { shift: u128 },
 }
 
@@ -321,24 +327,40 @@ fn regrid(offset: u32, from_unit: u128, to_unit: u128) -> u128 {
 }
 
 /// Where an admitted request at `now` goes: stamped `max(now, newest)` rounded up to the
-/// window's unit; the ring rebased (or re-encoded, after a window change) when needed.
+/// ring's unit; the ring rebased, or re-encoded in a coarser unit, when needed.
+///
+/// The ring keeps its unit unless the window needs a coarser one ([`unit_for`]): a window
+/// change then rewrites the ring once, to the coarser unit, and never back to a finer one
+/// while the ring holds entries, so windows that alternate between calls cost nothing
+/// beyond the first change. The window's own unit comes back when the ring starts afresh or
+/// is rebased, both of which write every entry anyway.
 fn plan(state: &State, scan: &Scan, params: &Params, now_us: u64) -> Plan {
-    let unit_us = unit_for(params.window_us());
-    let (from, to) = (state.unit(), u128::from(unit_us));
+    let needed = u128::from(unit_for(params.window_us()));
     let (Some(oldest), Some(newest)) = (scan.oldest_offset, state.newest_offset()) else {
         return Plan {
             layout: Layout::Fresh,
-            unit_us,
+            unit_us: u64::try_from(needed).unwrap_or(u64::MAX),
             base_us: now_us,
             offset: 0,
             time_us: u128::from(now_us),
         };
     };
+    let from = state.unit();
     let base = u128::from(state.base_us);
-    let newest_us = base + regrid(newest, from, to) * to;
-    let stamp_us = u128::from(now_us).max(newest_us);
-    // On the grid `base + k × unit`, rounded up; stamp_us >= newest_us >= base.
-    let k_new = (stamp_us - base).div_ceil(to);
+    // The new entry's offset on the grid `base + k × unit`, rounded up (stamp >= newest >=
+    // base).
+    let offset_in = |to: u128| {
+        let newest_us = base + regrid(newest, from, to) * to;
+        let stamp_us = u128::from(now_us).max(newest_us);
+        (stamp_us - base).div_ceil(to)
+    };
+    let mut to = from.max(needed);
+    let mut k_new = offset_in(to);
+    if k_new > MAX_OFFSET && to != needed {
+        // A rebase rewrites every entry anyway: in the window's own unit.
+        to = needed;
+        k_new = offset_in(to);
+    }
     let shift = if k_new <= MAX_OFFSET {
         0
     } else {
@@ -351,7 +373,7 @@ fn plan(state: &State, scan: &Scan, params: &Params, now_us: u64) -> Plan {
     };
     Plan {
         layout,
-        unit_us,
+        unit_us: u64::try_from(to).unwrap_or(u64::MAX),
         base_us: u64::try_from(base + shift * to).unwrap_or(u64::MAX),
         offset: u32::try_from((k_new - shift).min(MAX_OFFSET)).unwrap_or(OFFSET_MASK),
         time_us: base + k_new * to,
@@ -721,30 +743,31 @@ mod tests {
     }
 
     #[test]
-    fn entries_that_cannot_all_be_encoded_are_moved_later_never_dropped() {
+    fn a_shorter_window_after_the_clock_went_back_keeps_every_entry_as_it_is() {
         // A 10-year window keeps entries an hour apart in ~1 s units; after the clock went
-        // back, a 1-second window makes them all "future" entries in µs units, which span
-        // more than 2^31 µs: the oldest is raised to fit, and nothing is forgotten.
+        // back, a 1-second window makes them all "future" entries. The ring keeps its
+        // coarser unit (µs would need more than 31 bits for that hour), so nothing moves and
+        // nothing is forgotten.
         let long = params(3, crate::args::MAX_DURATION_MS);
+        let unit = unit_for(long.window_us());
         let hour = 3600 * S;
         let mut key = key_after(&long, &[(0, 1), (hour, 1)]);
+        let before = state(&key).clone();
         let short = params(3, 1000);
         let back = T0 - S;
         assert_eq!(peek::<SlidingLog>(&short, &key, back, 0).remaining, 1);
         assert!(step::<SlidingLog>(&short, &mut key, back, 1).allowed);
         let s = state(&key);
         assert!(is_valid(s));
-        assert_eq!(s.unit_us, 1);
-        assert_eq!(s.total, 3);
-        let newest = s.time_us(s.newest_offset().unwrap());
-        let oldest = s.time_us(s.words[0]);
-        assert!(newest >= u128::from(T0 + hour));
-        assert_eq!(newest - oldest, MAX_OFFSET);
+        assert_eq!((s.unit_us, s.base_us, s.total), (unit, T0, 3));
+        let newest = before.words[1];
+        assert_eq!(s.words, [0, newest, newest]);
+        assert!(s.time_us(newest) >= u128::from(T0 + hour));
         let d = peek::<SlidingLog>(&short, &key, back, 1);
         assert!(!d.allowed);
         assert_eq!(
             d.reset_after.ceil_us() as u128,
-            newest + 1_000_000 - u128::from(back)
+            s.time_us(newest) + 1_000_000 - u128::from(back)
         );
     }
 
@@ -821,11 +844,44 @@ mod tests {
             (T0, 2, VecDeque::from([0, 2, 3]))
         );
         assert!(is_valid(s));
-        // And back to a minute: µs units, exact.
+        // And back to a minute: the ring keeps its 2 µs units (rewriting it to µs would
+        // cost O(entries) at every switch between the two windows); the new entry's 7 µs
+        // rounds up to 8.
         assert!(step::<SlidingLog>(&params(4, 60_000), &mut key, T0 + 7, 1).allowed);
         let s = state(&key);
-        assert_eq!(s.unit_us, 1);
-        assert_eq!(s.words, [0, 4, 6, 7]);
+        assert_eq!(
+            (s.unit_us, s.words.clone()),
+            (2, VecDeque::from([0, 2, 3, 4]))
+        );
+        assert!(is_valid(s));
+    }
+
+    /// Issue 12: windows that alternate between calls re-encoded the whole log at every
+    /// admitted call (4.75 ms at 999k entries). Now a window change rewrites the ring only
+    /// when the window needs a coarser unit: once, however often the windows alternate.
+    #[test]
+    fn alternating_windows_re_encode_the_ring_at_most_once() {
+        let minute = params(1000, 60_000);
+        let ten = params(1000, 600_000); // needs 2 µs units
+                                         // Entries a µs apart, so that a change of unit rewrites their words.
+        let requests: Vec<(u64, u64)> = (0..100).map(|i| (i, 1)).collect();
+        let mut key = key_after(&minute, &requests);
+        let mut rewrites = 0;
+        for i in 0..20 {
+            let before: Vec<u32> = state(&key).words.iter().copied().collect();
+            let p = if i % 2 == 0 { &ten } else { &minute };
+            assert!(step::<SlidingLog>(p, &mut key, T0 + 100 + i, 1).allowed);
+            let s = state(&key);
+            assert!(is_valid(s));
+            if s.words.iter().take(before.len()).ne(before.iter()) {
+                rewrites += 1;
+            }
+        }
+        assert_eq!(rewrites, 1);
+        assert_eq!(state(&key).unit_us, 2);
+        // Once the ring starts afresh, it takes the window's own unit again.
+        assert!(step::<SlidingLog>(&minute, &mut key, T0 + 61 * S, 1).allowed);
+        assert_eq!((state(&key).unit_us, state(&key).words.len()), (1, 1));
     }
 
     #[test]
@@ -921,6 +977,25 @@ mod tests {
 
         /// The clock may step back (real time goes on): entries stay at the newest time
         /// and the promise holds over real time.
+        /// With the limit changing at every request (the window staying), no window-long
+        /// interval holds more than the largest limit used.
+        #[test]
+        fn a_changing_limit_never_admits_more_than_the_largest_in_any_window(
+            p in any_params(), gaps in any_gaps(), limits in proptest::collection::vec(1u64..=20, 80),
+        ) {
+            let mut key: Key<SlidingLog> = None;
+            let mut admitted = Vec::new();
+            let mut largest = 0;
+            for (i, &(at, cost)) in requests(&p, &gaps).iter().enumerate() {
+                let q = params(limits[i], p.window_ms);
+                largest = largest.max(q.limit);
+                if step::<SlidingLog>(&q, &mut key, T0 + at, cost).allowed && cost > 0 {
+                    admitted.push((T0 + at, cost));
+                }
+            }
+            assert_promise(&admitted, largest, p.window_us());
+        }
+
         #[test]
         fn a_clock_going_backwards_admits_no_more(
             p in any_params(), gaps in any_gaps(),
@@ -1020,6 +1095,24 @@ mod tests {
         }
 
         /// Extreme parameters, times, costs and states (broken ones too) never panic.
+        /// SPEC §3: at one instant, requests under any sequence of parameter sets admit in
+        /// total at most the largest limit among them, whatever the key held before: every entry made at this instant is in any window.
+        #[test]
+        fn one_instant_admits_at_most_the_largest_limit(
+            history in proptest::collection::vec((any_params(), 0u64..3_000_000, 0u64..6), 0..20),
+            sets in proptest::collection::vec((any_params(), 0u64..6), 1..40),
+        ) {
+            let mut key: Key<SlidingLog> = None;
+            let mut at = 0;
+            for (p, gap, cost) in history {
+                at += gap;
+                step::<SlidingLog>(&p, &mut key, T0 + at, cost);
+            }
+            let largest = sets.iter().map(|(p, _)| p.limit).max().unwrap_or(0);
+            let admitted = testing::admitted_at_one_instant::<SlidingLog>(&mut key, &sets, T0 + at);
+            prop_assert!(admitted <= largest, "admitted {} > {}", admitted, largest);
+        }
+
         #[test]
         fn extremes_never_panic(
             limit in any::<u64>(), window_ms in any::<u64>(), now in any::<u64>(),

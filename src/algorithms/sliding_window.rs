@@ -483,6 +483,17 @@ mod tests {
         (1u64..=20, 1u64..=10_000).prop_map(|(l, w)| params(l, w))
     }
 
+    /// Parameters for a key whose parameters change: short windows and aligned hours and days.
+    fn changing_params() -> impl Strategy<Value = Params> {
+        let window = prop_oneof![
+            1u64..=10_000,
+            Just(3_600_000),
+            Just(86_400_000),
+            Just(7_000)
+        ];
+        (1u64..=20, window).prop_map(|(l, w)| params(l, w))
+    }
+
     fn any_requests() -> impl Strategy<Value = Vec<(u64, u64)>> {
         // (µs since the previous request, cost)
         proptest::collection::vec((0u64..3_000_000, 0u64..6), 1..60)
@@ -662,6 +673,24 @@ mod tests {
         }
 
         /// Any parameters, states, times and costs: no panic, no wrap.
+        /// SPEC §3: at one instant, requests under any sequence of parameter sets admit in
+        /// total at most the largest limit among them, whatever the key held before: the counts carry, and the previous count only ever weighs on the estimate.
+        #[test]
+        fn one_instant_admits_at_most_the_largest_limit(
+            history in proptest::collection::vec((changing_params(), 0u64..3_000_000, 0u64..6), 0..20),
+            sets in proptest::collection::vec((changing_params(), 0u64..6), 1..40),
+        ) {
+            let mut key: Key<SlidingWindow> = None;
+            let mut at = 0;
+            for (p, gap, cost) in history {
+                at += gap;
+                step::<SlidingWindow>(&p, &mut key, T2 + at, cost);
+            }
+            let largest = sets.iter().map(|(p, _)| p.limit).max().unwrap_or(0);
+            let admitted = testing::admitted_at_one_instant::<SlidingWindow>(&mut key, &sets, T2 + at);
+            prop_assert!(admitted <= largest, "admitted {} > {}", admitted, largest);
+        }
+
         #[test]
         fn extremes_never_panic(limit in any::<u64>(), window_ms in any::<u64>(),
                                 old_limit in any::<u64>(), old_window_ms in any::<u64>(),

@@ -626,6 +626,40 @@ mod tests {
             }
         }
 
+        /// Continuous, with the parameters changing at every request: never more than the
+        /// largest capacity plus what refilled, each gap at the rate of the parameters the key
+        /// was stored with then (a change rescales the tokens down and clamps them).
+        #[test]
+        fn changing_parameters_never_refill_more_than_the_time_allows(
+            requests in proptest::collection::vec((any_params(), 0u64..3_000_000, 0u64..6), 1..60),
+        ) {
+            // Every period divides an hour: what refills is counted in 1/hour-µs tokens.
+            const HOUR_US: u128 = 3_600_000_000;
+            let periods = [1u64, 7, 1000, 3000, 5000, 60_000, 3_600_000];
+            let requests: Vec<(Params, u64, u64)> = requests
+                .into_iter()
+                .map(|(p, gap, cost)| {
+                    let period = periods[(p.refill_period_ms % 7) as usize];
+                    (Params { interval: false, refill_period_ms: period, ..p }, gap, cost)
+                })
+                .collect();
+            let largest = requests.iter().map(|(p, _, _)| p.capacity).max().unwrap_or(0);
+            let mut key: Key<TokenBucket> = None;
+            let (mut at, mut admitted, mut refilled) = (0, 0u128, 0u128);
+            for (p, gap, cost) in requests {
+                if let Some((stored, _)) = &key {
+                    let per_token = HOUR_US / (u128::from(stored.refill_period_ms) * 1000);
+                    refilled += u128::from(gap) * u128::from(stored.refill_amount) * per_token;
+                }
+                at += gap;
+                if step::<TokenBucket>(&p, &mut key, T0 + at, cost).allowed {
+                    admitted += u128::from(cost);
+                }
+                prop_assert!(admitted * HOUR_US <= u128::from(largest) * HOUR_US + refilled,
+                    "admitted {} > {} + {}/{}", admitted, largest, refilled, HOUR_US);
+            }
+        }
+
         /// INTERVAL: over any [t0, t1], admitted units <= capacity + amount × the refill
         /// boundaries (anchor + k × period, k >= 1) in (t0, t1].
         #[test]
@@ -734,6 +768,24 @@ mod tests {
         }
 
         /// Extreme parameters (corrupted ones too), states, times and costs never panic.
+        /// SPEC §3: at one instant, requests under any sequence of parameter sets admit in
+        /// total at most the largest capacity among them, whatever the key held before (tokens are clamped, never added).
+        #[test]
+        fn one_instant_admits_at_most_the_largest_capacity(
+            history in proptest::collection::vec((any_params(), 0u64..3_000_000, 0u64..6), 0..20),
+            sets in proptest::collection::vec((any_params(), 0u64..6), 1..40),
+        ) {
+            let mut key: Key<TokenBucket> = None;
+            let mut at = 0;
+            for (p, gap, cost) in history {
+                at += gap;
+                step::<TokenBucket>(&p, &mut key, T0 + at, cost);
+            }
+            let largest = sets.iter().map(|(p, _)| p.capacity).max().unwrap_or(0);
+            let admitted = testing::admitted_at_one_instant::<TokenBucket>(&mut key, &sets, T0 + at);
+            prop_assert!(admitted <= largest, "admitted {} > {}", admitted, largest);
+        }
+
         #[test]
         fn extremes_never_panic(
             capacity in any::<u64>(), amount in any::<u64>(), period in any::<u64>(),
