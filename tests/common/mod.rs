@@ -614,3 +614,16 @@ impl ClusterClient {
         panic!("too many redirections for {args:?}");
     }
 }
+
+/// Tries to start a server on the files already in `dir` (an RDB or AOF put there by the
+/// test); on failure returns what `launch` says: how the process exited, and its log.
+pub fn try_start_in(config: Config, dir: PathBuf) -> Result<Server, String> {
+    let mut server = Server {
+        port: 0,
+        dir,
+        config,
+        child: None,
+    };
+    server.launch()?;
+    Ok(server)
+}
