@@ -7,9 +7,10 @@
 //! - RL.POLICY.SET and RL.POLICY.DEL propagate verbatim to replicas and the AOF;
 //! - the RDB (and the RDB preamble of an AOF rewrite) carries them as the data type's aux
 //!   data, written before the keys and loaded in place of what the server held;
-//! - an AOF rewrite without the RDB preamble writes only keys, so when a fork starts while
-//!   the AOF is on, every policy is propagated again as RL.POLICY.SET: the rewrite's new
-//!   incremental file, which is opened before the fork, starts by recreating them.
+//! - an AOF rewrite without the RDB preamble writes only keys, so when an AOF rewrite forks,
+//!   every policy is propagated again as RL.POLICY.SET: the rewrite's new incremental file,
+//!   which is opened before the fork, starts by recreating them. Other forks (BGSAVE, a
+//!   replica's full sync) start no new AOF and send nothing.
 //!
 //! A policy is replaced whole: RL.LIMIT takes the policy's rules (shared, counted by
 //! reference) once, so it sees the old policy or the new one, never a mix.
@@ -95,10 +96,10 @@ pub fn init(ctx: *mut raw::RedisModuleCtx) {
     }
 }
 
-/// Set when a fork started while the AOF was on; cleared by [`flush_pending`].
+/// Set when an AOF rewrite forked; cleared by [`flush_pending`].
 static PENDING: AtomicBool = AtomicBool::new(false);
 
-/// On a fork while the AOF is on: every policy is to be propagated again (see the module
+/// On the fork of an AOF rewrite: every policy is to be propagated again (see the module
 /// docs), from the next context that may propagate: a timer set to fire at once, or an
 /// earlier write of this module (which flushes first, so that nothing it propagates can
 /// reach the new AOF before the policies it needs). Not from the event itself: it fires
@@ -120,13 +121,42 @@ unsafe extern "C" fn on_fork(
         ) else {
             return;
         };
-        if flags(ctx) as u32 & raw::REDISMODULE_CTX_FLAGS_AOF == 0 || table().is_empty() {
+        if flags(ctx) as u32 & raw::REDISMODULE_CTX_FLAGS_AOF == 0
+            || table().is_empty()
+            || !aof_rewrite_in_progress(ctx)
+        {
             return;
         }
         if !PENDING.swap(true, Ordering::Relaxed) {
             timer(ctx, 0, Some(on_timer), std::ptr::null_mut());
         }
     });
+}
+
+/// Whether the child just forked is an AOF rewrite, not an RDB save (BGSAVE, a replica's
+/// full sync): only a rewrite starts a new AOF that needs the policies again. The fork
+/// event does not say which; the server has set its child's type when the event fires, and
+/// INFO's `aof_rewrite_in_progress` is that type. (The persistence event does not do: its
+/// `AOF_START` subevent follows the RDB-preamble flag, so a rewrite without the preamble,
+/// the one case that needs the policies, is not named; and a background save fires it in
+/// the child, where nothing propagated reaches the AOF.) A server that cannot say counts
+/// as a rewrite: policies sent again cost bytes, policies lost cost limits.
+unsafe fn aof_rewrite_in_progress(ctx: *mut raw::RedisModuleCtx) -> bool {
+    let (Some(info), Some(field), Some(free)) = (
+        raw::RedisModule_GetServerInfo,
+        raw::RedisModule_ServerInfoGetFieldSigned,
+        raw::RedisModule_FreeServerInfo,
+    ) else {
+        return true;
+    };
+    let data = info(ctx, c"persistence".as_ptr());
+    if data.is_null() {
+        return true;
+    }
+    let mut error: c_int = 0;
+    let in_progress = field(data, c"aof_rewrite_in_progress".as_ptr(), &mut error);
+    free(ctx, data);
+    error != 0 || in_progress != 0
 }
 
 unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
