@@ -107,3 +107,138 @@ fn an_aof_rewrite_without_the_preamble_still_keeps_every_policy() {
     };
     assert_eq!(names.len(), POLICIES);
 }
+
+/// `INFO ratelimit_memory`: (distinct parameter sets, slots, bytes) of the interned table.
+fn interned(c: &mut Client) -> (u64, u64, u64) {
+    let field = |c: &mut Client, name: &str| {
+        c.info_field("ratelimit_memory", name)
+            .parse::<u64>()
+            .unwrap()
+    };
+    (
+        field(c, "ratelimit_interned_params"),
+        field(c, "ratelimit_interned_slots"),
+        field(c, "ratelimit_interned_bytes"),
+    )
+}
+
+/// Admits one RL.GCRA request on `key` with rate `rate`: a parameter set of its own.
+fn gcra(c: &mut Client, key: &str, rate: u64) {
+    let rate = rate.to_string();
+    let r = c.cmd(&["RL.GCRA", key, "5", &rate, "1h"]);
+    assert_eq!(r.ints()[0], 1, "{key}: {r:?}");
+}
+
+/// Waits until the lazy-free thread has freed what FLUSHALL ASYNC handed it.
+fn wait_for_lazyfree(c: &mut Client) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c.info_field("memory", "lazyfree_pending_objects") != "0" {
+        assert!(Instant::now() < deadline, "lazy free did not finish");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_parameter_set_no_key_uses_is_released_whatever_removed_the_keys() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    let ok = Reply::Simple("OK".into());
+    assert_eq!(interned(&mut c), (0, 0, 0));
+    // DEL, and UNLINK.
+    gcra(&mut c, "a", 1);
+    gcra(&mut c, "b", 2);
+    gcra(&mut c, "c", 2);
+    assert_eq!(interned(&mut c).0, 2);
+    assert_eq!(c.cmd(&["DEL", "a"]), Reply::Int(1));
+    assert_eq!(interned(&mut c).0, 1);
+    assert_eq!(c.cmd(&["UNLINK", "b", "c"]), Reply::Int(2));
+    assert_eq!(interned(&mut c), (0, 0, 0));
+    // Overwritten: by new parameters on the same key, by SET, by RESTORE REPLACE.
+    gcra(&mut c, "a", 1);
+    gcra(&mut c, "a", 2);
+    assert_eq!(interned(&mut c).0, 1);
+    assert_eq!(c.cmd(&["SET", "a", "x"]), ok);
+    assert_eq!(interned(&mut c), (0, 0, 0));
+    c.cmd(&["DEL", "a"]);
+    gcra(&mut c, "a", 1);
+    gcra(&mut c, "b", 2);
+    let Reply::Bulk(dump) = c.cmd(&["DUMP", "b"]) else {
+        panic!("DUMP");
+    };
+    c.cmd(&["DEL", "b"]);
+    assert_eq!(
+        c.cmd_bytes(&[b"RESTORE", b"a", b"0", &dump, b"REPLACE"]),
+        ok
+    );
+    assert_eq!(interned(&mut c).0, 1);
+    // COPY holds a reference of its own; MOVE and SWAPDB keep the key alive.
+    assert_eq!(c.cmd(&["COPY", "a", "a2"]), Reply::Int(1));
+    assert_eq!(c.cmd(&["DEL", "a"]), Reply::Int(1));
+    assert_eq!(interned(&mut c).0, 1);
+    assert_eq!(c.cmd(&["MOVE", "a2", "1"]), Reply::Int(1));
+    assert_eq!(c.cmd(&["SWAPDB", "0", "1"]), ok);
+    assert_eq!(interned(&mut c).0, 1);
+    // FLUSHDB and FLUSHALL, sync and async.
+    assert_eq!(c.cmd(&["FLUSHDB", "SYNC"]), ok);
+    assert_eq!(interned(&mut c), (0, 0, 0));
+    for (i, flush) in [
+        &["FLUSHDB", "ASYNC"][..],
+        &["FLUSHALL", "ASYNC"],
+        &["FLUSHALL", "SYNC"],
+    ]
+    .iter()
+    .enumerate()
+    {
+        for k in 0..100 {
+            gcra(&mut c, &format!("k{k}"), 1 + k % 10 + 10 * i as u64);
+        }
+        assert_eq!(interned(&mut c).0, 10);
+        assert_eq!(c.cmd(flush), ok);
+        wait_for_lazyfree(&mut c);
+        assert_eq!(interned(&mut c), (0, 0, 0), "{flush:?}");
+    }
+    // Expiry: a key whose TTL has passed is gone when it is next looked at.
+    gcra(&mut c, "e", 7);
+    assert_eq!(c.cmd(&["PEXPIRE", "e", "1"]), Reply::Int(1));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while c.cmd(&["EXISTS", "e"]) != Reply::Int(0) {
+        assert!(Instant::now() < deadline, "the key did not expire");
+    }
+    assert_eq!(interned(&mut c), (0, 0, 0));
+}
+
+/// 50,000 distinct parameter sets, each on a key of its own, then every key gone: the
+/// server's memory is back where it was.
+#[test]
+fn fifty_thousand_parameter_sets_dropped_leave_no_memory_behind() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    let used = |c: &mut Client| -> i64 { c.info_field("memory", "used_memory").parse().unwrap() };
+    // One round first, so that what the server keeps for itself once is counted in both.
+    for round in 0..2 {
+        let before = used(&mut c);
+        for i in 0..50_000u64 {
+            let (key, rate) = (format!("k{i}"), (i + 1).to_string());
+            c.send(&[b"RL.GCRA", key.as_bytes(), b"5", rate.as_bytes(), b"1h"]);
+        }
+        for _ in 0..50_000 {
+            assert_eq!(c.read().ints()[0], 1);
+        }
+        let (params, slots, bytes) = interned(&mut c);
+        assert_eq!((params, slots), (50_000, 50_000));
+        let full = used(&mut c);
+        assert_eq!(c.cmd(&["FLUSHALL", "SYNC"]), Reply::Simple("OK".into()));
+        let after = used(&mut c);
+        eprintln!(
+            "round {round}: used_memory {before} -> {full} with 50000 sets ({bytes} bytes \
+             interned) -> {after} after FLUSHALL: {} bytes kept",
+            after - before
+        );
+        assert_eq!(interned(&mut c), (0, 0, 0));
+        if round == 1 {
+            assert!(after - before < 64 * 1024, "{} bytes kept", after - before);
+        }
+    }
+}
