@@ -219,9 +219,11 @@ fn fifty_thousand_parameter_sets_dropped_leave_no_memory_behind() {
     // One round first, so that what the server keeps for itself once is counted in both.
     for round in 0..2 {
         let before = used(&mut c);
+        // A period of its own per key, i + 1 hours: no key expires (in real time) while
+        // the test runs.
         for i in 0..50_000u64 {
-            let (key, rate) = (format!("k{i}"), (i + 1).to_string());
-            c.send(&[b"RL.GCRA", key.as_bytes(), b"5", rate.as_bytes(), b"1h"]);
+            let (key, period) = (format!("k{i}"), format!("{}h", i + 1));
+            c.send(&[b"RL.GCRA", key.as_bytes(), b"5", b"1", period.as_bytes()]);
         }
         for _ in 0..50_000 {
             assert_eq!(c.read().ints()[0], 1);

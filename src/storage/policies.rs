@@ -227,7 +227,10 @@ pub unsafe extern "C" fn aux_load(
 ) -> c_int {
     const ERR: c_int = raw::REDISMODULE_ERR as c_int;
     if encver != super::ENCODING_VERSION || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
-        log_io_error(rdb, "policies of an unknown encoding version");
+        log_io_error(
+            rdb,
+            "policies of an unknown encoding version or place in the file",
+        );
         return ERR;
     }
     catch_unwind(|| match read_policies(rdb) {
