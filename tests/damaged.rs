@@ -544,3 +544,180 @@ fn a_replica_loads_every_kind_of_key_and_the_policies_diskless() {
         );
     }
 }
+
+/// A primary of our own on a loopback port, for a sync no real primary would send: it
+/// answers the replica's handshake and sends `rdb` (cut to `send` bytes, then hangs up, when
+/// `send` is shorter) as the full sync, once per connection, until dropped.
+struct FakePrimary {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FakePrimary {
+    fn start(rdb: Vec<u8>, send: usize) -> FakePrimary {
+        use std::io::{BufRead, BufReader, Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut links = Vec::new();
+            while !stopping.load(Ordering::Relaxed) {
+                let Ok((stream, _)) = listener.accept() else {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    continue;
+                };
+                stream.set_nonblocking(false).unwrap();
+                stream
+                    .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                    .unwrap();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut writer = stream;
+                // Each command is an array of bulk strings; the first names it.
+                let mut line = String::new();
+                loop {
+                    line.clear();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        break;
+                    }
+                    let n: usize = line.trim_start_matches('*').trim().parse().unwrap_or(0);
+                    let mut args = Vec::new();
+                    for _ in 0..n {
+                        line.clear();
+                        reader.read_line(&mut line).unwrap();
+                        let len: usize = line.trim_start_matches('$').trim().parse().unwrap();
+                        let mut arg = vec![0; len + 2];
+                        reader.read_exact(&mut arg).unwrap();
+                        arg.truncate(len);
+                        args.push(String::from_utf8_lossy(&arg).to_uppercase());
+                    }
+                    let reply: &[u8] = match args.first().map(String::as_str) {
+                        Some("PING") => b"+PONG\r\n",
+                        Some("PSYNC") | Some("SYNC") => {
+                            let head =
+                                format!("+FULLRESYNC {} 0\r\n${}\r\n", "a".repeat(40), rdb.len());
+                            let _ = writer.write_all(head.as_bytes());
+                            let _ = writer.write_all(&rdb[..send.min(rdb.len())]);
+                            break;
+                        }
+                        _ => b"+OK\r\n",
+                    };
+                    let _ = writer.write_all(reply);
+                }
+                if send >= rdb.len() {
+                    links.push(writer); // a whole sync: the link stays up
+                }
+            }
+        });
+        FakePrimary {
+            port,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for FakePrimary {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// An RDB file holding one GCRA key, uncompressed, and where that key's state (the codec's
+/// blob: its version byte, then its algorithm tag) starts in it.
+fn rdb_with_one_key() -> (Vec<u8>, usize) {
+    let mut server = Server::with(Config::default().extra(&["--rdbcompression", "no"]));
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    assert_eq!(c.cmd(&["RL.GCRA", "k", "10", "1", "1h"]).ints()[0], 1);
+    let value = Dump::parse(&dump(&mut c, "k")).value;
+    assert_eq!(c.cmd(&["SAVE"]), Reply::Simple("OK".into()));
+    let rdb = std::fs::read(server.dir.join("dump.rdb")).unwrap();
+    server.stop();
+    // In the RDB the key's name sits between the type byte and the rest of the value.
+    let rest = &value[1..];
+    let at = rdb
+        .windows(rest.len())
+        .position(|w| w == rest)
+        .expect("the key's value in the RDB");
+    (rdb, at + STRING_AT)
+}
+
+/// A replica loading from the socket: a sync cut short inside a limiter value is a read
+/// error, which the replica takes for a broken link and retries (before, with no diskless
+/// load, or with a module read that had no error handling, the server panicked); a sync
+/// whose value is whole but does not decode is corrupt data, which the replica refuses as
+/// Redis refuses corrupt data of its own types: a log line and exit status 1, never a crash.
+#[test]
+fn a_damaged_sync_stream_never_crashes_the_replica() {
+    let (rdb, blob) = rdb_with_one_key();
+    let replica_of = |primary: &FakePrimary| {
+        let port = primary.port.to_string();
+        Config::default().extra(&[
+            "--repl-diskless-load",
+            "on-empty-db",
+            "--replicaof",
+            "127.0.0.1",
+            &port,
+        ])
+    };
+    let wait_for_log = |server: &Server, what: &str| {
+        let deadline = Instant::now() + std::time::Duration::from_secs(20);
+        while !server.log().contains(what) {
+            assert!(Instant::now() < deadline, "no '{what}':\n{}", server.log());
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    };
+    // Cut short two bytes into the state: the replica goes on, and tries again.
+    let primary = FakePrimary::start(rdb.clone(), blob + 2);
+    let mut replica = Server::with(replica_of(&primary));
+    wait_for_log(&replica, "assuming connection error, resuming operation");
+    assert_eq!(
+        replica.client().cmd(&["PING"]),
+        Reply::Simple("PONG".into())
+    );
+    assert!(replica.is_running());
+    let log = replica.log();
+    assert!(!log.contains("Skipping diskless-load"), "{log}");
+    assert!(
+        !log.contains("BUG REPORT") && !log.contains("Guru Meditation"),
+        "{log}"
+    );
+    drop(replica);
+    drop(primary);
+    // Whole, but with an algorithm tag no version knows (the file's CRC made right).
+    let mut corrupt = rdb.clone();
+    corrupt[blob + 1] = 0x7f;
+    let corrupt = with_crc(&corrupt);
+    let primary = FakePrimary::start(corrupt.clone(), corrupt.len());
+    let outcome = common::try_start_in(replica_of(&primary), common::fresh_dir("replica"));
+    let log = match outcome {
+        Err(log) => log,
+        Ok(mut replica) => {
+            let deadline = Instant::now() + std::time::Duration::from_secs(20);
+            while replica.is_running() {
+                assert!(Instant::now() < deadline, "the replica loaded corrupt data");
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            replica.log()
+        }
+    };
+    assert!(
+        log.contains("module type 'ratelimit', that the responsible module is not able to load"),
+        "{log}"
+    );
+    assert!(
+        log.contains("Terminating server after rdb file reading failure"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("BUG REPORT") && !log.contains("Guru Meditation"),
+        "{log}"
+    );
+}
