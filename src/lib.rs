@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use redis_module::configuration::ConfigurationFlags;
 // The `info:` handler's expansion names InfoContext and RedisResult.
-use redis_module::{redis_module, Context, InfoContext, RedisResult, RedisString, Status};
+use redis_module::{raw, redis_module, Context, InfoContext, RedisResult, RedisString, Status};
 
 // The Redis allocator aborts outside a server: unit and property tests use the system one.
 #[cfg(not(test))]
@@ -97,6 +97,7 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     compat::log_fallbacks(ctx);
+    set_module_options(ctx);
     if DEBUG_CLOCK.load(Ordering::Relaxed) {
         clock::enable_debug();
     }
@@ -112,6 +113,27 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
                 &format!("refusing to load: {message}"),
             );
             Status::Err
+        }
+    }
+}
+
+/// The module's options, all set in one call (each call replaces the last):
+/// - `HANDLE_IO_ERRORS`: a read error in `rdb_load` or `aux_load` (a damaged `RESTORE`
+///   payload, RDB file or sync stream) is the load's error, not a server panic; it is also
+///   what lets replicas load a sync without a temporary file (diskless load);
+/// - `HANDLE_REPL_ASYNC_LOAD`: policies loaded during a `repl-diskless-load swapdb` sync
+///   wait until the sync completes (see `storage::policies`);
+/// - `NO_IMPLICIT_SIGNAL_MODIFIED`: a key opened for writing but left unchanged (a denial, a
+///   DRYRUN, COST 0) aborts no other client's `WATCH` and invalidates no tracked key; storage
+///   signals the keys it really changes.
+fn set_module_options(ctx: &Context) {
+    let options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
+        | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD
+        | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED;
+    // SAFETY: called from the load hook with the module's context.
+    unsafe {
+        if let Some(set) = raw::RedisModule_SetModuleOptions {
+            set(ctx.ctx, options as std::os::raw::c_int);
         }
     }
 }

@@ -177,6 +177,32 @@ const FIELDS: [&std::ffi::CStr; 4] = [c"calls", c"admitted", c"denied", c"errors
 pub fn info(ctx: &InfoContext, _for_crash_report: bool) {
     // A panic here would abort the server like one in a command.
     let _ = catch_unwind(AssertUnwindSafe(|| write_info(ctx.ctx)));
+    let _ = catch_unwind(AssertUnwindSafe(|| write_memory(ctx.ctx)));
+}
+
+/// `# ratelimit_memory`: what the interned parameter table holds (see
+/// `storage::compact::Interner`): distinct sets, slots, and the bytes they take.
+fn write_memory(ctx: *mut raw::RedisModuleInfoCtx) {
+    let usage = crate::storage::compact::interner().usage();
+    // SAFETY: as in `write_info`.
+    unsafe {
+        let (Some(section), Some(field)) = (
+            raw::RedisModule_InfoAddSection,
+            raw::RedisModule_InfoAddFieldULongLong,
+        ) else {
+            return;
+        };
+        if section(ctx, c"memory".as_ptr()) != raw::REDISMODULE_OK as i32 {
+            return;
+        }
+        for (name, value) in [
+            (c"interned_params", usage.params),
+            (c"interned_slots", usage.slots),
+            (c"interned_bytes", usage.bytes),
+        ] {
+            field(ctx, name.as_ptr(), value as u64);
+        }
+    }
 }
 
 fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {

@@ -17,7 +17,7 @@
 //! The table is behind a mutex: Redis may free values on its lazy-free thread (FLUSHALL
 //! ASYNC), which releases their parameters.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
 
@@ -173,11 +173,29 @@ impl Hasher for Fnv {
 }
 
 /// Interned parameters: each distinct set once, with the number of keys that hold it.
+///
+/// A set that no key holds any more is released, and so is the memory it took: a freed id
+/// is reused lowest first, the slots past the highest id in use are dropped, and the table
+/// and the map give their spare capacity back once they are a quarter full. So the table
+/// holds as many slots as the highest id in use, and each call costs O(log n) amortized
+/// (the rare shrink copies what is left, paid for by the releases before it).
 #[derive(Default)]
 pub struct Interner {
     ids: HashMap<Params, u32, BuildHasherDefault<Fnv>>,
     entries: Vec<Option<(Params, u64)>>,
-    free: Vec<u32>,
+    /// Free ids below `entries.len()`, taken lowest first.
+    free: BTreeSet<u32>,
+}
+
+/// What the table holds, for `INFO ratelimit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    /// Distinct parameter sets held.
+    pub params: usize,
+    /// Slots in the table (the highest id in use, plus one).
+    pub slots: usize,
+    /// Bytes the table, the map and the free list take (their capacity, estimated).
+    pub bytes: usize,
 }
 
 impl Interner {
@@ -189,7 +207,7 @@ impl Interner {
             }
             return id;
         }
-        let id = match self.free.pop() {
+        let id = match self.free.pop_first() {
             Some(id) => {
                 self.entries[id as usize] = Some((params, 1));
                 id
@@ -210,18 +228,35 @@ impl Interner {
         }
     }
 
-    /// Drops one reference to `id`; the entry goes when no key holds it.
+    /// Drops one reference to `id`; the entry goes when no key holds it, and with it the
+    /// memory nothing uses any more.
     pub fn release(&mut self, id: u32) {
         let Some(slot) = self.entries.get_mut(id as usize) else {
             return;
         };
-        if let Some((params, refs)) = slot {
-            *refs -= 1;
-            if *refs == 0 {
-                self.ids.remove(params);
-                *slot = None;
-                self.free.push(id);
-            }
+        let Some((params, refs)) = slot else {
+            return;
+        };
+        *refs -= 1;
+        if *refs > 0 {
+            return;
+        }
+        self.ids.remove(params);
+        *slot = None;
+        self.free.insert(id);
+        // Slots past the highest id in use go (each slot is dropped once per push).
+        while let Some(None) = self.entries.last() {
+            self.entries.pop();
+        }
+        let len = self.entries.len() as u32;
+        if self.free.last().is_some_and(|&last| last >= len) {
+            let _ = self.free.split_off(&len);
+        }
+        if self.entries.len() * 4 < self.entries.capacity() {
+            self.entries.shrink_to(self.entries.len() * 2);
+        }
+        if self.ids.len() * 4 < self.ids.capacity() {
+            self.ids.shrink_to(self.ids.len() * 2);
         }
     }
 
@@ -237,13 +272,27 @@ impl Interner {
     pub fn len(&self) -> usize {
         self.ids.len()
     }
+
+    pub fn usage(&self) -> Usage {
+        use std::mem::size_of;
+        // The map's buckets and a control byte each, at 8/7 of its capacity; a B-tree node
+        // of the free list holds up to 11 ids in about 64 bytes.
+        let map = (self.ids.capacity() * 8 / 7) * (size_of::<(Params, u32)>() + 1);
+        Usage {
+            params: self.ids.len(),
+            slots: self.entries.len(),
+            bytes: self.entries.capacity() * size_of::<Option<(Params, u64)>>()
+                + map
+                + self.free.len().div_ceil(11) * 64,
+        }
+    }
 }
 
 /// The module's one table.
 pub static INTERNER: Mutex<Interner> = Mutex::new(Interner {
     ids: HashMap::with_hasher(BuildHasherDefault::new()),
     entries: Vec::new(),
-    free: Vec::new(),
+    free: BTreeSet::new(),
 });
 
 /// The table, also after a panic elsewhere left the lock poisoned (its data stays valid:
@@ -338,6 +387,40 @@ mod tests {
         t.release(ib);
         t.release(ib); // one too many: ignored
         assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn the_interner_gives_back_what_nothing_uses() {
+        let mut t = Interner::default();
+        let set = |n: u64| {
+            Params::Gcra(gcra::Params {
+                burst: 1,
+                rate: n,
+                period_ms: 1000,
+            })
+        };
+        let ids: Vec<u32> = (1..=50_000).map(|n| t.acquire(set(n))).collect();
+        let full = t.usage();
+        assert_eq!((full.params, full.slots), (50_000, 50_000));
+        // The last one stays: the table keeps slots up to it, no more.
+        for &id in &ids[..49_999] {
+            t.release(id);
+        }
+        assert_eq!((t.usage().params, t.usage().slots), (1, 50_000));
+        // A new set takes the lowest free id.
+        assert_eq!(t.acquire(set(0)), 0);
+        t.release(0);
+        t.release(ids[49_999]);
+        let empty = t.usage();
+        assert_eq!((empty.params, empty.slots), (0, 0));
+        assert_eq!(empty.bytes, 0, "{full:?} then {empty:?}");
+        // Released in any order, all of it goes too.
+        let ids: Vec<u32> = (1..=1000).map(|n| t.acquire(set(n))).collect();
+        for &id in ids.iter().step_by(2).chain(ids.iter().skip(1).step_by(2)) {
+            t.release(id);
+        }
+        assert_eq!(t.usage().slots, 0);
+        assert_eq!(t.usage().bytes, 0);
     }
 
     fn round_trips(v: Value) -> Result<(), TestCaseError> {

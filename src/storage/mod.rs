@@ -230,14 +230,28 @@ pub struct Request {
 }
 
 /// An open key. Closed when dropped, also when a panic unwinds through the command.
+///
+/// The module sets `NO_IMPLICIT_SIGNAL_MODIFIED`, so closing a key signals nothing: a key
+/// that a call changed (its value set, its state updated, its expiry set, or deleted) is
+/// signalled as modified when it is closed, which aborts other clients' `WATCH` and
+/// invalidates client-side caches; a key only read (a denial, a DRYRUN) is not.
 pub struct Key {
     ptr: *mut raw::RedisModuleKey,
+    ctx: *mut raw::RedisModuleCtx,
+    name: *mut raw::RedisModuleString,
+    modified: bool,
 }
 
 impl Drop for Key {
     fn drop(&mut self) {
-        // SAFETY: `ptr` came from RedisModule_OpenKey and is closed once.
+        // SAFETY: `ptr` came from RedisModule_OpenKey and is closed once; ctx and name are
+        // the running command's.
         unsafe {
+            if self.modified {
+                if let Some(signal) = raw::RedisModule_SignalModifiedKey {
+                    signal(self.ctx, self.name);
+                }
+            }
             if let Some(close) = raw::RedisModule_CloseKey {
                 close(self.ptr);
             }
@@ -259,7 +273,12 @@ impl Key {
         };
         // SAFETY: ctx and name are the live arguments of the running command.
         let ptr = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx, name.cast(), mode as c_int) };
-        Key { ptr: ptr.cast() }
+        Key {
+            ptr: ptr.cast(),
+            ctx,
+            name,
+            modified: false,
+        }
     }
 
     /// The key's value pointer: `None` when the key does not exist, WRONGTYPE when it holds
@@ -302,6 +321,20 @@ impl Key {
     /// key changed (and so must expire anew and propagate). A key holding another
     /// algorithm's state is an error naming both; nothing changes on any error.
     pub fn update<A: Variant>(
+        &mut self,
+        params: &A::Params,
+        request: Request,
+        step: impl FnOnce(Option<(&A::Params, &mut A::State)>, bool) -> (Decision, Option<A::State>),
+    ) -> Result<(Decision, bool), Error> {
+        let outcome = self.decide::<A>(params, request, step);
+        if let Ok((_, true)) = outcome {
+            self.modified = true;
+        }
+        outcome
+    }
+
+    /// [`Key::update`] without the bookkeeping of what changed.
+    fn decide<A: Variant>(
         &mut self,
         params: &A::Params,
         request: Request,
@@ -399,7 +432,9 @@ impl Key {
     }
 
     /// The key's state for an algorithm whose values never pack (the concurrency limiter),
-    /// for commands that work on it directly; `None` when the key does not exist.
+    /// for commands that work on it directly; `None` when the key does not exist. A caller
+    /// that changes the state then sets the key's expiry or deletes it, which marks the key
+    /// modified.
     pub fn whole<A: Variant>(&mut self) -> Result<Option<&mut Stored<A>>, Error> {
         let Some(ptr) = self.raw_value()? else {
             return Ok(None);
@@ -439,6 +474,7 @@ impl Key {
     /// Sets the key's value pointer. Replacing a value re-creates the key, so its expiry is
     /// gone: callers set it again.
     fn set(&mut self, ptr: *mut c_void) {
+        self.modified = true;
         // SAFETY: the key is open for writing; Redis owns the pointer from here and hands it
         // back to `free`.
         unsafe {
@@ -448,6 +484,7 @@ impl Key {
 
     /// Expires the key at `at_ms`, an absolute time on the real clock (ms since the epoch).
     pub fn expire_at(&mut self, at_ms: u64) {
+        self.modified = true;
         let at = i64::try_from(at_ms).unwrap_or(i64::MAX);
         // SAFETY: the key is open for writing and exists.
         unsafe {
@@ -465,6 +502,7 @@ impl Key {
 
     /// Deletes the key (a fresh key needs no state).
     pub fn delete(&mut self) {
+        self.modified = true;
         // SAFETY: the key is open for writing.
         unsafe {
             raw::RedisModule_DeleteKey.unwrap()(self.ptr);

@@ -655,3 +655,16 @@ pub fn module_acl_categories(c: &mut Client) -> bool {
     let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     (major, minor) >= (7, 2)
 }
+
+/// Tries to start a server on the files already in `dir` (an RDB or AOF put there by the
+/// test); on failure returns what `launch` says: how the process exited, and its log.
+pub fn try_start_in(config: Config, dir: PathBuf) -> Result<Server, String> {
+    let mut server = Server {
+        port: 0,
+        dir,
+        config,
+        child: None,
+    };
+    server.launch()?;
+    Ok(server)
+}
