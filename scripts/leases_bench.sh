@@ -1,5 +1,5 @@
 #!/bin/bash
-# The concurrency limiter's cost as its key grows (README, Concurrency limiter):
+# The concurrency limiter's cost as its key grows (docs/concurrency.md):
 #   scripts/leases_bench.sh target/release/libratelimit.so PORT [load arguments...]
 # starts redis-server on 127.0.0.1:PORT with the module, builds one key to 200, 30k and 300k
 # leases (pipelined ACQUIREs, timed), and at each size reads usec_per_call from INFO

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The concurrency limiter's worst case (README, Concurrency limiter):
+# The concurrency limiter's worst case (docs/concurrency.md):
 #   scripts/leases_worst.sh target/release/libratelimit.so PORT
 # 300k leases, then the debug clock moves past their end: 100 DRYRUNs (the first counts the
 # ended leases once), the one ACQUIRE that drops them all, then 2000 DRYRUNs; usec_per_call

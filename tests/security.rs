@@ -55,7 +55,7 @@ fn admitted(call: &[String], reply: &Reply) -> bool {
     }
 }
 
-/// The README's recipe for Redis 7.0: the commands by name, the keys by pattern.
+/// The recipe for Redis 7.0 in docs/security.md: the commands by name, the keys by pattern.
 const RECIPE: &[&str] = &[
     "ACL",
     "SETUSER",
@@ -140,7 +140,7 @@ fn acl_key_patterns_and_command_grants_apply_to_every_command() {
     assert!(e.contains("is internal"), "{e}");
 }
 
-/// On Redis 7.0, what a `+@all` user must be refused by name (README, Access control).
+/// On Redis 7.0, what a `+@all` user must be refused by name (docs/security.md, Access control).
 const SEVEN_ZERO_REVOKE: [&str; 6] = [
     "-rl.policy.set",
     "-rl.policy.del",

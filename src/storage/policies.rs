@@ -1,7 +1,7 @@
 //! Policies, the rules database: named lists of rules that RL.LIMIT checks a key against.
 //!
 //! Policies belong to the server, not to a key (like Redis functions): every node of a
-//! cluster holds its own, so they are applied on every primary (see the README), and they
+//! cluster holds its own, so they are applied on every primary (see docs/policies.md), and they
 //! reach replicas and persistence like this:
 //!
 //! - RL.POLICY.SET and RL.POLICY.DEL propagate verbatim to replicas and the AOF;
