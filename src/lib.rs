@@ -10,7 +10,9 @@
 //!
 //! This file holds the registration and the module's settings only.
 
-mod algorithms;
+// The pure algorithms are a crate of their own (algorithms/); `crate::algorithms::...` names
+// them as before.
+use ratelimit_algorithms as algorithms;
 mod args;
 mod clock;
 mod commands;

@@ -546,7 +546,7 @@ impl Algorithm for SlidingLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::testing::{self, peek, step, summary, Key};
+    use crate::testing::{self, peek, step, summary, Key};
     use proptest::prelude::*;
 
     /// A round hour (2023-11-14T23:00:00Z) in µs since the Unix epoch, standing for the
@@ -684,7 +684,7 @@ mod tests {
         assert_eq!(d.retry_after, Some(Span::from_us(1)));
         assert!(peek::<SlidingLog>(&p, &key, T0 + w + 4, 2).allowed);
         // Ten years: units of 2^20 µs, about a second.
-        assert_eq!(unit_for(crate::args::MAX_DURATION_MS * 1000), 1 << 20);
+        assert_eq!(unit_for(crate::limits::MAX_DURATION_MS * 1000), 1 << 20);
         assert_eq!(unit_for((1 << 29) - 1), 1);
         assert_eq!(unit_for(1 << 29), 2);
         assert_eq!(unit_for(u64::MAX), 1 << 35);
@@ -748,7 +748,7 @@ mod tests {
         // back, a 1-second window makes them all "future" entries. The ring keeps its
         // coarser unit (µs would need more than 31 bits for that hour), so nothing moves and
         // nothing is forgotten.
-        let long = params(3, crate::args::MAX_DURATION_MS);
+        let long = params(3, crate::limits::MAX_DURATION_MS);
         let unit = unit_for(long.window_us());
         let hour = 3600 * S;
         let mut key = key_after(&long, &[(0, 1), (hour, 1)]);
@@ -921,7 +921,7 @@ mod tests {
     fn any_params() -> impl Strategy<Value = Params> {
         (
             1u64..=20,
-            prop_oneof![1u64..=5_000, 600_000u64..=crate::args::MAX_DURATION_MS],
+            prop_oneof![1u64..=5_000, 600_000u64..=crate::limits::MAX_DURATION_MS],
         )
             .prop_map(|(limit, window_ms)| params(limit, window_ms))
     }
@@ -1136,9 +1136,9 @@ mod tests {
         /// The largest valid parameters and far-apart times keep every invariant.
         #[test]
         fn extreme_valid_inputs_keep_the_invariants(
-            limit in 1u64..=1_000_000_000, window_ms in 1u64..=crate::args::MAX_DURATION_MS,
+            limit in 1u64..=1_000_000_000, window_ms in 1u64..=crate::limits::MAX_DURATION_MS,
             times in proptest::collection::vec(any::<u64>(), 1..20),
-            cost in 1u64..=crate::args::MAX_COUNT,
+            cost in 1u64..=crate::limits::MAX_COUNT,
         ) {
             let p = params(limit, window_ms);
             let mut key: Key<SlidingLog> = None;

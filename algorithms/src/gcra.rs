@@ -159,7 +159,7 @@ impl Algorithm for Gcra {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::testing::{self, peek, step, summary, Key};
+    use crate::testing::{self, peek, step, summary, Key};
     use proptest::prelude::*;
 
     const T0: u64 = 1_700_000_000_000_000; // a clock reading in µs
@@ -455,8 +455,8 @@ mod tests {
 
         /// Extreme parameters, times and costs never panic or wrap.
         #[test]
-        fn extremes_never_panic(burst in 1u64..=crate::args::MAX_COUNT, rate in 1u64..=crate::args::MAX_COUNT,
-                                period in 1u64..=crate::args::MAX_DURATION_MS, now in any::<u64>(),
+        fn extremes_never_panic(burst in 1u64..=crate::limits::MAX_COUNT, rate in 1u64..=crate::limits::MAX_COUNT,
+                                period in 1u64..=crate::limits::MAX_DURATION_MS, now in any::<u64>(),
                                 tat in any::<u128>(), cost in any::<u64>()) {
             let p = params(burst, rate, period);
             let q = params(1, 1, 1);

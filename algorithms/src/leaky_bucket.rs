@@ -99,7 +99,7 @@ impl Algorithm for LeakyBucket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::testing::{self, peek, step, Key};
+    use crate::testing::{self, peek, step, Key};
     use proptest::prelude::*;
 
     const T0: u64 = 1_700_000_000_000_000;

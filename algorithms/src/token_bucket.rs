@@ -288,7 +288,7 @@ impl Algorithm for TokenBucket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::testing::{self, peek, step, summary, Key};
+    use crate::testing::{self, peek, step, summary, Key};
     use proptest::prelude::*;
 
     const T0: u64 = 1_700_000_000_000_000; // a clock reading in µs
@@ -809,8 +809,8 @@ mod tests {
         /// a fresh key admits its capacity and denies one more.
         #[test]
         fn the_largest_valid_parameters_still_decide(
-            capacity in 1u64..=crate::args::MAX_COUNT, amount in 1u64..=crate::args::MAX_COUNT,
-            period in 1u64..=crate::args::MAX_DURATION_MS, interval in any::<bool>(), now in any::<u64>(),
+            capacity in 1u64..=crate::limits::MAX_COUNT, amount in 1u64..=crate::limits::MAX_COUNT,
+            period in 1u64..=crate::limits::MAX_DURATION_MS, interval in any::<bool>(), now in any::<u64>(),
         ) {
             let p = Params { capacity, refill_amount: amount, refill_period_ms: period, interval };
             let mut key: Key<TokenBucket> = None;

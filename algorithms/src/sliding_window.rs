@@ -314,7 +314,7 @@ impl Algorithm for SlidingWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::testing::{self, peek, step, summary, Key};
+    use crate::testing::{self, peek, step, summary, Key};
     use proptest::prelude::*;
     use std::collections::HashMap;
 

@@ -9,6 +9,7 @@ pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
+pub mod limits;
 pub mod penalty;
 pub mod policy;
 pub mod sliding_log;

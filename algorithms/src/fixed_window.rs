@@ -161,7 +161,7 @@ impl Algorithm for FixedWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::testing::{self, peek, step, summary, Key};
+    use crate::testing::{self, peek, step, summary, Key};
     use proptest::prelude::*;
     use std::collections::HashMap;
 

@@ -343,7 +343,7 @@ pub fn heap_bytes(params: &Rules, state: &[RuleState]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::testing::{self, summary};
+    use crate::testing::{self, summary};
     use proptest::prelude::*;
 
     const T0: u64 = 1_700_000_000_000_000;
