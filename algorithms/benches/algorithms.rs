@@ -4,10 +4,10 @@
 
 use std::hint::black_box;
 
+use criterion::{criterion_group, criterion_main, Criterion};
 use ratelimit_algorithms::{
     fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket, Algorithm,
 };
-use criterion::{criterion_group, criterion_main, Criterion};
 
 const T0: u64 = 1_700_000_000_000_000;
 

@@ -91,6 +91,36 @@ pub struct Decision {
     pub delay: Option<Span>,
 }
 
+/// A key's parameters and state as of one instant, as typed values: each algorithm's own
+/// [`Algorithm::snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Snapshot {
+    Gcra(gcra::Snapshot),
+    TokenBucket(token_bucket::Snapshot),
+    LeakyBucket(leaky_bucket::Snapshot),
+    FixedWindow(fixed_window::Snapshot),
+    SlidingWindow(sliding_window::Snapshot),
+    SlidingLog(sliding_log::Snapshot),
+    Concurrency(concurrency::Snapshot),
+    Limit(policy::Snapshot),
+}
+
+impl Snapshot {
+    /// The key as a request of no units would see it at the snapshot's instant.
+    pub fn now(&self) -> Decision {
+        match self {
+            Snapshot::Gcra(s) => s.now,
+            Snapshot::TokenBucket(s) => s.now,
+            Snapshot::LeakyBucket(s) => s.now,
+            Snapshot::FixedWindow(s) => s.now,
+            Snapshot::SlidingWindow(s) => s.now,
+            Snapshot::SlidingLog(s) => s.now,
+            Snapshot::Concurrency(s) => s.now,
+            Snapshot::Limit(s) => s.now,
+        }
+    }
+}
+
 /// An algorithm's pure step. `Params` are what the command's arguments give; `State` is
 /// what the key stores between calls.
 pub trait Algorithm {
@@ -122,12 +152,9 @@ pub trait Algorithm {
         write: bool,
     ) -> (Decision, Option<Self::State>);
 
-    /// Named numbers that describe the parameters and state at `now_us`, for RL.INSPECT.
-    fn describe(
-        params: &Self::Params,
-        state: &Self::State,
-        now_us: u64,
-    ) -> Vec<(&'static str, i64)>;
+    /// The parameters and state as of `now_us`, as typed values (what RL.INSPECT shows; the
+    /// module names the fields).
+    fn snapshot(params: &Self::Params, state: &Self::State, now_us: u64) -> Snapshot;
 
     /// The key as of `now_us` (what a request of no units would be told), without writing.
     fn view_now(params: &Self::Params, state: &Self::State, now_us: u64) -> Decision {
