@@ -61,13 +61,6 @@ impl Span {
     pub fn ceil_us(&self) -> u64 {
         saturate(self.num / self.den + u128::from(!self.num.is_multiple_of(self.den)))
     }
-
-    /// Seconds the way redis-cell reports them: the whole milliseconds (rounded down),
-    /// then up to the next whole second if any millisecond is left over.
-    pub fn redis_cell_seconds(&self) -> u64 {
-        let ms = self.floor_ms();
-        ms / 1000 + u64::from(!ms.is_multiple_of(1000))
-    }
 }
 
 fn saturate(x: u128) -> u64 {
@@ -174,11 +167,6 @@ pub fn keep<S>(stored: Option<&mut S>, new: S) -> Option<S> {
         }
         None => Some(new),
     }
-}
-
-/// Clamps to the i64 range of a RESP integer.
-pub fn int(x: u64) -> i64 {
-    i64::try_from(x).unwrap_or(i64::MAX)
 }
 
 /// Helpers for the algorithms' unit and property tests.
@@ -368,15 +356,5 @@ mod tests {
         );
         assert_eq!(Span::ZERO.ceil_ms(), 0);
         assert_eq!(Span::new(5, 0).ceil_us(), 5);
-    }
-
-    #[test]
-    fn redis_cell_rounds_seconds_up_from_whole_milliseconds() {
-        assert_eq!(Span::from_us(3_900_000).redis_cell_seconds(), 4);
-        assert_eq!(Span::from_us(3_000_000).redis_cell_seconds(), 3);
-        // Less than a whole millisecond over the second is not rounded up.
-        assert_eq!(Span::from_us(1_000_400).redis_cell_seconds(), 1);
-        assert_eq!(Span::from_us(1_001_000).redis_cell_seconds(), 2);
-        assert_eq!(Span::ZERO.redis_cell_seconds(), 0);
     }
 }

@@ -1,10 +1,10 @@
 //! RL.INSPECT: read a key's algorithm, parameters and state without changing them.
 
 use super::Call;
-use crate::algorithms::{int, Snapshot};
+use crate::algorithms::Snapshot;
 use crate::clock;
 use crate::error::Error;
-use crate::reply;
+use crate::reply::{self, int};
 use crate::storage::{Key, Value};
 
 /// `RL.INSPECT key`
