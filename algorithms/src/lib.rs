@@ -1,9 +1,10 @@
-//! The rate-limit algorithms: pure state machines.
+//! The rate-limit algorithms of the ratelimit Redis module: pure state machines.
 //!
 //! Each algorithm takes its parameters, the key's stored parameters and state (or none for
 //! a fresh key), one clock reading in microseconds and a cost, and returns a [`Decision`]
-//! and the state to store if the request is admitted. Nothing here knows Redis, reads a
-//! clock or allocates per call, and no input makes it panic: arithmetic saturates.
+//! and the state to store if the request is admitted. Nothing here knows Redis (the crate
+//! has no dependencies), reads a clock or allocates per call, and no input makes it panic:
+//! arithmetic saturates. How a decision or a [`Snapshot`] becomes a reply is the module's.
 
 pub mod concurrency;
 pub mod fixed_window;
@@ -335,7 +336,8 @@ mod tests {
     use super::*;
 
     /// The property tests look for arithmetic that wraps: that needs overflow checks in the
-    /// build that runs them (Cargo.toml turns them on for this crate, release included).
+    /// build that runs them (the workspace's Cargo.toml turns them on for this crate, release
+    /// included).
     #[test]
     fn tests_run_with_overflow_checks() {
         let max = std::hint::black_box(u64::MAX);
