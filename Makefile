@@ -32,12 +32,12 @@ test: build servers
 # module against INCR and Lua twins on a real server (scripts/bench.py; report also in
 # target/bench/report.md). BENCH_REPS, BENCH_N1 and BENCH_N16 tune the second part.
 bench: build
-	cargo bench --bench algorithms
+	cargo bench -p ratelimit-algorithms --bench algorithms
 	python3 scripts/bench.py
 
 lint: deps
 	cargo fmt --all -- --check
-	cargo clippy --release --all-targets -- -D warnings
+	cargo clippy --release --workspace --all-targets -- -D warnings
 
 clean:
 	cargo clean

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make test: the unit and property tests once, then every integration test against each
+# make test: the unit and property tests of both crates (the algorithms and the module) once,
+# then every integration test (the module's; the algorithms crate has none) against each
 # server users run, in turn: Debian's Redis 7.0 (redis-server on PATH), then Redis 8.2 and
 # Valkey 8.1 as scripts/servers.sh unpacked them. The tests start each server themselves
 # ($RATELIMIT_SERVER names the binary) on free loopback ports. Every server's tests run even
@@ -14,7 +15,7 @@ servers=(
 )
 
 failed=()
-cargo test --release --lib || failed+=("unit and property tests")
+cargo test --release --workspace --lib || failed+=("unit and property tests")
 summary=()
 for server in "${servers[@]}"; do
   version=$("$server" --version | grep -o -E '^(Redis|Valkey) server v=[0-9.]+' | sed 's/ server v=/ /')

@@ -3,10 +3,8 @@
 
 use crate::error::{quote, Error};
 
-/// The largest count (limit, burst, rate, capacity, COST): 10^12.
-pub const MAX_COUNT: u64 = 1_000_000_000_000;
-/// The longest duration: ten 365-day years, in milliseconds.
-pub const MAX_DURATION_MS: u64 = 3650 * 86_400_000;
+/// The largest count and the longest duration: the algorithms' ranges are the grammar's.
+pub use crate::algorithms::limits::{MAX_COUNT, MAX_DURATION_MS};
 
 /// Parses a decimal integer in `min..=max`, written as Redis writes it; anything else (signs,
 /// spaces, hex, floats, leading zeros, overflow) is an error naming `arg`.

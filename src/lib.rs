@@ -1,8 +1,8 @@
 //! ratelimit: native, atomic rate limiting for Redis.
 //!
 //! The layout, from the inside out:
-//! - [`algorithms`]: pure state machines, `(params, state, now, cost) -> (decision, state)`;
-//!   no Redis, no clock, no I/O, no panics.
+//! - [`algorithms`]: the crate ratelimit-algorithms (algorithms/): pure state machines,
+//!   `(params, state, now, cost) -> (decision, state)`; no Redis, no clock, no I/O, no panics.
 //! - [`args`], [`error`], [`clock`], [`reply`]: the grammar, the error texts, the one place
 //!   time enters, and the reply formats, each written once.
 //! - [`storage`]: the data type and the only code that opens keys or sets expiry.
@@ -10,7 +10,9 @@
 //!
 //! This file holds the registration and the module's settings only.
 
-mod algorithms;
+// The pure algorithms are a crate of their own (algorithms/); `crate::algorithms::...` names
+// them as before.
+use ratelimit_algorithms as algorithms;
 mod args;
 mod clock;
 mod commands;

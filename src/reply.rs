@@ -8,7 +8,7 @@ use std::os::raw::{c_char, c_long};
 
 use redis_module::raw;
 
-use crate::algorithms::{int, Decision};
+use crate::algorithms::{Decision, Span};
 use crate::error::Error;
 use crate::metrics;
 
@@ -22,6 +22,18 @@ pub const FIELDS: [&str; 5] = [
     "retry_after_ms",
     "reset_after_ms",
 ];
+
+/// Clamps to the i64 range of a RESP integer.
+pub fn int(x: u64) -> i64 {
+    i64::try_from(x).unwrap_or(i64::MAX)
+}
+
+/// Seconds the way redis-cell reports them: the whole milliseconds (rounded down), then up
+/// to the next whole second if any millisecond is left over.
+fn redis_cell_seconds(span: Span) -> u64 {
+    let ms = span.floor_ms();
+    ms / 1000 + u64::from(!ms.is_multiple_of(1000))
+}
 
 fn resp3(ctx: Ctx) -> bool {
     // SAFETY: ctx is the running command's context.
@@ -116,7 +128,7 @@ pub fn admission(ctx: Ctx, d: &Decision, extra: Option<(&str, Extra)>) {
 pub fn redis_cell(ctx: Ctx, d: &Decision) {
     metrics::decided(d.allowed);
     let retry = match d.retry_after {
-        Some(span) if !d.allowed => int(span.redis_cell_seconds()),
+        Some(span) if !d.allowed => int(redis_cell_seconds(span)),
         _ => -1,
     };
     let values = [
@@ -124,7 +136,7 @@ pub fn redis_cell(ctx: Ctx, d: &Decision) {
         int(d.limit),
         int(d.remaining),
         retry,
-        int(d.reset_after.redis_cell_seconds()),
+        int(redis_cell_seconds(d.reset_after)),
     ];
     // SAFETY: ctx is the running command's context.
     unsafe {
@@ -215,5 +227,28 @@ pub fn error(ctx: Ctx, e: &Error) {
     // SAFETY: ctx is the running command's context; the text is NUL-terminated.
     unsafe {
         raw::RedisModule_ReplyWithError.unwrap()(ctx, text.as_ptr());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_cell_rounds_seconds_up_from_whole_milliseconds() {
+        assert_eq!(redis_cell_seconds(Span::from_us(3_900_000)), 4);
+        assert_eq!(redis_cell_seconds(Span::from_us(3_000_000)), 3);
+        // Less than a whole millisecond over the second is not rounded up.
+        assert_eq!(redis_cell_seconds(Span::from_us(1_000_400)), 1);
+        assert_eq!(redis_cell_seconds(Span::from_us(1_001_000)), 2);
+        assert_eq!(redis_cell_seconds(Span::ZERO), 0);
+    }
+
+    #[test]
+    fn int_clamps_to_a_resp_integer() {
+        assert_eq!(int(0), 0);
+        assert_eq!(int(i64::MAX as u64), i64::MAX);
+        assert_eq!(int(i64::MAX as u64 + 1), i64::MAX);
+        assert_eq!(int(u64::MAX), i64::MAX);
     }
 }

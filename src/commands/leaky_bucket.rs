@@ -1,11 +1,10 @@
 //! RL.LEAKYBUCKET.
 
 use super::{admission, Call};
-use crate::algorithms::int;
 use crate::algorithms::leaky_bucket::{LeakyBucket, Params};
 use crate::args;
 use crate::error::Error;
-use crate::reply;
+use crate::reply::{self, int};
 
 /// `RL.LEAKYBUCKET key capacity leak_amount leak_period [COST n] [DRYRUN] [BLOCK duration]`
 ///

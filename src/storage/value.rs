@@ -8,7 +8,7 @@ use crate::algorithms::policy::{self, Limit, Rule, RuleState};
 use crate::algorithms::sliding_log::{self, SlidingLog};
 use crate::algorithms::sliding_window::SlidingWindow;
 use crate::algorithms::token_bucket::TokenBucket;
-use crate::algorithms::Algorithm;
+use crate::algorithms::{Algorithm, Snapshot};
 
 /// The parameters a key was last written with, and its state under them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,10 +47,10 @@ macro_rules! values {
                 }
             }
 
-            /// RL.INSPECT's fields after the algorithm name.
-            pub fn describe(&self, now_us: u64) -> Vec<(&'static str, i64)> {
+            /// The parameters and state as of `now_us` (what RL.INSPECT shows).
+            pub fn snapshot(&self, now_us: u64) -> Snapshot {
                 match self {
-                    $(Value::$variant(s) => <$algorithm>::describe(&s.params, &s.state, now_us),)*
+                    $(Value::$variant(s) => <$algorithm>::snapshot(&s.params, &s.state, now_us),)*
                 }
             }
         }

@@ -20,7 +20,7 @@
 //! a smaller capacity may deny until the queue has drained below it.
 
 use super::gcra::{self, Gcra};
-use super::{int, Algorithm, Decision, Span};
+use super::{Algorithm, Decision, Span};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
@@ -75,31 +75,37 @@ impl Algorithm for LeakyBucket {
         (decision, fresh)
     }
 
-    fn describe(params: &Params, state: &State, now_us: u64) -> Vec<(&'static str, i64)> {
-        let now_view = LeakyBucket::view_now(params, state, now_us);
-        vec![
-            ("limit", int(params.capacity)),
-            ("capacity", int(params.capacity)),
-            ("leak_amount", int(params.leak_amount)),
-            ("leak_period_ms", int(params.leak_period_ms)),
-            (
-                "empty_at_us",
-                int(Span::new(state.tat, params.gcra().rate()).ceil_us()),
-            ),
-            (
-                "queued",
-                int(params.capacity.saturating_sub(now_view.remaining)),
-            ),
-            ("remaining", int(now_view.remaining)),
-            ("reset_after_ms", int(now_view.reset_after.ceil_ms())),
-        ]
+    fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
+        super::Snapshot::LeakyBucket(snapshot(params, state, now_us))
+    }
+}
+
+/// A key's parameters and state as of one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    pub params: Params,
+    /// When the queue is empty, whole µs since the Unix epoch, rounded up.
+    pub empty_at_us: u64,
+    /// Units queued now.
+    pub queued: u64,
+    /// The key as a request of no units would see it.
+    pub now: Decision,
+}
+
+pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
+    let now = LeakyBucket::view_now(params, state, now_us);
+    Snapshot {
+        params: *params,
+        empty_at_us: Span::new(state.tat, params.gcra().rate()).ceil_us(),
+        queued: params.capacity.saturating_sub(now.remaining),
+        now,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::testing::{self, peek, step, Key};
+    use crate::testing::{self, peek, step, Key};
     use proptest::prelude::*;
 
     const T0: u64 = 1_700_000_000_000_000;
@@ -207,24 +213,22 @@ mod tests {
     }
 
     #[test]
-    fn describe_reports_the_queue() {
+    fn snapshot_reports_the_queue() {
         let p = params(3, 2, 1000);
         let mut key: Key<LeakyBucket> = None;
         step::<LeakyBucket>(&p, &mut key, T0, 2);
         let (_, state) = key.unwrap();
+        let snap = snapshot(&p, &state, T0 + 250_000);
         assert_eq!(
-            LeakyBucket::describe(&p, &state, T0 + 250_000),
-            vec![
-                ("limit", 3),
-                ("capacity", 3),
-                ("leak_amount", 2),
-                ("leak_period_ms", 1000),
-                ("empty_at_us", (T0 + 1_000_000) as i64),
-                ("queued", 2),
-                ("remaining", 1),
-                ("reset_after_ms", 750),
-            ]
+            (
+                snap.params,
+                snap.empty_at_us,
+                snap.queued,
+                snap.now.remaining
+            ),
+            (p, T0 + 1_000_000, 2, 1)
         );
+        assert_eq!(snap.now.reset_after.ceil_ms(), 750);
     }
 
     fn any_params() -> impl Strategy<Value = Params> {
@@ -296,7 +300,7 @@ mod tests {
             let q = params(1, 1, 1);
             let (d, _) = LeakyBucket::check(&p, Some((&q, &mut State { tat })), now, cost, true);
             let _ = (d.delay.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
-            let _ = LeakyBucket::describe(&p, &State { tat }, now);
+            let _ = LeakyBucket::snapshot(&p, &State { tat }, now);
         }
     }
 }

@@ -71,7 +71,7 @@
 //! A clock that goes backwards (a reading before the stored instant) refills nothing and
 //! never moves the stored instant back, so no time is refilled twice.
 
-use super::{int, keep, Algorithm, Decision, Span};
+use super::{keep, Algorithm, Decision, Span};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
@@ -263,32 +263,37 @@ impl Algorithm for TokenBucket {
         (decision, fresh)
     }
 
-    fn describe(params: &Params, state: &State, now_us: u64) -> Vec<(&'static str, i64)> {
-        let now_view = TokenBucket::view_now(params, state, now_us);
-        let tokens = state.scaled_tokens / params.period_us();
-        let instant = if params.interval {
-            "last_refill_us"
-        } else {
-            "updated_us"
-        };
-        vec![
-            ("limit", int(params.capacity)),
-            ("capacity", int(params.capacity)),
-            ("refill_amount", int(params.refill_amount)),
-            ("refill_period_ms", int(params.refill_period_ms)),
-            ("interval", i64::from(params.interval)),
-            ("tokens", int(u64::try_from(tokens).unwrap_or(u64::MAX))),
-            (instant, int(state.updated_us)),
-            ("remaining", int(now_view.remaining)),
-            ("reset_after_ms", int(now_view.reset_after.ceil_ms())),
-        ]
+    fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
+        super::Snapshot::TokenBucket(snapshot(params, state, now_us))
+    }
+}
+
+/// A key's parameters and state as of one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    pub params: Params,
+    /// Whole tokens stored (as of `updated_us`, not refilled to now).
+    pub tokens: u64,
+    /// The instant the stored tokens are counted at: the last refill with `interval`.
+    pub updated_us: u64,
+    /// The key as a request of no units would see it.
+    pub now: Decision,
+}
+
+pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
+    let tokens = state.scaled_tokens / params.period_us();
+    Snapshot {
+        params: *params,
+        tokens: u64::try_from(tokens).unwrap_or(u64::MAX),
+        updated_us: state.updated_us,
+        now: TokenBucket::view_now(params, state, now_us),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::testing::{self, peek, step, summary, Key};
+    use crate::testing::{self, peek, step, summary, Key};
     use proptest::prelude::*;
 
     const T0: u64 = 1_700_000_000_000_000; // a clock reading in µs
@@ -530,41 +535,34 @@ mod tests {
     }
 
     #[test]
-    fn describe_reports_the_state() {
+    fn snapshot_reports_the_state() {
         let p = params(4, 4, 60_000);
         let (_, s) = key_after(&p, &[(0, 3)]).unwrap();
-        let fields = TokenBucket::describe(&p, &s, T0 + 20 * S);
+        let snap = snapshot(&p, &s, T0 + 20 * S);
         assert_eq!(
-            fields,
-            vec![
-                ("limit", 4),
-                ("capacity", 4),
-                ("refill_amount", 4),
-                ("refill_period_ms", 60_000),
-                ("interval", 0),
-                ("tokens", 1),
-                ("updated_us", T0 as i64),
-                ("remaining", 2),
-                ("reset_after_ms", 25_000),
-            ]
+            (
+                snap.params,
+                snap.tokens,
+                snap.updated_us,
+                snap.now.remaining
+            ),
+            (p, 1, T0, 2)
         );
+        assert_eq!(snap.now.reset_after.ceil_ms(), 25_000);
+        // With `interval`, the instant is the last refill's.
         let p = interval(3, 3, 60_000);
         let (_, s) = key_after(&p, &[(0, 1), (70 * S, 3)]).unwrap();
-        let fields = TokenBucket::describe(&p, &s, T0 + 100 * S);
+        let snap = snapshot(&p, &s, T0 + 100 * S);
         assert_eq!(
-            fields,
-            vec![
-                ("limit", 3),
-                ("capacity", 3),
-                ("refill_amount", 3),
-                ("refill_period_ms", 60_000),
-                ("interval", 1),
-                ("tokens", 0),
-                ("last_refill_us", (T0 + 60 * S) as i64),
-                ("remaining", 0),
-                ("reset_after_ms", 20_000),
-            ]
+            (
+                snap.params,
+                snap.tokens,
+                snap.updated_us,
+                snap.now.remaining
+            ),
+            (p, 0, T0 + 60 * S, 0)
         );
+        assert_eq!(snap.now.reset_after.ceil_ms(), 20_000);
     }
 
     fn any_params() -> impl Strategy<Value = Params> {
@@ -799,7 +797,7 @@ mod tests {
                 let mut state = State { scaled_tokens: tokens, updated_us: updated };
                 let (d, _) = TokenBucket::check(&p, Some((&stored, &mut state)), now, cost, write);
                 let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
-                let _ = TokenBucket::describe(&stored, &state, now);
+                let _ = TokenBucket::snapshot(&stored, &state, now).now().reset_after.ceil_ms();
             }
             let (d, _) = TokenBucket::check(&p, None, now, cost, write);
             let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
@@ -809,8 +807,8 @@ mod tests {
         /// a fresh key admits its capacity and denies one more.
         #[test]
         fn the_largest_valid_parameters_still_decide(
-            capacity in 1u64..=crate::args::MAX_COUNT, amount in 1u64..=crate::args::MAX_COUNT,
-            period in 1u64..=crate::args::MAX_DURATION_MS, interval in any::<bool>(), now in any::<u64>(),
+            capacity in 1u64..=crate::limits::MAX_COUNT, amount in 1u64..=crate::limits::MAX_COUNT,
+            period in 1u64..=crate::limits::MAX_DURATION_MS, interval in any::<bool>(), now in any::<u64>(),
         ) {
             let p = Params { capacity, refill_amount: amount, refill_period_ms: period, interval };
             let mut key: Key<TokenBucket> = None;

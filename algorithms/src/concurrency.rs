@@ -22,7 +22,7 @@
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{int, Algorithm, Decision, Span};
+use super::{Algorithm, Decision, Span};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
@@ -320,16 +320,29 @@ impl Algorithm for Concurrency {
         }
     }
 
-    fn describe(params: &Params, state: &State, now_us: u64) -> Vec<(&'static str, i64)> {
-        let now = decision(params, held(state, now_us, None), now_us, true);
-        vec![
-            ("limit", int(params.limit)),
-            ("lease_ms", int(params.lease_ms)),
-            ("held", int(params.limit.saturating_sub(now.remaining))),
-            ("issued", int(state.issued)),
-            ("remaining", int(now.remaining)),
-            ("reset_after_ms", int(now.reset_after.ceil_ms())),
-        ]
+    fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
+        super::Snapshot::Concurrency(snapshot(params, state, now_us))
+    }
+}
+
+/// A key's parameters and state as of one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    pub params: Params,
+    /// Leases held now (up to the limit), and tokens issued so far.
+    pub held: u64,
+    pub issued: u64,
+    /// The key as an acquisition would see it, without taking a lease.
+    pub now: Decision,
+}
+
+pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
+    let now = decision(params, held(state, now_us, None), now_us, true);
+    Snapshot {
+        params: *params,
+        held: params.limit.saturating_sub(now.remaining),
+        issued: state.issued,
+        now,
     }
 }
 
@@ -456,7 +469,7 @@ mod tests {
             let mut s = State::new(issued);
             s.insert(b"t", expires);
             let a = acquire(&p, &mut s, now, None, true);
-            let _ = (a.decision.reset_after.ceil_ms(), Concurrency::describe(&p, &s, now));
+            let _ = (a.decision.reset_after.ceil_ms(), Concurrency::snapshot(&p, &s, now).now().reset_after.ceil_ms());
             release(&mut s, b"t", now);
         }
     }

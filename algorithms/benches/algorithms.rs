@@ -1,25 +1,13 @@
-//! Nanoseconds per decision of the pure algorithm cores, without Redis.
-//!
-//! The crate is a cdylib whose allocator is Redis's, so this bench compiles the algorithm
-//! sources (and the grammar they use) directly: no `redis_module` is linked. Each benchmark
-//! runs one key in steady state: a clock that moves on by a fixed step per request, cost 1,
-//! writing when admitted, as a real request does.
-
-#![allow(dead_code, unused_imports)]
-
-#[path = "../src/algorithms/mod.rs"]
-mod algorithms;
-#[path = "../src/args.rs"]
-mod args;
-#[path = "../src/error.rs"]
-mod error;
+//! Nanoseconds per decision of the pure algorithm cores, without Redis (the algorithms crate
+//! does not link it). Each benchmark runs one key in steady state: a clock that moves on by a
+//! fixed step per request, cost 1, writing when admitted, as a real request does.
 
 use std::hint::black_box;
 
-use algorithms::{
+use criterion::{criterion_group, criterion_main, Criterion};
+use ratelimit_algorithms::{
     fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket, Algorithm,
 };
-use criterion::{criterion_group, criterion_main, Criterion};
 
 const T0: u64 = 1_700_000_000_000_000;
 

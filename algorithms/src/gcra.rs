@@ -26,7 +26,7 @@
 //! TAT in nanoseconds with `T` truncated to a whole nanosecond; the two can differ only when
 //! that truncation matters.
 
-use super::{int, keep, Algorithm, Decision, Span};
+use super::{keep, Algorithm, Decision, Span};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
@@ -142,24 +142,33 @@ impl Algorithm for Gcra {
         (decision, fresh)
     }
 
-    fn describe(params: &Params, state: &State, now_us: u64) -> Vec<(&'static str, i64)> {
-        let now_view = Gcra::view_now(params, state, now_us);
-        vec![
-            ("limit", int(params.burst)),
-            ("burst", int(params.burst)),
-            ("rate", int(params.rate)),
-            ("period_ms", int(params.period_ms)),
-            ("tat_us", int(Span::new(state.tat, params.rate()).ceil_us())),
-            ("remaining", int(now_view.remaining)),
-            ("reset_after_ms", int(now_view.reset_after.ceil_ms())),
-        ]
+    fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
+        super::Snapshot::Gcra(snapshot(params, state, now_us))
+    }
+}
+
+/// A key's parameters and state as of one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    pub params: Params,
+    /// The TAT in whole µs since the Unix epoch, rounded up.
+    pub tat_us: u64,
+    /// The key as a request of no units would see it.
+    pub now: Decision,
+}
+
+pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
+    Snapshot {
+        params: *params,
+        tat_us: Span::new(state.tat, params.rate()).ceil_us(),
+        now: Gcra::view_now(params, state, now_us),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::testing::{self, peek, step, summary, Key};
+    use crate::testing::{self, peek, step, summary, Key};
     use proptest::prelude::*;
 
     const T0: u64 = 1_700_000_000_000_000; // a clock reading in µs
@@ -311,22 +320,15 @@ mod tests {
     }
 
     #[test]
-    fn describe_reports_the_state() {
+    fn snapshot_reports_the_state() {
         let p = params(5, 1, 1000);
         let (_, s) = key_after(&p, &[(0, 2)]).unwrap();
-        let fields = Gcra::describe(&p, &s, T0 + 500_000);
+        let snap = snapshot(&p, &s, T0 + 500_000);
         assert_eq!(
-            fields,
-            vec![
-                ("limit", 5),
-                ("burst", 5),
-                ("rate", 1),
-                ("period_ms", 1000),
-                ("tat_us", (T0 + 2_000_000) as i64),
-                ("remaining", 3),
-                ("reset_after_ms", 1500),
-            ]
+            (snap.params, snap.tat_us, snap.now.limit, snap.now.remaining),
+            (p, T0 + 2_000_000, 5, 3)
         );
+        assert_eq!(snap.now.reset_after.ceil_ms(), 1500);
     }
 
     /// Parameters whose periods all divide an hour.
@@ -455,14 +457,14 @@ mod tests {
 
         /// Extreme parameters, times and costs never panic or wrap.
         #[test]
-        fn extremes_never_panic(burst in 1u64..=crate::args::MAX_COUNT, rate in 1u64..=crate::args::MAX_COUNT,
-                                period in 1u64..=crate::args::MAX_DURATION_MS, now in any::<u64>(),
+        fn extremes_never_panic(burst in 1u64..=crate::limits::MAX_COUNT, rate in 1u64..=crate::limits::MAX_COUNT,
+                                period in 1u64..=crate::limits::MAX_DURATION_MS, now in any::<u64>(),
                                 tat in any::<u128>(), cost in any::<u64>()) {
             let p = params(burst, rate, period);
             let q = params(1, 1, 1);
             let (d, _) = Gcra::check(&p, Some((&q, &mut State { tat })), now, cost, true);
             let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
-            let _ = Gcra::describe(&p, &State { tat }, now);
+            let _ = Gcra::snapshot(&p, &State { tat }, now);
         }
     }
 }

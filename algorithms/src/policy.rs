@@ -26,7 +26,7 @@ use super::leaky_bucket::{self, LeakyBucket};
 use super::sliding_log::{self, SlidingLog};
 use super::sliding_window::{self, SlidingWindow};
 use super::token_bucket::{self, TokenBucket};
-use super::{Algorithm, Decision, Span};
+use super::{Algorithm, Decision, Snapshot as AnySnapshot, Span};
 
 /// The most rules a policy holds.
 pub const MAX_RULES: usize = 16;
@@ -79,14 +79,14 @@ macro_rules! rules {
                 }
             }
 
-            /// RL.INSPECT's fields for this rule with `state`.
-            pub fn describe(&self, state: &RuleState, now_us: u64) -> Vec<(&'static str, i64)> {
+            /// This rule with `state` as of `now_us` ([`Algorithm::snapshot`]); `None` if the
+            /// state is not the rule's (never stored, see `belongs`).
+            pub fn snapshot(&self, state: &RuleState, now_us: u64) -> Option<AnySnapshot> {
                 match (self, state) {
                     $((Rule::$variant(params), RuleState::$variant(s)) => {
-                        <$algorithm>::describe(params, s, now_us)
+                        Some(<$algorithm>::snapshot(params, s, now_us))
                     })*
-                    // A state that is not the rule's is never stored (see `belongs`).
-                    _ => Vec::new(),
+                    _ => None,
                 }
             }
         }
@@ -312,19 +312,24 @@ impl Algorithm for Limit {
         (outcome.decision, fresh)
     }
 
-    fn describe(params: &Rules, state: &Vec<RuleState>, now_us: u64) -> Vec<(&'static str, i64)> {
+    fn snapshot(params: &Rules, state: &Vec<RuleState>, now_us: u64) -> AnySnapshot {
         // A check of no units writes nothing; the copy satisfies `&mut`.
         let mut copy = state.clone();
         let now = step(params, Some((params, &mut copy)), now_us, 0, false).0;
-        vec![
-            ("binding_rule", super::int(now.binding as u64)),
-            ("remaining", super::int(now.decision.remaining)),
-            (
-                "reset_after_ms",
-                super::int(now.decision.reset_after.ceil_ms()),
-            ),
-        ]
+        AnySnapshot::Limit(Snapshot {
+            binding: now.binding,
+            now: now.decision,
+        })
     }
+}
+
+/// A policy key as of one instant (each rule's own is [`Rule::snapshot`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The binding rule's index in the policy.
+    pub binding: usize,
+    /// The key as a request of no units would see it.
+    pub now: Decision,
 }
 
 /// Heap bytes a key's rules and states hold (for MEMORY USAGE): the states, and the rules
@@ -343,7 +348,7 @@ pub fn heap_bytes(params: &Rules, state: &[RuleState]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::testing::{self, summary};
+    use crate::testing::{self, summary};
     use proptest::prelude::*;
 
     const T0: u64 = 1_700_000_000_000_000;
@@ -472,8 +477,8 @@ mod tests {
         ]);
         let o = outcome(&new, &key, T0, 0);
         let (_, states) = key.as_ref().unwrap();
-        let minute = fixed(30, 60_000).describe(&states[1], T0);
-        assert!(minute.contains(&("remaining", 25)));
+        let minute = fixed(30, 60_000).snapshot(&states[1], T0).unwrap();
+        assert_eq!(minute.now().remaining, 25);
         // The changed rule keeps the 5 units it owes, now at 20 a second: 15 of 20 left,
         // fewer than the minute's 25, so it binds.
         assert_eq!((o.binding, o.binding_decision.remaining), (1, 15));
@@ -481,10 +486,11 @@ mod tests {
         assert!(d.allowed);
         let (rules, states) = key.as_ref().unwrap();
         assert_eq!(rules, &new);
-        assert_eq!(new[1].describe(&states[1], T0)[..1], [("limit", 20)]);
-        assert!(new[1].describe(&states[1], T0).contains(&("remaining", 14)));
-        assert!(new[2].describe(&states[2], T0).contains(&("remaining", 99)));
-        assert!(new[0].describe(&states[0], T0).contains(&("remaining", 24)));
+        let now = |i: usize| new[i].snapshot(&states[i], T0).unwrap();
+        assert!(matches!(now(1), AnySnapshot::Gcra(g) if g.params.burst == 20));
+        assert_eq!((now(1).now().limit, now(1).now().remaining), (20, 14));
+        assert_eq!(now(2).now().remaining, 99);
+        assert_eq!(now(0).now().remaining, 24);
     }
 
     /// Issue 12: FIXEDWINDOW 10 1h, then 11 1h, then 10 1h admitted 31 at one instant: each

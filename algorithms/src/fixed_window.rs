@@ -37,7 +37,7 @@
 //!
 //! The window arithmetic ([`window_us`], [`window_start`]) is shared with RL.SLIDINGWINDOW.
 
-use super::{int, keep, Algorithm, Decision, Span};
+use super::{keep, Algorithm, Decision, Span};
 
 /// A window length in microseconds; a zero length (which no command accepts) is taken as
 /// one millisecond, and u128 leaves room for any length in ms.
@@ -145,23 +145,35 @@ impl Algorithm for FixedWindow {
         (decision, fresh)
     }
 
-    fn describe(params: &Params, state: &State, now_us: u64) -> Vec<(&'static str, i64)> {
-        let now_view = FixedWindow::view_now(params, state, now_us);
-        vec![
-            ("limit", int(params.limit)),
-            ("window_ms", int(params.window_ms)),
-            ("window_start_us", int(state.window_start_us)),
-            ("count", int(state.count)),
-            ("remaining", int(now_view.remaining)),
-            ("reset_after_ms", int(now_view.reset_after.ceil_ms())),
-        ]
+    fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
+        super::Snapshot::FixedWindow(snapshot(params, state, now_us))
+    }
+}
+
+/// A key's parameters and state as of one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    pub params: Params,
+    /// The stored window's start and count (as stored, even once the window is over).
+    pub window_start_us: u64,
+    pub count: u64,
+    /// The key as a request of no units would see it.
+    pub now: Decision,
+}
+
+pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
+    Snapshot {
+        params: *params,
+        window_start_us: state.window_start_us,
+        count: state.count,
+        now: FixedWindow::view_now(params, state, now_us),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::testing::{self, peek, step, summary, Key};
+    use crate::testing::{self, peek, step, summary, Key};
     use proptest::prelude::*;
     use std::collections::HashMap;
 
@@ -300,24 +312,23 @@ mod tests {
     }
 
     #[test]
-    fn describe_reports_the_state() {
+    fn snapshot_reports_the_state() {
         let p = params(5, 60_000);
         let (_, s) = key_after(&p, &[(10 * SEC, 2)]).unwrap();
-        let fields = FixedWindow::describe(&p, &s, T2 + 20 * SEC);
+        let snap = snapshot(&p, &s, T2 + 20 * SEC);
         assert_eq!(
-            fields,
-            vec![
-                ("limit", 5),
-                ("window_ms", 60_000),
-                ("window_start_us", T2 as i64),
-                ("count", 2),
-                ("remaining", 3),
-                ("reset_after_ms", 40_000),
-            ]
+            (
+                snap.params,
+                snap.window_start_us,
+                snap.count,
+                snap.now.remaining
+            ),
+            (p, T2, 2, 3)
         );
+        assert_eq!(snap.now.reset_after.ceil_ms(), 40_000);
         // After the window: the same state reads as fresh.
-        let fields = FixedWindow::describe(&p, &s, T2 + 60 * SEC);
-        assert_eq!(fields[4..], [("remaining", 5), ("reset_after_ms", 0)]);
+        let snap = snapshot(&p, &s, T2 + 60 * SEC);
+        assert_eq!((snap.now.remaining, snap.now.reset_after.ceil_ms()), (5, 0));
     }
 
     fn any_params() -> impl Strategy<Value = Params> {
@@ -478,7 +489,7 @@ mod tests {
             }
             let (d, _) = FixedWindow::check(&p, None, now, cost, write);
             let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
-            let _ = FixedWindow::describe(&p, &state, now);
+            let _ = FixedWindow::snapshot(&p, &state, now);
         }
     }
 }

@@ -56,7 +56,7 @@
 //! counts are taken as now's, never in the caller's favour.
 
 use super::fixed_window::{window_start, window_us};
-use super::{int, keep, Algorithm, Decision, Span};
+use super::{keep, Algorithm, Decision, Span};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
@@ -297,24 +297,37 @@ impl Algorithm for SlidingWindow {
         (decision, fresh)
     }
 
-    fn describe(params: &Params, state: &State, now_us: u64) -> Vec<(&'static str, i64)> {
-        let now_view = SlidingWindow::view_now(params, state, now_us);
-        vec![
-            ("limit", int(params.limit)),
-            ("window_ms", int(params.window_ms)),
-            ("window_start_us", int(state.window_start_us)),
-            ("current", int(state.current)),
-            ("previous", int(state.previous)),
-            ("remaining", int(now_view.remaining)),
-            ("reset_after_ms", int(now_view.reset_after.ceil_ms())),
-        ]
+    fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
+        super::Snapshot::SlidingWindow(snapshot(params, state, now_us))
+    }
+}
+
+/// A key's parameters and state as of one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    pub params: Params,
+    /// The stored current window's start, and the counts of it and the one before.
+    pub window_start_us: u64,
+    pub current: u64,
+    pub previous: u64,
+    /// The key as a request of no units would see it.
+    pub now: Decision,
+}
+
+pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
+    Snapshot {
+        params: *params,
+        window_start_us: state.window_start_us,
+        current: state.current,
+        previous: state.previous,
+        now: SlidingWindow::view_now(params, state, now_us),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::testing::{self, peek, step, summary, Key};
+    use crate::testing::{self, peek, step, summary, Key};
     use proptest::prelude::*;
     use std::collections::HashMap;
 
@@ -461,21 +474,22 @@ mod tests {
     }
 
     #[test]
-    fn describe_reports_the_state() {
+    fn snapshot_reports_the_state() {
         let p = params(7, 60_000);
         let (_, s) = key_after(&p, &[(10 * SEC, 5), (65 * SEC, 3)]).unwrap();
-        let fields = SlidingWindow::describe(&p, &s, T2 + 78 * SEC);
+        let snap = snapshot(&p, &s, T2 + 78 * SEC);
         assert_eq!(
-            fields,
-            vec![
-                ("limit", 7),
-                ("window_ms", 60_000),
-                ("window_start_us", (T2 + 60 * SEC) as i64),
-                ("current", 3),
-                ("previous", 5),
-                ("remaining", 1),
-                ("reset_after_ms", 82_001),
-            ]
+            (
+                snap.params,
+                snap.window_start_us,
+                snap.current,
+                snap.previous
+            ),
+            (p, T2 + 60 * SEC, 3, 5)
+        );
+        assert_eq!(
+            (snap.now.remaining, snap.now.reset_after.ceil_ms()),
+            (1, 82_001)
         );
     }
 
@@ -707,7 +721,7 @@ mod tests {
             }
             let (d, _) = SlidingWindow::check(&p, None, now, cost, write);
             let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
-            let _ = SlidingWindow::describe(&p, &state, now);
+            let _ = SlidingWindow::snapshot(&p, &state, now);
         }
     }
 }

@@ -1,14 +1,16 @@
-//! The rate-limit algorithms: pure state machines.
+//! The rate-limit algorithms of the ratelimit Redis module: pure state machines.
 //!
 //! Each algorithm takes its parameters, the key's stored parameters and state (or none for
 //! a fresh key), one clock reading in microseconds and a cost, and returns a [`Decision`]
-//! and the state to store if the request is admitted. Nothing here knows Redis, reads a
-//! clock or allocates per call, and no input makes it panic: arithmetic saturates.
+//! and the state to store if the request is admitted. Nothing here knows Redis (the crate
+//! has no dependencies), reads a clock or allocates per call, and no input makes it panic:
+//! arithmetic saturates. How a decision or a [`Snapshot`] becomes a reply is the module's.
 
 pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
+pub mod limits;
 pub mod penalty;
 pub mod policy;
 pub mod sliding_log;
@@ -60,13 +62,6 @@ impl Span {
     pub fn ceil_us(&self) -> u64 {
         saturate(self.num / self.den + u128::from(!self.num.is_multiple_of(self.den)))
     }
-
-    /// Seconds the way redis-cell reports them: the whole milliseconds (rounded down),
-    /// then up to the next whole second if any millisecond is left over.
-    pub fn redis_cell_seconds(&self) -> u64 {
-        let ms = self.floor_ms();
-        ms / 1000 + u64::from(!ms.is_multiple_of(1000))
-    }
 }
 
 fn saturate(x: u128) -> u64 {
@@ -88,6 +83,36 @@ pub struct Decision {
     pub reset_after: Span,
     /// RL.LEAKYBUCKET only: how long an admitted request waits for its turn.
     pub delay: Option<Span>,
+}
+
+/// A key's parameters and state as of one instant, as typed values: each algorithm's own
+/// [`Algorithm::snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Snapshot {
+    Gcra(gcra::Snapshot),
+    TokenBucket(token_bucket::Snapshot),
+    LeakyBucket(leaky_bucket::Snapshot),
+    FixedWindow(fixed_window::Snapshot),
+    SlidingWindow(sliding_window::Snapshot),
+    SlidingLog(sliding_log::Snapshot),
+    Concurrency(concurrency::Snapshot),
+    Limit(policy::Snapshot),
+}
+
+impl Snapshot {
+    /// The key as a request of no units would see it at the snapshot's instant.
+    pub fn now(&self) -> Decision {
+        match self {
+            Snapshot::Gcra(s) => s.now,
+            Snapshot::TokenBucket(s) => s.now,
+            Snapshot::LeakyBucket(s) => s.now,
+            Snapshot::FixedWindow(s) => s.now,
+            Snapshot::SlidingWindow(s) => s.now,
+            Snapshot::SlidingLog(s) => s.now,
+            Snapshot::Concurrency(s) => s.now,
+            Snapshot::Limit(s) => s.now,
+        }
+    }
 }
 
 /// An algorithm's pure step. `Params` are what the command's arguments give; `State` is
@@ -121,12 +146,9 @@ pub trait Algorithm {
         write: bool,
     ) -> (Decision, Option<Self::State>);
 
-    /// Named numbers that describe the parameters and state at `now_us`, for RL.INSPECT.
-    fn describe(
-        params: &Self::Params,
-        state: &Self::State,
-        now_us: u64,
-    ) -> Vec<(&'static str, i64)>;
+    /// The parameters and state as of `now_us`, as typed values (what RL.INSPECT shows; the
+    /// module names the fields).
+    fn snapshot(params: &Self::Params, state: &Self::State, now_us: u64) -> Snapshot;
 
     /// The key as of `now_us` (what a request of no units would be told), without writing.
     fn view_now(params: &Self::Params, state: &Self::State, now_us: u64) -> Decision {
@@ -146,11 +168,6 @@ pub fn keep<S>(stored: Option<&mut S>, new: S) -> Option<S> {
         }
         None => Some(new),
     }
-}
-
-/// Clamps to the i64 range of a RESP integer.
-pub fn int(x: u64) -> i64 {
-    i64::try_from(x).unwrap_or(i64::MAX)
 }
 
 /// Helpers for the algorithms' unit and property tests.
@@ -319,7 +336,8 @@ mod tests {
     use super::*;
 
     /// The property tests look for arithmetic that wraps: that needs overflow checks in the
-    /// build that runs them (Cargo.toml turns them on for this crate, release included).
+    /// build that runs them (the workspace's Cargo.toml turns them on for this crate, release
+    /// included).
     #[test]
     fn tests_run_with_overflow_checks() {
         let max = std::hint::black_box(u64::MAX);
@@ -340,15 +358,5 @@ mod tests {
         );
         assert_eq!(Span::ZERO.ceil_ms(), 0);
         assert_eq!(Span::new(5, 0).ceil_us(), 5);
-    }
-
-    #[test]
-    fn redis_cell_rounds_seconds_up_from_whole_milliseconds() {
-        assert_eq!(Span::from_us(3_900_000).redis_cell_seconds(), 4);
-        assert_eq!(Span::from_us(3_000_000).redis_cell_seconds(), 3);
-        // Less than a whole millisecond over the second is not rounded up.
-        assert_eq!(Span::from_us(1_000_400).redis_cell_seconds(), 1);
-        assert_eq!(Span::from_us(1_001_000).redis_cell_seconds(), 2);
-        assert_eq!(Span::ZERO.redis_cell_seconds(), 0);
     }
 }

@@ -75,7 +75,7 @@
 
 use std::collections::VecDeque;
 
-use super::{int, Algorithm, Decision, Span};
+use super::{Algorithm, Decision, Span};
 
 /// The top bit of a timestamp word: the request cost more than 1, and the next word holds
 /// its cost.
@@ -515,38 +515,50 @@ impl Algorithm for SlidingLog {
         }
     }
 
-    fn describe(params: &Params, state: &State, now_us: u64) -> Vec<(&'static str, i64)> {
-        let now_view = SlidingLog::view_now(params, state, now_us);
-        let window_us = u128::from(params.window_us());
-        let active = scan(state, u128::from(now_us), window_us).active;
-        let time = |offset: Option<u32>| {
-            offset.map_or(0, |offset| {
-                u64::try_from(state.time_us(offset)).unwrap_or(u64::MAX)
-            })
-        };
-        vec![
-            ("limit", int(params.limit())),
-            ("window_ms", int(params.window_ms)),
-            (
-                "entries",
-                int(u64::try_from(state.entries().count()).unwrap_or(u64::MAX)),
-            ),
-            ("active", int(active)),
-            (
-                "oldest_us",
-                int(time(state.entries().next().map(|e| e.offset))),
-            ),
-            ("newest_us", int(time(state.newest_offset()))),
-            ("remaining", int(now_view.remaining)),
-            ("reset_after_ms", int(now_view.reset_after.ceil_ms())),
-        ]
+    fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
+        super::Snapshot::SlidingLog(snapshot(params, state, now_us))
+    }
+}
+
+/// A key's parameters and state as of one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    pub params: Params,
+    /// The limit as the log applies it (see the module doc for values above 2^31 - 1).
+    pub limit: u64,
+    /// Requests the log holds, and the units of those still in the window.
+    pub entries: u64,
+    pub active: u64,
+    /// When the oldest and the newest request the log holds were admitted, µs since the
+    /// Unix epoch (0 when the log is empty).
+    pub oldest_us: u64,
+    pub newest_us: u64,
+    /// The key as a request of no units would see it.
+    pub now: Decision,
+}
+
+pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
+    let window_us = u128::from(params.window_us());
+    let time = |offset: Option<u32>| {
+        offset.map_or(0, |offset| {
+            u64::try_from(state.time_us(offset)).unwrap_or(u64::MAX)
+        })
+    };
+    Snapshot {
+        params: *params,
+        limit: params.limit(),
+        entries: u64::try_from(state.entries().count()).unwrap_or(u64::MAX),
+        active: scan(state, u128::from(now_us), window_us).active,
+        oldest_us: time(state.entries().next().map(|e| e.offset)),
+        newest_us: time(state.newest_offset()),
+        now: SlidingLog::view_now(params, state, now_us),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::testing::{self, peek, step, summary, Key};
+    use crate::testing::{self, peek, step, summary, Key};
     use proptest::prelude::*;
 
     /// A round hour (2023-11-14T23:00:00Z) in µs since the Unix epoch, standing for the
@@ -684,7 +696,7 @@ mod tests {
         assert_eq!(d.retry_after, Some(Span::from_us(1)));
         assert!(peek::<SlidingLog>(&p, &key, T0 + w + 4, 2).allowed);
         // Ten years: units of 2^20 µs, about a second.
-        assert_eq!(unit_for(crate::args::MAX_DURATION_MS * 1000), 1 << 20);
+        assert_eq!(unit_for(crate::limits::MAX_DURATION_MS * 1000), 1 << 20);
         assert_eq!(unit_for((1 << 29) - 1), 1);
         assert_eq!(unit_for(1 << 29), 2);
         assert_eq!(unit_for(u64::MAX), 1 << 35);
@@ -748,7 +760,7 @@ mod tests {
         // back, a 1-second window makes them all "future" entries. The ring keeps its
         // coarser unit (µs would need more than 31 bits for that hour), so nothing moves and
         // nothing is forgotten.
-        let long = params(3, crate::args::MAX_DURATION_MS);
+        let long = params(3, crate::limits::MAX_DURATION_MS);
         let unit = unit_for(long.window_us());
         let hour = 3600 * S;
         let mut key = key_after(&long, &[(0, 1), (hour, 1)]);
@@ -885,43 +897,33 @@ mod tests {
     }
 
     #[test]
-    fn describe_reports_the_state() {
+    fn snapshot_reports_the_state() {
         let p = params(5, 60_000);
         let (_, s) = key_after(&p, &[(0, 2), (10 * S, 1), (20 * S, 1)]).unwrap();
-        let fields = SlidingLog::describe(&p, &s, T0 + 65 * S);
+        let snap = snapshot(&p, &s, T0 + 65 * S);
+        assert_eq!((snap.params, snap.limit), (p, 5));
         assert_eq!(
-            fields,
-            vec![
-                ("limit", 5),
-                ("window_ms", 60_000),
-                ("entries", 3),
-                ("active", 2),
-                ("oldest_us", T0 as i64),
-                ("newest_us", (T0 + 20 * S) as i64),
-                ("remaining", 3),
-                ("reset_after_ms", 15_000),
-            ]
+            (snap.entries, snap.active, snap.oldest_us, snap.newest_us),
+            (3, 2, T0, T0 + 20 * S)
+        );
+        assert_eq!(
+            (snap.now.remaining, snap.now.reset_after.ceil_ms()),
+            (3, 15_000)
         );
         let empty = State::empty(0, 1);
-        let fields = SlidingLog::describe(&p, &empty, T0);
+        let snap = snapshot(&p, &empty, T0);
         assert_eq!(
-            fields[2..],
-            [
-                ("entries", 0),
-                ("active", 0),
-                ("oldest_us", 0),
-                ("newest_us", 0),
-                ("remaining", 5),
-                ("reset_after_ms", 0)
-            ]
+            (snap.entries, snap.active, snap.oldest_us, snap.newest_us),
+            (0, 0, 0, 0)
         );
+        assert_eq!((snap.now.remaining, snap.now.reset_after.ceil_ms()), (5, 0));
     }
 
     /// Windows of a few ms to a few s (µs-exact), or of 10 minutes to 10 years (coarser).
     fn any_params() -> impl Strategy<Value = Params> {
         (
             1u64..=20,
-            prop_oneof![1u64..=5_000, 600_000u64..=crate::args::MAX_DURATION_MS],
+            prop_oneof![1u64..=5_000, 600_000u64..=crate::limits::MAX_DURATION_MS],
         )
             .prop_map(|(limit, window_ms)| params(limit, window_ms))
     }
@@ -1124,11 +1126,11 @@ mod tests {
             let q = params(1, 1);
             let s = State { words: words.into(), base_us, unit_us, total };
             let _ = is_valid(&s);
-            let _ = SlidingLog::describe(&p, &s, now);
+            let _ = SlidingLog::snapshot(&p, &s, now).now().reset_after.ceil_ms();
             let mut m = s.clone();
             let (d, _) = SlidingLog::check(&p, Some((&q, &mut m)), now, cost, write);
             let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
-            let _ = SlidingLog::describe(&p, &m, now);
+            let _ = SlidingLog::snapshot(&p, &m, now).now().reset_after.ceil_ms();
             let (d, _) = SlidingLog::check(&p, None, now, cost, write);
             let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms(), heap_bytes(&m));
         }
@@ -1136,9 +1138,9 @@ mod tests {
         /// The largest valid parameters and far-apart times keep every invariant.
         #[test]
         fn extreme_valid_inputs_keep_the_invariants(
-            limit in 1u64..=1_000_000_000, window_ms in 1u64..=crate::args::MAX_DURATION_MS,
+            limit in 1u64..=1_000_000_000, window_ms in 1u64..=crate::limits::MAX_DURATION_MS,
             times in proptest::collection::vec(any::<u64>(), 1..20),
-            cost in 1u64..=crate::args::MAX_COUNT,
+            cost in 1u64..=crate::limits::MAX_COUNT,
         ) {
             let p = params(limit, window_ms);
             let mut key: Key<SlidingLog> = None;
