@@ -21,8 +21,8 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<(), Error> {
     let a = admission::arguments(call, 3, "RL.CONCURRENCY.ACQUIRE", ACQUIRE_USAGE)?;
     // A replica replays what its primary admitted, whatever its own setting says.
     let max = match call.mode {
-        Mode::Live => crate::concurrency_max_limit(),
-        Mode::Replay { .. } => crate::CONCURRENCY_LIMIT_CEILING,
+        Mode::Live => crate::config::concurrency_max_limit(),
+        Mode::Replay { .. } => crate::config::CONCURRENCY_LIMIT_CEILING,
     };
     let params = Params {
         limit: args::count(a[2], "limit", 1, max).map_err(|_| Error::CappedLimit {

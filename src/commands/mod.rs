@@ -15,6 +15,7 @@ mod debug;
 mod docs;
 mod fixed_window;
 mod gcra;
+mod info;
 mod inspect;
 mod leaky_bucket;
 mod policy;
@@ -29,6 +30,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::slice;
 
 use redis_module::raw;
+
+pub use info::info;
 
 use crate::error::Error;
 use crate::metrics::{self, Stats};

@@ -129,8 +129,8 @@ pub fn rl_policy_set(call: &Call) -> Result<(), Error> {
     let log_max = match super::context_flags(call.ctx)
         & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING)
     {
-        0 => crate::sliding_log_max_limit(),
-        _ => crate::SLIDING_LOG_LIMIT_CEILING,
+        0 => crate::config::sliding_log_max_limit(),
+        _ => crate::config::SLIDING_LOG_LIMIT_CEILING,
     };
     let (rules, words) = parse_rules(&a[2..], 2, log_max)?;
     policies::set(name, Policy { rules, words });
@@ -242,7 +242,7 @@ pub fn rl_limit(call: &Call) -> Result<(), Error> {
 /// What loading needs from the grammar: the rules, with the largest SLIDINGLOG limit any
 /// setting allows (a saved policy was valid when it was set).
 pub fn parse_saved(words: &[&[u8]]) -> Option<Rules> {
-    parse_rules(words, 0, crate::SLIDING_LOG_LIMIT_CEILING)
+    parse_rules(words, 0, crate::config::SLIDING_LOG_LIMIT_CEILING)
         .ok()
         .map(|(rules, _)| rules)
 }

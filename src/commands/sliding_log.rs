@@ -21,8 +21,8 @@ pub fn rl_slidinglog(call: &Call) -> Result<(), Error> {
     )?;
     // A replica replays what its primary admitted, whatever its own setting says.
     let max = match call.mode {
-        Mode::Live => crate::sliding_log_max_limit(),
-        Mode::Replay { .. } => crate::SLIDING_LOG_LIMIT_CEILING,
+        Mode::Live => crate::config::sliding_log_max_limit(),
+        Mode::Replay { .. } => crate::config::SLIDING_LOG_LIMIT_CEILING,
     };
     let params = params(&a[2..4], max)?;
     let opts = args::options(&a[4..], 4)?;
