@@ -5,7 +5,8 @@
 //!   `(params, state, now, cost) -> (decision, state)`, and the limits (largest count,
 //!   longest duration); no Redis, no clock, no I/O, no panics.
 //! - [`error`]: every error text, spelled once (a leaf: it uses only the limits).
-//! - [`args`]: the grammar: counts, durations, options.
+//! - [`args`]: the grammar: counts, durations, options, each algorithm's parameters, the
+//!   policy rules, and the one table of every command's syntax.
 //! - [`config`]: the settings and the load arguments.
 //! - [`clock`], [`log`], [`compat`], [`metrics`], [`reply`]: the one place time enters, the
 //!   server log, the API fallbacks, the counters, and the reply formats.

@@ -8,6 +8,7 @@ use redis_module::raw;
 
 use super::{Call, Ctx, Mode, RawString};
 use crate::algorithms::Decision;
+use crate::args::syntax::Syntax;
 use crate::args::Options;
 use crate::error::Error;
 use crate::metrics;
@@ -16,16 +17,11 @@ use crate::storage::{Key, Request, Variant};
 /// The internal command that carries a write to replicas and the AOF.
 pub const REPLAY: &CStr = c"RL.REPLAY";
 
-/// The arguments of an admission command with `positional` arguments after its name (the
-/// key included), or the arity error naming its syntax.
-pub fn arguments<'a>(
-    call: &Call<'a>,
-    positional: usize,
-    command: &'static str,
-    usage: &'static str,
-) -> Result<&'a [&'a [u8]], Error> {
-    if call.args.len() <= positional {
-        return Err(Error::Arity { command, usage });
+/// The arguments of an admission command, or, when fewer than its `syntax` requires, the
+/// arity error that shows that syntax.
+pub fn arguments<'a>(call: &Call<'a>, syntax: &'static Syntax) -> Result<&'a [&'a [u8]], Error> {
+    if call.args.len() <= syntax.required {
+        return Err(syntax.arity());
     }
     Ok(call.args)
 }

@@ -2,9 +2,9 @@
 //! every argument with its type, and the key spec. `redis-cli` builds its argument hints from
 //! this, as for built-in commands.
 //!
-//! The table [`DOCS`] is keyed by command name and written for every command of the module,
-//! including those the command table may not register (CL.THROTTLE with `cell-compat no`).
-//! [`describe`] hands one entry to Redis with `RedisModule_SetCommandInfo` right after the
+//! The table is the syntax table (`args::syntax`), which also renders the usage errors and
+//! drives the policy grammar; this file only hands its entries to Redis. [`describe`] hands
+//! one entry to Redis with `RedisModule_SetCommandInfo` right after the
 //! command is created. Redis copies everything it is given (`RM_SetCommandInfo` duplicates
 //! every string and array), so the raw structures built here live only for that call.
 //!
@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use redis_module::raw;
 
 use super::{Command, Ctx};
+use crate::args::syntax::{find, Arg, KeyUse, Kind};
 
 /// The module version that introduced the commands: all of them come with the first release.
 const SINCE: &CStr = c"1.0.0";
@@ -32,25 +33,15 @@ const SINCE: &CStr = c"1.0.0";
 /// See the module docs: the commands check their own argument counts.
 const ARITY: c_int = -1;
 
-/// What a command does with its key (the first argument), as its key spec tells ACLs,
-/// `COMMAND INFO` and Redis Cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyUse {
-    /// No key.
-    None,
-    /// Reads the state, replies from it and updates it: `RW ACCESS UPDATE`, as Redis gives
-    /// INCR (the reply's `remaining` and `reset_after_ms` come from the stored state).
-    Update,
-    /// Removes part of the value (a lease): `RW DELETE`, as Redis gives SREM.
-    Remove,
-    /// Reads the state and replies with it, changing nothing: `RO ACCESS`.
-    Read,
-    /// Replaces the whole value: `OW UPDATE`, as Redis gives RESTORE.
-    Overwrite,
+/// The raw form of the table's types, as `RedisModule_SetCommandInfo` takes them.
+trait Raw {
+    type Out;
+    fn raw(self) -> Self::Out;
 }
 
-impl KeyUse {
-    fn flags(self) -> u64 {
+impl Raw for KeyUse {
+    type Out = u64;
+    fn raw(self) -> u64 {
         let flags = match self {
             KeyUse::None => 0,
             KeyUse::Update => {
@@ -66,45 +57,8 @@ impl KeyUse {
     }
 }
 
-/// One command's documentation.
-#[derive(Debug)]
-pub struct Doc {
-    /// The command's name, lowercase, as in the command table.
-    pub name: &'static str,
-    pub summary: &'static CStr,
-    pub complexity: &'static CStr,
-    pub key: KeyUse,
-    pub args: &'static [Arg],
-}
-
-/// An argument as `COMMAND DOCS` shows it.
-#[derive(Debug, Clone, Copy)]
-pub struct Arg {
-    /// The placeholder, as the command's own usage line spells it (`burst`, `n` in `COST n`).
-    pub name: &'static CStr,
-    pub kind: Kind,
-    /// The word before the value (`COST`), or the whole argument for a [`Kind::Token`].
-    pub token: Option<&'static CStr>,
-    pub summary: &'static CStr,
-    pub optional: bool,
-    pub multiple: bool,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub enum Kind {
-    Key,
-    Integer,
-    /// Any string: a duration with its unit, a token, a name.
-    String,
-    /// A word alone, like `DRYRUN`.
-    Token,
-    /// Exactly one of the sub-arguments.
-    OneOf(&'static [Arg]),
-    /// The sub-arguments together, in order.
-    Block(&'static [Arg]),
-}
-
-impl Kind {
+impl Raw for Kind {
+    type Out = raw::RedisModuleCommandArgType;
     fn raw(self) -> raw::RedisModuleCommandArgType {
         match self {
             Kind::Key => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
@@ -115,56 +69,11 @@ impl Kind {
             Kind::Block(_) => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
         }
     }
-
-    fn subargs(self) -> &'static [Arg] {
-        match self {
-            Kind::OneOf(subargs) | Kind::Block(subargs) => subargs,
-            _ => &[],
-        }
-    }
 }
 
-const fn arg(name: &'static CStr, kind: Kind, summary: &'static CStr) -> Arg {
-    Arg {
-        name,
-        kind,
-        token: None,
-        summary,
-        optional: false,
-        multiple: false,
-    }
-}
-
-const fn integer(name: &'static CStr, summary: &'static CStr) -> Arg {
-    arg(name, Kind::Integer, summary)
-}
-
-const fn string(name: &'static CStr, summary: &'static CStr) -> Arg {
-    arg(name, Kind::String, summary)
-}
-
-/// A word alone, like `DRYRUN`, named after it in lowercase.
-const fn token(name: &'static CStr, word: &'static CStr, summary: &'static CStr) -> Arg {
-    arg(name, Kind::Token, summary).after(word)
-}
-
-impl Arg {
-    const fn after(mut self, word: &'static CStr) -> Arg {
-        self.token = Some(word);
-        self
-    }
-
-    const fn optional(mut self) -> Arg {
-        self.optional = true;
-        self
-    }
-
-    const fn multiple(mut self) -> Arg {
-        self.multiple = true;
-        self
-    }
-
-    fn flags(&self) -> c_int {
+impl Raw for &Arg {
+    type Out = c_int;
+    fn raw(self) -> c_int {
         let mut flags = raw::REDISMODULE_CMD_ARG_NONE;
         if self.optional {
             flags |= raw::REDISMODULE_CMD_ARG_OPTIONAL;
@@ -174,242 +83,6 @@ impl Arg {
         }
         flags as c_int
     }
-}
-
-const KEY: Arg = arg(c"key", Kind::Key, c"the limiter's key");
-const DURATION: &CStr =
-    c"a duration from 1ms to 10 years: an integer with an optional unit ms, s, m, h or d (a bare number is ms)";
-
-const COST: Arg = integer(
-    c"n",
-    c"units this request takes, 0 to 10^12 (default 1); COST 0 checks without taking",
-)
-.after(c"COST")
-.optional();
-const DRYRUN: Arg = token(
-    c"dryrun",
-    c"DRYRUN",
-    c"reply as if the request were made; write and propagate nothing",
-)
-.optional();
-const BLOCK: Arg = string(
-    c"duration",
-    c"a penalty: if this request is denied, the key refuses every request for this duration",
-)
-.after(c"BLOCK")
-.optional();
-
-/// The positional arguments of the window algorithms, then the options.
-const WINDOW_ARGS: &[Arg] = &[
-    KEY,
-    integer(c"limit", c"the most units admitted in a window, 1 to 10^12"),
-    string(c"window", DURATION),
-    COST,
-    DRYRUN,
-    BLOCK,
-];
-
-const O1: &CStr = c"O(1)";
-
-/// The documentation of every command of the module.
-#[rustfmt::skip]
-pub static DOCS: &[Doc] = &[
-    Doc {
-        name: "rl.gcra",
-        summary: c"Admit or deny a request with GCRA: up to burst units at once, then rate units per period, evenly spaced",
-        complexity: O1,
-        key: KeyUse::Update,
-        args: &[
-            KEY,
-            integer(c"burst", c"the most units admitted at once, 1 to 10^12"),
-            integer(c"rate", c"units per period, 1 to 10^12"),
-            string(c"period", DURATION),
-            COST,
-            DRYRUN,
-            BLOCK,
-        ],
-    },
-    Doc {
-        name: "cl.throttle",
-        summary: c"Admit or deny a request with GCRA, redis-cell compatible: its arguments, its reply in seconds",
-        complexity: O1,
-        key: KeyUse::Update,
-        args: &[
-            KEY,
-            integer(c"max_burst", c"the burst less one, 0 to 10^12 - 1"),
-            integer(c"count", c"units per period, 1 to 10^12"),
-            integer(c"period", c"whole seconds, 1 to 315360000 (10 years)"),
-            integer(c"quantity", c"units this request takes, 0 to 10^12 (default 1)").optional(),
-        ],
-    },
-    Doc {
-        name: "rl.tokenbucket",
-        summary: c"Admit or deny a request with a token bucket: capacity tokens, refilled by refill_amount per refill_period",
-        complexity: O1,
-        key: KeyUse::Update,
-        args: &[
-            KEY,
-            integer(c"capacity", c"the most tokens the bucket holds, 1 to 10^12"),
-            integer(c"refill_amount", c"tokens added per refill_period, 1 to 10^12"),
-            string(c"refill_period", DURATION),
-            token(c"interval", c"INTERVAL", c"refill the whole refill_amount at each full refill_period, not continuously").optional(),
-            COST,
-            DRYRUN,
-            BLOCK,
-        ],
-    },
-    Doc {
-        name: "rl.leakybucket",
-        summary: c"Admit or deny a request with a leaky bucket: a queue of capacity units draining at a constant rate; the reply says when to act",
-        complexity: O1,
-        key: KeyUse::Update,
-        args: &[
-            KEY,
-            integer(c"capacity", c"the most units queued, the one being served included, 1 to 10^12"),
-            integer(c"leak_amount", c"units drained per leak_period, 1 to 10^12"),
-            string(c"leak_period", DURATION),
-            COST,
-            DRYRUN,
-            BLOCK,
-        ],
-    },
-    Doc {
-        name: "rl.fixedwindow",
-        summary: c"Admit or deny a request with a fixed window counter, windows aligned to the Unix epoch",
-        complexity: O1,
-        key: KeyUse::Update,
-        args: WINDOW_ARGS,
-    },
-    Doc {
-        name: "rl.slidingwindow",
-        summary: c"Admit or deny a request with a sliding window counter: this window's count plus the previous one's, weighted",
-        complexity: O1,
-        key: KeyUse::Update,
-        args: WINDOW_ARGS,
-    },
-    Doc {
-        name: "rl.slidinglog",
-        summary: c"Admit or deny a request with a sliding log: exact, it keeps every admitted request still in the window",
-        complexity: c"O(1) amortized for a key written regularly: O(E) for the E expired entries it drops or skips, and O(COST) more for a denial",
-        key: KeyUse::Update,
-        args: WINDOW_ARGS,
-    },
-    Doc {
-        name: "rl.concurrency.acquire",
-        summary: c"Take one of limit leases, held until released or for lease at most; the reply carries the lease's token",
-        complexity: c"O(log N) where N is the number of leases held on the key, amortised: a write also drops the leases ended since the last one",
-        key: KeyUse::Update,
-        args: &[
-            KEY,
-            integer(c"limit", c"the most leases held at once, 1 to the setting ratelimit.concurrency-max-limit (default 100000)"),
-            string(c"lease", DURATION),
-            string(c"token", c"name the lease (1 to 256 bytes); the same token renews its own lease").after(c"ID").optional(),
-            DRYRUN,
-        ],
-    },
-    Doc {
-        name: "rl.concurrency.release",
-        summary: c"End a lease taken with RL.CONCURRENCY.ACQUIRE: 1, or 0 when no such lease is held",
-        complexity: c"O(log N) where N is the number of leases held on the key, amortised: a write also drops the leases ended since the last one",
-        key: KeyUse::Remove,
-        args: &[KEY, string(c"token", c"the token RL.CONCURRENCY.ACQUIRE replied with")],
-    },
-    Doc {
-        name: "rl.inspect",
-        summary: c"Show a limiter key's algorithm, parameters and state, changing nothing",
-        complexity: c"O(1); O(N) for a sliding log holding N entries; O(log N) for a concurrency key holding N leases",
-        key: KeyUse::Read,
-        args: &[KEY],
-    },
-    Doc {
-        name: "rl.limit",
-        summary: c"Admit or deny a request against every rule of a policy, all or nothing; the reply is the binding rule's",
-        complexity: c"O(R) where R is the number of rules in the policy",
-        key: KeyUse::Update,
-        args: &[
-            KEY,
-            string(c"policy", c"the name of a policy set with RL.POLICY.SET"),
-            COST,
-            DRYRUN,
-            BLOCK,
-        ],
-    },
-    Doc {
-        name: "rl.policy.set",
-        summary: c"Create or replace a policy: a named list of rules, each an algorithm and its arguments",
-        complexity: c"O(R) where R is the number of rules",
-        key: KeyUse::None,
-        args: &[
-            string(c"name", c"the policy's name"),
-            arg(c"rule", Kind::Block(&[
-                string(c"algorithm", c"an algorithm, as its command is named without RL. (gcra, tokenbucket, ...)"),
-                string(c"argument", c"the algorithm's positional arguments, as its command takes them after the key").multiple(),
-            ]), c"an algorithm and its arguments").multiple(),
-        ],
-    },
-    Doc {
-        name: "rl.policy.get",
-        summary: c"Show the rules of a policy",
-        complexity: c"O(R) where R is the number of rules",
-        key: KeyUse::None,
-        args: &[string(c"name", c"the policy's name")],
-    },
-    Doc {
-        name: "rl.policy.del",
-        summary: c"Delete a policy",
-        complexity: c"O(R) where R is the number of rules",
-        key: KeyUse::None,
-        args: &[string(c"name", c"the policy's name")],
-    },
-    Doc {
-        name: "rl.policy.list",
-        summary: c"List the names of the policies",
-        complexity: c"O(P) where P is the number of policies",
-        key: KeyUse::None,
-        args: &[],
-    },
-    Doc {
-        name: "rl.debug.clock",
-        summary: c"Freeze, move or release the module's clock, for deterministic tests (only with debug-clock yes)",
-        complexity: O1,
-        key: KeyUse::None,
-        args: &[arg(c"change", Kind::OneOf(&[
-            integer(c"ms", c"freeze the clock at ms since the Unix epoch, 0 to 253402300799999").after(c"SET"),
-            string(c"offset", c"move the clock by ms or a duration, negative to move it back, and freeze it").after(c"ADVANCE"),
-            token(c"real", c"REAL", c"let the clock run with the server's clock again"),
-        ]), c"how to change the clock")],
-    },
-    Doc {
-        name: "rl.debug.panic",
-        summary: c"Panic on purpose, to show the guard turns a panic into an error reply (only with debug-clock yes)",
-        complexity: O1,
-        key: KeyUse::None,
-        args: &[],
-    },
-    Doc {
-        name: "rl.replay",
-        summary: c"Internal: replays an admitted write with the primary's clock reading; accepted only from replication or the AOF",
-        complexity: c"That of the replayed command",
-        key: KeyUse::Update,
-        args: &[
-            KEY,
-            string(c"now_us:expire_at_ms:command:arg", c"the primary's clock reading, the key's expiry, the command and its first argument after the key"),
-            string(c"arg", c"the command's other arguments").optional().multiple(),
-        ],
-    },
-    Doc {
-        name: "rl.loadstate",
-        summary: c"Internal: sets a key's encoded state, as an AOF rewrite writes it; accepted only from replication or the AOF",
-        complexity: c"O(N) where N is the size of the state",
-        key: KeyUse::Overwrite,
-        args: &[KEY, string(c"state", c"the encoded state")],
-    },
-];
-
-/// The documentation of the command named `name` (any case).
-pub fn find(name: &[u8]) -> Option<&'static Doc> {
-    DOCS.iter()
-        .find(|doc| doc.name.as_bytes().eq_ignore_ascii_case(name))
 }
 
 /// What [`describe`] did.
@@ -530,7 +203,7 @@ fn key_specs(key: KeyUse) -> [raw::RedisModuleCommandKeySpec; 2] {
     };
     [
         spec(
-            key.flags(),
+            key.raw(),
             raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
             1,
             raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
@@ -565,7 +238,7 @@ fn lower(
             token: arg.token.map_or(ptr::null(), CStr::as_ptr),
             summary: arg.summary.as_ptr(),
             since: ptr::null(),
-            flags: arg.flags(),
+            flags: arg.raw(),
             deprecated_since: ptr::null(),
             subargs,
             display_text: ptr::null(),
@@ -598,6 +271,7 @@ fn log(ctx: Ctx, message: &str) {
 mod tests {
     use super::super::{When, COMMANDS, NO_KEYS};
     use super::*;
+    use crate::args::syntax::ALL as DOCS;
 
     #[test]
     fn every_command_has_docs() {
@@ -676,7 +350,7 @@ mod tests {
                 check(doc.name, &doc.args[1..]);
             }
             if doc.key != KeyUse::None {
-                let flags = doc.key.flags();
+                let flags = doc.key.raw();
                 let access = raw::REDISMODULE_CMD_KEY_RO
                     | raw::REDISMODULE_CMD_KEY_RW
                     | raw::REDISMODULE_CMD_KEY_OW

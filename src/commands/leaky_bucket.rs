@@ -1,8 +1,9 @@
 //! RL.LEAKYBUCKET.
 
 use super::{admission, Call};
-use crate::algorithms::leaky_bucket::{LeakyBucket, Params};
-use crate::args;
+use crate::algorithms::leaky_bucket::LeakyBucket;
+use crate::args::syntax::RL_LEAKYBUCKET;
+use crate::args::{self, params};
 use crate::error::Error;
 use crate::reply::{self, int};
 
@@ -12,25 +13,11 @@ use crate::reply::{self, int};
 /// Reply: the five fields and a sixth, `delay_ms`: how long an admitted request waits for its
 /// turn (0 when the queue was empty), -1 when denied.
 pub fn rl_leakybucket(call: &Call) -> Result<(), Error> {
-    let a = admission::arguments(
-        call,
-        4,
-        "RL.LEAKYBUCKET",
-        "key capacity leak_amount leak_period [COST n] [DRYRUN] [BLOCK duration]",
-    )?;
-    let params = params(&a[2..5])?;
+    let a = admission::arguments(call, &RL_LEAKYBUCKET)?;
+    let params = params::leaky_bucket(&a[2..5])?;
     let opts = args::options(&a[5..], 5)?;
     admission::run::<LeakyBucket>(call, c"RL.LEAKYBUCKET", params, opts, |ctx, d| {
         let delay_ms = d.delay.map_or(-1, |span| int(span.ceil_ms()));
         reply::admission(ctx, d, Some(("delay_ms", reply::Extra::Int(delay_ms))))
-    })
-}
-
-/// The parameters from `capacity leak_amount leak_period` (also a LEAKYBUCKET rule).
-pub fn params(a: &[&[u8]]) -> Result<Params, Error> {
-    Ok(Params {
-        capacity: args::positive_count(a[0], "capacity")?,
-        leak_amount: args::positive_count(a[1], "leak_amount")?,
-        leak_period_ms: args::duration_ms(a[2], "leak_period")?,
     })
 }

@@ -36,7 +36,6 @@ pub use info::info;
 use crate::error::Error;
 use crate::metrics::{self, Stats};
 use crate::reply;
-pub use policy::parse_saved;
 
 pub type Ctx = *mut raw::RedisModuleCtx;
 pub type RawString = *mut raw::RedisModuleString;

@@ -6,6 +6,7 @@ use redis_module::raw;
 
 use super::admission::parse_replay;
 use super::{context_flags, replayable, Call, Mode};
+use crate::args::syntax::{RL_LOADSTATE, RL_REPLAY};
 use crate::error::Error;
 use crate::metrics;
 use crate::reply;
@@ -34,10 +35,7 @@ pub fn rl_replay(call: &Call) -> Result<(), Error> {
     metrics::replayed();
     let a = call.args;
     if a.len() < 3 {
-        return Err(Error::Arity {
-            command: "RL.REPLAY",
-            usage: "key now_us:expire_at_ms:command:arg [arg ...]",
-        });
+        return Err(RL_REPLAY.arity());
     }
     let replayed = parse_replay(a[2]).ok_or(Error::NotReplayable)?;
     let command = replayable(replayed.command).ok_or(Error::NotReplayable)?;
@@ -65,10 +63,7 @@ pub fn rl_loadstate(call: &Call) -> Result<(), Error> {
     internal_only(call, "RL.LOADSTATE")?;
     let a = call.args;
     if a.len() != 3 {
-        return Err(Error::Arity {
-            command: "RL.LOADSTATE",
-            usage: "key state",
-        });
+        return Err(RL_LOADSTATE.arity());
     }
     let value = codec::decode(a[2]).map_err(|_| Error::BadState)?;
     let mut key = Key::open(call.ctx, call.key, true);
