@@ -1,6 +1,6 @@
 //! Each algorithm's parameters from its positional arguments: what a command takes after
-//! its key, and a rule of a policy after its algorithm's name. The arguments are named as
-//! the syntax table ([`super::syntax`]) names them.
+//! its key, and a rule of a policy after its algorithm's name. The arguments are in the
+//! order, and named in errors as, the syntax table ([`super::syntax`]) has them.
 
 use super::syntax::{
     BUCKET_CAPACITY, BURST, COUNT, LEAK_AMOUNT, LEAK_PERIOD, LEASE, LEASES, LIMIT, MAX_BURST,
@@ -12,7 +12,7 @@ use crate::algorithms::{
 };
 use crate::error::Error;
 
-/// `burst rate period`
+/// RL.GCRA's parameters.
 pub fn gcra(a: &[&[u8]]) -> Result<gcra::Params, Error> {
     Ok(gcra::Params {
         burst: positive_count(a[0], BURST.name_str)?,
@@ -24,7 +24,7 @@ pub fn gcra(a: &[&[u8]]) -> Result<gcra::Params, Error> {
 /// CL.THROTTLE's period is whole seconds, up to ten years.
 const MAX_PERIOD_S: u64 = MAX_DURATION_MS / 1000;
 
-/// CL.THROTTLE's `max_burst count period [quantity]`: the GCRA parameters and the cost.
+/// CL.THROTTLE's arguments after the key: the GCRA parameters, and the cost (`quantity`).
 pub fn throttle(a: &[&[u8]]) -> Result<(gcra::Params, u64), Error> {
     let max_burst = count(a[0], MAX_BURST.name_str, 0, MAX_COUNT - 1)?;
     let rate = positive_count(a[1], COUNT.name_str)?;
@@ -45,7 +45,7 @@ pub fn throttle(a: &[&[u8]]) -> Result<(gcra::Params, u64), Error> {
     Ok((params, quantity))
 }
 
-/// `capacity refill_amount refill_period`, refilled in whole steps when `interval`.
+/// RL.TOKENBUCKET's parameters, refilled in whole steps when `interval`.
 pub fn token_bucket(a: &[&[u8]], interval: bool) -> Result<token_bucket::Params, Error> {
     Ok(token_bucket::Params {
         capacity: positive_count(a[0], BUCKET_CAPACITY.name_str)?,
@@ -55,7 +55,7 @@ pub fn token_bucket(a: &[&[u8]], interval: bool) -> Result<token_bucket::Params,
     })
 }
 
-/// `capacity leak_amount leak_period`
+/// RL.LEAKYBUCKET's parameters.
 pub fn leaky_bucket(a: &[&[u8]]) -> Result<leaky_bucket::Params, Error> {
     Ok(leaky_bucket::Params {
         capacity: positive_count(a[0], QUEUE_CAPACITY.name_str)?,
@@ -64,7 +64,7 @@ pub fn leaky_bucket(a: &[&[u8]]) -> Result<leaky_bucket::Params, Error> {
     })
 }
 
-/// `limit window`
+/// RL.FIXEDWINDOW's parameters.
 pub fn fixed_window(a: &[&[u8]]) -> Result<fixed_window::Params, Error> {
     Ok(fixed_window::Params {
         limit: positive_count(a[0], LIMIT.name_str)?,
@@ -72,7 +72,7 @@ pub fn fixed_window(a: &[&[u8]]) -> Result<fixed_window::Params, Error> {
     })
 }
 
-/// `limit window`
+/// RL.SLIDINGWINDOW's parameters.
 pub fn sliding_window(a: &[&[u8]]) -> Result<sliding_window::Params, Error> {
     Ok(sliding_window::Params {
         limit: positive_count(a[0], LIMIT.name_str)?,
@@ -80,7 +80,7 @@ pub fn sliding_window(a: &[&[u8]]) -> Result<sliding_window::Params, Error> {
     })
 }
 
-/// `limit window`, with `limit` at most `max` (the setting `sliding-log-max-limit`).
+/// RL.SLIDINGLOG's parameters, `limit` at most `max` (the setting `sliding-log-max-limit`).
 pub fn sliding_log(a: &[&[u8]], max: u64) -> Result<sliding_log::Params, Error> {
     Ok(sliding_log::Params {
         limit: count(a[0], LIMIT.name_str, 1, max).map_err(|_| Error::CappedLimit {
@@ -91,7 +91,7 @@ pub fn sliding_log(a: &[&[u8]], max: u64) -> Result<sliding_log::Params, Error> 
     })
 }
 
-/// RL.CONCURRENCY.ACQUIRE's `limit lease`, with `limit` at most `max` (the setting
+/// RL.CONCURRENCY.ACQUIRE's parameters, `limit` at most `max` (the setting
 /// `concurrency-max-limit`).
 pub fn concurrency(a: &[&[u8]], max: u64) -> Result<concurrency::Params, Error> {
     Ok(concurrency::Params {

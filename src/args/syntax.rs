@@ -155,8 +155,9 @@ impl Syntax {
     }
 }
 
-/// The usage of `args`, as the errors and the README spell it: `key burst rate period
-/// [COST n] [DRYRUN] [BLOCK duration]`.
+/// The usage of `args`, as the errors spell it: the names in order, a token before its
+/// value (`COST n`), an optional argument in brackets, a repeated one followed by
+/// `[name ...]`.
 fn render(args: &[Arg]) -> String {
     args.iter().map(render_one).collect::<Vec<_>>().join(" ")
 }
