@@ -2,9 +2,9 @@
 //! every argument with its type, and the key spec. `redis-cli` builds its argument hints from
 //! this, as for built-in commands.
 //!
-//! The table is the syntax table (`args::syntax`), which also renders the usage errors and
-//! drives the policy grammar; this file only hands its entries to Redis. [`describe`] hands
-//! one entry to Redis with `RedisModule_SetCommandInfo` right after the
+//! What it says comes from the syntax table (`args::syntax`), which also renders the arity
+//! errors and drives the policy grammar; this file only converts an entry to the raw form.
+//! [`describe`] hands one entry to Redis with `RedisModule_SetCommandInfo` right after the
 //! command is created. Redis copies everything it is given (`RM_SetCommandInfo` duplicates
 //! every string and array), so the raw structures built here live only for that call.
 //!
