@@ -24,7 +24,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::raw;
 
-use super::{Command, Ctx};
+use super::Command;
+use crate::redis::{self, Ctx};
 
 /// The module version that introduced the commands: all of them come with the first release.
 const SINCE: &CStr = c"1.0.0";
@@ -460,17 +461,6 @@ fn set_info(ctx: Ctx, command: &Command) -> Outcome {
     let Some(doc) = find(command.name.to_bytes()) else {
         return Outcome::NoDocs;
     };
-    // SAFETY: reading the API pointers the module's load filled in (or left empty).
-    let (Some(get), Some(set)) = (unsafe { raw::RedisModule_GetCommand }, unsafe {
-        raw::RedisModule_SetCommandInfo
-    }) else {
-        return Outcome::NoApi;
-    };
-    // SAFETY: called from the load hook with its context, after the command was created.
-    let handle = unsafe { get(ctx, command.name.as_ptr()) };
-    if handle.is_null() {
-        return Outcome::Refused;
-    }
     let mut keep = Vec::new();
     let args = if doc.args.is_empty() {
         ptr::null_mut()
@@ -501,11 +491,10 @@ fn set_info(ctx: Ctx, command: &Command) -> Outcome {
     };
     // SAFETY: every pointer in `info` points into `version`, `key_specs`, `keep` or static
     // strings, all alive until this call returns; Redis copies what it keeps.
-    let status = unsafe { set(handle, &info) };
-    if status == raw::REDISMODULE_OK as c_int {
-        Outcome::Described
-    } else {
-        Outcome::Refused
+    match unsafe { redis::set_command_info(ctx, command.name, &info) } {
+        None => Outcome::NoApi,
+        Some(true) => Outcome::Described,
+        Some(false) => Outcome::Refused,
     }
 }
 
@@ -591,7 +580,7 @@ fn lower(
 
 /// A warning in the server's log; nothing when there is no server (unit tests).
 fn log(ctx: Ctx, message: &str) {
-    crate::log::log(ctx, crate::log::Level::Warning, message);
+    crate::log::log(Some(ctx), crate::log::Level::Warning, message);
 }
 
 #[cfg(test)]
@@ -718,7 +707,7 @@ mod tests {
     #[test]
     fn no_api_means_no_docs_and_no_failure() {
         for command in COMMANDS {
-            assert_eq!(describe(ptr::null_mut(), command), Outcome::NoApi);
+            assert_eq!(describe(Ctx::detached(), command), Outcome::NoApi);
         }
     }
 }
