@@ -12,9 +12,6 @@ use super::Ctx;
 pub type CommandHandle =
     extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
 
-/// What `RedisModule_SetCommandInfo` takes.
-pub type CommandInfo = raw::RedisModuleCommandInfo;
-
 /// Creates the command `name` (from the load hook); whether Redis accepted it.
 pub fn create_command(
     ctx: Ctx<'_>,
@@ -64,7 +61,11 @@ pub fn set_acl_categories(ctx: Ctx<'_>, name: &CStr, acl: &CStr) -> Option<bool>
 ///
 /// # Safety
 /// Every pointer in `info` (strings, arrays, the version) is valid for the call.
-pub unsafe fn set_command_info(ctx: Ctx<'_>, name: &CStr, info: &CommandInfo) -> Option<bool> {
+pub(super) unsafe fn set_command_info(
+    ctx: Ctx<'_>,
+    name: &CStr,
+    info: &raw::RedisModuleCommandInfo,
+) -> Option<bool> {
     let set = raw::RedisModule_SetCommandInfo?;
     let Some(handle) = command(ctx, name) else {
         return Some(false);

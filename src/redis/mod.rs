@@ -23,6 +23,7 @@
 //! this room, each with the reason it is sound.
 
 mod command;
+pub mod docs;
 mod io;
 mod key;
 
@@ -35,7 +36,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw;
 
-pub use command::{create_command, set_acl_categories, set_command_info, CommandHandle};
+pub use command::{create_command, set_acl_categories, CommandHandle};
 pub use io::{Digest, Info, Io};
 pub use key::{Holds, RawKey};
 

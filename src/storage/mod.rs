@@ -104,7 +104,13 @@ fn into_raw(entry: Entry) -> *mut c_void {
 /// # Safety
 /// As for [`repr`].
 unsafe fn value_of<'a>(ptr: *mut c_void) -> Option<Cow<'a, Entry>> {
-    match repr(ptr) {
+    entry_of(repr(ptr))
+}
+
+/// The value a [`Repr`] holds (unpacked from a cell), or `None` for a cell whose parameters
+/// are gone (which would be a bug).
+fn entry_of(repr: Repr<'_>) -> Option<Cow<'_, Entry>> {
+    match repr {
         Repr::Whole(entry) => Some(Cow::Borrowed(entry)),
         Repr::Compact(cell) => {
             let params = *interner().get(cell.params)?;
@@ -264,16 +270,25 @@ impl<'a> Key<'a> {
         }
     }
 
-    /// A copy of the key's value (`None`: no key), for reading it whole (RL.INSPECT).
-    pub fn snapshot(&mut self) -> Result<Option<Entry>, Error> {
+    /// The key's value as this module made it: `None` when the key does not exist,
+    /// WRONGTYPE when it holds another Redis type. Borrowed from the open key.
+    fn stored(&mut self) -> Result<Option<Repr<'_>>, Error> {
         match self.raw_value()? {
             None => Ok(None),
-            // SAFETY: a value of our type is a pointer this module made.
-            Some(ptr) => unsafe {
-                value_of(ptr)
-                    .map(|v| Some(v.into_owned()))
-                    .ok_or(Error::Panic)
-            },
+            // SAFETY: a value of our type is a pointer this module made (`into_raw`), alive
+            // while the key is open; the borrow of the key keeps anything else here from
+            // touching it, and nothing else does during the command.
+            Some(ptr) => Ok(Some(unsafe { repr(ptr) })),
+        }
+    }
+
+    /// A copy of the key's value (`None`: no key), for reading it whole (RL.INSPECT).
+    pub fn snapshot(&mut self) -> Result<Option<Entry>, Error> {
+        match self.stored()? {
+            None => Ok(None),
+            Some(repr) => entry_of(repr)
+                .map(|v| Some(v.into_owned()))
+                .ok_or(Error::Panic),
         }
     }
 
@@ -316,7 +331,7 @@ impl<'a> Key<'a> {
             stored: value.algorithm_name(),
             requested: A::NAME,
         };
-        let Some(ptr) = self.raw_value()? else {
+        let Some(repr) = self.stored()? else {
             // A fresh key denies only what can never fit, which starts no block.
             let (decision, fresh, aside) = step(None, write);
             if let (true, Some(state)) = (decision.allowed && write, fresh) {
@@ -329,9 +344,7 @@ impl<'a> Key<'a> {
             }
             return Ok((decision, false, aside));
         };
-        // SAFETY: a value of our type is a pointer this module made, alive while the key is
-        // open; nothing else touches it during the command.
-        match unsafe { repr(ptr) } {
+        match repr {
             Repr::Whole(entry) => {
                 let error = other(&entry.value);
                 let stored = A::get_mut(&mut entry.value).ok_or(error)?;
@@ -405,11 +418,10 @@ impl<'a> Key<'a> {
     /// that changes the state then sets the key's expiry or deletes it, which marks the key
     /// modified.
     pub fn whole<A: Variant>(&mut self) -> Result<Option<&mut Stored<A>>, Error> {
-        let Some(ptr) = self.raw_value()? else {
+        let Some(repr) = self.stored()? else {
             return Ok(None);
         };
-        // SAFETY: as in `update`.
-        let value: &mut Value = match unsafe { repr(ptr) } {
+        let value: &mut Value = match repr {
             Repr::Whole(entry) => &mut entry.value,
             Repr::Compact(cell) => {
                 // A packed value is another algorithm's: name it in the error.
