@@ -13,7 +13,7 @@ use crate::algorithms::Decision;
 use crate::metrics::Outcome;
 
 /// A handler's result: the reply, and what to propagate to replicas and the AOF.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Response {
     pub reply: Reply,
     pub propagate: Propagate,
@@ -35,7 +35,7 @@ impl Response {
 }
 
 /// What a call replies.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum Reply {
     /// The five-field admission reply, plus the command's extra field.
     Admission(Admission),
@@ -51,7 +51,7 @@ pub enum Reply {
 }
 
 /// An admission decision and what the reply and the counters need besides it.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Admission {
     pub decision: Decision,
     pub extra: Extra,
@@ -64,7 +64,7 @@ pub struct Admission {
 }
 
 /// The sixth field some admission replies add, named by its variant.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum Extra {
     None,
     /// RL.LEAKYBUCKET's `delay_ms`.
@@ -88,7 +88,7 @@ impl Extra {
 }
 
 /// RL.INSPECT's reply: the algorithm, its fields, and for an RL.LIMIT key each rule's.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Inspection {
     pub algorithm: &'static str,
     pub fields: Vec<(&'static str, i64)>,

@@ -230,3 +230,104 @@ pub fn replayable(name: &[u8]) -> Option<&'static Command> {
         .iter()
         .find(|c| c.replayable && c.name.to_bytes().eq_ignore_ascii_case(name))
 }
+
+/// Handlers without a server: a call's arguments in, a [`Response`] out. The context is
+/// detached (no server behind it), so these are the handlers and paths that answer before
+/// opening a key.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::response::Reply;
+
+    fn call<'a>(args: &'a [&'a [u8]]) -> Call<'a> {
+        Call {
+            ctx: Ctx::detached(),
+            args,
+            key: None,
+            mode: Mode::Live,
+        }
+    }
+
+    fn words(items: &[&str]) -> Reply {
+        Reply::Strings(items.iter().map(|w| w.as_bytes().to_vec()).collect())
+    }
+
+    #[test]
+    fn policy_commands_reply_and_propagate_by_value() {
+        let name: &[u8] = b"handler-unit-test";
+        let set = policy::rl_policy_set(&call(&[
+            b"RL.POLICY.SET",
+            name,
+            b"gcra",
+            b"10",
+            b"5",
+            b"1s",
+            b"rl.fixedwindow",
+            b"100",
+            b"1h",
+        ]))
+        .unwrap();
+        assert_eq!(set.reply, Reply::Ok);
+        assert_eq!(set.propagate, Propagate::Verbatim);
+
+        let get = policy::rl_policy_get(&call(&[b"RL.POLICY.GET", name])).unwrap();
+        let expected = words(&["GCRA", "10", "5", "1s", "FIXEDWINDOW", "100", "1h"]);
+        assert_eq!(get.reply, expected);
+        assert_eq!(get.propagate, Propagate::Nothing);
+
+        let list = policy::rl_policy_list(&call(&[b"RL.POLICY.LIST"])).unwrap();
+        match list.reply {
+            Reply::Strings(names) => assert!(names.iter().any(|n| n == name)),
+            other => panic!("RL.POLICY.LIST replied {other:?}"),
+        }
+
+        let del = policy::rl_policy_del(&call(&[b"RL.POLICY.DEL", name])).unwrap();
+        assert_eq!(del.reply, Reply::Int(1));
+        assert_eq!(del.propagate, Propagate::Verbatim);
+        let again = policy::rl_policy_del(&call(&[b"RL.POLICY.DEL", name])).unwrap();
+        assert_eq!(again.reply, Reply::Int(0));
+        assert_eq!(
+            again.propagate,
+            Propagate::Nothing,
+            "nothing deleted, nothing sent"
+        );
+        let gone = policy::rl_policy_get(&call(&[b"RL.POLICY.GET", name])).unwrap();
+        assert_eq!(gone.reply, Reply::Nil);
+    }
+
+    #[test]
+    fn bad_arguments_are_errors_before_any_key_is_opened() {
+        let cases: [(Handler, &[&[u8]], &str); 5] = [
+            (
+                gcra::rl_gcra,
+                &[b"RL.GCRA", b"k", b"0", b"5", b"1s"],
+                "ERR invalid burst: expected an integer from 1 to 1000000000000",
+            ),
+            (
+                gcra::cl_throttle,
+                &[b"CL.THROTTLE", b"k", b"1"],
+                "ERR wrong number of arguments for 'CL.THROTTLE': expected CL.THROTTLE key max_burst count \
+                 period [quantity]",
+            ),
+            (
+                fixed_window::rl_fixedwindow,
+                &[b"RL.FIXEDWINDOW", b"k", b"5", b"1m", b"COST", b"-1"],
+                "ERR invalid COST: expected an integer from 0 to 1000000000000",
+            ),
+            (
+                policy::rl_limit,
+                &[b"RL.LIMIT", b"k", b"nope"],
+                "ERR no policy named 'nope': create it with RL.POLICY.SET nope rule [rule ...]",
+            ),
+            (
+                inspect::rl_inspect,
+                &[b"RL.INSPECT"],
+                "ERR wrong number of arguments for 'RL.INSPECT': expected RL.INSPECT key",
+            ),
+        ];
+        for (handler, args, expected) in cases {
+            let error = handler(&call(args)).unwrap_err();
+            assert_eq!(error.to_string(), expected, "{:?}", args[0]);
+        }
+    }
+}
