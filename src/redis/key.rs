@@ -98,10 +98,11 @@ impl<'a> RawKey<'a> {
     /// Expires the key at `at_ms`, an absolute time on the real clock (ms since the epoch).
     pub fn expire_at(&mut self, at_ms: u64) {
         let at = i64::try_from(at_ms).unwrap_or(i64::MAX);
-        // SAFETY: the key is open for writing and exists.
+        // SAFETY: reads a pointer set once at load (present on every server since 7.0, but
+        // looked up like the newer ones: the fallback costs nothing).
         let set_abs = unsafe { raw::RedisModule_SetAbsExpire };
         match set_abs {
-            // SAFETY: as above.
+            // SAFETY: the key is open for writing and exists.
             Some(set_abs) => unsafe {
                 set_abs(self.ptr, at);
             },

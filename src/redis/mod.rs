@@ -16,8 +16,9 @@
 //! abort the server later; after that the crate's own safe wrappers (`raw::reply_with_*`,
 //! `raw::open_key`, `raw::replicate_verbatim`...), which unwrap those pointers, cannot fail.
 //! The functions newer than 7.0 (`RedisModule_CachedMicroseconds`,
-//! `RedisModule_SetCommandACLCategories`, `RedisModule_SetAbsExpire` is 7.0 but checked the
-//! same way) are looked up where used and are never unwrapped.
+//! `RedisModule_SetCommandACLCategories`), and the few with a fallback or nothing to lose
+//! (`RedisModule_SetAbsExpire`, the event, timer and server-info functions), are looked up
+//! where used and never unwrapped.
 //!
 //! Every `unsafe` block of the module outside the data type's `extern "C"` callbacks is in
 //! this room, each with the reason it is sound.
