@@ -545,6 +545,8 @@ pub fn check_api() -> Result<(), &'static str> {
         RedisModule_NotifyKeyspaceEvent,
         RedisModule_LoadUnsigned,
         RedisModule_LoadStringBuffer,
+        // The crate frees a loaded buffer with it.
+        RedisModule_Free,
         RedisModule_SaveUnsigned,
         RedisModule_SaveStringBuffer,
         RedisModule_IsIOError,
@@ -553,4 +555,27 @@ pub fn check_api() -> Result<(), &'static str> {
         RedisModule_DigestEndSequence,
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A unit test has no server, so no API pointer is set: the same as a server lacking
+    /// every function. The load is refused naming one, nothing panics, and the calls that
+    /// look their pointer up do nothing.
+    #[test]
+    fn a_missing_function_is_an_error_not_a_panic() {
+        assert_eq!(check_api(), Err("RedisModule_CreateCommand"));
+        assert!(!has_cached_micros() && !has_acl_categories());
+        assert_eq!(cached_micros(), None);
+        let ctx = Ctx::detached();
+        assert_eq!(ctx.flags(), 0);
+        assert!(!ctx.resp3() && !ctx.replicated_or_loading() && !ctx.aof_on());
+        assert_eq!(ctx.server_info_signed(c"persistence", c"x"), None);
+        assert!(!ctx.timer(0, None) && !ctx.subscribe(0, None));
+        ctx.reply_error(c"ERR nothing to reply to");
+        ctx.log(c"notice", c"nowhere to log");
+        ctx.replicate(c"RL.POLICY.SET", &[b"p", b"GCRA", b"1", b"1", b"1s"]);
+    }
 }
