@@ -3,10 +3,14 @@
 //! The layout, from the inside out:
 //! - [`algorithms`]: the crate ratelimit-algorithms (algorithms/): pure state machines,
 //!   `(params, state, now, cost) -> (decision, state)`; no Redis, no clock, no I/O, no panics.
-//! - [`args`], [`error`], [`clock`], [`reply`]: the grammar, the error texts, the one place
-//!   time enters, and the reply formats, each written once.
+//! - [`args`], [`error`], [`clock`]: the grammar, the error texts and the one place time
+//!   enters, each written once.
+//! - [`redis`]: the one room that calls the Redis module API, behind safe types tied to the
+//!   lifetime of what Redis lent (a context, a key, a stream).
 //! - [`storage`]: the data type and the only code that opens keys or sets expiry.
-//! - [`commands`]: parse, then storage, algorithm, storage, propagation, reply.
+//! - [`commands`]: parse, then storage, algorithm, storage; each returns a [`response`].
+//! - [`dispatch`]: runs a command behind the panic guard and does what its response says:
+//!   propagates, renders it ([`reply`]), counts it ([`metrics`]), publishes a denial.
 //!
 //! This file holds the registration and the module's settings only.
 
@@ -17,10 +21,13 @@ mod args;
 mod clock;
 mod commands;
 mod compat;
+mod dispatch;
 mod error;
 mod log;
 mod metrics;
+mod redis;
 mod reply;
+mod response;
 mod storage;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -90,9 +97,20 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
 }
 
 fn load(ctx: &Context, args: &[RedisString]) -> Status {
+    let Some(ctx) = redis::Ctx::from_context(ctx) else {
+        return Status::Err;
+    };
+    if let Err(missing) = redis::check_api() {
+        log::log(
+            Some(ctx),
+            log::Level::Warning,
+            &format!("refusing to load: this server has no {missing}"),
+        );
+        return Status::Err;
+    }
     if let Err(message) = apply_load_args(args) {
         log::log(
-            ctx.ctx,
+            Some(ctx),
             log::Level::Warning,
             &format!("refusing to load: {message}"),
         );
@@ -103,14 +121,14 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
     if DEBUG_CLOCK.load(Ordering::Relaxed) {
         clock::enable_debug();
     }
-    match commands::register(ctx.ctx, CELL_COMPAT.load(Ordering::Relaxed)) {
+    match commands::register(ctx, CELL_COMPAT.load(Ordering::Relaxed)) {
         Ok(()) => {
-            storage::policies::init(ctx.ctx);
+            storage::policies::init(ctx);
             Status::Ok
         }
         Err(message) => {
             log::log(
-                ctx.ctx,
+                Some(ctx),
                 log::Level::Warning,
                 &format!("refusing to load: {message}"),
             );
@@ -128,16 +146,12 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
 /// - `NO_IMPLICIT_SIGNAL_MODIFIED`: a key opened for writing but left unchanged (a denial, a
 ///   DRYRUN, COST 0) aborts no other client's `WATCH` and invalidates no tracked key; storage
 ///   signals the keys it really changes.
-fn set_module_options(ctx: &Context) {
-    let options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
-        | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD
-        | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED;
-    // SAFETY: called from the load hook with the module's context.
-    unsafe {
-        if let Some(set) = raw::RedisModule_SetModuleOptions {
-            set(ctx.ctx, options as std::os::raw::c_int);
-        }
-    }
+fn set_module_options(ctx: redis::Ctx) {
+    ctx.set_module_options(
+        raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
+            | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD
+            | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED,
+    );
 }
 
 /// Checks the load arguments, pairs `name value`, and then sets them. Anything wrong

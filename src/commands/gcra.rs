@@ -4,7 +4,7 @@ use super::{admission, Call};
 use crate::algorithms::gcra::{Gcra, Params};
 use crate::args::{self, Options, MAX_COUNT, MAX_DURATION_MS};
 use crate::error::Error;
-use crate::reply;
+use crate::response::{Extra, Response};
 
 const GCRA_USAGE: &str = "key burst rate period [COST n] [DRYRUN] [BLOCK duration]";
 
@@ -13,13 +13,11 @@ const GCRA_USAGE: &str = "key burst rate period [COST n] [DRYRUN] [BLOCK duratio
 /// Admits up to `burst` units at once, then `rate` units per `period`, one every
 /// `period / rate`. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`
 /// (a map with a boolean `allowed` for RESP3 clients).
-pub fn rl_gcra(call: &Call) -> Result<(), Error> {
+pub fn rl_gcra(call: &Call) -> Result<Response, Error> {
     let a = admission::arguments(call, 4, "RL.GCRA", GCRA_USAGE)?;
     let params = params(&a[2..5])?;
     let opts = args::options(&a[5..], 5)?;
-    admission::run::<Gcra>(call, c"RL.GCRA", params, opts, |ctx, d| {
-        reply::admission(ctx, d, None)
-    })
+    Ok(admission::run::<Gcra>(call, c"RL.GCRA", params, opts)?.reply(Extra::None))
 }
 
 /// The parameters from `burst rate period` (also a GCRA rule of a policy).
@@ -39,7 +37,7 @@ const MAX_PERIOD_S: u64 = MAX_DURATION_MS / 1000;
 ///
 /// redis-cell's command: `count` per `period` seconds with bursts of `max_burst + 1`.
 /// Reply: `[limited, max_burst + 1, remaining, retry_after_s or -1, reset_after_s]`.
-pub fn cl_throttle(call: &Call) -> Result<(), Error> {
+pub fn cl_throttle(call: &Call) -> Result<Response, Error> {
     let a = call.args;
     if a.len() != 5 && a.len() != 6 {
         return Err(Error::Arity {
@@ -66,5 +64,5 @@ pub fn cl_throttle(call: &Call) -> Result<(), Error> {
         cost: quantity,
         ..Options::default()
     };
-    admission::run::<Gcra>(call, c"CL.THROTTLE", params, opts, reply::redis_cell)
+    Ok(admission::run::<Gcra>(call, c"CL.THROTTLE", params, opts)?.redis_cell())
 }

@@ -4,7 +4,7 @@ use super::{admission, Call, Mode};
 use crate::algorithms::sliding_log::{Params, SlidingLog};
 use crate::args;
 use crate::error::Error;
-use crate::reply;
+use crate::response::{Extra, Response};
 
 /// `RL.SLIDINGLOG key limit window [COST n] [DRYRUN] [BLOCK duration]`
 ///
@@ -12,7 +12,7 @@ use crate::reply;
 /// `limit` is bounded by the setting `ratelimit.sliding-log-max-limit`, since the log keeps
 /// a few bytes per admitted unit. Reply: `[allowed, limit, remaining, retry_after_ms,
 /// reset_after_ms]`.
-pub fn rl_slidinglog(call: &Call) -> Result<(), Error> {
+pub fn rl_slidinglog(call: &Call) -> Result<Response, Error> {
     let a = admission::arguments(
         call,
         3,
@@ -26,9 +26,7 @@ pub fn rl_slidinglog(call: &Call) -> Result<(), Error> {
     };
     let params = params(&a[2..4], max)?;
     let opts = args::options(&a[4..], 4)?;
-    admission::run::<SlidingLog>(call, c"RL.SLIDINGLOG", params, opts, |ctx, d| {
-        reply::admission(ctx, d, None)
-    })
+    Ok(admission::run::<SlidingLog>(call, c"RL.SLIDINGLOG", params, opts)?.reply(Extra::None))
 }
 
 /// The parameters from `limit window`, with `limit` at most `max` (also a SLIDINGLOG rule).
