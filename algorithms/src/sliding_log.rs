@@ -418,8 +418,8 @@ impl Index {
     }
 
     /// The first entry, from word `from` (an entry's first word) on, by which the entries
-    /// from `from` hold at least `units` units: a binary search over the
-    /// checkpoints, then fewer than `STRIDE` words.
+    /// from `from` hold at least `units` units: a binary search over the checkpoints, then
+    /// fewer than `STRIDE` words.
     fn reaching(&self, words: &VecDeque<u32>, from: usize, units: u64) -> Option<usize> {
         let start = self.before(words, from).units;
         let gone = |tally: Tally| tally.units.wrapping_sub(start);
