@@ -7,8 +7,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use redis_module::raw;
-
 /// The latest time the debug clock may be set to: 9999-12-31T23:59:59.999Z, in ms.
 pub const MAX_DEBUG_MS: u64 = 253_402_300_799_999;
 
@@ -44,10 +42,8 @@ pub fn read() -> Reading {
 /// The server's clock in µs: the cached command time where the server has it (Redis 7.2+),
 /// else the system clock (Redis 7.0 has only millisecond clocks in the module API).
 fn real_now_us() -> u64 {
-    // SAFETY: the function pointers are filled in once at module load and never change.
-    if let Some(cached) = unsafe { raw::RedisModule_CachedMicroseconds } {
-        let us = unsafe { cached() };
-        return u64::try_from(us).unwrap_or(0);
+    if let Some(us) = crate::redis::cached_micros() {
+        return us;
     }
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

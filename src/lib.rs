@@ -8,11 +8,18 @@
 //! - [`args`]: the grammar: counts, durations, options, each algorithm's parameters, the
 //!   policy rules, and the one table of every command's syntax.
 //! - [`config`]: the settings and the load arguments.
-//! - [`clock`], [`log`], [`compat`], [`metrics`], [`reply`]: the one place time enters, the
-//!   server log, the API fallbacks, the counters, and the reply formats.
+//! - [`redis`]: the one room that calls the Redis module API, behind safe types tied to the
+//!   lifetime of what Redis lent (a context, a key, a stream); it lowers the syntax table to
+//!   COMMAND DOCS.
+//! - [`clock`], [`log`], [`compat`], [`metrics`]: the one place time enters, the server log,
+//!   the API fallbacks, and the counters.
+//! - [`response`], [`reply`]: what a handler returns, and its rendering (RESP2/RESP3).
 //! - [`storage`]: the data type and the only code that opens keys or sets expiry.
-//! - [`commands`]: parse, then storage, algorithm, storage, propagation, reply; the command
-//!   table, COMMAND DOCS from the syntax table, and the INFO sections.
+//! - [`commands`]: parse, then storage, algorithm, storage; each returns a [`response`]. The
+//!   command table, COMMAND DOCS from the syntax table, and the INFO sections.
+//! - [`dispatch`]: runs a command behind the panic guard and does what its response says:
+//!   propagates, renders it ([`reply`]), counts it ([`metrics`]), publishes a denial. (The
+//!   command table's entry points call it: the one step back up the list.)
 //!
 //! This file holds the registration only: the `redis_module!` table, the load hook and the
 //! module options.
@@ -25,10 +32,13 @@ mod clock;
 mod commands;
 mod compat;
 mod config;
+mod dispatch;
 mod error;
 mod log;
 mod metrics;
+mod redis;
 mod reply;
+mod response;
 mod storage;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -52,9 +62,20 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
 }
 
 fn load(ctx: &Context, args: &[RedisString]) -> Status {
+    let Some(ctx) = redis::Ctx::from_context(ctx) else {
+        return Status::Err;
+    };
+    if let Err(missing) = redis::check_api() {
+        log::log(
+            Some(ctx),
+            log::Level::Warning,
+            &format!("refusing to load: this server has no {missing}"),
+        );
+        return Status::Err;
+    }
     if let Err(message) = config::apply_load_args(args) {
         log::log(
-            ctx.ctx,
+            Some(ctx),
             log::Level::Warning,
             &format!("refusing to load: {message}"),
         );
@@ -65,14 +86,14 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
     if config::debug_clock() {
         clock::enable_debug();
     }
-    match commands::register(ctx.ctx, config::cell_compat()) {
+    match commands::register(ctx, config::cell_compat()) {
         Ok(()) => {
-            storage::policies::init(ctx.ctx);
+            storage::policies::init(ctx);
             Status::Ok
         }
         Err(message) => {
             log::log(
-                ctx.ctx,
+                Some(ctx),
                 log::Level::Warning,
                 &format!("refusing to load: {message}"),
             );
@@ -90,16 +111,12 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
 /// - `NO_IMPLICIT_SIGNAL_MODIFIED`: a key opened for writing but left unchanged (a denial, a
 ///   DRYRUN, COST 0) aborts no other client's `WATCH` and invalidates no tracked key; storage
 ///   signals the keys it really changes.
-fn set_module_options(ctx: &Context) {
-    let options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
-        | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD
-        | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED;
-    // SAFETY: called from the load hook with the module's context.
-    unsafe {
-        if let Some(set) = raw::RedisModule_SetModuleOptions {
-            set(ctx.ctx, options as std::os::raw::c_int);
-        }
-    }
+fn set_module_options(ctx: redis::Ctx) {
+    ctx.set_module_options(
+        raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
+            | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD
+            | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED,
+    );
 }
 
 redis_module! {

@@ -4,9 +4,8 @@
 //! format). A message with a NUL byte is cut there rather than dropped.
 
 use std::ffi::CString;
-use std::os::raw::c_char;
 
-use redis_module::raw;
+use crate::redis::{self, Ctx};
 
 /// How much a line matters, as the server's `loglevel` filters it.
 #[derive(Debug, Clone, Copy)]
@@ -15,8 +14,8 @@ pub enum Level {
     Warning,
 }
 
-/// Writes `message` to the server's log; nothing when there is no server (unit tests).
-pub fn log(ctx: *mut raw::RedisModuleCtx, level: Level, message: &str) {
+/// Writes `message` to the server's log, through `ctx` when there is one.
+pub fn log(ctx: Option<Ctx>, level: Level, message: &str) {
     let text = message.split('\0').next().unwrap_or_default();
     let Ok(text) = CString::new(text) else {
         return;
@@ -25,16 +24,8 @@ pub fn log(ctx: *mut raw::RedisModuleCtx, level: Level, message: &str) {
         Level::Notice => c"notice",
         Level::Warning => c"warning",
     };
-    // SAFETY: the format is "%s" and its one argument a NUL-terminated string; ctx is the
-    // caller's context (or null, which the server accepts for its own log).
-    unsafe {
-        if let Some(log) = raw::RedisModule_Log {
-            log(
-                ctx,
-                level.as_ptr(),
-                c"%s".as_ptr(),
-                text.as_ptr() as *const c_char,
-            );
-        }
+    match ctx {
+        Some(ctx) => ctx.log(level, &text),
+        None => redis::log(level, &text),
     }
 }

@@ -1,19 +1,17 @@
 //! Per-command counters; `commands::info` shows them in `INFO ratelimit`.
 //!
-//! Every entry of the command table owns one [`Stats`]; the command guard (`dispatch`) counts
-//! each call in it: `calls` always, then `errors` for an error reply (a caught panic
-//! included), or `admitted`/`denied` for a decision that took effect. The guard learns the
-//! decision from the reply writer (`reply::admission`, `reply::redis_cell`), which records it
-//! here with [`decided`]: every admission command, present and future, replies through it.
-//! A call that only previews (DRYRUN, COST 0) says so with [`preview`] and counts as a call
-//! only.
+//! Every entry of the command table owns one [`Stats`]; the dispatcher (`crate::dispatch`)
+//! counts each call in it: `calls` always, then `errors` for an error reply (a caught panic
+//! included), or `admitted`/`denied` for a decision that took effect, which it reads off the
+//! handler's response (`Reply::outcome`): a call that only previews (DRYRUN, COST 0) counts
+//! as a call only.
 //!
 //! Cost: commands run on Redis's main thread, one at a time, so a counter is bumped with a
-//! plain load and store (no `lock` prefix, no lock) and the per-call record is one byte. The
-//! atomics keep this free of undefined behaviour whatever thread reads them (INFO also runs
-//! on the main thread); a second writing thread could only lose counts.
+//! plain load and store (no `lock` prefix, no lock). The atomics keep this free of undefined
+//! behaviour whatever thread reads them (INFO also runs on the main thread); a second writing
+//! thread could only lose counts.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 /// One command's counters, since the module was loaded.
 pub struct Stats {
@@ -90,116 +88,9 @@ pub enum Outcome {
     Other,
 }
 
-/// The running call's record: which decision its reply carried, whether it previewed, and
-/// whether it replayed a write of the primary or the AOF.
-static RECORD: AtomicU8 = AtomicU8::new(0);
-const ADMITTED: u8 = 1;
-const DENIED: u8 = 2;
-const PREVIEW: u8 = 4;
-const REPLAYED: u8 = 8;
-
-/// Starts a call's record; returns the enclosing one, for [`end`] to put back (a command
-/// that somehow runs inside another keeps each record apart). A load and a store rather
-/// than a swap, which x86 locks: only the main thread runs commands.
-pub fn begin() -> u8 {
-    let enclosing = RECORD.load(Relaxed);
-    RECORD.store(0, Relaxed);
-    enclosing
-}
-
-/// Ends the call's record, restoring `enclosing` from [`begin`].
-pub fn end(enclosing: u8) -> Record {
-    let record = RECORD.load(Relaxed);
-    RECORD.store(enclosing, Relaxed);
-    Record(record)
-}
-
-/// What a call recorded, read when it has replied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Record(u8);
-
-impl Record {
-    /// What to count.
-    pub fn outcome(self) -> Outcome {
-        if self.0 & PREVIEW != 0 {
-            Outcome::Other
-        } else if self.0 & DENIED != 0 {
-            Outcome::Denied
-        } else if self.0 & ADMITTED != 0 {
-            Outcome::Admitted
-        } else {
-            Outcome::Other
-        }
-    }
-
-    /// Whether the call denied a client's request, which publishes a keyspace event: a
-    /// preview does not, nor a replayed denial (the primary published it for its client).
-    pub fn publishes_denial(self) -> bool {
-        self.outcome() == Outcome::Denied && self.0 & REPLAYED == 0
-    }
-}
-
-fn mark(bit: u8) {
-    RECORD.store(RECORD.load(Relaxed) | bit, Relaxed);
-}
-
-/// Records the decision a reply carries.
-pub fn decided(allowed: bool) {
-    mark(if allowed { ADMITTED } else { DENIED });
-}
-
-/// Records that the running call only previews (DRYRUN, COST 0): it counts as a call, not
-/// as an admission or a denial, and a denial publishes no keyspace event.
-pub fn preview() {
-    mark(PREVIEW);
-}
-
-/// Records that the running call replays a write from the primary or the AOF (RL.REPLAY):
-/// it counts as usual, under RL.REPLAY, and a denial publishes no keyspace event.
-pub fn replayed() {
-    mark(REPLAYED);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_record_says_what_the_call_decided_and_restores_the_enclosing_one() {
-        let outer = begin();
-        decided(false);
-        let inner = begin();
-        decided(true);
-        assert_eq!(end(inner).outcome(), Outcome::Admitted);
-        let denied = end(outer);
-        assert_eq!(denied.outcome(), Outcome::Denied);
-        assert!(denied.publishes_denial());
-
-        let saved = begin();
-        assert_eq!(end(saved).outcome(), Outcome::Other);
-
-        let saved = begin();
-        preview();
-        decided(false);
-        let previewed = end(saved);
-        assert_eq!(
-            previewed.outcome(),
-            Outcome::Other,
-            "a preview is no denial"
-        );
-        assert!(!previewed.publishes_denial());
-
-        let saved = begin();
-        replayed();
-        decided(false);
-        let replay = end(saved);
-        assert_eq!(
-            replay.outcome(),
-            Outcome::Denied,
-            "a replayed denial counts"
-        );
-        assert!(!replay.publishes_denial(), "but publishes nothing");
-    }
 
     #[test]
     fn stats_count_calls_outcomes_and_errors() {

@@ -1,18 +1,15 @@
-//! Replies: the five-field admission reply (an array for RESP2 clients, a map with a boolean
-//! `allowed` for RESP3 clients), redis-cell's array, RL.INSPECT's map, and errors.
+//! Renders a [`Reply`]: the five-field admission reply (an array for RESP2 clients, a map
+//! with a boolean `allowed` for RESP3 clients), redis-cell's array, RL.INSPECT's map, the
+//! plain replies, and errors.
 //!
-//! Written straight to the reply buffer with the raw API: no reply vectors on the hot path.
+//! Written straight to the reply buffer through the room's reply writers: no reply vectors.
 
 use std::ffi::CString;
-use std::os::raw::{c_char, c_long};
-
-use redis_module::raw;
 
 use crate::algorithms::{Decision, Span};
 use crate::error::Error;
-use crate::metrics;
-
-type Ctx = *mut raw::RedisModuleCtx;
+use crate::redis::Ctx;
+use crate::response::{Admission, Described, Extra, Inspection, Reply};
 
 /// The field names of the admission reply, in order.
 pub const FIELDS: [&str; 5] = [
@@ -35,43 +32,37 @@ fn redis_cell_seconds(span: Span) -> u64 {
     ms / 1000 + u64::from(!ms.is_multiple_of(1000))
 }
 
-fn resp3(ctx: Ctx) -> bool {
-    // SAFETY: ctx is the running command's context.
-    let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) };
-    flags as u32 & raw::REDISMODULE_CTX_FLAGS_RESP3 != 0
-}
-
-fn long(ctx: Ctx, n: i64) {
-    // SAFETY: as above.
-    unsafe {
-        raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, n);
+/// Writes `reply` to the client.
+pub fn render(ctx: Ctx, reply: &Reply) {
+    match reply {
+        Reply::Admission(a) => admission(ctx, a),
+        Reply::RedisCell(a) => redis_cell(ctx, &a.decision),
+        Reply::Int(n) => ctx.reply_long(*n),
+        Reply::Nil => ctx.reply_null(),
+        Reply::Ok => ctx.reply_ok(),
+        Reply::Strings(items) => {
+            ctx.reply_array(items.len());
+            for item in items {
+                ctx.reply_bytes(item);
+            }
+        }
+        Reply::Inspect(Inspection {
+            algorithm,
+            fields,
+            rules,
+        }) => described(ctx, algorithm, fields, rules),
     }
 }
 
 fn name(ctx: Ctx, s: &str) {
-    // SAFETY: as above; the buffer is copied before the call returns.
-    unsafe {
-        raw::RedisModule_ReplyWithStringBuffer.unwrap()(ctx, s.as_ptr().cast::<c_char>(), s.len());
-    }
-}
-
-/// A sixth field some commands add to the admission reply.
-pub enum Extra<'a> {
-    /// RL.LEAKYBUCKET's `delay_ms`.
-    Int(i64),
-    /// RL.CONCURRENCY.ACQUIRE's `token` (nil when there is none).
-    Bytes(Option<&'a [u8]>),
+    ctx.reply_bytes(s.as_bytes());
 }
 
 /// The admission reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`, plus
 /// one more named field for the commands that have it; a map with a boolean `allowed` for
 /// RESP3 clients.
-///
-/// It also records the decision for the command guard, which counts it (`INFO ratelimit`)
-/// and publishes a denial as a keyspace event: every admission command replies through here
-/// or [`redis_cell`].
-pub fn admission(ctx: Ctx, d: &Decision, extra: Option<(&str, Extra)>) {
-    metrics::decided(d.allowed);
+fn admission(ctx: Ctx, a: &Admission) {
+    let d = &a.decision;
     let retry = match d.retry_after {
         Some(span) => int(span.ceil_ms()),
         None => -1,
@@ -83,50 +74,38 @@ pub fn admission(ctx: Ctx, d: &Decision, extra: Option<(&str, Extra)>) {
         retry,
         int(d.reset_after.ceil_ms()),
     ];
+    let extra = a.extra.name();
     let len = values.len() + usize::from(extra.is_some());
-    let map = resp3(ctx);
-    // SAFETY: ctx is the running command's context; buffers are copied before returning.
-    unsafe {
+    let map = ctx.resp3();
+    if map {
+        ctx.reply_map(len);
+        name(ctx, FIELDS[0]);
+        ctx.reply_bool(d.allowed);
+    } else {
+        ctx.reply_array(len);
+        ctx.reply_long(values[0]);
+    }
+    for (field, value) in FIELDS.iter().zip(values).skip(1) {
         if map {
-            raw::RedisModule_ReplyWithMap.unwrap()(ctx, len as c_long);
-            name(ctx, FIELDS[0]);
-            raw::RedisModule_ReplyWithBool.unwrap()(ctx, i32::from(d.allowed));
-        } else {
-            raw::RedisModule_ReplyWithArray.unwrap()(ctx, len as c_long);
-            long(ctx, values[0]);
+            name(ctx, field);
         }
-        for (field, value) in FIELDS.iter().zip(values).skip(1) {
-            if map {
-                name(ctx, field);
-            }
-            long(ctx, value);
+        ctx.reply_long(value);
+    }
+    if let Some(field) = extra {
+        if map {
+            name(ctx, field);
         }
-        if let Some((field, value)) = extra {
-            if map {
-                name(ctx, field);
-            }
-            match value {
-                Extra::Int(n) => long(ctx, n),
-                Extra::Bytes(Some(bytes)) => {
-                    raw::RedisModule_ReplyWithStringBuffer.unwrap()(
-                        ctx,
-                        bytes.as_ptr().cast::<c_char>(),
-                        bytes.len(),
-                    );
-                }
-                Extra::Bytes(None) => {
-                    raw::RedisModule_ReplyWithNull.unwrap()(ctx);
-                }
-            }
+        match &a.extra {
+            Extra::DelayMs(n) | Extra::Rule(n) => ctx.reply_long(*n),
+            Extra::Token(Some(token)) => ctx.reply_bytes(token),
+            Extra::Token(None) | Extra::None => ctx.reply_null(),
         }
     }
 }
 
 /// redis-cell's reply: `[limited, limit, remaining, retry_after_s or -1, reset_after_s]`,
-/// an array for every protocol, seconds rounded the way redis-cell rounds them. Records the
-/// decision like [`admission`].
-pub fn redis_cell(ctx: Ctx, d: &Decision) {
-    metrics::decided(d.allowed);
+/// an array for every protocol, seconds rounded the way redis-cell rounds them.
+fn redis_cell(ctx: Ctx, d: &Decision) {
     let retry = match d.retry_after {
         Some(span) if !d.allowed => int(redis_cell_seconds(span)),
         _ => -1,
@@ -138,84 +117,30 @@ pub fn redis_cell(ctx: Ctx, d: &Decision) {
         retry,
         int(redis_cell_seconds(d.reset_after)),
     ];
-    // SAFETY: ctx is the running command's context.
-    unsafe {
-        raw::RedisModule_ReplyWithArray.unwrap()(ctx, values.len() as c_long);
-    }
+    ctx.reply_array(values.len());
     for value in values {
-        long(ctx, value);
+        ctx.reply_long(value);
     }
 }
 
 /// A map from names to integers after an `algorithm` name (RL.INSPECT); a flat array of
 /// name, value, ... for RESP2 clients, like HGETALL. An RL.LIMIT key adds `rules`: an array
 /// with one such map per rule.
-pub fn described(ctx: Ctx, algorithm: &str, fields: &[(&str, i64)], rules: &[Described]) {
+fn described(ctx: Ctx, algorithm: &str, fields: &[(&str, i64)], rules: &[Described]) {
     let pairs = fields.len() + 1 + usize::from(!rules.is_empty());
-    map_header(ctx, pairs);
+    ctx.reply_map(pairs);
     name(ctx, "algorithm");
     name(ctx, algorithm);
     for (field, value) in fields {
         name(ctx, field);
-        long(ctx, *value);
+        ctx.reply_long(*value);
     }
     if !rules.is_empty() {
         name(ctx, "rules");
-        // SAFETY: ctx is the running command's context.
-        unsafe {
-            raw::RedisModule_ReplyWithArray.unwrap()(ctx, rules.len() as c_long);
-        }
+        ctx.reply_array(rules.len());
         for (algorithm, fields) in rules {
             described(ctx, algorithm, fields, &[]);
         }
-    }
-}
-
-/// One rule of an RL.LIMIT key as RL.INSPECT shows it: its algorithm and fields.
-pub type Described = (&'static str, Vec<(&'static str, i64)>);
-
-/// A map of `pairs` entries, or a flat array of twice as many for RESP2 clients.
-fn map_header(ctx: Ctx, pairs: usize) {
-    // SAFETY: ctx is the running command's context.
-    unsafe {
-        if resp3(ctx) {
-            raw::RedisModule_ReplyWithMap.unwrap()(ctx, pairs as c_long);
-        } else {
-            raw::RedisModule_ReplyWithArray.unwrap()(ctx, (pairs * 2) as c_long);
-        }
-    }
-}
-
-/// An array of strings (RL.POLICY.GET's rule words, RL.POLICY.LIST's names).
-pub fn strings<'a>(ctx: Ctx, items: impl ExactSizeIterator<Item = &'a [u8]>) {
-    // SAFETY: ctx is the running command's context; buffers are copied before returning.
-    unsafe {
-        raw::RedisModule_ReplyWithArray.unwrap()(ctx, items.len() as c_long);
-        for item in items {
-            raw::RedisModule_ReplyWithStringBuffer.unwrap()(
-                ctx,
-                item.as_ptr().cast::<c_char>(),
-                item.len(),
-            );
-        }
-    }
-}
-
-pub fn integer(ctx: Ctx, n: i64) {
-    long(ctx, n);
-}
-
-pub fn null(ctx: Ctx) {
-    // SAFETY: ctx is the running command's context.
-    unsafe {
-        raw::RedisModule_ReplyWithNull.unwrap()(ctx);
-    }
-}
-
-pub fn ok(ctx: Ctx) {
-    // SAFETY: as above; the string is a NUL-terminated literal.
-    unsafe {
-        raw::RedisModule_ReplyWithSimpleString.unwrap()(ctx, c"OK".as_ptr());
     }
 }
 
@@ -224,10 +149,7 @@ pub fn ok(ctx: Ctx) {
 pub fn error(ctx: Ctx, e: &Error) {
     let text = CString::new(e.to_string())
         .unwrap_or_else(|_| CString::from(c"ERR ratelimit: unprintable error"));
-    // SAFETY: ctx is the running command's context; the text is NUL-terminated.
-    unsafe {
-        raw::RedisModule_ReplyWithError.unwrap()(ctx, text.as_ptr());
-    }
+    ctx.reply_error(&text);
 }
 
 #[cfg(test)]

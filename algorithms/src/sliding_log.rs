@@ -50,10 +50,15 @@
 //!
 //! Only a writing, admitted check changes the ring: it drops the expired entries from the
 //! front, appends the new one and shrinks the deque when it is three quarters empty. A check
-//! that does not write (DRYRUN, COST 0) or that is denied changes nothing, so it counts the
-//! expired entries at the front without dropping them: O(expired entries), which is small
-//! while the key is written regularly and at most O(entries) after a long idle time. The
-//! denial's `retry_after` walks on through at most `cost` more entries.
+//! that does not write (DRYRUN, COST 0) or that is denied changes nothing, and walks
+//! nothing either: the first entry in the window is found by a search over the words that
+//! gallops from the front then halves (O(log expired words): O(1) while the key is written
+//! regularly, O(log entries) after a long idle time), and the units before it come from the
+//! ring's index, which keeps, every [`STRIDE`] words, the units and requests before that
+//! word (16 bytes per 64 words). A denial's `retry_after` finds the entry that makes room
+//! the same way: a binary search over the index, then fewer than `STRIDE` words. So does
+//! the admitted write's drop of the expired prefix, which the deque then drains in O(1)
+//! amortized.
 //!
 //! # Changing parameters
 //!
@@ -129,22 +134,46 @@ pub fn unit_for(window_us: u64) -> u64 {
 /// - `total` is the sum of the entries' costs (1 for an unflagged word).
 ///
 /// An empty ring (`total` 0) is a fresh key; `base_us` then does not matter.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Build one with [`State::new`], which also builds the ring's index; read the fields,
+/// but leave changing them to the algorithm, which keeps the index in step with the words.
+/// Two states are equal when their words, base, unit and total are (the index follows from
+/// the words).
+#[derive(Debug, Clone)]
 pub struct State {
     pub words: VecDeque<u32>,
     pub base_us: u64,
     pub unit_us: u64,
     pub total: u64,
+    index: Index,
 }
 
+impl PartialEq for State {
+    fn eq(&self, other: &State) -> bool {
+        (&self.words, self.base_us, self.unit_us, self.total)
+            == (&other.words, other.base_us, other.unit_us, other.total)
+    }
+}
+
+impl Eq for State {}
+
 impl State {
-    fn empty(base_us: u64, unit_us: u64) -> State {
+    /// A state from its stored fields (a storage layer loading one), with its index: O(words),
+    /// like [`is_valid`]. A state that breaks the invariants gets an index too; the algorithm
+    /// never panics on it.
+    pub fn new(words: VecDeque<u32>, base_us: u64, unit_us: u64, total: u64) -> State {
+        let index = Index::build(&words);
         State {
-            words: VecDeque::new(),
+            words,
             base_us,
             unit_us,
-            total: 0,
+            total,
+            index,
         }
+    }
+
+    fn empty(base_us: u64, unit_us: u64) -> State {
+        State::new(VecDeque::new(), base_us, unit_us, 0)
     }
 
     fn unit(&self) -> u128 {
@@ -156,6 +185,7 @@ impl State {
         u128::from(self.base_us) + u128::from(offset & OFFSET_MASK) * self.unit()
     }
 
+    #[cfg(test)]
     fn entries(&self) -> Entries<std::collections::vec_deque::Iter<'_, u32>> {
         Entries {
             words: self.words.iter(),
@@ -178,12 +208,19 @@ impl State {
     }
 }
 
-/// The heap memory of a key's ring, for MEMORY USAGE: 4 bytes per word of capacity.
+/// The heap memory of a key's ring, for MEMORY USAGE: 4 bytes per word of capacity, and
+/// 16 per checkpoint of the index (one per 64 words).
 pub fn heap_bytes(state: &State) -> usize {
+    let checkpoints = state
+        .index
+        .checkpoints
+        .capacity()
+        .saturating_mul(std::mem::size_of::<Tally>());
     state
         .words
         .capacity()
         .saturating_mul(std::mem::size_of::<u32>())
+        .saturating_add(checkpoints)
 }
 
 /// Whether a state keeps the invariants documented on [`State`] (for a storage layer that
@@ -218,6 +255,8 @@ pub fn is_valid(state: &State) -> bool {
 /// One request in the ring.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
+    /// Read by the walk the tests keep as a reference.
+    #[cfg_attr(not(test), allow(dead_code))]
     offset: u32,
     cost: u64,
     /// Words it takes: 1 or 2.
@@ -234,10 +273,10 @@ impl<'a, I: Iterator<Item = &'a u32>> Iterator for Entries<I> {
     type Item = Entry;
 
     fn next(&mut self) -> Option<Entry> {
-        let &word = self.words.next()?;
+        let &word = counted(self.words.next())?;
         let offset = word & OFFSET_MASK;
         if word & FLAG != 0 {
-            if let Some(&cost) = self.words.next() {
+            if let Some(&cost) = counted(self.words.next()) {
                 return Some(Entry {
                     offset,
                     cost: u64::from(cost),
@@ -253,8 +292,198 @@ impl<'a, I: Iterator<Item = &'a u32>> Iterator for Entries<I> {
     }
 }
 
+/// Words between two checkpoints of the [`Index`].
+const STRIDE: u64 = 64;
+
+/// Units and requests, counted from when the ring last started afresh. The counts wrap
+/// around: only differences are read, and those are exact.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Tally {
+    units: u64,
+    entries: u64,
+}
+
+impl Tally {
+    fn plus(self, cost: u64) -> Tally {
+        Tally {
+            units: self.units.wrapping_add(cost),
+            entries: self.entries.wrapping_add(1),
+        }
+    }
+}
+
+/// What lets a call that does not write answer without walking the expired entries.
+///
+/// Word positions are counted from when the ring last started afresh (`first` is the
+/// position of the front word), and the index holds, for every position that is a multiple
+/// of [`STRIDE`] among the ring's words, the tally of the entries that start before it. With
+/// it, the units before any entry are one checkpoint plus a walk of fewer than `STRIDE`
+/// words: O(1). 16 bytes per 64 words: 6% on top of the ring.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Index {
+    /// The position of the front word.
+    first: u64,
+    /// The entries before the front word (dropped ones), and before the end of the ring.
+    front: Tally,
+    end: Tally,
+    /// The tallies at the multiples of `STRIDE` in `first..first + words`, in order.
+    checkpoints: VecDeque<Tally>,
+}
+
+/// The word at `i`, if any. Tests count the words that calls read.
+fn word(words: &VecDeque<u32>, i: usize) -> Option<u32> {
+    counted(words.get(i)).copied()
+}
+
+/// A word read (tests count them; nothing otherwise).
+fn counted<T>(word: Option<T>) -> Option<T> {
+    #[cfg(test)]
+    if word.is_some() {
+        tests::WORDS_READ.with(|n| n.set(n.get() + 1));
+    }
+    word
+}
+
+/// The entry that starts at word `i`: its cost and the words it takes. As [`Entries`] reads
+/// it: a flagged last word without its cost word counts as a request of cost 1.
+fn entry_at(words: &VecDeque<u32>, i: usize) -> Option<(u64, usize)> {
+    let first = word(words, i)?;
+    if first & FLAG != 0 {
+        if let Some(cost) = word(words, i + 1) {
+            return Some((u64::from(cost), 2));
+        }
+    }
+    Some((1, 1))
+}
+
+/// Whether word `i` is a cost word: the word before it is flagged (cost words never are).
+fn is_cost_word(words: &VecDeque<u32>, i: usize) -> bool {
+    i > 0 && word(words, i - 1).is_some_and(|before| before & FLAG != 0)
+}
+
+impl Index {
+    fn build(words: &VecDeque<u32>) -> Index {
+        let mut index = Index::default();
+        let mut at = 0;
+        for entry in (Entries {
+            words: words.iter(),
+        }) {
+            index.append(at, entry.cost, entry.words);
+            at += entry.words;
+        }
+        index
+    }
+
+    /// The position of the first checkpoint, relative to the front word (`0..STRIDE`).
+    fn first_checkpoint(&self) -> usize {
+        // The wrapping difference is below STRIDE: it fits.
+        (self.first.wrapping_neg() % STRIDE) as usize
+    }
+
+    /// Counts an entry of `cost` units and `words` words appended after `len` words.
+    fn append(&mut self, len: usize, cost: u64, words: usize) {
+        let start = self.first.wrapping_add(len as u64);
+        if start.is_multiple_of(STRIDE) {
+            self.checkpoints.push_back(self.end);
+        }
+        self.end = self.end.plus(cost);
+        // A checkpoint on a cost word counts its entry, which started before it.
+        if words == 2 && start.wrapping_add(1).is_multiple_of(STRIDE) {
+            self.checkpoints.push_back(self.end);
+        }
+    }
+
+    /// The tally of the entries that start before word `at` (an entry's first word, or the
+    /// end): the nearest checkpoint, then fewer than `STRIDE` words.
+    fn before(&self, words: &VecDeque<u32>, at: usize) -> Tally {
+        let first = self.first_checkpoint();
+        let (mut i, mut tally) = match at.checked_sub(first) {
+            Some(past) if !self.checkpoints.is_empty() => {
+                let k = (past / STRIDE as usize).min(self.checkpoints.len() - 1);
+                let i = first + k * STRIDE as usize;
+                let tally = self.checkpoints.get(k).copied().unwrap_or_default();
+                // A checkpoint on a cost word has counted its entry already.
+                (i + usize::from(is_cost_word(words, i)), tally)
+            }
+            _ => (0, self.front),
+        };
+        while i < at {
+            let Some((cost, taken)) = entry_at(words, i) else {
+                break;
+            };
+            tally = tally.plus(cost);
+            i += taken;
+        }
+        tally
+    }
+
+    /// The first entry, from word `from` (an entry's first word) on, by which the entries
+    /// from `from` hold at least `units` units: a binary search over the checkpoints, then
+    /// fewer than `STRIDE` words.
+    fn reaching(&self, words: &VecDeque<u32>, from: usize, units: u64) -> Option<usize> {
+        let start = self.before(words, from).units;
+        let gone = |tally: Tally| tally.units.wrapping_sub(start);
+        let first = self.first_checkpoint();
+        // The checkpoints after `from` with fewer than `units` units since `from`: a run.
+        let mut lo = match from.checked_sub(first) {
+            Some(past) => past.div_ceil(STRIDE as usize),
+            None => 0,
+        }
+        .min(self.checkpoints.len());
+        let low = lo;
+        let mut hi = self.checkpoints.len();
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let short = self
+                .checkpoints
+                .get(mid)
+                .is_some_and(|&tally| gone(tally) < units);
+            if short {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let (mut i, mut so_far) = if lo > low {
+            let k = lo - 1;
+            let i = first + k * STRIDE as usize;
+            let tally = self.checkpoints.get(k).copied().unwrap_or_default();
+            (i + usize::from(is_cost_word(words, i)), gone(tally))
+        } else {
+            (from, 0)
+        };
+        while let Some((cost, taken)) = entry_at(words, i) {
+            so_far = so_far.saturating_add(cost);
+            if so_far >= units {
+                return Some(i);
+            }
+            i += taken;
+        }
+        None
+    }
+
+    /// Forgets the `dropped` words at the front (an entry boundary).
+    fn drop_front(&mut self, words: &VecDeque<u32>, dropped: usize) {
+        let front = self.before(words, dropped);
+        // The checkpoints at first_checkpoint() + k × STRIDE < dropped.
+        let gone = dropped
+            .saturating_sub(self.first_checkpoint())
+            .div_ceil(STRIDE as usize);
+        self.checkpoints.drain(..gone.min(self.checkpoints.len()));
+        self.first = self.first.wrapping_add(dropped as u64);
+        self.front = front;
+    }
+
+    fn shrink(&mut self) {
+        let capacity = self.checkpoints.capacity();
+        if capacity > 4 && self.checkpoints.len() < capacity / 4 {
+            self.checkpoints.shrink_to(self.checkpoints.len() * 2);
+        }
+    }
+}
+
 /// The ring as of `now`, without changing it: the expired prefix and what is left.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Scan {
     /// Words of the expired entries at the front.
     expired_words: usize,
@@ -265,9 +494,55 @@ struct Scan {
     oldest_offset: Option<u32>,
 }
 
-/// Walks the expired prefix: an entry at time `t` is in the window iff `t + window > now`,
-/// and times never decrease, so the first entry in the window ends the walk.
+/// Finds the expired prefix: an entry at time `t` is in the window iff `t + window > now`,
+/// and times never decrease, so a search over the words finds the first entry in the window
+/// (a word's entry starts at it, or at the word before when that one is flagged), and the
+/// index counts the units before it. The search gallops from the front (words 0, 1, 3, 7,
+/// ...), then halves: O(log expired words), so O(1) while the key is written regularly and
+/// O(log words) at worst.
 fn scan(state: &State, now_us: u128, window_us: u128) -> Scan {
+    let words = &state.words;
+    let live = |i: usize| {
+        let start = i - usize::from(is_cost_word(words, i));
+        word(words, start).is_some_and(|w| state.time_us(w) + window_us > now_us)
+    };
+    // Every word before `lo` is expired; `hi` is live or the end.
+    let (mut lo, mut hi) = (0, 0);
+    while hi < words.len() && !live(hi) {
+        lo = hi + 1;
+        hi = hi.saturating_mul(2).saturating_add(1);
+    }
+    let mut hi = hi.min(words.len());
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if live(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    // The first live word is its entry's first word (a cost word lives with the word before).
+    let oldest_offset = word(words, lo).map(|w| w & OFFSET_MASK);
+    let expired_units = state
+        .index
+        .before(words, lo)
+        .units
+        .wrapping_sub(state.index.front.units);
+    Scan {
+        expired_words: lo,
+        expired_units,
+        active: if oldest_offset.is_some() {
+            state.total.saturating_sub(expired_units)
+        } else {
+            0
+        },
+        oldest_offset,
+    }
+}
+
+/// The walk that [`scan`] replaces, kept as the reference it must agree with.
+#[cfg(test)]
+fn scan_by_walk(state: &State, now_us: u128, window_us: u128) -> Scan {
     let mut expired_words = 0;
     let mut expired_units: u64 = 0;
     let mut oldest_offset = None;
@@ -383,12 +658,14 @@ fn plan(state: &State, scan: &Scan, params: &Params, now_us: u64) -> Plan {
 /// The admitted write: drop the expired prefix, lay the ring out as planned, append.
 fn admit(state: &mut State, scan: &Scan, plan: &Plan, cost: u64) {
     let expired = scan.expired_words.min(state.words.len());
+    state.index.drop_front(&state.words, expired);
     state.words.drain(..expired);
     state.total = state.total.saturating_sub(scan.expired_units);
     match plan.layout {
         Layout::Fresh => {
             state.words.clear();
             state.total = 0;
+            state.index = Index::default();
         }
         Layout::Same => {}
         Layout::Reencode { shift } => {
@@ -411,6 +688,10 @@ fn admit(state: &mut State, scan: &Scan, plan: &Plan, cost: u64) {
     state.unit_us = plan.unit_us;
     // cost <= limit <= MAX_LIMIT: it fits a cost word with the top bit clear.
     let cost_word = u32::try_from(cost.min(MAX_LIMIT)).unwrap_or(OFFSET_MASK);
+    let taken = if cost_word > 1 { 2 } else { 1 };
+    state
+        .index
+        .append(state.words.len(), u64::from(cost_word.max(1)), taken);
     if cost_word > 1 {
         state.words.push_back(plan.offset | FLAG);
         state.words.push_back(cost_word);
@@ -423,11 +704,30 @@ fn admit(state: &mut State, scan: &Scan, plan: &Plan, cost: u64) {
     if capacity > 64 && state.words.len() < capacity / 4 {
         state.words.shrink_to(state.words.len() * 2);
     }
+    state.index.shrink();
 }
 
 /// When denied with `cost <= limit`: the expiry of the first entry whose units, with those
-/// of the older ones, make room. O(cost) entries at most.
+/// of the older ones, make room. Found with the index: O(log words).
 fn retry_after(
+    state: &State,
+    scan: &Scan,
+    limit: u64,
+    cost: u64,
+    now_us: u128,
+    window_us: u128,
+) -> Option<Span> {
+    let excess = scan.active.saturating_add(cost).saturating_sub(limit);
+    let entry = state
+        .index
+        .reaching(&state.words, scan.expired_words, excess)?;
+    let at = state.time_us(word(&state.words, entry)?) + window_us;
+    Some(Span::new(at.saturating_sub(now_us), 1))
+}
+
+/// The walk that [`retry_after`] replaces, kept as the reference it must agree with.
+#[cfg(test)]
+fn retry_after_by_walk(
     state: &State,
     scan: &Scan,
     limit: u64,
@@ -472,40 +772,7 @@ impl Algorithm for SlidingLog {
             Some((_, state)) => state,
             None => fresh.insert(State::empty(now_us, unit_for(params.window_us()))),
         };
-        let limit = params.limit();
-        let window_us = u128::from(params.window_us());
-        let now = u128::from(now_us);
-        let scan = scan(state, now, window_us);
-        let allowed = cost <= limit && scan.active.saturating_add(cost) <= limit;
-        let newest_us = scan
-            .oldest_offset
-            .and_then(|_| state.newest_offset())
-            .map(|offset| state.time_us(offset));
-        let (used, newest_us, planned) = if allowed && cost > 0 {
-            let planned = plan(state, &scan, params, now_us);
-            (scan.active + cost, Some(planned.time_us), Some(planned))
-        } else {
-            (scan.active, newest_us, None)
-        };
-        let reset_after = newest_us.map_or(Span::ZERO, |newest| {
-            Span::new((newest + window_us).saturating_sub(now), 1)
-        });
-        let retry_after = if allowed {
-            Some(Span::ZERO)
-        } else if cost <= limit {
-            // Only a broken state (a total above its entries) finds no entry that makes room.
-            retry_after(state, &scan, limit, cost, now, window_us).or(Some(reset_after))
-        } else {
-            None
-        };
-        let decision = Decision {
-            allowed,
-            limit,
-            remaining: limit.saturating_sub(used),
-            retry_after,
-            reset_after,
-            delay: None,
-        };
+        let (decision, scan, planned) = decide(params, state, now_us, cost);
         match planned {
             Some(planned) if write => {
                 admit(state, &scan, &planned, cost);
@@ -515,9 +782,59 @@ impl Algorithm for SlidingLog {
         }
     }
 
+    /// Without the default's copy of the state: the decision reads the ring in place.
+    fn view_now(params: &Params, state: &State, now_us: u64) -> Decision {
+        decide(params, state, now_us, 0).0
+    }
+
     fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
         super::Snapshot::SlidingLog(snapshot(params, state, now_us))
     }
+}
+
+/// The decision, and for an admitted request of some units where its entry goes; changes
+/// nothing.
+fn decide(
+    params: &Params,
+    state: &State,
+    now_us: u64,
+    cost: u64,
+) -> (Decision, Scan, Option<Plan>) {
+    let limit = params.limit();
+    let window_us = u128::from(params.window_us());
+    let now = u128::from(now_us);
+    let scan = scan(state, now, window_us);
+    let allowed = cost <= limit && scan.active.saturating_add(cost) <= limit;
+    let newest_us = scan
+        .oldest_offset
+        .and_then(|_| state.newest_offset())
+        .map(|offset| state.time_us(offset));
+    let (used, newest_us, planned) = if allowed && cost > 0 {
+        let planned = plan(state, &scan, params, now_us);
+        (scan.active + cost, Some(planned.time_us), Some(planned))
+    } else {
+        (scan.active, newest_us, None)
+    };
+    let reset_after = newest_us.map_or(Span::ZERO, |newest| {
+        Span::new((newest + window_us).saturating_sub(now), 1)
+    });
+    let retry_after = if allowed {
+        Some(Span::ZERO)
+    } else if cost <= limit {
+        // Only a broken state (a total above its entries) finds no entry that makes room.
+        retry_after(state, &scan, limit, cost, now, window_us).or(Some(reset_after))
+    } else {
+        None
+    };
+    let decision = Decision {
+        allowed,
+        limit,
+        remaining: limit.saturating_sub(used),
+        retry_after,
+        reset_after,
+        delay: None,
+    };
+    (decision, scan, planned)
 }
 
 /// A key's parameters and state as of one instant.
@@ -547,9 +864,13 @@ pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
     Snapshot {
         params: *params,
         limit: params.limit(),
-        entries: u64::try_from(state.entries().count()).unwrap_or(u64::MAX),
+        entries: state
+            .index
+            .end
+            .entries
+            .wrapping_sub(state.index.front.entries),
         active: scan(state, u128::from(now_us), window_us).active,
-        oldest_us: time(state.entries().next().map(|e| e.offset)),
+        oldest_us: time(word(&state.words, 0)),
         newest_us: time(state.newest_offset()),
         now: SlidingLog::view_now(params, state, now_us),
     }
@@ -582,6 +903,45 @@ mod tests {
 
     fn state(key: &Key<SlidingLog>) -> &State {
         &key.as_ref().expect("a stored key").1
+    }
+
+    thread_local! {
+        /// The ring's words that calls on this thread have read (see [`word`]).
+        pub(super) static WORDS_READ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// The words a closure reads.
+    fn words_read<T>(f: impl FnOnce() -> T) -> (T, u64) {
+        let before = WORDS_READ.with(|n| n.get());
+        let t = f();
+        (t, WORDS_READ.with(|n| n.get()) - before)
+    }
+
+    /// The index counts, before every entry, what a walk from the front counts, and holds
+    /// one checkpoint per multiple of STRIDE among the ring's word positions.
+    fn assert_index_follows_the_words(s: &State) {
+        let index = &s.index;
+        let mut walked = Tally::default();
+        let mut at = 0;
+        let relative = |t: Tally| Tally {
+            units: t.units.wrapping_sub(index.front.units),
+            entries: t.entries.wrapping_sub(index.front.entries),
+        };
+        for entry in s.entries() {
+            assert_eq!(
+                relative(index.before(&s.words, at)),
+                walked,
+                "before word {at}"
+            );
+            walked = walked.plus(entry.cost);
+            at += entry.words;
+        }
+        assert_eq!(relative(index.before(&s.words, at)), walked);
+        assert_eq!(relative(index.end), walked);
+        let positions = (0..s.words.len() as u64)
+            .filter(|i| index.first.wrapping_add(*i).is_multiple_of(STRIDE))
+            .count();
+        assert_eq!(index.checkpoints.len(), positions);
     }
 
     /// The promise spelled out naively: every admitted request with its true time.
@@ -793,8 +1153,9 @@ mod tests {
         }
         let s = state(&key);
         assert_eq!(s.words.len() as u64, n);
-        let bytes = s.words.capacity() * 4 + std::mem::size_of::<State>();
-        assert_eq!(heap_bytes(s), s.words.capacity() * 4);
+        let checkpoints = s.index.checkpoints.capacity() * 16;
+        let bytes = s.words.capacity() * 4 + checkpoints + std::mem::size_of::<State>();
+        assert_eq!(heap_bytes(s), s.words.capacity() * 4 + checkpoints);
         assert!(bytes as u64 <= 8 * n, "{bytes} bytes for {n} entries");
     }
 
@@ -894,6 +1255,75 @@ mod tests {
         // Once the ring starts afresh, it takes the window's own unit again.
         assert!(step::<SlidingLog>(&minute, &mut key, T0 + 61 * S, 1).allowed);
         assert_eq!((state(&key).unit_us, state(&key).words.len()), (1, 1));
+    }
+
+    /// Issue 12: a check that does not write walked every expired entry (1 ms a call at a
+    /// million entries); now it reads O(log n) words: a binary search, one checkpoint and
+    /// fewer than STRIDE words around it.
+    #[test]
+    fn a_check_that_does_not_write_reads_a_logarithmic_number_of_words() {
+        let n: u32 = 1_000_000;
+        let hour = 3_600_000;
+        let p = params(u64::from(n), hour);
+        // A bound for about 20 binary search steps, a checkpoint walk or two and the newest
+        // entry.
+        let bound = 2 * 2 * 20 + 3 * STRIDE + 8;
+        // A million entries at one instant, all expired: the lead's DRYRUN case.
+        let all = State::new(vec![0; n as usize].into(), T0, 1, u64::from(n));
+        let key: Key<SlidingLog> = Some((p, all));
+        let later = T0 + 2 * hour * 1000;
+        let (d, read) = words_read(|| peek::<SlidingLog>(&p, &key, later, 1));
+        assert_eq!((d.allowed, d.remaining), (true, u64::from(n) - 1));
+        assert!(read <= bound, "{read} words read");
+        let (snap, read) = words_read(|| snapshot(&p, state(&key), later));
+        assert_eq!((snap.entries, snap.active), (u64::from(n), 0));
+        assert!(read <= 2 * bound, "{read} words read by the snapshot");
+        // All but one expired.
+        let mut words = vec![0; n as usize];
+        words[n as usize - 1] = 1000; // 1 ms later
+        let key: Key<SlidingLog> = Some((p, State::new(words.into(), T0, 1, u64::from(n))));
+        let (d, read) = words_read(|| peek::<SlidingLog>(&p, &key, T0 + hour * 1000 + 1, 0));
+        assert_eq!(d.remaining, u64::from(n) - 1);
+        assert!(read <= bound, "{read} words read");
+        // Entries of 3 units (two words each) a µs apart, half of them expired, and a
+        // denial whose retry_after is half-way through the live half.
+        let entries = n / 2;
+        let words: Vec<u32> = (0..entries).flat_map(|i| [i | FLAG, 3]).collect();
+        let limit = 3 * u64::from(entries);
+        let q = Params {
+            limit,
+            window_ms: 1000,
+        };
+        let key: Key<SlidingLog> = Some((q, State::new(words.into(), T0, 1, limit)));
+        let now = T0 + S + u64::from(entries / 2); // entries / 2 + 1 expired
+        let live = 3 * u64::from(entries - entries / 2 - 1);
+        let cost = limit - live + 3 * 1000;
+        let (d, read) = words_read(|| peek::<SlidingLog>(&q, &key, now, cost));
+        assert_eq!(d.remaining, limit - live);
+        // The 1000th live entry has to go: it was made 1000 µs after the oldest live one.
+        assert_eq!(d.retry_after, Some(Span::from_us(1000)));
+        assert!(read <= bound, "{read} words read");
+    }
+
+    /// The search gallops from the front: a key written regularly, with few expired entries,
+    /// reads a few words per call whatever the log holds, as the walk did.
+    #[test]
+    fn a_regular_write_reads_a_constant_number_of_words() {
+        let n: u32 = 1_000_000;
+        let p = params(2 * u64::from(n), 1000);
+        // An entry every µs for a second; at 1 s + 1 µs the first two have expired.
+        let words: Vec<u32> = (0..n).collect();
+        let mut key: Key<SlidingLog> = Some((p, State::new(words.into(), T0, 1, u64::from(n))));
+        let now = T0 + S + 1;
+        let (d, read) = words_read(|| peek::<SlidingLog>(&p, &key, now, 0));
+        assert_eq!(d.remaining, 2 * u64::from(n) - u64::from(n - 2));
+        assert!(read <= 16, "{read} words read");
+        let (d, read) = words_read(|| step::<SlidingLog>(&p, &mut key, now, 1));
+        assert!(d.allowed);
+        assert!(read <= 16, "{read} words read");
+        let s = state(&key);
+        assert_eq!((s.words.len(), s.total), (n as usize - 1, u64::from(n) - 1));
+        assert_index_follows_the_words(s);
     }
 
     #[test]
@@ -1115,6 +1545,55 @@ mod tests {
             prop_assert!(admitted <= largest, "admitted {} > {}", admitted, largest);
         }
 
+        /// Issue 12: the binary search and the index answer exactly what the walk from the
+        /// front answers (expired prefix, units in the window, the oldest entry in it, the
+        /// retry time), on rings long enough for many checkpoints, after drops and
+        /// rebuilds.
+        #[test]
+        fn the_index_answers_what_the_walk_answers(
+            window_ms in 1u64..=40,
+            requests in proptest::collection::vec((0u64..400, 1u64..=4), 1..1500),
+            probes in proptest::collection::vec((0u64..50_000, 1u64..=3000, 0u64..3000), 1..12),
+        ) {
+            let p = params(100_000, window_ms);
+            let w = u128::from(p.window_us());
+            let mut key: Key<SlidingLog> = None;
+            let mut now = T0;
+            for (i, &(gap, cost)) in requests.iter().enumerate() {
+                now += gap;
+                prop_assert!(step::<SlidingLog>(&p, &mut key, now, cost).allowed);
+                if i % 97 == 0 {
+                    assert_index_follows_the_words(state(&key));
+                }
+            }
+            let s = state(&key);
+            assert_index_follows_the_words(s);
+            // A state loaded from its fields builds the same index, positions apart.
+            let loaded = State::new(s.words.clone(), s.base_us, s.unit_us, s.total);
+            assert_index_follows_the_words(&loaded);
+            for (later, limit, cost) in probes {
+                let at = u128::from(now + later);
+                for s in [s, &loaded] {
+                    let fast = scan(s, at, w);
+                    prop_assert_eq!(fast, scan_by_walk(s, at, w));
+                    prop_assert_eq!(
+                        retry_after(s, &fast, limit, cost, at, w),
+                        retry_after_by_walk(s, &fast, limit, cost, at, w)
+                    );
+                    // Every excess, whichever entry (and checkpoint) it ends on.
+                    for cost in 0..=fast.active + 1 {
+                        prop_assert_eq!(
+                            retry_after(s, &fast, fast.active, cost, at, w),
+                            retry_after_by_walk(s, &fast, fast.active, cost, at, w)
+                        );
+                    }
+                    let snap = snapshot(&p, s, now + later);
+                    prop_assert_eq!(snap.entries, s.entries().count() as u64);
+                    prop_assert_eq!(snap.active, fast.active);
+                }
+            }
+        }
+
         #[test]
         fn extremes_never_panic(
             limit in any::<u64>(), window_ms in any::<u64>(), now in any::<u64>(),
@@ -1124,7 +1603,7 @@ mod tests {
         ) {
             let p = params(limit, window_ms);
             let q = params(1, 1);
-            let s = State { words: words.into(), base_us, unit_us, total };
+            let s = State::new(words.into(), base_us, unit_us, total);
             let _ = is_valid(&s);
             let _ = SlidingLog::snapshot(&p, &s, now).now().reset_after.ceil_ms();
             let mut m = s.clone();

@@ -4,14 +4,15 @@
 //! This one table drives
 //! - the wrong-number-of-arguments errors ([`Syntax::arity`], [`Syntax::required`]): the
 //!   usage after the command name is rendered from the arguments;
-//! - `COMMAND DOCS` and `COMMAND INFO` (`commands::docs` hands each entry to Redis);
+//! - `COMMAND DOCS` and `COMMAND INFO` (`commands::docs` hands each entry to `redis::docs`,
+//!   which lowers it for Redis);
 //! - the policy grammar (`args::rules`): a rule takes its algorithm command's positional
 //!   arguments and flags, and its arity error shows them;
 //! - the names the parameter parsers (`args::params`) give a bad argument in its error.
 //!
 //! The table is written for every command of the module, including those the command table
 //! may not register (CL.THROTTLE with `cell-compat no`). No Redis types here: the raw form
-//! Redis takes is built in `commands::docs`.
+//! Redis takes is built in `redis::docs`.
 
 use std::ffi::CStr;
 use std::sync::OnceLock;

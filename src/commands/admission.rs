@@ -1,21 +1,15 @@
 //! The path every admission command shares once its arguments are parsed:
-//! clock → storage load → algorithm → storage save, TTL, propagation → reply.
+//! clock → storage load → algorithm → storage save and TTL → what to reply and propagate.
 
 use std::ffi::CStr;
-use std::os::raw::c_char;
 
-use redis_module::raw;
-
-use super::{Call, Ctx, Mode, RawString};
+use super::Call;
 use crate::algorithms::Decision;
 use crate::args::syntax::Syntax;
 use crate::args::Options;
 use crate::error::Error;
-use crate::metrics;
+use crate::response::{Admission, Extra, Propagate, Reply, Response};
 use crate::storage::{Key, Request, Variant};
-
-/// The internal command that carries a write to replicas and the AOF.
-pub const REPLAY: &CStr = c"RL.REPLAY";
 
 /// The arguments of an admission command, or, when fewer than its `syntax` requires, the
 /// arity error that shows that syntax.
@@ -26,7 +20,40 @@ pub fn arguments<'a>(call: &Call<'a>, syntax: &'static Syntax) -> Result<&'a [&'
     Ok(call.args)
 }
 
-/// Runs a parsed admission request of algorithm `A` and replies with `reply`.
+/// What [`run`] decided, before it becomes a reply: the decision, what the algorithm's step
+/// handed back besides it (`aside`: RL.LIMIT's binding rule), and what the dispatcher needs.
+pub struct Decided<T = ()> {
+    pub decision: Decision,
+    pub aside: T,
+    preview: bool,
+    replayed: bool,
+    propagate: Propagate,
+}
+
+impl<T> Decided<T> {
+    fn admission(self, extra: Extra) -> Admission {
+        Admission {
+            decision: self.decision,
+            extra,
+            preview: self.preview,
+            replayed: self.replayed,
+        }
+    }
+
+    /// The five-field reply, with `extra` as its sixth field.
+    pub fn reply(self, extra: Extra) -> Response {
+        let propagate = self.propagate;
+        Response::propagating(Reply::Admission(self.admission(extra)), propagate)
+    }
+
+    /// redis-cell's reply.
+    pub fn redis_cell(self) -> Response {
+        let propagate = self.propagate;
+        Response::propagating(Reply::RedisCell(self.admission(Extra::None)), propagate)
+    }
+}
+
+/// Runs a parsed admission request of algorithm `A`.
 ///
 /// `name` is the command as it will be replayed. A request writes (and propagates) only
 /// when it is admitted, takes at least one unit, and is not a DRYRUN; a denied request or a
@@ -38,16 +65,24 @@ pub fn run<A: Variant>(
     name: &'static CStr,
     params: A::Params,
     opts: Options,
-    reply: impl FnOnce(Ctx, &Decision),
-) -> Result<(), Error> {
-    run_with::<A>(call, name, params, opts, A::check, reply)
+) -> Result<Decided, Error> {
+    run_with::<A, ()>(
+        call,
+        name,
+        params,
+        opts,
+        |params, stored, now_us, cost, write| {
+            let (decision, state) = A::check(params, stored, now_us, cost, write);
+            (decision, state, ())
+        },
+    )
 }
 
 /// [`run`] with the algorithm's step given: `check` takes what [`Algorithm::check`] takes
-/// and keeps its contract (RL.LIMIT's step also notes the binding rule for its reply).
+/// and keeps its contract, and may hand back something besides (RL.LIMIT's binding rule).
 ///
 /// [`Algorithm::check`]: crate::algorithms::Algorithm::check
-pub fn run_with<A: Variant>(
+pub fn run_with<A: Variant, T>(
     call: &Call,
     name: &'static CStr,
     params: A::Params,
@@ -58,28 +93,23 @@ pub fn run_with<A: Variant>(
         u64,
         u64,
         bool,
-    ) -> (Decision, Option<A::State>),
-    reply: impl FnOnce(Ctx, &Decision),
-) -> Result<(), Error> {
-    if call.key.is_null() {
-        return Err(Error::Panic);
-    }
+    ) -> (Decision, Option<A::State>, T),
+) -> Result<Decided<T>, Error> {
+    let name_arg = call.key()?;
     let (now_us, real_ms) = call.clock();
+    // DRYRUN and COST 0 ask what would happen: neither an admission nor a denial.
     let write = opts.cost > 0 && !opts.dryrun;
-    if !write {
-        // DRYRUN and COST 0 ask what would happen: neither an admission nor a denial.
-        metrics::preview();
-    }
     let request = Request {
         now_us,
         cost: opts.cost,
         write,
         block_ms: opts.block_ms,
     };
-    let mut key = Key::open(call.ctx, call.key, true);
-    let (decision, wrote) = key.update::<A>(&params, request, |stored, write| {
+    let mut key = Key::open(call.ctx, name_arg, true);
+    let (decision, wrote, aside) = key.update::<A, T>(&params, request, |stored, write| {
         check(&params, stored, now_us, opts.cost, write)
     })?;
+    let mut propagate = Propagate::Nothing;
     if wrote {
         let expire_at_ms = call.expire_at(real_ms, decision.reset_after.ceil_ms());
         if decision.reset_after.is_zero() {
@@ -87,75 +117,27 @@ pub fn run_with<A: Variant>(
         } else {
             key.expire_at(expire_at_ms);
         }
-        drop(key);
-        propagate(call, name, now_us, expire_at_ms);
+        propagate = call.propagation(name, now_us, expire_at_ms);
     }
-    reply(call.ctx, &decision);
-    Ok(())
-}
-
-/// Sends the write to replicas and the AOF as
-/// `RL.REPLAY key now_us:expire_at_ms:COMMAND:arg2 arg3...`, so that they apply the primary's
-/// clock reading and expiry, never their own. A replica replaying it passes it on verbatim
-/// (for its own AOF).
-///
-/// This runs on every admitted request, and `RM_Replicate` costs more than the rest of the
-/// command: it looks the command name up (an sds copy, a split, a hash) and builds an object
-/// per argument. `RM_ReplicateVerbatim` does neither: it hands the client's argument vector
-/// (`c->argv`, which Redis passes to module commands as `argv`) to the propagation queue,
-/// which copies the array and takes a reference to each string. So for the length of that
-/// call, two slots of the vector are swapped: the command name for `RL.REPLAY`, and the
-/// argument after the key for one that also carries the clock and the command's name, which
-/// keeps the argument count and the key's position. Then the client's own strings are put
-/// back, so SLOWLOG, MONITOR and everything after the command see what the client sent.
-pub fn propagate(call: &Call, name: &'static CStr, now_us: u64, expire_at_ms: u64) {
-    // Policies a fork asked to propagate go first (RL.LIMIT's replay needs its policy).
-    crate::storage::policies::flush_pending(call.ctx);
-    // SAFETY: ctx is the running command's context.
-    let verbatim = || unsafe {
-        raw::RedisModule_ReplicateVerbatim.unwrap()(call.ctx);
-    };
-    if let Mode::Replay { .. } = call.mode {
-        verbatim();
-        return;
-    }
-    let Some(&first_arg) = call.args.get(2) else {
-        // Every admission command has arguments after the key; nothing to carry otherwise.
-        return;
-    };
-    let text = write_replay(now_us, expire_at_ms, name.to_bytes(), first_arg);
-    let text = text.as_slice();
-    // SAFETY: `argv` is the vector Redis passed, `args.len()` (>= 3) strings long, and it
-    // stays ours for the whole call. The swapped-in strings are live while the queue takes
-    // its references; the clock string's own reference is released right after.
-    unsafe {
-        let carried = raw::RedisModule_CreateString.unwrap()(
-            call.ctx,
-            text.as_ptr().cast::<c_char>(),
-            text.len(),
-        );
-        let name_slot = call.argv;
-        let arg_slot = call.argv.add(2);
-        let (client_name, client_arg) = (*name_slot, *arg_slot);
-        *name_slot = replay_name();
-        *arg_slot = carried;
-        verbatim();
-        *name_slot = client_name;
-        *arg_slot = client_arg;
-        raw::RedisModule_FreeString.unwrap()(call.ctx, carried);
-    }
+    Ok(Decided {
+        decision,
+        aside,
+        preview: !write,
+        replayed: call.replayed(),
+        propagate,
+    })
 }
 
 /// RL.REPLAY's carried argument, built in one pass: on the stack when it fits (always, but
 /// for a client's very long first argument), else on the heap.
-struct ReplayText {
+pub struct ReplayText {
     stack: [u8; 128],
     len: usize,
     heap: Vec<u8>,
 }
 
 impl ReplayText {
-    fn as_slice(&self) -> &[u8] {
+    pub fn as_slice(&self) -> &[u8] {
         if self.heap.is_empty() {
             &self.stack[..self.len]
         } else {
@@ -178,7 +160,12 @@ fn decimal(digits: &mut [u8; 20], mut n: u64) -> usize {
 }
 
 /// `now_us:expire_at_ms:command:first_arg`.
-fn write_replay(now_us: u64, expire_at_ms: u64, command: &[u8], first_arg: &[u8]) -> ReplayText {
+pub fn write_replay(
+    now_us: u64,
+    expire_at_ms: u64,
+    command: &[u8],
+    first_arg: &[u8],
+) -> ReplayText {
     let (mut now, mut expire) = ([0u8; 20], [0u8; 20]);
     let now_at = decimal(&mut now, now_us);
     let expire_at = decimal(&mut expire, expire_at_ms);
@@ -228,27 +215,6 @@ pub fn parse_replay(text: &[u8]) -> Option<Replayed<'_>> {
         command: parts.next()?,
         first_arg: parts.next()?,
     })
-}
-
-/// `RL.REPLAY` as a Redis string, created once and kept for the life of the module.
-fn replay_name() -> RawString {
-    use std::sync::atomic::{AtomicPtr, Ordering};
-    static NAME: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());
-    let name = NAME.load(Ordering::Relaxed);
-    if !name.is_null() {
-        return name;
-    }
-    // SAFETY: a NULL context makes a string no context frees; commands run on the main
-    // thread, so it is made once.
-    let name = unsafe {
-        raw::RedisModule_CreateString.unwrap()(
-            std::ptr::null_mut(),
-            REPLAY.as_ptr(),
-            REPLAY.to_bytes().len(),
-        )
-    };
-    NAME.store(name, Ordering::Relaxed);
-    name
 }
 
 #[cfg(test)]

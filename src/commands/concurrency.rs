@@ -5,8 +5,7 @@ use crate::algorithms::concurrency::{self, Concurrency, State, MAX_TOKEN};
 use crate::args::params;
 use crate::args::syntax::{RL_CONCURRENCY_ACQUIRE, RL_CONCURRENCY_RELEASE};
 use crate::error::{quote, Error};
-use crate::metrics;
-use crate::reply;
+use crate::response::{Admission, Extra, Propagate, Reply, Response};
 use crate::storage::{Key, Stored};
 
 /// `RL.CONCURRENCY.ACQUIRE key limit lease [ID token] [DRYRUN]`
@@ -16,7 +15,7 @@ use crate::storage::{Key, Stored};
 /// the setting `ratelimit.concurrency-max-limit`, which so bounds the leases a key holds.
 /// O(log n) in the leases held (amortised, see `algorithms::concurrency`). Reply: the five
 /// fields and the token (nil when denied or DRYRUN).
-pub fn rl_concurrency_acquire(call: &Call) -> Result<(), Error> {
+pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
     let a = admission::arguments(call, &RL_CONCURRENCY_ACQUIRE)?;
     // A replica replays what its primary admitted, whatever its own setting says.
     let max = match call.mode {
@@ -58,11 +57,9 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<(), Error> {
         }
     }
     let (now_us, real_ms) = call.clock();
+    // A DRYRUN asks what would happen: neither an admission nor a denial.
     let write = !dryrun;
-    if dryrun {
-        metrics::preview();
-    }
-    let mut key = Key::open(call.ctx, call.key, true);
+    let mut key = Key::open(call.ctx, call.key()?, true);
     let acquired = match key.whole::<Concurrency>()? {
         Some(stored) => {
             let acquired = concurrency::acquire(&params, &mut stored.state, now_us, id, write);
@@ -81,39 +78,41 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<(), Error> {
         }
     };
     let d = &acquired.decision;
+    let mut propagate = Propagate::Nothing;
     if d.allowed && write {
         let at = call.expire_at(real_ms, d.reset_after.ceil_ms());
         key.expire_at(at);
-        drop(key);
-        admission::propagate(call, c"RL.CONCURRENCY.ACQUIRE", now_us, at);
+        propagate = call.propagation(c"RL.CONCURRENCY.ACQUIRE", now_us, at);
     }
-    let token = if write {
-        acquired.token.as_deref()
-    } else {
-        None
+    let token = if write { acquired.token } else { None };
+    let admission = Admission {
+        decision: acquired.decision,
+        extra: Extra::Token(token),
+        preview: dryrun,
+        replayed: call.replayed(),
     };
-    reply::admission(call.ctx, d, Some(("token", reply::Extra::Bytes(token))));
-    Ok(())
+    Ok(Response::propagating(
+        Reply::Admission(admission),
+        propagate,
+    ))
 }
 
 /// `RL.CONCURRENCY.RELEASE key token`
 ///
 /// Ends the lease named `token`. Reply: 1, or 0 when no such lease is held (unknown or
 /// already ended), and then nothing changes.
-pub fn rl_concurrency_release(call: &Call) -> Result<(), Error> {
+pub fn rl_concurrency_release(call: &Call) -> Result<Response, Error> {
     let a = call.args;
     if a.len() != 3 {
         return Err(RL_CONCURRENCY_RELEASE.arity());
     }
     let (now_us, real_ms) = call.clock();
-    let mut key = Key::open(call.ctx, call.key, true);
+    let mut key = Key::open(call.ctx, call.key()?, true);
     let Some(stored) = key.whole::<Concurrency>()? else {
-        reply::integer(call.ctx, 0);
-        return Ok(());
+        return Ok(Response::reply(Reply::Int(0)));
     };
     if !concurrency::release(&mut stored.state, a[2], now_us) {
-        reply::integer(call.ctx, 0);
-        return Ok(());
+        return Ok(Response::reply(Reply::Int(0)));
     }
     let reset_ms = concurrency::reset_after(&stored.state, now_us).ceil_ms();
     let at = call.expire_at(real_ms, reset_ms);
@@ -122,8 +121,6 @@ pub fn rl_concurrency_release(call: &Call) -> Result<(), Error> {
     } else {
         key.expire_at(at);
     }
-    drop(key);
-    admission::propagate(call, c"RL.CONCURRENCY.RELEASE", now_us, at);
-    reply::integer(call.ctx, 1);
-    Ok(())
+    let propagate = call.propagation(c"RL.CONCURRENCY.RELEASE", now_us, at);
+    Ok(Response::propagating(Reply::Int(1), propagate))
 }

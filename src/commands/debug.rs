@@ -6,7 +6,7 @@ use super::Call;
 use crate::args;
 use crate::clock::{self, MAX_DEBUG_MS};
 use crate::error::Error;
-use crate::reply;
+use crate::response::{Reply, Response};
 
 /// `RL.DEBUG.CLOCK SET ms | ADVANCE ms | REAL`
 ///
@@ -14,7 +14,7 @@ use crate::reply;
 /// (negative moves it back; from the real time if it was not frozen) and freezes it there;
 /// REAL lets it run with the server's clock again. Reply: the clock reading after the
 /// change, in ms since the Unix epoch. Key expiry always stays on the real clock.
-pub fn rl_debug_clock(call: &Call) -> Result<(), Error> {
+pub fn rl_debug_clock(call: &Call) -> Result<Response, Error> {
     if !clock::debug_enabled() {
         return Err(Error::DebugClockOff);
     }
@@ -33,13 +33,14 @@ pub fn rl_debug_clock(call: &Call) -> Result<(), Error> {
     } else {
         return Err(Error::DebugClockUsage);
     }
-    reply::integer(call.ctx, (clock::read().now_us / 1000) as i64);
-    Ok(())
+    Ok(Response::reply(Reply::Int(
+        (clock::read().now_us / 1000) as i64,
+    )))
 }
 
 /// `RL.DEBUG.PANIC`: panics on purpose, to show that the guard turns a panic into an error
 /// reply and the server lives on.
-pub fn rl_debug_panic(_call: &Call) -> Result<(), Error> {
+pub fn rl_debug_panic(_call: &Call) -> Result<Response, Error> {
     if !clock::debug_enabled() {
         return Err(Error::DebugClockOff);
     }

@@ -3,10 +3,9 @@
 //! this, as for built-in commands.
 //!
 //! What it says comes from the syntax table (`args::syntax`), which also renders the arity
-//! errors and drives the policy grammar; this file only converts an entry to the raw form.
-//! [`describe`] hands one entry to Redis with `RedisModule_SetCommandInfo` right after the
-//! command is created. Redis copies everything it is given (`RM_SetCommandInfo` duplicates
-//! every string and array), so the raw structures built here live only for that call.
+//! errors and drives the policy grammar. [`describe`] hands one entry to Redis right after the
+//! command is created, through the room's `redis::docs`, which lowers it to what
+//! `RedisModule_SetCommandInfo` takes.
 //!
 //! Nothing here can stop the module from loading: a command without an entry, a server
 //! without `RedisModule_SetCommandInfo` (before Redis 7.0), or an entry Redis refuses is
@@ -19,71 +18,17 @@
 use std::ffi::CStr;
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use redis_module::raw;
-
-use super::{Command, Ctx};
-use crate::args::syntax::{find, Arg, KeyUse, Kind};
+use super::Command;
+use crate::args::syntax::find;
+use crate::redis::{self, Ctx};
 
 /// The module version that introduced the commands: all of them come with the first release.
 const SINCE: &CStr = c"1.0.0";
 
 /// See the module docs: the commands check their own argument counts.
 const ARITY: c_int = -1;
-
-/// The raw form of the table's types, as `RedisModule_SetCommandInfo` takes them.
-trait Raw {
-    type Out;
-    fn raw(self) -> Self::Out;
-}
-
-impl Raw for KeyUse {
-    type Out = u64;
-    fn raw(self) -> u64 {
-        let flags = match self {
-            KeyUse::None => 0,
-            KeyUse::Update => {
-                raw::REDISMODULE_CMD_KEY_RW
-                    | raw::REDISMODULE_CMD_KEY_ACCESS
-                    | raw::REDISMODULE_CMD_KEY_UPDATE
-            }
-            KeyUse::Remove => raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE,
-            KeyUse::Read => raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
-            KeyUse::Overwrite => raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
-        };
-        u64::from(flags)
-    }
-}
-
-impl Raw for Kind {
-    type Out = raw::RedisModuleCommandArgType;
-    fn raw(self) -> raw::RedisModuleCommandArgType {
-        match self {
-            Kind::Key => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
-            Kind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
-            Kind::String => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
-            Kind::Token => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
-            Kind::OneOf(_) => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
-            Kind::Block(_) => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
-        }
-    }
-}
-
-impl Raw for &Arg {
-    type Out = c_int;
-    fn raw(self) -> c_int {
-        let mut flags = raw::REDISMODULE_CMD_ARG_NONE;
-        if self.optional {
-            flags |= raw::REDISMODULE_CMD_ARG_OPTIONAL;
-        }
-        if self.multiple {
-            flags |= raw::REDISMODULE_CMD_ARG_MULTIPLE;
-        }
-        flags as c_int
-    }
-}
 
 /// What [`describe`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,145 +78,26 @@ fn set_info(ctx: Ctx, command: &Command) -> Outcome {
     let Some(doc) = find(command.name.to_bytes()) else {
         return Outcome::NoDocs;
     };
-    // SAFETY: reading the API pointers the module's load filled in (or left empty).
-    let (Some(get), Some(set)) = (unsafe { raw::RedisModule_GetCommand }, unsafe {
-        raw::RedisModule_SetCommandInfo
-    }) else {
-        return Outcome::NoApi;
-    };
-    // SAFETY: called from the load hook with its context, after the command was created.
-    let handle = unsafe { get(ctx, command.name.as_ptr()) };
-    if handle.is_null() {
-        return Outcome::Refused;
+    match redis::docs::set_command_docs(ctx, command.name, doc, SINCE, ARITY) {
+        None => Outcome::NoApi,
+        Some(true) => Outcome::Described,
+        Some(false) => Outcome::Refused,
     }
-    let mut keep = Vec::new();
-    let args = if doc.args.is_empty() {
-        ptr::null_mut()
-    } else {
-        lower(doc.args, &mut keep)
-    };
-    let mut key_specs = key_specs(doc.key);
-    let version = raw::RedisModuleCommandInfoVersion {
-        version: 1,
-        sizeof_historyentry: size_of::<raw::RedisModuleCommandHistoryEntry>(),
-        sizeof_keyspec: size_of::<raw::RedisModuleCommandKeySpec>(),
-        sizeof_arg: size_of::<raw::RedisModuleCommandArg>(),
-    };
-    let info = raw::RedisModuleCommandInfo {
-        version: &version,
-        summary: doc.summary.as_ptr(),
-        complexity: doc.complexity.as_ptr(),
-        since: SINCE.as_ptr(),
-        history: ptr::null_mut(),
-        tips: ptr::null(),
-        arity: ARITY,
-        key_specs: if doc.key == KeyUse::None {
-            ptr::null_mut()
-        } else {
-            key_specs.as_mut_ptr()
-        },
-        args,
-    };
-    // SAFETY: every pointer in `info` points into `version`, `key_specs`, `keep` or static
-    // strings, all alive until this call returns; Redis copies what it keeps.
-    let status = unsafe { set(handle, &info) };
-    if status == raw::REDISMODULE_OK as c_int {
-        Outcome::Described
-    } else {
-        Outcome::Refused
-    }
-}
-
-/// The one key spec of a keyed command (the key at argument 1), and the zeroed entry that
-/// ends the array.
-fn key_specs(key: KeyUse) -> [raw::RedisModuleCommandKeySpec; 2] {
-    let spec = |flags: u64, begin, pos, find, keystep| raw::RedisModuleCommandKeySpec {
-        notes: ptr::null(),
-        flags,
-        begin_search_type: begin,
-        bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
-            index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos },
-        },
-        find_keys_type: find,
-        fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
-            range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
-                lastkey: 0,
-                keystep,
-                limit: 0,
-            },
-        },
-    };
-    [
-        spec(
-            key.raw(),
-            raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
-            1,
-            raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
-            1,
-        ),
-        spec(
-            0,
-            raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INVALID,
-            0,
-            raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_OMITTED,
-            0,
-        ),
-    ]
-}
-
-/// `args` as Redis's array, ended by a zeroed entry; the arrays (this one and those of the
-/// sub-arguments) are kept in `keep`, which must outlive their use.
-fn lower(
-    args: &[Arg],
-    keep: &mut Vec<Vec<raw::RedisModuleCommandArg>>,
-) -> *mut raw::RedisModuleCommandArg {
-    let mut level = Vec::with_capacity(args.len() + 1);
-    for arg in args {
-        let subargs = match arg.kind.subargs() {
-            [] => ptr::null_mut(),
-            subargs => lower(subargs, keep),
-        };
-        level.push(raw::RedisModuleCommandArg {
-            name: arg.name.as_ptr(),
-            type_: arg.kind.raw(),
-            key_spec_index: if matches!(arg.kind, Kind::Key) { 0 } else { -1 },
-            token: arg.token.map_or(ptr::null(), CStr::as_ptr),
-            summary: arg.summary.as_ptr(),
-            since: ptr::null(),
-            flags: arg.raw(),
-            deprecated_since: ptr::null(),
-            subargs,
-            display_text: ptr::null(),
-        });
-    }
-    level.push(raw::RedisModuleCommandArg {
-        name: ptr::null(),
-        type_: 0,
-        key_spec_index: 0,
-        token: ptr::null(),
-        summary: ptr::null(),
-        since: ptr::null(),
-        flags: 0,
-        deprecated_since: ptr::null(),
-        subargs: ptr::null_mut(),
-        display_text: ptr::null(),
-    });
-    // The vector's buffer does not move when the vector is moved into `keep`.
-    let first = level.as_mut_ptr();
-    keep.push(level);
-    first
 }
 
 /// A warning in the server's log; nothing when there is no server (unit tests).
 fn log(ctx: Ctx, message: &str) {
-    crate::log::log(ctx, crate::log::Level::Warning, message);
+    crate::log::log(Some(ctx), crate::log::Level::Warning, message);
 }
 
 #[cfg(test)]
 mod tests {
+    use redis_module::raw;
+
     use super::super::{When, COMMANDS, NO_KEYS};
     use super::*;
-    use crate::args::syntax::ALL as DOCS;
+    use crate::args::syntax::{Arg, KeyUse, Kind, ALL as DOCS};
+    use crate::redis::docs::key_flags;
 
     #[test]
     fn every_command_has_docs() {
@@ -350,7 +176,7 @@ mod tests {
                 check(doc.name, &doc.args[1..]);
             }
             if doc.key != KeyUse::None {
-                let flags = doc.key.raw();
+                let flags = key_flags(doc.key);
                 let access = raw::REDISMODULE_CMD_KEY_RO
                     | raw::REDISMODULE_CMD_KEY_RW
                     | raw::REDISMODULE_CMD_KEY_OW
@@ -364,35 +190,12 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_raw_arrays_end_with_a_zeroed_entry() {
-        let doc = find(b"RL.DEBUG.CLOCK").unwrap();
-        let mut keep = Vec::new();
-        let first = lower(doc.args, &mut keep);
-        assert_eq!(keep.len(), 2, "the group's own array, then the command's");
-        let top = keep.last().unwrap();
-        assert_eq!(top.as_ptr(), first as *const _);
-        assert_eq!(top.len(), 2);
-        assert!(top[1].name.is_null());
-        let group = &keep[0];
-        assert_eq!(top[0].subargs as *const _, group.as_ptr());
-        assert_eq!(group.len(), 4);
-        assert!(group[3].name.is_null());
-        assert_eq!(group[2].type_, Kind::Token.raw());
-        let specs = key_specs(KeyUse::Read);
-        assert_eq!(specs[1].begin_search_type, 0);
-        assert_eq!(
-            specs[0].flags,
-            u64::from(raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS)
-        );
-    }
-
     /// Without a server the API pointers are empty: the same path as a server older than
     /// 7.0, which must load the commands without docs rather than fail.
     #[test]
     fn no_api_means_no_docs_and_no_failure() {
         for command in COMMANDS {
-            assert_eq!(describe(ptr::null_mut(), command), Outcome::NoApi);
+            assert_eq!(describe(Ctx::detached(), command), Outcome::NoApi);
         }
     }
 }

@@ -5,17 +5,15 @@ use crate::algorithms::fixed_window::FixedWindow;
 use crate::args::syntax::RL_FIXEDWINDOW;
 use crate::args::{self, params};
 use crate::error::Error;
-use crate::reply;
+use crate::response::{Extra, Response};
 
 /// `RL.FIXEDWINDOW key limit window [COST n] [DRYRUN] [BLOCK duration]`
 ///
 /// At most `limit` units per window, windows aligned to multiples of `window` since the Unix
 /// epoch. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
-pub fn rl_fixedwindow(call: &Call) -> Result<(), Error> {
+pub fn rl_fixedwindow(call: &Call) -> Result<Response, Error> {
     let a = admission::arguments(call, &RL_FIXEDWINDOW)?;
     let params = params::fixed_window(&a[2..4])?;
     let opts = args::options(&a[4..], 4)?;
-    admission::run::<FixedWindow>(call, c"RL.FIXEDWINDOW", params, opts, |ctx, d| {
-        reply::admission(ctx, d, None)
-    })
+    Ok(admission::run::<FixedWindow>(call, c"RL.FIXEDWINDOW", params, opts)?.reply(Extra::None))
 }

@@ -5,27 +5,25 @@ use crate::algorithms::gcra::Gcra;
 use crate::args::syntax::{CL_THROTTLE, RL_GCRA};
 use crate::args::{self, params, Options};
 use crate::error::Error;
-use crate::reply;
+use crate::response::{Extra, Response};
 
 /// `RL.GCRA key burst rate period [COST n] [DRYRUN] [BLOCK duration]`
 ///
 /// Admits up to `burst` units at once, then `rate` units per `period`, one every
 /// `period / rate`. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`
 /// (a map with a boolean `allowed` for RESP3 clients).
-pub fn rl_gcra(call: &Call) -> Result<(), Error> {
+pub fn rl_gcra(call: &Call) -> Result<Response, Error> {
     let a = admission::arguments(call, &RL_GCRA)?;
     let params = params::gcra(&a[2..5])?;
     let opts = args::options(&a[5..], 5)?;
-    admission::run::<Gcra>(call, c"RL.GCRA", params, opts, |ctx, d| {
-        reply::admission(ctx, d, None)
-    })
+    Ok(admission::run::<Gcra>(call, c"RL.GCRA", params, opts)?.reply(Extra::None))
 }
 
 /// `CL.THROTTLE key max_burst count period [quantity]`
 ///
 /// redis-cell's command: `count` per `period` seconds with bursts of `max_burst + 1`.
 /// Reply: `[limited, max_burst + 1, remaining, retry_after_s or -1, reset_after_s]`.
-pub fn cl_throttle(call: &Call) -> Result<(), Error> {
+pub fn cl_throttle(call: &Call) -> Result<Response, Error> {
     let a = call.args;
     if a.len() != 5 && a.len() != 6 {
         return Err(CL_THROTTLE.arity());
@@ -35,5 +33,5 @@ pub fn cl_throttle(call: &Call) -> Result<(), Error> {
         cost: quantity,
         ..Options::default()
     };
-    admission::run::<Gcra>(call, c"CL.THROTTLE", params, opts, reply::redis_cell)
+    Ok(admission::run::<Gcra>(call, c"CL.THROTTLE", params, opts)?.redis_cell())
 }

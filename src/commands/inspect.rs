@@ -5,7 +5,8 @@ use crate::algorithms::Snapshot;
 use crate::args::syntax::RL_INSPECT;
 use crate::clock;
 use crate::error::Error;
-use crate::reply::{self, int};
+use crate::reply::int;
+use crate::response::{Described, Inspection, Reply, Response};
 use crate::storage::{Key, Value};
 
 /// `RL.INSPECT key`
@@ -14,20 +15,20 @@ use crate::storage::{Key, Value};
 /// `algorithm`, the parameters, the stored state, and `remaining` and `reset_after_ms` as of
 /// the module's clock now, and `blocked_until_us` while a `BLOCK` penalty is set. An RL.LIMIT
 /// key adds `rules`, the same for each rule of the policy it was last written with.
-pub fn rl_inspect(call: &Call) -> Result<(), Error> {
+pub fn rl_inspect(call: &Call) -> Result<Response, Error> {
     if call.args.len() != 2 {
         return Err(RL_INSPECT.arity());
     }
-    let mut key = Key::open(call.ctx, call.key, false);
-    match key.snapshot()? {
-        None => reply::null(call.ctx),
+    let mut key = Key::open(call.ctx, call.key()?, false);
+    let reply = match key.snapshot()? {
+        None => Reply::Nil,
         Some(entry) => {
             let now_us = clock::read().now_us;
             let mut fields = named_fields(&entry.value.snapshot(now_us));
             if entry.blocked_until_us > 0 {
                 fields.push(("blocked_until_us", int(entry.blocked_until_us)));
             }
-            let rules: Vec<reply::Described> = match &entry.value {
+            let rules: Vec<Described> = match &entry.value {
                 Value::Limit(s) => s
                     .params
                     .iter()
@@ -42,10 +43,14 @@ pub fn rl_inspect(call: &Call) -> Result<(), Error> {
                     .collect(),
                 _ => Vec::new(),
             };
-            reply::described(call.ctx, entry.value.kind(), &fields, &rules);
+            Reply::Inspect(Inspection {
+                algorithm: entry.value.kind(),
+                fields,
+                rules,
+            })
         }
-    }
-    Ok(())
+    };
+    Ok(Response::reply(reply))
 }
 
 /// RL.INSPECT's fields after the algorithm name: the parameters, the stored state, then

@@ -1,13 +1,9 @@
-//! The commands: each parses its arguments, then hands over to storage and an algorithm.
+//! The commands: each parses its arguments and returns a [`Response`], what happened; the
+//! dispatcher ([`crate::dispatch`]) renders it, counts it, publishes a denial and propagates
+//! the write. No handler writes a reply or calls Redis itself.
 //!
-//! Every command is registered through [`register`] from one table, [`COMMANDS`], and runs
-//! behind [`dispatch`]: it reads the arguments without copying them, and turns an error into
-//! an error reply and a panic into an error reply too (a panic must never reach Redis: it
-//! would abort the server for every client). It also counts the call in the command's own
-//! counters (`INFO ratelimit`, see [`crate::metrics`]) and publishes a client's denial as the
-//! keyspace event `ratelimit.denied`. Both learn the decision from the admission reply, so a
-//! command added to the table gets them by replying through `reply::admission`; one that
-//! answers a DRYRUN or COST 0 also calls `metrics::preview()`, as `admission::run` does.
+//! Every command is registered through [`register`] from one table, [`COMMANDS`], whose
+//! entries run their handler through [`crate::dispatch::run`].
 
 mod admission;
 mod concurrency;
@@ -26,21 +22,18 @@ mod token_bucket;
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::slice;
-
-use redis_module::raw;
 
 pub use info::info;
 
 use crate::error::Error;
-use crate::metrics::{self, Stats};
-use crate::reply;
+use crate::log;
+use crate::metrics::Stats;
+use crate::redis::{self, Argv, CommandHandle, Ctx, RString};
+use crate::response::{Propagate, Response};
+pub use admission::write_replay;
 
-pub type Ctx = *mut raw::RedisModuleCtx;
-pub type RawString = *mut raw::RedisModuleString;
-type Handler = fn(&Call) -> Result<(), Error>;
-type RawHandler = extern "C" fn(Ctx, *mut RawString, c_int) -> c_int;
+/// A command's handler: a parsed call to what happened.
+pub type Handler = fn(&Call) -> Result<Response, Error>;
 
 /// How a command runs: for a client, or replayed from the replication stream or the AOF
 /// with the primary's clock reading and the key's absolute expiry time.
@@ -52,18 +45,39 @@ pub enum Mode {
 
 /// One call of a command.
 pub struct Call<'a> {
-    pub ctx: Ctx,
+    pub ctx: Ctx<'a>,
     /// The arguments as the command sees them: `[name, key, ...]`.
     pub args: &'a [&'a [u8]],
-    /// The key argument as a Redis string (null when the call has no key).
-    pub key: RawString,
-    /// The argument vector Redis passed to the command, `args.len()` long: the client's own
-    /// (`c->argv`), which propagation borrows (see `admission::propagate`).
-    pub argv: *mut RawString,
+    /// The key argument as a Redis string (`None` when the call has no key).
+    pub key: Option<RString<'a>>,
     pub mode: Mode,
 }
 
-impl Call<'_> {
+impl<'a> Call<'a> {
+    /// The key argument (every keyed command checks its arity first, so a missing key is
+    /// a bug).
+    pub fn key(&self) -> Result<RString<'a>, Error> {
+        self.key.ok_or(Error::Panic)
+    }
+
+    /// Whether RL.REPLAY runs this call (a write of the primary or the AOF).
+    pub fn replayed(&self) -> bool {
+        matches!(self.mode, Mode::Replay { .. })
+    }
+
+    /// How a write of this call reaches replicas and the AOF: a client's as RL.REPLAY with
+    /// the clock reading `now_us` and the key's expiry; a replayed one passed on verbatim.
+    pub fn propagation(&self, command: &'static CStr, now_us: u64, expire_at_ms: u64) -> Propagate {
+        match self.mode {
+            Mode::Live => Propagate::Replay {
+                command,
+                now_us,
+                expire_at_ms,
+            },
+            Mode::Replay { .. } => Propagate::Verbatim,
+        }
+    }
+
     /// The clock reading decisions use, and the real time in ms that expiry counts from: the
     /// module's clock for a client's call; the primary's reading when replayed (which also
     /// carries the absolute expiry, see [`Call::expire_at`]).
@@ -108,17 +122,20 @@ pub struct Command {
     pub handler: Handler,
     /// Its calls, admissions, denials and errors (`INFO ratelimit`).
     pub stats: &'static Stats,
-    raw: RawHandler,
+    entry: CommandHandle,
 }
 
 /// A table entry: the command, its counters (a static of its own, so that every entry gets
 /// them, whatever is added to the table), and the `extern "C"` entry point that runs its
-/// handler behind [`dispatch`].
+/// handler through the dispatcher.
 macro_rules! command {
     ($name:literal, $flags:literal, $acl:expr, $keys:expr, $when:expr, $replayable:expr, $handler:path) => {{
         static STATS: Stats = Stats::new();
-        extern "C" fn trampoline(ctx: Ctx, argv: *mut RawString, argc: c_int) -> c_int {
-            dispatch(ctx, argv, argc, $handler, &STATS)
+        struct Entry;
+        impl redis::Entry for Entry {
+            fn run(ctx: Ctx<'_>, argv: Argv<'_>) {
+                crate::dispatch::run(ctx, argv, $handler, &STATS)
+            }
         }
         Command {
             name: $name,
@@ -129,7 +146,7 @@ macro_rules! command {
             replayable: $replayable,
             handler: $handler,
             stats: &STATS,
-            raw: trampoline as RawHandler,
+            entry: redis::entry::<Entry>,
         }
     }};
 }
@@ -181,21 +198,13 @@ pub fn register(ctx: Ctx, cell_compat: bool) -> Result<(), String> {
         if command.when == When::CellCompat && !cell_compat {
             continue;
         }
-        let (first, last, step) = command.keys;
-        // SAFETY: called from the module's load hook with its context; the strings are
-        // NUL-terminated literals.
-        let status = unsafe {
-            raw::RedisModule_CreateCommand.unwrap()(
-                ctx,
-                command.name.as_ptr(),
-                Some(command.raw),
-                command.flags.as_ptr(),
-                first,
-                last,
-                step,
-            )
-        };
-        if status != raw::REDISMODULE_OK as c_int {
+        if !redis::create_command(
+            ctx,
+            command.name,
+            command.entry,
+            command.flags,
+            command.keys,
+        ) {
             return Err(format!("could not register {:?}", command.name));
         }
         command.stats.registered();
@@ -211,19 +220,9 @@ pub fn register(ctx: Ctx, cell_compat: bool) -> Result<(), String> {
 /// (the function is absent): grant the commands by name. A failure here is logged, not
 /// fatal: the command works, it just sits in no category.
 fn set_acl_categories(ctx: Ctx, command: &Command) {
-    // SAFETY: called from the load hook with its context, after the command was created.
-    unsafe {
-        let (Some(set), Some(get)) = (
-            raw::RedisModule_SetCommandACLCategories,
-            raw::RedisModule_GetCommand,
-        ) else {
-            return;
-        };
-        let handle = get(ctx, command.name.as_ptr());
-        if handle.is_null() || set(handle, command.acl.as_ptr()) != raw::REDISMODULE_OK as c_int {
-            let message = format!("no ACL categories for {:?}", command.name);
-            crate::log::log(ctx, crate::log::Level::Warning, &message);
-        }
+    if redis::set_acl_categories(ctx, command.name, command.acl) == Some(false) {
+        let message = format!("no ACL categories for {:?}", command.name);
+        log::log(Some(ctx), log::Level::Warning, &message);
     }
 }
 
@@ -234,106 +233,103 @@ pub fn replayable(name: &[u8]) -> Option<&'static Command> {
         .find(|c| c.replayable && c.name.to_bytes().eq_ignore_ascii_case(name))
 }
 
-/// Arguments above this count are read into a vector; below, onto the stack.
-const STACK_ARGS: usize = 12;
+/// Handlers without a server: a call's arguments in, a [`Response`] out. The context is
+/// detached (no server behind it), so these are the handlers and paths that answer before
+/// opening a key.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::response::Reply;
 
-/// Runs one call of a command: reads the arguments, runs the handler, replies with the
-/// error it returned or with [`Error::Panic`] for a panic, counts the call in `stats`, and
-/// publishes a denial (see [`notify_denied`]).
-fn dispatch(ctx: Ctx, argv: *mut RawString, argc: c_int, handler: Handler, stats: &Stats) -> c_int {
-    stats.call();
-    let enclosing = metrics::begin();
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
-        let argc = usize::try_from(argc).unwrap_or(0);
-        // SAFETY: Redis passes argc valid strings that outlive the call.
-        let strings: &[RawString] = if argv.is_null() || argc == 0 {
-            &[]
-        } else {
-            unsafe { slice::from_raw_parts(argv, argc) }
-        };
-        let mut stack: [&[u8]; STACK_ARGS] = [&[]; STACK_ARGS];
-        let heap: Vec<&[u8]>;
-        let args: &[&[u8]] = if strings.len() <= STACK_ARGS {
-            for (slot, &s) in stack.iter_mut().zip(strings) {
-                *slot = bytes(s);
-            }
-            &stack[..strings.len()]
-        } else {
-            heap = strings.iter().map(|&s| bytes(s)).collect();
-            &heap
-        };
-        let call = Call {
-            ctx,
+    fn call<'a>(args: &'a [&'a [u8]]) -> Call<'a> {
+        Call {
+            ctx: Ctx::detached(),
             args,
-            key: strings.get(1).copied().unwrap_or(std::ptr::null_mut()),
-            argv,
+            key: None,
             mode: Mode::Live,
-        };
-        handler(&call)
-    }));
-    let record = metrics::end(enclosing);
-    match outcome {
-        Ok(Ok(())) => {
-            stats.outcome(record.outcome());
-            if record.publishes_denial() && argc >= 2 && !argv.is_null() {
-                // SAFETY: argv holds argc >= 2 strings; the key is the first argument.
-                notify_denied(ctx, unsafe { *argv.add(1) });
-            }
-        }
-        Ok(Err(e)) => {
-            stats.error();
-            reply::error(ctx, &e);
-        }
-        Err(_) => {
-            stats.error();
-            reply::error(ctx, &Error::Panic);
         }
     }
-    raw::REDISMODULE_OK as c_int
-}
 
-/// The keyspace event a denial publishes on its key.
-const DENIED_EVENT: &CStr = c"ratelimit.denied";
-
-/// Publishes `ratelimit.denied` on `key`, a module keyspace event: Redis sends it to
-/// `__keyspace@<db>__:<key>` and `__keyevent@<db>__:ratelimit.denied` only when
-/// `notify-keyspace-events` has `d` (or `A`) with `K` or `E`, and drops it otherwise after
-/// one bit test. Only for a client's own request: RL.REPLAY marks its calls (a replica or
-/// the AOF replaying a BLOCK denial publishes nothing; the primary did, for its client).
-fn notify_denied(ctx: Ctx, key: RawString) {
-    if key.is_null() {
-        return;
+    fn words(items: &[&str]) -> Reply {
+        Reply::Strings(items.iter().map(|w| w.as_bytes().to_vec()).collect())
     }
-    // SAFETY: ctx is the running command's context and key one of its arguments; the
-    // function exists on every supported server, checked anyway.
-    unsafe {
-        if let Some(notify) = raw::RedisModule_NotifyKeyspaceEvent {
-            notify(
-                ctx,
-                raw::REDISMODULE_NOTIFY_MODULE,
-                DENIED_EVENT.as_ptr(),
-                key,
-            );
+
+    #[test]
+    fn policy_commands_reply_and_propagate_by_value() {
+        let name: &[u8] = b"handler-unit-test";
+        let set = policy::rl_policy_set(&call(&[
+            b"RL.POLICY.SET",
+            name,
+            b"gcra",
+            b"10",
+            b"5",
+            b"1s",
+            b"rl.fixedwindow",
+            b"100",
+            b"1h",
+        ]))
+        .unwrap();
+        assert_eq!(set.reply, Reply::Ok);
+        assert_eq!(set.propagate, Propagate::Verbatim);
+
+        let get = policy::rl_policy_get(&call(&[b"RL.POLICY.GET", name])).unwrap();
+        let expected = words(&["GCRA", "10", "5", "1s", "FIXEDWINDOW", "100", "1h"]);
+        assert_eq!(get.reply, expected);
+        assert_eq!(get.propagate, Propagate::Nothing);
+
+        let list = policy::rl_policy_list(&call(&[b"RL.POLICY.LIST"])).unwrap();
+        match list.reply {
+            Reply::Strings(names) => assert!(names.iter().any(|n| n == name)),
+            other => panic!("RL.POLICY.LIST replied {other:?}"),
+        }
+
+        let del = policy::rl_policy_del(&call(&[b"RL.POLICY.DEL", name])).unwrap();
+        assert_eq!(del.reply, Reply::Int(1));
+        assert_eq!(del.propagate, Propagate::Verbatim);
+        let again = policy::rl_policy_del(&call(&[b"RL.POLICY.DEL", name])).unwrap();
+        assert_eq!(again.reply, Reply::Int(0));
+        assert_eq!(
+            again.propagate,
+            Propagate::Nothing,
+            "nothing deleted, nothing sent"
+        );
+        let gone = policy::rl_policy_get(&call(&[b"RL.POLICY.GET", name])).unwrap();
+        assert_eq!(gone.reply, Reply::Nil);
+    }
+
+    #[test]
+    fn bad_arguments_are_errors_before_any_key_is_opened() {
+        let cases: [(Handler, &[&[u8]], &str); 5] = [
+            (
+                gcra::rl_gcra,
+                &[b"RL.GCRA", b"k", b"0", b"5", b"1s"],
+                "ERR invalid burst: expected an integer from 1 to 1000000000000",
+            ),
+            (
+                gcra::cl_throttle,
+                &[b"CL.THROTTLE", b"k", b"1"],
+                "ERR wrong number of arguments for 'CL.THROTTLE': expected CL.THROTTLE key max_burst count \
+                 period [quantity]",
+            ),
+            (
+                fixed_window::rl_fixedwindow,
+                &[b"RL.FIXEDWINDOW", b"k", b"5", b"1m", b"COST", b"-1"],
+                "ERR invalid COST: expected an integer from 0 to 1000000000000",
+            ),
+            (
+                policy::rl_limit,
+                &[b"RL.LIMIT", b"k", b"nope"],
+                "ERR no policy named 'nope': create it with RL.POLICY.SET nope rule [rule ...]",
+            ),
+            (
+                inspect::rl_inspect,
+                &[b"RL.INSPECT"],
+                "ERR wrong number of arguments for 'RL.INSPECT': expected RL.INSPECT key",
+            ),
+        ];
+        for (handler, args, expected) in cases {
+            let error = handler(&call(args)).unwrap_err();
+            assert_eq!(error.to_string(), expected, "{:?}", args[0]);
         }
     }
-}
-
-/// The bytes of a Redis string, valid while the string lives.
-fn bytes<'a>(s: RawString) -> &'a [u8] {
-    let mut len = 0;
-    // SAFETY: s is a live argument string; Redis returns its buffer and length.
-    unsafe {
-        let ptr = raw::RedisModule_StringPtrLen.unwrap()(s, &mut len);
-        if ptr.is_null() {
-            &[]
-        } else {
-            slice::from_raw_parts(ptr.cast::<u8>(), len)
-        }
-    }
-}
-
-/// The context flags of the running command.
-fn context_flags(ctx: Ctx) -> u32 {
-    // SAFETY: ctx is the running command's context.
-    unsafe { raw::RedisModule_GetContextFlags.map_or(0, |flags| flags(ctx) as u32) }
 }

@@ -2,21 +2,16 @@
 //! from ordinary clients, whatever their ACL: they carry a clock reading or a raw state,
 //! and a client that could send them could forge any limiter's state.
 
-use redis_module::raw;
-
 use super::admission::parse_replay;
-use super::{context_flags, replayable, Call, Mode};
+use super::{replayable, Call, Mode};
 use crate::args::syntax::{RL_LOADSTATE, RL_REPLAY};
 use crate::error::Error;
-use crate::metrics;
-use crate::reply;
+use crate::response::{Propagate, Reply, Response};
 use crate::storage::{codec, Key};
 
 /// Accepted only from the replication link (the primary) or while loading the AOF.
 fn internal_only(call: &Call, command: &'static str) -> Result<(), Error> {
-    let flags = context_flags(call.ctx);
-    let allowed = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
-    if flags & allowed == 0 {
+    if !call.ctx.replicated_or_loading() {
         return Err(Error::InternalOnly { command });
     }
     Ok(())
@@ -28,11 +23,11 @@ fn internal_only(call: &Call, command: &'static str) -> Result<(), Error> {
 /// `now_us` and sets the key to expire at `expire_at_ms` (absolute, real clock) if it writes.
 /// The clock, the command and its first argument after the key share one argument so that
 /// the primary can send this with the client's own argument count (see
-/// `admission::propagate`). Reply: whatever the replayed command replies.
-pub fn rl_replay(call: &Call) -> Result<(), Error> {
+/// `crate::dispatch`). Reply: whatever the replayed command replies.
+pub fn rl_replay(call: &Call) -> Result<Response, Error> {
     internal_only(call, "RL.REPLAY")?;
-    // Counted under RL.REPLAY; a replayed denial publishes no keyspace event.
-    metrics::replayed();
+    // Counted under RL.REPLAY; a replayed denial publishes no keyspace event (the mode
+    // below marks the response).
     let a = call.args;
     if a.len() < 3 {
         return Err(RL_REPLAY.arity());
@@ -46,7 +41,6 @@ pub fn rl_replay(call: &Call) -> Result<(), Error> {
         ctx: call.ctx,
         args: &args,
         key: call.key,
-        argv: call.argv,
         mode: Mode::Replay {
             now_us: replayed.now_us,
             expire_at_ms: replayed.expire_at_ms,
@@ -59,19 +53,14 @@ pub fn rl_replay(call: &Call) -> Result<(), Error> {
 ///
 /// Sets the key's state from its encoding; the AOF rewrite emits it for every limiter key,
 /// followed by the key's PEXPIREAT. Reply: OK.
-pub fn rl_loadstate(call: &Call) -> Result<(), Error> {
+pub fn rl_loadstate(call: &Call) -> Result<Response, Error> {
     internal_only(call, "RL.LOADSTATE")?;
     let a = call.args;
     if a.len() != 3 {
         return Err(RL_LOADSTATE.arity());
     }
     let value = codec::decode(a[2]).map_err(|_| Error::BadState)?;
-    let mut key = Key::open(call.ctx, call.key, true);
+    let mut key = Key::open(call.ctx, call.key()?, true);
     key.replace(value)?;
-    // SAFETY: ctx is the running command's context.
-    unsafe {
-        raw::RedisModule_ReplicateVerbatim.unwrap()(call.ctx);
-    }
-    reply::ok(call.ctx);
-    Ok(())
+    Ok(Response::propagating(Reply::Ok, Propagate::Verbatim))
 }

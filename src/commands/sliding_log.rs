@@ -5,7 +5,7 @@ use crate::algorithms::sliding_log::SlidingLog;
 use crate::args::syntax::RL_SLIDINGLOG;
 use crate::args::{self, params};
 use crate::error::Error;
-use crate::reply;
+use crate::response::{Extra, Response};
 
 /// `RL.SLIDINGLOG key limit window [COST n] [DRYRUN] [BLOCK duration]`
 ///
@@ -13,7 +13,7 @@ use crate::reply;
 /// `limit` is bounded by the setting `ratelimit.sliding-log-max-limit`, since the log keeps
 /// a few bytes per admitted unit. Reply: `[allowed, limit, remaining, retry_after_ms,
 /// reset_after_ms]`.
-pub fn rl_slidinglog(call: &Call) -> Result<(), Error> {
+pub fn rl_slidinglog(call: &Call) -> Result<Response, Error> {
     let a = admission::arguments(call, &RL_SLIDINGLOG)?;
     // A replica replays what its primary admitted, whatever its own setting says.
     let max = match call.mode {
@@ -22,7 +22,5 @@ pub fn rl_slidinglog(call: &Call) -> Result<(), Error> {
     };
     let params = params::sliding_log(&a[2..4], max)?;
     let opts = args::options(&a[4..], 4)?;
-    admission::run::<SlidingLog>(call, c"RL.SLIDINGLOG", params, opts, |ctx, d| {
-        reply::admission(ctx, d, None)
-    })
+    Ok(admission::run::<SlidingLog>(call, c"RL.SLIDINGLOG", params, opts)?.reply(Extra::None))
 }

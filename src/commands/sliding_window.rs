@@ -5,18 +5,19 @@ use crate::algorithms::sliding_window::SlidingWindow;
 use crate::args::syntax::RL_SLIDINGWINDOW;
 use crate::args::{self, params};
 use crate::error::Error;
-use crate::reply;
+use crate::response::{Extra, Response};
 
 /// `RL.SLIDINGWINDOW key limit window [COST n] [DRYRUN] [BLOCK duration]`
 ///
 /// The sliding window counter: the previous aligned window's count, weighted by how much of
 /// it still overlaps the sliding window, plus the current one's, at most `limit`.
 /// Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
-pub fn rl_slidingwindow(call: &Call) -> Result<(), Error> {
+pub fn rl_slidingwindow(call: &Call) -> Result<Response, Error> {
     let a = admission::arguments(call, &RL_SLIDINGWINDOW)?;
     let params = params::sliding_window(&a[2..4])?;
     let opts = args::options(&a[4..], 4)?;
-    admission::run::<SlidingWindow>(call, c"RL.SLIDINGWINDOW", params, opts, |ctx, d| {
-        reply::admission(ctx, d, None)
-    })
+    Ok(
+        admission::run::<SlidingWindow>(call, c"RL.SLIDINGWINDOW", params, opts)?
+            .reply(Extra::None),
+    )
 }

@@ -5,14 +5,14 @@ use crate::algorithms::token_bucket::TokenBucket;
 use crate::args::syntax::RL_TOKENBUCKET;
 use crate::args::{self, params};
 use crate::error::Error;
-use crate::reply;
+use crate::response::{Extra, Response};
 
 /// `RL.TOKENBUCKET key capacity refill_amount refill_period [INTERVAL] [COST n] [DRYRUN] [BLOCK duration]`
 ///
 /// A bucket of `capacity` tokens, full at first, refilled with `refill_amount` tokens per
 /// `refill_period` (continuously, or in whole steps at each period with `INTERVAL`); a request
 /// takes `COST` tokens. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
-pub fn rl_tokenbucket(call: &Call) -> Result<(), Error> {
+pub fn rl_tokenbucket(call: &Call) -> Result<Response, Error> {
     let a = admission::arguments(call, &RL_TOKENBUCKET)?;
     let mut params = params::token_bucket(&a[2..5], false)?;
     let (opts, flags) = args::options_with(
@@ -22,7 +22,5 @@ pub fn rl_tokenbucket(call: &Call) -> Result<(), Error> {
         "COST n, DRYRUN, BLOCK duration or INTERVAL",
     )?;
     params.interval = flags & 1 != 0;
-    admission::run::<TokenBucket>(call, c"RL.TOKENBUCKET", params, opts, |ctx, d| {
-        reply::admission(ctx, d, None)
-    })
+    Ok(admission::run::<TokenBucket>(call, c"RL.TOKENBUCKET", params, opts)?.reply(Extra::None))
 }

@@ -224,12 +224,7 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
             for _ in 0..len {
                 words.push_back(r.u32()?);
             }
-            let state = sliding_log::State {
-                words,
-                base_us,
-                unit_us,
-                total,
-            };
+            let state = sliding_log::State::new(words, base_us, unit_us, total);
             if !sliding_log::is_valid(&state) {
                 return Err(DecodeError);
             }
@@ -431,12 +426,12 @@ mod tests {
                     limit: 10,
                     window_ms: 60_000,
                 },
-                state: sliding_log::State {
-                    words: VecDeque::from(vec![1, 2 | sliding_log::FLAG, 4, 9]),
-                    base_us: 1_700_000_000_000_000,
-                    unit_us: sliding_log::unit_for(60_000_000),
-                    total: 6,
-                },
+                state: sliding_log::State::new(
+                    VecDeque::from(vec![1, 2 | sliding_log::FLAG, 4, 9]),
+                    1_700_000_000_000_000,
+                    sliding_log::unit_for(60_000_000),
+                    6,
+                ),
             }),
             Value::Concurrency(Stored {
                 params: concurrency::Params {

@@ -332,12 +332,7 @@ mod tests {
                 limit: 1,
                 window_ms: 1,
             },
-            state: sliding_log::State {
-                words: Default::default(),
-                base_us: 0,
-                unit_us: 1,
-                total: 0,
-            },
+            state: sliding_log::State::new(Default::default(), 0, 1, 0),
         });
         assert_eq!(pack(&log), None);
         let busy = Value::SlidingWindow(Stored {

@@ -13,7 +13,7 @@ pub mod policies;
 pub mod value;
 
 use std::borrow::Cow;
-use std::os::raw::{c_char, c_int, c_void};
+use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
@@ -22,6 +22,7 @@ use redis_module::raw;
 
 use crate::algorithms::{penalty, Decision};
 use crate::error::Error;
+use crate::redis::{Ctx, Digest, Holds, Io, RString, RawKey};
 pub use codec::Entry;
 use compact::{interner, Cell};
 pub use value::{Stored, Value, Variant};
@@ -103,7 +104,13 @@ fn into_raw(entry: Entry) -> *mut c_void {
 /// # Safety
 /// As for [`repr`].
 unsafe fn value_of<'a>(ptr: *mut c_void) -> Option<Cow<'a, Entry>> {
-    match repr(ptr) {
+    entry_of(repr(ptr))
+}
+
+/// The value a [`Repr`] holds (unpacked from a cell), or `None` for a cell whose parameters
+/// are gone (which would be a bug).
+fn entry_of(repr: Repr<'_>) -> Option<Cow<'_, Entry>> {
+    match repr {
         Repr::Whole(entry) => Some(Cow::Borrowed(entry)),
         Repr::Compact(cell) => {
             let params = *interner().get(cell.params)?;
@@ -131,22 +138,28 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
     if encver != ENCODING_VERSION {
         return ptr::null_mut();
     }
+    // SAFETY: the stream Redis passed to this callback.
+    let Some(io) = Io::from_raw(rdb) else {
+        return ptr::null_mut();
+    };
     catch_unwind(|| {
-        let Ok(buffer) = raw::load_string_buffer(rdb) else {
-            return ptr::null_mut();
-        };
-        match codec::decode(buffer.as_ref()) {
+        io.with_bytes(|buffer| match codec::decode(buffer) {
             Ok(value) => into_raw(value),
             Err(_) => ptr::null_mut(),
-        }
+        })
+        .unwrap_or(ptr::null_mut())
     })
     .unwrap_or(ptr::null_mut())
 }
 
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    // SAFETY: the stream Redis passed to this callback.
+    let Some(io) = Io::from_raw(rdb) else {
+        return;
+    };
     let _ = catch_unwind(|| {
         if let Some(value) = value_of(value) {
-            raw::save_slice(rdb, &codec::encode(&value));
+            io.save_bytes(&codec::encode(&value));
         }
     });
 }
@@ -156,20 +169,13 @@ unsafe extern "C" fn aof_rewrite(
     key: *mut raw::RedisModuleString,
     value: *mut c_void,
 ) {
+    // SAFETY: the stream and key Redis passed to this callback.
+    let (Some(io), Some(key)) = (Io::from_raw(aof), RString::from_raw(key)) else {
+        return;
+    };
     let _ = catch_unwind(|| {
-        let Some(value) = value_of(value) else {
-            return;
-        };
-        let blob = codec::encode(&value);
-        if let Some(emit) = raw::RedisModule_EmitAOF {
-            emit(
-                aof,
-                LOADSTATE.as_ptr(),
-                c"sb".as_ptr(),
-                key,
-                blob.as_ptr().cast::<c_char>(),
-                blob.len(),
-            );
+        if let Some(value) = value_of(value) {
+            io.emit_aof(LOADSTATE, key, &codec::encode(&value));
         }
     });
 }
@@ -183,19 +189,15 @@ unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
-    let _ = catch_unwind(|| {
-        let Some(value) = value_of(value) else {
-            return;
-        };
-        let mut blob = codec::encode(&value);
-        if let (Some(add), Some(end)) = (
-            raw::RedisModule_DigestAddStringBuffer,
-            raw::RedisModule_DigestEndSequence,
-        ) {
-            add(md, blob.as_mut_ptr().cast::<c_char>(), blob.len());
-            end(md);
+    // SAFETY: the digest Redis passed to this callback.
+    let Some(mut md) = Digest::from_raw(md) else {
+        return;
+    };
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        if let Some(value) = value_of(value) {
+            md.add_sequence(&mut codec::encode(&value));
         }
-    });
+    }));
 }
 
 unsafe extern "C" fn free(value: *mut c_void) {
@@ -235,48 +237,25 @@ pub struct Request {
 /// that a call changed (its value set, its state updated, its expiry set, or deleted) is
 /// signalled as modified when it is closed, which aborts other clients' `WATCH` and
 /// invalidates client-side caches; a key only read (a denial, a DRYRUN) is not.
-pub struct Key {
-    ptr: *mut raw::RedisModuleKey,
-    ctx: *mut raw::RedisModuleCtx,
-    name: *mut raw::RedisModuleString,
+pub struct Key<'a> {
+    raw: RawKey<'a>,
     modified: bool,
 }
 
-impl Drop for Key {
+impl Drop for Key<'_> {
     fn drop(&mut self) {
-        // SAFETY: `ptr` came from RedisModule_OpenKey and is closed once; ctx and name are
-        // the running command's.
-        unsafe {
-            if self.modified {
-                if let Some(signal) = raw::RedisModule_SignalModifiedKey {
-                    signal(self.ctx, self.name);
-                }
-            }
-            if let Some(close) = raw::RedisModule_CloseKey {
-                close(self.ptr);
-            }
+        if self.modified {
+            self.raw.signal_modified();
         }
+        // `raw` closes the key after this.
     }
 }
 
-impl Key {
+impl<'a> Key<'a> {
     /// Opens `name` for reading, or for reading and writing.
-    pub fn open(
-        ctx: *mut raw::RedisModuleCtx,
-        name: *mut raw::RedisModuleString,
-        write: bool,
-    ) -> Key {
-        let mode = if write {
-            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
-        } else {
-            raw::REDISMODULE_READ
-        };
-        // SAFETY: ctx and name are the live arguments of the running command.
-        let ptr = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx, name.cast(), mode as c_int) };
+    pub fn open(ctx: Ctx<'a>, name: RString<'a>, write: bool) -> Key<'a> {
         Key {
-            ptr: ptr.cast(),
-            ctx,
-            name,
+            raw: ctx.open_key(name, write),
             modified: false,
         }
     }
@@ -284,62 +263,64 @@ impl Key {
     /// The key's value pointer: `None` when the key does not exist, WRONGTYPE when it holds
     /// another Redis type.
     fn raw_value(&mut self) -> Result<Option<*mut c_void>, Error> {
-        // SAFETY: the key is open.
-        unsafe {
-            let kind = raw::RedisModule_KeyType.unwrap()(self.ptr);
-            if kind == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
-                return Ok(None);
-            }
-            if kind != raw::REDISMODULE_KEYTYPE_MODULE as c_int
-                || raw::RedisModule_ModuleTypeGetType.unwrap()(self.ptr) != raw_type()
-            {
-                return Err(Error::WrongType);
-            }
-            Ok(Some(raw::RedisModule_ModuleTypeGetValue.unwrap()(self.ptr)))
+        match self.raw.holds() {
+            Holds::Nothing => Ok(None),
+            Holds::Module(ty) if ty == raw_type() => Ok(Some(self.raw.value())),
+            _ => Err(Error::WrongType),
+        }
+    }
+
+    /// The key's value as this module made it: `None` when the key does not exist,
+    /// WRONGTYPE when it holds another Redis type. Borrowed from the open key.
+    fn stored(&mut self) -> Result<Option<Repr<'_>>, Error> {
+        match self.raw_value()? {
+            None => Ok(None),
+            // SAFETY: a value of our type is a pointer this module made (`into_raw`), alive
+            // while the key is open; the borrow of the key keeps anything else here from
+            // touching it, and nothing else does during the command.
+            Some(ptr) => Ok(Some(unsafe { repr(ptr) })),
         }
     }
 
     /// A copy of the key's value (`None`: no key), for reading it whole (RL.INSPECT).
     pub fn snapshot(&mut self) -> Result<Option<Entry>, Error> {
-        match self.raw_value()? {
+        match self.stored()? {
             None => Ok(None),
-            // SAFETY: a value of our type is a pointer this module made.
-            Some(ptr) => unsafe {
-                value_of(ptr)
-                    .map(|v| Some(v.into_owned()))
-                    .ok_or(Error::Panic)
-            },
+            Some(repr) => entry_of(repr)
+                .map(|v| Some(v.into_owned()))
+                .ok_or(Error::Panic),
         }
     }
 
     /// Decides a request of algorithm `A` on this key: `step` gets the key's stored
     /// parameters and state (`None` for a fresh key) and whether it may write, and returns the
     /// decision, changing the state only when the request is admitted and writes (the
-    /// algorithms' contract). When the request writes and is admitted, the key then holds
+    /// algorithms' contract), and anything else it hands back (`T`, returned as is: RL.LIMIT's
+    /// binding rule). When the request writes and is admitted, the key then holds
     /// `params` and the new state. A blocked key refuses everything until its block ends; a
-    /// denied request may start a block ([`penalty`]). Returns the decision and whether the
+    /// denied request may start a block ([`penalty`]). Returns the decision, whether the
     /// key changed (and so must expire anew and propagate). A key holding another
     /// algorithm's state is an error naming both; nothing changes on any error.
-    pub fn update<A: Variant>(
+    pub fn update<A: Variant, T>(
         &mut self,
         params: &A::Params,
         request: Request,
-        step: impl FnOnce(Option<(&A::Params, &mut A::State)>, bool) -> (Decision, Option<A::State>),
-    ) -> Result<(Decision, bool), Error> {
-        let outcome = self.decide::<A>(params, request, step);
-        if let Ok((_, true)) = outcome {
+        step: impl FnOnce(Option<(&A::Params, &mut A::State)>, bool) -> (Decision, Option<A::State>, T),
+    ) -> Result<(Decision, bool, T), Error> {
+        let outcome = self.decide::<A, T>(params, request, step);
+        if let Ok((_, true, _)) = outcome {
             self.modified = true;
         }
         outcome
     }
 
     /// [`Key::update`] without the bookkeeping of what changed.
-    fn decide<A: Variant>(
+    fn decide<A: Variant, T>(
         &mut self,
         params: &A::Params,
         request: Request,
-        step: impl FnOnce(Option<(&A::Params, &mut A::State)>, bool) -> (Decision, Option<A::State>),
-    ) -> Result<(Decision, bool), Error> {
+        step: impl FnOnce(Option<(&A::Params, &mut A::State)>, bool) -> (Decision, Option<A::State>, T),
+    ) -> Result<(Decision, bool, T), Error> {
         let Request {
             now_us,
             cost,
@@ -350,44 +331,44 @@ impl Key {
             stored: value.algorithm_name(),
             requested: A::NAME,
         };
-        let Some(ptr) = self.raw_value()? else {
+        let Some(repr) = self.stored()? else {
             // A fresh key denies only what can never fit, which starts no block.
-            let (decision, fresh) = step(None, write);
+            let (decision, fresh, aside) = step(None, write);
             if let (true, Some(state)) = (decision.allowed && write, fresh) {
                 let stored = Stored {
                     params: params.clone(),
                     state,
                 };
                 self.set(into_raw(Entry::new(A::wrap(stored))));
-                return Ok((decision, true));
+                return Ok((decision, true, aside));
             }
-            return Ok((decision, false));
+            return Ok((decision, false, aside));
         };
-        // SAFETY: a value of our type is a pointer this module made, alive while the key is
-        // open; nothing else touches it during the command.
-        match unsafe { repr(ptr) } {
+        match repr {
             Repr::Whole(entry) => {
                 let error = other(&entry.value);
                 let stored = A::get_mut(&mut entry.value).ok_or(error)?;
                 let blocked = entry.blocked_until_us;
                 if blocked > now_us {
-                    let (mut decision, _) = step(Some((&stored.params, &mut stored.state)), false);
+                    let (mut decision, _, aside) =
+                        step(Some((&stored.params, &mut stored.state)), false);
                     penalty::apply(&mut decision, blocked, now_us);
-                    return Ok((decision, false));
+                    return Ok((decision, false, aside));
                 }
-                let (mut decision, _) = step(Some((&stored.params, &mut stored.state)), write);
+                let (mut decision, _, aside) =
+                    step(Some((&stored.params, &mut stored.state)), write);
                 if decision.allowed && write {
                     stored.params = params.clone();
                     entry.blocked_until_us = 0;
-                    return Ok((decision, true));
+                    return Ok((decision, true, aside));
                 }
                 match penalty::starts(&decision, cost, write, block_ms, now_us) {
                     Some(until) => {
                         entry.blocked_until_us = until;
                         penalty::apply(&mut decision, until, now_us);
-                        Ok((decision, true))
+                        Ok((decision, true, aside))
                     }
-                    None => Ok((decision, false)),
+                    None => Ok((decision, false, aside)),
                 }
             }
             Repr::Compact(cell) => {
@@ -395,7 +376,8 @@ impl Key {
                 let mut value = compact::unpack(&interned, cell.state());
                 let error = other(&value);
                 let stored = A::get_mut(&mut value).ok_or(error)?;
-                let (mut decision, _) = step(Some((&stored.params, &mut stored.state)), write);
+                let (mut decision, _, aside) =
+                    step(Some((&stored.params, &mut stored.state)), write);
                 if !(decision.allowed && write) {
                     // A block keeps the whole entry (a cell has no room for it).
                     return match penalty::starts(&decision, cost, write, block_ms, now_us) {
@@ -405,9 +387,9 @@ impl Key {
                                 value,
                                 blocked_until_us: until,
                             }));
-                            Ok((decision, true))
+                            Ok((decision, true, aside))
                         }
-                        None => Ok((decision, false)),
+                        None => Ok((decision, false, aside)),
                     };
                 }
                 stored.params = params.clone();
@@ -426,7 +408,7 @@ impl Key {
                     // and its parameters released, by Redis through `free`).
                     None => self.set(into_raw(Entry::new(value))),
                 }
-                Ok((decision, true))
+                Ok((decision, true, aside))
             }
         }
     }
@@ -436,11 +418,10 @@ impl Key {
     /// that changes the state then sets the key's expiry or deletes it, which marks the key
     /// modified.
     pub fn whole<A: Variant>(&mut self) -> Result<Option<&mut Stored<A>>, Error> {
-        let Some(ptr) = self.raw_value()? else {
+        let Some(repr) = self.stored()? else {
             return Ok(None);
         };
-        // SAFETY: as in `update`.
-        let value: &mut Value = match unsafe { repr(ptr) } {
+        let value: &mut Value = match repr {
             Repr::Whole(entry) => &mut entry.value,
             Repr::Compact(cell) => {
                 // A packed value is another algorithm's: name it in the error.
@@ -475,37 +456,18 @@ impl Key {
     /// gone: callers set it again.
     fn set(&mut self, ptr: *mut c_void) {
         self.modified = true;
-        // SAFETY: the key is open for writing; Redis owns the pointer from here and hands it
-        // back to `free`.
-        unsafe {
-            raw::RedisModule_ModuleTypeSetValue.unwrap()(self.ptr, raw_type(), ptr);
-        }
+        self.raw.set_value(raw_type(), ptr);
     }
 
     /// Expires the key at `at_ms`, an absolute time on the real clock (ms since the epoch).
     pub fn expire_at(&mut self, at_ms: u64) {
         self.modified = true;
-        let at = i64::try_from(at_ms).unwrap_or(i64::MAX);
-        // SAFETY: the key is open for writing and exists.
-        unsafe {
-            match raw::RedisModule_SetAbsExpire {
-                Some(set_abs) => {
-                    set_abs(self.ptr, at);
-                }
-                None => {
-                    let now = raw::RedisModule_Milliseconds.unwrap()();
-                    raw::RedisModule_SetExpire.unwrap()(self.ptr, at.saturating_sub(now).max(1));
-                }
-            }
-        }
+        self.raw.expire_at(at_ms);
     }
 
     /// Deletes the key (a fresh key needs no state).
     pub fn delete(&mut self) {
         self.modified = true;
-        // SAFETY: the key is open for writing.
-        unsafe {
-            raw::RedisModule_DeleteKey.unwrap()(self.ptr);
-        }
+        self.raw.delete();
     }
 }

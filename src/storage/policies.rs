@@ -16,7 +16,7 @@
 //! reference) once, so it sees the old policy or the new one, never a mix.
 
 use std::collections::BTreeMap;
-use std::os::raw::{c_char, c_int, c_void};
+use std::os::raw::{c_int, c_void};
 use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -26,6 +26,7 @@ use redis_module::raw;
 use crate::algorithms::policy::Rules;
 use crate::args::rules;
 use crate::config::SLIDING_LOG_LIMIT_CEILING;
+use crate::redis::{Ctx, Io};
 
 /// The longest policy name, in bytes.
 pub const MAX_NAME: usize = 256;
@@ -72,25 +73,11 @@ pub fn all() -> Vec<(Vec<u8>, Arc<Policy>)> {
 
 /// Subscribes to fork events (see the module documentation). A server without the event
 /// API still persists policies in the RDB and the AOF preamble; that is logged.
-pub fn init(ctx: *mut raw::RedisModuleCtx) {
-    let event = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_FORK_CHILD,
-        dataver: 1,
-    };
-    let async_load = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD,
-        dataver: 1,
-    };
-    // SAFETY: called from the module's load hook with its context.
-    let subscribed = unsafe {
-        raw::RedisModule_SubscribeToServerEvent.is_some_and(|subscribe| {
-            subscribe(ctx, async_load, Some(on_async_load));
-            subscribe(ctx, event, Some(on_fork)) == raw::REDISMODULE_OK as c_int
-        })
-    };
-    if !subscribed {
+pub fn init(ctx: Ctx) {
+    ctx.subscribe(raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD, Some(on_async_load));
+    if !ctx.subscribe(raw::REDISMODULE_EVENT_FORK_CHILD, Some(on_fork)) {
         crate::log::log(
-            ctx,
+            Some(ctx),
             crate::log::Level::Warning,
             "no fork events on this server: policies persist through the RDB and the AOF \
              preamble, not through an AOF rewrite without the preamble",
@@ -113,24 +100,19 @@ unsafe extern "C" fn on_fork(
     subevent: u64,
     _data: *mut c_void,
 ) {
+    // SAFETY: the context Redis passed to this callback.
+    let Some(ctx) = Ctx::from_raw(ctx) else {
+        return;
+    };
     let _ = catch_unwind(|| {
         if subevent != raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
             return;
         }
-        let (Some(flags), Some(timer)) = (
-            raw::RedisModule_GetContextFlags,
-            raw::RedisModule_CreateTimer,
-        ) else {
-            return;
-        };
-        if flags(ctx) as u32 & raw::REDISMODULE_CTX_FLAGS_AOF == 0
-            || table().is_empty()
-            || !aof_rewrite_in_progress(ctx)
-        {
+        if !ctx.aof_on() || table().is_empty() || !aof_rewrite_in_progress(ctx) {
             return;
         }
         if !PENDING.swap(true, Ordering::Relaxed) {
-            timer(ctx, 0, Some(on_timer), std::ptr::null_mut());
+            ctx.timer(0, Some(on_timer));
         }
     });
 }
@@ -143,59 +125,32 @@ unsafe extern "C" fn on_fork(
 /// the one case that needs the policies, is not named; and a background save fires it in
 /// the child, where nothing propagated reaches the AOF.) A server that cannot say counts
 /// as a rewrite: policies sent again cost bytes, policies lost cost limits.
-unsafe fn aof_rewrite_in_progress(ctx: *mut raw::RedisModuleCtx) -> bool {
-    let (Some(info), Some(field), Some(free)) = (
-        raw::RedisModule_GetServerInfo,
-        raw::RedisModule_ServerInfoGetFieldSigned,
-        raw::RedisModule_FreeServerInfo,
-    ) else {
-        return true;
-    };
-    let data = info(ctx, c"persistence".as_ptr());
-    if data.is_null() {
-        return true;
-    }
-    let mut error: c_int = 0;
-    let in_progress = field(data, c"aof_rewrite_in_progress".as_ptr(), &mut error);
-    free(ctx, data);
-    error != 0 || in_progress != 0
+fn aof_rewrite_in_progress(ctx: Ctx) -> bool {
+    ctx.server_info_signed(c"persistence", c"aof_rewrite_in_progress")
+        .is_none_or(|in_progress| in_progress != 0)
 }
 
 unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    // SAFETY: the context Redis passed to this callback.
+    let Some(ctx) = Ctx::from_raw(ctx) else {
+        return;
+    };
     let _ = catch_unwind(|| flush_pending(ctx));
 }
 
 /// Propagates every policy as RL.POLICY.SET if a fork asked for it (see [`on_fork`]); a
-/// single atomic load otherwise.
-pub fn flush_pending(ctx: *mut raw::RedisModuleCtx) {
+/// single atomic load otherwise. `ctx` is a context that may propagate (a command's or a
+/// timer's).
+pub fn flush_pending(ctx: Ctx) {
     if !PENDING.load(Ordering::Relaxed) || !PENDING.swap(false, Ordering::Relaxed) {
         return;
     }
-    // SAFETY: ctx is a live context that may propagate (a command's or a timer's).
-    unsafe {
-        let (Some(replicate), Some(create), Some(free)) = (
-            raw::RedisModule_Replicate,
-            raw::RedisModule_CreateString,
-            raw::RedisModule_FreeString,
-        ) else {
-            return;
-        };
-        for (name, policy) in all() {
-            let words: Vec<*mut raw::RedisModuleString> = std::iter::once(&name)
-                .chain(&policy.words)
-                .map(|word| create(ctx, word.as_ptr().cast::<c_char>(), word.len()))
-                .collect();
-            replicate(
-                ctx,
-                c"RL.POLICY.SET".as_ptr(),
-                c"v".as_ptr(),
-                words.as_ptr(),
-                words.len(),
-            );
-            for word in words {
-                free(ctx, word);
-            }
-        }
+    for (name, policy) in all() {
+        let words: Vec<&[u8]> = std::iter::once(&name)
+            .chain(&policy.words)
+            .map(Vec::as_slice)
+            .collect();
+        ctx.replicate(c"RL.POLICY.SET", &words);
     }
 }
 
@@ -205,14 +160,18 @@ pub unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
     if when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
         return;
     }
+    // SAFETY: the stream Redis passed to this callback.
+    let Some(io) = Io::from_raw(rdb) else {
+        return;
+    };
     let _ = catch_unwind(|| {
         let policies = all();
-        raw::save_unsigned(rdb, policies.len() as u64);
+        io.save_unsigned(policies.len() as u64);
         for (name, policy) in policies {
-            raw::save_slice(rdb, &name);
-            raw::save_unsigned(rdb, policy.words.len() as u64);
+            io.save_bytes(&name);
+            io.save_unsigned(policy.words.len() as u64);
             for word in &policy.words {
-                raw::save_slice(rdb, word);
+                io.save_bytes(word);
             }
         }
     });
@@ -228,6 +187,10 @@ pub unsafe extern "C" fn aux_load(
     when: c_int,
 ) -> c_int {
     const ERR: c_int = raw::REDISMODULE_ERR as c_int;
+    // SAFETY: the stream Redis passed to this callback.
+    let Some(rdb) = Io::from_raw(rdb) else {
+        return ERR;
+    };
     if encver != super::ENCODING_VERSION || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
         log_io_error(
             rdb,
@@ -253,23 +216,21 @@ pub unsafe extern "C" fn aux_load(
 }
 
 /// The policies [`aux_save`] wrote, or what is wrong with them.
-fn read_policies(rdb: *mut raw::RedisModuleIO) -> Result<Table, &'static str> {
+fn read_policies(rdb: Io) -> Result<Table, &'static str> {
     const SHORT: &str = "policies cut short (a short read)";
     let mut loaded = Table::new();
-    let count = raw::load_unsigned(rdb).map_err(|_| SHORT)?;
+    let count = rdb.load_unsigned().map_err(|_| SHORT)?;
     for _ in 0..count {
-        let name = raw::load_string_buffer(rdb).map_err(|_| SHORT)?;
-        let n = raw::load_unsigned(rdb).map_err(|_| SHORT)?;
+        let name = rdb.load_bytes().map_err(|_| SHORT)?;
+        let n = rdb.load_unsigned().map_err(|_| SHORT)?;
         // A rule has at most five words; never allocate for a number alone.
         if n > 5 * crate::algorithms::policy::MAX_RULES as u64 {
             return Err("a policy with more words than its rules can have");
         }
         let mut words: Vec<Vec<u8>> = Vec::new();
         for _ in 0..n {
-            let word = raw::load_string_buffer(rdb).map_err(|_| SHORT)?;
-            words.push(word.as_ref().to_vec());
+            words.push(rdb.load_bytes().map_err(|_| SHORT)?);
         }
-        let name = name.as_ref().to_vec();
         if !(1..=MAX_NAME).contains(&name.len()) {
             return Err("a policy name of no or too many bytes");
         }
@@ -283,15 +244,9 @@ fn read_policies(rdb: *mut raw::RedisModuleIO) -> Result<Table, &'static str> {
 
 /// Logs why the policies in an RDB were refused (the server then names the module and
 /// stops the load).
-fn log_io_error(rdb: *mut raw::RedisModuleIO, why: &str) {
-    let Ok(text) = std::ffi::CString::new(format!("refusing the RDB's policies: {why}")) else {
-        return;
-    };
-    // SAFETY: the format is "%s" with one NUL-terminated argument; rdb is the live IO.
-    unsafe {
-        if let Some(log) = raw::RedisModule_LogIOError {
-            log(rdb, c"warning".as_ptr(), c"%s".as_ptr(), text.as_ptr());
-        }
+fn log_io_error(rdb: Io, why: &str) {
+    if let Ok(text) = std::ffi::CString::new(format!("refusing the RDB's policies: {why}")) {
+        rdb.log_error(&text);
     }
 }
 

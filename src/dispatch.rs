@@ -1,0 +1,120 @@
+//! The dispatcher: runs one call of a command and does everything its [`Response`] implies.
+//!
+//! It reads the arguments without copying them, runs the handler behind a guard (an error
+//! becomes an error reply, and so does a panic: a panic must never reach Redis, it would
+//! abort the server for every client), then, from the response alone: propagates the write
+//! (after the handler closed its key; policies a fork asked for first), renders the reply
+//! (RESP2 or RESP3), counts the call in the command's counters (`INFO ratelimit`, see
+//! [`crate::metrics`]), and publishes a client's denial as the keyspace event
+//! `ratelimit.denied`. A command added to the table gets all of it by returning a response.
+
+use std::ffi::CStr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::commands::{write_replay, Call, Handler, Mode};
+use crate::error::Error;
+use crate::metrics::Stats;
+use crate::redis::{Argv, Ctx, SharedString};
+use crate::reply;
+use crate::response::{Propagate, Response};
+
+/// Arguments above this count are read into a vector; below, onto the stack.
+const STACK_ARGS: usize = 12;
+
+/// The keyspace event a denial publishes on its key.
+const DENIED_EVENT: &CStr = c"ratelimit.denied";
+
+/// The internal command that carries a write to replicas and the AOF.
+pub static REPLAY_NAME: SharedString = SharedString::new(c"RL.REPLAY");
+
+/// Runs one call of a command (see the module docs).
+pub fn run(ctx: Ctx, mut argv: Argv, handler: Handler, stats: &Stats) {
+    stats.call();
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let response = call(ctx, &argv, handler)?;
+        propagate(ctx, &mut argv, response.propagate);
+        reply::render(ctx, &response.reply);
+        Ok::<_, Error>((response.reply.outcome(), response.reply.publishes_denial()))
+    }));
+    match outcome {
+        Ok(Ok((counted, publishes_denial))) => {
+            stats.outcome(counted);
+            if publishes_denial {
+                // Only for a client's own request: RL.REPLAY marks its calls (a replica or
+                // the AOF replaying a BLOCK denial publishes nothing; the primary did). Redis
+                // sends it to `__keyspace@<db>__:<key>` and
+                // `__keyevent@<db>__:ratelimit.denied` only when `notify-keyspace-events`
+                // has `d` (or `A`) with `K` or `E`, and drops it after one bit test otherwise.
+                if let Some(key) = argv.get(1) {
+                    ctx.notify_module_event(DENIED_EVENT, key);
+                }
+            }
+        }
+        Ok(Err(e)) => {
+            stats.error();
+            reply::error(ctx, &e);
+        }
+        Err(_) => {
+            stats.error();
+            reply::error(ctx, &Error::Panic);
+        }
+    }
+}
+
+/// Reads the arguments (onto the stack when they are few) and runs the handler.
+fn call(ctx: Ctx, argv: &Argv, handler: Handler) -> Result<Response, Error> {
+    let count = argv.len();
+    let mut stack: [&[u8]; STACK_ARGS] = [&[]; STACK_ARGS];
+    let heap: Vec<&[u8]>;
+    let args: &[&[u8]] = if count <= STACK_ARGS {
+        for (i, slot) in stack.iter_mut().enumerate().take(count) {
+            *slot = argv.get(i).map_or(&[][..], |s| s.bytes());
+        }
+        &stack[..count]
+    } else {
+        heap = (0..count)
+            .map(|i| argv.get(i).map_or(&[][..], |s| s.bytes()))
+            .collect();
+        &heap
+    };
+    let call = Call {
+        ctx,
+        args,
+        key: argv.get(1),
+        mode: Mode::Live,
+    };
+    handler(&call)
+}
+
+/// Sends what the response says to replicas and the AOF. Policies a fork asked to propagate
+/// go first (RL.LIMIT's replay needs its policy).
+///
+/// A client's write goes as `RL.REPLAY key now_us:expire_at_ms:COMMAND:arg2 arg3...`, so
+/// that replicas and the AOF apply the primary's clock reading and expiry, never their own;
+/// it is sent by swapping two slots of the client's own argument vector for the length of
+/// `RM_ReplicateVerbatim` (see [`Argv::replicate_swapped`]): no command lookup, no object
+/// per argument, on every admitted request. A replica replaying it passes it on verbatim
+/// (for its own AOF).
+fn propagate(ctx: Ctx, argv: &mut Argv, propagate: Propagate) {
+    match propagate {
+        Propagate::Nothing => {}
+        Propagate::Verbatim => {
+            crate::storage::policies::flush_pending(ctx);
+            ctx.replicate_verbatim();
+        }
+        Propagate::Replay {
+            command,
+            now_us,
+            expire_at_ms,
+        } => {
+            crate::storage::policies::flush_pending(ctx);
+            // Every admission command has arguments after the key; nothing to carry
+            // otherwise.
+            let Some(first_arg) = argv.get(2) else {
+                return;
+            };
+            let text = write_replay(now_us, expire_at_ms, command.to_bytes(), first_arg.bytes());
+            argv.replicate_swapped(ctx, &REPLAY_NAME, text.as_slice());
+        }
+    }
+}

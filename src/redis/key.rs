@@ -1,0 +1,135 @@
+//! An open key, closed when dropped. Only `storage` uses it: the rest of the module goes
+//! through `storage::Key`, which knows what the value behind the pointer is.
+
+use std::os::raw::{c_int, c_void};
+
+use redis_module::raw;
+
+use super::{Ctx, RString};
+
+/// What a key holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holds {
+    Nothing,
+    /// A value of the module data type `ty` (compare with the type's own pointer).
+    Module(*mut raw::RedisModuleType),
+    /// A value of another Redis type.
+    Other,
+}
+
+/// A key opened by the running command; closed (also when a panic unwinds) when dropped.
+pub struct RawKey<'a> {
+    /// Null when the key was opened for reading and does not exist: every function used on
+    /// it below accepts that (`KeyType` says empty, `CloseKey` does nothing), and the
+    /// writing ones are only reached for a key opened for writing, which is never null.
+    ptr: *mut raw::RedisModuleKey,
+    ctx: Ctx<'a>,
+    name: RString<'a>,
+}
+
+impl Drop for RawKey<'_> {
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            raw::close_key(self.ptr);
+        }
+    }
+}
+
+impl<'a> RawKey<'a> {
+    pub(super) fn open(ctx: Ctx<'a>, name: RString<'a>, write: bool) -> RawKey<'a> {
+        let mode = if write {
+            raw::KeyMode::READ | raw::KeyMode::WRITE
+        } else {
+            raw::KeyMode::READ
+        };
+        RawKey {
+            ptr: raw::open_key(ctx.raw(), name.raw(), mode),
+            ctx,
+            name,
+        }
+    }
+
+    /// What the key holds.
+    #[inline]
+    pub fn holds(&self) -> Holds {
+        if self.ptr.is_null() {
+            return Holds::Nothing;
+        }
+        // SAFETY: the key is open (checked at load: both functions exist).
+        unsafe {
+            let kind = raw::RedisModule_KeyType.map_or(0, |kind| kind(self.ptr));
+            if kind == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
+                Holds::Nothing
+            } else if kind == raw::REDISMODULE_KEYTYPE_MODULE as c_int {
+                Holds::Module(
+                    raw::RedisModule_ModuleTypeGetType
+                        .map_or(std::ptr::null_mut(), |ty| ty(self.ptr)),
+                )
+            } else {
+                Holds::Other
+            }
+        }
+    }
+
+    /// The module value's pointer (call only when [`RawKey::holds`] says `Module`).
+    #[inline]
+    pub fn value(&self) -> *mut c_void {
+        if self.ptr.is_null() {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the key is open and holds a module value.
+        unsafe {
+            raw::RedisModule_ModuleTypeGetValue.map_or(std::ptr::null_mut(), |get| get(self.ptr))
+        }
+    }
+
+    /// Sets the key's value to `value` of the data type `ty`; Redis owns it from here and
+    /// hands it back to the type's `free`. Replacing a value re-creates the key, so its
+    /// expiry is gone.
+    pub fn set_value(&mut self, ty: *mut raw::RedisModuleType, value: *mut c_void) {
+        // SAFETY: the key is open for writing (never null then); `ty` is the module's type.
+        unsafe {
+            if let Some(set) = raw::RedisModule_ModuleTypeSetValue {
+                set(self.ptr, ty, value);
+            }
+        }
+    }
+
+    /// Expires the key at `at_ms`, an absolute time on the real clock (ms since the epoch).
+    pub fn expire_at(&mut self, at_ms: u64) {
+        let at = i64::try_from(at_ms).unwrap_or(i64::MAX);
+        // SAFETY: reads a pointer set once at load (present on every server since 7.0, but
+        // looked up like the newer ones: the fallback costs nothing).
+        let set_abs = unsafe { raw::RedisModule_SetAbsExpire };
+        match set_abs {
+            // SAFETY: the key is open for writing and exists.
+            Some(set_abs) => unsafe {
+                set_abs(self.ptr, at);
+            },
+            None => {
+                raw::set_expire(self.ptr, at.saturating_sub(super::milliseconds()).max(1));
+            }
+        }
+    }
+
+    /// Deletes the key.
+    pub fn delete(&mut self) {
+        // SAFETY: the key is open for writing.
+        unsafe {
+            if let Some(delete) = raw::RedisModule_DeleteKey {
+                delete(self.ptr);
+            }
+        }
+    }
+
+    /// Signals the key as modified (aborting other clients' `WATCH`, invalidating tracked
+    /// copies): the module sets `NO_IMPLICIT_SIGNAL_MODIFIED`, so closing a key does not.
+    pub fn signal_modified(&self) {
+        // SAFETY: ctx and name are the running command's.
+        unsafe {
+            if let Some(signal) = raw::RedisModule_SignalModifiedKey {
+                signal(self.ctx.raw(), self.name.raw());
+            }
+        }
+    }
+}
