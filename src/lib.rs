@@ -1,18 +1,28 @@
 //! ratelimit: native, atomic rate limiting for Redis.
 //!
-//! The layout, from the inside out:
+//! The layout, from the inside out; each room uses only rooms above it in this list:
 //! - [`algorithms`]: the crate ratelimit-algorithms (algorithms/): pure state machines,
-//!   `(params, state, now, cost) -> (decision, state)`; no Redis, no clock, no I/O, no panics.
-//! - [`args`], [`error`], [`clock`]: the grammar, the error texts and the one place time
-//!   enters, each written once.
+//!   `(params, state, now, cost) -> (decision, state)`, and the limits (largest count,
+//!   longest duration); no Redis, no clock, no I/O, no panics.
+//! - [`error`]: every error text, spelled once (a leaf: it uses only the limits).
+//! - [`args`]: the grammar: counts, durations, options, each algorithm's parameters, the
+//!   policy rules, and the one table of every command's syntax.
+//! - [`config`]: the settings and the load arguments.
 //! - [`redis`]: the one room that calls the Redis module API, behind safe types tied to the
-//!   lifetime of what Redis lent (a context, a key, a stream).
+//!   lifetime of what Redis lent (a context, a key, a stream); it lowers the syntax table to
+//!   COMMAND DOCS.
+//! - [`clock`], [`log`], [`compat`], [`metrics`]: the one place time enters, the server log,
+//!   the API fallbacks, and the counters.
+//! - [`response`], [`reply`]: what a handler returns, and its rendering (RESP2/RESP3).
 //! - [`storage`]: the data type and the only code that opens keys or sets expiry.
-//! - [`commands`]: parse, then storage, algorithm, storage; each returns a [`response`].
+//! - [`commands`]: parse, then storage, algorithm, storage; each returns a [`response`]. The
+//!   command table, COMMAND DOCS from the syntax table, and the INFO sections.
 //! - [`dispatch`]: runs a command behind the panic guard and does what its response says:
-//!   propagates, renders it ([`reply`]), counts it ([`metrics`]), publishes a denial.
+//!   propagates, renders it ([`reply`]), counts it ([`metrics`]), publishes a denial. (The
+//!   command table's entry points call it: the one step back up the list.)
 //!
-//! This file holds the registration and the module's settings only.
+//! This file holds the registration only: the `redis_module!` table, the load hook and the
+//! module options.
 
 // The pure algorithms are a crate of their own (algorithms/); `crate::algorithms::...` names
 // them as before.
@@ -21,6 +31,7 @@ mod args;
 mod clock;
 mod commands;
 mod compat;
+mod config;
 mod dispatch;
 mod error;
 mod log;
@@ -31,7 +42,6 @@ mod response;
 mod storage;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use redis_module::configuration::ConfigurationFlags;
 // The `info:` handler's expansion names InfoContext and RedisResult.
@@ -43,53 +53,8 @@ use redis_module::alloc::RedisAlloc as ModuleAllocator;
 #[cfg(test)]
 use std::alloc::System as ModuleAllocator;
 
-use metrics::info;
+use commands::info;
 use storage::RL_TYPE;
-
-/// `cell-compat yes|no` (load time only, default yes): register CL.THROTTLE.
-static CELL_COMPAT: AtomicBool = AtomicBool::new(true);
-/// `debug-clock yes|no` (load time only, default no): allow RL.DEBUG.* commands.
-static DEBUG_CLOCK: AtomicBool = AtomicBool::new(false);
-
-/// `sliding-log-max-limit n` (load time and CONFIG SET): the largest RL.SLIDINGLOG limit.
-/// The log keeps a few bytes per admitted unit, so this bounds one key's memory.
-static SLIDING_LOG_MAX_LIMIT: AtomicI64 = AtomicI64::new(SLIDING_LOG_MAX_LIMIT_DEFAULT);
-const SLIDING_LOG_MAX_LIMIT_DEFAULT: i64 = 1_000_000;
-/// The highest value the setting takes (an admitted count must fit the log's 32-bit words).
-pub(crate) const SLIDING_LOG_LIMIT_CEILING: u64 = 1_000_000_000;
-
-pub(crate) fn sliding_log_max_limit() -> u64 {
-    u64::try_from(SLIDING_LOG_MAX_LIMIT.load(Ordering::Relaxed)).unwrap_or(1)
-}
-
-/// `concurrency-max-limit n` (load time and CONFIG SET): the largest RL.CONCURRENCY.ACQUIRE
-/// limit. A key holds at most that many leases, so this bounds one key's memory and the
-/// work a call that drops ended leases does.
-static CONCURRENCY_MAX_LIMIT: AtomicI64 = AtomicI64::new(CONCURRENCY_MAX_LIMIT_DEFAULT);
-const CONCURRENCY_MAX_LIMIT_DEFAULT: i64 = 100_000;
-/// The highest value the setting takes.
-pub(crate) const CONCURRENCY_LIMIT_CEILING: u64 = 10_000_000;
-
-pub(crate) fn concurrency_max_limit() -> u64 {
-    u64::try_from(CONCURRENCY_MAX_LIMIT.load(Ordering::Relaxed)).unwrap_or(1)
-}
-
-/// The load arguments the module accepts: the flags take `yes` or `no`, the numbers a whole
-/// number in range.
-const FLAGS: [(&str, &AtomicBool); 2] =
-    [("cell-compat", &CELL_COMPAT), ("debug-clock", &DEBUG_CLOCK)];
-const NUMBERS: [(&str, &AtomicI64, u64); 2] = [
-    (
-        "sliding-log-max-limit",
-        &SLIDING_LOG_MAX_LIMIT,
-        SLIDING_LOG_LIMIT_CEILING,
-    ),
-    (
-        "concurrency-max-limit",
-        &CONCURRENCY_MAX_LIMIT,
-        CONCURRENCY_LIMIT_CEILING,
-    ),
-];
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // A panic at load would take the server down with it.
@@ -108,7 +73,7 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
         );
         return Status::Err;
     }
-    if let Err(message) = apply_load_args(args) {
+    if let Err(message) = config::apply_load_args(args) {
         log::log(
             Some(ctx),
             log::Level::Warning,
@@ -118,10 +83,10 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
     }
     compat::log_fallbacks(ctx);
     set_module_options(ctx);
-    if DEBUG_CLOCK.load(Ordering::Relaxed) {
+    if config::debug_clock() {
         clock::enable_debug();
     }
-    match commands::register(ctx, CELL_COMPAT.load(Ordering::Relaxed)) {
+    match commands::register(ctx, config::cell_compat()) {
         Ok(()) => {
             storage::policies::init(ctx);
             Status::Ok
@@ -154,67 +119,6 @@ fn set_module_options(ctx: redis::Ctx) {
     );
 }
 
-/// Checks the load arguments, pairs `name value`, and then sets them. Anything wrong
-/// refuses the load (and sets nothing), so that a typo never silently runs with a default.
-///
-/// They are applied here rather than as the settings' registered defaults
-/// (`module_args_as_configuration`), because the crate parses those first and refuses a bad
-/// number with a message that names neither the argument nor the value. Redis has already
-/// set every setting to its default or to its `ratelimit.<name>` directive (from redis.conf
-/// or the command line); a load argument overrides the directive.
-fn apply_load_args(args: &[RedisString]) -> Result<(), String> {
-    if !args.len().is_multiple_of(2) {
-        return Err("load arguments come in pairs: name value".into());
-    }
-    let mut flags = Vec::new();
-    let mut numbers = Vec::new();
-    for pair in args.chunks(2) {
-        let name = pair[0].as_slice();
-        let value = pair[1].as_slice();
-        let shown = || error::quote(value);
-        if let Some((name, setting)) = FLAGS.iter().find(|(n, _)| n.as_bytes() == name) {
-            let on = match value {
-                b"yes" => true,
-                b"no" => false,
-                _ => return Err(format!("{name} takes yes or no, not '{}'", shown())),
-            };
-            flags.push((*setting, on));
-        } else if let Some((name, setting, max)) =
-            NUMBERS.iter().find(|(n, _, _)| n.as_bytes() == name)
-        {
-            // Written as Redis writes integers: no sign, no leading zero (SPEC §1).
-            let n = args::count(value, name, 1, *max)
-                .ok()
-                .and_then(|n| i64::try_from(n).ok())
-                .ok_or_else(|| {
-                    format!(
-                        "{name} takes a whole number from 1 to {max}, not '{}'",
-                        shown()
-                    )
-                })?;
-            numbers.push((*setting, n));
-        } else {
-            let names: Vec<&str> = FLAGS
-                .iter()
-                .map(|(n, _)| *n)
-                .chain(NUMBERS.iter().map(|(n, _, _)| *n))
-                .collect();
-            return Err(format!(
-                "unknown load argument '{}': expected one of {}",
-                error::quote(name),
-                names.join(", ")
-            ));
-        }
-    }
-    for (setting, on) in flags {
-        setting.store(on, Ordering::Relaxed);
-    }
-    for (setting, n) in numbers {
-        setting.store(n, Ordering::Relaxed);
-    }
-    Ok(())
-}
-
 redis_module! {
     name: "ratelimit",
     version: 1,
@@ -226,27 +130,27 @@ redis_module! {
         i64: [
             [
                 "sliding-log-max-limit",
-                &SLIDING_LOG_MAX_LIMIT,
-                SLIDING_LOG_MAX_LIMIT_DEFAULT,
+                &config::SLIDING_LOG_MAX_LIMIT,
+                config::SLIDING_LOG_MAX_LIMIT_DEFAULT,
                 1,
-                SLIDING_LOG_LIMIT_CEILING as i64,
+                config::SLIDING_LOG_LIMIT_CEILING as i64,
                 ConfigurationFlags::DEFAULT,
                 None
             ],
             [
                 "concurrency-max-limit",
-                &CONCURRENCY_MAX_LIMIT,
-                CONCURRENCY_MAX_LIMIT_DEFAULT,
+                &config::CONCURRENCY_MAX_LIMIT,
+                config::CONCURRENCY_MAX_LIMIT_DEFAULT,
                 1,
-                CONCURRENCY_LIMIT_CEILING as i64,
+                config::CONCURRENCY_LIMIT_CEILING as i64,
                 ConfigurationFlags::DEFAULT,
                 None
             ],
         ],
         string: [],
         bool: [
-            ["cell-compat", &CELL_COMPAT, true, ConfigurationFlags::IMMUTABLE, None],
-            ["debug-clock", &DEBUG_CLOCK, false, ConfigurationFlags::IMMUTABLE, None],
+            ["cell-compat", &config::CELL_COMPAT, true, ConfigurationFlags::IMMUTABLE, None],
+            ["debug-clock", &config::DEBUG_CLOCK, false, ConfigurationFlags::IMMUTABLE, None],
         ],
         enum: [],
         // Load arguments are checked and applied by `init` (see apply_load_args).

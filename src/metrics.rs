@@ -1,4 +1,4 @@
-//! Per-command counters and the `INFO ratelimit` section that shows them.
+//! Per-command counters; `commands::info` shows them in `INFO ratelimit`.
 //!
 //! Every entry of the command table owns one [`Stats`]; the dispatcher (`crate::dispatch`)
 //! counts each call in it: `calls` always, then `errors` for an error reply (a caught panic
@@ -7,16 +7,11 @@
 //! as a call only.
 //!
 //! Cost: commands run on Redis's main thread, one at a time, so a counter is bumped with a
-//! plain load and store (no `lock` prefix, no lock). The atomics keep this free of undefined behaviour whatever thread reads them (INFO also runs
-//! on the main thread); a second writing thread could only lose counts.
+//! plain load and store (no `lock` prefix, no lock). The atomics keep this free of undefined
+//! behaviour whatever thread reads them (INFO also runs on the main thread); a second writing
+//! thread could only lose counts.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-
-use redis_module::InfoContext;
-
-use crate::commands::COMMANDS;
-use crate::redis::Info;
 
 /// One command's counters, since the module was loaded.
 pub struct Stats {
@@ -44,6 +39,11 @@ impl Stats {
         self.registered.store(true, Relaxed);
     }
 
+    /// Whether the command was registered: INFO lists only those.
+    pub fn is_registered(&self) -> bool {
+        self.registered.load(Relaxed)
+    }
+
     pub fn call(&self) {
         bump(&self.calls);
     }
@@ -62,7 +62,7 @@ impl Stats {
     }
 
     /// `[calls, admitted, denied, errors]`.
-    fn values(&self) -> [u64; 4] {
+    pub fn values(&self) -> [u64; 4] {
         [
             self.calls.load(Relaxed),
             self.admitted.load(Relaxed),
@@ -86,59 +86,6 @@ pub enum Outcome {
     Denied,
     /// No decision (RL.INSPECT, a release, ...), or one that only previewed (DRYRUN, COST 0).
     Other,
-}
-
-/// The names of the dictionary fields, in the order of [`Stats::values`].
-const FIELDS: [&std::ffi::CStr; 4] = [c"calls", c"admitted", c"denied", c"errors"];
-
-/// The module's INFO callback (`info:` in the registration): the section
-/// `ratelimit_commandstats`, one line per registered command, in the table's order:
-///
-/// ```text
-/// # ratelimit_commandstats
-/// ratelimit_rl.gcra:calls=10,admitted=7,denied=2,errors=1
-/// ```
-///
-/// Shown by `INFO ratelimit`, `INFO ratelimit_commandstats`, `INFO modules` and
-/// `INFO everything` (not by `INFO` or `INFO all`, which leave module sections out).
-pub fn info(ctx: &InfoContext, _for_crash_report: bool) {
-    let info = Info::new(ctx);
-    // A panic here would abort the server like one in a command.
-    let _ = catch_unwind(AssertUnwindSafe(|| write_info(&info)));
-    let _ = catch_unwind(AssertUnwindSafe(|| write_memory(&info)));
-}
-
-/// `# ratelimit_memory`: what the interned parameter table holds (see
-/// `storage::compact::Interner`): distinct sets, slots, and the bytes they take.
-fn write_memory(info: &Info) {
-    let usage = crate::storage::compact::interner().usage();
-    if !info.section(c"memory") {
-        return;
-    }
-    for (name, value) in [
-        (c"interned_params", usage.params),
-        (c"interned_slots", usage.slots),
-        (c"interned_bytes", usage.bytes),
-    ] {
-        info.field(name, value as u64);
-    }
-}
-
-fn write_info(info: &Info) {
-    // Refused when INFO asked for other sections only.
-    if !info.section(c"commandstats") {
-        return;
-    }
-    for command in COMMANDS {
-        if !command.stats.registered.load(Relaxed) {
-            continue;
-        }
-        info.begin_dict(command.name);
-        for (name, value) in FIELDS.iter().zip(command.stats.values()) {
-            info.field(name, value);
-        }
-        info.end_dict();
-    }
 }
 
 #[cfg(test)]

@@ -5,21 +5,17 @@ use std::ffi::CStr;
 
 use super::Call;
 use crate::algorithms::Decision;
+use crate::args::syntax::Syntax;
 use crate::args::Options;
 use crate::error::Error;
 use crate::response::{Admission, Extra, Propagate, Reply, Response};
 use crate::storage::{Key, Request, Variant};
 
-/// The arguments of an admission command with `positional` arguments after its name (the
-/// key included), or the arity error naming its syntax.
-pub fn arguments<'a>(
-    call: &Call<'a>,
-    positional: usize,
-    command: &'static str,
-    usage: &'static str,
-) -> Result<&'a [&'a [u8]], Error> {
-    if call.args.len() <= positional {
-        return Err(Error::Arity { command, usage });
+/// The arguments of an admission command, or, when fewer than its `syntax` requires, the
+/// arity error that shows that syntax.
+pub fn arguments<'a>(call: &Call<'a>, syntax: &'static Syntax) -> Result<&'a [&'a [u8]], Error> {
+    if call.args.len() <= syntax.required {
+        return Err(syntax.arity());
     }
     Ok(call.args)
 }

@@ -1,13 +1,12 @@
 //! RL.CONCURRENCY.ACQUIRE and RL.CONCURRENCY.RELEASE: at most `limit` leases at once.
 
 use super::{admission, Call, Mode};
-use crate::algorithms::concurrency::{self, Concurrency, Params, State, MAX_TOKEN};
-use crate::args;
+use crate::algorithms::concurrency::{self, Concurrency, State, MAX_TOKEN};
+use crate::args::params;
+use crate::args::syntax::{RL_CONCURRENCY_ACQUIRE, RL_CONCURRENCY_RELEASE};
 use crate::error::{quote, Error};
 use crate::response::{Admission, Extra, Propagate, Reply, Response};
 use crate::storage::{Key, Stored};
-
-const ACQUIRE_USAGE: &str = "key limit lease [ID token] [DRYRUN]";
 
 /// `RL.CONCURRENCY.ACQUIRE key limit lease [ID token] [DRYRUN]`
 ///
@@ -17,19 +16,13 @@ const ACQUIRE_USAGE: &str = "key limit lease [ID token] [DRYRUN]";
 /// O(log n) in the leases held (amortised, see `algorithms::concurrency`). Reply: the five
 /// fields and the token (nil when denied or DRYRUN).
 pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
-    let a = admission::arguments(call, 3, "RL.CONCURRENCY.ACQUIRE", ACQUIRE_USAGE)?;
+    let a = admission::arguments(call, &RL_CONCURRENCY_ACQUIRE)?;
     // A replica replays what its primary admitted, whatever its own setting says.
     let max = match call.mode {
-        Mode::Live => crate::concurrency_max_limit(),
-        Mode::Replay { .. } => crate::CONCURRENCY_LIMIT_CEILING,
+        Mode::Live => crate::config::concurrency_max_limit(),
+        Mode::Replay { .. } => crate::config::CONCURRENCY_LIMIT_CEILING,
     };
-    let params = Params {
-        limit: args::count(a[2], "limit", 1, max).map_err(|_| Error::CappedLimit {
-            max,
-            setting: "concurrency-max-limit",
-        })?,
-        lease_ms: args::duration_ms(a[3], "lease")?,
-    };
+    let params = params::concurrency(&a[2..4], max)?;
     let (mut id, mut dryrun) = (None, false);
     let mut i = 4;
     while i < a.len() {
@@ -111,10 +104,7 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
 pub fn rl_concurrency_release(call: &Call) -> Result<Response, Error> {
     let a = call.args;
     if a.len() != 3 {
-        return Err(Error::Arity {
-            command: "RL.CONCURRENCY.RELEASE",
-            usage: "key token",
-        });
+        return Err(RL_CONCURRENCY_RELEASE.arity());
     }
     let (now_us, real_ms) = call.clock();
     let mut key = Key::open(call.ctx, call.key()?, true);

@@ -2,6 +2,7 @@
 
 use super::Call;
 use crate::algorithms::Snapshot;
+use crate::args::syntax::RL_INSPECT;
 use crate::clock;
 use crate::error::Error;
 use crate::reply::int;
@@ -16,10 +17,7 @@ use crate::storage::{Key, Value};
 /// key adds `rules`, the same for each rule of the policy it was last written with.
 pub fn rl_inspect(call: &Call) -> Result<Response, Error> {
     if call.args.len() != 2 {
-        return Err(Error::Arity {
-            command: "RL.INSPECT",
-            usage: "key",
-        });
+        return Err(RL_INSPECT.arity());
     }
     let mut key = Key::open(call.ctx, call.key()?, false);
     let reply = match key.snapshot()? {

@@ -1,8 +1,9 @@
 //! RL.LEAKYBUCKET.
 
 use super::{admission, Call};
-use crate::algorithms::leaky_bucket::{LeakyBucket, Params};
-use crate::args;
+use crate::algorithms::leaky_bucket::LeakyBucket;
+use crate::args::syntax::RL_LEAKYBUCKET;
+use crate::args::{self, params};
 use crate::error::Error;
 use crate::reply::int;
 use crate::response::{Extra, Response};
@@ -13,13 +14,8 @@ use crate::response::{Extra, Response};
 /// Reply: the five fields and a sixth, `delay_ms`: how long an admitted request waits for its
 /// turn (0 when the queue was empty), -1 when denied.
 pub fn rl_leakybucket(call: &Call) -> Result<Response, Error> {
-    let a = admission::arguments(
-        call,
-        4,
-        "RL.LEAKYBUCKET",
-        "key capacity leak_amount leak_period [COST n] [DRYRUN] [BLOCK duration]",
-    )?;
-    let params = params(&a[2..5])?;
+    let a = admission::arguments(call, &RL_LEAKYBUCKET)?;
+    let params = params::leaky_bucket(&a[2..5])?;
     let opts = args::options(&a[5..], 5)?;
     let decided = admission::run::<LeakyBucket>(call, c"RL.LEAKYBUCKET", params, opts)?;
     let delay_ms = decided
@@ -27,13 +23,4 @@ pub fn rl_leakybucket(call: &Call) -> Result<Response, Error> {
         .delay
         .map_or(-1, |span| int(span.ceil_ms()));
     Ok(decided.reply(Extra::DelayMs(delay_ms)))
-}
-
-/// The parameters from `capacity leak_amount leak_period` (also a LEAKYBUCKET rule).
-pub fn params(a: &[&[u8]]) -> Result<Params, Error> {
-    Ok(Params {
-        capacity: args::positive_count(a[0], "capacity")?,
-        leak_amount: args::positive_count(a[1], "leak_amount")?,
-        leak_period_ms: args::duration_ms(a[2], "leak_period")?,
-    })
 }

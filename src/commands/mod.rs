@@ -11,6 +11,7 @@ mod debug;
 mod docs;
 mod fixed_window;
 mod gcra;
+mod info;
 mod inspect;
 mod leaky_bucket;
 mod policy;
@@ -22,13 +23,14 @@ mod token_bucket;
 use std::ffi::CStr;
 use std::os::raw::c_int;
 
+pub use info::info;
+
 use crate::error::Error;
 use crate::log;
 use crate::metrics::Stats;
 use crate::redis::{self, Argv, CommandHandle, Ctx, RString};
 use crate::response::{Propagate, Response};
 pub use admission::write_replay;
-pub use policy::parse_saved;
 
 /// A command's handler: a parsed call to what happened.
 pub type Handler = fn(&Call) -> Result<Response, Error>;

@@ -4,6 +4,7 @@
 
 use super::admission::parse_replay;
 use super::{replayable, Call, Mode};
+use crate::args::syntax::{RL_LOADSTATE, RL_REPLAY};
 use crate::error::Error;
 use crate::response::{Propagate, Reply, Response};
 use crate::storage::{codec, Key};
@@ -29,10 +30,7 @@ pub fn rl_replay(call: &Call) -> Result<Response, Error> {
     // below marks the response).
     let a = call.args;
     if a.len() < 3 {
-        return Err(Error::Arity {
-            command: "RL.REPLAY",
-            usage: "key now_us:expire_at_ms:command:arg [arg ...]",
-        });
+        return Err(RL_REPLAY.arity());
     }
     let replayed = parse_replay(a[2]).ok_or(Error::NotReplayable)?;
     let command = replayable(replayed.command).ok_or(Error::NotReplayable)?;
@@ -59,10 +57,7 @@ pub fn rl_loadstate(call: &Call) -> Result<Response, Error> {
     internal_only(call, "RL.LOADSTATE")?;
     let a = call.args;
     if a.len() != 3 {
-        return Err(Error::Arity {
-            command: "RL.LOADSTATE",
-            usage: "key state",
-        });
+        return Err(RL_LOADSTATE.arity());
     }
     let value = codec::decode(a[2]).map_err(|_| Error::BadState)?;
     let mut key = Key::open(call.ctx, call.key()?, true);

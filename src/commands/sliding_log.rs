@@ -1,8 +1,9 @@
 //! RL.SLIDINGLOG.
 
 use super::{admission, Call, Mode};
-use crate::algorithms::sliding_log::{Params, SlidingLog};
-use crate::args;
+use crate::algorithms::sliding_log::SlidingLog;
+use crate::args::syntax::RL_SLIDINGLOG;
+use crate::args::{self, params};
 use crate::error::Error;
 use crate::response::{Extra, Response};
 
@@ -13,29 +14,13 @@ use crate::response::{Extra, Response};
 /// a few bytes per admitted unit. Reply: `[allowed, limit, remaining, retry_after_ms,
 /// reset_after_ms]`.
 pub fn rl_slidinglog(call: &Call) -> Result<Response, Error> {
-    let a = admission::arguments(
-        call,
-        3,
-        "RL.SLIDINGLOG",
-        "key limit window [COST n] [DRYRUN] [BLOCK duration]",
-    )?;
+    let a = admission::arguments(call, &RL_SLIDINGLOG)?;
     // A replica replays what its primary admitted, whatever its own setting says.
     let max = match call.mode {
-        Mode::Live => crate::sliding_log_max_limit(),
-        Mode::Replay { .. } => crate::SLIDING_LOG_LIMIT_CEILING,
+        Mode::Live => crate::config::sliding_log_max_limit(),
+        Mode::Replay { .. } => crate::config::SLIDING_LOG_LIMIT_CEILING,
     };
-    let params = params(&a[2..4], max)?;
+    let params = params::sliding_log(&a[2..4], max)?;
     let opts = args::options(&a[4..], 4)?;
     Ok(admission::run::<SlidingLog>(call, c"RL.SLIDINGLOG", params, opts)?.reply(Extra::None))
-}
-
-/// The parameters from `limit window`, with `limit` at most `max` (also a SLIDINGLOG rule).
-pub fn params(a: &[&[u8]], max: u64) -> Result<Params, Error> {
-    Ok(Params {
-        limit: args::count(a[0], "limit", 1, max).map_err(|_| Error::CappedLimit {
-            max,
-            setting: "sliding-log-max-limit",
-        })?,
-        window_ms: args::duration_ms(a[1], "window")?,
-    })
 }

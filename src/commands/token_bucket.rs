@@ -1,8 +1,9 @@
 //! RL.TOKENBUCKET.
 
 use super::{admission, Call};
-use crate::algorithms::token_bucket::{Params, TokenBucket};
-use crate::args;
+use crate::algorithms::token_bucket::TokenBucket;
+use crate::args::syntax::RL_TOKENBUCKET;
+use crate::args::{self, params};
 use crate::error::Error;
 use crate::response::{Extra, Response};
 
@@ -12,13 +13,8 @@ use crate::response::{Extra, Response};
 /// `refill_period` (continuously, or in whole steps at each period with `INTERVAL`); a request
 /// takes `COST` tokens. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
 pub fn rl_tokenbucket(call: &Call) -> Result<Response, Error> {
-    let a = admission::arguments(
-        call,
-        4,
-        "RL.TOKENBUCKET",
-        "key capacity refill_amount refill_period [INTERVAL] [COST n] [DRYRUN] [BLOCK duration]",
-    )?;
-    let mut params = params(&a[2..5], false)?;
+    let a = admission::arguments(call, &RL_TOKENBUCKET)?;
+    let mut params = params::token_bucket(&a[2..5], false)?;
     let (opts, flags) = args::options_with(
         &a[5..],
         5,
@@ -27,15 +23,4 @@ pub fn rl_tokenbucket(call: &Call) -> Result<Response, Error> {
     )?;
     params.interval = flags & 1 != 0;
     Ok(admission::run::<TokenBucket>(call, c"RL.TOKENBUCKET", params, opts)?.reply(Extra::None))
-}
-
-/// The parameters from `capacity refill_amount refill_period`, refilled in whole steps when
-/// `interval` (also a TOKENBUCKET rule).
-pub fn params(a: &[&[u8]], interval: bool) -> Result<Params, Error> {
-    Ok(Params {
-        capacity: args::positive_count(a[0], "capacity")?,
-        refill_amount: args::positive_count(a[1], "refill_amount")?,
-        refill_period_ms: args::duration_ms(a[2], "refill_period")?,
-        interval,
-    })
 }

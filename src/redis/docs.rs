@@ -1,6 +1,6 @@
-//! The vocabulary of a command's `COMMAND DOCS`/`COMMAND INFO` entry (its summary, its
-//! arguments with their types, its key spec), in plain Rust for `commands::docs` to write
-//! its table in, and its lowering to the raw structures `RedisModule_SetCommandInfo` takes.
+//! The lowering of a command's `COMMAND DOCS`/`COMMAND INFO` entry (its summary, its
+//! arguments with their types, its key spec), as the syntax table (`args::syntax`) writes it
+//! in plain Rust, to the raw structures `RedisModule_SetCommandInfo` takes.
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
@@ -9,149 +9,46 @@ use std::ptr;
 use redis_module::raw;
 
 use super::Ctx;
+use crate::args::syntax::{Arg, KeyUse, Kind, Syntax};
 
-/// What a command does with its key (the first argument), as its key spec tells ACLs,
-/// `COMMAND INFO` and Redis Cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyUse {
-    /// No key.
-    None,
-    /// Reads the state, replies from it and updates it: `RW ACCESS UPDATE`, as Redis gives
-    /// INCR (the reply's `remaining` and `reset_after_ms` come from the stored state).
-    Update,
-    /// Removes part of the value (a lease): `RW DELETE`, as Redis gives SREM.
-    Remove,
-    /// Reads the state and replies with it, changing nothing: `RO ACCESS`.
-    Read,
-    /// Replaces the whole value: `OW UPDATE`, as Redis gives RESTORE.
-    Overwrite,
-}
-
-impl KeyUse {
-    pub fn flags(self) -> u64 {
-        let flags = match self {
-            KeyUse::None => 0,
-            KeyUse::Update => {
-                raw::REDISMODULE_CMD_KEY_RW
-                    | raw::REDISMODULE_CMD_KEY_ACCESS
-                    | raw::REDISMODULE_CMD_KEY_UPDATE
-            }
-            KeyUse::Remove => raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE,
-            KeyUse::Read => raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
-            KeyUse::Overwrite => raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
-        };
-        u64::from(flags)
-    }
-}
-
-/// One command's documentation.
-#[derive(Debug)]
-pub struct Doc {
-    /// The command's name, lowercase, as in the command table.
-    pub name: &'static str,
-    pub summary: &'static CStr,
-    pub complexity: &'static CStr,
-    pub key: KeyUse,
-    pub args: &'static [Arg],
-}
-
-/// An argument as `COMMAND DOCS` shows it.
-#[derive(Debug, Clone, Copy)]
-pub struct Arg {
-    /// The placeholder, as the command's own usage line spells it (`burst`, `n` in `COST n`).
-    pub name: &'static CStr,
-    pub kind: Kind,
-    /// The word before the value (`COST`), or the whole argument for a [`Kind::Token`].
-    pub token: Option<&'static CStr>,
-    pub summary: &'static CStr,
-    pub optional: bool,
-    pub multiple: bool,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub enum Kind {
-    Key,
-    Integer,
-    /// Any string: a duration with its unit, a token, a name.
-    String,
-    /// A word alone, like `DRYRUN`.
-    Token,
-    /// Exactly one of the sub-arguments.
-    OneOf(&'static [Arg]),
-    /// The sub-arguments together, in order.
-    Block(&'static [Arg]),
-}
-
-impl Kind {
-    pub fn raw(self) -> raw::RedisModuleCommandArgType {
-        match self {
-            Kind::Key => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
-            Kind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
-            Kind::String => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
-            Kind::Token => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
-            Kind::OneOf(_) => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
-            Kind::Block(_) => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
+/// The raw key-spec flags of a key use.
+pub fn key_flags(key: KeyUse) -> u64 {
+    let flags = match key {
+        KeyUse::None => 0,
+        KeyUse::Update => {
+            raw::REDISMODULE_CMD_KEY_RW
+                | raw::REDISMODULE_CMD_KEY_ACCESS
+                | raw::REDISMODULE_CMD_KEY_UPDATE
         }
-    }
+        KeyUse::Remove => raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE,
+        KeyUse::Read => raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+        KeyUse::Overwrite => raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
+    };
+    u64::from(flags)
+}
 
-    fn subargs(self) -> &'static [Arg] {
-        match self {
-            Kind::OneOf(subargs) | Kind::Block(subargs) => subargs,
-            _ => &[],
-        }
+/// The raw argument type of a kind.
+fn arg_type(kind: Kind) -> raw::RedisModuleCommandArgType {
+    match kind {
+        Kind::Key => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
+        Kind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+        Kind::String => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+        Kind::Token => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+        Kind::OneOf(_) => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
+        Kind::Block(_) => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
     }
 }
 
-pub const fn arg(name: &'static CStr, kind: Kind, summary: &'static CStr) -> Arg {
-    Arg {
-        name,
-        kind,
-        token: None,
-        summary,
-        optional: false,
-        multiple: false,
+/// The raw flags of an argument: optional, repeated.
+fn arg_flags(arg: &Arg) -> c_int {
+    let mut flags = raw::REDISMODULE_CMD_ARG_NONE;
+    if arg.optional {
+        flags |= raw::REDISMODULE_CMD_ARG_OPTIONAL;
     }
-}
-
-pub const fn integer(name: &'static CStr, summary: &'static CStr) -> Arg {
-    arg(name, Kind::Integer, summary)
-}
-
-pub const fn string(name: &'static CStr, summary: &'static CStr) -> Arg {
-    arg(name, Kind::String, summary)
-}
-
-/// A word alone, like `DRYRUN`, named after it in lowercase.
-pub const fn token(name: &'static CStr, word: &'static CStr, summary: &'static CStr) -> Arg {
-    arg(name, Kind::Token, summary).after(word)
-}
-
-impl Arg {
-    pub const fn after(mut self, word: &'static CStr) -> Arg {
-        self.token = Some(word);
-        self
+    if arg.multiple {
+        flags |= raw::REDISMODULE_CMD_ARG_MULTIPLE;
     }
-
-    pub const fn optional(mut self) -> Arg {
-        self.optional = true;
-        self
-    }
-
-    pub const fn multiple(mut self) -> Arg {
-        self.multiple = true;
-        self
-    }
-
-    fn flags(&self) -> c_int {
-        let mut flags = raw::REDISMODULE_CMD_ARG_NONE;
-        if self.optional {
-            flags |= raw::REDISMODULE_CMD_ARG_OPTIONAL;
-        }
-        if self.multiple {
-            flags |= raw::REDISMODULE_CMD_ARG_MULTIPLE;
-        }
-        flags as c_int
-    }
+    flags as c_int
 }
 
 /// Gives Redis the `COMMAND DOCS`/`COMMAND INFO` entry `doc` of the command `name`, with
@@ -161,7 +58,7 @@ impl Arg {
 pub fn set_command_docs(
     ctx: Ctx<'_>,
     name: &CStr,
-    doc: &Doc,
+    doc: &Syntax,
     since: &'static CStr,
     arity: c_int,
 ) -> Option<bool> {
@@ -219,7 +116,7 @@ fn key_specs(key: KeyUse) -> [raw::RedisModuleCommandKeySpec; 2] {
     };
     [
         spec(
-            key.flags(),
+            key_flags(key),
             raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
             1,
             raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
@@ -249,12 +146,12 @@ fn lower(
         };
         level.push(raw::RedisModuleCommandArg {
             name: arg.name.as_ptr(),
-            type_: arg.kind.raw(),
+            type_: arg_type(arg.kind),
             key_spec_index: if matches!(arg.kind, Kind::Key) { 0 } else { -1 },
             token: arg.token.map_or(ptr::null(), CStr::as_ptr),
             summary: arg.summary.as_ptr(),
             since: ptr::null(),
-            flags: arg.flags(),
+            flags: arg_flags(arg),
             deprecated_since: ptr::null(),
             subargs,
             display_text: ptr::null(),
@@ -284,18 +181,10 @@ mod tests {
 
     #[test]
     fn the_raw_arrays_end_with_a_zeroed_entry() {
-        const CHANGE: &[Arg] = &[
-            integer(c"ms", c"a time").after(c"SET"),
-            string(c"offset", c"a duration").after(c"ADVANCE"),
-            token(c"real", c"REAL", c"the real clock"),
-        ];
-        let args = [arg(
-            c"change",
-            Kind::OneOf(CHANGE),
-            c"how to change the clock",
-        )];
+        // RL.DEBUG.CLOCK's one argument is a group of three.
+        let args = crate::args::syntax::RL_DEBUG_CLOCK.args;
         let mut keep = Vec::new();
-        let first = lower(&args, &mut keep);
+        let first = lower(args, &mut keep);
         assert_eq!(keep.len(), 2, "the group's own array, then the command's");
         let top = keep.last().unwrap();
         assert_eq!(top.as_ptr(), first as *const _);
@@ -305,7 +194,7 @@ mod tests {
         assert_eq!(top[0].subargs as *const _, group.as_ptr());
         assert_eq!(group.len(), 4);
         assert!(group[3].name.is_null());
-        assert_eq!(group[2].type_, Kind::Token.raw());
+        assert_eq!(group[2].type_, arg_type(Kind::Token));
         let specs = key_specs(KeyUse::Read);
         assert_eq!(specs[1].begin_search_type, 0);
         assert_eq!(

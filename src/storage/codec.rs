@@ -8,11 +8,11 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use crate::algorithms::limits::{MAX_COUNT, MAX_DURATION_MS};
 use crate::algorithms::{
     concurrency, fixed_window, gcra, leaky_bucket, policy, sliding_log, sliding_window,
     token_bucket,
 };
-use crate::args::{MAX_COUNT, MAX_DURATION_MS};
 
 use super::value::{Stored, Value};
 

@@ -24,6 +24,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use redis_module::raw;
 
 use crate::algorithms::policy::Rules;
+use crate::args::rules;
+use crate::config::SLIDING_LOG_LIMIT_CEILING;
 use crate::redis::{Ctx, Io};
 
 /// The longest policy name, in bytes.
@@ -233,8 +235,8 @@ fn read_policies(rdb: Io) -> Result<Table, &'static str> {
             return Err("a policy name of no or too many bytes");
         }
         let borrowed: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
-        let rules =
-            crate::commands::parse_saved(&borrowed).ok_or("a policy whose rules do not parse")?;
+        let rules = rules::parse_saved(&borrowed, SLIDING_LOG_LIMIT_CEILING)
+            .ok_or("a policy whose rules do not parse")?;
         loaded.insert(name, Arc::new(Policy { rules, words }));
     }
     Ok(loaded)

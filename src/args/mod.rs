@@ -1,5 +1,12 @@
-//! The argument grammar shared by every command: counts, durations with units, and the
-//! options `COST n` and `DRYRUN`. Pure functions over byte slices; no Redis types.
+//! The argument grammar shared by every command: counts, durations with units, the
+//! options `COST n`, `DRYRUN` and `BLOCK duration`; each algorithm's parameters
+//! ([`params`]), the policy rules ([`rules`]), and every command's syntax ([`syntax`]).
+//! Pure functions over byte slices; no Redis types. Uses only the algorithms (their types
+//! and limits) and the error texts.
+
+pub mod params;
+pub mod rules;
+pub mod syntax;
 
 use crate::error::{quote, Error};
 

@@ -1,0 +1,106 @@
+//! The policy grammar: a rule is an algorithm's name and its command's positional
+//! arguments, as the syntax table ([`super::syntax`]) spells them.
+
+use std::sync::Arc;
+
+use super::params;
+use super::syntax::{
+    Syntax, RL_FIXEDWINDOW, RL_GCRA, RL_LEAKYBUCKET, RL_POLICY_SET, RL_SLIDINGLOG,
+    RL_SLIDINGWINDOW, RL_TOKENBUCKET,
+};
+use crate::algorithms::policy::{Rule, Rules, MAX_RULES};
+use crate::error::{quote, Error};
+
+/// A rule's parser: its positional arguments, whether its flag (`INTERVAL`) was given, and
+/// the largest SLIDINGLOG limit.
+type Parse = fn(&[&[u8]], bool, u64) -> Result<Rule, Error>;
+
+/// Each algorithm a rule can name: its command's syntax and its parser.
+static RULES: [(&Syntax, Parse); 6] = [
+    (&RL_GCRA, |a, _, _| params::gcra(a).map(Rule::Gcra)),
+    (&RL_TOKENBUCKET, |a, interval, _| {
+        params::token_bucket(a, interval).map(Rule::TokenBucket)
+    }),
+    (&RL_LEAKYBUCKET, |a, _, _| {
+        params::leaky_bucket(a).map(Rule::LeakyBucket)
+    }),
+    (&RL_FIXEDWINDOW, |a, _, _| {
+        params::fixed_window(a).map(Rule::FixedWindow)
+    }),
+    (&RL_SLIDINGWINDOW, |a, _, _| {
+        params::sliding_window(a).map(Rule::SlidingWindow)
+    }),
+    (&RL_SLIDINGLOG, |a, _, log_max| {
+        params::sliding_log(a, log_max).map(Rule::SlidingLog)
+    }),
+];
+
+/// Parses rules: each an algorithm name (`GCRA` or `RL.GCRA`, any case) and its positional
+/// arguments, then the words its command takes alone (`INTERVAL` for TOKENBUCKET).
+/// `first_position` is the argument number of `words[0]`, for error texts; `log_max` bounds
+/// a SLIDINGLOG limit. Returns the rules and their words as RL.POLICY.GET shows them (the
+/// algorithm upper case).
+pub fn parse(
+    words: &[&[u8]],
+    first_position: usize,
+    log_max: u64,
+) -> Result<(Rules, Vec<Vec<u8>>), Error> {
+    let mut rules = Vec::new();
+    let mut canonical = Vec::with_capacity(words.len());
+    let mut i = 0;
+    while i < words.len() {
+        let position = first_position + i;
+        let word = words[i];
+        let bare = word
+            .get(..3)
+            .filter(|prefix| prefix.eq_ignore_ascii_case(b"RL."))
+            .map_or(word, |_| &word[3..]);
+        let Some(&(syntax, parse)) = RULES
+            .iter()
+            .find(|(syntax, _)| syntax.name.as_bytes()[3..].eq_ignore_ascii_case(bare))
+        else {
+            return Err(Error::UnknownRule {
+                position,
+                token: quote(word),
+            });
+        };
+        if rules.len() == MAX_RULES {
+            return Err(Error::TooManyRules { max: MAX_RULES });
+        }
+        let name = &syntax.arity_name()[3..];
+        let n = syntax.rule_positional();
+        let a = words.get(i + 1..i + 1 + n).ok_or(Error::RuleArity {
+            position,
+            algorithm: name,
+            usage: syntax.rule_usage(),
+        })?;
+        let flag = syntax.rule_flags().find(|flag| {
+            words
+                .get(i + 1 + n)
+                .is_some_and(|w| w.eq_ignore_ascii_case(flag.as_bytes()))
+        });
+        let rule = parse(a, flag.is_some(), log_max).map_err(|inner| Error::InRule {
+            position,
+            algorithm: name,
+            inner: Box::new(inner),
+        })?;
+        rules.push(rule);
+        canonical.push(name.as_bytes().to_vec());
+        canonical.extend(a.iter().map(|w| w.to_vec()));
+        i += 1 + n;
+        if let Some(flag) = flag {
+            canonical.push(flag.as_bytes().to_vec());
+            i += 1;
+        }
+    }
+    if rules.is_empty() {
+        return Err(RL_POLICY_SET.arity());
+    }
+    Ok((Arc::from(rules), canonical))
+}
+
+/// What loading needs from the grammar: the rules, with `log_max` the largest SLIDINGLOG
+/// limit any setting allows (a saved policy was valid when it was set).
+pub fn parse_saved(words: &[&[u8]], log_max: u64) -> Option<Rules> {
+    parse(words, 0, log_max).ok().map(|(rules, _)| rules)
+}

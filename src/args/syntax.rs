@@ -1,0 +1,646 @@
+//! Every command's syntax, written once: its arguments with their names and types, its
+//! summary and complexity, and what it does with its key.
+//!
+//! This one table drives
+//! - the wrong-number-of-arguments errors ([`Syntax::arity`], [`Syntax::required`]): the
+//!   usage after the command name is rendered from the arguments;
+//! - `COMMAND DOCS` and `COMMAND INFO` (`commands::docs` hands each entry to `redis::docs`,
+//!   which lowers it for Redis);
+//! - the policy grammar (`args::rules`): a rule takes its algorithm command's positional
+//!   arguments and flags, and its arity error shows them;
+//! - the names the parameter parsers (`args::params`) give a bad argument in its error.
+//!
+//! The table is written for every command of the module, including those the command table
+//! may not register (CL.THROTTLE with `cell-compat no`). No Redis types here: the raw form
+//! Redis takes is built in `redis::docs`.
+
+use std::ffi::CStr;
+use std::sync::OnceLock;
+
+use crate::error::Error;
+
+/// What a command does with its key (the first argument), as its key spec tells ACLs,
+/// `COMMAND INFO` and Redis Cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyUse {
+    /// No key.
+    None,
+    /// Reads the state, replies from it and updates it: `RW ACCESS UPDATE`, as Redis gives
+    /// INCR (the reply's `remaining` and `reset_after_ms` come from the stored state).
+    Update,
+    /// Removes part of the value (a lease): `RW DELETE`, as Redis gives SREM.
+    Remove,
+    /// Reads the state and replies with it, changing nothing: `RO ACCESS`.
+    Read,
+    /// Replaces the whole value: `OW UPDATE`, as Redis gives RESTORE.
+    Overwrite,
+}
+
+/// One command's syntax and documentation.
+#[derive(Debug)]
+pub struct Syntax {
+    /// The command's name, lowercase, as in the command table.
+    pub name: &'static str,
+    pub summary: &'static CStr,
+    pub complexity: &'static CStr,
+    pub key: KeyUse,
+    pub args: &'static [Arg],
+    /// The arguments a call needs after the command's name (those not optional), the key
+    /// included.
+    pub required: usize,
+    /// Said after the usage in the arity error (RL.POLICY.SET's example).
+    note: &'static str,
+    /// The texts the errors quote, rendered from the arguments when first needed (only an
+    /// error needs them).
+    rendered: OnceLock<Rendered>,
+}
+
+#[derive(Debug)]
+struct Rendered {
+    /// The name upper case, as the errors spell it.
+    command: String,
+    /// The usage after the name.
+    usage: String,
+    /// As a rule of a policy: the arguments after the key, without the admission options.
+    rule: String,
+}
+
+impl Syntax {
+    const fn new(
+        name: &'static str,
+        summary: &'static CStr,
+        complexity: &'static CStr,
+        key: KeyUse,
+        args: &'static [Arg],
+    ) -> Syntax {
+        let mut required = 0;
+        let mut i = 0;
+        while i < args.len() {
+            if !args[i].optional {
+                required += 1;
+            }
+            i += 1;
+        }
+        Syntax {
+            name,
+            summary,
+            complexity,
+            key,
+            args,
+            required,
+            note: "",
+            rendered: OnceLock::new(),
+        }
+    }
+
+    const fn note(mut self, note: &'static str) -> Syntax {
+        self.note = note;
+        self
+    }
+
+    fn rendered(&self) -> &Rendered {
+        self.rendered.get_or_init(|| {
+            let mut usage = if self.args.is_empty() {
+                "(no arguments)".to_string()
+            } else {
+                render(self.args)
+            };
+            usage.push_str(self.note);
+            let rule = self.rule_args().map(render_one).collect::<Vec<_>>();
+            Rendered {
+                command: self.name.to_ascii_uppercase(),
+                usage,
+                rule: rule.join(" "),
+            }
+        })
+    }
+
+    /// The error for a call with too few or too many arguments, naming the syntax.
+    pub fn arity(&'static self) -> Error {
+        let rendered = self.rendered();
+        Error::Arity {
+            command: &rendered.command,
+            usage: &rendered.usage,
+        }
+    }
+
+    /// The name upper case, as the errors spell it (`RL.GCRA`).
+    pub fn arity_name(&'static self) -> &'static str {
+        &self.rendered().command
+    }
+
+    /// The syntax of a policy rule of this algorithm, after its name.
+    pub fn rule_usage(&'static self) -> &'static str {
+        &self.rendered().rule
+    }
+
+    /// A rule's arguments: the command's, less the key and the options every admission
+    /// command takes.
+    fn rule_args(&self) -> impl Iterator<Item = &'static Arg> {
+        self.args.iter().filter(|a| {
+            !matches!(a.kind, Kind::Key) && ![COST.name, DRYRUN.name, BLOCK.name].contains(&a.name)
+        })
+    }
+
+    /// How many positional arguments a rule of this algorithm takes.
+    pub fn rule_positional(&self) -> usize {
+        self.rule_args().filter(|a| !a.optional).count()
+    }
+
+    /// The words a rule of this algorithm may add after them (`INTERVAL`).
+    pub fn rule_flags(&self) -> impl Iterator<Item = &'static str> {
+        self.rule_args().filter_map(|a| match a.kind {
+            Kind::Token if a.optional => a.token_str,
+            _ => None,
+        })
+    }
+}
+
+/// The usage of `args`, as the errors spell it: the names in order, a token before its
+/// value (`COST n`), an optional argument in brackets, a repeated one followed by
+/// `[name ...]`.
+fn render(args: &[Arg]) -> String {
+    args.iter().map(render_one).collect::<Vec<_>>().join(" ")
+}
+
+fn render_one(arg: &Arg) -> String {
+    let mut one = match (arg.kind, arg.token_str) {
+        (Kind::Token, Some(word)) => word.to_string(),
+        (Kind::Block(subargs), _) => render(subargs),
+        (Kind::OneOf(subargs), _) => subargs
+            .iter()
+            .map(render_one)
+            .collect::<Vec<_>>()
+            .join(" | "),
+        (_, Some(word)) => format!("{word} {}", arg.name_str),
+        (_, None) => arg.name_str.to_string(),
+    };
+    match (arg.optional, arg.multiple) {
+        (false, false) => {}
+        (false, true) => one = format!("{one} [{one} ...]"),
+        (true, false) => one = format!("[{one}]"),
+        (true, true) => one = format!("[{one} ...]"),
+    }
+    one
+}
+
+/// An argument as `COMMAND DOCS` shows it.
+#[derive(Debug, Clone, Copy)]
+pub struct Arg {
+    /// The placeholder, as the command's usage spells it (`burst`, `n` in `COST n`).
+    pub name: &'static CStr,
+    /// The same, as the errors name it.
+    pub name_str: &'static str,
+    pub kind: Kind,
+    /// The word before the value (`COST`), or the whole argument for a [`Kind::Token`].
+    pub token: Option<&'static CStr>,
+    token_str: Option<&'static str>,
+    pub summary: &'static CStr,
+    pub optional: bool,
+    pub multiple: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Kind {
+    Key,
+    Integer,
+    /// Any string: a duration with its unit, a token, a name.
+    String,
+    /// A word alone, like `DRYRUN`.
+    Token,
+    /// Exactly one of the sub-arguments.
+    OneOf(&'static [Arg]),
+    /// The sub-arguments together, in order.
+    Block(&'static [Arg]),
+}
+
+impl Kind {
+    pub fn subargs(self) -> &'static [Arg] {
+        match self {
+            Kind::OneOf(subargs) | Kind::Block(subargs) => subargs,
+            _ => &[],
+        }
+    }
+}
+
+/// A C string's text, at compile time (the table's strings are ASCII).
+const fn text(s: &'static CStr) -> &'static str {
+    match s.to_str() {
+        Ok(text) => text,
+        Err(_) => panic!("the syntax table is ASCII"),
+    }
+}
+
+const fn arg(name: &'static CStr, kind: Kind, summary: &'static CStr) -> Arg {
+    Arg {
+        name,
+        name_str: text(name),
+        kind,
+        token: None,
+        token_str: None,
+        summary,
+        optional: false,
+        multiple: false,
+    }
+}
+
+const fn integer(name: &'static CStr, summary: &'static CStr) -> Arg {
+    arg(name, Kind::Integer, summary)
+}
+
+const fn string(name: &'static CStr, summary: &'static CStr) -> Arg {
+    arg(name, Kind::String, summary)
+}
+
+/// A word alone, like `DRYRUN`, named after it in lowercase.
+const fn token(name: &'static CStr, word: &'static CStr, summary: &'static CStr) -> Arg {
+    arg(name, Kind::Token, summary).after(word)
+}
+
+impl Arg {
+    const fn after(mut self, word: &'static CStr) -> Arg {
+        self.token = Some(word);
+        self.token_str = Some(text(word));
+        self
+    }
+
+    const fn optional(mut self) -> Arg {
+        self.optional = true;
+        self
+    }
+
+    const fn multiple(mut self) -> Arg {
+        self.multiple = true;
+        self
+    }
+}
+
+const KEY: Arg = arg(c"key", Kind::Key, c"the limiter's key");
+const DURATION: &CStr =
+    c"a duration from 1ms to 10 years: an integer with an optional unit ms, s, m, h or d (a bare number is ms)";
+
+/// The options every admission command takes.
+const COST: Arg = integer(
+    c"n",
+    c"units this request takes, 0 to 10^12 (default 1); COST 0 checks without taking",
+)
+.after(c"COST")
+.optional();
+const DRYRUN: Arg = token(
+    c"dryrun",
+    c"DRYRUN",
+    c"reply as if the request were made; write and propagate nothing",
+)
+.optional();
+const BLOCK: Arg = string(
+    c"duration",
+    c"a penalty: if this request is denied, the key refuses every request for this duration",
+)
+.after(c"BLOCK")
+.optional();
+
+// The algorithms' parameters, which the parameter parsers name in their errors.
+pub const BURST: Arg = integer(c"burst", c"the most units admitted at once, 1 to 10^12");
+pub const RATE: Arg = integer(c"rate", c"units per period, 1 to 10^12");
+pub const PERIOD: Arg = string(c"period", DURATION);
+pub const MAX_BURST: Arg = integer(c"max_burst", c"the burst less one, 0 to 10^12 - 1");
+pub const COUNT: Arg = integer(c"count", c"units per period, 1 to 10^12");
+pub const PERIOD_S: Arg = integer(c"period", c"whole seconds, 1 to 315360000 (10 years)");
+pub const QUANTITY: Arg = integer(
+    c"quantity",
+    c"units this request takes, 0 to 10^12 (default 1)",
+)
+.optional();
+pub const BUCKET_CAPACITY: Arg =
+    integer(c"capacity", c"the most tokens the bucket holds, 1 to 10^12");
+pub const REFILL_AMOUNT: Arg = integer(
+    c"refill_amount",
+    c"tokens added per refill_period, 1 to 10^12",
+);
+pub const REFILL_PERIOD: Arg = string(c"refill_period", DURATION);
+pub const INTERVAL: Arg = token(
+    c"interval",
+    c"INTERVAL",
+    c"refill the whole refill_amount at each full refill_period, not continuously",
+)
+.optional();
+pub const QUEUE_CAPACITY: Arg = integer(
+    c"capacity",
+    c"the most units queued, the one being served included, 1 to 10^12",
+);
+pub const LEAK_AMOUNT: Arg = integer(c"leak_amount", c"units drained per leak_period, 1 to 10^12");
+pub const LEAK_PERIOD: Arg = string(c"leak_period", DURATION);
+pub const LIMIT: Arg = integer(c"limit", c"the most units admitted in a window, 1 to 10^12");
+pub const WINDOW: Arg = string(c"window", DURATION);
+pub const LEASES: Arg = integer(
+    c"limit",
+    c"the most leases held at once, 1 to the setting ratelimit.concurrency-max-limit (default 100000)",
+);
+pub const LEASE: Arg = string(c"lease", DURATION);
+pub const ID: Arg = string(
+    c"token",
+    c"name the lease (1 to 256 bytes); the same token renews its own lease",
+)
+.after(c"ID")
+.optional();
+
+/// The positional arguments of the window algorithms, then the options.
+const WINDOW_ARGS: &[Arg] = &[KEY, LIMIT, WINDOW, COST, DRYRUN, BLOCK];
+
+const O1: &CStr = c"O(1)";
+const LEASES_COMPLEXITY: &CStr = c"O(log N) where N is the number of leases held on the key, amortised: a write also drops the leases ended since the last one";
+const RULES_COMPLEXITY: &CStr = c"O(R) where R is the number of rules";
+const POLICY_NAME: Arg = string(c"name", c"the policy's name");
+
+#[rustfmt::skip]
+pub static RL_GCRA: Syntax = Syntax::new(
+    "rl.gcra",
+    c"Admit or deny a request with GCRA: up to burst units at once, then rate units per period, evenly spaced",
+    O1,
+    KeyUse::Update,
+    &[KEY, BURST, RATE, PERIOD, COST, DRYRUN, BLOCK],
+);
+
+#[rustfmt::skip]
+pub static CL_THROTTLE: Syntax = Syntax::new(
+    "cl.throttle",
+    c"Admit or deny a request with GCRA, redis-cell compatible: its arguments, its reply in seconds",
+    O1,
+    KeyUse::Update,
+    &[KEY, MAX_BURST, COUNT, PERIOD_S, QUANTITY],
+);
+
+#[rustfmt::skip]
+pub static RL_TOKENBUCKET: Syntax = Syntax::new(
+    "rl.tokenbucket",
+    c"Admit or deny a request with a token bucket: capacity tokens, refilled by refill_amount per refill_period",
+    O1,
+    KeyUse::Update,
+    &[KEY, BUCKET_CAPACITY, REFILL_AMOUNT, REFILL_PERIOD, INTERVAL, COST, DRYRUN, BLOCK],
+);
+
+#[rustfmt::skip]
+pub static RL_LEAKYBUCKET: Syntax = Syntax::new(
+    "rl.leakybucket",
+    c"Admit or deny a request with a leaky bucket: a queue of capacity units draining at a constant rate; the reply says when to act",
+    O1,
+    KeyUse::Update,
+    &[KEY, QUEUE_CAPACITY, LEAK_AMOUNT, LEAK_PERIOD, COST, DRYRUN, BLOCK],
+);
+
+#[rustfmt::skip]
+pub static RL_FIXEDWINDOW: Syntax = Syntax::new(
+    "rl.fixedwindow",
+    c"Admit or deny a request with a fixed window counter, windows aligned to the Unix epoch",
+    O1,
+    KeyUse::Update,
+    WINDOW_ARGS,
+);
+
+#[rustfmt::skip]
+pub static RL_SLIDINGWINDOW: Syntax = Syntax::new(
+    "rl.slidingwindow",
+    c"Admit or deny a request with a sliding window counter: this window's count plus the previous one's, weighted",
+    O1,
+    KeyUse::Update,
+    WINDOW_ARGS,
+);
+
+#[rustfmt::skip]
+pub static RL_SLIDINGLOG: Syntax = Syntax::new(
+    "rl.slidinglog",
+    c"Admit or deny a request with a sliding log: exact, it keeps every admitted request still in the window",
+    c"O(1) amortized for a key written regularly: O(E) for the E expired entries it drops or skips, and O(COST) more for a denial",
+    KeyUse::Update,
+    WINDOW_ARGS,
+);
+
+#[rustfmt::skip]
+pub static RL_CONCURRENCY_ACQUIRE: Syntax = Syntax::new(
+    "rl.concurrency.acquire",
+    c"Take one of limit leases, held until released or for lease at most; the reply carries the lease's token",
+    LEASES_COMPLEXITY,
+    KeyUse::Update,
+    &[KEY, LEASES, LEASE, ID, DRYRUN],
+);
+
+#[rustfmt::skip]
+pub static RL_CONCURRENCY_RELEASE: Syntax = Syntax::new(
+    "rl.concurrency.release",
+    c"End a lease taken with RL.CONCURRENCY.ACQUIRE: 1, or 0 when no such lease is held",
+    LEASES_COMPLEXITY,
+    KeyUse::Remove,
+    &[KEY, string(c"token", c"the token RL.CONCURRENCY.ACQUIRE replied with")],
+);
+
+#[rustfmt::skip]
+pub static RL_INSPECT: Syntax = Syntax::new(
+    "rl.inspect",
+    c"Show a limiter key's algorithm, parameters and state, changing nothing",
+    c"O(1); O(N) for a sliding log holding N entries; O(log N) for a concurrency key holding N leases",
+    KeyUse::Read,
+    &[KEY],
+);
+
+#[rustfmt::skip]
+pub static RL_LIMIT: Syntax = Syntax::new(
+    "rl.limit",
+    c"Admit or deny a request against every rule of a policy, all or nothing; the reply is the binding rule's",
+    c"O(R) where R is the number of rules in the policy",
+    KeyUse::Update,
+    &[KEY, string(c"policy", c"the name of a policy set with RL.POLICY.SET"), COST, DRYRUN, BLOCK],
+);
+
+#[rustfmt::skip]
+pub static RL_POLICY_SET: Syntax = Syntax::new(
+    "rl.policy.set",
+    c"Create or replace a policy: a named list of rules, each an algorithm and its arguments",
+    RULES_COMPLEXITY,
+    KeyUse::None,
+    &[
+        POLICY_NAME,
+        arg(c"rule", Kind::Block(&[
+            string(c"algorithm", c"an algorithm, as its command is named without RL. (gcra, tokenbucket, ...)"),
+            string(c"argument", c"the algorithm's positional arguments, as its command takes them after the key").multiple(),
+        ]), c"an algorithm and its arguments").multiple(),
+    ],
+)
+.note(", each rule an algorithm and its arguments, as in GCRA 10 10 1s FIXEDWINDOW 5000 1d");
+
+#[rustfmt::skip]
+pub static RL_POLICY_GET: Syntax = Syntax::new(
+    "rl.policy.get",
+    c"Show the rules of a policy",
+    RULES_COMPLEXITY,
+    KeyUse::None,
+    &[POLICY_NAME],
+);
+
+#[rustfmt::skip]
+pub static RL_POLICY_DEL: Syntax = Syntax::new(
+    "rl.policy.del",
+    c"Delete a policy",
+    RULES_COMPLEXITY,
+    KeyUse::None,
+    &[POLICY_NAME],
+);
+
+#[rustfmt::skip]
+pub static RL_POLICY_LIST: Syntax = Syntax::new(
+    "rl.policy.list",
+    c"List the names of the policies",
+    c"O(P) where P is the number of policies",
+    KeyUse::None,
+    &[],
+);
+
+#[rustfmt::skip]
+pub static RL_DEBUG_CLOCK: Syntax = Syntax::new(
+    "rl.debug.clock",
+    c"Freeze, move or release the module's clock, for deterministic tests (only with debug-clock yes)",
+    O1,
+    KeyUse::None,
+    &[arg(c"change", Kind::OneOf(&[
+        integer(c"ms", c"freeze the clock at ms since the Unix epoch, 0 to 253402300799999").after(c"SET"),
+        string(c"offset", c"move the clock by ms or a duration, negative to move it back, and freeze it").after(c"ADVANCE"),
+        token(c"real", c"REAL", c"let the clock run with the server's clock again"),
+    ]), c"how to change the clock")],
+);
+
+#[rustfmt::skip]
+pub static RL_DEBUG_PANIC: Syntax = Syntax::new(
+    "rl.debug.panic",
+    c"Panic on purpose, to show the guard turns a panic into an error reply (only with debug-clock yes)",
+    O1,
+    KeyUse::None,
+    &[],
+);
+
+#[rustfmt::skip]
+pub static RL_REPLAY: Syntax = Syntax::new(
+    "rl.replay",
+    c"Internal: replays an admitted write with the primary's clock reading; accepted only from replication or the AOF",
+    c"That of the replayed command",
+    KeyUse::Update,
+    &[
+        KEY,
+        string(c"now_us:expire_at_ms:command:arg", c"the primary's clock reading, the key's expiry, the command and its first argument after the key"),
+        string(c"arg", c"the command's other arguments").optional().multiple(),
+    ],
+);
+
+#[rustfmt::skip]
+pub static RL_LOADSTATE: Syntax = Syntax::new(
+    "rl.loadstate",
+    c"Internal: sets a key's encoded state, as an AOF rewrite writes it; accepted only from replication or the AOF",
+    c"O(N) where N is the size of the state",
+    KeyUse::Overwrite,
+    &[KEY, string(c"state", c"the encoded state")],
+);
+
+/// The syntax of every command of the module.
+pub static ALL: [&Syntax; 19] = [
+    &RL_GCRA,
+    &CL_THROTTLE,
+    &RL_TOKENBUCKET,
+    &RL_LEAKYBUCKET,
+    &RL_FIXEDWINDOW,
+    &RL_SLIDINGWINDOW,
+    &RL_SLIDINGLOG,
+    &RL_CONCURRENCY_ACQUIRE,
+    &RL_CONCURRENCY_RELEASE,
+    &RL_INSPECT,
+    &RL_LIMIT,
+    &RL_POLICY_SET,
+    &RL_POLICY_GET,
+    &RL_POLICY_DEL,
+    &RL_POLICY_LIST,
+    &RL_DEBUG_CLOCK,
+    &RL_DEBUG_PANIC,
+    &RL_REPLAY,
+    &RL_LOADSTATE,
+];
+
+/// The syntax of the command named `name` (any case).
+pub fn find(name: &[u8]) -> Option<&'static Syntax> {
+    ALL.iter()
+        .copied()
+        .find(|syntax| syntax.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The usage texts the arity errors showed when each command spelled its own; the
+    /// integration tests assert a few of them through a server, this pins them all.
+    #[test]
+    fn usages_render_as_they_were_written() {
+        let expected = [
+            (&RL_GCRA, "RL.GCRA", "key burst rate period [COST n] [DRYRUN] [BLOCK duration]"),
+            (&CL_THROTTLE, "CL.THROTTLE", "key max_burst count period [quantity]"),
+            (
+                &RL_TOKENBUCKET,
+                "RL.TOKENBUCKET",
+                "key capacity refill_amount refill_period [INTERVAL] [COST n] [DRYRUN] [BLOCK duration]",
+            ),
+            (
+                &RL_LEAKYBUCKET,
+                "RL.LEAKYBUCKET",
+                "key capacity leak_amount leak_period [COST n] [DRYRUN] [BLOCK duration]",
+            ),
+            (&RL_FIXEDWINDOW, "RL.FIXEDWINDOW", "key limit window [COST n] [DRYRUN] [BLOCK duration]"),
+            (&RL_SLIDINGWINDOW, "RL.SLIDINGWINDOW", "key limit window [COST n] [DRYRUN] [BLOCK duration]"),
+            (&RL_SLIDINGLOG, "RL.SLIDINGLOG", "key limit window [COST n] [DRYRUN] [BLOCK duration]"),
+            (&RL_CONCURRENCY_ACQUIRE, "RL.CONCURRENCY.ACQUIRE", "key limit lease [ID token] [DRYRUN]"),
+            (&RL_CONCURRENCY_RELEASE, "RL.CONCURRENCY.RELEASE", "key token"),
+            (&RL_INSPECT, "RL.INSPECT", "key"),
+            (&RL_LIMIT, "RL.LIMIT", "key policy [COST n] [DRYRUN] [BLOCK duration]"),
+            (
+                &RL_POLICY_SET,
+                "RL.POLICY.SET",
+                "name algorithm argument [argument ...] [algorithm argument [argument ...] ...], \
+                 each rule an algorithm and its arguments, as in GCRA 10 10 1s FIXEDWINDOW 5000 1d",
+            ),
+            (&RL_POLICY_GET, "RL.POLICY.GET", "name"),
+            (&RL_POLICY_DEL, "RL.POLICY.DEL", "name"),
+            (&RL_POLICY_LIST, "RL.POLICY.LIST", "(no arguments)"),
+            (&RL_REPLAY, "RL.REPLAY", "key now_us:expire_at_ms:command:arg [arg ...]"),
+            (&RL_LOADSTATE, "RL.LOADSTATE", "key state"),
+        ];
+        for (syntax, command, usage) in expected {
+            assert_eq!(syntax.arity(), Error::Arity { command, usage });
+        }
+    }
+
+    #[test]
+    fn rules_take_the_positional_arguments_and_flags() {
+        let expected: [(&'static Syntax, &str, usize, &[&str]); 6] = [
+            (&RL_GCRA, "burst rate period", 3, &[]),
+            (
+                &RL_TOKENBUCKET,
+                "capacity refill_amount refill_period [INTERVAL]",
+                3,
+                &["INTERVAL"],
+            ),
+            (&RL_LEAKYBUCKET, "capacity leak_amount leak_period", 3, &[]),
+            (&RL_FIXEDWINDOW, "limit window", 2, &[]),
+            (&RL_SLIDINGWINDOW, "limit window", 2, &[]),
+            (&RL_SLIDINGLOG, "limit window", 2, &[]),
+        ];
+        for (syntax, usage, n, flags) in expected {
+            assert_eq!(syntax.rule_usage(), usage, "{}", syntax.name);
+            assert_eq!(syntax.rule_positional(), n, "{}", syntax.name);
+            assert_eq!(syntax.rule_flags().collect::<Vec<_>>(), flags);
+        }
+    }
+
+    #[test]
+    fn required_counts_the_arguments_that_are_not_optional() {
+        assert_eq!(RL_GCRA.required, 4);
+        assert_eq!(RL_FIXEDWINDOW.required, 3);
+        assert_eq!(RL_CONCURRENCY_ACQUIRE.required, 3);
+        assert_eq!(RL_LIMIT.required, 2);
+        assert_eq!(find(b"RL.GCRA").map(|s| s.name), Some("rl.gcra"));
+    }
+}

@@ -1,0 +1,128 @@
+//! The module's settings: their statics, read by the commands, and the load arguments that
+//! set them. `lib.rs` registers the same statics with Redis (`CONFIG SET/GET
+//! ratelimit.<name>`, and `ratelimit.<name>` directives in redis.conf).
+//!
+//! Uses the grammar ([`crate::args`]) and the error texts' quoting; nothing above them.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+use redis_module::RedisString;
+
+use crate::args;
+use crate::error::quote;
+
+/// `cell-compat yes|no` (load time only, default yes): register CL.THROTTLE.
+pub(crate) static CELL_COMPAT: AtomicBool = AtomicBool::new(true);
+/// `debug-clock yes|no` (load time only, default no): allow RL.DEBUG.* commands.
+pub(crate) static DEBUG_CLOCK: AtomicBool = AtomicBool::new(false);
+
+/// `sliding-log-max-limit n` (load time and CONFIG SET): the largest RL.SLIDINGLOG limit.
+/// The log keeps a few bytes per admitted unit, so this bounds one key's memory.
+pub(crate) static SLIDING_LOG_MAX_LIMIT: AtomicI64 = AtomicI64::new(SLIDING_LOG_MAX_LIMIT_DEFAULT);
+pub(crate) const SLIDING_LOG_MAX_LIMIT_DEFAULT: i64 = 1_000_000;
+/// The highest value the setting takes (an admitted count must fit the log's 32-bit words).
+pub(crate) const SLIDING_LOG_LIMIT_CEILING: u64 = 1_000_000_000;
+
+pub(crate) fn sliding_log_max_limit() -> u64 {
+    u64::try_from(SLIDING_LOG_MAX_LIMIT.load(Ordering::Relaxed)).unwrap_or(1)
+}
+
+/// `concurrency-max-limit n` (load time and CONFIG SET): the largest RL.CONCURRENCY.ACQUIRE
+/// limit. A key holds at most that many leases, so this bounds one key's memory and the
+/// work a call that drops ended leases does.
+pub(crate) static CONCURRENCY_MAX_LIMIT: AtomicI64 = AtomicI64::new(CONCURRENCY_MAX_LIMIT_DEFAULT);
+pub(crate) const CONCURRENCY_MAX_LIMIT_DEFAULT: i64 = 100_000;
+/// The highest value the setting takes.
+pub(crate) const CONCURRENCY_LIMIT_CEILING: u64 = 10_000_000;
+
+pub(crate) fn concurrency_max_limit() -> u64 {
+    u64::try_from(CONCURRENCY_MAX_LIMIT.load(Ordering::Relaxed)).unwrap_or(1)
+}
+
+/// The load arguments the module accepts: the flags take `yes` or `no`, the numbers a whole
+/// number in range.
+const FLAGS: [(&str, &AtomicBool); 2] =
+    [("cell-compat", &CELL_COMPAT), ("debug-clock", &DEBUG_CLOCK)];
+const NUMBERS: [(&str, &AtomicI64, u64); 2] = [
+    (
+        "sliding-log-max-limit",
+        &SLIDING_LOG_MAX_LIMIT,
+        SLIDING_LOG_LIMIT_CEILING,
+    ),
+    (
+        "concurrency-max-limit",
+        &CONCURRENCY_MAX_LIMIT,
+        CONCURRENCY_LIMIT_CEILING,
+    ),
+];
+
+/// Checks the load arguments, pairs `name value`, and then sets them. Anything wrong
+/// refuses the load (and sets nothing), so that a typo never silently runs with a default.
+///
+/// They are applied here rather than as the settings' registered defaults
+/// (`module_args_as_configuration`), because the crate parses those first and refuses a bad
+/// number with a message that names neither the argument nor the value. Redis has already
+/// set every setting to its default or to its `ratelimit.<name>` directive (from redis.conf
+/// or the command line); a load argument overrides the directive.
+pub(crate) fn apply_load_args(args: &[RedisString]) -> Result<(), String> {
+    if !args.len().is_multiple_of(2) {
+        return Err("load arguments come in pairs: name value".into());
+    }
+    let mut flags = Vec::new();
+    let mut numbers = Vec::new();
+    for pair in args.chunks(2) {
+        let name = pair[0].as_slice();
+        let value = pair[1].as_slice();
+        let shown = || quote(value);
+        if let Some((name, setting)) = FLAGS.iter().find(|(n, _)| n.as_bytes() == name) {
+            let on = match value {
+                b"yes" => true,
+                b"no" => false,
+                _ => return Err(format!("{name} takes yes or no, not '{}'", shown())),
+            };
+            flags.push((*setting, on));
+        } else if let Some((name, setting, max)) =
+            NUMBERS.iter().find(|(n, _, _)| n.as_bytes() == name)
+        {
+            // Written as Redis writes integers: no sign, no leading zero (SPEC §1).
+            let n = args::count(value, name, 1, *max)
+                .ok()
+                .and_then(|n| i64::try_from(n).ok())
+                .ok_or_else(|| {
+                    format!(
+                        "{name} takes a whole number from 1 to {max}, not '{}'",
+                        shown()
+                    )
+                })?;
+            numbers.push((*setting, n));
+        } else {
+            let names: Vec<&str> = FLAGS
+                .iter()
+                .map(|(n, _)| *n)
+                .chain(NUMBERS.iter().map(|(n, _, _)| *n))
+                .collect();
+            return Err(format!(
+                "unknown load argument '{}': expected one of {}",
+                quote(name),
+                names.join(", ")
+            ));
+        }
+    }
+    for (setting, on) in flags {
+        setting.store(on, Ordering::Relaxed);
+    }
+    for (setting, n) in numbers {
+        setting.store(n, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Whether CL.THROTTLE is registered (`cell-compat`).
+pub(crate) fn cell_compat() -> bool {
+    CELL_COMPAT.load(Ordering::Relaxed)
+}
+
+/// Whether the RL.DEBUG commands run (`debug-clock`).
+pub(crate) fn debug_clock() -> bool {
+    DEBUG_CLOCK.load(Ordering::Relaxed)
+}
