@@ -119,9 +119,27 @@ fn set_module_options(ctx: redis::Ctx) {
     );
 }
 
+/// The module's version as `MODULE LIST` shows it: `Cargo.toml`'s major·10000 + minor·100 +
+/// patch (0.1.0 is 100), the one version of the project.
+pub const MODULE_VERSION: i32 = {
+    const fn number(text: &str) -> i32 {
+        let bytes = text.as_bytes();
+        let mut n = 0;
+        let mut i = 0;
+        while i < bytes.len() {
+            n = n * 10 + (bytes[i] - b'0') as i32;
+            i += 1;
+        }
+        n
+    }
+    number(env!("CARGO_PKG_VERSION_MAJOR")) * 10_000
+        + number(env!("CARGO_PKG_VERSION_MINOR")) * 100
+        + number(env!("CARGO_PKG_VERSION_PATCH"))
+};
+
 redis_module! {
     name: "ratelimit",
-    version: 1,
+    version: MODULE_VERSION,
     allocator: (ModuleAllocator, ModuleAllocator),
     data_types: [RL_TYPE],
     init: init,

@@ -438,7 +438,13 @@ fn the_module_is_listed_with_its_commands() {
         .into_iter()
         .filter(|(name, _)| name == "ratelimit")
         .collect();
-    assert_eq!(ours, [("ratelimit".to_string(), 1)]);
+    // Cargo.toml's version, as major·10000 + minor·100 + patch (0.1.0 is 100).
+    let part = |p: &str| p.parse::<i64>().unwrap();
+    let version = part(env!("CARGO_PKG_VERSION_MAJOR")) * 10_000
+        + part(env!("CARGO_PKG_VERSION_MINOR")) * 100
+        + part(env!("CARGO_PKG_VERSION_PATCH"));
+    assert_eq!(version, 100);
+    assert_eq!(ours, [("ratelimit".to_string(), version)]);
     let text = c
         .cmd(&["COMMAND", "INFO", "rl.gcra", "rl.inspect"])
         .render();
