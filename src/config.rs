@@ -84,7 +84,8 @@ pub(crate) fn apply_load_args(args: &[RedisString]) -> Result<(), String> {
         } else if let Some((name, setting, max)) =
             NUMBERS.iter().find(|(n, _, _)| n.as_bytes() == name)
         {
-            // Written as Redis writes integers: no sign, no leading zero (SPEC §1).
+            // Written as Redis writes integers: no sign, no leading zero (docs/commands.md,
+            // Arguments).
             let n = args::count(value, name, 1, *max)
                 .ok()
                 .and_then(|n| i64::try_from(n).ok())

@@ -1,5 +1,6 @@
 //! Every admission command against a real redis-server with the debug clock: the worked
-//! examples of SPEC §3 with exact replies, the first denial's retry_after, recovery, COST
+//! examples of the docs (each algorithm's page) with exact replies, the first denial's
+//! retry_after, recovery, COST
 //! above the limit, DRYRUN, PTTL, RL.INSPECT, and keys holding another algorithm's state.
 
 mod common;

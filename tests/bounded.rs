@@ -1,4 +1,4 @@
-//! Work that must not grow without bound (SPEC §7): a fork that is not an AOF rewrite
+//! Work that must not grow without bound (docs/security.md): a fork that is not an AOF rewrite
 //! writes nothing into the AOF, and interned parameter sets that no key uses any more are
 //! released, whatever removed the keys.
 

@@ -1,4 +1,4 @@
-//! Damaged data never takes the server down (SPEC §5): `RESTORE` of thousands of
+//! Damaged data never takes the server down (docs/durability.md): `RESTORE` of thousands of
 //! frame-level mutations of every kind of key, compressed and not, each answered with OK or
 //! an error while the server goes on; an RDB file whose policy aux data is damaged is
 //! refused at start with a log line, never a crash; replicas load a sync without a

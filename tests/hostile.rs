@@ -470,7 +470,8 @@ fn random_policies_are_accepted_whole_or_refused_with_a_reason() {
     );
 }
 
-/// SPEC §1: integers are written as Redis writes them, so a leading zero is refused, in every
+/// docs/commands.md, Arguments: integers are written as Redis writes them, so a leading zero is
+/// refused, in every
 /// place an integer is read (counts, durations with units, COST, BLOCK, CL.THROTTLE's
 /// arguments, the debug clock, a policy's rules); and an option given twice says so.
 #[test]

@@ -528,7 +528,8 @@ fn config_set_round_trips_and_refuses_bad_values_exactly() {
         ("1000000001", range),
         ("abc", "argument couldn't be parsed into an integer"),
         ("", "argument couldn't be parsed into an integer"),
-        // Redis's own parser: no leading zero, no sign (SPEC §1), as for the load argument.
+        // Redis's own parser: no leading zero, no sign (docs/commands.md, Arguments), as for the
+        // load argument.
         ("05", "argument couldn't be parsed into an integer"),
         ("+5", "argument couldn't be parsed into an integer"),
     ] {

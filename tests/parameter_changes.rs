@@ -1,4 +1,5 @@
-//! SPEC §3: a parameter change is never in the caller's favour. At one instant, requests
+//! docs/algorithms.md, Changing parameters: a parameter change is never in the caller's favour. At
+//! one instant, requests
 //! under any sequence of parameter sets admit in total at most the largest limit among them,
 //! for every algorithm on a plain key and for a policy's rules when RL.POLICY.SET changes
 //! them, also while the policy flips under load; and what a replica holds after a change is

@@ -150,7 +150,8 @@ const SEVEN_ZERO_REVOKE: [&str; 6] = [
     "-rl.loadstate",
 ];
 
-/// What SPEC §7 asks of an application user: it runs every admission command, RL.LIMIT,
+/// What docs/security.md promises of an application user: it runs every admission command,
+/// RL.LIMIT,
 /// RL.INSPECT and the policy reads on its keys, and gets NOPERM for a policy change, the
 /// debug commands and the internal ones; the default user (every right) does all of them.
 fn application_user_checks_limits_only(server: &Server, user: &str) {
@@ -202,7 +203,8 @@ fn application_user_checks_limits_only(server: &Server, user: &str) {
     assert_eq!(admin.cmd(&["RL.DEBUG.CLOCK", "SET", "0"]), Reply::Int(0));
 }
 
-/// SPEC §7 on every server: policies are server configuration, so `+@read +@write` does not
+/// docs/security.md on every server: policies are server configuration, so `+@read +@write` does
+/// not
 /// reach RL.POLICY.SET or RL.POLICY.DEL (they are `@admin @dangerous`, like the debug and
 /// internal commands). Redis 7.0 puts module commands in no category: there the README's
 /// per-command rule does the same, and `+@read +@write` alone grants none of them.

@@ -1,6 +1,6 @@
 //! A request that writes nothing (a denial, a DRYRUN, COST 0, a RELEASE of no lease) does
 //! not touch its key for other clients: their `WATCH` holds and a RESP3 client tracking the
-//! key gets no invalidation (SPEC §5). Every request that writes does both.
+//! key gets no invalidation (docs/durability.md). Every request that writes does both.
 
 mod common;
 

@@ -434,7 +434,8 @@ mod tests {
             }
         }
 
-        /// SPEC §3 for leases: parameters that change keep the leases held. At one instant,
+        /// The documented promise for leases (docs/algorithms.md, Changing parameters): parameters
+        /// that change keep the leases held. At one instant,
         /// acquisitions under any sequence of parameter sets take at most the largest limit
         /// among them; over time, the leases held never exceed the largest limit used.
         #[test]

@@ -209,7 +209,8 @@ mod tests {
         assert_eq!(window_start(t, window_us(u64::MAX)), 0);
     }
 
-    /// SPEC §3: 5 per minute; 5 at 2:00:59 and 5 at 2:01:00 all pass (the edge burst), a
+    /// The worked example of the docs: 5 per minute; 5 at 2:00:59 and 5 at 2:01:00 all pass (the
+    /// edge burst), a
     /// sixth at 2:01:01 is denied until 2:02:00.
     #[test]
     fn five_per_minute_edge_burst() {
@@ -456,8 +457,10 @@ mod tests {
         }
 
         /// Any parameters, states, times and costs: no panic, no wrap.
-        /// SPEC §3: at one instant, requests under any sequence of parameter sets admit in
-        /// total at most the largest limit among them, whatever the key held before: windows of different lengths that all contain now, and the count carries.
+        /// The documented promise (docs/algorithms.md, Changing parameters): at one instant,
+        /// requests under any sequence of parameter sets admit in
+        /// total at most the largest limit among them, whatever the key held before: windows of
+        /// different lengths that all contain now, and the count carries.
         #[test]
         fn one_instant_admits_at_most_the_largest_limit(
             history in proptest::collection::vec((changing_params(), 0u64..3_000_000, 0u64..6), 0..20),

@@ -408,7 +408,8 @@ mod tests {
             prop_assert_eq!(step::<Gcra>(&p, &mut real, T0 + now, cost), dry);
         }
 
-        /// SPEC §3: at one instant, requests under any sequence of parameter sets admit in
+        /// The documented promise (docs/algorithms.md, Changing parameters): at one instant,
+        /// requests under any sequence of parameter sets admit in
         /// total at most the largest burst among them, whatever the key held before.
         #[test]
         fn one_instant_admits_at_most_the_largest_burst(

@@ -275,7 +275,8 @@ mod tests {
             prop_assert_eq!(step::<LeakyBucket>(&p, &mut key, T0 + at, cost), dry);
         }
 
-        /// SPEC §3: at one instant, any sequence of parameter sets admits in total at most
+        /// The documented promise (docs/algorithms.md, Changing parameters): at one instant, any
+        /// sequence of parameter sets admits in total at most
         /// the largest capacity among them, whatever the queue held before.
         #[test]
         fn one_instant_admits_at_most_the_largest_capacity(

@@ -68,7 +68,7 @@ fn saturate(x: u128) -> u64 {
     u64::try_from(x).unwrap_or(u64::MAX)
 }
 
-/// What an admission command answers (SPEC §2), before it becomes a reply.
+/// What an admission command answers (the reply, README.md), before it becomes a reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
     pub allowed: bool,
@@ -130,7 +130,8 @@ pub trait Algorithm {
     /// differ from `params`, the state carries over as the units it has taken, measured with
     /// the new parameters, never in the caller's favour, and the new parameters apply from now
     /// on: at one instant, requests under any sequence of parameter sets admit in total at
-    /// most the largest limit among them (SPEC §3; the tests check it with
+    /// most the largest limit among them (docs/algorithms.md, Changing parameters; the tests check
+    /// it with
     /// `testing::admitted_at_one_instant`).
     ///
     /// The state changes only when the request is admitted and `write` is set (the caller
@@ -286,7 +287,8 @@ pub mod testing {
     }
 
     /// Requests `(parameters, cost)` made one after another at the one instant `now_us` on
-    /// `key`, each writing when admitted; returns the units admitted in total. SPEC §3: that
+    /// `key`, each writing when admitted; returns the units admitted in total. The documented
+    /// promise: that
     /// total is at most the largest limit among the parameter sets used, whatever the key
     /// held before and however the parameters change between the requests.
     pub fn admitted_at_one_instant<A: Algorithm>(

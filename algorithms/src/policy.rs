@@ -14,7 +14,7 @@
 //! When a policy changes, each rule of the new policy takes the state of a rule of the same
 //! algorithm the key holds, if any ([`matches()`]: identical rules first, then a rule over the
 //! same period or window, then in order), and carries it over to its new parameters as its
-//! algorithm does for a key (SPEC §3: never in the caller's favour). Only a rule with no
+//! algorithm does for a key (docs/algorithms.md: never in the caller's favour). Only a rule with no
 //! state of its algorithm left starts fresh; the state of a rule no longer in the policy is
 //! dropped at the next write.
 
@@ -134,7 +134,8 @@ pub struct Outcome {
 /// 3. the first rule left of the same algorithm.
 ///
 /// A rule that takes a changed rule's state carries it over to its own parameters, never in
-/// the caller's favour (SPEC §3). The common case, an unchanged policy, ends after pass 1.
+/// the caller's favour (docs/algorithms.md, Changing parameters). The common case, an unchanged
+/// policy, ends after pass 1.
 fn matches(rules: &[Rule], old: &[Rule], states: &[RuleState]) -> [Option<usize>; MAX_RULES] {
     let mut found = [None; MAX_RULES];
     let mut used = [false; MAX_RULES];
@@ -661,7 +662,8 @@ mod tests {
             }
         }
 
-        /// SPEC §3 for policies: at one instant, whatever the key held before, requests under
+        /// The documented promise for policies (docs/algorithms.md, Changing parameters): at one
+        /// instant, whatever the key held before, requests under
         /// any sequence of policies whose rules keep their algorithms (each rule's parameters
         /// changing at random) admit in total at most, for every rule, the largest limit
         /// that rule had among them.

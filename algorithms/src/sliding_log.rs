@@ -1236,7 +1236,8 @@ mod tests {
     fn alternating_windows_re_encode_the_ring_at_most_once() {
         let minute = params(1000, 60_000);
         let ten = params(1000, 600_000); // needs 2 µs units
-                                         // Entries a µs apart, so that a change of unit rewrites their words.
+                                         // Entries a µs apart, so that a change of unit rewrites
+                                         // their words.
         let requests: Vec<(u64, u64)> = (0..100).map(|i| (i, 1)).collect();
         let mut key = key_after(&minute, &requests);
         let mut rewrites = 0;
@@ -1527,8 +1528,10 @@ mod tests {
         }
 
         /// Extreme parameters, times, costs and states (broken ones too) never panic.
-        /// SPEC §3: at one instant, requests under any sequence of parameter sets admit in
-        /// total at most the largest limit among them, whatever the key held before: every entry made at this instant is in any window.
+        /// The documented promise (docs/algorithms.md, Changing parameters): at one instant,
+        /// requests under any sequence of parameter sets admit in
+        /// total at most the largest limit among them, whatever the key held before: every entry
+        /// made at this instant is in any window.
         #[test]
         fn one_instant_admits_at_most_the_largest_limit(
             history in proptest::collection::vec((any_params(), 0u64..3_000_000, 0u64..6), 0..20),

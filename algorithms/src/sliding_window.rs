@@ -349,7 +349,8 @@ mod tests {
         testing::key_after::<SlidingWindow>(p, T2, requests)
     }
 
-    /// SPEC §3: 7 per minute, 5 requests in the previous minute and 3 in this one; a request
+    /// The worked example of the docs: 7 per minute, 5 requests in the previous minute and 3 in
+    /// this one; a request
     /// 30% into this minute sees 3 + floor(5 × 0.7) = 6 and passes; the next is denied.
     #[test]
     fn seven_per_minute_weighs_the_previous_minute() {
@@ -687,8 +688,10 @@ mod tests {
         }
 
         /// Any parameters, states, times and costs: no panic, no wrap.
-        /// SPEC §3: at one instant, requests under any sequence of parameter sets admit in
-        /// total at most the largest limit among them, whatever the key held before: the counts carry, and the previous count only ever weighs on the estimate.
+        /// The documented promise (docs/algorithms.md, Changing parameters): at one instant,
+        /// requests under any sequence of parameter sets admit in
+        /// total at most the largest limit among them, whatever the key held before: the counts
+        /// carry, and the previous count only ever weighs on the estimate.
         #[test]
         fn one_instant_admits_at_most_the_largest_limit(
             history in proptest::collection::vec((changing_params(), 0u64..3_000_000, 0u64..6), 0..20),

@@ -333,7 +333,8 @@ mod tests {
         }
     }
 
-    /// SPEC §3: capacity 4, 4 per minute: four pass at t=0, the fifth waits 15 s.
+    /// The worked example of the docs: capacity 4, 4 per minute: four pass at t=0, the fifth waits
+    /// 15 s.
     #[test]
     fn four_per_minute_admits_four_then_waits_fifteen_seconds() {
         let p = params(4, 4, 60_000);
@@ -357,7 +358,7 @@ mod tests {
         assert_eq!(summary(&later), (true, 4, 0, 0, 60_000));
     }
 
-    /// SPEC §3: INTERVAL, capacity 3, 3 per minute.
+    /// The worked example of the docs: INTERVAL, capacity 3, 3 per minute.
     #[test]
     fn interval_refills_the_whole_amount_on_the_minute() {
         let p = interval(3, 3, 60_000);
@@ -446,7 +447,8 @@ mod tests {
     fn a_clock_step_back_refills_nothing_twice() {
         let p = params(2, 1, 1000);
         let mut key = key_after(&p, &[(10 * S, 2)]); // empty at 10 s
-                                                     // At 9 s (one second back), the bucket is as empty as at 10 s: a token is due in 2 s.
+                                                     // At 9 s (one second back), the bucket is as
+                                                     // empty as at 10 s: a token is due in 2 s.
         let d = step::<TokenBucket>(&p, &mut key, T0 + 9 * S, 1);
         assert_eq!(summary(&d), (false, 2, 0, 2_000, 3_000));
         // At 11 s one token is back.
@@ -766,8 +768,10 @@ mod tests {
         }
 
         /// Extreme parameters (corrupted ones too), states, times and costs never panic.
-        /// SPEC §3: at one instant, requests under any sequence of parameter sets admit in
-        /// total at most the largest capacity among them, whatever the key held before (tokens are clamped, never added).
+        /// The documented promise (docs/algorithms.md, Changing parameters): at one instant,
+        /// requests under any sequence of parameter sets admit in
+        /// total at most the largest capacity among them, whatever the key held before (tokens are
+        /// clamped, never added).
         #[test]
         fn one_instant_admits_at_most_the_largest_capacity(
             history in proptest::collection::vec((any_params(), 0u64..3_000_000, 0u64..6), 0..20),

@@ -69,7 +69,7 @@ pub fn offset_ms(bytes: &[u8]) -> Option<i64> {
 }
 
 /// Only ASCII digits, at most 20 of them, no leading zero (`05` is refused, as Redis refuses
-/// it: SPEC §1), no overflow.
+/// it: docs/commands.md, Arguments), no overflow.
 fn digits(bytes: &[u8]) -> Option<u64> {
     if bytes.is_empty() || bytes.len() > 20 || (bytes.len() > 1 && bytes[0] == b'0') {
         return None;
@@ -105,7 +105,8 @@ impl Default for Options {
 
 const ACCEPTED_OPTIONS: &str = "COST n, DRYRUN or BLOCK duration";
 
-/// Parses `[COST n] [DRYRUN] [BLOCK duration]` in any order, case-insensitive. `first_position` is the
+/// Parses `[COST n] [DRYRUN] [BLOCK duration]` in any order, case-insensitive. `first_position` is
+/// the
 /// argument number of `rest[0]` (the key being argument 1), used in error texts.
 pub fn options(rest: &[&[u8]], first_position: usize) -> Result<Options, Error> {
     options_with(rest, first_position, &[], ACCEPTED_OPTIONS).map(|(opts, _)| opts)

@@ -26,12 +26,11 @@ use crate::redis::{self, Ctx};
 
 /// The module version that introduced the commands: all of them come with the first release,
 /// the version of `Cargo.toml` (which `MODULE LIST` shows as [`crate::MODULE_VERSION`]).
-const SINCE: &CStr = match CStr::from_bytes_with_nul(
-    concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes(),
-) {
-    Ok(since) => since,
-    Err(_) => panic!("the package version holds a NUL byte"),
-};
+const SINCE: &CStr =
+    match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+        Ok(since) => since,
+        Err(_) => panic!("the package version holds a NUL byte"),
+    };
 
 /// See the module docs: the commands check their own argument counts.
 const ARITY: c_int = -1;

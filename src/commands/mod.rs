@@ -160,7 +160,7 @@ const NO_KEYS: (c_int, c_int, c_int) = (0, 0, 0);
 const WRITE: &CStr = c"write fast";
 const READ: &CStr = c"read";
 const READ_FAST: &CStr = c"read fast";
-/// Policies are server configuration: changing one needs more than `@write` (SPEC §7). The
+/// Policies are server configuration: changing one needs more than `@write` (docs/security.md). The
 /// commands stay flagged `write`, so a read-only replica refuses them to its clients and the
 /// primary propagates them like any write.
 const CONFIG: &CStr = c"admin dangerous";
