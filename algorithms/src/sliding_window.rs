@@ -687,7 +687,6 @@ mod tests {
             }
         }
 
-        /// Any parameters, states, times and costs: no panic, no wrap.
         /// The documented promise (docs/algorithms.md, Changing parameters): at one instant,
         /// requests under any sequence of parameter sets admit in
         /// total at most the largest limit among them, whatever the key held before: the counts
@@ -708,6 +707,7 @@ mod tests {
             prop_assert!(admitted <= largest, "admitted {} > {}", admitted, largest);
         }
 
+        /// Any parameters, states, times and costs: no panic, no wrap.
         #[test]
         fn extremes_never_panic(limit in any::<u64>(), window_ms in any::<u64>(),
                                 old_limit in any::<u64>(), old_window_ms in any::<u64>(),
