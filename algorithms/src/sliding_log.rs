@@ -145,7 +145,9 @@ pub struct State {
     pub base_us: u64,
     pub unit_us: u64,
     pub total: u64,
-    index: Index,
+    /// Boxed: a state sits inside every stored value's enum (a policy key holds one per rule),
+    /// so its size is paid by every kind of key; the index is paid only by logs.
+    index: Box<Index>,
 }
 
 impl PartialEq for State {
@@ -162,7 +164,7 @@ impl State {
     /// like [`is_valid`]. A state that breaks the invariants gets an index too; the algorithm
     /// never panics on it.
     pub fn new(words: VecDeque<u32>, base_us: u64, unit_us: u64, total: u64) -> State {
-        let index = Index::build(&words);
+        let index = Box::new(Index::build(&words));
         State {
             words,
             base_us,
@@ -221,6 +223,7 @@ pub fn heap_bytes(state: &State) -> usize {
         .capacity()
         .saturating_mul(std::mem::size_of::<u32>())
         .saturating_add(checkpoints)
+        .saturating_add(std::mem::size_of::<Index>())
 }
 
 /// Whether a state keeps the invariants documented on [`State`] (for a storage layer that
@@ -665,7 +668,7 @@ fn admit(state: &mut State, scan: &Scan, plan: &Plan, cost: u64) {
         Layout::Fresh => {
             state.words.clear();
             state.total = 0;
-            state.index = Index::default();
+            *state.index = Index::default();
         }
         Layout::Same => {}
         Layout::Reencode { shift } => {
@@ -1153,9 +1156,10 @@ mod tests {
         }
         let s = state(&key);
         assert_eq!(s.words.len() as u64, n);
-        let checkpoints = s.index.checkpoints.capacity() * 16;
-        let bytes = s.words.capacity() * 4 + checkpoints + std::mem::size_of::<State>();
-        assert_eq!(heap_bytes(s), s.words.capacity() * 4 + checkpoints);
+        // The ring, the index's checkpoints, and the boxed index itself.
+        let index = s.index.checkpoints.capacity() * 16 + std::mem::size_of::<Index>();
+        let bytes = s.words.capacity() * 4 + index + std::mem::size_of::<State>();
+        assert_eq!(heap_bytes(s), s.words.capacity() * 4 + index);
         assert!(bytes as u64 <= 8 * n, "{bytes} bytes for {n} entries");
     }
 
