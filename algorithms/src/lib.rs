@@ -303,6 +303,28 @@ pub mod testing {
             .sum()
     }
 
+    /// The documented promise across parameter changes, checked once for every algorithm:
+    /// after `history` (parameters, gap in µs, cost; each request writing when admitted) from
+    /// `t0_us`, requests under the parameter sets `sets` at that one instant admit in total at
+    /// most the largest `limit` among those sets.
+    pub fn one_instant_admits_at_most_the_largest<A: Algorithm>(
+        history: &[(A::Params, u64, u64)],
+        sets: &[(A::Params, u64)],
+        t0_us: u64,
+        limit: fn(&A::Params) -> u64,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        let mut key: Key<A> = None;
+        let mut at = t0_us;
+        for (params, gap, cost) in history {
+            at += gap;
+            step::<A>(params, &mut key, at, *cost);
+        }
+        let largest = sets.iter().map(|(p, _)| limit(p)).max().unwrap_or(0);
+        let admitted = admitted_at_one_instant::<A>(&mut key, sets, at);
+        proptest::prop_assert!(admitted <= largest, "admitted {} > {}", admitted, largest);
+        Ok(())
+    }
+
     /// A check that does not write (DRYRUN): asserts that it changes nothing.
     pub fn peek<A: Algorithm>(
         params: &A::Params,

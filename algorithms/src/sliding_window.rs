@@ -696,15 +696,7 @@ mod tests {
             history in proptest::collection::vec((changing_params(), 0u64..3_000_000, 0u64..6), 0..20),
             sets in proptest::collection::vec((changing_params(), 0u64..6), 1..40),
         ) {
-            let mut key: Key<SlidingWindow> = None;
-            let mut at = 0;
-            for (p, gap, cost) in history {
-                at += gap;
-                step::<SlidingWindow>(&p, &mut key, T2 + at, cost);
-            }
-            let largest = sets.iter().map(|(p, _)| p.limit).max().unwrap_or(0);
-            let admitted = testing::admitted_at_one_instant::<SlidingWindow>(&mut key, &sets, T2 + at);
-            prop_assert!(admitted <= largest, "admitted {} > {}", admitted, largest);
+            testing::one_instant_admits_at_most_the_largest::<SlidingWindow>(&history, &sets, T2, |p| p.limit)?;
         }
 
         /// Any parameters, states, times and costs: no panic, no wrap.

@@ -777,15 +777,7 @@ mod tests {
             history in proptest::collection::vec((any_params(), 0u64..3_000_000, 0u64..6), 0..20),
             sets in proptest::collection::vec((any_params(), 0u64..6), 1..40),
         ) {
-            let mut key: Key<TokenBucket> = None;
-            let mut at = 0;
-            for (p, gap, cost) in history {
-                at += gap;
-                step::<TokenBucket>(&p, &mut key, T0 + at, cost);
-            }
-            let largest = sets.iter().map(|(p, _)| p.capacity).max().unwrap_or(0);
-            let admitted = testing::admitted_at_one_instant::<TokenBucket>(&mut key, &sets, T0 + at);
-            prop_assert!(admitted <= largest, "admitted {} > {}", admitted, largest);
+            testing::one_instant_admits_at_most_the_largest::<TokenBucket>(&history, &sets, T0, |p| p.capacity)?;
         }
 
         #[test]
