@@ -129,13 +129,16 @@ def free_port():
 
 
 class Server:
-    def __init__(self):
+    """redis-server on a free loopback port with `module` loaded (and its load arguments),
+    files in target/bench; stop() ends it by its PID. The other measuring scripts use it too."""
+
+    def __init__(self, module=MODULE, module_args=()):
         os.makedirs(OUT, exist_ok=True)
         self.port = free_port()
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", OUT,
              "--save", "", "--appendonly", "no", "--logfile", "redis.log",
-             "--loadmodule", MODULE],
+             "--loadmodule", module, *module_args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 15
         while True:

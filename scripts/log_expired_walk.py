@@ -10,32 +10,17 @@ Two cases, each on its own key with limit 1000000 and window 1h:
 Then 100 DRYRUN calls, 100 RL.INSPECT calls, and one admitted write (which drops the expired
 entries), each measured by INFO commandstats usec_per_call."""
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import Client, free_port
+from bench import Server
 
 module = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "target/release/libratelimit.so")
-d = tempfile.mkdtemp(prefix="logexpired")
-port = free_port()
-proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", d,
-                         "--save", "", "--appendonly", "no", "--loadmodule", module,
-                         "debug-clock", "yes"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+server = Server(module, ["debug-clock", "yes"])
+c = server.client
 T0 = 1700000000000
 LIMIT, N = 1_000_000, 100
 try:
-    for _ in range(200):
-        try:
-            c = Client(port)
-            if c.cmd("PING") == "PONG":
-                break
-        except OSError:
-            time.sleep(0.05)
-
     def measure(label, key, cmds, command="RL.SLIDINGLOG"):
         c.cmd("CONFIG", "RESETSTAT")
         c.pipeline(cmds[1:], batch=1)
@@ -57,6 +42,4 @@ try:
     case("all expired", "all", LIMIT, False, T0 + 2 * 3600 * 1000)
     case("partial (999,999 + 1 live)", "partial", LIMIT - 1, True, T0 + 3600 * 1000 + 1)
 finally:
-    proc.terminate()
-    proc.wait(10)
-    shutil.rmtree(d, ignore_errors=True)
+    server.stop()

@@ -3,29 +3,15 @@
 Usage: python3 scripts/log_window_switch.py [target/release/libratelimit.so]
 Starts its own redis-server on a free loopback port (debug clock frozen), stops it by PID."""
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import Client, free_port
+from bench import Server
 
 module = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "target/release/libratelimit.so")
-d = tempfile.mkdtemp(prefix="logswitch")
-port = free_port()
-proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", d,
-                         "--save", "", "--appendonly", "no", "--loadmodule", module,
-                         "debug-clock", "yes"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+server = Server(module, ["debug-clock", "yes"])
+c = server.client
 try:
-    for _ in range(200):
-        try:
-            c = Client(port)
-            if c.cmd("PING") == "PONG":
-                break
-        except OSError:
-            time.sleep(0.05)
     c.cmd("RL.DEBUG.CLOCK", "SET", "1700000000000")
     LIMIT, FILL, N = 1_000_000, 996_000, 1000
     c.pipeline([("RL.SLIDINGLOG", "log", LIMIT, "1m")] * FILL, batch=10_000)
@@ -40,6 +26,4 @@ try:
     run("alternating again", ["1m", "10m"])
     run("one window again (1m)", ["1m"])
 finally:
-    proc.terminate()
-    proc.wait(10)
-    shutil.rmtree(d, ignore_errors=True)
+    server.stop()
