@@ -1,13 +1,17 @@
 # The two commands a fresh Debian machine needs: `make run` and `make test`.
-# Both install what is missing first (scripts/deps.sh), then build in release mode.
+# Both install what is missing first (scripts/deps.sh: `run` what building and running need,
+# `test` what the tests and benchmarks need besides), then build in release mode.
 
 MODULE := $(CURDIR)/target/release/libratelimit.so
 export RATELIMIT_MODULE := $(MODULE)
 
-.PHONY: deps servers build run test lint bench clean
+.PHONY: deps test-deps servers build run test lint bench clean
 
 deps:
-	@bash scripts/deps.sh
+	@bash scripts/deps.sh run
+
+test-deps:
+	@bash scripts/deps.sh test
 
 build: deps
 	cargo build --release
@@ -24,14 +28,14 @@ servers:
 # Unit and property tests, then the integration tests against each server in turn (Debian's
 # Redis 7.0, Redis 8.2, Valkey 8.1), real processes that the tests start on free loopback
 # ports and stop themselves.
-test: build servers
+test: test-deps build servers
 	bash scripts/test.sh
 
 # Not part of `make test` or CI: numbers on a shared 2-core machine are for reading, not for
 # asserting. Criterion micro-benchmarks of the pure algorithms (ns per decision), then the
 # module against INCR and Lua twins on a real server (scripts/bench.py; report also in
 # target/bench/report.md). BENCH_REPS, BENCH_N1 and BENCH_N16 tune the second part.
-bench: build
+bench: test-deps build
 	cargo bench -p ratelimit-algorithms --bench algorithms
 	python3 scripts/bench.py
 

@@ -1,13 +1,25 @@
 #!/usr/bin/env bash
-# Installs what the build and the tests need and the machine lacks: redis-server and
-# redis-tools (the server the module loads into, redis-cli and redis-benchmark),
-# libclang-dev (bindgen, inside the redis-module crate, needs it), and python3, its venv
-# module, nodejs and npm (for the client examples). Debian packages, via apt-get; nothing is
-# installed when everything is already there. Then the examples' pinned dependencies: the
-# Python ones into examples/python/.venv, the Node ones into examples/node/node_modules
-# (npm ci), each redone only when its pin file changed.
+# Installs what the machine lacks, for one purpose:
+#   scripts/deps.sh run    building the module and running it (make run, make build):
+#                          redis-server and redis-tools (the server the module loads into,
+#                          redis-cli, redis-benchmark), libclang-dev (bindgen, inside the
+#                          redis-module crate, needs it), gcc and cargo.
+#   scripts/deps.sh test   that, and what the tests and benchmarks need besides: python3, its
+#                          venv module, nodejs and npm, then the pinned dependencies of the
+#                          examples and client packages (each into a folder of its own,
+#                          redone only when its pin file changed).
+# Debian packages come from apt-get; nothing is installed when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+mode=${1:-test}
+case "$mode" in
+  run | test) ;;
+  *)
+    echo "usage: scripts/deps.sh run|test" >&2
+    exit 2
+    ;;
+esac
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
@@ -29,11 +41,13 @@ has_libclang() {
 has_libclang || need+=(libclang-dev)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 command -v cargo >/dev/null 2>&1 || need+=(cargo)
-command -v python3 >/dev/null 2>&1 || need+=(python3)
-# Debian's python3 leaves out ensurepip, which `python3 -m venv` needs: python3-venv has it.
-python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
-command -v node >/dev/null 2>&1 || need+=(nodejs)
-command -v npm >/dev/null 2>&1 || need+=(npm)
+if [ "$mode" = test ]; then
+  command -v python3 >/dev/null 2>&1 || need+=(python3)
+  # Debian's python3 leaves out ensurepip, which `python3 -m venv` needs: python3-venv has it.
+  python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+  command -v node >/dev/null 2>&1 || need+=(nodejs)
+  command -v npm >/dev/null 2>&1 || need+=(npm)
+fi
 
 if ((${#need[@]})); then
   # Sort and de-duplicate (redis-tools may be named twice).
@@ -54,6 +68,8 @@ if [ "$major" -lt 1 ] || { [ "$major" -eq 1 ] && [ "$minor" -lt 87 ]; }; then
   echo "deps: cargo $version is too old: ratelimit needs Rust 1.87 or later (rustup.rs)" >&2
   exit 1
 fi
+
+[ "$mode" = test ] || exit 0
 
 # The Python example: a venv of its own, so nothing goes into the system's site-packages.
 # The copy of requirements.txt inside the venv says what is installed there.
