@@ -9,9 +9,9 @@
 //! `total / size` times holds a counter. While fewer distinct keys were denied than there are
 //! counters, every count is exact (error 0).
 //!
-//! The counters sit in a binary min-heap by count with a hash index from key to heap slot:
-//! a denial costs one hash lookup and O(log size) swaps (a new key replaces the root, the
-//! smallest). "Lately" is two generations of one period each (`ratelimit.top-period`,
+//! The counters sit in slots, ordered by a binary min-heap of slot numbers by count, with a
+//! hash index from key to slot: a denial costs one hash lookup (two when it takes over a
+//! counter) and O(log size) swaps of two numbers (a new key replaces the root, the smallest). "Lately" is two generations of one period each (`ratelimit.top-period`,
 //! aligned to multiples of the period since the Unix epoch, on the module's clock): the
 //! current one and the previous one, so a key's count covers the last one to two periods; a
 //! period with no call at all drops both.
@@ -33,34 +33,50 @@ struct Counter {
     key: Box<[u8]>,
     count: u64,
     error: u64,
+    /// Where this counter sits in the heap.
+    at: usize,
 }
 
-/// One generation: a Space-Saving summary of at most `size` counters.
+/// One generation: a Space-Saving summary of at most `size` counters. The counters stay in
+/// their slots; the heap orders slot numbers by count, and each counter knows its place in
+/// it, so a step of the heap moves two numbers and hashes nothing: a denial hashes its key
+/// once (twice when it takes over a counter).
 #[derive(Debug, Default)]
 struct Summary {
-    heap: Vec<Counter>,
+    slots: Vec<Counter>,
+    heap: Vec<usize>,
     index: HashMap<Box<[u8]>, usize>,
 }
 
 impl Summary {
     fn full(&self, size: usize) -> bool {
-        self.heap.len() >= size
+        self.slots.len() >= size
+    }
+
+    fn count_at(&self, at: usize) -> u64 {
+        self.slots[self.heap[at]].count
     }
 
     /// The smallest count, when every counter is taken (else 0: an absent key was never
     /// denied in this generation).
     fn floor(&self, size: usize) -> u64 {
-        if self.full(size) {
-            self.heap.first().map_or(0, |c| c.count)
+        if self.full(size) && !self.heap.is_empty() {
+            self.count_at(0)
         } else {
             0
         }
     }
 
+    fn get(&self, key: &[u8]) -> Option<&Counter> {
+        self.index.get(key).map(|&slot| &self.slots[slot])
+    }
+
     fn record(&mut self, key: &[u8], size: usize) {
         if let Some(&slot) = self.index.get(key) {
-            self.heap[slot].count = self.heap[slot].count.saturating_add(1);
-            self.sift_down(slot);
+            let counter = &mut self.slots[slot];
+            counter.count = counter.count.saturating_add(1);
+            let at = counter.at;
+            self.sift_down(at);
             return;
         }
         if size == 0 {
@@ -68,65 +84,82 @@ impl Summary {
         }
         let key: Box<[u8]> = key.into();
         if !self.full(size) {
-            self.heap.push(Counter {
+            let slot = self.slots.len();
+            let at = self.heap.len();
+            self.slots.push(Counter {
                 key: key.clone(),
                 count: 1,
                 error: 0,
+                at,
             });
-            let slot = self.heap.len() - 1;
+            self.heap.push(slot);
             self.index.insert(key, slot);
-            self.sift_up(slot);
+            self.sift_up(at);
             return;
         }
         // Every counter taken: the new key takes over the smallest.
-        let smallest = self.heap[0].count;
-        let old = std::mem::replace(
-            &mut self.heap[0],
-            Counter {
-                key: key.clone(),
-                count: smallest.saturating_add(1),
-                error: smallest,
-            },
-        );
-        self.index.remove(&old.key);
-        self.index.insert(key, 0);
+        let slot = self.heap[0];
+        let counter = &mut self.slots[slot];
+        let smallest = counter.count;
+        let old = std::mem::replace(&mut counter.key, key.clone());
+        counter.count = smallest.saturating_add(1);
+        counter.error = smallest;
+        self.index.remove(&old);
+        self.index.insert(key, slot);
         self.sift_down(0);
+    }
+
+    /// The heap orders the counters, each knows its place, and the index names each once.
+    #[cfg(test)]
+    fn is_consistent(&self) -> bool {
+        let ordered =
+            (1..self.heap.len()).all(|at| self.count_at((at - 1) / 2) <= self.count_at(at));
+        let placed = self
+            .heap
+            .iter()
+            .enumerate()
+            .all(|(at, &slot)| self.slots[slot].at == at);
+        let indexed = self.index.len() == self.slots.len()
+            && self
+                .slots
+                .iter()
+                .enumerate()
+                .all(|(slot, c)| self.index.get(&c.key) == Some(&slot));
+        ordered && placed && indexed && self.heap.len() == self.slots.len()
     }
 
     fn swap(&mut self, a: usize, b: usize) {
         self.heap.swap(a, b);
-        for slot in [a, b] {
-            if let Some(at) = self.index.get_mut(&self.heap[slot].key) {
-                *at = slot;
-            }
-        }
+        let (slot_a, slot_b) = (self.heap[a], self.heap[b]);
+        self.slots[slot_a].at = a;
+        self.slots[slot_b].at = b;
     }
 
-    fn sift_up(&mut self, mut slot: usize) {
-        while slot > 0 {
-            let parent = (slot - 1) / 2;
-            if self.heap[parent].count <= self.heap[slot].count {
+    fn sift_up(&mut self, mut at: usize) {
+        while at > 0 {
+            let parent = (at - 1) / 2;
+            if self.count_at(parent) <= self.count_at(at) {
                 break;
             }
-            self.swap(parent, slot);
-            slot = parent;
+            self.swap(parent, at);
+            at = parent;
         }
     }
 
-    fn sift_down(&mut self, mut slot: usize) {
+    fn sift_down(&mut self, mut at: usize) {
         loop {
-            let (left, right) = (2 * slot + 1, 2 * slot + 2);
-            let mut least = slot;
+            let (left, right) = (2 * at + 1, 2 * at + 2);
+            let mut least = at;
             for child in [left, right] {
-                if child < self.heap.len() && self.heap[child].count < self.heap[least].count {
+                if child < self.heap.len() && self.count_at(child) < self.count_at(least) {
                     least = child;
                 }
             }
-            if least == slot {
+            if least == at {
                 return;
             }
-            self.swap(slot, least);
-            slot = least;
+            self.swap(at, least);
+            at = least;
         }
     }
 }
@@ -198,15 +231,12 @@ impl Top {
         let size = self.size;
         let (cur_floor, prev_floor) = (self.current.floor(size), self.previous.floor(size));
         let mut merged: HashMap<&[u8], Entry> = HashMap::new();
-        for c in &self.current.heap {
-            let (count, error) = match self.previous.index.get(&c.key) {
-                Some(&slot) => {
-                    let p = &self.previous.heap[slot];
-                    (
-                        c.count.saturating_add(p.count),
-                        c.error.saturating_add(p.error),
-                    )
-                }
+        for c in &self.current.slots {
+            let (count, error) = match self.previous.get(&c.key) {
+                Some(p) => (
+                    c.count.saturating_add(p.count),
+                    c.error.saturating_add(p.error),
+                ),
                 None => (
                     c.count.saturating_add(prev_floor),
                     c.error.saturating_add(prev_floor),
@@ -221,7 +251,7 @@ impl Top {
                 },
             );
         }
-        for p in &self.previous.heap {
+        for p in &self.previous.slots {
             if merged.contains_key(&p.key[..]) {
                 continue;
             }
@@ -266,12 +296,15 @@ fn with_top<T>(f: impl FnOnce(&mut Top) -> T) -> T {
     f(top)
 }
 
-/// Counts a client's denial of `key` (the dispatcher, on every denial). Nothing when
-/// `ratelimit.top-size` is 0.
+/// Whether denials are recorded (`ratelimit.top-size` above 0): the dispatcher asks before
+/// it reads the clock.
+pub fn enabled() -> bool {
+    crate::config::top_size() != 0
+}
+
+/// Counts a client's denial of `key` at `now_us` (the dispatcher, on every denial, when
+/// [`enabled`]).
 pub fn record(key: &[u8], now_us: u64) {
-    if crate::config::top_size() == 0 {
-        return;
-    }
     with_top(|top| top.record(key, now_us));
 }
 
@@ -378,6 +411,7 @@ mod tests {
             for &(key, generation) in &sorted {
                 top.record(&[key], T0 + generation * P);
                 *truth.entry(vec![key]).or_default() += 1;
+                prop_assert!(top.current.is_consistent() && top.previous.is_consistent());
             }
             let entries = top.entries(T0 + P);
             prop_assert!(entries.len() <= 2 * size);
