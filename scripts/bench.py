@@ -11,7 +11,10 @@ end), then measures:
   2. memory: used_memory growth per key over 100,000 fresh keys, against a plain
      `SET key <integer> PX <ms>` key and the Lua twins' keys; and the sliding log's bytes per
      admitted request at 10, 1,000 and 100,000 entries per key, against a sorted set's;
-  3. the sliding log's usec_per_call with a full log at limits 10 to 1,000,000.
+  3. the sliding log's usec_per_call with a full log at limits 10 to 1,000,000;
+  4. what a denied call costs with and without RL.TOP's bookkeeping (ratelimit.top-size 100
+     or 0), over 100,000 keys (every denial a new key for the summary: the worst case) and
+     over 10 (the usual few hot keys), against INCR in the same runs.
 Prints one report (and writes it to target/bench/report.md).
 """
 
@@ -250,6 +253,36 @@ def log_scale(server):
     return rows
 
 
+def denial_cost(server):
+    """{(label): (median usec_per_call, INCR's)}: RL.GCRA with a COST above its burst, so
+    that every call is denied (counted, published, and recorded for RL.TOP)."""
+    cases = [
+        ("top-size 100, 100000 keys", "100", KEYS),
+        ("top-size 0, 100000 keys", "0", KEYS),
+        ("top-size 100, 10 keys", "100", 10),
+        ("top-size 0, 10 keys", "0", 10),
+    ]
+    samples = {}
+    for _ in range(REPS):
+        for label, size, keys in cases:
+            server.client.cmd("FLUSHALL")
+            server.client.cmd("CONFIG", "SET", "ratelimit.top-size", size)
+            server.client.cmd("CONFIG", "RESETSTAT")
+            run = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(server.port), "-c", str(CLIENTS),
+                   "-n", str(REQUESTS[16]), "-r", str(keys), "-P", "16", "--csv",
+                   "RL.GCRA", "key:__rand_int__", "1", "1", "1h", "COST", "2"]
+            subprocess.run(run, check=True, capture_output=True)
+            usec = server.client.usec_per_call("RL.GCRA")
+            server.client.cmd("CONFIG", "RESETSTAT")
+            benchmark(server.port, ["INCR", "key:__rand_int__"], 16)
+            incr = server.client.usec_per_call("incr")
+            samples.setdefault(label, []).append((usec, incr))
+            print("  denied %-28s %6.2f usec/call (INCR %.2f)" % (label, usec, incr), file=sys.stderr)
+    server.client.cmd("CONFIG", "SET", "ratelimit.top-size", "100")
+    return [(label, statistics.median(u for u, _ in samples[label]), statistics.median(i for _, i in samples[label]))
+            for label, _, _ in cases]
+
+
 def main():
     for tool in ("redis-server", "redis-benchmark"):
         if subprocess.run(["sh", "-c", "command -v " + tool], capture_output=True).returncode:
@@ -269,9 +302,11 @@ def main():
         plain, mem_rows, log_rows = memory(server.client, shas)
         print("sliding log scale...", file=sys.stderr)
         scale = log_scale(server)
+        print("denials and RL.TOP...", file=sys.stderr)
+        denials = denial_cost(server)
     finally:
         server.stop()
-    report = render(results, plain, mem_rows, log_rows, scale)
+    report = render(results, plain, mem_rows, log_rows, scale, denials)
     with open(os.path.join(OUT, "report.md"), "w") as f:
         f.write(report)
     print(report)
@@ -294,7 +329,7 @@ def target_vs_incr(label, pipeline):
     return 0.85 if pipeline == 1 else 0.45
 
 
-def render(results, plain, mem_rows, log_rows, scale):
+def render(results, plain, mem_rows, log_rows, scale, denials):
     cpu = "unknown CPU"
     try:
         with open("/proc/cpuinfo") as f:
@@ -341,6 +376,11 @@ def render(results, plain, mem_rows, log_rows, scale):
     base = scale[0][2]
     for limit, entries, usec in scale:
         lines.append("| %d | %d | %.2f | %.2f %s |" % (limit, entries, usec, usec / base, mark(usec / base <= 1.5)))
+    lines += ["", "A denied call (RL.GCRA ... COST 2 over a burst of 1), -P 16, median usec_per_call, with and "
+              "without RL.TOP's bookkeeping.", "",
+              "| case | usec_per_call | × INCR |", "|---|---|---|"]
+    for label, usec, incr in denials:
+        lines.append("| %s | %.2f | %.2f |" % (label, usec, usec / incr))
     lines += ["", "✓/✗: the targets of issue 4 (x INCR at -P 1: 0.85, sliding log 0.8; at -P 16: 0.45, "
               "sliding log 0.35; x Lua twin at -P 16: 4; usec x INCR: 3 for the fixed-size algorithms; "
               "memory: 1.3 x SET, 8 bytes per logged request; sliding log at 10^6: 1.5 x limit 10)."]

@@ -47,6 +47,8 @@ if [ "$mode" = test ]; then
   python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
   command -v node >/dev/null 2>&1 || need+=(nodejs)
   command -v npm >/dev/null 2>&1 || need+=(npm)
+  command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+  command -v prometheus-redis-exporter >/dev/null 2>&1 || need+=(prometheus-redis-exporter)
 fi
 
 if ((${#need[@]})); then

@@ -39,21 +39,48 @@ pub(crate) fn concurrency_max_limit() -> u64 {
     u64::try_from(CONCURRENCY_MAX_LIMIT.load(Ordering::Relaxed)).unwrap_or(1)
 }
 
+/// `top-size n` (load time and CONFIG SET, 0 to 100000, default 100): the counters of
+/// RL.TOP's summary (per generation); 0 records nothing. A change empties the summary.
+pub(crate) static TOP_SIZE: AtomicI64 = AtomicI64::new(TOP_SIZE_DEFAULT);
+pub(crate) const TOP_SIZE_DEFAULT: i64 = 100;
+pub(crate) const TOP_SIZE_CEILING: u64 = 100_000;
+/// `top-period seconds` (load time and CONFIG SET, 1 to 86400, default 60): the length of
+/// one of RL.TOP's two generations. A change empties the summary.
+pub(crate) static TOP_PERIOD: AtomicI64 = AtomicI64::new(TOP_PERIOD_DEFAULT);
+pub(crate) const TOP_PERIOD_DEFAULT: i64 = 60;
+pub(crate) const TOP_PERIOD_CEILING: u64 = 86_400;
+
+pub(crate) fn top_size() -> usize {
+    usize::try_from(TOP_SIZE.load(Ordering::Relaxed)).unwrap_or(0)
+}
+
+/// RL.TOP's size and period (µs).
+pub(crate) fn top_settings() -> (usize, u64) {
+    let seconds = u64::try_from(TOP_PERIOD.load(Ordering::Relaxed))
+        .unwrap_or(1)
+        .max(1);
+    (top_size(), seconds * 1_000_000)
+}
+
 /// The load arguments the module accepts: the flags take `yes` or `no`, the numbers a whole
 /// number in range.
 const FLAGS: [(&str, &AtomicBool); 2] =
     [("cell-compat", &CELL_COMPAT), ("debug-clock", &DEBUG_CLOCK)];
-const NUMBERS: [(&str, &AtomicI64, u64); 2] = [
+const NUMBERS: [(&str, &AtomicI64, u64, u64); 4] = [
     (
         "sliding-log-max-limit",
         &SLIDING_LOG_MAX_LIMIT,
+        1,
         SLIDING_LOG_LIMIT_CEILING,
     ),
     (
         "concurrency-max-limit",
         &CONCURRENCY_MAX_LIMIT,
+        1,
         CONCURRENCY_LIMIT_CEILING,
     ),
+    ("top-size", &TOP_SIZE, 0, TOP_SIZE_CEILING),
+    ("top-period", &TOP_PERIOD, 1, TOP_PERIOD_CEILING),
 ];
 
 /// Checks the load arguments, pairs `name value`, and then sets them. Anything wrong
@@ -81,17 +108,17 @@ pub(crate) fn apply_load_args(args: &[RedisString]) -> Result<(), String> {
                 _ => return Err(format!("{name} takes yes or no, not '{}'", shown())),
             };
             flags.push((*setting, on));
-        } else if let Some((name, setting, max)) =
-            NUMBERS.iter().find(|(n, _, _)| n.as_bytes() == name)
+        } else if let Some((name, setting, min, max)) =
+            NUMBERS.iter().find(|(n, _, _, _)| n.as_bytes() == name)
         {
             // Written as Redis writes integers: no sign, no leading zero (docs/commands.md,
             // Arguments).
-            let n = args::count(value, name, 1, *max)
+            let n = args::count(value, name, *min, *max)
                 .ok()
                 .and_then(|n| i64::try_from(n).ok())
                 .ok_or_else(|| {
                     format!(
-                        "{name} takes a whole number from 1 to {max}, not '{}'",
+                        "{name} takes a whole number from {min} to {max}, not '{}'",
                         shown()
                     )
                 })?;
@@ -100,7 +127,7 @@ pub(crate) fn apply_load_args(args: &[RedisString]) -> Result<(), String> {
             let names: Vec<&str> = FLAGS
                 .iter()
                 .map(|(n, _)| *n)
-                .chain(NUMBERS.iter().map(|(n, _, _)| *n))
+                .chain(NUMBERS.iter().map(|(n, _, _, _)| *n))
                 .collect();
             return Err(format!(
                 "unknown load argument '{}': expected one of {}",

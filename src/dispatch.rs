@@ -23,6 +23,8 @@ const STACK_ARGS: usize = 12;
 
 /// The keyspace event a denial publishes on its key.
 const DENIED_EVENT: &CStr = c"ratelimit.denied";
+/// The keyspace event a shadow denial (SHADOW, or a policy's shadow rule) publishes.
+const SHADOW_DENIED_EVENT: &CStr = c"ratelimit.shadow_denied";
 
 /// The internal command that carries a write to replicas and the AOF.
 pub static REPLAY_NAME: SharedString = SharedString::new(c"RL.REPLAY");
@@ -34,19 +36,31 @@ pub fn run(ctx: Ctx, mut argv: Argv, handler: Handler, stats: &Stats) {
         let response = call(ctx, &argv, handler)?;
         propagate(ctx, &mut argv, response.propagate);
         reply::render(ctx, &response.reply);
-        Ok::<_, Error>((response.reply.outcome(), response.reply.publishes_denial()))
+        let event = if response.reply.publishes_denial() {
+            Some(DENIED_EVENT)
+        } else if response.reply.publishes_shadow_denial() {
+            Some(SHADOW_DENIED_EVENT)
+        } else {
+            None
+        };
+        Ok::<_, Error>((response.reply.outcome(), event))
     }));
     match outcome {
-        Ok(Ok((counted, publishes_denial))) => {
+        Ok(Ok((counted, event))) => {
             stats.outcome(counted);
-            if publishes_denial {
+            if let Some(event) = event {
                 // Only for a client's own request: RL.REPLAY marks its calls (a replica or
                 // the AOF replaying a BLOCK denial publishes nothing; the primary did). Redis
                 // sends it to `__keyspace@<db>__:<key>` and
                 // `__keyevent@<db>__:ratelimit.denied` only when `notify-keyspace-events`
                 // has `d` (or `A`) with `K` or `E`, and drops it after one bit test otherwise.
+                // A shadow denial's event is `ratelimit.shadow_denied`, under the same flags.
+                // A real denial is also recorded for RL.TOP (O(log S), see crate::top).
                 if let Some(key) = argv.get(1) {
-                    ctx.notify_module_event(DENIED_EVENT, key);
+                    if event == DENIED_EVENT && crate::top::enabled() {
+                        crate::top::record(key.bytes(), crate::clock::read().now_us);
+                    }
+                    ctx.notify_module_event(event, key);
                 }
             }
         }

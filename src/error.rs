@@ -78,6 +78,12 @@ pub enum Error {
     PolicyName { max: usize },
     /// RL.LIMIT naming a policy that does not exist.
     NoPolicy { name: String },
+    /// `SHADOW` in a policy not followed by a rule.
+    ShadowWithoutRule { position: usize },
+    /// A policy whose every rule is a shadow rule.
+    OnlyShadowRules,
+    /// SHADOW given to a command that does not take it (CL.THROTTLE).
+    ShadowRefused { command: &'static str },
     /// A panic caught by the command guard: a bug, reported instead of crashing the server.
     Panic,
 }
@@ -162,6 +168,19 @@ impl fmt::Display for Error {
                 write!(f, "ERR the {algorithm} rule at argument {position}: {detail}")
             }
             Error::TooManyRules { max } => write!(f, "ERR a policy holds at most {max} rules"),
+            Error::ShadowWithoutRule { position } => write!(
+                f,
+                "ERR SHADOW at argument {position} must be followed by a rule, as in SHADOW GCRA 5 5 1s"
+            ),
+            Error::OnlyShadowRules => write!(
+                f,
+                "ERR a policy needs at least one rule without SHADOW (to try a whole policy, call RL.LIMIT with SHADOW)"
+            ),
+            Error::ShadowRefused { command } => write!(
+                f,
+                "ERR {command} does not take SHADOW: its reply is redis-cell's, with no field for it; use RL.GCRA with SHADOW"
+            ),
+
             Error::PolicyName { max } => {
                 write!(f, "ERR invalid policy name: expected 1 to {max} bytes")
             }

@@ -40,6 +40,7 @@ mod redis;
 mod reply;
 mod response;
 mod storage;
+mod top;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -89,6 +90,13 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
     match commands::register(ctx, config::cell_compat()) {
         Ok(()) => {
             storage::policies::init(ctx);
+            if !redis::watch_resetstat(ctx, commands::on_resetstat) {
+                log::log(
+                    Some(ctx),
+                    log::Level::Warning,
+                    "no command filter on this server: CONFIG RESETSTAT leaves the module's counters as they are",
+                );
+            }
             Status::Ok
         }
         Err(message) => {
@@ -161,6 +169,24 @@ redis_module! {
                 config::CONCURRENCY_MAX_LIMIT_DEFAULT,
                 1,
                 config::CONCURRENCY_LIMIT_CEILING as i64,
+                ConfigurationFlags::DEFAULT,
+                None
+            ],
+            [
+                "top-size",
+                &config::TOP_SIZE,
+                config::TOP_SIZE_DEFAULT,
+                0,
+                config::TOP_SIZE_CEILING as i64,
+                ConfigurationFlags::DEFAULT,
+                None
+            ],
+            [
+                "top-period",
+                &config::TOP_PERIOD,
+                config::TOP_PERIOD_DEFAULT,
+                1,
+                config::TOP_PERIOD_CEILING as i64,
                 ConfigurationFlags::DEFAULT,
                 None
             ],

@@ -46,6 +46,16 @@ pub fn render(ctx: Ctx, reply: &Reply) {
                 ctx.reply_bytes(item);
             }
         }
+        Reply::Top(entries) => {
+            // `[key, count, error]` per key, for either protocol (like SLOWLOG GET's entries).
+            ctx.reply_array(entries.len());
+            for e in entries {
+                ctx.reply_array(3);
+                ctx.reply_bytes(&e.key);
+                ctx.reply_long(int(e.count));
+                ctx.reply_long(int(e.error));
+            }
+        }
         Reply::Inspect(Inspection {
             algorithm,
             fields,
@@ -75,7 +85,7 @@ fn admission(ctx: Ctx, a: &Admission) {
         int(d.reset_after.ceil_ms()),
     ];
     let extra = a.extra.name();
-    let len = values.len() + usize::from(extra.is_some());
+    let len = values.len() + usize::from(extra.is_some()) + usize::from(a.shadow);
     let map = ctx.resp3();
     if map {
         ctx.reply_map(len);
@@ -101,7 +111,18 @@ fn admission(ctx: Ctx, a: &Admission) {
             Extra::Token(None) | Extra::None => ctx.reply_null(),
         }
     }
+    // After the command's own fields (and `granted`), only when SHADOW was given: the
+    // reply's shape depends on the arguments alone.
+    if a.shadow {
+        if map {
+            name(ctx, SHADOW_DENIED);
+        }
+        ctx.reply_long(i64::from(a.shadow_denied));
+    }
 }
+
+/// The field SHADOW adds.
+pub const SHADOW_DENIED: &str = "shadow_denied";
 
 /// redis-cell's reply: `[limited, limit, remaining, retry_after_s or -1, reset_after_s]`,
 /// an array for every protocol, seconds rounded the way redis-cell rounds them.

@@ -48,6 +48,16 @@ pub enum Reply {
     Strings(Vec<Vec<u8>>),
     /// RL.INSPECT's map.
     Inspect(Inspection),
+    /// RL.TOP's entries, most denied first.
+    Top(Vec<TopEntry>),
+}
+
+/// One key RL.TOP lists.
+#[derive(Debug, PartialEq, Eq)]
+pub struct TopEntry {
+    pub key: Vec<u8>,
+    pub count: u64,
+    pub error: u64,
 }
 
 /// An admission decision and what the reply and the counters need besides it.
@@ -61,6 +71,12 @@ pub struct Admission {
     /// RL.REPLAY replaying the primary's (or the AOF's) write: counted as usual, but a
     /// denial publishes nothing (the primary published it, for its client).
     pub replayed: bool,
+    /// The call gave `SHADOW`: the reply ends with the field `shadow_denied`.
+    pub shadow: bool,
+    /// A limit would have denied the request, which is answered as admitted: a SHADOW
+    /// call's denial (`decision.allowed` is then already 1), or a policy's shadow rule.
+    /// Counted as a shadow denial and published as `ratelimit.shadow_denied`.
+    pub shadow_denied: bool,
 }
 
 /// The sixth field some admission replies add, named by its variant.
@@ -120,13 +136,27 @@ impl Reply {
     pub fn outcome(&self) -> Outcome {
         match self {
             Reply::Admission(a) | Reply::RedisCell(a) if !a.preview => {
-                if a.decision.allowed {
-                    Outcome::Admitted
-                } else {
+                if !a.decision.allowed {
                     Outcome::Denied
+                } else if a.shadow_denied {
+                    Outcome::ShadowDenied
+                } else {
+                    Outcome::Admitted
                 }
             }
             _ => Outcome::Other,
+        }
+    }
+
+    /// Whether the call is a client's request that a limit would have denied but that was
+    /// answered as admitted (SHADOW, or a policy's shadow rule), which publishes
+    /// `ratelimit.shadow_denied` on its key: not a preview, not replayed.
+    pub fn publishes_shadow_denial(&self) -> bool {
+        match self {
+            Reply::Admission(a) => {
+                a.decision.allowed && a.shadow_denied && !a.preview && !a.replayed
+            }
+            _ => false,
         }
     }
 
@@ -160,7 +190,34 @@ mod tests {
             extra: Extra::None,
             preview,
             replayed,
+            shadow: false,
+            shadow_denied: false,
         }
+    }
+
+    #[test]
+    fn a_shadow_denial_is_counted_and_published_as_one() {
+        let mut a = admission(true, false, false);
+        a.shadow = true;
+        a.shadow_denied = true;
+        let reply = Reply::Admission(a);
+        assert_eq!(reply.outcome(), Outcome::ShadowDenied);
+        assert!(!reply.publishes_denial());
+        assert!(reply.publishes_shadow_denial());
+        let mut preview = admission(true, true, false);
+        preview.shadow_denied = true;
+        let reply = Reply::Admission(preview);
+        assert_eq!(reply.outcome(), Outcome::Other);
+        assert!(!reply.publishes_shadow_denial());
+        let mut replayed = admission(true, false, true);
+        replayed.shadow_denied = true;
+        let reply = Reply::Admission(replayed);
+        assert_eq!(reply.outcome(), Outcome::ShadowDenied);
+        assert!(!reply.publishes_shadow_denial());
+        // SHADOW given, nothing would deny: an admission like any other.
+        let mut plain = admission(true, false, false);
+        plain.shadow = true;
+        assert_eq!(Reply::Admission(plain).outcome(), Outcome::Admitted);
     }
 
     #[test]

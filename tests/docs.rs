@@ -137,7 +137,13 @@ fn command_docs_describe_rl_gcra_argument_by_argument() {
                 Some(s("DRYRUN")),
                 optional.clone()
             ),
-            (s("duration"), s("string"), Some(s("BLOCK")), optional),
+            (
+                s("duration"),
+                s("string"),
+                Some(s("BLOCK")),
+                optional.clone()
+            ),
+            (s("shadow"), s("pure-token"), Some(s("SHADOW")), optional),
         ]
     );
     // The key argument points at the key spec.
@@ -167,7 +173,7 @@ fn groups_and_tokens_are_described() {
     let bucket: Vec<String> = args(&mut c, "rl.tokenbucket").iter().map(syntax).collect();
     assert_eq!(
         bucket.join(" "),
-        "key capacity refill_amount refill_period [INTERVAL] [COST n] [DRYRUN] [BLOCK duration]"
+        "key capacity refill_amount refill_period [INTERVAL] [COST n] [DRYRUN] [BLOCK duration] [SHADOW]"
     );
     let throttle: Vec<String> = args(&mut c, "cl.throttle").iter().map(syntax).collect();
     assert_eq!(throttle.join(" "), "key max_burst count period [quantity]");
@@ -400,12 +406,12 @@ fn argument_count_errors_stay_the_commands_own() {
         (
             vec!["RL.GCRA"],
             "ERR wrong number of arguments for 'RL.GCRA': expected RL.GCRA key burst rate \
-             period [COST n] [DRYRUN] [BLOCK duration]",
+             period [COST n] [DRYRUN] [BLOCK duration] [SHADOW]",
         ),
         (
             vec!["rl.gcra", "k"],
             "ERR wrong number of arguments for 'RL.GCRA': expected RL.GCRA key burst rate \
-             period [COST n] [DRYRUN] [BLOCK duration]",
+             period [COST n] [DRYRUN] [BLOCK duration] [SHADOW]",
         ),
         (
             vec!["RL.INSPECT"],
@@ -606,7 +612,7 @@ fn redis_cli_shows_the_syntax_from_the_docs() {
         .expect("run redis-cli");
     let mut terminal = Terminal::new(side);
     let prompt = format!("127.0.0.1:{}> ", server.port);
-    let syntax = "RL.GCRA key burst rate period [COST n] [DRYRUN] [BLOCK duration]";
+    let syntax = "RL.GCRA key burst rate period [COST n] [DRYRUN] [BLOCK duration] [SHADOW]";
     let help_shown = terminal.wait_for(&prompt) && {
         terminal.type_in("help RL.GCRA\r");
         terminal.wait_for(&format!("\n  {syntax}\r\r\n  summary: Admit or deny"))

@@ -31,7 +31,7 @@ fn commandstats(c: &mut Client) -> BTreeMap<String, String> {
 }
 
 fn counters(calls: u64, admitted: u64, denied: u64, errors: u64) -> String {
-    format!("calls={calls},admitted={admitted},denied={denied},errors={errors}")
+    format!("calls={calls},admitted={admitted},denied={denied},shadow_denied=0,errors={errors}")
 }
 
 /// The module's registered commands, in lowercase.
@@ -161,18 +161,29 @@ fn info_counts_calls_admissions_denials_and_errors_per_command() {
     let text = info(&mut c, "ratelimit");
     assert!(text.starts_with(
         "# ratelimit_commandstats\r\n\
-         ratelimit_rl.gcra:calls=8,admitted=2,denied=2,errors=2\r\n\
-         ratelimit_cl.throttle:calls=2,admitted=1,denied=1,errors=0\r\n\
-         ratelimit_rl.tokenbucket:calls=2,admitted=1,denied=1,errors=0\r\n"
+         ratelimit_rl.gcra:calls=8,admitted=2,denied=2,shadow_denied=0,errors=2\r\n\
+         ratelimit_cl.throttle:calls=2,admitted=1,denied=1,shadow_denied=0,errors=0\r\n\
+         ratelimit_rl.tokenbucket:calls=2,admitted=1,denied=1,shadow_denied=0,errors=0\r\n"
     ));
-    assert!(text.contains("\r\nratelimit_rl.replay:calls=1,admitted=0,denied=0,errors=1\r\n"));
-    // The same section by its own name (INFO ratelimit then adds ratelimit_memory), and
-    // within INFO modules / everything; not in the default INFO or INFO all, which leave
-    // module sections out.
+    assert!(text.contains(
+        "\r\nratelimit_rl.replay:calls=1,admitted=0,denied=0,shadow_denied=0,errors=1\r\n"
+    ));
+    // The same section by its own name (INFO ratelimit then adds the policies', the rules',
+    // RL.TOP's and the memory sections), and within INFO modules / everything; not in the
+    // default INFO or INFO all, which leave module sections out.
     let section = info(&mut c, "ratelimit_commandstats");
+    let others: Vec<String> = ["policystats", "rulestats", "top", "memory"]
+        .iter()
+        .map(|s| info(&mut c, &format!("ratelimit_{s}")))
+        .collect();
+    assert_eq!(text, format!("{section}\r\n{}", others.join("\r\n")));
     assert_eq!(
-        text,
-        format!("{section}\r\n{}", info(&mut c, "ratelimit_memory"))
+        others[0],
+        "# ratelimit_policystats\r\nratelimit_p:calls=3,admitted=1,denied=1,shadow_denied=0\r\n"
+    );
+    assert_eq!(
+        others[1],
+        "# ratelimit_rulestats\r\nratelimit_p.0:shadow=0,denied=1\r\n"
     );
     let modules = info(&mut c, "modules");
     // Newer servers list modules of their own there too (Redis 8: vectorset), in any order.
@@ -199,10 +210,15 @@ fn info_counts_calls_admissions_denials_and_errors_per_command() {
             "{name}: ours {ours}, Redis's calls={calls} failed_calls={failed}"
         );
     }
-    // CONFIG RESETSTAT resets Redis's statistics, not the module's.
+    // CONFIG RESETSTAT resets Redis's statistics and the module's (tests/observe.rs has
+    // the details).
     assert_eq!(c.cmd(&["CONFIG", "RESETSTAT"]), Reply::Simple("OK".into()));
     assert_eq!(redis_cmdstat(&mut c, "rl.gcra"), (0, 0));
-    assert_eq!(commandstats(&mut c), expected);
+    let reset: BTreeMap<String, String> = names
+        .iter()
+        .map(|n| (n.clone(), counters(0, 0, 0, 0)))
+        .collect();
+    assert_eq!(commandstats(&mut c), reset);
 }
 
 #[test]
@@ -241,7 +257,7 @@ fn the_redis_exporter_script_exports_every_counter() {
         })
         .collect();
     let commands = module_commands(&mut c);
-    assert_eq!(pairs.len(), commands.len() * 4);
+    assert_eq!(pairs.len(), commands.len() * 5);
     for (key, value) in [
         ("rl.gcra_calls", "2"),
         ("rl.gcra_admitted", "1"),
@@ -474,6 +490,8 @@ fn config_get_lists_every_setting_with_its_default() {
         ("ratelimit.debug-clock", "no"),
         ("ratelimit.sliding-log-max-limit", "1000000"),
         ("ratelimit.concurrency-max-limit", "100000"),
+        ("ratelimit.top-size", "100"),
+        ("ratelimit.top-period", "60"),
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -598,7 +616,7 @@ fn bad_load_arguments_refuse_the_load_with_a_clear_line() {
         (
             &["frobnicate", "yes"],
             "unknown load argument 'frobnicate': expected one of cell-compat, debug-clock, \
-             sliding-log-max-limit, concurrency-max-limit",
+             sliding-log-max-limit, concurrency-max-limit, top-size, top-period",
         ),
         (
             &["debug-clock", "yes", "cell-compat"],

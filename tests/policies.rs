@@ -229,8 +229,9 @@ fn bad_policies_are_refused_and_change_nothing() {
         (
             vec!["RL.POLICY.SET", "p"],
             "ERR wrong number of arguments for 'RL.POLICY.SET': expected RL.POLICY.SET name \
-             algorithm argument [argument ...] [algorithm argument [argument ...] ...], each \
-             rule an algorithm and its arguments, as in GCRA 10 10 1s FIXEDWINDOW 5000 1d"
+             [SHADOW] algorithm argument [argument ...] [[SHADOW] algorithm argument [argument ...] ...], \
+             each rule an algorithm and its arguments, as in GCRA 10 10 1s FIXEDWINDOW 5000 1d \
+             (SHADOW before a rule: checked and counted, never denying)"
                 .into(),
         ),
         (
@@ -279,7 +280,7 @@ fn bad_policies_are_refused_and_change_nothing() {
         (
             vec!["RL.LIMIT", "k"],
             "ERR wrong number of arguments for 'RL.LIMIT': expected RL.LIMIT key policy \
-             [COST n] [DRYRUN] [BLOCK duration]"
+             [COST n] [DRYRUN] [BLOCK duration] [SHADOW]"
                 .into(),
         ),
         (
@@ -288,7 +289,7 @@ fn bad_policies_are_refused_and_change_nothing() {
         ),
         (
             vec!["RL.LIMIT", "k", "p", "FAST"],
-            "ERR unknown option 'FAST' at argument 3: expected COST n, DRYRUN or BLOCK duration"
+            "ERR unknown option 'FAST' at argument 3: expected COST n, DRYRUN, BLOCK duration or SHADOW"
                 .into(),
         ),
     ];

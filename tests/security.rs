@@ -263,7 +263,7 @@ fn an_application_user_checks_limits_but_cannot_change_policies() {
         );
         assert_eq!(
             members(&mut admin, "read"),
-            ["rl.inspect", "rl.policy.get", "rl.policy.list"]
+            ["rl.inspect", "rl.policy.get", "rl.policy.list", "rl.top"]
         );
     }
     // An operator-like user `+@all -@dangerous`: on 7.2+ that takes the policy changes, the

@@ -124,6 +124,8 @@ pub struct Outcome {
     /// The binding rule's index in the policy, and its own decision.
     pub binding: usize,
     pub binding_decision: Decision,
+    /// Bit `i` set: rule `i` is a shadow rule that refused the request (see [`step_shadow`]).
+    pub shadow_denied: u32,
 }
 
 /// Which stored state each rule of `rules` takes (`None`: the rule starts fresh), each old
@@ -199,6 +201,24 @@ pub fn step(
     cost: u64,
     write: bool,
 ) -> (Outcome, Option<Vec<RuleState>>) {
+    step_shadow(rules, 0, stored, now_us, cost, write)
+}
+
+/// [`step`] with shadow rules: bit `i` of `shadow` marks rule `i` as a shadow rule, checked
+/// like the others but never refusing the request. A shadow rule's refusal is reported in
+/// [`Outcome::shadow_denied`]; it takes no part in `allowed` or the binding rule, but its
+/// state's `reset_after` does count for the key's. When the request is admitted and writes,
+/// a shadow rule counts it only if it admitted it itself (an algorithm's refusal writes
+/// nothing), so its state never runs into a debt the algorithm cannot hold, and it goes on
+/// measuring what it would admit were it enforced. With `shadow == 0` this is [`step`].
+pub fn step_shadow(
+    rules: &[Rule],
+    shadow: u32,
+    stored: Option<(&[Rule], &mut Vec<RuleState>)>,
+    now_us: u64,
+    cost: u64,
+    write: bool,
+) -> (Outcome, Option<Vec<RuleState>>) {
     let (old, mut states) = match stored {
         Some((old, states)) => (old, Some(states)),
         None => (&[][..], None),
@@ -207,16 +227,23 @@ pub fn step(
     let mut binding: Option<(usize, Decision)> = None;
     let mut allowed = true;
     let mut reset_after: Option<Span> = None;
+    let mut shadow_denied = 0u32;
     for (i, rule) in rules.iter().enumerate() {
         let stored = match (found.get(i).copied().flatten(), states.as_deref_mut()) {
             (Some(j), Some(states)) => old.get(j).zip(states.get_mut(j)),
             _ => None,
         };
         let (decision, _) = rule.check(stored, now_us, cost, false);
-        allowed &= decision.allowed;
         if reset_after.is_none_or(|r| decision.reset_after.ceil_us() > r.ceil_us()) {
             reset_after = Some(decision.reset_after);
         }
+        if shadow & (1 << i) != 0 {
+            if !decision.allowed {
+                shadow_denied |= 1 << i;
+            }
+            continue;
+        }
+        allowed &= decision.allowed;
         if binding
             .as_ref()
             .is_none_or(|(_, b)| binds_before(&decision, b))
@@ -232,6 +259,7 @@ pub fn step(
         decision,
         binding: index,
         binding_decision,
+        shadow_denied,
     };
     if !(allowed && write && cost > 0) {
         return (outcome, None);
@@ -252,8 +280,20 @@ pub fn step(
                     (Some(j), Some(states)) => (old.get(j), states.get(j).cloned()),
                     _ => (None, None),
                 };
+                let had_state = state.is_some();
                 let (_, fresh) = rule.check(from.zip(state.as_mut()), now_us, cost, true);
-                next.extend(fresh.or(state));
+                let kept = fresh.or(state);
+                // A fresh shadow rule that refused the request has nothing to keep, yet every
+                // rule needs its state: it gets the state of a request of no units (or, for an
+                // algorithm that keeps none for that, of one unit, the least it can hold).
+                let kept = match kept {
+                    None if !had_state && shadow & (1 << i) != 0 => rule
+                        .check(None, now_us, 0, true)
+                        .1
+                        .or_else(|| rule.check(None, now_us, 1, true).1),
+                    kept => kept,
+                };
+                next.extend(kept);
             }
             match states {
                 Some(states) => {
@@ -417,6 +457,88 @@ mod tests {
         assert_eq!(
             refused.decision.reset_after.ceil_us(),
             day_start + 86_400_000_000 - T0
+        );
+    }
+
+    fn shadow_step(rules: &Rules, shadow: u32, key: &mut Key, now_us: u64, cost: u64) -> Outcome {
+        match key {
+            Some((old, states)) => {
+                let (o, fresh) =
+                    super::step_shadow(rules, shadow, Some((&old[..], states)), now_us, cost, true);
+                assert!(fresh.is_none());
+                *old = Arc::clone(rules);
+                o
+            }
+            None => {
+                let (o, fresh) = super::step_shadow(rules, shadow, None, now_us, cost, true);
+                if let Some(states) = fresh {
+                    assert_eq!(states.len(), rules.len());
+                    *key = Some((Arc::clone(rules), states));
+                }
+                o
+            }
+        }
+    }
+
+    #[test]
+    fn a_shadow_rule_never_refuses_and_counts_only_what_it_admits() {
+        // Enforced: 10 a second. Shadow: 3 a minute.
+        let rules: Rules = Arc::from(vec![gcra(10, 10, 1000), fixed(3, 60_000)]);
+        let shadow = 0b10;
+        let mut key: Key = None;
+        for n in 1..=5u64 {
+            let o = shadow_step(&rules, shadow, &mut key, T0, 1);
+            assert!(o.decision.allowed, "request {n}");
+            assert_eq!(o.binding, 0, "a shadow rule never binds");
+            assert_eq!(o.shadow_denied, if n > 3 { 0b10 } else { 0 }, "request {n}");
+            assert_eq!(o.binding_decision.remaining, 10 - n);
+        }
+        // The shadow window holds the 3 it admitted, no debt: its state is its own count.
+        let states = &key.as_ref().unwrap().1;
+        assert_eq!(states.len(), 2);
+        let snap = rules[1].snapshot(&states[1], T0).unwrap();
+        assert_eq!(snap.now().remaining, 0);
+        // The key lives until the shadow window ends too.
+        let o = outcome(&rules, &key, T0, 0);
+        let window_start = T0 - T0 % 60_000_000;
+        assert_eq!(
+            o.decision.reset_after.ceil_us(),
+            window_start + 60_000_000 - T0
+        );
+        // The enforced rule still refuses, whatever the shadow rule says.
+        for _ in 0..5 {
+            shadow_step(&rules, shadow, &mut key, T0, 1);
+        }
+        let o = shadow_step(&rules, shadow, &mut key, T0, 1);
+        assert!(!o.decision.allowed);
+        assert_eq!((o.binding, o.shadow_denied), (0, 0b10));
+    }
+
+    #[test]
+    fn a_fresh_shadow_rule_that_refuses_still_keeps_a_state() {
+        // COST 5 on a fresh key: the enforced rule admits, the shadow burst of 2 cannot.
+        let rules: Rules = Arc::from(vec![
+            gcra(10, 10, 1000),
+            gcra(2, 1, 1000),
+            fixed(20, 60_000),
+        ]);
+        let mut key: Key = None;
+        let o = shadow_step(&rules, 0b010, &mut key, T0, 5);
+        assert!(o.decision.allowed);
+        assert_eq!(o.shadow_denied, 0b010);
+        let states = &key.as_ref().unwrap().1;
+        assert_eq!(states.len(), 3);
+        for (rule, state) in rules.iter().zip(states.iter()) {
+            assert!(state.belongs(rule));
+        }
+        // Each state is its own rule's: the window counted 5, the enforced GCRA 5.
+        assert_eq!(
+            rules[2].snapshot(&states[2], T0).unwrap().now().remaining,
+            15
+        );
+        assert_eq!(
+            rules[0].snapshot(&states[0], T0).unwrap().now().remaining,
+            5
         );
     }
 

@@ -91,6 +91,9 @@ pub struct Options {
     pub dryrun: bool,
     /// `BLOCK duration`: a denied request blocks the key this long (ms).
     pub block_ms: Option<u64>,
+    /// `SHADOW`: a would-be denial writes nothing, starts no BLOCK, and is answered as
+    /// admitted with `shadow_denied` 1.
+    pub shadow: bool,
 }
 
 impl Default for Options {
@@ -99,13 +102,14 @@ impl Default for Options {
             cost: 1,
             dryrun: false,
             block_ms: None,
+            shadow: false,
         }
     }
 }
 
-const ACCEPTED_OPTIONS: &str = "COST n, DRYRUN or BLOCK duration";
+const ACCEPTED_OPTIONS: &str = "COST n, DRYRUN, BLOCK duration or SHADOW";
 
-/// Parses `[COST n] [DRYRUN] [BLOCK duration]` in any order, case-insensitive. `first_position` is
+/// Parses `[COST n] [DRYRUN] [BLOCK duration] [SHADOW]` in any order, case-insensitive. `first_position` is
 /// the
 /// argument number of `rest[0]` (the key being argument 1), used in error texts.
 pub fn options(rest: &[&[u8]], first_position: usize) -> Result<Options, Error> {
@@ -150,6 +154,14 @@ pub fn options_with(
             })?;
             opts.block_ms = Some(duration_ms(value, "BLOCK")?);
             i += 2;
+            continue;
+        }
+        if token.eq_ignore_ascii_case(b"SHADOW") {
+            if opts.shadow {
+                return Err(Error::OptionTwice { option: "SHADOW" });
+            }
+            opts.shadow = true;
+            i += 1;
             continue;
         }
         if token.eq_ignore_ascii_case(b"DRYRUN") {
@@ -266,8 +278,15 @@ mod tests {
             Options {
                 cost: 7,
                 dryrun: true,
-                block_ms: None
+                block_ms: None,
+                shadow: false,
             }
+        );
+        let o = options(&[b"shadow", b"BLOCK", b"1s"], 5).unwrap();
+        assert_eq!((o.shadow, o.block_ms), (true, Some(1000)));
+        assert_eq!(
+            options(&[b"SHADOW", b"shadow"], 5),
+            Err(Error::OptionTwice { option: "SHADOW" })
         );
         let o = options(&[b"block", b"15m", b"COST", b"2"], 5).unwrap();
         assert_eq!((o.cost, o.block_ms), (2, Some(900_000)));
@@ -329,7 +348,7 @@ mod tests {
     #[test]
     fn command_flags_are_options_too() {
         let flags = ["INTERVAL"];
-        let accepted = "COST n, DRYRUN, BLOCK duration or INTERVAL";
+        let accepted = "COST n, DRYRUN, BLOCK duration, SHADOW or INTERVAL";
         let (o, mask) = options_with(&[b"cost", b"2", b"interval"], 5, &flags, accepted).unwrap();
         assert_eq!((o.cost, mask), (2, 1));
         let (_, mask) = options_with(&[], 5, &flags, accepted).unwrap();

@@ -40,17 +40,24 @@ static RULES: [(&Syntax, Parse); 6] = [
 /// `first_position` is the argument number of `words[0]`, for error texts; `log_max` bounds
 /// a SLIDINGLOG limit. Returns the rules and their words as RL.POLICY.GET shows them (the
 /// algorithm upper case).
-pub fn parse(
-    words: &[&[u8]],
-    first_position: usize,
-    log_max: u64,
-) -> Result<(Rules, Vec<Vec<u8>>), Error> {
+pub fn parse(words: &[&[u8]], first_position: usize, log_max: u64) -> Result<Parsed, Error> {
     let mut rules = Vec::new();
     let mut canonical = Vec::with_capacity(words.len());
+    let mut shadow = 0u32;
     let mut i = 0;
     while i < words.len() {
-        let position = first_position + i;
-        let word = words[i];
+        let mut position = first_position + i;
+        let mut word = words[i];
+        if word.eq_ignore_ascii_case(b"SHADOW") {
+            let Some(&next) = words.get(i + 1) else {
+                return Err(Error::ShadowWithoutRule { position });
+            };
+            shadow |= 1 << rules.len().min(MAX_RULES);
+            canonical.push(b"SHADOW".to_vec());
+            i += 1;
+            position += 1;
+            word = next;
+        }
         let bare = word
             .get(..3)
             .filter(|prefix| prefix.eq_ignore_ascii_case(b"RL."))
@@ -96,11 +103,31 @@ pub fn parse(
     if rules.is_empty() {
         return Err(RL_POLICY_SET.arity());
     }
-    Ok((Arc::from(rules), canonical))
+    if shadow.count_ones() as usize == rules.len() {
+        return Err(Error::OnlyShadowRules);
+    }
+    Ok(Parsed {
+        rules: Arc::from(rules),
+        shadow,
+        words: canonical,
+    })
 }
 
-/// What loading needs from the grammar: the rules, with `log_max` the largest SLIDINGLOG
-/// limit any setting allows (a saved policy was valid when it was set).
-pub fn parse_saved(words: &[&[u8]], log_max: u64) -> Option<Rules> {
-    parse(words, 0, log_max).ok().map(|(rules, _)| rules)
+/// A policy's rules as parsed.
+#[derive(Debug)]
+pub struct Parsed {
+    pub rules: Rules,
+    /// Bit `i` set: rule `i` is a shadow rule (`SHADOW` before it).
+    pub shadow: u32,
+    /// The words as RL.POLICY.GET shows them (algorithm names upper case, `SHADOW` kept).
+    pub words: Vec<Vec<u8>>,
+}
+
+/// What loading needs from the grammar: the rules and their shadow marks, with `log_max` the
+/// largest SLIDINGLOG limit any setting allows (a saved policy was valid when it was set).
+/// The marks are words of the policy, so the saved form is the one it always was.
+pub fn parse_saved(words: &[&[u8]], log_max: u64) -> Option<(Rules, u32)> {
+    parse(words, 0, log_max)
+        .ok()
+        .map(|parsed| (parsed.rules, parsed.shadow))
 }

@@ -138,7 +138,8 @@ impl Syntax {
     /// command takes.
     fn rule_args(&self) -> impl Iterator<Item = &'static Arg> {
         self.args.iter().filter(|a| {
-            !matches!(a.kind, Kind::Key) && ![COST.name, DRYRUN.name, BLOCK.name].contains(&a.name)
+            !matches!(a.kind, Kind::Key)
+                && ![COST.name, DRYRUN.name, BLOCK.name, SHADOW.name].contains(&a.name)
         })
     }
 
@@ -298,6 +299,12 @@ const BLOCK: Arg = string(
 )
 .after(c"BLOCK")
 .optional();
+const SHADOW: Arg = token(
+    c"shadow",
+    c"SHADOW",
+    c"decide and count, but answer a denial as admitted with shadow_denied 1, writing nothing and starting no BLOCK",
+)
+.optional();
 
 // The algorithms' parameters, which the parameter parsers name in their errors.
 pub const BURST: Arg = integer(c"burst", c"the most units admitted at once, 1 to 10^12");
@@ -345,7 +352,7 @@ pub const ID: Arg = string(
 .optional();
 
 /// The positional arguments of the window algorithms, then the options.
-const WINDOW_ARGS: &[Arg] = &[KEY, LIMIT, WINDOW, COST, DRYRUN, BLOCK];
+const WINDOW_ARGS: &[Arg] = &[KEY, LIMIT, WINDOW, COST, DRYRUN, BLOCK, SHADOW];
 
 const O1: &CStr = c"O(1)";
 const LEASES_COMPLEXITY: &CStr = c"O(log N) where N is the number of leases held on the key, amortised: a write also drops the leases ended since the last one";
@@ -358,7 +365,7 @@ pub static RL_GCRA: Syntax = Syntax::new(
     c"Admit or deny a request with GCRA: up to burst units at once, then rate units per period, evenly spaced",
     O1,
     KeyUse::Update,
-    &[KEY, BURST, RATE, PERIOD, COST, DRYRUN, BLOCK],
+    &[KEY, BURST, RATE, PERIOD, COST, DRYRUN, BLOCK, SHADOW],
 );
 
 #[rustfmt::skip]
@@ -376,7 +383,7 @@ pub static RL_TOKENBUCKET: Syntax = Syntax::new(
     c"Admit or deny a request with a token bucket: capacity tokens, refilled by refill_amount per refill_period",
     O1,
     KeyUse::Update,
-    &[KEY, BUCKET_CAPACITY, REFILL_AMOUNT, REFILL_PERIOD, INTERVAL, COST, DRYRUN, BLOCK],
+    &[KEY, BUCKET_CAPACITY, REFILL_AMOUNT, REFILL_PERIOD, INTERVAL, COST, DRYRUN, BLOCK, SHADOW],
 );
 
 #[rustfmt::skip]
@@ -385,7 +392,7 @@ pub static RL_LEAKYBUCKET: Syntax = Syntax::new(
     c"Admit or deny a request with a leaky bucket: a queue of capacity units draining at a constant rate; the reply says when to act",
     O1,
     KeyUse::Update,
-    &[KEY, QUEUE_CAPACITY, LEAK_AMOUNT, LEAK_PERIOD, COST, DRYRUN, BLOCK],
+    &[KEY, QUEUE_CAPACITY, LEAK_AMOUNT, LEAK_PERIOD, COST, DRYRUN, BLOCK, SHADOW],
 );
 
 #[rustfmt::skip]
@@ -421,7 +428,7 @@ pub static RL_CONCURRENCY_ACQUIRE: Syntax = Syntax::new(
     c"Take one of limit leases, held until released or for lease at most; the reply carries the lease's token",
     LEASES_COMPLEXITY,
     KeyUse::Update,
-    &[KEY, LEASES, LEASE, ID, DRYRUN],
+    &[KEY, LEASES, LEASE, ID, DRYRUN, SHADOW],
 );
 
 #[rustfmt::skip]
@@ -448,7 +455,7 @@ pub static RL_LIMIT: Syntax = Syntax::new(
     c"Admit or deny a request against every rule of a policy, all or nothing; the reply is the binding rule's",
     c"O(R) where R is the number of rules in the policy",
     KeyUse::Update,
-    &[KEY, string(c"policy", c"the name of a policy set with RL.POLICY.SET"), COST, DRYRUN, BLOCK],
+    &[KEY, string(c"policy", c"the name of a policy set with RL.POLICY.SET"), COST, DRYRUN, BLOCK, SHADOW],
 );
 
 #[rustfmt::skip]
@@ -460,12 +467,13 @@ pub static RL_POLICY_SET: Syntax = Syntax::new(
     &[
         POLICY_NAME,
         arg(c"rule", Kind::Block(&[
+            token(c"shadow", c"SHADOW", c"a shadow rule: checked and counted, but it never denies").optional(),
             string(c"algorithm", c"an algorithm, as its command is named without RL. (gcra, tokenbucket, ...)"),
             string(c"argument", c"the algorithm's positional arguments, as its command takes them after the key").multiple(),
         ]), c"an algorithm and its arguments").multiple(),
     ],
 )
-.note(", each rule an algorithm and its arguments, as in GCRA 10 10 1s FIXEDWINDOW 5000 1d");
+.note(", each rule an algorithm and its arguments, as in GCRA 10 10 1s FIXEDWINDOW 5000 1d (SHADOW before a rule: checked and counted, never denying)");
 
 #[rustfmt::skip]
 pub static RL_POLICY_GET: Syntax = Syntax::new(
@@ -492,6 +500,15 @@ pub static RL_POLICY_LIST: Syntax = Syntax::new(
     c"O(P) where P is the number of policies",
     KeyUse::None,
     &[],
+);
+
+#[rustfmt::skip]
+pub static RL_TOP: Syntax = Syntax::new(
+    "rl.top",
+    c"List the keys denied most often lately, with their counts and error bounds, those the caller may read",
+    c"O(S log S) where S is the summary's size (ratelimit.top-size)",
+    KeyUse::None,
+    &[integer(c"k", c"how many keys at most, 1 to 100000 (default 10)").after(c"COUNT").optional()],
 );
 
 #[rustfmt::skip]
@@ -539,7 +556,7 @@ pub static RL_LOADSTATE: Syntax = Syntax::new(
 );
 
 /// The syntax of every command of the module.
-pub static ALL: [&Syntax; 19] = [
+pub static ALL: [&Syntax; 20] = [
     &RL_GCRA,
     &CL_THROTTLE,
     &RL_TOKENBUCKET,
@@ -555,6 +572,7 @@ pub static ALL: [&Syntax; 19] = [
     &RL_POLICY_GET,
     &RL_POLICY_DEL,
     &RL_POLICY_LIST,
+    &RL_TOP,
     &RL_DEBUG_CLOCK,
     &RL_DEBUG_PANIC,
     &RL_REPLAY,
@@ -577,34 +595,36 @@ mod tests {
     #[test]
     fn usages_render_as_they_were_written() {
         let expected = [
-            (&RL_GCRA, "RL.GCRA", "key burst rate period [COST n] [DRYRUN] [BLOCK duration]"),
+            (&RL_GCRA, "RL.GCRA", "key burst rate period [COST n] [DRYRUN] [BLOCK duration] [SHADOW]"),
             (&CL_THROTTLE, "CL.THROTTLE", "key max_burst count period [quantity]"),
             (
                 &RL_TOKENBUCKET,
                 "RL.TOKENBUCKET",
-                "key capacity refill_amount refill_period [INTERVAL] [COST n] [DRYRUN] [BLOCK duration]",
+                "key capacity refill_amount refill_period [INTERVAL] [COST n] [DRYRUN] [BLOCK duration] [SHADOW]",
             ),
             (
                 &RL_LEAKYBUCKET,
                 "RL.LEAKYBUCKET",
-                "key capacity leak_amount leak_period [COST n] [DRYRUN] [BLOCK duration]",
+                "key capacity leak_amount leak_period [COST n] [DRYRUN] [BLOCK duration] [SHADOW]",
             ),
-            (&RL_FIXEDWINDOW, "RL.FIXEDWINDOW", "key limit window [COST n] [DRYRUN] [BLOCK duration]"),
-            (&RL_SLIDINGWINDOW, "RL.SLIDINGWINDOW", "key limit window [COST n] [DRYRUN] [BLOCK duration]"),
-            (&RL_SLIDINGLOG, "RL.SLIDINGLOG", "key limit window [COST n] [DRYRUN] [BLOCK duration]"),
-            (&RL_CONCURRENCY_ACQUIRE, "RL.CONCURRENCY.ACQUIRE", "key limit lease [ID token] [DRYRUN]"),
+            (&RL_FIXEDWINDOW, "RL.FIXEDWINDOW", "key limit window [COST n] [DRYRUN] [BLOCK duration] [SHADOW]"),
+            (&RL_SLIDINGWINDOW, "RL.SLIDINGWINDOW", "key limit window [COST n] [DRYRUN] [BLOCK duration] [SHADOW]"),
+            (&RL_SLIDINGLOG, "RL.SLIDINGLOG", "key limit window [COST n] [DRYRUN] [BLOCK duration] [SHADOW]"),
+            (&RL_CONCURRENCY_ACQUIRE, "RL.CONCURRENCY.ACQUIRE", "key limit lease [ID token] [DRYRUN] [SHADOW]"),
             (&RL_CONCURRENCY_RELEASE, "RL.CONCURRENCY.RELEASE", "key token"),
             (&RL_INSPECT, "RL.INSPECT", "key"),
-            (&RL_LIMIT, "RL.LIMIT", "key policy [COST n] [DRYRUN] [BLOCK duration]"),
+            (&RL_LIMIT, "RL.LIMIT", "key policy [COST n] [DRYRUN] [BLOCK duration] [SHADOW]"),
             (
                 &RL_POLICY_SET,
                 "RL.POLICY.SET",
-                "name algorithm argument [argument ...] [algorithm argument [argument ...] ...], \
-                 each rule an algorithm and its arguments, as in GCRA 10 10 1s FIXEDWINDOW 5000 1d",
+                "name [SHADOW] algorithm argument [argument ...] [[SHADOW] algorithm argument [argument ...] ...], \
+                 each rule an algorithm and its arguments, as in GCRA 10 10 1s FIXEDWINDOW 5000 1d \
+                 (SHADOW before a rule: checked and counted, never denying)",
             ),
             (&RL_POLICY_GET, "RL.POLICY.GET", "name"),
             (&RL_POLICY_DEL, "RL.POLICY.DEL", "name"),
             (&RL_POLICY_LIST, "RL.POLICY.LIST", "(no arguments)"),
+            (&RL_TOP, "RL.TOP", "[COUNT k]"),
             (&RL_REPLAY, "RL.REPLAY", "key now_us:expire_at_ms:command:arg [arg ...]"),
             (&RL_LOADSTATE, "RL.LOADSTATE", "key state"),
         ];

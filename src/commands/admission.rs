@@ -27,16 +27,30 @@ pub struct Decided<T = ()> {
     pub aside: T,
     preview: bool,
     replayed: bool,
+    /// The call gave SHADOW.
+    shadow: bool,
+    /// A policy's shadow rule would have denied the request (set by RL.LIMIT).
+    pub shadow_rule_denied: bool,
     propagate: Propagate,
 }
 
 impl<T> Decided<T> {
     fn admission(self, extra: Extra) -> Admission {
+        let mut decision = self.decision;
+        // SHADOW: a denial (which wrote nothing and started no BLOCK) is answered as
+        // admitted; the other fields stay the denial's (retry_after_ms the wait it would
+        // have had).
+        let shadow_denied = (self.shadow && !decision.allowed) || self.shadow_rule_denied;
+        if self.shadow {
+            decision.allowed = true;
+        }
         Admission {
-            decision: self.decision,
+            decision,
             extra,
             preview: self.preview,
             replayed: self.replayed,
+            shadow: self.shadow,
+            shadow_denied,
         }
     }
 
@@ -103,7 +117,8 @@ pub fn run_with<A: Variant, T>(
         now_us,
         cost: opts.cost,
         write,
-        block_ms: opts.block_ms,
+        // SHADOW never starts a BLOCK (one already in force still answers).
+        block_ms: opts.block_ms.filter(|_| !opts.shadow),
     };
     let mut key = Key::open(call.ctx, name_arg, true);
     let (decision, wrote, aside) = key.update::<A, T>(&params, request, |stored, write| {
@@ -124,6 +139,8 @@ pub fn run_with<A: Variant, T>(
         aside,
         preview: !write,
         replayed: call.replayed(),
+        shadow: opts.shadow,
+        shadow_rule_denied: false,
         propagate,
     })
 }

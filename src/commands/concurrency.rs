@@ -8,13 +8,14 @@ use crate::error::{quote, Error};
 use crate::response::{Admission, Extra, Propagate, Reply, Response};
 use crate::storage::{Key, Stored};
 
-/// `RL.CONCURRENCY.ACQUIRE key limit lease [ID token] [DRYRUN]`
+/// `RL.CONCURRENCY.ACQUIRE key limit lease [ID token] [DRYRUN] [SHADOW]`
 ///
 /// Takes one of `limit` slots for at most `lease` (a crashed holder cannot keep it), named
 /// `token` or a generated token; the same token renews its own lease. `limit` is bounded by
 /// the setting `ratelimit.concurrency-max-limit`, which so bounds the leases a key holds.
 /// O(log n) in the leases held (amortised, see `algorithms::concurrency`). Reply: the five
-/// fields and the token (nil when denied or DRYRUN).
+/// fields and the token (nil when denied or DRYRUN), then `shadow_denied` with SHADOW (a
+/// would-be denial is answered allowed, with a nil token: no lease was taken).
 pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
     let a = admission::arguments(call, &RL_CONCURRENCY_ACQUIRE)?;
     // A replica replays what its primary admitted, whatever its own setting says.
@@ -23,7 +24,7 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
         Mode::Replay { .. } => crate::config::CONCURRENCY_LIMIT_CEILING,
     };
     let params = params::concurrency(&a[2..4], max)?;
-    let (mut id, mut dryrun) = (None, false);
+    let (mut id, mut dryrun, mut shadow) = (None, false, false);
     let mut i = 4;
     while i < a.len() {
         if a[i].eq_ignore_ascii_case(b"ID") {
@@ -42,6 +43,12 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
             }
             id = Some(*token);
             i += 2;
+        } else if a[i].eq_ignore_ascii_case(b"SHADOW") {
+            if shadow {
+                return Err(Error::OptionTwice { option: "SHADOW" });
+            }
+            shadow = true;
+            i += 1;
         } else if a[i].eq_ignore_ascii_case(b"DRYRUN") {
             if dryrun {
                 return Err(Error::OptionTwice { option: "DRYRUN" });
@@ -52,7 +59,7 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
             return Err(Error::UnknownOption {
                 position: i,
                 token: quote(a[i]),
-                accepted: "ID token or DRYRUN, each once",
+                accepted: "ID token, DRYRUN or SHADOW, each once",
             });
         }
     }
@@ -85,11 +92,18 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
         propagate = call.propagation(c"RL.CONCURRENCY.ACQUIRE", now_us, at);
     }
     let token = if write { acquired.token } else { None };
+    // SHADOW: a would-be denial takes no lease (token nil: nothing to release) and is
+    // answered as admitted.
+    let mut decision = acquired.decision;
+    let shadow_denied = shadow && !decision.allowed;
+    decision.allowed |= shadow;
     let admission = Admission {
-        decision: acquired.decision,
+        decision,
         extra: Extra::Token(token),
         preview: dryrun,
         replayed: call.replayed(),
+        shadow,
+        shadow_denied,
     };
     Ok(Response::propagating(
         Reply::Admission(admission),

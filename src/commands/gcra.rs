@@ -7,11 +7,11 @@ use crate::args::{self, params, Options};
 use crate::error::Error;
 use crate::response::{Extra, Response};
 
-/// `RL.GCRA key burst rate period [COST n] [DRYRUN] [BLOCK duration]`
+/// `RL.GCRA key burst rate period [COST n] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///
 /// Admits up to `burst` units at once, then `rate` units per `period`, one every
 /// `period / rate`. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`
-/// (a map with a boolean `allowed` for RESP3 clients).
+/// (a map with a boolean `allowed` for RESP3 clients), and `shadow_denied` with SHADOW.
 pub fn rl_gcra(call: &Call) -> Result<Response, Error> {
     let a = admission::arguments(call, &RL_GCRA)?;
     let params = params::gcra(&a[2..5])?;
@@ -25,6 +25,13 @@ pub fn rl_gcra(call: &Call) -> Result<Response, Error> {
 /// Reply: `[limited, max_burst + 1, remaining, retry_after_s or -1, reset_after_s]`.
 pub fn cl_throttle(call: &Call) -> Result<Response, Error> {
     let a = call.args;
+    // redis-cell's reply has no room for `shadow_denied`: SHADOW is refused by name rather
+    // than read as a quantity or an extra argument.
+    if a.iter().skip(5).any(|w| w.eq_ignore_ascii_case(b"SHADOW")) {
+        return Err(Error::ShadowRefused {
+            command: "CL.THROTTLE",
+        });
+    }
     if a.len() != 5 && a.len() != 6 {
         return Err(CL_THROTTLE.arity());
     }

@@ -1,31 +1,56 @@
 //! The module's INFO sections, written from the command table and its counters
-//! ([`crate::metrics`]) and the interned parameter table's usage, through the room's
-//! [`Info`] (no raw call here).
+//! ([`crate::metrics`]), the policies' counters, RL.TOP's summary and the interned parameter
+//! table's usage, through the room's [`Info`] (no raw call here); and CONFIG RESETSTAT.
 
+use std::ffi::CString;
+use std::os::raw::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use redis_module::InfoContext;
+use redis_module::{raw, InfoContext};
 
 use super::COMMANDS;
-use crate::redis::Info;
+use crate::redis::{self, Ctx, Info};
+use crate::storage::policies;
 
 /// The names of the dictionary fields, in the order of [`crate::metrics::Stats::values`].
-const FIELDS: [&std::ffi::CStr; 4] = [c"calls", c"admitted", c"denied", c"errors"];
+const FIELDS: [&std::ffi::CStr; 5] = [
+    c"calls",
+    c"admitted",
+    c"denied",
+    c"shadow_denied",
+    c"errors",
+];
 
-/// The module's INFO callback (`info:` in the registration): the section
-/// `ratelimit_commandstats`, one line per registered command, in the table's order:
+/// The policies' fields, in the order of [`crate::metrics::PolicyStats::values`].
+const POLICY_FIELDS: [&std::ffi::CStr; 4] = [c"calls", c"admitted", c"denied", c"shadow_denied"];
+
+/// The module's INFO callback (`info:` in the registration): the sections
 ///
 /// ```text
 /// # ratelimit_commandstats
-/// ratelimit_rl.gcra:calls=10,admitted=7,denied=2,errors=1
+/// ratelimit_rl.gcra:calls=10,admitted=6,denied=2,shadow_denied=1,errors=1
+/// # ratelimit_policystats
+/// ratelimit_api:calls=7,admitted=4,denied=2,shadow_denied=1
+/// # ratelimit_rulestats
+/// ratelimit_api.0:shadow=0,denied=2
+/// ratelimit_api.1:shadow=1,denied=1
+/// # ratelimit_top
+/// ratelimit_top_counters:3
+/// # ratelimit_memory
+/// ratelimit_interned_params:2
 /// ```
 ///
-/// Shown by `INFO ratelimit`, `INFO ratelimit_commandstats`, `INFO modules` and
+/// Shown by `INFO ratelimit`, `INFO ratelimit_<section>`, `INFO modules` and
 /// `INFO everything` (not by `INFO` or `INFO all`, which leave module sections out).
+/// A policy's name is written with every byte outside `A-Z a-z 0-9 _ - .` (and `%`) as
+/// `%XX`, so a name cannot break INFO's `name:value` lines.
 pub fn info(ctx: &InfoContext, _for_crash_report: bool) {
     let info = Info::new(ctx);
     // A panic here would abort the server like one in a command.
     let _ = catch_unwind(AssertUnwindSafe(|| write_info(&info)));
+    let _ = catch_unwind(AssertUnwindSafe(|| write_policies(&info)));
+    let _ = catch_unwind(AssertUnwindSafe(|| write_top(&info)));
     let _ = catch_unwind(AssertUnwindSafe(|| write_memory(&info)));
 }
 
@@ -45,6 +70,17 @@ fn write_memory(info: &Info) {
     }
 }
 
+/// `# ratelimit_top`: RL.TOP's counters in use (both generations) and the denials of keys
+/// too long to record.
+fn write_top(info: &Info) {
+    let (counters, untracked) = crate::top::usage();
+    if !info.section(c"top") {
+        return;
+    }
+    info.field(c"top_counters", counters as u64);
+    info.field(c"top_untracked", untracked);
+}
+
 fn write_info(info: &Info) {
     // Refused when INFO asked for other sections only.
     if !info.section(c"commandstats") {
@@ -59,5 +95,153 @@ fn write_info(info: &Info) {
             info.field(name, value);
         }
         info.end_dict();
+    }
+}
+
+/// A policy name as INFO shows it: bytes outside `A-Z a-z 0-9 _ - .` as `%XX`.
+pub fn escaped(name: &[u8]) -> String {
+    let mut out = String::with_capacity(name.len());
+    for &b in name {
+        if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `# ratelimit_policystats` (one line per policy) and `# ratelimit_rulestats` (one per
+/// rule, `<policy>.<index>`): O(policies × rules), under the policies' lock.
+fn write_policies(info: &Info) {
+    if info.section(c"policystats") {
+        policies::for_each(|name, policy| {
+            let Ok(name) = CString::new(escaped(name)) else {
+                return;
+            };
+            info.begin_dict(&name);
+            for (field, value) in POLICY_FIELDS.iter().zip(policy.stats.values()) {
+                info.field(field, value);
+            }
+            info.end_dict();
+        });
+    }
+    if info.section(c"rulestats") {
+        policies::for_each(|name, policy| {
+            let name = escaped(name);
+            for (i, denied) in policy.stats.rule_denials().enumerate() {
+                let Ok(rule) = CString::new(format!("{name}.{i}")) else {
+                    continue;
+                };
+                info.begin_dict(&rule);
+                info.field(c"shadow", u64::from(policy.shadow & (1 << i) != 0));
+                info.field(c"denied", denied);
+                info.end_dict();
+            }
+        });
+    }
+}
+
+/// What CONFIG RESETSTAT took from the counters, until the server is seen to have run it.
+#[derive(Default)]
+struct Taken {
+    commands: Vec<[u64; 5]>,
+    policies: Vec<(Vec<u8>, Vec<u64>)>,
+}
+
+static TAKEN: Mutex<Option<Taken>> = Mutex::new(None);
+
+fn taken() -> MutexGuard<'static, Option<Taken>> {
+    TAKEN.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The command filter saw a client send `CONFIG RESETSTAT`, before the server runs it (or
+/// refuses it: ACL, a MULTI that queues it). Every command, policy and rule counter is set to
+/// zero at once, so that what follows in the same batch counts from zero, and what they held
+/// is kept; a timer then asks the server whether it really reset its own statistics (see
+/// [`confirm`]): if not, the counts are added back.
+pub fn on_resetstat() {
+    let mut guard = taken();
+    let t = guard.get_or_insert_with(Taken::default);
+    for (i, command) in COMMANDS.iter().enumerate() {
+        let values = command.stats.take();
+        match t.commands.get_mut(i) {
+            Some(held) => held.iter_mut().zip(values).for_each(|(h, v)| *h += v),
+            None => t.commands.push(values),
+        }
+    }
+    policies::for_each(|name, policy| t.policies.push((name.to_vec(), policy.stats.take())));
+    drop(guard);
+    if !redis::soon(Some(on_timer)) {
+        // No timer: keep the reset (the filter saw the command; nothing can check it).
+        *taken() = None;
+    }
+}
+
+unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    // SAFETY: the context Redis passed to this callback.
+    let Some(ctx) = Ctx::from_raw(ctx) else {
+        return;
+    };
+    let _ = catch_unwind(|| confirm(ctx));
+}
+
+/// Whether the server ran CONFIG RESETSTAT: its own statistics of that subcommand then read
+/// `calls=1` with no rejected or failed call (the reset zeroed them, then counted the one
+/// call); a refused one leaves them as they were plus one rejected call. If it did not, the
+/// counts taken are added back.
+fn confirm(ctx: Ctx) {
+    let Some(t) = taken().take() else {
+        return;
+    };
+    let stats = ctx.server_info_text(c"commandstats", c"cmdstat_config|resetstat");
+    if stats.as_deref().is_some_and(reset_seen) {
+        return;
+    }
+    for (command, values) in COMMANDS.iter().zip(t.commands) {
+        command.stats.restore(values);
+    }
+    for (name, values) in t.policies {
+        if let Some(policy) = policies::get(&name) {
+            policy.stats.restore(&values);
+        }
+    }
+}
+
+/// Whether `calls=1,...,rejected_calls=0,failed_calls=0` (fields in any order).
+fn reset_seen(stats: &[u8]) -> bool {
+    let field = |name: &[u8]| {
+        stats
+            .split(|&b| b == b',')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix(b"="))
+    };
+    field(b"calls") == Some(b"1")
+        && field(b"rejected_calls").is_none_or(|v| v == b"0")
+        && field(b"failed_calls").is_none_or(|v| v == b"0")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_names_are_escaped_for_info() {
+        assert_eq!(escaped(b"api-v1.free_tier"), "api-v1.free_tier");
+        assert_eq!(escaped(b"a:b,c=d\r\n %"), "a%3Ab%2Cc%3Dd%0D%0A%20%25");
+        assert_eq!(escaped("é".as_bytes()), "%C3%A9");
+    }
+
+    #[test]
+    fn a_reset_is_seen_in_the_subcommand_statistics() {
+        assert!(reset_seen(
+            b"calls=1,usec=3,usec_per_call=3.00,rejected_calls=0,failed_calls=0"
+        ));
+        assert!(!reset_seen(
+            b"calls=1,usec=3,usec_per_call=3.00,rejected_calls=1,failed_calls=0"
+        ));
+        assert!(!reset_seen(
+            b"calls=12,usec=3,usec_per_call=3.00,rejected_calls=0,failed_calls=0"
+        ));
+        assert!(!reset_seen(b"rejected_calls=1"));
     }
 }

@@ -19,11 +19,12 @@ mod replay;
 mod sliding_log;
 mod sliding_window;
 mod token_bucket;
+mod top;
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
 
-pub use info::info;
+pub use info::{info, on_resetstat};
 
 use crate::error::Error;
 use crate::log;
@@ -185,6 +186,7 @@ pub static COMMANDS: &[Command] = &[
     command!(c"rl.policy.get",           c"readonly fast",        READ_FAST,   NO_KEYS,  When::Always,      false, policy::rl_policy_get),
     command!(c"rl.policy.del",           c"write fast",           CONFIG,      NO_KEYS,  When::Always,      false, policy::rl_policy_del),
     command!(c"rl.policy.list",          c"readonly",             READ,        NO_KEYS,  When::Always,      false, policy::rl_policy_list),
+    command!(c"rl.top",                  c"readonly",             READ,        NO_KEYS,  When::Always,      false, top::rl_top),
     command!(c"rl.inspect",              c"readonly fast",        READ_FAST,   KEY,      When::Always,      false, inspect::rl_inspect),
     command!(c"rl.debug.clock",          c"admin fast",           PRIVILEGED,  NO_KEYS,  When::Always,      false, debug::rl_debug_clock),
     command!(c"rl.debug.panic",          c"admin",                PRIVILEGED,  NO_KEYS,  When::Always,      false, debug::rl_debug_panic),

@@ -19,7 +19,7 @@ pub fn rl_tokenbucket(call: &Call) -> Result<Response, Error> {
         &a[5..],
         5,
         &["INTERVAL"],
-        "COST n, DRYRUN, BLOCK duration or INTERVAL",
+        "COST n, DRYRUN, BLOCK duration, SHADOW or INTERVAL",
     )?;
     params.interval = flags & 1 != 0;
     Ok(admission::run::<TokenBucket>(call, c"RL.TOKENBUCKET", params, opts)?.reply(Extra::None))

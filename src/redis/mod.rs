@@ -23,6 +23,7 @@
 //! Every `unsafe` block of the module outside the data type's `extern "C"` callbacks is in
 //! this room, each with the reason it is sound.
 
+mod acl;
 mod command;
 pub mod docs;
 mod io;
@@ -37,6 +38,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw;
 
+pub use acl::{soon, watch_resetstat, KeyReader};
 pub use command::{create_command, set_acl_categories, CommandHandle};
 pub use io::{Digest, Info, Io};
 pub use key::{Holds, RawKey};
@@ -291,6 +293,28 @@ impl<'a> Ctx<'a> {
             let value = get(data, field.as_ptr(), &mut error);
             free(self.raw(), data);
             (error == 0).then_some(value)
+        }
+    }
+
+    /// A text field of an INFO section (`None`: no such API, section or field).
+    pub fn server_info_text(self, section: &CStr, field: &CStr) -> Option<Vec<u8>> {
+        // SAFETY: a live context; the text is copied before the info data is freed once.
+        unsafe {
+            let (Some(info), Some(get), Some(free)) = (
+                raw::RedisModule_GetServerInfo,
+                raw::RedisModule_ServerInfoGetFieldC,
+                raw::RedisModule_FreeServerInfo,
+            ) else {
+                return None;
+            };
+            let data = info(self.raw(), section.as_ptr());
+            if data.is_null() {
+                return None;
+            }
+            let text = get(data, field.as_ptr());
+            let value = (!text.is_null()).then(|| CStr::from_ptr(text).to_bytes().to_vec());
+            free(self.raw(), data);
+            value
         }
     }
 

@@ -26,6 +26,7 @@ use redis_module::raw;
 use crate::algorithms::policy::Rules;
 use crate::args::rules;
 use crate::config::SLIDING_LOG_LIMIT_CEILING;
+use crate::metrics::PolicyStats;
 use crate::redis::{Ctx, Io};
 
 /// The longest policy name, in bytes.
@@ -33,10 +34,35 @@ pub const MAX_NAME: usize = 256;
 
 /// A policy: its rules, and the words RL.POLICY.SET gave them (what RL.POLICY.GET answers
 /// and what persistence writes, parsed again when loaded).
-#[derive(Debug)]
 pub struct Policy {
     pub rules: Rules,
+    /// Bit `i` set: rule `i` is a shadow rule.
+    pub shadow: u32,
     pub words: Vec<Vec<u8>>,
+    /// Its counters (`INFO ratelimit`).
+    pub stats: PolicyStats,
+}
+
+impl Policy {
+    pub fn new(rules: Rules, shadow: u32, words: Vec<Vec<u8>>) -> Policy {
+        let stats = PolicyStats::new(rules.len());
+        Policy {
+            rules,
+            shadow,
+            words,
+            stats,
+        }
+    }
+}
+
+impl std::fmt::Debug for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policy")
+            .field("rules", &self.rules)
+            .field("shadow", &self.shadow)
+            .field("words", &self.words)
+            .finish()
+    }
 }
 
 type Table = BTreeMap<Vec<u8>, Arc<Policy>>;
@@ -53,9 +79,32 @@ pub fn get(name: &[u8]) -> Option<Arc<Policy>> {
     table().get(name).cloned()
 }
 
-/// Creates or replaces the policy `name`.
+/// Creates or replaces the policy `name`; a replaced policy's counters carry over.
 pub fn set(name: &[u8], policy: Policy) {
-    table().insert(name.to_vec(), Arc::new(policy));
+    let mut table = table();
+    if let Some(old) = table.get(name) {
+        policy.stats.carry(&old.stats);
+    }
+    table.insert(name.to_vec(), Arc::new(policy));
+}
+
+/// Replaces every policy with `loaded` (an RDB's), the counters of a name kept carrying over.
+fn replace_all(loaded: Table) {
+    let mut table = table();
+    for (name, policy) in loaded.iter() {
+        if let Some(old) = table.get(name) {
+            policy.stats.carry(&old.stats);
+        }
+    }
+    *table = loaded;
+}
+
+/// Runs `f` on every policy, in name order, under the table's lock (INFO: no copy of the
+/// table).
+pub fn for_each(mut f: impl FnMut(&[u8], &Policy)) {
+    for (name, policy) in table().iter() {
+        f(name, policy);
+    }
 }
 
 /// Deletes the policy `name`; whether it existed.
@@ -203,7 +252,7 @@ pub unsafe extern "C" fn aux_load(
             if ASYNC_LOADING.load(Ordering::Relaxed) {
                 *staged() = Some(loaded);
             } else {
-                *table() = loaded;
+                replace_all(loaded);
             }
             raw::REDISMODULE_OK as c_int
         }
@@ -235,9 +284,9 @@ fn read_policies(rdb: Io) -> Result<Table, &'static str> {
             return Err("a policy name of no or too many bytes");
         }
         let borrowed: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
-        let rules = rules::parse_saved(&borrowed, SLIDING_LOG_LIMIT_CEILING)
+        let (rules, shadow) = rules::parse_saved(&borrowed, SLIDING_LOG_LIMIT_CEILING)
             .ok_or("a policy whose rules do not parse")?;
-        loaded.insert(name, Arc::new(Policy { rules, words }));
+        loaded.insert(name, Arc::new(Policy::new(rules, shadow, words)));
     }
     Ok(loaded)
 }
@@ -274,7 +323,7 @@ unsafe extern "C" fn on_async_load(
         raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_COMPLETED => {
             ASYNC_LOADING.store(false, Ordering::Relaxed);
             if let Some(loaded) = staged().take() {
-                *table() = loaded;
+                replace_all(loaded);
             }
         }
         _ => {

@@ -1,0 +1,49 @@
+//! RL.TOP: the keys denied most often lately (see [`crate::top`]).
+
+use super::Call;
+use crate::args::{self, syntax::RL_TOP};
+use crate::error::{quote, Error};
+use crate::redis::KeyReader;
+use crate::response::{Reply, Response, TopEntry};
+
+/// The most entries RL.TOP lists.
+pub const MAX_COUNT: u64 = 100_000;
+const DEFAULT_COUNT: usize = 10;
+
+/// `RL.TOP [COUNT k]`
+///
+/// The `k` (default 10) keys denied most often in the current and the previous period of
+/// `ratelimit.top-period`, most first, each as `[key, count, error]`: the key was denied at
+/// most `count` and at least `count - error` times (error 0: exact). Only keys the caller's
+/// ACL lets it read are listed; on a server without the ACL functions, none. Not
+/// persisted, not replicated: this server's view of its own clients' denials.
+pub fn rl_top(call: &Call) -> Result<Response, Error> {
+    let a = call.args;
+    let count = match a {
+        [_] => DEFAULT_COUNT,
+        [_, word, k] if word.eq_ignore_ascii_case(b"COUNT") => {
+            usize::try_from(args::count(k, "COUNT", 1, MAX_COUNT)?).unwrap_or(usize::MAX)
+        }
+        [_, word, ..] if !word.eq_ignore_ascii_case(b"COUNT") => {
+            return Err(Error::UnknownOption {
+                position: 1,
+                token: quote(word),
+                accepted: "COUNT k",
+            })
+        }
+        _ => return Err(RL_TOP.arity()),
+    };
+    let entries = crate::top::entries(crate::clock::read().now_us);
+    let reader = KeyReader::caller(call.ctx);
+    let listed = entries
+        .into_iter()
+        .filter(|e| reader.as_ref().is_some_and(|r| r.may_read(&e.key)))
+        .take(count)
+        .map(|e| TopEntry {
+            key: e.key,
+            count: e.count,
+            error: e.error,
+        })
+        .collect();
+    Ok(Response::reply(Reply::Top(listed)))
+}
