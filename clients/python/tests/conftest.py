@@ -68,7 +68,7 @@ class Server:
             if self.proc.poll() is not None:
                 return False
             try:
-                with redis.Redis(port=self.port, socket_timeout=1) as c:
+                with redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1) as c:
                     if c.info("server")["process_id"] == self.proc.pid:
                         return True
                     self.stop()
@@ -83,7 +83,7 @@ class Server:
         return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
     def client(self, **kwargs: Any) -> redis.Redis:
-        return redis.Redis(port=self.port, **kwargs)
+        return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
 
     def freeze(self, ms: int = T0_MS) -> None:
         with self.client() as c:

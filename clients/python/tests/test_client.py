@@ -119,7 +119,7 @@ def test_errors_are_redis_errors(server: Server) -> None:
 
 @pytest.mark.parametrize("options", CLIENTS)
 async def test_asyncio_client(server: Server, options: dict[str, Any]) -> None:
-    client = redis.asyncio.Redis(port=server.port, **options)
+    client = redis.asyncio.Redis(host="127.0.0.1", port=server.port, **options)
     rl = AsyncRateLimiter(client)
     try:
         assert await rl.gcra("a", 5, 1, "1s", cost=5) == d(1, 5, 0, 0, 5000)
@@ -140,7 +140,7 @@ async def test_asyncio_client(server: Server, options: dict[str, Any]) -> None:
 
 
 async def test_asyncio_refund(server: Server) -> None:
-    client = redis.asyncio.Redis(port=server.port)
+    client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
     rl = AsyncRateLimiter(client)
     try:
         assert await rl.sliding_log("r", 3, "1m", cost=3) == d(1, 3, 0, 0, 60000)

@@ -224,6 +224,7 @@ class _GuardBase:
         self.memory = DenialMemory(max_remembered, clock)
         self.stats = stats if stats is not None else Stats()
         self._rules: list[Rule] | None = None
+        self._timeout_s = 0.0
         window = limit.window_ms()
         self._window_s = window // 1000 if window is not None and window % 1000 == 0 else None
 
@@ -258,7 +259,10 @@ class _GuardBase:
 
     def _failed(self, error: BaseException) -> Verdict:
         self.stats.failures += 1
-        what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        if isinstance(error, asyncio.TimeoutError):
+            what = f"no answer within {round(self._timeout_s * 1000)} ms"
+        else:
+            what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
         if self.fail_open:
             self.stats.fail_open += 1
             logger.warning("rate limiter unavailable (%s); failing open: request let through", what)
@@ -348,6 +352,7 @@ class AsyncGuard(_GuardBase):
         )
         self.limiter = AsyncRateLimiter(client)
         self.timeout = timeout
+        self._timeout_s = timeout
 
     async def _ask(self, redis_key: str, cost: int) -> Decision:
         if self.policy is not None and self._rules is None:
