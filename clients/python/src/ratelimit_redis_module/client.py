@@ -71,12 +71,53 @@ def _is_cluster(client: Any) -> bool:
     return hasattr(client, "get_primaries") and hasattr(client, "nodes_manager")
 
 
+class _ModuleCommands:
+    """Wraps a redis-py cluster client's command policy resolver (redis-py 7 and later).
+
+    That resolver refuses a command name with two dots, such as ``RL.POLICY.SET`` or
+    ``RL.CONCURRENCY.ACQUIRE`` ("Wrong command or module name"). For the module's commands
+    this answers None (no policy), so the client routes them by their key, or to the nodes
+    given, as it does any command it has no policy for; other commands go to the resolver.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def resolve(self, command_name: str) -> Any:
+        return None if command_name.lower().startswith("rl.") else self.inner.resolve(command_name)
+
+    def with_fallback(self, fallback: Any) -> Any:
+        return type(self)(self.inner.with_fallback(fallback))
+
+
+class _AsyncModuleCommands(_ModuleCommands):
+    async def resolve(self, command_name: str) -> Any:  # type: ignore[override]
+        if command_name.lower().startswith("rl."):
+            return None
+        return await self.inner.resolve(command_name)
+
+
+def _prepare(client: Any, asynchronous: bool) -> Any:
+    """Let a cluster client route the module's commands (see :class:`_ModuleCommands`)."""
+    inner = getattr(client, "_policy_resolver", None)
+    if _is_cluster(client) and inner is not None and not isinstance(inner, _ModuleCommands):
+        client._policy_resolver = (_AsyncModuleCommands if asynchronous else _ModuleCommands)(inner)
+    return client
+
+
+def _keyless(client: Any) -> dict[str, Any]:
+    """Where a command without a key goes: any one node of a cluster (its default node)."""
+    return {"target_nodes": client.get_default_node()} if _is_cluster(client) else {}
+
+
 class RateLimiter:
     """The module's commands on a synchronous redis-py client.
 
     Args:
         client: a :class:`redis.Redis` or :class:`redis.cluster.RedisCluster` (any protocol,
             with or without ``decode_responses``). Its ``socket_timeout`` bounds each call.
+            A cluster client's command policy resolver is wrapped so that it routes the
+            module's commands by their key (redis-py 8's refuses names with two dots).
 
     Example::
 
@@ -87,7 +128,7 @@ class RateLimiter:
     """
 
     def __init__(self, client: Any) -> None:
-        self.client = client
+        self.client = _prepare(client, asynchronous=False)
 
     def check(
         self, limit: Limit, key: str | bytes, *, cost: int = 1, dryrun: bool = False, block: Duration | None = None
@@ -144,8 +185,10 @@ class RateLimiter:
         return int(self.client.execute_command("RL.REFUND", key, str(units)))
 
     def policy_get(self, name: str) -> list[Rule] | None:
-        """``RL.POLICY.GET``: the policy's rules, or None when there is no such policy."""
-        return _parse_rules_reply(self.client.execute_command("RL.POLICY.GET", name))
+        """``RL.POLICY.GET``: the policy's rules, or None when there is no such policy (on a
+        cluster, as the client's default node has it)."""
+        reply = self.client.execute_command("RL.POLICY.GET", name, **_keyless(self.client))
+        return _parse_rules_reply(reply)
 
     def policy_set(self, name: str, *rules: Limit | Rule) -> None:
         """``RL.POLICY.SET`` with rules given as limits (``GCRA(10, 10, "1s")``...).
@@ -165,7 +208,7 @@ class AsyncRateLimiter:
     :class:`RateLimiter`, as coroutines."""
 
     def __init__(self, client: Any) -> None:
-        self.client = client
+        self.client = _prepare(client, asynchronous=True)
 
     async def check(
         self, limit: Limit, key: str | bytes, *, cost: int = 1, dryrun: bool = False, block: Duration | None = None
@@ -224,7 +267,8 @@ class AsyncRateLimiter:
 
     async def policy_get(self, name: str) -> list[Rule] | None:
         """``RL.POLICY.GET``."""
-        return _parse_rules_reply(await self.client.execute_command("RL.POLICY.GET", name))
+        reply = await self.client.execute_command("RL.POLICY.GET", name, **_keyless(self.client))
+        return _parse_rules_reply(reply)
 
     async def policy_set(self, name: str, *rules: Limit | Rule) -> None:
         """``RL.POLICY.SET``; on a cluster client, on every primary."""
