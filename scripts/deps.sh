@@ -83,6 +83,20 @@ if ! cmp -s examples/python/requirements.txt "$venv/requirements.txt" \
   cp examples/python/requirements.txt "$venv/requirements.txt"
 fi
 
+# The Python package: installed from its folder as a user would (not editable), with its pinned
+# test dependencies, into a venv of its own. Redone when the pins or the package's files change:
+# the stamp inside the venv is a checksum of them.
+pkg=clients/python
+stamp=$(cat "$pkg/requirements-test.txt" "$pkg/pyproject.toml" "$pkg/README.md" \
+  $(find "$pkg/src" -type f ! -path '*/__pycache__/*' | sort) | sha256sum | cut -d' ' -f1)
+if [ "$stamp" != "$(cat "$pkg/.venv/installed.sha256" 2>/dev/null)" ]; then
+  echo "deps: installing $pkg and its requirements-test.txt into $pkg/.venv" >&2
+  rm -rf "$pkg/.venv"
+  python3 -m venv "$pkg/.venv"
+  "$pkg/.venv/bin/python" -m pip install -q --disable-pip-version-check "./$pkg" -r "$pkg/requirements-test.txt"
+  echo "$stamp" >"$pkg/.venv/installed.sha256"
+fi
+
 # The Node example: npm ci installs exactly package-lock.json (removing node_modules first);
 # the copy of it left in node_modules says what is installed there.
 node=examples/node
