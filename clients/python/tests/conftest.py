@@ -157,7 +157,8 @@ class Http:
     """uvicorn serving an ASGI app on a free loopback port, in a thread of this process."""
 
     def __init__(self, app: Any) -> None:
-        self.sock = socket.socket()
+        # IPPROTO_TCP, not 0: asyncio turns Nagle off only on sockets that say TCP.
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
