@@ -156,13 +156,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
 class Http:
     """uvicorn serving an ASGI app on a free loopback port, in a thread of this process."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, lifespan: str = "off") -> None:
         # IPPROTO_TCP, not 0: asyncio turns Nagle off only on sockets that say TCP.
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan=lifespan)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
@@ -195,8 +195,8 @@ def serve() -> Iterator[Any]:
     """serve(app) starts uvicorn on the app; every server started is stopped at the end."""
     started: list[Http] = []
 
-    def start(app: Any) -> Http:
-        h = Http(app)
+    def start(app: Any, lifespan: str = "off") -> Http:
+        h = Http(app, lifespan)
         started.append(h)
         return h
 
