@@ -47,7 +47,7 @@ class Server:
     def __init__(self, directory: Path, extra: list[str] | None = None) -> None:
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
-        for attempt in range(5):
+        for _ in range(5):
             self.port = free_port()
             self.proc = subprocess.Popen(
                 [
@@ -131,7 +131,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
     ]
     try:
         bounds = [(0, 5460), (5461, 10922), (10923, 16383)]
-        for node, (first, last) in zip(nodes, bounds):
+        for node, (first, last) in zip(nodes, bounds, strict=True):
             with node.client() as c:
                 c.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
         with nodes[0].client() as c:

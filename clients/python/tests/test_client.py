@@ -9,17 +9,15 @@ import pytest
 import redis
 import redis.asyncio
 
-from conftest import T0_MS, Server
+from conftest import Server
 from ratelimit_redis_module import (
     GCRA,
     AsyncRateLimiter,
     Decision,
     FixedWindow,
-    LeakyBucket,
     RateLimiter,
     Rule,
     SlidingLog,
-    SlidingWindow,
     TokenBucket,
 )
 

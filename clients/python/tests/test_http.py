@@ -53,7 +53,8 @@ def app_for(server: Server, **options: Any) -> FastAPI:
     async def root(request: Request) -> PlainTextResponse:
         return PlainTextResponse("hello")
 
-    options.setdefault("redis", redis.asyncio.Redis(host="127.0.0.1", port=server.port, protocol=options.pop("protocol", 2)))
+    protocol = options.pop("protocol", 2)
+    options.setdefault("redis", redis.asyncio.Redis(host="127.0.0.1", port=server.port, protocol=protocol))
     app.add_middleware(RateLimitMiddleware, **options)
     return app
 
@@ -211,7 +212,8 @@ def test_fail_open_and_closed_when_redis_hangs_then_dies(
         "rate limiter unavailable (no answer within 50 ms); failing closed: request refused with 503",
     ]
     assert warnings[2].startswith("rate limiter unavailable (ConnectionError: ")
-    assert "Error 111 connecting to 127.0.0.1" in warnings[2] and warnings[2].endswith("; failing open: request let through")
+    assert "Error 111 connecting to 127.0.0.1" in warnings[2]
+    assert warnings[2].endswith("; failing open: request let through")
     assert warnings[3] == warnings[1]
 
 

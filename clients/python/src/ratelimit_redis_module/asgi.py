@@ -47,7 +47,7 @@ def header(name: str, fallback: KeyFunc | None = client_ip) -> KeyFunc:
     def key(scope: Scope) -> str | None:
         for field, value in scope.get("headers", ()):
             if field.lower() == wanted and value:
-                return value.decode("latin-1")
+                return str(value.decode("latin-1"))
         return fallback(scope) if fallback else None
 
     return key
@@ -62,6 +62,7 @@ def user(fallback: KeyFunc | None = client_ip) -> KeyFunc:
     def key(scope: Scope) -> str | None:
         who = scope.get("user")
         if who is not None and getattr(who, "is_authenticated", False):
+            identity: Any
             try:
                 identity = who.identity
             except (AttributeError, NotImplementedError):

@@ -91,7 +91,7 @@ class _ModuleCommands:
 
 
 class _AsyncModuleCommands(_ModuleCommands):
-    async def resolve(self, command_name: str) -> Any:  # type: ignore[override]
+    async def resolve(self, command_name: str) -> Any:
         if command_name.lower().startswith("rl."):
             return None
         return await self.inner.resolve(command_name)

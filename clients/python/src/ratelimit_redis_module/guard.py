@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import math
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -155,7 +156,7 @@ class DenialMemory:
 
     At most ``max_entries`` entries: when full, expired entries go first, then the oldest.
     A denial that can never pass (``retry_after_ms == -1``) is not remembered. Times come from
-    ``clock`` (monotonic seconds).
+    ``clock`` (monotonic seconds). Safe to share between threads (a WSGI server's).
     """
 
     def __init__(self, max_entries: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
@@ -164,6 +165,7 @@ class DenialMemory:
         self.max_entries = max_entries
         self.clock = clock
         self._entries: OrderedDict[Hashable, _Denial] = OrderedDict()
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -172,19 +174,20 @@ class DenialMemory:
         """Remember a denial of ``key`` (a refused ``decision`` for ``cost`` units)."""
         if decision.allowed or decision.retry_after_ms < 0 or self.max_entries == 0:
             return
-        now = self.clock()
-        entry = _Denial(
-            now + decision.retry_after_ms / 1000, now + decision.reset_after_ms / 1000,
-            decision.limit, cost, name, window_s,
-        )
-        self._entries.pop(key, None)
-        # Insertion order is roughly expiry order: expired entries at the front go first,
-        # then, while still full, the oldest. O(1) per call, amortised.
-        while self._entries and next(iter(self._entries.values())).until <= now:
-            self._entries.popitem(last=False)
-        while len(self._entries) >= self.max_entries:
-            self._entries.popitem(last=False)
-        self._entries[key] = entry
+        with self._lock:
+            now = self.clock()
+            entry = _Denial(
+                now + decision.retry_after_ms / 1000, now + decision.reset_after_ms / 1000,
+                decision.limit, cost, name, window_s,
+            )
+            self._entries.pop(key, None)
+            # Insertion order is roughly expiry order: expired entries at the front go first,
+            # then, while still full, the oldest. O(1) per call, amortised.
+            while self._entries and next(iter(self._entries.values())).until <= now:
+                self._entries.popitem(last=False)
+            while len(self._entries) >= self.max_entries:
+                self._entries.popitem(last=False)
+            self._entries[key] = entry
 
     def recall(self, key: Hashable, cost: int) -> tuple[Decision, str, int | None] | None:
         """The remembered denial of ``key``, recomputed for now, if it still holds for ``cost``
@@ -195,7 +198,9 @@ class DenialMemory:
             return None
         now = self.clock()
         if entry.until <= now:
-            del self._entries[key]
+            with self._lock:
+                if self._entries.get(key) is entry:
+                    del self._entries[key]
             return None
         if cost < entry.cost:
             return None
