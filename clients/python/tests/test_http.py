@@ -227,3 +227,48 @@ def test_a_remembered_denial_holds_while_redis_is_down(server: Server, serve: An
     server.stop()
     assert http.get(headers=who) == (429, refused(body, "default", 1, 60, 60, 60), body)
     assert (stats.remembered, stats.failures) == (1, 0)
+
+
+def test_concurrency_limit_releases_the_lease_when_the_response_is_done(server: Server, serve: Any) -> None:
+    import asyncio
+    import threading
+
+    from ratelimit_redis_module import Concurrency
+
+    gate = threading.Event()
+    app = FastAPI()
+
+    @app.get("/slow")
+    async def slow() -> PlainTextResponse:
+        while not gate.is_set():
+            await asyncio.sleep(0.01)
+        return PlainTextResponse("hello")
+
+    app.add_middleware(RateLimitMiddleware, redis=redis.asyncio.Redis(host="127.0.0.1", port=server.port),
+                       limit=Concurrency(1, "30s"), name="inflight", key=header("x-client-id"))
+    http = serve(app)
+    who = {"X-Client-Id": "hank"}
+    first: list[Any] = []
+    worker = threading.Thread(target=lambda: first.append(http.get("/slow", headers=who)))
+    worker.start()
+    with server.client() as c:
+        deadline = time.monotonic() + 10
+        while c.exists("rl:http:hank") == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    # One request in flight: the second is refused until the lease ends (30 s, the clock frozen)
+    # or is released; not remembered, since a release may come sooner.
+    body = quota_exceeded_body("inflight")
+    policy = ("ratelimit-policy", '"inflight";q=1;qu="concurrent-requests"')
+    status, fields, got = http.get("/slow", headers=who)
+    assert (status, got) == (429, body)
+    assert fields[:2] == [policy, ("ratelimit", '"inflight";r=0;t=30')]
+    assert ("retry-after", "30") in fields
+    gate.set()
+    worker.join(10)
+    assert first[0][0] == 200
+    assert first[0][1][2:4] == [policy, ("ratelimit", '"inflight";r=0;t=30')]
+    # Released when the first response was done (the clock is frozen, so the lease could not
+    # have ended by itself): the next is admitted.
+    status, fields, _ = http.get("/slow", headers=who)
+    assert (status, fields[2:4]) == (200, [policy, ("ratelimit", '"inflight";r=0;t=30')])

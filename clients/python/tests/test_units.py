@@ -69,6 +69,10 @@ def test_headers_round_seconds_up() -> None:
         ("x-ratelimit-remaining", "3"),
         ("x-ratelimit-reset", "2"),
     ]
+    assert rate_limit_headers("jobs", Decision(True, 2, 1, 0, 30000), None, concurrent=True)[:2] == [
+        ("ratelimit-policy", '"jobs";q=2;qu="concurrent-requests"'),
+        ("ratelimit", '"jobs";r=1;t=30'),
+    ]
     assert rate_limit_headers('a"b\\c', Decision(True, 1, 0, 0, 1000), None)[0] == (
         "ratelimit-policy", '"a\\"b\\\\c";q=1',
     )

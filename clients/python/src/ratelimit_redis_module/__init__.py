@@ -23,6 +23,7 @@ from .guard import (
 )
 from .limits import (
     GCRA,
+    Concurrency,
     Duration,
     FixedWindow,
     LeakyBucket,
@@ -40,7 +41,7 @@ from .reply import Decision, parse_decision
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncGuard", "AsyncRateLimiter", "Decision", "DenialMemory", "Duration", "FixedWindow",
+    "AsyncGuard", "AsyncRateLimiter", "Concurrency", "Decision", "DenialMemory", "Duration", "FixedWindow",
     "GCRA", "Guard", "LeakyBucket", "Limit", "PROBLEM_JSON", "Policy", "RateLimitMiddleware",
     "RateLimiter", "Rule", "SlidingLog", "SlidingWindow", "Stats", "TokenBucket",
     "UNAVAILABLE_BODY", "Verdict", "client_ip", "duration_ms", "header", "parse_decision",

@@ -88,7 +88,9 @@ class RateLimitMiddleware:
     Args:
         app: the ASGI application.
         redis: a :class:`redis.asyncio.Redis` or :class:`redis.asyncio.cluster.RedisCluster`.
-        limit: one algorithm's parameters (``GCRA(5, 10, "1m")``...) or ``Policy("api")``.
+        limit: one algorithm's parameters (``GCRA(5, 10, "1m")``...), ``Policy("api")``, or
+            ``Concurrency(limit, lease)`` (requests in flight: the lease is released when the
+            application is done with the request).
         key: the caller's identity: :func:`client_ip` (the default), :func:`header`,
             :func:`user`, or any function of the scope (None leaves the request unlimited).
         name: the limit's name in the headers (default ``"default"``, or the policy's name).
@@ -167,4 +169,8 @@ class RateLimitMiddleware:
                 message["headers"] = list(message.get("headers", ())) + extra
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        try:
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            if verdict.lease is not None:
+                await self.guard.release(identity, verdict.lease)

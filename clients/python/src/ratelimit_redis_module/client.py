@@ -11,6 +11,7 @@ from typing import Any
 
 from .limits import (
     GCRA,
+    Concurrency,
     Duration,
     FixedWindow,
     LeakyBucket,
@@ -38,6 +39,10 @@ def _options(cost: int, dryrun: bool, block: Duration | None) -> list[str]:
 
 
 def _check_args(limit: Limit, key: str | bytes, cost: int, dryrun: bool, block: Duration | None) -> list[Any]:
+    if isinstance(limit, Concurrency):
+        if cost != 1 or block is not None:
+            raise ValueError("a concurrency limit takes one lease per request: no cost, no block")
+        return [limit.command, key, *limit.args(), *(["DRYRUN"] if dryrun else [])]
     return [limit.command, key, *limit.args(), *_options(cost, dryrun, block)]
 
 

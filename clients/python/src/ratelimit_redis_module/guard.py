@@ -16,7 +16,7 @@ from typing import Any, Callable, Hashable
 import redis
 
 from .client import AsyncRateLimiter, RateLimiter
-from .limits import Limit, Policy, Rule
+from .limits import Concurrency, Limit, Policy, Rule
 from .reply import Decision
 
 __all__ = [
@@ -64,7 +64,9 @@ def quota_exceeded_body(name: str) -> bytes:
     )
 
 
-def rate_limit_headers(name: str, decision: Decision, window_s: int | None) -> list[tuple[str, str]]:
+def rate_limit_headers(
+    name: str, decision: Decision, window_s: int | None, concurrent: bool = False
+) -> list[tuple[str, str]]:
     """The response headers for a decision, in this order: ``RateLimit-Policy``,
     ``RateLimit`` (draft-ietf-httpapi-ratelimit-headers-11), ``X-RateLimit-Limit``,
     ``-Remaining``, ``-Reset``, and on a denial ``Retry-After`` (unless it never passes).
@@ -75,9 +77,12 @@ def rate_limit_headers(name: str, decision: Decision, window_s: int | None) -> l
         name: the limit's name (printable ASCII).
         decision: the module's reply.
         window_s: the window or period in whole seconds (``w``), or None to leave ``w`` out.
+        concurrent: the quota is requests in flight (``qu="concurrent-requests"``).
     """
     quoted = _sf_string(name)
     policy = f"{quoted};q={decision.limit}" + ("" if window_s is None else f";w={window_s}")
+    if concurrent:
+        policy += ';qu="concurrent-requests"'
     if decision.allowed:
         t: int | None = _ceil_s(decision.reset_after_ms)
     else:
@@ -130,6 +135,8 @@ class Verdict:
         body: the refusal's ``application/problem+json`` body (empty when allowed).
         decision: the module's reply, or the remembered denial recomputed; None when Redis failed.
         source: ``"redis"``, ``"memory"`` (no round trip) or ``"failure"``.
+        lease: for a :class:`~ratelimit_redis_module.Concurrency` limit, the token of the lease
+            taken, to give to ``release`` when the response is done.
     """
 
     allowed: bool
@@ -138,6 +145,7 @@ class Verdict:
     body: bytes
     decision: Decision | None
     source: str
+    lease: str | None = None
 
 
 @dataclass(slots=True)
@@ -223,6 +231,7 @@ class _GuardBase:
     ) -> None:
         self.limit = limit
         self.policy = limit.name if isinstance(limit, Policy) else None
+        self.concurrent = isinstance(limit, Concurrency)
         self.name = check_name(name if name is not None else (self.policy or "default"))
         self.prefix = prefix
         self.fail_open = fail_open
@@ -254,12 +263,14 @@ class _GuardBase:
     def _decided(self, redis_key: str, cost: int, decision: Decision) -> Verdict:
         self.stats.round_trips += 1
         name, window_s = self._named(decision)
-        headers = rate_limit_headers(name, decision, window_s)
+        headers = rate_limit_headers(name, decision, window_s, self.concurrent)
         if decision.allowed:
             self.stats.admitted += 1
-            return Verdict(True, 200, headers, b"", decision, "redis")
+            return Verdict(True, 200, headers, b"", decision, "redis", decision.token)
         self.stats.denied += 1
-        self.memory.remember(redis_key, decision, cost, name, window_s)
+        # A lease may be released before its retry time: a concurrency denial is not remembered.
+        if not self.concurrent:
+            self.memory.remember(redis_key, decision, cost, name, window_s)
         return Verdict(False, 429, headers, quota_exceeded_body(name), decision, "redis")
 
     def _failed(self, error: BaseException) -> Verdict:
@@ -328,6 +339,14 @@ class Guard(_GuardBase):
             return self._failed(error)
         return self._decided(redis_key, cost, decision)
 
+    def release(self, identity: str, lease: str) -> None:
+        """Give back the lease a :class:`Verdict` of a concurrency limit holds (a failure is
+        logged: the lease then ends by itself after its duration)."""
+        try:
+            self.limiter.release(self.prefix + identity, lease)
+        except _FAILURES as error:
+            logger.warning("rate limiter: lease %s not released (%s: %s)", lease, type(error).__name__, error)
+
 
 class AsyncGuard(_GuardBase):
     """A limit applied to requests, on an asyncio redis-py client; what the ASGI middleware
@@ -375,5 +394,17 @@ class AsyncGuard(_GuardBase):
         except _FAILURES as error:
             return self._failed(error)
         return self._decided(redis_key, cost, decision)
+
+    async def release(self, identity: str, lease: str) -> None:
+        """Give back the lease a :class:`Verdict` of a concurrency limit holds (a failure is
+        logged: the lease then ends by itself after its duration)."""
+        try:
+            await asyncio.wait_for(self.limiter.release(self.prefix + identity, lease), self.timeout)
+        except _FAILURES as error:
+            if isinstance(error, asyncio.TimeoutError):
+                what = "no answer in time"
+            else:
+                what = f"{type(error).__name__}: {error}"
+            logger.warning("rate limiter: lease %s not released (%s)", lease, what)
 
 

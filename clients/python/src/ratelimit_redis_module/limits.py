@@ -17,6 +17,7 @@ __all__ = [
     "SlidingWindow",
     "SlidingLog",
     "Policy",
+    "Concurrency",
     "Rule",
     "duration_ms",
     "parse_rules",
@@ -184,6 +185,24 @@ class Policy:
 
     def args(self) -> list[str]:
         return [self.name]
+
+    def window_ms(self) -> int | None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Concurrency:
+    """``RL.CONCURRENCY.ACQUIRE key limit lease``: at most ``limit`` requests in flight, each
+    holding a lease until it is released or ``lease`` has passed. The guard and the middleware
+    release the lease when the response is done. It takes no ``COST``."""
+
+    limit: int
+    lease: Duration
+    command: ClassVar[str] = "RL.CONCURRENCY.ACQUIRE"
+    extra: ClassVar[str | None] = "token"
+
+    def args(self) -> list[str]:
+        return [str(self.limit), _arg(self.lease)]
 
     def window_ms(self) -> int | None:
         return None
