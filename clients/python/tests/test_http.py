@@ -272,3 +272,30 @@ def test_concurrency_limit_releases_the_lease_when_the_response_is_done(server: 
     # have ended by itself): the next is admitted.
     status, fields, _ = http.get("/slow", headers=who)
     assert (status, fields[2:4]) == (200, [policy, ("ratelimit", '"inflight";r=0;t=30')])
+
+
+def test_sync_guard_for_any_framework(server: Server) -> None:
+    """The sync Guard (WSGI and the like): its client's socket_timeout is the time Redis has."""
+    from redis.backoff import NoBackoff as SyncNoBackoff
+    from redis.retry import Retry as SyncRetry
+
+    from ratelimit_redis_module import Guard
+
+    client = server.client(socket_timeout=0.05, retry=SyncRetry(SyncNoBackoff(), 0))
+    opened = Guard(client, GCRA(2, 2, "1m"), name="api")
+    closed = Guard(client, GCRA(2, 2, "1m"), name="api", fail_open=False, prefix="closed:")
+    v = opened.check("ivy", cost=2)
+    assert (v.allowed, v.status, v.body, v.source) == (True, 200, b"", "redis")
+    assert v.headers == limited("api", 2, 60, 0, 60, 60)
+    v = opened.check("ivy")
+    assert (v.allowed, v.status, v.body, v.source) == (False, 429, quota_exceeded_body("api"), "redis")
+    assert opened.check("ivy").source == "memory"
+    server.pause()
+    try:
+        v = opened.check("jay")
+        assert (v.allowed, v.status, v.headers, v.source) == (True, 200, [], "failure")
+        v = closed.check("jay")
+        assert (v.allowed, v.status, v.headers, v.body) == (False, 503, [], UNAVAILABLE_BODY)
+    finally:
+        server.resume()
+    assert (opened.stats.failures, opened.stats.fail_open, closed.stats.fail_closed) == (1, 1, 1)
