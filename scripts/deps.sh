@@ -73,16 +73,34 @@ fi
 
 [ "$mode" = test ] || exit 0
 
-# The Python example: a venv of its own, so nothing goes into the system's site-packages.
-# The copy of requirements.txt inside the venv says what is installed there.
+# The Python package (clients/python): its checksum (pins, metadata, sources) says when the
+# venvs that hold it must be redone.
+pkg=clients/python
+stamp=$(cat "$pkg/requirements-test.txt" "$pkg/pyproject.toml" "$pkg/README.md" \
+  $(find "$pkg/src" -type f ! -path '*/__pycache__/*' | sort) | sha256sum | cut -d' ' -f1)
+
+# The Python example: a venv of its own, so nothing goes into the system's site-packages, with
+# the package installed from its folder. The copy of requirements.txt and the package's
+# checksum inside the venv say what is installed there.
 venv=examples/python/.venv
 if ! cmp -s examples/python/requirements.txt "$venv/requirements.txt" \
-    || ! "$venv/bin/python" -c 'import redis' >/dev/null 2>&1; then
-  echo "deps: installing examples/python/requirements.txt into $venv" >&2
+    || [ "$stamp" != "$(cat "$venv/package.sha256" 2>/dev/null)" ]; then
+  echo "deps: installing examples/python/requirements.txt and $pkg into $venv" >&2
   rm -rf "$venv"
   python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r examples/python/requirements.txt
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r examples/python/requirements.txt "./$pkg"
   cp examples/python/requirements.txt "$venv/requirements.txt"
+  echo "$stamp" >"$venv/package.sha256"
+fi
+
+# The Python package's tests: the package installed from its folder as a user would (not
+# editable), with its pinned test requirements, into a venv of its own.
+if [ "$stamp" != "$(cat "$pkg/.venv/installed.sha256" 2>/dev/null)" ]; then
+  echo "deps: installing $pkg and its requirements-test.txt into $pkg/.venv" >&2
+  rm -rf "$pkg/.venv"
+  python3 -m venv "$pkg/.venv"
+  "$pkg/.venv/bin/python" -m pip install -q --disable-pip-version-check "./$pkg" -r "$pkg/requirements-test.txt"
+  echo "$stamp" >"$pkg/.venv/installed.sha256"
 fi
 
 # The Node example: npm ci installs exactly package-lock.json (removing node_modules first);

@@ -28,6 +28,14 @@ for server in "${servers[@]}"; do
     failed+=("$version")
   fi
 done
+# The Python package's tests (pytest, real servers and uvicorn), once, against Redis 7.0.
+echo "== Python package tests against ${servers[0]}"
+if RATELIMIT_SERVER="${servers[0]}" clients/python/.venv/bin/python -m pytest clients/python/tests -q; then
+  summary+=("Python package: passed")
+else
+  summary+=("Python package: FAILED")
+  failed+=("Python package")
+fi
 printf '== %s\n' "${summary[@]}"
 if ((${#failed[@]})); then
   printf '== failed: %s\n' "${failed[@]}"

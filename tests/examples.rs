@@ -254,19 +254,155 @@ fn required(path: PathBuf, what: &str) -> PathBuf {
     path
 }
 
+/// The Python service's headers: status, then RateLimit-Policy, RateLimit, X-RateLimit-Limit,
+/// -Remaining, -Reset and Retry-After (None when absent).
+fn python_limits(r: &Response) -> (u16, [Option<&str>; 6]) {
+    (
+        r.status,
+        [
+            r.header("RateLimit-Policy"),
+            r.header("RateLimit"),
+            r.header("X-RateLimit-Limit"),
+            r.header("X-RateLimit-Remaining"),
+            r.header("X-RateLimit-Reset"),
+            r.header("Retry-After"),
+        ],
+    )
+}
+
+/// How many times the server ran RL.GCRA (INFO commandstats).
+fn gcra_calls(server: &Server) -> u64 {
+    let stats = server
+        .client()
+        .info_field("commandstats", "cmdstat_rl.gcra");
+    stats
+        .split(',')
+        .find_map(|f| f.strip_prefix("calls="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no calls in {stats}"))
+}
+
+/// The Python service (the ratelimit-redis-module middleware): a burst of 5, then 10 per
+/// minute, with the draft-11 RateLimit fields, the legacy X-RateLimit-* ones, and a denial
+/// remembered in the service until its retry time.
+fn python_limits_each_client_over_http(server: &Server, service: &Service) {
+    const POLICY: Option<&str> = Some("\"default\";q=5;w=60");
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+
+    // The burst: 5 admitted, each leaving one less and 6 s more until the key is fresh.
+    for (remaining, reset) in [(4, 6), (3, 12), (2, 18), (1, 24), (0, 30)] {
+        let r = service.get(Some("alice"));
+        let state = format!("\"default\";r={remaining};t={reset}");
+        let (remaining, reset) = (remaining.to_string(), reset.to_string());
+        assert_eq!(
+            python_limits(&r),
+            (
+                200,
+                [
+                    POLICY,
+                    Some(&state),
+                    Some("5"),
+                    Some(&remaining),
+                    Some(&reset),
+                    None
+                ]
+            ),
+            "{r:?}"
+        );
+    }
+    // The sixth waits one emission interval: a 429 with a problem+json body.
+    let refused = (
+        429,
+        [
+            POLICY,
+            Some("\"default\";r=0;t=6"),
+            Some("5"),
+            Some("0"),
+            Some("30"),
+            Some("6"),
+        ],
+    );
+    let r = service.get(Some("alice"));
+    assert_eq!(python_limits(&r), refused, "{r:?}");
+    assert_eq!(r.header("Content-Type"), Some("application/problem+json"));
+
+    // Asked again, even after the server's clock moved on, the service answers from its memory
+    // of the denial (its own clock: 6 s), without a round trip.
+    let calls = gcra_calls(server);
+    c.clock_advance(6_000);
+    let r = service.get(Some("alice"));
+    assert_eq!(python_limits(&r), refused, "{r:?}");
+    assert_eq!(gcra_calls(server), calls);
+
+    // Another client has a limit of its own. Seconds are rounded up: after its burst and
+    // 2.5 s, 3500 ms to wait is Retry-After 4, and 27500 ms to reset is 28.
+    for _ in 0..5 {
+        assert_eq!(service.get(Some("bob")).status, 200);
+    }
+    c.clock_advance(2_500);
+    let r = service.get(Some("bob"));
+    assert_eq!(
+        python_limits(&r),
+        (
+            429,
+            [
+                POLICY,
+                Some("\"default\";r=0;t=4"),
+                Some("5"),
+                Some("0"),
+                Some("28"),
+                Some("4")
+            ]
+        ),
+        "{r:?}"
+    );
+
+    // Without X-Client-Id the client is its address.
+    let r = service.get(None);
+    assert_eq!(
+        python_limits(&r),
+        (
+            200,
+            [
+                POLICY,
+                Some("\"default\";r=4;t=6"),
+                Some("5"),
+                Some("4"),
+                Some("6"),
+                None
+            ]
+        ),
+        "{r:?}"
+    );
+    assert_eq!(c.cmd(&["EXISTS", "rl:http:127.0.0.1"]), Reply::Int(1));
+}
+
+/// With Redis gone, the Python service refuses (it is set to fail closed): a 503 with a
+/// problem+json body and no rate-limit fields. A denial it remembers is still a 429.
+fn python_fails_closed_without_redis(server: &mut Server, service: &Service) {
+    server.stop();
+    for client in [Some("carol"), None] {
+        let r = service.get(client);
+        assert_eq!(python_limits(&r), (503, [None; 6]), "{r:?}");
+        assert_eq!(r.header("Content-Type"), Some("application/problem+json"));
+    }
+    assert_eq!(service.get(Some("alice")).status, 429);
+}
+
 #[test]
 fn python_example_limits_each_client_over_http() {
     let dir = examples_dir().join("python");
     let python = required(
         dir.join(".venv/bin/python"),
-        "the Python example's venv with redis-py",
+        "the Python example's venv with the ratelimit-redis-module package",
     );
     let mut server = Server::start();
     let service = Service::start(&python, &["server.py"], &dir, server.port);
-    limits_each_client_over_http(&server, &service);
+    python_limits_each_client_over_http(&server, &service);
     // It asks for RESP2: the reply it read was the five-integer array.
     assert_eq!(service_protocols(&server), ["resp=2"]);
-    fails_closed_without_redis(&mut server, &service);
+    python_fails_closed_without_redis(&mut server, &service);
 }
 
 #[test]

@@ -1,0 +1,49 @@
+"""Rate limiting with the ratelimit Redis module (the ``RL.*`` commands) from Python.
+
+- :class:`RateLimiter` / :class:`AsyncRateLimiter`: one method per command, on a redis-py
+  client (sync or asyncio, standalone or cluster), returning a :class:`Decision`.
+- :class:`Guard` / :class:`AsyncGuard`: a limit applied to HTTP requests in any framework:
+  a :class:`Verdict` with the RateLimit headers, the 429 body, the local denial memory, and
+  fail open or closed.
+- :class:`RateLimitMiddleware`: the same as ASGI middleware for Starlette and FastAPI.
+"""
+
+from .asgi import RateLimitMiddleware, client_ip, header, user
+from .client import AsyncRateLimiter, RateLimiter
+from .guard import (
+    PROBLEM_JSON,
+    UNAVAILABLE_BODY,
+    AsyncGuard,
+    DenialMemory,
+    Guard,
+    Stats,
+    Verdict,
+    quota_exceeded_body,
+    rate_limit_headers,
+)
+from .limits import (
+    GCRA,
+    Concurrency,
+    Duration,
+    FixedWindow,
+    LeakyBucket,
+    Limit,
+    Policy,
+    Rule,
+    SlidingLog,
+    SlidingWindow,
+    TokenBucket,
+    duration_ms,
+    parse_rules,
+)
+from .reply import Decision, parse_decision
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncGuard", "AsyncRateLimiter", "Concurrency", "Decision", "DenialMemory", "Duration", "FixedWindow",
+    "GCRA", "Guard", "LeakyBucket", "Limit", "PROBLEM_JSON", "Policy", "RateLimitMiddleware",
+    "RateLimiter", "Rule", "SlidingLog", "SlidingWindow", "Stats", "TokenBucket",
+    "UNAVAILABLE_BODY", "Verdict", "client_ip", "duration_ms", "header", "parse_decision",
+    "parse_rules", "quota_exceeded_body", "rate_limit_headers", "user",
+]

@@ -1,0 +1,176 @@
+"""ASGI middleware for Starlette, FastAPI or any ASGI application.
+
+::
+
+    app.add_middleware(
+        RateLimitMiddleware,
+        redis=redis.asyncio.Redis(),
+        limit=GCRA(burst=5, rate=10, period="1m"),
+        key=header("x-client-id"),
+    )
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Awaitable, Callable, Mapping, MutableMapping, Union
+
+from .guard import PROBLEM_JSON, AsyncGuard, Stats
+from .limits import Limit
+
+__all__ = ["RateLimitMiddleware", "KeyFunc", "client_ip", "header", "user"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: Maps a request's ASGI scope to the caller's identity, or None to leave it unlimited.
+KeyFunc = Callable[[Scope], Union[str, None]]
+#: A cost in units, or a function of the scope that gives it.
+CostFunc = Union[int, Callable[[Scope], int]]
+
+
+def client_ip(scope: Mapping[str, Any]) -> str | None:
+    """The peer's address, as the ASGI server gives it (behind a proxy, use the server's
+    proxy-headers setting, e.g. uvicorn's ``--forwarded-allow-ips``)."""
+    client = scope.get("client")
+    return str(client[0]) if client else None
+
+
+def header(name: str, fallback: KeyFunc | None = client_ip) -> KeyFunc:
+    """A key function reading the request header ``name`` (e.g. an API key), or ``fallback``
+    when the request has none."""
+    wanted = name.lower().encode("latin-1")
+
+    def key(scope: Scope) -> str | None:
+        for field, value in scope.get("headers", ()):
+            if field.lower() == wanted and value:
+                return str(value.decode("latin-1"))
+        return fallback(scope) if fallback else None
+
+    return key
+
+
+def user(fallback: KeyFunc | None = client_ip) -> KeyFunc:
+    """A key function reading the authenticated user that Starlette's
+    ``AuthenticationMiddleware`` puts in ``scope["user"]`` (its ``identity``, else its
+    ``display_name``), or ``fallback`` for an anonymous request. Add it inside (after) the
+    authentication middleware."""
+
+    def key(scope: Scope) -> str | None:
+        who = scope.get("user")
+        if who is not None and getattr(who, "is_authenticated", False):
+            identity: Any
+            try:
+                identity = who.identity
+            except (AttributeError, NotImplementedError):
+                identity = getattr(who, "display_name", None)
+            if identity:
+                return "user:" + str(identity)
+        return fallback(scope) if fallback else None
+
+    return key
+
+
+class RateLimitMiddleware:
+    """Limits each caller of an ASGI application with the ratelimit module.
+
+    Every HTTP request costs ``cost`` units of its caller's limit, the caller being what
+    ``key`` returns. An admitted request gets the RateLimit headers on its response; a refused
+    one a 429 with ``Retry-After`` and an ``application/problem+json`` body. A denial is
+    remembered in-process until its retry time, so a caller that keeps asking costs no round
+    trip. When Redis does not answer within ``timeout``, the request passes without headers
+    (``fail_open=True``, the default) or gets a 503; either way it is logged (a warning on
+    the ``ratelimit_redis_module`` logger) and counted in ``stats``.
+
+    Args:
+        app: the ASGI application.
+        redis: a :class:`redis.asyncio.Redis` or :class:`redis.asyncio.cluster.RedisCluster`.
+        limit: one algorithm's parameters (``GCRA(5, 10, "1m")``...), ``Policy("api")``, or
+            ``Concurrency(limit, lease)`` (requests in flight: the lease is released when the
+            application is done with the request).
+        key: the caller's identity: :func:`client_ip` (the default), :func:`header`,
+            :func:`user`, or any function of the scope (None leaves the request unlimited).
+        name: the limit's name in the headers (default ``"default"``, or the policy's name).
+        prefix: prepended to the identity to make the Redis key (default ``"rl:http:"``).
+        cost: units per request, or a function of the scope giving them.
+        timeout: seconds Redis has to answer (default 0.05).
+        fail_open: let requests through when Redis fails (default) instead of answering 503.
+        max_remembered: how many denials to remember locally (default 10,000; 0: none).
+        stats: a :class:`Stats` to fill, so the application can read the counters.
+        guard: an :class:`AsyncGuard` to use instead of building one from the arguments above.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        redis: Any = None,
+        limit: Limit | None = None,
+        *,
+        key: KeyFunc = client_ip,
+        name: str | None = None,
+        prefix: str = "rl:http:",
+        cost: CostFunc = 1,
+        timeout: float = 0.05,
+        fail_open: bool = True,
+        max_remembered: int = 10_000,
+        stats: Stats | None = None,
+        guard: AsyncGuard | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.app = app
+        if guard is None:
+            if redis is None or limit is None:
+                raise TypeError("RateLimitMiddleware needs redis= and limit= (or guard=)")
+            guard = AsyncGuard(
+                redis, limit, name=name, prefix=prefix, timeout=timeout, fail_open=fail_open,
+                max_remembered=max_remembered, stats=stats, clock=clock,
+            )
+        self.guard = guard
+        self.key = key
+        self.cost = cost
+
+    @property
+    def stats(self) -> Stats:
+        """The counters: round trips, admitted, denied, remembered, failures..."""
+        return self.guard.stats
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        identity = self.key(scope)
+        if identity is None:
+            await self.app(scope, receive, send)
+            return
+        cost = self.cost(scope) if callable(self.cost) else self.cost
+        verdict = await self.guard.check(identity, cost)
+        extra = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in verdict.headers]
+        if not verdict.allowed:
+            await send({
+                "type": "http.response.start",
+                "status": verdict.status,
+                "headers": extra + [
+                    (b"content-type", PROBLEM_JSON.encode()),
+                    (b"content-length", str(len(verdict.body)).encode()),
+                ],
+            })
+            await send({"type": "http.response.body", "body": verdict.body})
+            return
+        if not extra:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message)
+                message["headers"] = list(message.get("headers", ())) + extra
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            if verdict.lease is not None:
+                await self.guard.release(identity, verdict.lease)

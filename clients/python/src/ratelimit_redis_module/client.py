@@ -1,0 +1,284 @@
+"""The function API: one method per command, on a redis-py client (sync or asyncio,
+standalone or :class:`~redis.cluster.RedisCluster`).
+
+The key is always the commands' first argument, so a cluster client routes each call to the
+node that owns the key's slot. Replies are parsed alike from RESP2 (arrays) and RESP3 (maps).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .limits import (
+    GCRA,
+    Concurrency,
+    Duration,
+    FixedWindow,
+    LeakyBucket,
+    Limit,
+    Policy,
+    Rule,
+    SlidingLog,
+    SlidingWindow,
+    TokenBucket,
+    _arg,
+    parse_rules,
+)
+from .reply import Decision, _text, parse_decision
+
+__all__ = ["RateLimiter", "AsyncRateLimiter"]
+
+
+def _options(cost: int, dryrun: bool, block: Duration | None) -> list[str]:
+    words = [] if cost == 1 else ["COST", str(cost)]
+    if dryrun:
+        words.append("DRYRUN")
+    if block is not None:
+        words += ["BLOCK", _arg(block)]
+    return words
+
+
+def _check_args(limit: Limit, key: str | bytes, cost: int, dryrun: bool, block: Duration | None) -> list[Any]:
+    if isinstance(limit, Concurrency):
+        if cost != 1 or block is not None:
+            raise ValueError("a concurrency limit takes one lease per request: no cost, no block")
+        return [limit.command, key, *limit.args(), *(["DRYRUN"] if dryrun else [])]
+    return [limit.command, key, *limit.args(), *_options(cost, dryrun, block)]
+
+
+def _acquire_args(key: str | bytes, limit: int, lease: Duration, token: str | None, dryrun: bool) -> list[Any]:
+    words: list[Any] = ["RL.CONCURRENCY.ACQUIRE", key, str(limit), _arg(lease)]
+    if token is not None:
+        words += ["ID", token]
+    if dryrun:
+        words.append("DRYRUN")
+    return words
+
+
+def _rule_words(rules: tuple[Limit | Rule, ...]) -> list[str]:
+    words: list[str] = []
+    for rule in rules:
+        if isinstance(rule, Rule):
+            words += (["SHADOW"] if rule.shadow else []) + [rule.algorithm, *rule.args]
+        elif isinstance(rule, Policy):
+            raise ValueError("a policy's rule is an algorithm, not another policy")
+        else:
+            words += [rule.command.removeprefix("RL."), *rule.args()]
+    return words
+
+
+def _parse_rules_reply(reply: Any) -> list[Rule] | None:
+    return None if reply is None else parse_rules([_text(w) for w in reply])
+
+
+def _is_cluster(client: Any) -> bool:
+    # Both cluster clients (redis.cluster and redis.asyncio.cluster) expose get_primaries.
+    return hasattr(client, "get_primaries") and hasattr(client, "nodes_manager")
+
+
+class _ModuleCommands:
+    """Wraps a redis-py cluster client's command policy resolver (redis-py 7 and later).
+
+    That resolver refuses a command name with two dots, such as ``RL.POLICY.SET`` or
+    ``RL.CONCURRENCY.ACQUIRE`` ("Wrong command or module name"). For the module's commands
+    this answers None (no policy), so the client routes them by their key, or to the nodes
+    given, as it does any command it has no policy for; other commands go to the resolver.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def resolve(self, command_name: str) -> Any:
+        return None if command_name.lower().startswith("rl.") else self.inner.resolve(command_name)
+
+    def with_fallback(self, fallback: Any) -> Any:
+        return type(self)(self.inner.with_fallback(fallback))
+
+
+class _AsyncModuleCommands(_ModuleCommands):
+    async def resolve(self, command_name: str) -> Any:
+        if command_name.lower().startswith("rl."):
+            return None
+        return await self.inner.resolve(command_name)
+
+
+def _prepare(client: Any, asynchronous: bool) -> Any:
+    """Let a cluster client route the module's commands (see :class:`_ModuleCommands`)."""
+    inner = getattr(client, "_policy_resolver", None)
+    if _is_cluster(client) and inner is not None and not isinstance(inner, _ModuleCommands):
+        client._policy_resolver = (_AsyncModuleCommands if asynchronous else _ModuleCommands)(inner)
+    return client
+
+
+def _keyless(client: Any) -> dict[str, Any]:
+    """Where a command without a key goes: any one node of a cluster (its default node)."""
+    return {"target_nodes": client.get_default_node()} if _is_cluster(client) else {}
+
+
+class RateLimiter:
+    """The module's commands on a synchronous redis-py client.
+
+    Args:
+        client: a :class:`redis.Redis` or :class:`redis.cluster.RedisCluster` (any protocol,
+            with or without ``decode_responses``). Its ``socket_timeout`` bounds each call.
+            A cluster client's command policy resolver is wrapped so that it routes the
+            module's commands by their key (redis-py 8's refuses names with two dots).
+
+    Example::
+
+        limiter = RateLimiter(redis.Redis())
+        d = limiter.gcra("rl:user:42", burst=5, rate=10, period="1m")
+        if not d.allowed:
+            ...  # refuse; retry after d.retry_after_ms
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.client = _prepare(client, asynchronous=False)
+
+    def check(
+        self, limit: Limit, key: str | bytes, *, cost: int = 1, dryrun: bool = False, block: Duration | None = None
+    ) -> Decision:
+        """Run ``limit``'s command on ``key`` with ``COST``, ``DRYRUN`` and ``BLOCK``."""
+        reply = self.client.execute_command(*_check_args(limit, key, cost, dryrun, block))
+        return parse_decision(reply, limit.extra)
+
+    def gcra(self, key: str | bytes, burst: int, rate: int, period: Duration, **options: Any) -> Decision:
+        """``RL.GCRA``: ``burst`` at once, then ``rate`` per ``period``."""
+        return self.check(GCRA(burst, rate, period), key, **options)
+
+    def token_bucket(
+        self, key: str | bytes, capacity: int, refill_amount: int, refill_period: Duration,
+        interval: bool = False, **options: Any,
+    ) -> Decision:
+        """``RL.TOKENBUCKET``, refilled continuously or (``interval``) in whole batches."""
+        return self.check(TokenBucket(capacity, refill_amount, refill_period, interval), key, **options)
+
+    def leaky_bucket(
+        self, key: str | bytes, capacity: int, leak_amount: int, leak_period: Duration, **options: Any
+    ) -> Decision:
+        """``RL.LEAKYBUCKET``; the decision's ``delay_ms`` is the wait before acting."""
+        return self.check(LeakyBucket(capacity, leak_amount, leak_period), key, **options)
+
+    def fixed_window(self, key: str | bytes, limit: int, window: Duration, **options: Any) -> Decision:
+        """``RL.FIXEDWINDOW``."""
+        return self.check(FixedWindow(limit, window), key, **options)
+
+    def sliding_window(self, key: str | bytes, limit: int, window: Duration, **options: Any) -> Decision:
+        """``RL.SLIDINGWINDOW``."""
+        return self.check(SlidingWindow(limit, window), key, **options)
+
+    def sliding_log(self, key: str | bytes, limit: int, window: Duration, **options: Any) -> Decision:
+        """``RL.SLIDINGLOG``."""
+        return self.check(SlidingLog(limit, window), key, **options)
+
+    def limit(self, key: str | bytes, policy: str, **options: Any) -> Decision:
+        """``RL.LIMIT``: every rule of ``policy``; the decision's ``rule`` is the binding one."""
+        return self.check(Policy(policy), key, **options)
+
+    def acquire(
+        self, key: str | bytes, limit: int, lease: Duration, *, token: str | None = None, dryrun: bool = False
+    ) -> Decision:
+        """``RL.CONCURRENCY.ACQUIRE``: one of ``limit`` leases; the decision's ``token`` names it."""
+        return parse_decision(self.client.execute_command(*_acquire_args(key, limit, lease, token, dryrun)), "token")
+
+    def release(self, key: str | bytes, token: str) -> bool:
+        """``RL.CONCURRENCY.RELEASE``: True when the lease was held and is now released."""
+        return bool(self.client.execute_command("RL.CONCURRENCY.RELEASE", key, token))
+
+    def refund(self, key: str | bytes, units: int) -> int:
+        """``RL.REFUND``: give back up to ``units`` the key has taken; returns the units given back."""
+        return int(self.client.execute_command("RL.REFUND", key, str(units)))
+
+    def policy_get(self, name: str) -> list[Rule] | None:
+        """``RL.POLICY.GET``: the policy's rules, or None when there is no such policy (on a
+        cluster, as the client's default node has it)."""
+        reply = self.client.execute_command("RL.POLICY.GET", name, **_keyless(self.client))
+        return _parse_rules_reply(reply)
+
+    def policy_set(self, name: str, *rules: Limit | Rule) -> None:
+        """``RL.POLICY.SET`` with rules given as limits (``GCRA(10, 10, "1s")``...).
+
+        Policies belong to each server, so on a cluster client this sets it on every primary.
+        """
+        words = ["RL.POLICY.SET", name, *_rule_words(rules)]
+        if _is_cluster(self.client):
+            self.client.execute_command(*words, target_nodes=self.client.get_primaries())
+        else:
+            self.client.execute_command(*words)
+
+
+class AsyncRateLimiter:
+    """The module's commands on an asyncio redis-py client (:class:`redis.asyncio.Redis` or
+    :class:`redis.asyncio.cluster.RedisCluster`). The methods are those of
+    :class:`RateLimiter`, as coroutines."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = _prepare(client, asynchronous=True)
+
+    async def check(
+        self, limit: Limit, key: str | bytes, *, cost: int = 1, dryrun: bool = False, block: Duration | None = None
+    ) -> Decision:
+        """Run ``limit``'s command on ``key`` with ``COST``, ``DRYRUN`` and ``BLOCK``."""
+        reply = await self.client.execute_command(*_check_args(limit, key, cost, dryrun, block))
+        return parse_decision(reply, limit.extra)
+
+    async def gcra(self, key: str | bytes, burst: int, rate: int, period: Duration, **options: Any) -> Decision:
+        """``RL.GCRA``."""
+        return await self.check(GCRA(burst, rate, period), key, **options)
+
+    async def token_bucket(
+        self, key: str | bytes, capacity: int, refill_amount: int, refill_period: Duration,
+        interval: bool = False, **options: Any,
+    ) -> Decision:
+        """``RL.TOKENBUCKET``."""
+        return await self.check(TokenBucket(capacity, refill_amount, refill_period, interval), key, **options)
+
+    async def leaky_bucket(
+        self, key: str | bytes, capacity: int, leak_amount: int, leak_period: Duration, **options: Any
+    ) -> Decision:
+        """``RL.LEAKYBUCKET``."""
+        return await self.check(LeakyBucket(capacity, leak_amount, leak_period), key, **options)
+
+    async def fixed_window(self, key: str | bytes, limit: int, window: Duration, **options: Any) -> Decision:
+        """``RL.FIXEDWINDOW``."""
+        return await self.check(FixedWindow(limit, window), key, **options)
+
+    async def sliding_window(self, key: str | bytes, limit: int, window: Duration, **options: Any) -> Decision:
+        """``RL.SLIDINGWINDOW``."""
+        return await self.check(SlidingWindow(limit, window), key, **options)
+
+    async def sliding_log(self, key: str | bytes, limit: int, window: Duration, **options: Any) -> Decision:
+        """``RL.SLIDINGLOG``."""
+        return await self.check(SlidingLog(limit, window), key, **options)
+
+    async def limit(self, key: str | bytes, policy: str, **options: Any) -> Decision:
+        """``RL.LIMIT``."""
+        return await self.check(Policy(policy), key, **options)
+
+    async def acquire(
+        self, key: str | bytes, limit: int, lease: Duration, *, token: str | None = None, dryrun: bool = False
+    ) -> Decision:
+        """``RL.CONCURRENCY.ACQUIRE``."""
+        reply = await self.client.execute_command(*_acquire_args(key, limit, lease, token, dryrun))
+        return parse_decision(reply, "token")
+
+    async def release(self, key: str | bytes, token: str) -> bool:
+        """``RL.CONCURRENCY.RELEASE``."""
+        return bool(await self.client.execute_command("RL.CONCURRENCY.RELEASE", key, token))
+
+    async def refund(self, key: str | bytes, units: int) -> int:
+        """``RL.REFUND``: returns the units given back."""
+        return int(await self.client.execute_command("RL.REFUND", key, str(units)))
+
+    async def policy_get(self, name: str) -> list[Rule] | None:
+        """``RL.POLICY.GET``."""
+        reply = await self.client.execute_command("RL.POLICY.GET", name, **_keyless(self.client))
+        return _parse_rules_reply(reply)
+
+    async def policy_set(self, name: str, *rules: Limit | Rule) -> None:
+        """``RL.POLICY.SET``; on a cluster client, on every primary."""
+        words = ["RL.POLICY.SET", name, *_rule_words(rules)]
+        if _is_cluster(self.client):
+            await self.client.execute_command(*words, target_nodes=self.client.get_primaries())
+        else:
+            await self.client.execute_command(*words)

@@ -1,0 +1,410 @@
+"""The HTTP side, framework-agnostic: a check becomes a verdict with the RateLimit headers,
+the 429 problem body, the local memory of denials, and fail open or closed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable
+
+import redis
+
+from .client import AsyncRateLimiter, RateLimiter
+from .limits import Concurrency, Limit, Policy, Rule
+from .reply import Decision
+
+__all__ = [
+    "Stats",
+    "Verdict",
+    "DenialMemory",
+    "Guard",
+    "AsyncGuard",
+    "rate_limit_headers",
+    "quota_exceeded_body",
+    "UNAVAILABLE_BODY",
+    "PROBLEM_JSON",
+]
+
+logger = logging.getLogger("ratelimit_redis_module")
+
+PROBLEM_JSON = "application/problem+json"
+UNAVAILABLE_BODY = (
+    b'{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity",'
+    b'"title":"Rate limiter unavailable","status":503}'
+)
+
+
+def _ceil_s(ms: int) -> int:
+    return -(-ms // 1000)
+
+
+def check_name(name: str) -> str:
+    """A limit's name must be printable ASCII, so that it is a Structured Field String."""
+    if not name or any(not (0x20 <= ord(c) <= 0x7E) for c in name):
+        raise ValueError(f"invalid limit name {name!r}: expected 1 or more printable ASCII characters")
+    return name
+
+
+def _sf_string(name: str) -> str:
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def quota_exceeded_body(name: str) -> bytes:
+    """The 429's ``application/problem+json`` body, naming the violated policy."""
+    return (
+        b'{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",'
+        b'"title":"Request cannot be satisfied as assigned quota has been exceeded",'
+        b'"status":429,"violated-policies":[' + json.dumps(name).encode() + b"]}"
+    )
+
+
+def rate_limit_headers(
+    name: str, decision: Decision, window_s: int | None, concurrent: bool = False
+) -> list[tuple[str, str]]:
+    """The response headers for a decision, in this order: ``RateLimit-Policy``,
+    ``RateLimit`` (draft-ietf-httpapi-ratelimit-headers-11), ``X-RateLimit-Limit``,
+    ``-Remaining``, ``-Reset``, and on a denial ``Retry-After`` (unless it never passes).
+
+    Names are lower case, as ASGI wants them; HTTP compares them without case.
+
+    Args:
+        name: the limit's name (printable ASCII).
+        decision: the module's reply.
+        window_s: the window or period in whole seconds (``w``), or None to leave ``w`` out.
+        concurrent: the quota is requests in flight (``qu="concurrent-requests"``).
+    """
+    quoted = _sf_string(name)
+    policy = f"{quoted};q={decision.limit}" + ("" if window_s is None else f";w={window_s}")
+    if concurrent:
+        policy += ';qu="concurrent-requests"'
+    if decision.allowed:
+        t: int | None = _ceil_s(decision.reset_after_ms)
+    else:
+        t = None if decision.retry_after_ms < 0 else _ceil_s(decision.retry_after_ms)
+    state = f"{quoted};r={decision.remaining}" + ("" if t is None else f";t={t}")
+    headers = [
+        ("ratelimit-policy", policy),
+        ("ratelimit", state),
+        ("x-ratelimit-limit", str(decision.limit)),
+        ("x-ratelimit-remaining", str(decision.remaining)),
+        ("x-ratelimit-reset", str(_ceil_s(decision.reset_after_ms))),
+    ]
+    if not decision.allowed and t is not None:
+        headers.append(("retry-after", str(t)))
+    return headers
+
+
+@dataclass
+class Stats:
+    """Counters an application can read (and export).
+
+    Attributes:
+        round_trips: checks that went to Redis and got an answer.
+        admitted: requests admitted by Redis.
+        denied: requests refused by Redis (429).
+        remembered: requests refused from the local denial memory: round trips saved.
+        failures: checks that Redis did not answer in time (timeout, refused connection, error).
+        fail_open: of those, requests let through without a limit.
+        fail_closed: of those, requests refused with 503.
+    """
+
+    round_trips: int = 0
+    admitted: int = 0
+    denied: int = 0
+    remembered: int = 0
+    failures: int = 0
+    fail_open: int = 0
+    fail_closed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What to do with one request.
+
+    Attributes:
+        allowed: serve it (admitted, or let through because Redis failed and the guard fails open).
+        status: 200 when allowed, else 429 (limited) or 503 (Redis failed, failing closed).
+        headers: header fields (lower-case names) to add to the response, allowed or not;
+            empty when Redis failed.
+        body: the refusal's ``application/problem+json`` body (empty when allowed).
+        decision: the module's reply, or the remembered denial recomputed; None when Redis failed.
+        source: ``"redis"``, ``"memory"`` (no round trip) or ``"failure"``.
+        lease: for a :class:`~ratelimit_redis_module.Concurrency` limit, the token of the lease
+            taken, to give to ``release`` when the response is done.
+    """
+
+    allowed: bool
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+    decision: Decision | None
+    source: str
+    lease: str | None = None
+
+
+@dataclass(slots=True)
+class _Denial:
+    until: float
+    reset_until: float
+    limit: int
+    cost: int
+    name: str
+    window_s: int | None
+
+
+class DenialMemory:
+    """Denials remembered in-process until their ``retry_after``, so a client that keeps
+    asking is refused without a round trip.
+
+    At most ``max_entries`` entries: when full, expired entries go first, then the oldest.
+    A denial that can never pass (``retry_after_ms == -1``) is not remembered. Times come from
+    ``clock`` (monotonic seconds). Safe to share between threads (a WSGI server's).
+    """
+
+    def __init__(self, max_entries: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
+        if max_entries < 0:
+            raise ValueError(f"invalid max_entries {max_entries}: expected 0 or more")
+        self.max_entries = max_entries
+        self.clock = clock
+        self._entries: OrderedDict[Hashable, _Denial] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def remember(self, key: Hashable, decision: Decision, cost: int, name: str, window_s: int | None) -> None:
+        """Remember a denial of ``key`` (a refused ``decision`` for ``cost`` units)."""
+        if decision.allowed or decision.retry_after_ms < 0 or self.max_entries == 0:
+            return
+        with self._lock:
+            now = self.clock()
+            entry = _Denial(
+                now + decision.retry_after_ms / 1000, now + decision.reset_after_ms / 1000,
+                decision.limit, cost, name, window_s,
+            )
+            self._entries.pop(key, None)
+            # Insertion order is roughly expiry order: expired entries at the front go first,
+            # then, while still full, the oldest. O(1) per call, amortised.
+            while self._entries and next(iter(self._entries.values())).until <= now:
+                self._entries.popitem(last=False)
+            while len(self._entries) >= self.max_entries:
+                self._entries.popitem(last=False)
+            self._entries[key] = entry
+
+    def recall(self, key: Hashable, cost: int) -> tuple[Decision, str, int | None] | None:
+        """The remembered denial of ``key``, recomputed for now, if it still holds for ``cost``
+        units (a denial of more units does not refuse fewer): the decision, with ``remaining``
+        0 and the times left rounded up to whole ms, the limit's name and its window."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        now = self.clock()
+        if entry.until <= now:
+            with self._lock:
+                if self._entries.get(key) is entry:
+                    del self._entries[key]
+            return None
+        if cost < entry.cost:
+            return None
+        retry_ms = max(1, math.ceil((entry.until - now) * 1000))
+        reset_ms = max(retry_ms, math.ceil((entry.reset_until - now) * 1000))
+        return Decision(False, entry.limit, 0, retry_ms, reset_ms), entry.name, entry.window_s
+
+
+class _GuardBase:
+    def __init__(
+        self,
+        limit: Limit,
+        *,
+        name: str | None,
+        prefix: str,
+        fail_open: bool,
+        max_remembered: int,
+        stats: Stats | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.limit = limit
+        self.policy = limit.name if isinstance(limit, Policy) else None
+        self.concurrent = isinstance(limit, Concurrency)
+        self.name = check_name(name if name is not None else (self.policy or "default"))
+        self.prefix = prefix
+        self.fail_open = fail_open
+        self.memory = DenialMemory(max_remembered, clock)
+        self.stats = stats if stats is not None else Stats()
+        self._rules: list[Rule] | None = None
+        self._timeout_s = 0.0
+        window = limit.window_ms()
+        self._window_s = window // 1000 if window is not None and window % 1000 == 0 else None
+
+    def _recall(self, redis_key: str, cost: int) -> Verdict | None:
+        remembered = self.memory.recall(redis_key, cost)
+        if remembered is None:
+            return None
+        decision, name, window_s = remembered
+        self.stats.remembered += 1
+        return Verdict(
+            False, 429, rate_limit_headers(name, decision, window_s), quota_exceeded_body(name), decision, "memory"
+        )
+
+    def _named(self, decision: Decision) -> tuple[str, int | None]:
+        if self.policy is None or self._rules is None:
+            return self.name, self._window_s
+        rule = decision.rule if decision.rule is not None else 0
+        name = self.name if len(self._rules) <= 1 else f"{self.name}/{rule}"
+        window = self._rules[rule].window_ms() if 0 <= rule < len(self._rules) else None
+        return name, (window // 1000 if window is not None and window % 1000 == 0 else None)
+
+    def _decided(self, redis_key: str, cost: int, decision: Decision) -> Verdict:
+        self.stats.round_trips += 1
+        name, window_s = self._named(decision)
+        headers = rate_limit_headers(name, decision, window_s, self.concurrent)
+        if decision.allowed:
+            self.stats.admitted += 1
+            return Verdict(True, 200, headers, b"", decision, "redis", decision.token)
+        self.stats.denied += 1
+        # A lease may be released before its retry time: a concurrency denial is not remembered.
+        if not self.concurrent:
+            self.memory.remember(redis_key, decision, cost, name, window_s)
+        return Verdict(False, 429, headers, quota_exceeded_body(name), decision, "redis")
+
+    def _failed(self, error: BaseException) -> Verdict:
+        self.stats.failures += 1
+        if isinstance(error, asyncio.TimeoutError):
+            what = f"no answer within {round(self._timeout_s * 1000)} ms"
+        else:
+            what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        if self.fail_open:
+            self.stats.fail_open += 1
+            logger.warning("rate limiter unavailable (%s); failing open: request let through", what)
+            return Verdict(True, 200, [], b"", None, "failure")
+        self.stats.fail_closed += 1
+        logger.warning("rate limiter unavailable (%s); failing closed: request refused with 503", what)
+        return Verdict(False, 503, [], UNAVAILABLE_BODY, None, "failure")
+
+
+_FAILURES = (redis.RedisError, OSError, asyncio.TimeoutError, ValueError)
+
+
+class Guard(_GuardBase):
+    """A limit applied to requests, on a synchronous redis-py client (for WSGI or any
+    framework): call :meth:`check` with the caller's identity, then answer as the verdict says.
+
+    Args:
+        client: a :class:`redis.Redis` or :class:`redis.cluster.RedisCluster`. Its
+            ``socket_timeout`` is the time Redis has to answer (e.g. 0.05).
+        limit: one algorithm's parameters (``GCRA(5, 10, "1m")``...) or ``Policy("api")``.
+        name: the limit's name in the headers (default ``"default"``; for a policy, its name,
+            and ``"<policy>/<rule>"`` for the binding rule of a policy of several rules).
+        prefix: prepended to each identity to make the Redis key.
+        fail_open: when Redis fails, let the request through (True) or refuse it with 503.
+        max_remembered: how many denials the local memory holds (0 turns it off).
+        stats: counters to fill (a new :class:`Stats` if None).
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        limit: Limit,
+        *,
+        name: str | None = None,
+        prefix: str = "rl:http:",
+        fail_open: bool = True,
+        max_remembered: int = 10_000,
+        stats: Stats | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(
+            limit, name=name, prefix=prefix, fail_open=fail_open, max_remembered=max_remembered,
+            stats=stats, clock=clock,
+        )
+        self.limiter = RateLimiter(client)
+
+    def check(self, identity: str, cost: int = 1) -> Verdict:
+        """Check one request of ``identity`` costing ``cost`` units."""
+        redis_key = self.prefix + identity
+        remembered = self._recall(redis_key, cost)
+        if remembered is not None:
+            return remembered
+        try:
+            if self.policy is not None and self._rules is None:
+                self._rules = self.limiter.policy_get(self.policy)
+            decision = self.limiter.check(self.limit, redis_key, cost=cost)
+        except _FAILURES as error:
+            return self._failed(error)
+        return self._decided(redis_key, cost, decision)
+
+    def release(self, identity: str, lease: str) -> None:
+        """Give back the lease a :class:`Verdict` of a concurrency limit holds (a failure is
+        logged: the lease then ends by itself after its duration)."""
+        try:
+            self.limiter.release(self.prefix + identity, lease)
+        except _FAILURES as error:
+            logger.warning("rate limiter: lease %s not released (%s: %s)", lease, type(error).__name__, error)
+
+
+class AsyncGuard(_GuardBase):
+    """A limit applied to requests, on an asyncio redis-py client; what the ASGI middleware
+    uses. The arguments are :class:`Guard`'s, and:
+
+    Args:
+        timeout: seconds Redis has to answer a check (default 0.05); past it the request
+            fails open or closed.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        limit: Limit,
+        *,
+        name: str | None = None,
+        prefix: str = "rl:http:",
+        timeout: float = 0.05,
+        fail_open: bool = True,
+        max_remembered: int = 10_000,
+        stats: Stats | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(
+            limit, name=name, prefix=prefix, fail_open=fail_open, max_remembered=max_remembered,
+            stats=stats, clock=clock,
+        )
+        self.limiter = AsyncRateLimiter(client)
+        self.timeout = timeout
+        self._timeout_s = timeout
+
+    async def _ask(self, redis_key: str, cost: int) -> Decision:
+        if self.policy is not None and self._rules is None:
+            self._rules = await self.limiter.policy_get(self.policy)
+        return await self.limiter.check(self.limit, redis_key, cost=cost)
+
+    async def check(self, identity: str, cost: int = 1) -> Verdict:
+        """Check one request of ``identity`` costing ``cost`` units."""
+        redis_key = self.prefix + identity
+        remembered = self._recall(redis_key, cost)
+        if remembered is not None:
+            return remembered
+        try:
+            decision = await asyncio.wait_for(self._ask(redis_key, cost), self.timeout)
+        except _FAILURES as error:
+            return self._failed(error)
+        return self._decided(redis_key, cost, decision)
+
+    async def release(self, identity: str, lease: str) -> None:
+        """Give back the lease a :class:`Verdict` of a concurrency limit holds (a failure is
+        logged: the lease then ends by itself after its duration)."""
+        try:
+            await asyncio.wait_for(self.limiter.release(self.prefix + identity, lease), self.timeout)
+        except _FAILURES as error:
+            if isinstance(error, asyncio.TimeoutError):
+                what = "no answer in time"
+            else:
+                what = f"{type(error).__name__}: {error}"
+            logger.warning("rate limiter: lease %s not released (%s)", lease, what)
+
+

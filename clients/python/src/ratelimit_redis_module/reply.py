@@ -1,0 +1,99 @@
+"""The reply of the module's admission commands, parsed from RESP2 or RESP3."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Decision", "parse_decision"]
+
+_FIELDS = ("allowed", "limit", "remaining", "retry_after_ms", "reset_after_ms")
+_EXTRAS = ("delay_ms", "rule", "token")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One admission command's answer.
+
+    Attributes:
+        allowed: the request was admitted (and counted, unless DRYRUN).
+        limit: the most units a fresh key admits at once (burst, capacity, window limit).
+        remaining: units that could still be admitted right now, after this call.
+        retry_after_ms: 0 when admitted; when denied, the least number of ms after which the
+            same request would be admitted; -1 when it never can be (a cost above the limit).
+        reset_after_ms: ms until the key is fresh again (``remaining == limit``).
+        delay_ms: RL.LEAKYBUCKET only: the wait before acting (-1 when denied).
+        rule: RL.LIMIT only: the index of the binding rule of the policy.
+        token: RL.CONCURRENCY.ACQUIRE only: the lease's token (None when denied).
+    """
+
+    allowed: bool
+    limit: int
+    remaining: int
+    retry_after_ms: int
+    reset_after_ms: int
+    delay_ms: int | None = None
+    rule: int | None = None
+    token: str | None = None
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    return str(value)
+
+
+def _int(value: Any, field: str) -> int:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, (bytes, str)):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    raise ValueError(f"unexpected reply: {field} is {value!r}, not an integer")
+
+
+def parse_decision(reply: Any, extra: str | None = None) -> Decision:
+    """Turn a RESP2 array or a RESP3 map into a :class:`Decision`.
+
+    Args:
+        reply: what redis-py returned for the command (a list, or a dict whose keys are
+            ``bytes`` or ``str`` depending on ``decode_responses``).
+        extra: the name of the command's sixth field, if it has one: ``"delay_ms"``
+            (RL.LEAKYBUCKET), ``"rule"`` (RL.LIMIT) or ``"token"``
+            (RL.CONCURRENCY.ACQUIRE).
+
+    Raises:
+        ValueError: the reply is not an admission reply.
+    """
+    names = _FIELDS + ((extra,) if extra else ())
+    if isinstance(reply, dict):
+        fields = {_text(k): v for k, v in reply.items()}
+        missing = [n for n in names if n not in fields]
+        if missing:
+            raise ValueError(f"unexpected reply: no {', '.join(missing)} in {reply!r}")
+        values = [fields[n] for n in names]
+    elif isinstance(reply, (list, tuple)):
+        if len(reply) < len(names):
+            raise ValueError(f"unexpected reply: {len(reply)} fields, expected {len(names)}: {reply!r}")
+        values = list(reply[: len(names)])
+    else:
+        raise ValueError(f"unexpected reply: {reply!r}")
+    kwargs: dict[str, Any] = {}
+    if extra == "token":
+        kwargs["token"] = None if values[5] is None else _text(values[5])
+    elif extra in ("delay_ms", "rule"):
+        kwargs[extra] = _int(values[5], extra)
+    elif extra is not None:
+        raise ValueError(f"unknown extra field {extra!r}; expected one of {_EXTRAS}")
+    return Decision(
+        allowed=bool(_int(values[0], "allowed")),
+        limit=_int(values[1], "limit"),
+        remaining=_int(values[2], "remaining"),
+        retry_after_ms=_int(values[3], "retry_after_ms"),
+        reset_after_ms=_int(values[4], "reset_after_ms"),
+        **kwargs,
+    )

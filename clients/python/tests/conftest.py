@@ -1,0 +1,205 @@
+"""Fixtures: real redis-server processes with the module (debug clock on), a real 3-primary
+cluster, and uvicorn serving an ASGI app on a free loopback port.
+
+The server binary is $RATELIMIT_SERVER (default: redis-server on PATH); the module is
+$RATELIMIT_MODULE (default: target/release/libratelimit.so of this repository).
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import redis
+import uvicorn
+
+ROOT = Path(__file__).resolve().parents[3]
+T0_MS = 1_700_000_000_000
+
+
+def server_binary() -> str:
+    return os.environ.get("RATELIMIT_SERVER") or shutil.which("redis-server") or "redis-server"
+
+
+def module_path() -> str:
+    return os.environ.get("RATELIMIT_MODULE") or str(ROOT / "target/release/libratelimit.so")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """One redis-server with the module and the debug clock, on a free loopback port,
+    stopped by its PID."""
+
+    def __init__(self, directory: Path, extra: list[str] | None = None) -> None:
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for _ in range(5):
+            self.port = free_port()
+            self.proc = subprocess.Popen(
+                [
+                    server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+                    "--dir", str(self.dir), "--logfile", "redis.log", "--save", "",
+                    "--appendonly", "no", "--loadmodule", module_path(), "debug-clock", "yes",
+                    *(extra or []),
+                ],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+            if self._wait_ready():
+                return
+        raise RuntimeError(f"redis-server did not start; log:\n{self.log()}")
+
+    def _wait_ready(self) -> bool:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            try:
+                with redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1) as c:
+                    if c.info("server")["process_id"] == self.proc.pid:
+                        return True
+                    self.stop()
+                    return False
+            except redis.RedisError:
+                time.sleep(0.02)
+        self.stop()
+        return False
+
+    def log(self) -> str:
+        path = self.dir / "redis.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
+
+    def freeze(self, ms: int = T0_MS) -> None:
+        with self.client() as c:
+            c.execute_command("RL.DEBUG.CLOCK", "SET", ms)
+
+    def advance(self, ms: int) -> None:
+        with self.client() as c:
+            c.execute_command("RL.DEBUG.CLOCK", "ADVANCE", ms)
+
+    def calls(self, command: str) -> int:
+        """How many times `command` ran (INFO commandstats)."""
+        with self.client() as c:
+            stats = c.info("commandstats").get(f"cmdstat_{command.lower()}")
+        return int(stats["calls"]) if stats else 0
+
+    def pause(self) -> None:
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    s = Server(tmp_path / "redis")
+    s.freeze()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
+    """Three primaries, slots split in three with CLUSTER ADDSLOTSRANGE, joined by MEET."""
+    base = tmp_path_factory.mktemp("cluster")
+    nodes = [
+        Server(base / f"node{i}", ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                   "--cluster-node-timeout", "5000"])
+        for i in range(3)
+    ]
+    try:
+        bounds = [(0, 5460), (5461, 10922), (10923, 16383)]
+        for node, (first, last) in zip(nodes, bounds, strict=True):
+            with node.client() as c:
+                c.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
+        with nodes[0].client() as c:
+            for node in nodes[1:]:
+                c.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)
+        deadline = time.monotonic() + 30
+        for node in nodes:
+            with node.client(decode_responses=True) as c:
+                while "cluster_state:ok" not in c.execute_command("CLUSTER", "INFO") or len(
+                    c.execute_command("CLUSTER", "NODES").splitlines()
+                ) < 3:
+                    assert time.monotonic() < deadline, "the cluster did not come up"
+                    time.sleep(0.05)
+        for node in nodes:
+            node.freeze()
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+class Http:
+    """uvicorn serving an ASGI app on a free loopback port, in a thread of this process."""
+
+    def __init__(self, app: Any, lifespan: str = "off") -> None:
+        # IPPROTO_TCP, not 0: asyncio turns Nagle off only on sockets that say TCP.
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan=lifespan)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.01)
+
+    def get(self, path: str = "/", headers: dict[str, str] | None = None) -> tuple[int, list[tuple[str, str]], bytes]:
+        """One request on a new connection: the status, the headers (names lower case, in
+        order, without Date and Server) and the body."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            conn.request("GET", path, headers=headers or {})
+            resp = conn.getresponse()
+            body = resp.read()
+            fields = [(k.lower(), v) for k, v in resp.getheaders() if k.lower() not in ("date", "server")]
+            return resp.status, fields, body
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    """serve(app) starts uvicorn on the app; every server started is stopped at the end."""
+    started: list[Http] = []
+
+    def start(app: Any, lifespan: str = "off") -> Http:
+        h = Http(app, lifespan)
+        started.append(h)
+        return h
+
+    yield start
+    for h in started:
+        h.stop()

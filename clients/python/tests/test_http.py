@@ -1,0 +1,301 @@
+"""The ASGI middleware over real HTTP: uvicorn serving a FastAPI app on loopback, Redis with
+the debug clock frozen, every header asserted exactly."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import pytest
+import redis.asyncio
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from fastapi import FastAPI, Request
+from fastapi.responses import PlainTextResponse
+
+from conftest import Server
+from ratelimit_redis_module import (
+    GCRA,
+    UNAVAILABLE_BODY,
+    FixedWindow,
+    Policy,
+    RateLimiter,
+    RateLimitMiddleware,
+    SlidingLog,
+    Stats,
+    client_ip,
+    header,
+    quota_exceeded_body,
+)
+
+MIDNIGHT_MS = 1_699_920_000_000
+PLAIN = [("content-length", "5"), ("content-type", "text/plain; charset=utf-8")]
+PROBLEM = "application/problem+json"
+QUOTA_BODY = (
+    b'{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",'
+    b'"title":"Request cannot be satisfied as assigned quota has been exceeded",'
+    b'"status":429,"violated-policies":["default"]}'
+)
+
+
+def cost_header(scope: Any) -> int:
+    for name, value in scope["headers"]:
+        if name == b"x-cost":
+            return int(value)
+    return 1
+
+
+def app_for(server: Server, **options: Any) -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/")
+    async def root(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("hello")
+
+    protocol = options.pop("protocol", 2)
+    options.setdefault("redis", redis.asyncio.Redis(host="127.0.0.1", port=server.port, protocol=protocol))
+    app.add_middleware(RateLimitMiddleware, **options)
+    return app
+
+
+def limited(name: str, q: int, w: int | None, r: int, t: int | None, reset: int) -> list[tuple[str, str]]:
+    policy = f'"{name}";q={q}' + ("" if w is None else f";w={w}")
+    state = f'"{name}";r={r}' + ("" if t is None else f";t={t}")
+    return [
+        ("ratelimit-policy", policy),
+        ("ratelimit", state),
+        ("x-ratelimit-limit", str(q)),
+        ("x-ratelimit-remaining", str(r)),
+        ("x-ratelimit-reset", str(reset)),
+    ]
+
+
+def refused(
+    body: bytes, name: str, q: int, w: int | None, t: int | None, reset: int, r: int = 0
+) -> list[tuple[str, str]]:
+    retry = [] if t is None else [("retry-after", str(t))]
+    return limited(name, q, w, r, t, reset) + retry + [
+        ("content-type", PROBLEM),
+        ("content-length", str(len(body))),
+    ]
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_gcra_headers_429_and_denial_memory(server: Server, serve: Any, protocol: int) -> None:
+    stats = Stats()
+    http = serve(app_for(server, protocol=protocol, limit=GCRA(5, 10, "1m"), key=header("x-client-id"),
+                         cost=cost_header, stats=stats))
+    alice = {"X-Client-Id": "alice"}
+    # A burst of 5, then one every 6 s: t and the legacy reset count up by 6 s a request.
+    for i in range(1, 6):
+        assert http.get(headers=alice) == (200, PLAIN + limited("default", 5, 60, 5 - i, 6 * i, 6 * i), b"hello")
+    assert quota_exceeded_body("default") == QUOTA_BODY
+    assert http.get(headers=alice) == (429, refused(QUOTA_BODY, "default", 5, 60, 6, 30), QUOTA_BODY)
+    assert (stats.round_trips, stats.admitted, stats.denied, stats.remembered) == (6, 5, 1, 0)
+
+    # Refused again from memory, with no round trip, the same headers (t rounded up).
+    calls = server.calls("rl.gcra")
+    for _ in range(3):
+        assert http.get(headers=alice) == (429, refused(QUOTA_BODY, "default", 5, 60, 6, 30), QUOTA_BODY)
+    assert server.calls("rl.gcra") == calls
+    assert (stats.round_trips, stats.remembered) == (6, 3)
+
+    # Another caller has its own limit.
+    assert http.get(headers={"X-Client-Id": "bob"}) == (200, PLAIN + limited("default", 5, 60, 4, 6, 6), b"hello")
+    # A cost above the burst never passes: no t, no Retry-After, and not remembered.
+    for _ in range(2):
+        assert http.get(headers={"X-Client-Id": "carol", "X-Cost": "6"}) == (
+            429, refused(QUOTA_BODY, "default", 5, 60, None, 0, r=5), QUOTA_BODY,
+        )
+    assert server.calls("rl.gcra") == calls + 3
+    # A remembered denial of 1 unit does not refuse 0 units (a request that costs nothing).
+    assert http.get(headers={**alice, "X-Cost": "0"})[0] == 200
+
+
+def test_rounding_and_window_left_out_when_not_whole_seconds(server: Server, serve: Any) -> None:
+    # 2 at once, then 2 per 3500 ms: the emission interval is 1750 ms; w is not whole seconds.
+    http = serve(app_for(server, limit=GCRA(2, 2, "3500ms"), name="burst", key=header("x-client-id")))
+    who = {"X-Client-Id": "dave"}
+    assert http.get(headers=who) == (200, PLAIN + limited("burst", 2, None, 1, 2, 2), b"hello")
+    assert http.get(headers=who) == (200, PLAIN + limited("burst", 2, None, 0, 4, 4), b"hello")
+    body = quota_exceeded_body("burst")
+    assert http.get(headers=who) == (429, refused(body, "burst", 2, None, 2, 4), body)
+
+
+def test_policy_names_the_binding_rule(server: Server, serve: Any) -> None:
+    server.freeze(MIDNIGHT_MS)
+    rl = RateLimiter(server.client())
+    rl.policy_set("api", GCRA(10, 10, "1s"), FixedWindow(300, "1m"), FixedWindow(5000, "1d"))
+    rl.policy_set("tiers", GCRA(10, 10, "1s"), FixedWindow(3, "1m"))
+    rl.policy_set("solo", SlidingLog(2, "1m"))
+    api = serve(app_for(server, limit=Policy("api"), key=header("x-client-id"), cost=cost_header))
+    who = {"X-Client-Id": "erin"}
+    assert api.get(headers=who) == (200, PLAIN + limited("api/0", 10, 1, 9, 1, 1), b"hello")
+    assert api.get(headers={**who, "X-Cost": "9"}) == (200, PLAIN + limited("api/0", 10, 1, 0, 1, 1), b"hello")
+    body = quota_exceeded_body("api/0")
+    assert body.endswith(b'"violated-policies":["api/0"]}')
+    assert api.get(headers=who) == (429, refused(body, "api/0", 10, 1, 1, 1), body)
+
+    # The minute rule (index 1) has fewer left, so it binds: its window, its reset.
+    tiers = serve(app_for(server, limit=Policy("tiers"), key=header("x-client-id"), cost=cost_header))
+    who = {"X-Client-Id": "fred"}
+    assert tiers.get(headers=who) == (200, PLAIN + limited("tiers/1", 3, 60, 2, 60, 60), b"hello")
+    assert tiers.get(headers={**who, "X-Cost": "2"}) == (200, PLAIN + limited("tiers/1", 3, 60, 0, 60, 60), b"hello")
+    body = quota_exceeded_body("tiers/1")
+    assert tiers.get(headers=who) == (429, refused(body, "tiers/1", 3, 60, 60, 60), body)
+
+    # A policy of one rule is named as it is.
+    solo = serve(app_for(server, limit=Policy("solo"), key=header("x-client-id")))
+    who = {"X-Client-Id": "gina"}
+    assert solo.get(headers=who) == (200, PLAIN + limited("solo", 2, 60, 1, 60, 60), b"hello")
+
+
+def test_client_ip_is_the_default_key_and_no_key_means_no_limit(server: Server, serve: Any) -> None:
+    http = serve(app_for(server, limit=FixedWindow(3, "1m"), prefix="ip:"))
+    # T0 is 20 s into its minute.
+    assert http.get() == (200, PLAIN + limited("default", 3, 60, 2, 40, 40), b"hello")
+    with server.client() as c:
+        assert c.exists("ip:127.0.0.1") == 1
+    unlimited = serve(app_for(server, limit=FixedWindow(3, "1m"), key=header("x-api-key", fallback=None)))
+    assert unlimited.get() == (200, PLAIN, b"hello")
+    assert client_ip({"client": ("10.0.0.1", 1234)}) == "10.0.0.1"
+
+
+def test_fail_open_and_closed_when_redis_hangs_then_dies(
+    server: Server, serve: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="ratelimit_redis_module")
+    open_stats, closed_stats = Stats(), Stats()
+    # Without retries, a refused connection fails at once (redis-py retries by default, and
+    # its back-off then outlasts the 50 ms timeout).
+    no_retry = redis.asyncio.Redis(host="127.0.0.1", port=server.port, protocol=2, retry=Retry(NoBackoff(), 0))
+    opened = serve(app_for(server, redis=no_retry, limit=GCRA(5, 10, "1m"), key=header("x-client-id"),
+                           stats=open_stats))
+    closed = serve(app_for(server, limit=GCRA(5, 10, "1m"), key=header("x-client-id"), stats=closed_stats,
+                           fail_open=False))
+    a, b = {"X-Client-Id": "a"}, {"X-Client-Id": "b"}
+    assert opened.get(headers=a) == (200, PLAIN + limited("default", 5, 60, 4, 6, 6), b"hello")
+    assert closed.get(headers=b) == (200, PLAIN + limited("default", 5, 60, 4, 6, 6), b"hello")
+
+    # Hung (SIGSTOP): each check times out after 50 ms.
+    server.pause()
+    try:
+        start = time.monotonic()
+        assert opened.get(headers=a) == (200, PLAIN, b"hello")
+        assert closed.get(headers=b) == (
+            503, [("content-type", PROBLEM), ("content-length", str(len(UNAVAILABLE_BODY)))], UNAVAILABLE_BODY,
+        )
+        assert time.monotonic() - start < 2
+    finally:
+        server.resume()
+    assert UNAVAILABLE_BODY == (
+        b'{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity",'
+        b'"title":"Rate limiter unavailable","status":503}'
+    )
+    # Back: limited again (the request that timed out may have been counted when Redis woke).
+    status, fields, _ = opened.get(headers=a)
+    assert status == 200 and ("ratelimit-policy", '"default";q=5;w=60') in fields
+
+    # Dead (killed): the connection is refused.
+    server.stop()
+    assert opened.get(headers=a) == (200, PLAIN, b"hello")
+    assert closed.get(headers=b)[0] == 503
+    assert (open_stats.failures, open_stats.fail_open, open_stats.fail_closed) == (2, 2, 0)
+    assert (closed_stats.failures, closed_stats.fail_open, closed_stats.fail_closed) == (2, 0, 2)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "ratelimit_redis_module"]
+    assert len(warnings) == 4
+    assert sum("failing open" in w for w in warnings) == 2
+    assert sum("failing closed" in w for w in warnings) == 2
+    assert warnings[:2] == [
+        "rate limiter unavailable (no answer within 50 ms); failing open: request let through",
+        "rate limiter unavailable (no answer within 50 ms); failing closed: request refused with 503",
+    ]
+    assert warnings[2].startswith("rate limiter unavailable (ConnectionError: ")
+    assert "Error 111 connecting to 127.0.0.1" in warnings[2]
+    assert warnings[2].endswith("; failing open: request let through")
+    assert warnings[3] == warnings[1]
+
+
+def test_a_remembered_denial_holds_while_redis_is_down(server: Server, serve: Any) -> None:
+    stats = Stats()
+    http = serve(app_for(server, limit=GCRA(1, 1, "1m"), key=header("x-client-id"), stats=stats, fail_open=True))
+    who = {"X-Client-Id": "frank"}
+    assert http.get(headers=who)[0] == 200
+    body = quota_exceeded_body("default")
+    assert http.get(headers=who) == (429, refused(body, "default", 1, 60, 60, 60), body)
+    server.stop()
+    assert http.get(headers=who) == (429, refused(body, "default", 1, 60, 60, 60), body)
+    assert (stats.remembered, stats.failures) == (1, 0)
+
+
+def test_concurrency_limit_releases_the_lease_when_the_response_is_done(server: Server, serve: Any) -> None:
+    import asyncio
+    import threading
+
+    from ratelimit_redis_module import Concurrency
+
+    gate = threading.Event()
+    app = FastAPI()
+
+    @app.get("/slow")
+    async def slow() -> PlainTextResponse:
+        while not gate.is_set():
+            await asyncio.sleep(0.01)
+        return PlainTextResponse("hello")
+
+    app.add_middleware(RateLimitMiddleware, redis=redis.asyncio.Redis(host="127.0.0.1", port=server.port),
+                       limit=Concurrency(1, "30s"), name="inflight", key=header("x-client-id"))
+    http = serve(app)
+    who = {"X-Client-Id": "hank"}
+    first: list[Any] = []
+    worker = threading.Thread(target=lambda: first.append(http.get("/slow", headers=who)))
+    worker.start()
+    with server.client() as c:
+        deadline = time.monotonic() + 10
+        while c.exists("rl:http:hank") == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    # One request in flight: the second is refused until the lease ends (30 s, the clock frozen)
+    # or is released; not remembered, since a release may come sooner.
+    body = quota_exceeded_body("inflight")
+    policy = ("ratelimit-policy", '"inflight";q=1;qu="concurrent-requests"')
+    status, fields, got = http.get("/slow", headers=who)
+    assert (status, got) == (429, body)
+    assert fields[:2] == [policy, ("ratelimit", '"inflight";r=0;t=30')]
+    assert ("retry-after", "30") in fields
+    gate.set()
+    worker.join(10)
+    assert first[0][0] == 200
+    assert first[0][1][2:4] == [policy, ("ratelimit", '"inflight";r=0;t=30')]
+    # Released when the first response was done (the clock is frozen, so the lease could not
+    # have ended by itself): the next is admitted.
+    status, fields, _ = http.get("/slow", headers=who)
+    assert (status, fields[2:4]) == (200, [policy, ("ratelimit", '"inflight";r=0;t=30')])
+
+
+def test_sync_guard_for_any_framework(server: Server) -> None:
+    """The sync Guard (WSGI and the like): its client's socket_timeout is the time Redis has."""
+    from redis.backoff import NoBackoff as SyncNoBackoff
+    from redis.retry import Retry as SyncRetry
+
+    from ratelimit_redis_module import Guard
+
+    client = server.client(socket_timeout=0.05, retry=SyncRetry(SyncNoBackoff(), 0))
+    opened = Guard(client, GCRA(2, 2, "1m"), name="api")
+    closed = Guard(client, GCRA(2, 2, "1m"), name="api", fail_open=False, prefix="closed:")
+    v = opened.check("ivy", cost=2)
+    assert (v.allowed, v.status, v.body, v.source) == (True, 200, b"", "redis")
+    assert v.headers == limited("api", 2, 60, 0, 60, 60)
+    v = opened.check("ivy")
+    assert (v.allowed, v.status, v.body, v.source) == (False, 429, quota_exceeded_body("api"), "redis")
+    assert opened.check("ivy").source == "memory"
+    server.pause()
+    try:
+        v = opened.check("jay")
+        assert (v.allowed, v.status, v.headers, v.source) == (True, 200, [], "failure")
+        v = closed.check("jay")
+        assert (v.allowed, v.status, v.headers, v.body) == (False, 503, [], UNAVAILABLE_BODY)
+    finally:
+        server.resume()
+    assert (opened.stats.failures, opened.stats.fail_open, closed.stats.fail_closed) == (1, 1, 1)
