@@ -1,0 +1,217 @@
+// The middleware over real HTTP (Express 5 on node:http) against a real server with the debug
+// clock frozen: every field of the contract in docs/clients.md, byte for byte.
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import express from 'express';
+import { rateLimitMiddleware } from '../index.js';
+import { T0_MS, calls, connect, get, limitFields, memoryLogger, serve, startRedis } from './helpers.js';
+
+const PROBLEM_429 =
+  '{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",' +
+  '"title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,' +
+  '"violated-policies":["default"]}';
+
+let redis;
+let client;
+before(async () => {
+  redis = await startRedis();
+  client = await connect(redis);
+});
+after(async () => {
+  await client?.quit();
+  await redis?.stop();
+});
+
+/** An Express app limited by `options`, the caller being X-Client-Id. A fake monotonic clock. */
+async function app(options) {
+  const clock = { ms: 1_000 };
+  const limit = rateLimitMiddleware({
+    client,
+    key: (req) => req.get('X-Client-Id') ?? req.ip,
+    now: () => clock.ms,
+    logger: memoryLogger(),
+    ...options,
+  });
+  const a = express();
+  a.use(limit);
+  a.get('/', (req, res) => res.send('hello'));
+  const http = await serve(a);
+  return { http, clock, limiter: limit.limiter, as: (id) => get(http.url, '/', { 'X-Client-Id': id }) };
+}
+
+test('GCRA: the burst, the 429 with its problem body, then the denial memory', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { http, clock, limiter, as } = await app({
+    limit: { algorithm: 'gcra', burst: 5, rate: 10, period: '1m' },
+    prefix: 'rl:gcra:',
+  });
+  try {
+    // A burst of 5, then one every 6 s: remaining 4 to 0, reset 6 s more each time.
+    for (const [r, t] of [[4, 6], [3, 12], [2, 18], [1, 24], [0, 30]]) {
+      const res = await as('alice');
+      assert.deepEqual(limitFields(res), [
+        200, '"default";q=5;w=60', `"default";r=${r};t=${t}`, '5', `${r}`, `${t}`, undefined,
+      ]);
+      assert.equal(res.body, 'hello');
+    }
+    const before429 = await calls(client, 'RL.GCRA');
+    const denied = await as('alice');
+    assert.deepEqual(limitFields(denied), [
+      429, '"default";q=5;w=60', '"default";r=0;t=6', '5', '0', '30', '6',
+    ]);
+    assert.equal(denied.headers['content-type'], 'application/problem+json');
+    assert.equal(denied.body, PROBLEM_429);
+    assert.equal(await calls(client, 'RL.GCRA'), before429 + 1);
+
+    // Remembered: the same answer without a round trip, t and Retry-After from the time left.
+    const again = await as('alice');
+    assert.deepEqual(limitFields(again), limitFields(denied));
+    assert.equal(again.body, PROBLEM_429);
+    clock.ms += 2_500; // 3500 ms left: rounded up to 4; the reset 27500 ms to 28
+    assert.deepEqual(limitFields(await as('alice')), [
+      429, '"default";q=5;w=60', '"default";r=0;t=4', '5', '0', '28', '4',
+    ]);
+    clock.ms += 3_499; // 1 ms left is still a whole second
+    assert.deepEqual(limitFields(await as('alice')), [
+      429, '"default";q=5;w=60', '"default";r=0;t=1', '5', '0', '25', '1',
+    ]);
+    assert.equal(await calls(client, 'RL.GCRA'), before429 + 1, 'the memory answered without Redis');
+    assert.equal(limiter.stats.deniedLocally, 3);
+    assert.equal(limiter.stats.denied, 4);
+
+    // Another caller has a limit of its own (and is not refused by alice's memory).
+    assert.deepEqual(limitFields(await as('bob')), [
+      200, '"default";q=5;w=60', '"default";r=4;t=6', '5', '4', '6', undefined,
+    ]);
+
+    // Once the time is up, the next request asks Redis again: admitted at the retry time.
+    clock.ms += 1;
+    await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '6000']);
+    assert.deepEqual(limitFields(await as('alice')), [
+      200, '"default";q=5;w=60', '"default";r=0;t=30', '5', '0', '30', undefined,
+    ]);
+    assert.equal(await calls(client, 'RL.GCRA'), before429 + 3);
+  } finally {
+    await http.close();
+  }
+});
+
+test('a request that can never pass: no t, no Retry-After, and not remembered', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { http, limiter, as } = await app({
+    limit: { algorithm: 'tokenbucket', capacity: 4, refillAmount: 4, refillPeriod: 60_000 },
+    name: 'uploads',
+    cost: (req) => Number(req.get('X-Cost') ?? 1),
+    prefix: 'rl:never:',
+  });
+  try {
+    const big = () => get(http.url, '/', { 'X-Client-Id': 'carol', 'X-Cost': '5' });
+    for (let i = 0; i < 2; i++) {
+      const res = await big();
+      assert.deepEqual(limitFields(res), [
+        429, '"uploads";q=4;w=60', '"uploads";r=4', '4', '4', '0', undefined,
+      ]);
+      assert.equal(res.body, PROBLEM_429.replace('"default"', '"uploads"'));
+    }
+    assert.equal(limiter.stats.deniedLocally, 0);
+    assert.equal(limiter.memory.size, 0);
+    // The same caller with a cost that fits is admitted.
+    assert.deepEqual(limitFields(await as('carol')), [
+      200, '"uploads";q=4;w=60', '"uploads";r=3;t=15', '4', '3', '15', undefined,
+    ]);
+  } finally {
+    await http.close();
+  }
+});
+
+test('w is left out when the window is not whole seconds', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { http, as } = await app({
+    limit: { algorithm: 'slidinglog', limit: 2, window: '1500ms' },
+    prefix: 'rl:w:',
+  });
+  try {
+    assert.deepEqual(limitFields(await as('dave')), [
+      200, '"default";q=2', '"default";r=1;t=2', '2', '1', '2', undefined,
+    ]);
+  } finally {
+    await http.close();
+  }
+});
+
+test('RL.LIMIT: the policy name, "<policy>/<rule>" with several rules, w from each rule', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  await client.sendCommand(['RL.POLICY.SET', 'api', 'GCRA', '2', '2', '1s', 'FIXEDWINDOW', '3', '1m']);
+  await client.sendCommand(['RL.POLICY.SET', 'solo', 'SLIDINGWINDOW', '5', '10s']);
+  const multi = await app({ limit: { policy: 'api' }, prefix: 'rl:api:' });
+  const single = await app({ limit: { policy: 'solo' }, prefix: 'rl:solo:' });
+  try {
+    // The GCRA rule binds first (fewest remaining); a tie goes to the earlier rule.
+    assert.deepEqual(limitFields(await multi.as('erin')), [
+      200, '"api/0";q=2;w=1', '"api/0";r=1;t=1', '2', '1', '1', undefined,
+    ]);
+    await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '1000']);
+    assert.deepEqual(limitFields(await multi.as('erin')), [
+      200, '"api/0";q=2;w=1', '"api/0";r=1;t=1', '2', '1', '1', undefined,
+    ]);
+    // Then the minute's window: T0 is 20 s into its minute, so 2 s later 38 s are left.
+    await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '1000']);
+    assert.deepEqual(limitFields(await multi.as('erin')), [
+      200, '"api/1";q=3;w=60', '"api/1";r=0;t=38', '3', '0', '38', undefined,
+    ]);
+    const denied = await multi.as('erin');
+    assert.deepEqual(limitFields(denied), [
+      429, '"api/1";q=3;w=60', '"api/1";r=0;t=38', '3', '0', '38', '38',
+    ]);
+    assert.equal(denied.body, PROBLEM_429.replace('"default"', '"api/1"'));
+    // 2 s into its 10 s window; fresh 1 ms after the window ends (8001 ms, rounded up to 9).
+    assert.deepEqual(limitFields(await single.as('erin')), [
+      200, '"solo";q=5;w=10', '"solo";r=4;t=9', '5', '4', '9', undefined,
+    ]);
+    assert.equal(await calls(client, 'RL.POLICY.GET'), 2, 'each policy read once');
+  } finally {
+    await multi.http.close();
+    await single.http.close();
+  }
+});
+
+test('the denial memory is bounded: the oldest goes first', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { http, limiter, as } = await app({
+    limit: { algorithm: 'fixedwindow', limit: 1, window: '1m' },
+    prefix: 'rl:bound:',
+    denialMemory: 2,
+  });
+  try {
+    for (const id of ['k1', 'k2', 'k3']) {
+      assert.equal((await as(id)).status, 200);
+      assert.equal((await as(id)).status, 429);
+    }
+    assert.deepEqual([...limiter.memory.entries.keys()], ['k2', 'k3']);
+    const before = await calls(client, 'RL.FIXEDWINDOW');
+    assert.equal((await as('k1')).status, 429);
+    assert.equal(await calls(client, 'RL.FIXEDWINDOW'), before + 1, 'k1 was forgotten: asked again');
+    assert.deepEqual([...limiter.memory.entries.keys()], ['k3', 'k1']);
+  } finally {
+    await http.close();
+  }
+});
+
+test('RESP2 clients get the same fields', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const resp2 = await connect(redis, { RESP: 2 });
+  const { http, as } = await app({
+    client: resp2,
+    limit: { algorithm: 'gcra', burst: 5, rate: 10, period: '1m' },
+    prefix: 'rl:resp2:',
+  });
+  try {
+    assert.deepEqual(limitFields(await as('frank')), [
+      200, '"default";q=5;w=60', '"default";r=4;t=6', '5', '4', '6', undefined,
+    ]);
+  } finally {
+    await http.close();
+    await resp2.quit();
+  }
+});
