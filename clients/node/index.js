@@ -586,9 +586,9 @@ export class RateLimiterRedis {
   }
 
   // The state as RateLimiterRes: `consumedPoints` is what the window has taken; in a block
-  // (refused even at cost 0) it is points + 1, as rate-limiter-flexible's block stores it.
-  #res(r, changed) {
-    if (!r.allowed && r.retryAfterMs > 0 && r.remaining === 0 && changed === 0) {
+  // (a probe at COST 0 refused) it is points + 1, as rate-limiter-flexible's block stores it.
+  #res(r, changed, probe = false) {
+    if (probe && !r.allowed) {
       return new RateLimiterRes(0, r.retryAfterMs, this.points + 1, false);
     }
     const consumed = r.limit - r.remaining;
@@ -642,7 +642,7 @@ export class RateLimiterRedis {
     return this.#insured('get', [key, options], async () => {
       const r = await this.#send(this.#command(key, 'COST', '0', 'DRYRUN'));
       if (r.allowed && r.resetAfterMs === 0) return null;
-      return this.#res(r, 0);
+      return this.#res(r, 0, true);
     });
   }
 
@@ -665,7 +665,7 @@ export class RateLimiterRedis {
         ['RL.REFUND', this.getKey(key), String(points)],
         this.#command(key, 'COST', '0', 'DRYRUN'),
       ]);
-      return this.#res(parseReply(state), 0);
+      return this.#res(parseReply(state), 0, true);
     });
   }
 
