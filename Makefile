@@ -38,6 +38,7 @@ test: test-deps build servers
 bench: test-deps build
 	cargo bench -p ratelimit-algorithms --bench algorithms
 	python3 scripts/bench.py
+	node scripts/bench_clients_node.mjs
 
 lint: deps
 	cargo fmt --all -- --check
