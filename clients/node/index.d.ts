@@ -23,6 +23,8 @@ export type Limit =
   | { algorithm: 'tokenbucket'; capacity: number; refillAmount: number; refillPeriod: Duration; interval?: boolean }
   | { algorithm: 'leakybucket'; capacity: number; leakAmount: number; leakPeriod: Duration }
   | { algorithm: 'fixedwindow' | 'slidingwindow' | 'slidinglog'; limit: number; window: Duration }
+  /** Requests in flight: a lease per admitted request, released when its response ends. */
+  | { algorithm: 'concurrency'; limit: number; lease: Duration }
   | { policy: string };
 
 export interface Logger {
@@ -62,6 +64,9 @@ export interface Decision {
   rule?: number;
   /** For RL.LEAKYBUCKET: the time until this request's turn. */
   delayMs?: number;
+  /** For a concurrency limit: the lease's token, and that the limit counts requests in flight. */
+  token?: string;
+  concurrent?: boolean;
   /** Answered by the denial memory, without a round trip. */
   local: boolean;
 }
@@ -81,6 +86,7 @@ export interface RateLimitStats {
   failures: number;
   failOpen: number;
   failClosed: number;
+  releaseFailures: number;
 }
 
 export class RateLimit {
@@ -88,6 +94,8 @@ export class RateLimit {
   readonly stats: RateLimitStats;
   redisKey(key: string): string;
   check(key: string, cost?: number): Promise<Decision | Failure>;
+  /** Gives back an admitted concurrency decision's lease; never rejects. */
+  release(key: string, decision: Decision): Promise<void>;
 }
 
 export interface MiddlewareOptions extends Partial<RateLimitOptions> {
@@ -113,7 +121,7 @@ export const UNAVAILABLE_BODY: string;
 export const QUOTA_EXCEEDED_TYPE: string;
 export const REDUCED_CAPACITY_TYPE: string;
 export function durationMs(value: Duration, what?: string): number;
-export function parseReply(reply: unknown, sixth?: 'rule' | 'delay_ms'): Omit<Decision, 'name' | 'windowSeconds' | 'local'>;
+export function parseReply(reply: unknown, sixth?: 'rule' | 'delay_ms' | 'token'): Omit<Decision, 'name' | 'windowSeconds' | 'local'>;
 export function policyWindows(flat: ReadonlyArray<string | Buffer>): Array<number | undefined>;
 
 /** rate-limiter-flexible's RateLimiterRes. */

@@ -91,6 +91,7 @@ export function parseReply(reply, sixth) {
   };
   if (sixth === 'rule' && r.rule !== undefined) out.rule = Number(r.rule);
   if (sixth === 'delay_ms' && r.delay_ms !== undefined) out.delayMs = Number(r.delay_ms);
+  if (sixth === 'token' && r.token != null) out.token = String(r.token);
   for (const k of ['limit', 'remaining', 'retryAfterMs', 'resetAfterMs']) {
     if (!Number.isFinite(out[k])) throw new Error(`unexpected reply from the module: no ${k}`);
   }
@@ -119,8 +120,10 @@ const ALGORITHMS = {
   fixedwindow: { command: 'RL.FIXEDWINDOW', params: ['limit', 'window'], window: 'window' },
   slidingwindow: { command: 'RL.SLIDINGWINDOW', params: ['limit', 'window'], window: 'window' },
   slidinglog: { command: 'RL.SLIDINGLOG', params: ['limit', 'window'], window: 'window' },
+  // Requests in flight: a lease per admitted request, released when its response ends.
+  concurrency: { command: 'RL.CONCURRENCY.ACQUIRE', params: ['limit', 'lease'], sixth: 'token', concurrent: true },
 };
-const DURATION_PARAMS = new Set(['period', 'refillPeriod', 'leakPeriod', 'window']);
+const DURATION_PARAMS = new Set(['period', 'refillPeriod', 'leakPeriod', 'window', 'lease']);
 
 // RL.POLICY.GET's flat reply, rule by rule: the number of arguments after each algorithm's name.
 const RULE_ARITY = { GCRA: 3, TOKENBUCKET: 3, LEAKYBUCKET: 3, FIXEDWINDOW: 2, SLIDINGWINDOW: 2, SLIDINGLOG: 2 };
@@ -194,7 +197,8 @@ export const UNAVAILABLE_BODY = JSON.stringify({
  * Retry-After (left out when the request can never pass).
  */
 export function rateLimitHeaders(d) {
-  const w = d.windowSeconds === undefined ? '' : `;w=${d.windowSeconds}`;
+  let w = d.windowSeconds === undefined ? '' : `;w=${d.windowSeconds}`;
+  if (d.concurrent) w = ';qu="concurrent-requests"';
   const name = sfString(d.name);
   let t = '';
   if (d.allowed) t = `;t=${ceilSeconds(d.resetAfterMs)}`;
@@ -324,6 +328,7 @@ export class RateLimit {
       failures: 0, // Redis errors and timeouts
       failOpen: 0, // requests passed because Redis failed
       failClosed: 0, // requests refused because Redis failed
+      releaseFailures: 0, // concurrency leases not given back (they end by themselves)
     };
 
     if (limit === null || typeof limit !== 'object') {
@@ -335,7 +340,7 @@ export class RateLimit {
       this.command = 'RL.LIMIT';
       this.sixth = 'rule';
       this.args = [this.policy];
-      this.windows = undefined; // from RL.POLICY.GET, once
+      this.windows = undefined; // the promise of RL.POLICY.GET's windows, once
     } else {
       const algorithm = ALGORITHMS[String(limit.algorithm).toLowerCase()];
       if (algorithm === undefined) {
@@ -353,7 +358,8 @@ export class RateLimit {
           : `${count(limit[p], `limit.${p}`)}`,
       );
       if (algorithm.flag && limit[algorithm.flag]) this.args.push(algorithm.flag.toUpperCase());
-      this.windowSeconds = wholeSeconds(durationMs(limit[algorithm.window]));
+      this.concurrent = Boolean(algorithm.concurrent);
+      this.windowSeconds = this.concurrent ? undefined : wholeSeconds(durationMs(limit[algorithm.window]));
     }
   }
 
@@ -362,20 +368,28 @@ export class RateLimit {
     return `${this.prefix}${key}`;
   }
 
-  async #policyWindows() {
+  // One RL.POLICY.GET for all the requests that need it (read again after a failure).
+  #policyWindows() {
     if (this.windows === undefined) {
-      const flat = await this.client.sendCommand(['RL.POLICY.GET', this.policy]);
-      this.windows = Array.isArray(flat) ? policyWindows(flat) : [];
+      this.windows = this.client.sendCommand(['RL.POLICY.GET', this.policy]).then(
+        (flat) => (Array.isArray(flat) ? policyWindows(flat) : []),
+        (error) => {
+          this.windows = undefined;
+          throw error;
+        },
+      );
     }
     return this.windows;
   }
 
   async #ask(key, cost) {
     const args = [this.command, this.redisKey(key), ...this.args];
-    if (cost !== 1) args.push('COST', String(cost));
+    if (cost !== 1 && !this.concurrent) args.push('COST', String(cost));
     if (this.policy === undefined) {
       const reply = parseReply(await this.client.sendCommand(args), this.sixth);
-      return { ...reply, name: this.name, windowSeconds: this.windowSeconds };
+      const decision = { ...reply, name: this.name, windowSeconds: this.windowSeconds };
+      if (this.concurrent) decision.concurrent = true;
+      return decision;
     }
     const [windows, raw] = await Promise.all([this.#policyWindows(), this.client.sendCommand(args)]);
     const reply = parseReply(raw, 'rule');
@@ -424,9 +438,30 @@ export class RateLimit {
       this.stats.admitted += 1;
     } else {
       this.stats.denied += 1;
-      this.memory.remember(memoryKey, decision, this.now());
+      // A lease can end before its retry time (a release), so concurrency is asked every time.
+      if (!this.concurrent) this.memory.remember(memoryKey, decision, this.now());
     }
     return { ...decision, local: false };
+  }
+
+  /**
+   * Gives back the lease of an admitted concurrency decision (RL.CONCURRENCY.RELEASE). Never
+   * rejects: a failure is logged and counted (`releaseFailures`); the lease then ends by itself.
+   */
+  async release(key, decision) {
+    if (!this.concurrent || !decision?.allowed || decision.token === undefined) return;
+    try {
+      await withTimeout(
+        this.client.sendCommand(['RL.CONCURRENCY.RELEASE', this.redisKey(key), decision.token]),
+        this.timeout,
+      );
+    } catch (error) {
+      this.stats.releaseFailures += 1;
+      this.logger?.warn?.(
+        `ratelimit: RL.CONCURRENCY.RELEASE for ${JSON.stringify(this.redisKey(key))} failed ` +
+          `(${error?.message ?? error}); the lease ends by itself`,
+      );
+    }
   }
 }
 
@@ -452,8 +487,10 @@ export function rateLimitMiddleware(options = {}) {
   const costOf = options.cost ?? (() => 1);
   const middleware = (req, res, next) => {
     let pending;
+    let key;
     try {
-      pending = limiter.check(keyOf(req), costOf(req));
+      key = keyOf(req);
+      pending = limiter.check(key, costOf(req));
     } catch (error) {
       next(error);
       return;
@@ -466,6 +503,9 @@ export function rateLimitMiddleware(options = {}) {
           return;
         }
         for (const [name, value] of rateLimitHeaders(d)) res.setHeader(name, value);
+        // A concurrency lease is held while the response is in flight: 'close' comes once it
+        // is sent or the connection is gone.
+        if (d.allowed && d.token !== undefined) res.once('close', () => limiter.release(key, d));
         if (d.allowed) next();
         else send(res, 429, quotaExceededBody(d.name));
       },

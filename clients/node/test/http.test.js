@@ -215,3 +215,56 @@ test('RESP2 clients get the same fields', async () => {
     await resp2.quit();
   }
 });
+
+test('concurrency: a lease per request in flight, given back when its response ends', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const limit = rateLimitMiddleware({
+    client,
+    limit: { algorithm: 'concurrency', limit: 2, lease: '30s' },
+    key: () => 'jobs',
+    prefix: 'rl:conc:',
+    logger: memoryLogger(),
+  });
+  let open;
+  const gate = new Promise((r) => { open = r; });
+  const a = express();
+  a.use(limit);
+  a.get('/', async (req, res) => {
+    await gate;
+    res.send('done');
+  });
+  const http = await serve(a);
+  const held = async () => {
+    const info = await client.sendCommand(['RL.INSPECT', 'rl:conc:jobs']);
+    const map = info instanceof Map ? Object.fromEntries(info) : info;
+    return Number(map?.held ?? 0);
+  };
+  const until = async (n) => {
+    for (let i = 0; i < 200 && (await held()) !== n; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(await held(), n);
+  };
+  try {
+    const first = get(http.url);
+    const second = get(http.url);
+    await until(2);
+    // Both slots are held: refused, qu="concurrent-requests" and no w; t from the lease's end.
+    const refused = await get(http.url);
+    assert.deepEqual(limitFields(refused), [
+      429, '"default";q=2;qu="concurrent-requests"', '"default";r=0;t=30', '2', '0', '30', '30',
+    ]);
+    // Not remembered: a lease may be given back before its retry time.
+    assert.equal(limit.limiter.memory.size, 0);
+    open();
+    const done = await Promise.all([first, second]);
+    // The two admitted ones, in whichever order the server took them.
+    assert.deepEqual(done.map(limitFields).sort((x, y) => x[2].localeCompare(y[2])), [
+      [200, '"default";q=2;qu="concurrent-requests"', '"default";r=0;t=30', '2', '0', '30', undefined],
+      [200, '"default";q=2;qu="concurrent-requests"', '"default";r=1;t=30', '2', '1', '30', undefined],
+    ]);
+    await until(0);
+    assert.equal((await get(http.url)).headers.ratelimit, '"default";r=1;t=30');
+    assert.equal(limit.limiter.stats.releaseFailures, 0);
+  } finally {
+    await http.close();
+  }
+});
