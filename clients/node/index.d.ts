@@ -34,7 +34,7 @@ export interface Logger {
 export interface RateLimitOptions {
   client: RedisClientLike;
   limit: Limit;
-  /** The name in the fields; default "default" (for a policy: its name, or "<policy>/<rule>"). */
+  /** The name in the fields; default "default", or the policy's; "<name>/<rule>" for a policy of several rules. */
   name?: string;
   /** Prepended to every key in Redis; default "rl:http:". */
   prefix?: string;

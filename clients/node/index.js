@@ -231,17 +231,19 @@ class DenialMemory {
     return this.entries.size;
   }
 
-  lookup(key, now) {
+  // A remembered denial of `cost` units also refuses a request of that cost or more; a smaller
+  // one may fit, so it is asked.
+  lookup(key, cost, now) {
     const e = this.entries.get(key);
     if (e === undefined) return undefined;
     if (e.until <= now) {
       this.entries.delete(key);
       return undefined;
     }
-    return e;
+    return cost < e.cost ? undefined : e;
   }
 
-  remember(key, decision, now) {
+  remember(key, decision, cost, now) {
     if (this.max <= 0 || decision.retryAfterMs < 0) return;
     this.entries.delete(key);
     if (this.entries.size >= this.max) {
@@ -253,6 +255,7 @@ class DenialMemory {
       if (this.entries.size >= this.max) this.entries.delete(this.entries.keys().next().value);
     }
     this.entries.set(key, {
+      cost,
       until: now + decision.retryAfterMs,
       resetAt: now + decision.resetAfterMs,
       decision,
@@ -336,7 +339,7 @@ export class RateLimit {
     }
     if (limit.policy !== undefined) {
       this.policy = checkName(limit.policy, 'policy');
-      this.name = name === undefined ? undefined : checkName(name, 'name');
+      this.name = checkName(name ?? this.policy, 'name');
       this.command = 'RL.LIMIT';
       this.sixth = 'rule';
       this.args = [this.policy];
@@ -394,7 +397,7 @@ export class RateLimit {
     const [windows, raw] = await Promise.all([this.#policyWindows(), this.client.sendCommand(args)]);
     const reply = parseReply(raw, 'rule');
     const rule = reply.rule ?? 0;
-    const name = this.name ?? (windows.length > 1 ? `${this.policy}/${rule}` : this.policy);
+    const name = windows.length > 1 ? `${this.name}/${rule}` : this.name;
     return { ...reply, name, windowSeconds: windows[rule] };
   }
 
@@ -407,7 +410,7 @@ export class RateLimit {
     count(cost, 'cost', 0);
     const memoryKey = String(key);
     const now = this.now();
-    const remembered = this.memory.lookup(memoryKey, now);
+    const remembered = this.memory.lookup(memoryKey, cost, now);
     if (remembered !== undefined) {
       this.stats.denied += 1;
       this.stats.deniedLocally += 1;
@@ -439,7 +442,7 @@ export class RateLimit {
     } else {
       this.stats.denied += 1;
       // A lease can end before its retry time (a release), so concurrency is asked every time.
-      if (!this.concurrent) this.memory.remember(memoryKey, decision, this.now());
+      if (!this.concurrent) this.memory.remember(memoryKey, decision, cost, this.now());
     }
     return { ...decision, local: false };
   }

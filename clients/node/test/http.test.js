@@ -125,6 +125,31 @@ test('a request that can never pass: no t, no Retry-After, and not remembered', 
   }
 });
 
+test('a remembered denial refuses the same cost or more; a smaller cost is asked', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { http, limiter } = await app({
+    limit: { algorithm: 'tokenbucket', capacity: 4, refillAmount: 4, refillPeriod: '1m' },
+    cost: (req) => Number(req.get('X-Cost')),
+    prefix: 'rl:cost:',
+  });
+  const costing = (n) => get(http.url, '/', { 'X-Client-Id': 'gina', 'X-Cost': `${n}` });
+  try {
+    assert.equal((await costing(3)).headers.ratelimit, '"default";r=1;t=45');
+    const calls0 = await calls(client, 'RL.TOKENBUCKET');
+    // 3 more do not fit: 2 of them are missing, 30 s at 4 a minute.
+    assert.deepEqual(limitFields(await costing(3)), [429, '"default";q=4;w=60', '"default";r=1;t=30', '4', '1', '45', '30']);
+    // Remembered: r=0 from the memory (the same cost or more), without a round trip.
+    assert.deepEqual(limitFields(await costing(4)), [429, '"default";q=4;w=60', '"default";r=0;t=30', '4', '0', '45', '30']);
+    assert.equal(await calls(client, 'RL.TOKENBUCKET'), calls0 + 1);
+    // One unit fits: asked, and admitted.
+    assert.deepEqual(limitFields(await costing(1)), [200, '"default";q=4;w=60', '"default";r=0;t=60', '4', '0', '60', undefined]);
+    assert.equal(await calls(client, 'RL.TOKENBUCKET'), calls0 + 2);
+    assert.equal(limiter.stats.deniedLocally, 1);
+  } finally {
+    await http.close();
+  }
+});
+
 test('w is left out when the window is not whole seconds', async () => {
   await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
   const { http, as } = await app({
@@ -146,6 +171,7 @@ test('RL.LIMIT: the policy name, "<policy>/<rule>" with several rules, w from ea
   await client.sendCommand(['RL.POLICY.SET', 'solo', 'SLIDINGWINDOW', '5', '10s']);
   const multi = await app({ limit: { policy: 'api' }, prefix: 'rl:api:' });
   const single = await app({ limit: { policy: 'solo' }, prefix: 'rl:solo:' });
+  const named = await app({ limit: { policy: 'api' }, name: 'tiers', prefix: 'rl:named:' });
   try {
     // The GCRA rule binds first (fewest remaining); a tie goes to the earlier rule.
     assert.deepEqual(limitFields(await multi.as('erin')), [
@@ -169,10 +195,13 @@ test('RL.LIMIT: the policy name, "<policy>/<rule>" with several rules, w from ea
     assert.deepEqual(limitFields(await single.as('erin')), [
       200, '"solo";q=5;w=10', '"solo";r=4;t=9', '5', '4', '9', undefined,
     ]);
-    assert.equal(await calls(client, 'RL.POLICY.GET'), 2, 'each policy read once');
+    // A name given to a policy takes the policy's place, the rule's index still after it.
+    assert.equal((await named.as('erin')).headers.ratelimit, '"tiers/0";r=1;t=1');
+    assert.equal(await calls(client, 'RL.POLICY.GET'), 3, 'each limit reads its policy once');
   } finally {
     await multi.http.close();
     await single.http.close();
+    await named.http.close();
   }
 });
 
