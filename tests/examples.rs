@@ -286,7 +286,7 @@ fn node_fields(r: &Response) -> (u16, [Option<&str>; 6]) {
 }
 
 /// How often the server ran RL.GCRA, from INFO commandstats.
-fn gcra_calls(c: &mut common::Client) -> u64 {
+fn node_gcra_calls(c: &mut common::Client) -> u64 {
     let stats = c.info_field("commandstats", "cmdstat_rl.gcra");
     stats
         .split(',')
@@ -347,7 +347,7 @@ fn node_limits_each_client_over_http(server: &Server, service: &Service) {
             Some("6"),
         ],
     );
-    let calls = gcra_calls(&mut c);
+    let calls = node_gcra_calls(&mut c);
     let r = service.get(Some("alice"));
     assert_eq!(node_fields(&r), refused, "{r:?}");
     assert_eq!(r.header("Content-Type"), Some("application/problem+json"));
@@ -355,7 +355,7 @@ fn node_limits_each_client_over_http(server: &Server, service: &Service) {
     let r = service.get(Some("alice"));
     assert_eq!(node_fields(&r), refused, "{r:?}");
     assert_eq!(
-        gcra_calls(&mut c),
+        node_gcra_calls(&mut c),
         calls + 1,
         "the second refusal cost no RL.GCRA"
     );
