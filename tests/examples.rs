@@ -471,7 +471,7 @@ fn node_example_limits_each_client_over_http_with_resp3() {
         "the Node example's node_modules with the redis client",
     );
     required(
-        dir.join("node_modules/ratelimit-module-client/package.json"),
+        dir.join("node_modules/ratelimit-redis-module/package.json"),
         "the Node example's node_modules with the package in clients/node",
     );
     let node = Command::new("node")

@@ -1,4 +1,4 @@
-// Types of ratelimit-module-client (index.js).
+// Types of ratelimit-redis-module (index.js).
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
 

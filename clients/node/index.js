@@ -1,4 +1,4 @@
-// ratelimit-module-client: the ratelimit Redis module in a Node service, on node-redis 5.
+// ratelimit-redis-module: the ratelimit Redis module in a Node service, on node-redis 5.
 //
 // - RateLimit: one limit (one algorithm's command, or an RL.LIMIT policy) checked for a key,
 //   with the local denial memory, the timeout and fail open / fail closed.
@@ -564,7 +564,7 @@ export class RateLimiterRedis {
   constructor(opts = {}) {
     if (opts.storeClient === undefined) throw new Error('storeClient is not set');
     for (const o of UNSUPPORTED_OPTIONS) {
-      if (opts[o]) throw new Error(`${o} is not supported by ratelimit-module-client's RateLimiterRedis`);
+      if (opts[o]) throw new Error(`${o} is not supported by ratelimit-redis-module's RateLimiterRedis`);
     }
     this.client = opts.storeClient;
     this.points = opts.points === undefined ? 4 : opts.points;
@@ -751,6 +751,6 @@ export class RateLimiterRedis {
 
   /** rate-limiter-flexible's set(): the module has no way to write a count, so it refuses. */
   set() {
-    return Promise.reject(new Error("set() is not supported by ratelimit-module-client's RateLimiterRedis"));
+    return Promise.reject(new Error("set() is not supported by ratelimit-redis-module's RateLimiterRedis"));
   }
 }

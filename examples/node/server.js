@@ -12,7 +12,7 @@
 
 import http from 'node:http';
 import { createClient } from 'redis';
-import { rateLimitMiddleware } from 'ratelimit-module-client';
+import { rateLimitMiddleware } from 'ratelimit-redis-module';
 
 // disableOfflineQueue: while Redis is unreachable a command fails at once instead of waiting.
 const db = createClient({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', RESP: 3, disableOfflineQueue: true });

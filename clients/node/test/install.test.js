@@ -18,15 +18,15 @@ test('npm install of the packed package into a fresh directory, offline', () => 
   try {
     npm(['pack', pkg, '--pack-destination', dir], dir);
     const tarball = readdirSync(dir).find((f) => f.endsWith('.tgz'));
-    assert.match(tarball, /^ratelimit-module-client-\d+\.\d+\.\d+\.tgz$/);
+    assert.match(tarball, /^ratelimit-redis-module-\d+\.\d+\.\d+\.tgz$/);
     writeFileSync(path.join(dir, 'package.json'), JSON.stringify({ name: 'fresh', version: '1.0.0', private: true, type: 'module' }));
     npm(['install', '--offline', `./${tarball}`], dir);
     // The peer dependency came along, and the package's files are those it declares.
     assert.ok(existsSync(path.join(dir, 'node_modules/redis/package.json')), 'node-redis installed as the peer');
-    assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-module-client')).sort(),
+    assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module')).sort(),
       ['README.md', 'index.d.ts', 'index.js', 'package.json']);
     const script = `
-      import { RateLimiterRedis, rateLimitMiddleware, rateLimitHeaders } from 'ratelimit-module-client';
+      import { RateLimiterRedis, rateLimitMiddleware, rateLimitHeaders } from 'ratelimit-redis-module';
       import { createClient } from 'redis';
       const client = createClient();
       const mw = rateLimitMiddleware({ client, limit: { algorithm: 'gcra', burst: 5, rate: 10, period: '1m' } });

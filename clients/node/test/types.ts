@@ -8,7 +8,7 @@ import {
   rateLimitHeaders,
   rateLimitMiddleware,
   type Decision,
-} from 'ratelimit-module-client';
+} from 'ratelimit-redis-module';
 
 const client = createClient({ RESP: 3 });
 const app = express();
