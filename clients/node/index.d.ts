@@ -155,6 +155,13 @@ export interface RateLimiterRedisOptions {
   keyPrefix?: string;
   /** Seconds a key is blocked for once a consume goes over the points; default 0 (none). */
   blockDuration?: number;
+  /** Spread admitted consumes over the window: resolve after a delay. */
+  execEvenly?: boolean;
+  execEvenlyMinDelayMs?: number;
+  /** Refuse a key in the process once it has consumed this many points. */
+  inMemoryBlockOnConsumed?: number;
+  /** Seconds of that in-memory block (default: the window's time left). */
+  inMemoryBlockDuration?: number;
   insuranceLimiter?: RateLimiterLike;
   rejectIfRedisNotReady?: boolean;
   /** Accepted and ignored (the client is node-redis either way). */
@@ -179,4 +186,5 @@ export class RateLimiterRedis implements RateLimiterLike {
   penalty(key: string | number, points?: number, options?: object): Promise<RateLimiterRes>;
   block(key: string | number, secDuration: number, options?: object): Promise<RateLimiterRes>;
   set(): Promise<never>;
+  deleteInMemoryBlockedAll(): void;
 }

@@ -545,14 +545,8 @@ export class RateLimiterRes {
   }
 }
 
-const UNSUPPORTED_OPTIONS = [
-  'execEvenly',
-  'execEvenlyMinDelayMs',
-  'inMemoryBlockOnConsumed',
-  'inMemoryBlockDuration',
-  'blockOnConsumed',
-  'customIncrTtlLuaScript',
-];
+const UNSUPPORTED_OPTIONS = ['blockOnConsumed', 'customIncrTtlLuaScript'];
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
  * rate-limiter-flexible's RateLimiterRedis, on the module: `points` per `duration` seconds, the
@@ -585,7 +579,30 @@ export class RateLimiterRedis {
     if (typeof this.keyPrefix !== 'string') throw new Error('keyPrefix must be string');
     this.insuranceLimiter = opts.insuranceLimiter;
     this.rejectIfRedisNotReady = Boolean(opts.rejectIfRedisNotReady);
-    this.execEvenly = false;
+    // execEvenly: an admitted consume resolves after a delay that spreads the rest of the
+    // window's points over the time left (rate-limiter-flexible's formula, see consume).
+    this.execEvenly = Boolean(opts.execEvenly);
+    this.execEvenlyMinDelayMs = opts.execEvenlyMinDelayMs ?? Math.ceil(this.msDuration / this.points);
+    // In-memory block: a key that has consumed inMemoryBlockOnConsumed points is refused in
+    // this process, without Redis, for inMemoryBlockDuration seconds (or the window's time left).
+    this.inMemoryBlockOnConsumed = opts.inMemoryBlockOnConsumed ? parseInt(opts.inMemoryBlockOnConsumed, 10) : 0;
+    if (this.inMemoryBlockOnConsumed > 0 && this.points > this.inMemoryBlockOnConsumed) {
+      throw new Error('inMemoryBlockOnConsumed option must be greater or equal "points" option');
+    }
+    this.inMemoryBlockDuration = opts.inMemoryBlockDuration ? parseInt(opts.inMemoryBlockDuration, 10) : 0;
+    if (this.inMemoryBlockDuration > 0 && this.inMemoryBlockOnConsumed === 0) {
+      throw new Error('inMemoryBlockOnConsumed option must be set up');
+    }
+    this.inMemoryBlocked = new DenialMemory(10_000);
+  }
+
+  #blockInMemory(rlKey, ms) {
+    if (ms > 0) this.inMemoryBlocked.remember(rlKey, { retryAfterMs: ms, resetAfterMs: ms }, 0, monotonicMs());
+  }
+
+  /** Forgets every in-memory block. */
+  deleteInMemoryBlockedAll() {
+    this.inMemoryBlocked.entries.clear();
   }
 
   get msDuration() {
@@ -665,18 +682,43 @@ export class RateLimiterRedis {
   consume(key, points = 1, options = {}) {
     return this.#insured('consume', [key, points, options], async () => {
       points = this.#checkPoints(points);
+      const rlKey = this.getKey(key);
+      if (this.inMemoryBlockOnConsumed > 0) {
+        const now = monotonicMs();
+        const blocked = this.inMemoryBlocked.lookup(rlKey, 0, now);
+        if (blocked !== undefined) throw new RateLimiterRes(0, Math.ceil(blocked.until - now));
+      }
       const extra = [];
       if (points !== 1) extra.push('COST', String(points));
       if (this.blockDuration > 0) extra.push('BLOCK', `${Math.max(1, Math.round(this.msBlockDuration))}ms`);
       const r = await this.#send(this.#command(key, ...extra));
+      let res;
       if (r.allowed) {
         const consumed = r.limit - r.remaining;
-        return new RateLimiterRes(r.remaining, this.#ms(r.resetAfterMs), consumed, consumed === points);
+        res = new RateLimiterRes(r.remaining, this.#ms(r.resetAfterMs), consumed, consumed === points);
+      } else {
+        // Refused: what the window holds plus what was asked (more than points), as
+        // rate-limiter-flexible counts it; the state itself took nothing.
+        const ms = r.retryAfterMs >= 0 ? r.retryAfterMs : this.#ms(r.resetAfterMs);
+        res = new RateLimiterRes(0, ms, r.limit - r.remaining + points, false);
       }
-      // Refused: what the window holds plus what was asked (more than points), as
-      // rate-limiter-flexible counts it; the state itself took nothing.
-      const ms = r.retryAfterMs >= 0 ? r.retryAfterMs : this.#ms(r.resetAfterMs);
-      throw new RateLimiterRes(0, ms, r.limit - r.remaining + points, false);
+      const inMemory = this.inMemoryBlockOnConsumed > 0 && res.consumedPoints >= this.inMemoryBlockOnConsumed;
+      if (inMemory && !(this.inMemoryBlockDuration > 0)) {
+        this.#blockInMemory(rlKey, res.msBeforeNext);
+      } else if (inMemory && !r.allowed) {
+        res.msBeforeNext = this.inMemoryBlockDuration * 1000;
+        this.#blockInMemory(rlKey, res.msBeforeNext);
+      }
+      if (!r.allowed) throw res;
+      if (this.execEvenly && res.msBeforeNext > 0 && !res.isFirstInDuration) {
+        // Spread: the time left shared by the points left and this one (+2), at least
+        // execEvenlyMinDelayMs per point consumed; msBeforeNext counts the wait as spent.
+        let delay = Math.ceil(res.msBeforeNext / (res.remainingPoints + 2));
+        if (delay < this.execEvenlyMinDelayMs) delay = res.consumedPoints * this.execEvenlyMinDelayMs;
+        res.msBeforeNext = Math.max(res.msBeforeNext - delay, 0);
+        await sleep(delay);
+      }
+      return res;
     });
   }
 
@@ -693,6 +735,7 @@ export class RateLimiterRedis {
   delete(key, options = {}) {
     return this.#insured('delete', [key, options], async () => {
       const n = await this.client.del(this.getKey(key));
+      this.inMemoryBlocked.entries.delete(this.getKey(key));
       return Number(n) > 0;
     });
   }

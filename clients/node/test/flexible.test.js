@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import * as RLF from 'rate-limiter-flexible';
 import { RateLimiterRedis, RateLimiterRes } from '../index.js';
-import { T0_MS, connect, startRedis } from './helpers.js';
+import { T0_MS, calls, connect, startRedis } from './helpers.js';
 
 let redis;
 let client;
@@ -192,8 +192,56 @@ test('reward gives points back with RL.REFUND', async () => {
   assert.equal((await ours.consume('r')).remainingPoints, 3);
 });
 
+test('execEvenly: admitted consumes are spread over the time left in the window', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { ours, theirs } = pair({ points: 3, duration: 2, execEvenly: true }, 'evenly');
+  // The first of a window at once; then ceil(ms left / (points left + 2)): 2000 / 3 = 667 ms,
+  // then 2000 / 2 = 1000 ms (our clock is frozen), msBeforeNext less the wait. (The key lives
+  // 2 s of real time from each write: long enough for the waits.)
+  const expected = [
+    [0, { remainingPoints: 2, msBeforeNext: 2000, consumedPoints: 1, isFirstInDuration: true }],
+    [667, { remainingPoints: 1, msBeforeNext: 1333, consumedPoints: 2, isFirstInDuration: false }],
+    [1000, { remainingPoints: 0, msBeforeNext: 1000, consumedPoints: 3, isFirstInDuration: false }],
+  ];
+  for (const [wait, fields] of expected) {
+    const started = performance.now();
+    const mine = await outcome(ours.consume('e'));
+    const waited = performance.now() - started;
+    assert.deepEqual(mine, ['resolved', fields]);
+    assert.ok(waited >= wait - 2 && waited < wait + 1000, `waited ${waited} ms for ${wait}`);
+  }
+  // Theirs, on a real clock, the same fields (msBeforeNext within the time the test took).
+  const theirFields = [];
+  for (let i = 0; i < 3; i++) theirFields.push(await outcome(theirs.consume('e')));
+  assert.deepEqual(theirFields.map(([kind, f]) => [kind, f.remainingPoints, f.consumedPoints, f.isFirstInDuration]),
+    expected.map(([, f]) => ['resolved', f.remainingPoints, f.consumedPoints, f.isFirstInDuration]));
+});
+
+test('inMemoryBlockOnConsumed: a key over it is refused in the process, without Redis', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { ours, theirs } = pair({ points: 2, duration: 60, inMemoryBlockOnConsumed: 3, inMemoryBlockDuration: 10 }, 'inmem');
+  for (let i = 0; i < 2; i++) same(await outcome(ours.consume('m')), await outcome(theirs.consume('m')), `consume ${i}`);
+  // The third reaches 3: refused, and blocked in memory for 10 s.
+  const third = await outcome(ours.consume('m'));
+  assert.deepEqual(third, ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 3, isFirstInDuration: false }]);
+  same(third, await outcome(theirs.consume('m')), 'the consume that blocks in memory');
+  // The next is refused by the process: RateLimiterRes(0, time left), no command sent.
+  const before = await calls(client, 'RL.TOKENBUCKET');
+  const [kind, res] = await outcome(ours.consume('m'));
+  assert.equal(await calls(client, 'RL.TOKENBUCKET'), before);
+  assert.equal(kind, 'rejected');
+  assert.deepEqual({ ...res, msBeforeNext: 0 }, { remainingPoints: 0, msBeforeNext: 0, consumedPoints: 0, isFirstInDuration: false });
+  assert.ok(res.msBeforeNext > 9_000 && res.msBeforeNext <= 10_000, `${res.msBeforeNext}`);
+  same(['rejected', { ...res, msBeforeNext: 10_000 }], await outcome(theirs.consume('m')), 'refused in memory', 2000);
+  // delete() forgets the block too.
+  assert.equal(await ours.delete('m'), true);
+  assert.equal((await ours.consume('m')).consumedPoints, 1);
+  assert.throws(() => new RateLimiterRedis({ storeClient: client, points: 5, inMemoryBlockOnConsumed: 4 }),
+    /inMemoryBlockOnConsumed option must be greater or equal "points" option/);
+});
+
 test('options rate-limiter-flexible has and the module cannot honour are refused', () => {
-  for (const option of ['execEvenly', 'inMemoryBlockOnConsumed', 'blockOnConsumed']) {
+  for (const option of ['blockOnConsumed']) {
     assert.throws(() => new RateLimiterRedis({ storeClient: client, points: 5, [option]: 10 }),
       new RegExp(`${option} is not supported`));
   }
