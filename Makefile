@@ -39,6 +39,7 @@ bench: test-deps build
 	cargo bench -p ratelimit-algorithms --bench algorithms
 	python3 scripts/bench.py
 	clients/python/.venv/bin/python scripts/bench_clients_python.py
+	node scripts/bench_clients_node.mjs
 
 lint: deps
 	cargo fmt --all -- --check

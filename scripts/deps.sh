@@ -111,3 +111,12 @@ if ! cmp -s "$node/package-lock.json" "$node/node_modules/.installed-lock.json";
   (cd "$node" && npm ci --no-audit --no-fund --loglevel=error)
   cp "$node/package-lock.json" "$node/node_modules/.installed-lock.json"
 fi
+
+# The Node client package (clients/node): its pinned development dependencies (node-redis,
+# Express, rate-limiter-flexible, TypeScript) for its tests, the same way.
+pkg=clients/node
+if ! cmp -s "$pkg/package-lock.json" "$pkg/node_modules/.installed-lock.json"; then
+  echo "deps: npm ci in $pkg" >&2
+  (cd "$pkg" && npm ci --no-audit --no-fund --loglevel=error)
+  cp "$pkg/package-lock.json" "$pkg/node_modules/.installed-lock.json"
+fi

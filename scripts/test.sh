@@ -36,6 +36,15 @@ else
   summary+=("Python package: FAILED")
   failed+=("Python package")
 fi
+# The Node client package's own tests (clients/node: node --test), once, against Redis 7.0:
+# real servers and real HTTP, as the integration tests.
+echo "== the Node client package's tests (clients/node)"
+if (cd clients/node && RATELIMIT_SERVER="${servers[0]}" npm test); then
+  summary+=("clients/node: passed")
+else
+  summary+=("clients/node: FAILED")
+  failed+=("clients/node")
+fi
 printf '== %s\n' "${summary[@]}"
 if ((${#failed[@]})); then
   printf '== failed: %s\n' "${failed[@]}"

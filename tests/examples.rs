@@ -405,12 +405,210 @@ fn python_example_limits_each_client_over_http() {
     python_fails_closed_without_redis(&mut server, &service);
 }
 
+/// The Node service's fields (the package in clients/node): status, RateLimit-Policy,
+/// RateLimit, X-RateLimit-Limit, -Remaining, -Reset and Retry-After (None when absent).
+fn node_fields(r: &Response) -> (u16, [Option<&str>; 6]) {
+    (
+        r.status,
+        [
+            r.header("RateLimit-Policy"),
+            r.header("RateLimit"),
+            r.header("X-RateLimit-Limit"),
+            r.header("X-RateLimit-Remaining"),
+            r.header("X-RateLimit-Reset"),
+            r.header("Retry-After"),
+        ],
+    )
+}
+
+/// How often the server ran RL.GCRA, from INFO commandstats.
+fn node_gcra_calls(c: &mut common::Client) -> u64 {
+    let stats = c.info_field("commandstats", "cmdstat_rl.gcra");
+    stats
+        .split(',')
+        .find_map(|f| f.strip_prefix("calls="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no calls in {stats:?}"))
+}
+
+/// The Node service's story: the same limit, with the package's fields, and a denial answered
+/// from its memory without a round trip. Each caller who is refused is then remembered (in real
+/// time, while the test moves the server's clock), so each rounding case has a caller of its own.
+fn node_limits_each_client_over_http(server: &Server, service: &Service) {
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    const POLICY: Option<&str> = Some("\"default\";q=5;w=60");
+
+    // The burst of alice: 5 admitted, each leaving one less and 6 s more until the key is fresh.
+    for (remaining, reset) in [
+        ("4", "6"),
+        ("3", "12"),
+        ("2", "18"),
+        ("1", "24"),
+        ("0", "30"),
+    ] {
+        let r = service.get(Some("alice"));
+        let limit = format!("\"default\";r={remaining};t={reset}");
+        assert_eq!(
+            node_fields(&r),
+            (
+                200,
+                [
+                    POLICY,
+                    Some(&limit),
+                    Some("5"),
+                    Some(remaining),
+                    Some(reset),
+                    None
+                ]
+            ),
+            "{r:?}"
+        );
+    }
+    // Three more callers spend their burst at the same instant.
+    for client in ["erin", "grace", "ivan"] {
+        for _ in 0..5 {
+            assert_eq!(service.get(Some(client)).status, 200);
+        }
+    }
+    // The sixth waits one emission interval: 429, with t and Retry-After 6.
+    let refused = (
+        429,
+        [
+            POLICY,
+            Some("\"default\";r=0;t=6"),
+            Some("5"),
+            Some("0"),
+            Some("30"),
+            Some("6"),
+        ],
+    );
+    let calls = node_gcra_calls(&mut c);
+    let r = service.get(Some("alice"));
+    assert_eq!(node_fields(&r), refused, "{r:?}");
+    assert_eq!(r.header("Content-Type"), Some("application/problem+json"));
+    // Asked again at once: the same answer from the service's memory, without a round trip.
+    let r = service.get(Some("alice"));
+    assert_eq!(node_fields(&r), refused, "{r:?}");
+    assert_eq!(
+        node_gcra_calls(&mut c),
+        calls + 1,
+        "the second refusal cost no RL.GCRA"
+    );
+
+    // Another client has a limit of its own.
+    let r = service.get(Some("bob"));
+    assert_eq!(
+        node_fields(&r),
+        (
+            200,
+            [
+                POLICY,
+                Some("\"default\";r=4;t=6"),
+                Some("5"),
+                Some("4"),
+                Some("6"),
+                None
+            ]
+        ),
+        "{r:?}"
+    );
+
+    // Seconds are rounded up: 3500 ms to wait is 4, 27500 ms to reset is 28.
+    c.clock_advance(2_500);
+    let r = service.get(Some("erin"));
+    assert_eq!(
+        node_fields(&r),
+        (
+            429,
+            [
+                POLICY,
+                Some("\"default\";r=0;t=4"),
+                Some("5"),
+                Some("0"),
+                Some("28"),
+                Some("4")
+            ]
+        ),
+        "{r:?}"
+    );
+    // 1 ms early is still too early, and still a whole second to wait.
+    c.clock_advance(3_499);
+    let r = service.get(Some("grace"));
+    assert_eq!(
+        node_fields(&r),
+        (
+            429,
+            [
+                POLICY,
+                Some("\"default\";r=0;t=1"),
+                Some("5"),
+                Some("0"),
+                Some("25"),
+                Some("1")
+            ]
+        ),
+        "{r:?}"
+    );
+    c.clock_advance(1);
+    let r = service.get(Some("ivan"));
+    assert_eq!(
+        node_fields(&r),
+        (
+            200,
+            [
+                POLICY,
+                Some("\"default\";r=0;t=30"),
+                Some("5"),
+                Some("0"),
+                Some("30"),
+                None
+            ]
+        ),
+        "{r:?}"
+    );
+
+    // Without X-Client-Id the client is its address.
+    let r = service.get(None);
+    assert_eq!(
+        node_fields(&r),
+        (
+            200,
+            [
+                POLICY,
+                Some("\"default\";r=4;t=6"),
+                Some("5"),
+                Some("4"),
+                Some("6"),
+                None
+            ]
+        ),
+        "{r:?}"
+    );
+    assert_eq!(c.cmd(&["EXISTS", "rl:http:127.0.0.1"]), Reply::Int(1));
+}
+
+/// With Redis gone, the Node service fails closed: 503 with its problem body, no limit fields.
+/// (Not alice: her refusal may still be in the service's memory, answered without Redis.)
+fn node_fails_closed_without_redis(server: &mut Server, service: &Service) {
+    server.stop();
+    for client in [Some("bob"), Some("carol"), None] {
+        let r = service.get(client);
+        assert_eq!(node_fields(&r), (503, [None; 6]), "{r:?}");
+        assert_eq!(r.header("Content-Type"), Some("application/problem+json"));
+    }
+}
+
 #[test]
 fn node_example_limits_each_client_over_http_with_resp3() {
     let dir = examples_dir().join("node");
     required(
         dir.join("node_modules/redis/package.json"),
         "the Node example's node_modules with the redis client",
+    );
+    required(
+        dir.join("node_modules/ratelimit-redis-module/package.json"),
+        "the Node example's node_modules with the package in clients/node",
     );
     let node = Command::new("node")
         .arg("--version")
@@ -419,8 +617,8 @@ fn node_example_limits_each_client_over_http_with_resp3() {
     assert!(node.status.success(), "node --version failed: {node:?}");
     let mut server = Server::start();
     let service = Service::start(Path::new("node"), &["server.js"], &dir, server.port);
-    limits_each_client_over_http(&server, &service);
+    node_limits_each_client_over_http(&server, &service);
     // The reply it read was the RESP3 map, with `allowed` a boolean.
     assert_eq!(service_protocols(&server), ["resp=3"]);
-    fails_closed_without_redis(&mut server, &service);
+    node_fails_closed_without_redis(&mut server, &service);
 }

@@ -1,8 +1,9 @@
-// An HTTP service that limits each client with RL.GCRA, using node-redis over RESP3.
+// An HTTP service that limits each client with RL.GCRA, through the package in clients/node.
 //
 // Every request costs one unit of the caller's limit: a burst of 5, then 10 per minute (one
-// every 6 s). The caller is the X-Client-Id header, or else the remote address. The reply of
-// RL.GCRA becomes the RateLimit-* headers; a denied request gets 429 and Retry-After.
+// every 6 s). The caller is the X-Client-Id header, or else the remote address. The package
+// sets RateLimit-Policy, RateLimit and X-RateLimit-*, and refuses with 429 (Retry-After and a
+// problem+json body); a denial is remembered in-process until its retry time.
 //
 //     PORT=8080 REDIS_URL=redis://127.0.0.1:6379 node server.js
 //     curl -i -H 'X-Client-Id: alice' http://127.0.0.1:8080/
@@ -11,54 +12,26 @@
 
 import http from 'node:http';
 import { createClient } from 'redis';
+import { rateLimitMiddleware } from 'ratelimit-redis-module';
 
-const BURST = 5, RATE = 10, PERIOD = '1m';
-const POLICY = `${RATE};w=60;burst=${BURST}`;
-
-// RESP3, so the reply is a map with a boolean `allowed`. disableOfflineQueue: while Redis is
-// unreachable a command fails at once (a 503) instead of waiting for the reconnection.
-const db = createClient({
-  url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
-  RESP: 3,
-  disableOfflineQueue: true,
-});
+// disableOfflineQueue: while Redis is unreachable a command fails at once instead of waiting.
+const db = createClient({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', RESP: 3, disableOfflineQueue: true });
 db.on('error', (err) => console.error('redis:', err.message));
 await db.connect();
 
-const ceilSeconds = (ms) => Math.ceil(ms / 1000);
-
-const server = http.createServer(async (req, res) => {
-  const client = req.headers['x-client-id'] || req.socket.remoteAddress;
-  let reply;
-  try {
-    // RESP3: a map { allowed: boolean, limit, remaining, retry_after_ms, reset_after_ms }.
-    reply = await db.sendCommand(['RL.GCRA', `rl:http:${client}`, `${BURST}`, `${RATE}`, PERIOD]);
-  } catch (err) {
-    // Fail closed: without the limiter, refuse rather than serve unlimited.
-    console.error('redis:', err.message);
-    res.writeHead(503, { 'Content-Type': 'text/plain; charset=utf-8' });
-    res.end('rate limiter unavailable\n');
-    return;
-  }
-
-  const headers = {
-    'RateLimit-Limit': reply.limit,
-    'RateLimit-Remaining': reply.remaining,
-    'RateLimit-Reset': ceilSeconds(reply.reset_after_ms),
-    'RateLimit-Policy': POLICY,
-    'Content-Type': 'text/plain; charset=utf-8',
-  };
-  if (reply.allowed) {
-    res.writeHead(200, headers);
-    res.end(`hello, ${client}\n`);
-    return;
-  }
-  // retry_after_ms is -1 when the request can never pass (a cost above the burst).
-  if (reply.retry_after_ms >= 0) headers['Retry-After'] = ceilSeconds(reply.retry_after_ms);
-  res.writeHead(429, headers);
-  res.end('too many requests\n');
+const limit = rateLimitMiddleware({
+  client: db,
+  limit: { algorithm: 'gcra', burst: 5, rate: 10, period: '1m' },
+  key: (req) => req.headers['x-client-id'] || req.socket.remoteAddress,
+  failMode: 'closed', // without the limiter, refuse (503) rather than serve unlimited
 });
 
+const server = http.createServer((req, res) =>
+  limit(req, res, () => {
+    res.writeHead(200, { 'Content-Type': 'text/plain; charset=utf-8' });
+    res.end(`hello, ${req.headers['x-client-id'] || req.socket.remoteAddress}\n`);
+  }),
+);
 server.listen(Number(process.env.PORT ?? 8080), '127.0.0.1', () => {
   console.log(`listening on http://127.0.0.1:${server.address().port}`);
 });

@@ -1,0 +1,190 @@
+// Types of ratelimit-redis-module (index.js).
+
+import type { IncomingMessage, ServerResponse } from 'node:http';
+
+/** What the package needs of a client: node-redis 5's `createClient()` (RESP2 or RESP3). */
+export interface RedisClientLike {
+  sendCommand(args: ReadonlyArray<string>): Promise<unknown>;
+}
+
+/** A node-redis client as RateLimiterRedis uses it (sendCommand, del, multi). */
+export interface RedisStoreClientLike extends RedisClientLike {
+  del(key: string): Promise<unknown>;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  multi(): any;
+  isReady?: boolean;
+}
+
+/** A duration: milliseconds, or the module's grammar ("1500", "90s", "1m", "24h", "7d"). */
+export type Duration = number | string;
+
+export type Limit =
+  | { algorithm: 'gcra'; burst: number; rate: number; period: Duration }
+  | { algorithm: 'tokenbucket'; capacity: number; refillAmount: number; refillPeriod: Duration; interval?: boolean }
+  | { algorithm: 'leakybucket'; capacity: number; leakAmount: number; leakPeriod: Duration }
+  | { algorithm: 'fixedwindow' | 'slidingwindow' | 'slidinglog'; limit: number; window: Duration }
+  /** Requests in flight: a lease per admitted request, released when its response ends. */
+  | { algorithm: 'concurrency'; limit: number; lease: Duration }
+  | { policy: string };
+
+export interface Logger {
+  warn(message: string): void;
+}
+
+export interface RateLimitOptions {
+  client: RedisClientLike;
+  limit: Limit;
+  /** The name in the fields; default "default", or the policy's; "<name>/<rule>" for a policy of several rules. */
+  name?: string;
+  /** Prepended to every key in Redis; default "rl:http:". */
+  prefix?: string;
+  /** Milliseconds to wait for Redis; default 50. */
+  timeout?: number;
+  /** When Redis fails: "open" (default) lets the request pass, "closed" refuses it (503). */
+  failMode?: 'open' | 'closed';
+  /** How many denials to remember locally (0: none); default 10,000. */
+  denialMemory?: number;
+  /** Where failures are logged (one warning each); default console. */
+  logger?: Logger | null;
+  /** A monotonic clock in milliseconds; default performance.now. */
+  now?: () => number;
+}
+
+export interface Decision {
+  failed?: false;
+  allowed: boolean;
+  name: string;
+  limit: number;
+  remaining: number;
+  retryAfterMs: number;
+  resetAfterMs: number;
+  /** The window in whole seconds, when known. */
+  windowSeconds: number | undefined;
+  /** For RL.LIMIT: the binding rule's index. */
+  rule?: number;
+  /** For RL.LEAKYBUCKET: the time until this request's turn. */
+  delayMs?: number;
+  /** For a concurrency limit: the lease's token, and that the limit counts requests in flight. */
+  token?: string;
+  concurrent?: boolean;
+  /** Answered by the denial memory, without a round trip. */
+  local: boolean;
+}
+
+export interface Failure {
+  failed: true;
+  /** Whether the request passes (fail open). */
+  allowed: boolean;
+  error: unknown;
+}
+
+export interface RateLimitStats {
+  calls: number;
+  admitted: number;
+  denied: number;
+  deniedLocally: number;
+  failures: number;
+  failOpen: number;
+  failClosed: number;
+  releaseFailures: number;
+}
+
+export class RateLimit {
+  constructor(options: RateLimitOptions);
+  readonly stats: RateLimitStats;
+  redisKey(key: string): string;
+  check(key: string, cost?: number): Promise<Decision | Failure>;
+  /** Gives back an admitted concurrency decision's lease; never rejects. */
+  release(key: string, decision: Decision): Promise<void>;
+}
+
+export interface MiddlewareOptions extends Partial<RateLimitOptions> {
+  /** An existing RateLimit to use instead of the options above. */
+  limiter?: RateLimit;
+  /** The caller's key; default the remote address (req.ip in Express). */
+  key?: (req: IncomingMessage & { ip?: string }) => string;
+  /** Units this request costs; default 1. */
+  cost?: (req: IncomingMessage) => number;
+}
+
+export type Middleware = ((
+  req: IncomingMessage,
+  res: ServerResponse,
+  next: (err?: unknown) => void,
+) => void) & { limiter: RateLimit };
+
+export function rateLimitMiddleware(options: MiddlewareOptions): Middleware;
+
+export function rateLimitHeaders(decision: Decision): Array<[string, string]>;
+export function quotaExceededBody(name: string): string;
+export const UNAVAILABLE_BODY: string;
+export const QUOTA_EXCEEDED_TYPE: string;
+export const REDUCED_CAPACITY_TYPE: string;
+export function durationMs(value: Duration, what?: string): number;
+export function parseReply(reply: unknown, sixth?: 'rule' | 'delay_ms' | 'token'): Omit<Decision, 'name' | 'windowSeconds' | 'local'>;
+export function policyWindows(flat: ReadonlyArray<string | Buffer>): Array<number | undefined>;
+
+/** rate-limiter-flexible's RateLimiterRes. */
+export class RateLimiterRes {
+  constructor(remainingPoints?: number, msBeforeNext?: number, consumedPoints?: number, isFirstInDuration?: boolean);
+  remainingPoints: number;
+  msBeforeNext: number;
+  consumedPoints: number;
+  isFirstInDuration: boolean;
+  toJSON(): { remainingPoints: number; msBeforeNext: number; consumedPoints: number; isFirstInDuration: boolean };
+  toString(): string;
+}
+
+/** Something with rate-limiter-flexible's interface, as insuranceLimiter. */
+export interface RateLimiterLike {
+  consume(key: string | number, points?: number, options?: object): Promise<unknown>;
+  penalty(key: string | number, points?: number, options?: object): Promise<unknown>;
+  reward(key: string | number, points?: number, options?: object): Promise<unknown>;
+  get(key: string | number, options?: object): Promise<unknown>;
+  delete(key: string | number, options?: object): Promise<unknown>;
+  block(key: string | number, secDuration: number, options?: object): Promise<unknown>;
+}
+
+export interface RateLimiterRedisOptions {
+  storeClient: RedisStoreClientLike;
+  /** Points per duration; default 4. */
+  points?: number;
+  /** Seconds; default 1; 0: never reset. */
+  duration?: number;
+  /** Default "rlflx". */
+  keyPrefix?: string;
+  /** Seconds a key is blocked for once a consume goes over the points; default 0 (none). */
+  blockDuration?: number;
+  /** Spread admitted consumes over the window: resolve after a delay. */
+  execEvenly?: boolean;
+  execEvenlyMinDelayMs?: number;
+  /** Refuse a key in the process once it has consumed this many points. */
+  inMemoryBlockOnConsumed?: number;
+  /** Seconds of that in-memory block (default: the window's time left). */
+  inMemoryBlockDuration?: number;
+  insuranceLimiter?: RateLimiterLike;
+  rejectIfRedisNotReady?: boolean;
+  /** Accepted and ignored (the client is node-redis either way). */
+  useRedisPackage?: boolean;
+}
+
+/** rate-limiter-flexible's RateLimiterRedis, on the module. */
+export class RateLimiterRedis implements RateLimiterLike {
+  constructor(opts: RateLimiterRedisOptions);
+  readonly points: number;
+  readonly duration: number;
+  readonly keyPrefix: string;
+  readonly blockDuration: number;
+  readonly msDuration: number;
+  readonly msBlockDuration: number;
+  getKey(key: string | number): string;
+  parseKey(rlKey: string): string;
+  consume(key: string | number, points?: number | string, options?: object): Promise<RateLimiterRes>;
+  get(key: string | number, options?: object): Promise<RateLimiterRes | null>;
+  delete(key: string | number, options?: object): Promise<boolean>;
+  reward(key: string | number, points?: number, options?: object): Promise<RateLimiterRes>;
+  penalty(key: string | number, points?: number, options?: object): Promise<RateLimiterRes>;
+  block(key: string | number, secDuration: number, options?: object): Promise<RateLimiterRes>;
+  set(): Promise<never>;
+  deleteInMemoryBlockedAll(): void;
+}

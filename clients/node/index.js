@@ -1,0 +1,799 @@
+// ratelimit-redis-module: the ratelimit Redis module in a Node service, on node-redis 5.
+//
+// - RateLimit: one limit (one algorithm's command, or an RL.LIMIT policy) checked for a key,
+//   with the local denial memory, the timeout and fail open / fail closed.
+// - rateLimitMiddleware: Express/Connect middleware (plain node:http works too) that turns the
+//   decision into the HTTP fields of docs/clients.md: RateLimit-Policy and RateLimit
+//   (draft-ietf-httpapi-ratelimit-headers-11), X-RateLimit-*, and on a refusal 429 with
+//   Retry-After and an application/problem+json body.
+// - RateLimiterRedis and RateLimiterRes: rate-limiter-flexible's interface, backed by the
+//   module, so that its users switch by changing one constructor.
+//
+// The package imports nothing: the application passes its own node-redis client.
+
+// ---------------------------------------------------------------------------------------------
+// Durations and arguments
+
+const MAX_DURATION_MS = 315_360_000_000; // 10 years: the module's bound on every duration
+const MAX_COUNT = 1_000_000_000_000; // 10^12: the module's bound on every count
+const UNIT_MS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/**
+ * A duration in the module's grammar (a bare integer is milliseconds; units ms, s, m, h, d),
+ * or a number of milliseconds; returns milliseconds. Throws a TypeError naming `what`.
+ */
+export function durationMs(value, what = 'duration') {
+  let ms;
+  if (typeof value === 'number') {
+    ms = value;
+  } else if (typeof value === 'string') {
+    const m = /^([1-9][0-9]*)(ms|s|m|h|d)?$/i.exec(value);
+    ms = m ? Number(m[1]) * UNIT_MS[(m[2] ?? 'ms').toLowerCase()] : NaN;
+  } else {
+    ms = NaN;
+  }
+  if (!Number.isSafeInteger(ms) || ms < 1 || ms > MAX_DURATION_MS) {
+    throw new TypeError(
+      `invalid ${what}: expected a duration from 1 ms to 10 years, as milliseconds or a string ` +
+        `like "1500", "90s", "1m", "24h", "7d"; got ${String(value)}`,
+    );
+  }
+  return ms;
+}
+
+function count(value, what, min = 1) {
+  if (!Number.isSafeInteger(value) || value < min || value > MAX_COUNT) {
+    throw new TypeError(`invalid ${what}: expected an integer from ${min} to 10^12; got ${String(value)}`);
+  }
+  return value;
+}
+
+/** Whole seconds, or undefined when the duration is not a whole number of seconds. */
+function wholeSeconds(ms) {
+  return ms % 1000 === 0 ? ms / 1000 : undefined;
+}
+
+const ceilSeconds = (ms) => Math.ceil(ms / 1000);
+
+// ---------------------------------------------------------------------------------------------
+// The module's reply
+
+/**
+ * The reply of an admission command, in either protocol: RESP2 is an array
+ * [allowed, limit, remaining, retry_after_ms, reset_after_ms, ...], RESP3 a map (an object or a
+ * Map, as node-redis's type mapping gives it) with `allowed` a boolean. `sixth` names the field
+ * the command adds after the five (`rule` for RL.LIMIT, `delay_ms` for RL.LEAKYBUCKET).
+ */
+export function parseReply(reply, sixth) {
+  let r;
+  if (Array.isArray(reply)) {
+    r = {
+      allowed: reply[0],
+      limit: reply[1],
+      remaining: reply[2],
+      retry_after_ms: reply[3],
+      reset_after_ms: reply[4],
+    };
+    if (sixth) r[sixth] = reply[5];
+  } else if (reply instanceof Map) {
+    r = Object.fromEntries(reply);
+  } else if (reply !== null && typeof reply === 'object') {
+    r = reply;
+  } else {
+    throw new Error(`unexpected reply from the module: ${String(reply)}`);
+  }
+  const out = {
+    allowed: r.allowed === true || Number(r.allowed) === 1,
+    limit: Number(r.limit),
+    remaining: Number(r.remaining),
+    retryAfterMs: Number(r.retry_after_ms),
+    resetAfterMs: Number(r.reset_after_ms),
+  };
+  if (sixth === 'rule' && r.rule !== undefined) out.rule = Number(r.rule);
+  if (sixth === 'delay_ms' && r.delay_ms !== undefined) out.delayMs = Number(r.delay_ms);
+  if (sixth === 'token' && r.token != null) out.token = String(r.token);
+  for (const k of ['limit', 'remaining', 'retryAfterMs', 'resetAfterMs']) {
+    if (!Number.isFinite(out[k])) throw new Error(`unexpected reply from the module: no ${k}`);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Limits: which command, with which arguments, and the window each one has
+
+// For each algorithm: its positional parameters (the option names the application writes), which
+// of them are durations, and the one whose length is the `w` of RateLimit-Policy.
+const ALGORITHMS = {
+  gcra: { command: 'RL.GCRA', params: ['burst', 'rate', 'period'], window: 'period' },
+  tokenbucket: {
+    command: 'RL.TOKENBUCKET',
+    params: ['capacity', 'refillAmount', 'refillPeriod'],
+    window: 'refillPeriod',
+    flag: 'interval',
+  },
+  leakybucket: {
+    command: 'RL.LEAKYBUCKET',
+    params: ['capacity', 'leakAmount', 'leakPeriod'],
+    window: 'leakPeriod',
+    sixth: 'delay_ms',
+  },
+  fixedwindow: { command: 'RL.FIXEDWINDOW', params: ['limit', 'window'], window: 'window' },
+  slidingwindow: { command: 'RL.SLIDINGWINDOW', params: ['limit', 'window'], window: 'window' },
+  slidinglog: { command: 'RL.SLIDINGLOG', params: ['limit', 'window'], window: 'window' },
+  // Requests in flight: a lease per admitted request, released when its response ends.
+  concurrency: { command: 'RL.CONCURRENCY.ACQUIRE', params: ['limit', 'lease'], sixth: 'token', concurrent: true },
+};
+const DURATION_PARAMS = new Set(['period', 'refillPeriod', 'leakPeriod', 'window', 'lease']);
+
+// RL.POLICY.GET's flat reply, rule by rule: the number of arguments after each algorithm's name.
+const RULE_ARITY = { GCRA: 3, TOKENBUCKET: 3, LEAKYBUCKET: 3, FIXEDWINDOW: 2, SLIDINGWINDOW: 2, SLIDINGLOG: 2 };
+const RULE_WINDOW_INDEX = { GCRA: 2, TOKENBUCKET: 2, LEAKYBUCKET: 2, FIXEDWINDOW: 1, SLIDINGWINDOW: 1, SLIDINGLOG: 1 };
+
+/**
+ * The window in whole seconds of each rule in RL.POLICY.GET's reply (undefined where it is not
+ * a whole number of seconds), in the policy's order.
+ */
+export function policyWindows(flat) {
+  const words = flat.map((w) => (Buffer.isBuffer(w) ? w.toString() : String(w)));
+  const windows = [];
+  let i = 0;
+  while (i < words.length) {
+    let name = words[i].toUpperCase();
+    if (name === 'SHADOW') name = words[++i]?.toUpperCase();
+    name = name?.replace(/^RL\./, '');
+    const arity = RULE_ARITY[name];
+    if (arity === undefined) throw new Error(`unexpected rule in RL.POLICY.GET's reply: ${words[i]}`);
+    const args = words.slice(i + 1, i + 1 + arity);
+    let w;
+    try {
+      w = wholeSeconds(durationMs(args[RULE_WINDOW_INDEX[name]]));
+    } catch {
+      w = undefined;
+    }
+    windows.push(w);
+    i += 1 + arity;
+    if (name === 'TOKENBUCKET' && words[i]?.toUpperCase() === 'INTERVAL') i += 1;
+  }
+  return windows;
+}
+
+// A name in RateLimit-Policy and RateLimit is a Structured Field String: printable ASCII, with
+// `"` and `\` escaped.
+function checkName(name, what) {
+  if (typeof name !== 'string' || name.length === 0 || !/^[\x20-\x7e]*$/.test(name)) {
+    throw new TypeError(`invalid ${what}: expected a non-empty string of printable ASCII; got ${String(name)}`);
+  }
+  return name;
+}
+const sfString = (s) => `"${s.replace(/[\\"]/g, (c) => `\\${c}`)}"`;
+
+// ---------------------------------------------------------------------------------------------
+// The HTTP fields
+
+export const QUOTA_EXCEEDED_TYPE = 'https://iana.org/assignments/http-problem-types#quota-exceeded';
+export const REDUCED_CAPACITY_TYPE =
+  'https://iana.org/assignments/http-problem-types#temporary-reduced-capacity';
+
+/** The 429 body (application/problem+json), its keys in a fixed order and no spaces. */
+export function quotaExceededBody(name) {
+  return JSON.stringify({
+    type: QUOTA_EXCEEDED_TYPE,
+    title: 'Request cannot be satisfied as assigned quota has been exceeded',
+    status: 429,
+    'violated-policies': [name],
+  });
+}
+
+/** The 503 body of fail closed (application/problem+json). */
+export const UNAVAILABLE_BODY = JSON.stringify({
+  type: REDUCED_CAPACITY_TYPE,
+  title: 'Rate limiter unavailable',
+  status: 503,
+});
+
+/**
+ * The response fields for a decision, in order, as [name, value] pairs: RateLimit-Policy,
+ * RateLimit, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, and on a refusal
+ * Retry-After (left out when the request can never pass).
+ */
+export function rateLimitHeaders(d) {
+  let w = d.windowSeconds === undefined ? '' : `;w=${d.windowSeconds}`;
+  if (d.concurrent) w = ';qu="concurrent-requests"';
+  const name = sfString(d.name);
+  let t = '';
+  if (d.allowed) t = `;t=${ceilSeconds(d.resetAfterMs)}`;
+  else if (d.retryAfterMs >= 0) t = `;t=${ceilSeconds(d.retryAfterMs)}`;
+  const headers = [
+    ['RateLimit-Policy', `${name};q=${d.limit}${w}`],
+    ['RateLimit', `${name};r=${d.remaining}${t}`],
+    ['X-RateLimit-Limit', String(d.limit)],
+    ['X-RateLimit-Remaining', String(d.remaining)],
+    ['X-RateLimit-Reset', String(ceilSeconds(d.resetAfterMs))],
+  ];
+  if (!d.allowed && d.retryAfterMs >= 0) headers.push(['Retry-After', String(ceilSeconds(d.retryAfterMs))]);
+  return headers;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The denial memory
+
+/**
+ * Denials remembered until their retry time, at most `max` of them. A full memory first drops
+ * expired entries among the oldest few, else the oldest one: bounded work per insert.
+ */
+class DenialMemory {
+  constructor(max) {
+    this.max = max;
+    this.entries = new Map(); // key -> { until, resetAt, decision }, oldest first
+  }
+
+  get size() {
+    return this.entries.size;
+  }
+
+  // A remembered denial of `cost` units also refuses a request of that cost or more; a smaller
+  // one may fit, so it is asked.
+  lookup(key, cost, now) {
+    const e = this.entries.get(key);
+    if (e === undefined) return undefined;
+    if (e.until <= now) {
+      this.entries.delete(key);
+      return undefined;
+    }
+    return cost < e.cost ? undefined : e;
+  }
+
+  remember(key, decision, cost, now) {
+    if (this.max <= 0 || decision.retryAfterMs < 0) return;
+    this.entries.delete(key);
+    if (this.entries.size >= this.max) {
+      let looked = 0;
+      for (const [k, e] of this.entries) {
+        if (++looked > 16) break;
+        if (e.until <= now) this.entries.delete(k);
+      }
+      if (this.entries.size >= this.max) this.entries.delete(this.entries.keys().next().value);
+    }
+    this.entries.set(key, {
+      cost,
+      until: now + decision.retryAfterMs,
+      resetAt: now + decision.resetAfterMs,
+      decision,
+    });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RateLimit: one limit, checked for a key
+
+class TimeoutError extends Error {
+  constructor(ms) {
+    super(`no answer from Redis within ${ms} ms`);
+    this.name = 'TimeoutError';
+  }
+}
+
+function withTimeout(promise, ms) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new TimeoutError(ms)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+const monotonicMs = () => performance.now();
+
+/**
+ * One limit: `{ algorithm: 'gcra', burst, rate, period }` (or tokenbucket, leakybucket,
+ * fixedwindow, slidingwindow, slidinglog with their own parameters) or `{ policy: 'name' }` for
+ * RL.LIMIT. `check(key, cost)` resolves to a decision; it never rejects on a Redis failure
+ * (the decision then says `failed` and whether the request passes).
+ */
+export class RateLimit {
+  constructor(options = {}) {
+    const {
+      client,
+      limit,
+      name,
+      prefix = 'rl:http:',
+      timeout = 50,
+      failMode = 'open',
+      denialMemory = 10_000,
+      logger = console,
+      now = monotonicMs,
+    } = options;
+    if (client === null || typeof client !== 'object' || typeof client.sendCommand !== 'function') {
+      throw new TypeError('invalid client: expected a node-redis client (createClient from "redis")');
+    }
+    if (failMode !== 'open' && failMode !== 'closed') {
+      throw new TypeError(`invalid failMode: expected "open" or "closed"; got ${String(failMode)}`);
+    }
+    if (!Number.isFinite(timeout) || timeout <= 0) {
+      throw new TypeError(`invalid timeout: expected a positive number of milliseconds; got ${String(timeout)}`);
+    }
+    if (!Number.isSafeInteger(denialMemory) || denialMemory < 0) {
+      throw new TypeError(`invalid denialMemory: expected an integer, 0 or more; got ${String(denialMemory)}`);
+    }
+    if (typeof prefix !== 'string') throw new TypeError('invalid prefix: expected a string');
+    this.client = client;
+    this.prefix = prefix;
+    this.timeout = timeout;
+    this.failMode = failMode;
+    this.logger = logger;
+    this.now = now;
+    this.memory = new DenialMemory(denialMemory);
+    /** Counters the application can read. */
+    this.stats = {
+      calls: 0, // round trips to Redis for a decision
+      admitted: 0,
+      denied: 0, // refusals, those from the memory included
+      deniedLocally: 0, // refusals from the denial memory: round trips saved
+      failures: 0, // Redis errors and timeouts
+      failOpen: 0, // requests passed because Redis failed
+      failClosed: 0, // requests refused because Redis failed
+      releaseFailures: 0, // concurrency leases not given back (they end by themselves)
+    };
+
+    if (limit === null || typeof limit !== 'object') {
+      throw new TypeError('invalid limit: expected { algorithm, ...parameters } or { policy }');
+    }
+    if (limit.policy !== undefined) {
+      this.policy = checkName(limit.policy, 'policy');
+      this.name = checkName(name ?? this.policy, 'name');
+      this.command = 'RL.LIMIT';
+      this.sixth = 'rule';
+      this.args = [this.policy];
+      this.windows = undefined; // the promise of RL.POLICY.GET's windows, once
+    } else {
+      const algorithm = ALGORITHMS[String(limit.algorithm).toLowerCase()];
+      if (algorithm === undefined) {
+        throw new TypeError(
+          `invalid limit.algorithm: expected one of ${Object.keys(ALGORITHMS).join(', ')}, or limit.policy; ` +
+            `got ${String(limit.algorithm)}`,
+        );
+      }
+      this.name = checkName(name ?? 'default', 'name');
+      this.command = algorithm.command;
+      this.sixth = algorithm.sixth;
+      this.args = algorithm.params.map((p) =>
+        DURATION_PARAMS.has(p)
+          ? `${durationMs(limit[p], `limit.${p}`)}`
+          : `${count(limit[p], `limit.${p}`)}`,
+      );
+      if (algorithm.flag && limit[algorithm.flag]) this.args.push(algorithm.flag.toUpperCase());
+      this.concurrent = Boolean(algorithm.concurrent);
+      this.windowSeconds = this.concurrent ? undefined : wholeSeconds(durationMs(limit[algorithm.window]));
+    }
+  }
+
+  /** The key in Redis for an application key. */
+  redisKey(key) {
+    return `${this.prefix}${key}`;
+  }
+
+  // One RL.POLICY.GET for all the requests that need it (read again after a failure).
+  #policyWindows() {
+    if (this.windows === undefined) {
+      this.windows = this.client.sendCommand(['RL.POLICY.GET', this.policy]).then(
+        (flat) => (Array.isArray(flat) ? policyWindows(flat) : []),
+        (error) => {
+          this.windows = undefined;
+          throw error;
+        },
+      );
+    }
+    return this.windows;
+  }
+
+  async #ask(key, cost) {
+    const args = [this.command, this.redisKey(key), ...this.args];
+    if (cost !== 1 && !this.concurrent) args.push('COST', String(cost));
+    if (this.policy === undefined) {
+      const reply = parseReply(await this.client.sendCommand(args), this.sixth);
+      const decision = { ...reply, name: this.name, windowSeconds: this.windowSeconds };
+      if (this.concurrent) decision.concurrent = true;
+      return decision;
+    }
+    const [windows, raw] = await Promise.all([this.#policyWindows(), this.client.sendCommand(args)]);
+    const reply = parseReply(raw, 'rule');
+    const rule = reply.rule ?? 0;
+    const name = windows.length > 1 ? `${this.name}/${rule}` : this.name;
+    return { ...reply, name, windowSeconds: windows[rule] };
+  }
+
+  /**
+   * The decision for one request of `key` costing `cost` units: `{ allowed, name, limit,
+   * remaining, retryAfterMs, resetAfterMs, windowSeconds, local }`, or when Redis failed
+   * `{ failed: true, allowed, error }` (allowed per failMode).
+   */
+  async check(key, cost = 1) {
+    count(cost, 'cost', 0);
+    const memoryKey = String(key);
+    const now = this.now();
+    const remembered = this.memory.lookup(memoryKey, cost, now);
+    if (remembered !== undefined) {
+      this.stats.denied += 1;
+      this.stats.deniedLocally += 1;
+      return {
+        ...remembered.decision,
+        remaining: 0,
+        retryAfterMs: remembered.until - now,
+        resetAfterMs: Math.max(0, remembered.resetAt - now),
+        local: true,
+      };
+    }
+    this.stats.calls += 1;
+    let decision;
+    try {
+      decision = await withTimeout(this.#ask(key, cost), this.timeout);
+    } catch (error) {
+      this.stats.failures += 1;
+      const passes = this.failMode === 'open';
+      if (passes) this.stats.failOpen += 1;
+      else this.stats.failClosed += 1;
+      this.logger?.warn?.(
+        `ratelimit: ${this.command} for ${JSON.stringify(this.redisKey(key))} failed (${error?.message ?? error}); ` +
+          `fail ${this.failMode}: the request ${passes ? 'passes' : 'is refused'}`,
+      );
+      return { failed: true, allowed: passes, error };
+    }
+    if (decision.allowed) {
+      this.stats.admitted += 1;
+    } else {
+      this.stats.denied += 1;
+      // A lease can end before its retry time (a release), so concurrency is asked every time.
+      if (!this.concurrent) this.memory.remember(memoryKey, decision, cost, this.now());
+    }
+    return { ...decision, local: false };
+  }
+
+  /**
+   * Gives back the lease of an admitted concurrency decision (RL.CONCURRENCY.RELEASE). Never
+   * rejects: a failure is logged and counted (`releaseFailures`); the lease then ends by itself.
+   */
+  async release(key, decision) {
+    if (!this.concurrent || !decision?.allowed || decision.token === undefined) return;
+    try {
+      await withTimeout(
+        this.client.sendCommand(['RL.CONCURRENCY.RELEASE', this.redisKey(key), decision.token]),
+        this.timeout,
+      );
+    } catch (error) {
+      this.stats.releaseFailures += 1;
+      this.logger?.warn?.(
+        `ratelimit: RL.CONCURRENCY.RELEASE for ${JSON.stringify(this.redisKey(key))} failed ` +
+          `(${error?.message ?? error}); the lease ends by itself`,
+      );
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The middleware
+
+function send(res, status, body) {
+  res.statusCode = status;
+  res.setHeader('Content-Type', 'application/problem+json');
+  res.setHeader('Content-Length', Buffer.byteLength(body));
+  res.end(body);
+}
+
+/**
+ * Express/Connect middleware (also a plain node:http handler's first step): checks one limit
+ * per request, sets the fields, answers 429 when refused and 503 when Redis fails closed.
+ * Options: those of RateLimit, plus `key(req)` (default: the remote address) and
+ * `cost(req)` (default 1). The returned function has the RateLimit as `.limiter`.
+ */
+export function rateLimitMiddleware(options = {}) {
+  const limiter = options.limiter ?? new RateLimit(options);
+  const keyOf = options.key ?? ((req) => req.ip ?? req.socket?.remoteAddress ?? 'unknown');
+  const costOf = options.cost ?? (() => 1);
+  const middleware = (req, res, next) => {
+    let pending;
+    let key;
+    try {
+      key = keyOf(req);
+      pending = limiter.check(key, costOf(req));
+    } catch (error) {
+      next(error);
+      return;
+    }
+    pending.then(
+      (d) => {
+        if (d.failed) {
+          if (d.allowed) next();
+          else send(res, 503, UNAVAILABLE_BODY);
+          return;
+        }
+        for (const [name, value] of rateLimitHeaders(d)) res.setHeader(name, value);
+        // A concurrency lease is held while the response is in flight: 'close' comes once it
+        // is sent or the connection is gone.
+        if (d.allowed && d.token !== undefined) res.once('close', () => limiter.release(key, d));
+        if (d.allowed) next();
+        else send(res, 429, quotaExceededBody(d.name));
+      },
+      (error) => next(error),
+    );
+  };
+  middleware.limiter = limiter;
+  return middleware;
+}
+
+// ---------------------------------------------------------------------------------------------
+// rate-limiter-flexible's interface
+
+/** rate-limiter-flexible's RateLimiterRes: what consume and the others resolve (or reject) with. */
+export class RateLimiterRes {
+  constructor(remainingPoints = 0, msBeforeNext = 0, consumedPoints = 0, isFirstInDuration = false) {
+    this.remainingPoints = remainingPoints;
+    this.msBeforeNext = msBeforeNext;
+    this.consumedPoints = consumedPoints;
+    this.isFirstInDuration = Boolean(isFirstInDuration);
+  }
+
+  toJSON() {
+    return {
+      remainingPoints: this.remainingPoints,
+      msBeforeNext: this.msBeforeNext,
+      consumedPoints: this.consumedPoints,
+      isFirstInDuration: this.isFirstInDuration,
+    };
+  }
+
+  toString() {
+    return JSON.stringify(this.toJSON());
+  }
+}
+
+const UNSUPPORTED_OPTIONS = ['blockOnConsumed', 'customIncrTtlLuaScript'];
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * rate-limiter-flexible's RateLimiterRedis, on the module: `points` per `duration` seconds, the
+ * window starting at the key's first consume (RL.TOKENBUCKET key points points duration
+ * INTERVAL: all the points come back at once, `duration` after the window began). See
+ * docs/clients.md for every difference.
+ */
+export class RateLimiterRedis {
+  constructor(opts = {}) {
+    if (opts.storeClient === undefined) throw new Error('storeClient is not set');
+    for (const o of UNSUPPORTED_OPTIONS) {
+      if (opts[o]) throw new Error(`${o} is not supported by ratelimit-redis-module's RateLimiterRedis`);
+    }
+    this.client = opts.storeClient;
+    this.points = opts.points === undefined ? 4 : opts.points;
+    if (!Number.isSafeInteger(this.points) || this.points < 1 || this.points > MAX_COUNT) {
+      throw new Error('points must be an integer from 1 to 10^12');
+    }
+    this.duration = opts.duration === undefined ? 1 : opts.duration;
+    if (typeof this.duration !== 'number' || !Number.isFinite(this.duration) || this.duration < 0) {
+      throw new Error('duration must be set and must be a finite, non-negative number');
+    }
+    // duration 0 means "never expires": the longest period the module takes, and msBeforeNext -1.
+    this.periodMs = this.duration === 0 ? MAX_DURATION_MS : durationMs(Math.round(this.duration * 1000), 'duration');
+    this.blockDuration = opts.blockDuration ?? 0;
+    if (typeof this.blockDuration !== 'number' || !(this.blockDuration >= 0)) {
+      throw new Error('blockDuration must be a non-negative number of seconds');
+    }
+    this.keyPrefix = opts.keyPrefix === undefined ? 'rlflx' : opts.keyPrefix;
+    if (typeof this.keyPrefix !== 'string') throw new Error('keyPrefix must be string');
+    this.insuranceLimiter = opts.insuranceLimiter;
+    this.rejectIfRedisNotReady = Boolean(opts.rejectIfRedisNotReady);
+    // execEvenly: an admitted consume resolves after a delay that spreads the rest of the
+    // window's points over the time left (rate-limiter-flexible's formula, see consume).
+    this.execEvenly = Boolean(opts.execEvenly);
+    this.execEvenlyMinDelayMs = opts.execEvenlyMinDelayMs ?? Math.ceil(this.msDuration / this.points);
+    // In-memory block: a key that has consumed inMemoryBlockOnConsumed points is refused in
+    // this process, without Redis, for inMemoryBlockDuration seconds (or the window's time left).
+    this.inMemoryBlockOnConsumed = opts.inMemoryBlockOnConsumed ? parseInt(opts.inMemoryBlockOnConsumed, 10) : 0;
+    if (this.inMemoryBlockOnConsumed > 0 && this.points > this.inMemoryBlockOnConsumed) {
+      throw new Error('inMemoryBlockOnConsumed option must be greater or equal "points" option');
+    }
+    this.inMemoryBlockDuration = opts.inMemoryBlockDuration ? parseInt(opts.inMemoryBlockDuration, 10) : 0;
+    if (this.inMemoryBlockDuration > 0 && this.inMemoryBlockOnConsumed === 0) {
+      throw new Error('inMemoryBlockOnConsumed option must be set up');
+    }
+    this.inMemoryBlocked = new DenialMemory(10_000);
+  }
+
+  #blockInMemory(rlKey, ms) {
+    if (ms > 0) this.inMemoryBlocked.remember(rlKey, { retryAfterMs: ms, resetAfterMs: ms }, 0, monotonicMs());
+  }
+
+  /** Forgets every in-memory block. */
+  deleteInMemoryBlockedAll() {
+    this.inMemoryBlocked.entries.clear();
+  }
+
+  get msDuration() {
+    return this.duration * 1000;
+  }
+
+  get msBlockDuration() {
+    return this.blockDuration * 1000;
+  }
+
+  getKey(key) {
+    return this.keyPrefix.length > 0 ? `${this.keyPrefix}:${key}` : key;
+  }
+
+  parseKey(rlKey) {
+    return this.keyPrefix.length > 0 ? rlKey.substring(this.keyPrefix.length + 1) : rlKey;
+  }
+
+  #command(key, ...options) {
+    return ['RL.TOKENBUCKET', this.getKey(key), String(this.points), String(this.points), `${this.periodMs}`, 'INTERVAL', ...options];
+  }
+
+  async #send(args) {
+    if (this.rejectIfRedisNotReady && this.client.isReady === false) {
+      throw new Error('Redis connection is not ready');
+    }
+    return parseReply(await this.client.sendCommand(args));
+  }
+
+  async #multi(commands) {
+    if (this.rejectIfRedisNotReady && this.client.isReady === false) {
+      throw new Error('Redis connection is not ready');
+    }
+    const multi = this.client.multi();
+    for (const args of commands) multi.addCommand(args);
+    return multi.exec();
+  }
+
+  #ms(ms) {
+    return this.duration === 0 ? -1 : ms;
+  }
+
+  // The state as RateLimiterRes: `consumedPoints` is what the window has taken; in a block
+  // (a probe at COST 0 refused) it is points + 1, as rate-limiter-flexible's block stores it.
+  #res(r, changed, probe = false) {
+    if (probe && !r.allowed) {
+      return new RateLimiterRes(0, r.retryAfterMs, this.points + 1, false);
+    }
+    const consumed = r.limit - r.remaining;
+    return new RateLimiterRes(r.remaining, this.#ms(r.resetAfterMs), consumed, changed > 0 && consumed === changed);
+  }
+
+  #checkPoints(points) {
+    if (typeof points === 'string' && /^[1-9][0-9]*$/.test(points)) points = Number(points);
+    if (!Number.isSafeInteger(points)) {
+      throw new Error('Consuming decimal number of points is not supported by this package');
+    }
+    if (points < 0 || points > MAX_COUNT) throw new Error('points must be an integer from 0 to 10^12');
+    return points;
+  }
+
+  // rate-limiter-flexible's insurance: on a store error (not a refusal), ask insuranceLimiter.
+  async #insured(method, params, run) {
+    try {
+      return await run();
+    } catch (err) {
+      if (err instanceof RateLimiterRes || !this.insuranceLimiter) throw err;
+      return this.insuranceLimiter[method](...params);
+    }
+  }
+
+  /**
+   * Takes `points` (default 1). Resolves with a RateLimiterRes when admitted; rejects with a
+   * RateLimiterRes when refused (the window is full, or the key is blocked), with an Error when
+   * Redis fails and there is no insuranceLimiter.
+   */
+  consume(key, points = 1, options = {}) {
+    return this.#insured('consume', [key, points, options], async () => {
+      points = this.#checkPoints(points);
+      const rlKey = this.getKey(key);
+      if (this.inMemoryBlockOnConsumed > 0) {
+        const now = monotonicMs();
+        const blocked = this.inMemoryBlocked.lookup(rlKey, 0, now);
+        if (blocked !== undefined) throw new RateLimiterRes(0, Math.ceil(blocked.until - now));
+      }
+      const extra = [];
+      if (points !== 1) extra.push('COST', String(points));
+      if (this.blockDuration > 0) extra.push('BLOCK', `${Math.max(1, Math.round(this.msBlockDuration))}ms`);
+      const r = await this.#send(this.#command(key, ...extra));
+      let res;
+      if (r.allowed) {
+        const consumed = r.limit - r.remaining;
+        res = new RateLimiterRes(r.remaining, this.#ms(r.resetAfterMs), consumed, consumed === points);
+      } else {
+        // Refused: what the window holds plus what was asked (more than points), as
+        // rate-limiter-flexible counts it; the state itself took nothing.
+        const ms = r.retryAfterMs >= 0 ? r.retryAfterMs : this.#ms(r.resetAfterMs);
+        res = new RateLimiterRes(0, ms, r.limit - r.remaining + points, false);
+      }
+      const inMemory = this.inMemoryBlockOnConsumed > 0 && res.consumedPoints >= this.inMemoryBlockOnConsumed;
+      if (inMemory && !(this.inMemoryBlockDuration > 0)) {
+        this.#blockInMemory(rlKey, res.msBeforeNext);
+      } else if (inMemory && !r.allowed) {
+        res.msBeforeNext = this.inMemoryBlockDuration * 1000;
+        this.#blockInMemory(rlKey, res.msBeforeNext);
+      }
+      if (!r.allowed) throw res;
+      if (this.execEvenly && res.msBeforeNext > 0 && !res.isFirstInDuration) {
+        // Spread: the time left shared by the points left and this one (+2), at least
+        // execEvenlyMinDelayMs per point consumed; msBeforeNext counts the wait as spent.
+        let delay = Math.ceil(res.msBeforeNext / (res.remainingPoints + 2));
+        if (delay < this.execEvenlyMinDelayMs) delay = res.consumedPoints * this.execEvenlyMinDelayMs;
+        res.msBeforeNext = Math.max(res.msBeforeNext - delay, 0);
+        await sleep(delay);
+      }
+      return res;
+    });
+  }
+
+  /** The key's state, or null when it has taken nothing in its window. */
+  get(key, options = {}) {
+    return this.#insured('get', [key, options], async () => {
+      const r = await this.#send(this.#command(key, 'COST', '0', 'DRYRUN'));
+      if (r.allowed && r.resetAfterMs === 0) return null;
+      return this.#res(r, 0, true);
+    });
+  }
+
+  /** Deletes the key: resolves true when there was one. */
+  delete(key, options = {}) {
+    return this.#insured('delete', [key, options], async () => {
+      const n = await this.client.del(this.getKey(key));
+      this.inMemoryBlocked.entries.delete(this.getKey(key));
+      return Number(n) > 0;
+    });
+  }
+
+  /**
+   * Gives back `points` (default 1) with RL.REFUND, up to what the window has taken; resolves
+   * with the state after it.
+   */
+  reward(key, points = 1, options = {}) {
+    return this.#insured('reward', [key, points, options], async () => {
+      points = this.#checkPoints(points);
+      const [, state] = await this.#multi([
+        ['RL.REFUND', this.getKey(key), String(points)],
+        this.#command(key, 'COST', '0', 'DRYRUN'),
+      ]);
+      return this.#res(parseReply(state), 0, true);
+    });
+  }
+
+  /**
+   * Takes `points` (default 1) without refusing: as many as the window still has, at most
+   * `points` (the module never counts past the limit). Resolves with the state after it.
+   */
+  penalty(key, points = 1, options = {}) {
+    return this.#insured('penalty', [key, points, options], async () => {
+      points = this.#checkPoints(points);
+      let want = points;
+      let r = await this.#send(this.#command(key, 'COST', String(want)));
+      // Refused: take what is left instead (twice at most, should another client take it first).
+      for (let i = 0; i < 2 && !r.allowed && r.remaining > 0; i++) {
+        want = Math.min(want, r.remaining);
+        r = await this.#send(this.#command(key, 'COST', String(want)));
+      }
+      return this.#res(r, r.allowed ? want : 0);
+    });
+  }
+
+  /**
+   * Blocks the key for `secDuration` seconds (0: as long as the module allows, 10 years):
+   * every consume is refused until then. Resolves with RateLimiterRes(0, ms, points + 1).
+   */
+  block(key, secDuration, options = {}) {
+    return this.#insured('block', [key, secDuration, options], async () => {
+      if (typeof secDuration !== 'number' || !(secDuration >= 0)) {
+        throw new Error('secDuration must be a non-negative number of seconds');
+      }
+      const ms = Math.round(secDuration * 1000);
+      const blockMs = ms >= 1 ? Math.min(ms, MAX_DURATION_MS) : MAX_DURATION_MS;
+      // Taking all the points refuses at once when the window has taken any, starting the
+      // block; on a fresh window the first takes them all and the second starts it.
+      const take = this.#command(key, 'COST', String(this.points), 'BLOCK', `${blockMs}ms`);
+      await this.#multi([take, take]);
+      return new RateLimiterRes(0, ms >= 1 ? ms : -1, this.points + 1, false);
+    });
+  }
+
+  /** rate-limiter-flexible's set(): the module has no way to write a count, so it refuses. */
+  set() {
+    return Promise.reject(new Error("set() is not supported by ratelimit-redis-module's RateLimiterRedis"));
+  }
+}

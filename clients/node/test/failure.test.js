@@ -1,0 +1,86 @@
+// Redis stops answering mid-traffic: SIGSTOP (a hang, so the timeout) and then SIGKILL
+// (connection refused). Fail open passes with no rate-limit fields; fail closed answers 503 with
+// its problem body. Either way one warning per failure and the counters.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import express from 'express';
+import { rateLimitMiddleware } from '../index.js';
+import { T0_MS, connect, get, limitFields, memoryLogger, serve, startRedis } from './helpers.js';
+
+const PROBLEM_503 =
+  '{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity",' +
+  '"title":"Rate limiter unavailable","status":503}';
+const NO_FIELDS = [undefined, undefined, undefined, undefined, undefined, undefined];
+
+async function scenario(failMode) {
+  const redis = await startRedis();
+  const client = await connect(redis);
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const logger = memoryLogger();
+  const limit = rateLimitMiddleware({
+    client,
+    limit: { algorithm: 'gcra', burst: 5, rate: 10, period: '1m' },
+    key: (req) => req.get('X-Client-Id'),
+    timeout: 50,
+    failMode,
+    logger,
+  });
+  const app = express();
+  app.use(limit);
+  app.get('/', (req, res) => res.send('hello'));
+  const http = await serve(app);
+  const as = (id) => get(http.url, '/', { 'X-Client-Id': id });
+  const stats = limit.limiter.stats;
+  try {
+    // Traffic while Redis answers.
+    for (const r of [4, 3]) {
+      assert.deepEqual(limitFields(await as('alice')), [
+        200, '"default";q=5;w=60', `"default";r=${r};t=${(5 - r) * 6}`, '5', `${r}`, `${(5 - r) * 6}`, undefined,
+      ]);
+    }
+    const expectFailure = async (what) => {
+      const started = performance.now();
+      const res = await as('alice');
+      const waited = performance.now() - started;
+      if (failMode === 'open') {
+        assert.deepEqual(limitFields(res), [200, ...NO_FIELDS], what);
+        assert.equal(res.body, 'hello');
+      } else {
+        assert.deepEqual(limitFields(res), [503, ...NO_FIELDS], what);
+        assert.equal(res.headers['content-type'], 'application/problem+json');
+        assert.equal(res.body, PROBLEM_503);
+      }
+      return waited;
+    };
+
+    // A hang: every request waits the timeout (50 ms), not more, then fails as configured.
+    redis.pause();
+    for (let i = 0; i < 3; i++) {
+      const waited = await expectFailure(`hang ${i}`);
+      assert.ok(waited >= 45 && waited < 1000, `answered after ${waited} ms`);
+    }
+    assert.equal(stats.failures, 3);
+    assert.equal(logger.lines.length, 3);
+    assert.match(logger.lines[0], /^ratelimit: RL\.GCRA for "rl:http:alice" failed \(no answer from Redis within 50 ms\); fail (open|closed)/);
+
+    // Gone: connection refused (node-redis fails at once without its offline queue).
+    await redis.stop();
+    for (let i = 0; i < 3; i++) await expectFailure(`gone ${i}`);
+    assert.equal(stats.failures, 6);
+    assert.equal(logger.lines.length, 6);
+    assert.equal(stats.failOpen, failMode === 'open' ? 6 : 0);
+    assert.equal(stats.failClosed, failMode === 'closed' ? 6 : 0);
+    assert.equal(stats.admitted, 2);
+  } finally {
+    await http.close();
+    client.destroy();
+    await redis.stop();
+  }
+}
+
+test('fail open: a hung and then a dead Redis lets requests through, logged and counted', () =>
+  scenario('open'));
+
+test('fail closed: a hung and then a dead Redis answers 503, logged and counted', () =>
+  scenario('closed'));

@@ -1,0 +1,250 @@
+// RateLimiterRedis against rate-limiter-flexible's own RateLimiterRedis on the same server: the
+// scenarios its README and wiki document (consume within and over the points, a cost above 1,
+// blockDuration, get, delete, penalty, block, insuranceLimiter), field by field. Ours runs on the
+// frozen debug clock, so its msBeforeNext is exact; rate-limiter-flexible's comes from real
+// PTTLs, so it is compared within the few milliseconds the test takes.
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import * as RLF from 'rate-limiter-flexible';
+import { RateLimiterRedis, RateLimiterRes } from '../index.js';
+import { T0_MS, calls, connect, startRedis } from './helpers.js';
+
+let redis;
+let client;
+before(async () => {
+  redis = await startRedis();
+  client = await connect(redis);
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+});
+after(async () => {
+  await client?.quit();
+  await redis?.stop();
+});
+
+/** Runs one call, returning ['resolved' | 'rejected', fields] or ['error', message]. */
+async function outcome(promise) {
+  try {
+    const res = await promise;
+    return ['resolved', res === null ? null : fields(res)];
+  } catch (err) {
+    if (err instanceof Error) return ['error', err.message];
+    return ['rejected', fields(err)];
+  }
+}
+const fields = (res) => (typeof res === 'boolean' ? res : { ...res.toJSON() });
+
+/** Both limiters with the same options, each on its own key prefix. */
+function pair(options, name) {
+  const ours = new RateLimiterRedis({ storeClient: client, keyPrefix: `ours-${name}`, ...options });
+  const theirs = new RLF.RateLimiterRedis({
+    storeClient: client, useRedisPackage: true, keyPrefix: `rlf-${name}`, ...options,
+  });
+  return { ours, theirs };
+}
+
+/** Asserts ours equals rate-limiter-flexible's, msBeforeNext within `slack` ms below ours. */
+function same(ourOutcome, theirOutcome, what, slack = 1000) {
+  const [ourKind, ourRes] = ourOutcome;
+  const [theirKind, theirRes] = theirOutcome;
+  assert.equal(ourKind, theirKind, what);
+  if (ourRes === null || typeof ourRes !== 'object') {
+    assert.deepEqual(ourRes, theirRes, what);
+    return;
+  }
+  const { msBeforeNext: ourMs, ...ourRest } = ourRes;
+  const { msBeforeNext: theirMs, ...theirRest } = theirRes;
+  assert.deepEqual(ourRest, theirRest, what);
+  assert.ok(theirMs <= ourMs && theirMs > ourMs - slack, `${what}: msBeforeNext ${ourMs} against ${theirMs}`);
+}
+
+test('consume within the points resolves, over them rejects with a RateLimiterRes', async () => {
+  const { ours, theirs } = pair({ points: 5, duration: 10 }, 'basic');
+  const expected = [
+    ['resolved', { remainingPoints: 4, msBeforeNext: 10_000, consumedPoints: 1, isFirstInDuration: true }],
+    ['resolved', { remainingPoints: 2, msBeforeNext: 10_000, consumedPoints: 3, isFirstInDuration: false }],
+    ['resolved', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 5, isFirstInDuration: false }],
+    ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 6, isFirstInDuration: false }],
+  ];
+  const costs = [1, 2, 2, 1];
+  for (const [i, cost] of costs.entries()) {
+    const mine = await outcome(ours.consume('user1', cost));
+    assert.deepEqual(mine, expected[i], `consume ${i}`);
+    same(mine, await outcome(theirs.consume('user1', cost)), `consume ${i}`);
+  }
+  // get: the state, and null for a key that has consumed nothing.
+  const mine = await outcome(ours.get('user1'));
+  assert.deepEqual(mine, ['resolved', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 5, isFirstInDuration: false }]);
+  // rate-limiter-flexible counts the refused point too (6): ours took nothing for it.
+  const theirs6 = await outcome(theirs.get('user1'));
+  assert.equal(theirs6[1].consumedPoints, 6);
+  same(await outcome(ours.get('nobody')), await outcome(theirs.get('nobody')), 'get of a missing key');
+  assert.deepEqual(await outcome(ours.get('nobody')), ['resolved', null]);
+  // delete: true when the key was there, then false.
+  for (const expectedDeleted of [true, false]) {
+    const d = await outcome(ours.delete('user1'));
+    assert.deepEqual(d, ['resolved', expectedDeleted]);
+    same(d, await outcome(theirs.delete('user1')), 'delete');
+  }
+  assert.equal(await ours.get('user1'), null);
+  // A string of digits is a number of points; a fraction is an Error, as there.
+  // (There, isFirstInDuration compares the count with the string '2', so it is false: ours says
+  // true, as it does for the number 2.)
+  const byString = await outcome(ours.consume('user2', '2'));
+  assert.deepEqual(byString, ['resolved', { remainingPoints: 3, msBeforeNext: 10_000, consumedPoints: 2, isFirstInDuration: true }]);
+  const theirByString = await outcome(theirs.consume('user2', '2'));
+  same(byString, ['resolved', { ...theirByString[1], isFirstInDuration: true }], 'points as a string');
+  same(await outcome(ours.consume('user2', 1.5)), await outcome(theirs.consume('user2', 1.5)), 'fractional points');
+});
+
+test('the window starts at the first consume and lasts duration seconds', async () => {
+  // (Keys expire in real time while the server's clock is frozen: each step below leaves the
+  // key at least 10 s to live, so that no key vanishes under the test.)
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS + 123}`]); // not on a round second
+  const limiter = new RateLimiterRedis({ storeClient: client, points: 2, duration: 60, keyPrefix: 'window' });
+  assert.equal((await limiter.consume('k')).msBeforeNext, 60_000);
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '50000']);
+  assert.deepEqual((await limiter.consume('k')).toJSON(),
+    { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 2, isFirstInDuration: false });
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '9999']);
+  await assert.rejects(limiter.consume('k'), (res) => res instanceof RateLimiterRes && res.msBeforeNext === 1);
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '1']);
+  assert.deepEqual((await limiter.consume('k')).toJSON(),
+    { remainingPoints: 1, msBeforeNext: 60_000, consumedPoints: 1, isFirstInDuration: true });
+});
+
+test('blockDuration: the consume that goes over blocks the key for blockDuration seconds', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { ours, theirs } = pair({ points: 2, duration: 1, blockDuration: 30 }, 'blockdur');
+  for (let i = 0; i < 2; i++) {
+    same(await outcome(ours.consume('ip')), await outcome(theirs.consume('ip')), `consume ${i}`);
+  }
+  const mine = await outcome(ours.consume('ip'));
+  assert.deepEqual(mine, ['rejected', { remainingPoints: 0, msBeforeNext: 30_000, consumedPoints: 3, isFirstInDuration: false }]);
+  same(mine, await outcome(theirs.consume('ip')), 'the consume that blocks');
+  // Long after the window (5 s), the key is still blocked, with the time left.
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '5000']);
+  const blocked = await outcome(ours.consume('ip'));
+  assert.equal(blocked[0], 'rejected');
+  assert.equal(blocked[1].msBeforeNext, 25_000);
+  assert.deepEqual(await outcome(ours.get('ip')),
+    ['resolved', { remainingPoints: 0, msBeforeNext: 25_000, consumedPoints: 3, isFirstInDuration: false }]);
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '25000']);
+  assert.equal((await ours.consume('ip')).remainingPoints, 1);
+});
+
+test('penalty takes points without refusing; block(key, s) refuses every consume for s', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { ours, theirs } = pair({ points: 5, duration: 10 }, 'penalty');
+  same(await outcome(ours.penalty('p', 2)), await outcome(theirs.penalty('p', 2)), 'penalty on a fresh key');
+  same(await outcome(ours.penalty('p', 3)), await outcome(theirs.penalty('p', 3)), 'penalty up to the points');
+  // Over the points: rate-limiter-flexible counts past them (8); the module stops at the limit.
+  assert.deepEqual(await outcome(ours.penalty('p', 3)),
+    ['resolved', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 5, isFirstInDuration: false }]);
+  assert.equal((await theirs.penalty('p', 3)).consumedPoints, 8);
+  // A penalty that does not fit takes what is left.
+  await ours.penalty('q', 4);
+  assert.deepEqual((await ours.penalty('q', 3)).toJSON(),
+    { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 5, isFirstInDuration: false });
+
+  for (const key of ['fresh', 'used']) {
+    if (key === 'used') {
+      await ours.consume(key);
+      await theirs.consume(key);
+    }
+    const mine = await outcome(ours.block(key, 60));
+    assert.deepEqual(mine, ['resolved', { remainingPoints: 0, msBeforeNext: 60_000, consumedPoints: 6, isFirstInDuration: false }]);
+    same(mine, await outcome(theirs.block(key, 60)), `block a ${key} key`);
+    const refused = await outcome(ours.consume(key));
+    assert.deepEqual(refused, ['rejected', { remainingPoints: 0, msBeforeNext: 60_000, consumedPoints: 6, isFirstInDuration: false }]);
+    const theirRefusal = await outcome(theirs.consume(key));
+    assert.equal(theirRefusal[0], 'rejected', `consume in a block of a ${key} key`);
+  }
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '60000']);
+  assert.equal((await ours.consume('fresh')).isFirstInDuration, true);
+});
+
+test('a store error rejects with an Error, or goes to insuranceLimiter', async () => {
+  // A key of another type makes the module answer WRONGTYPE: a store error, not a refusal.
+  await client.set('ours-err:k', 'x');
+  const plain = new RateLimiterRedis({ storeClient: client, points: 2, duration: 1, keyPrefix: 'ours-err' });
+  const [kind, message] = await outcome(plain.consume('k'));
+  assert.equal(kind, 'error');
+  assert.match(message, /WRONGTYPE/);
+  const insured = new RateLimiterRedis({
+    storeClient: client, points: 2, duration: 1, keyPrefix: 'ours-err',
+    insuranceLimiter: new RLF.RateLimiterMemory({ points: 1, duration: 1 }),
+  });
+  assert.deepEqual((await insured.consume('k')).toJSON().remainingPoints, 0);
+  await assert.rejects(insured.consume('k'), (res) => res instanceof RLF.RateLimiterRes);
+});
+
+test('reward gives points back with RL.REFUND', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { ours, theirs } = pair({ points: 5, duration: 10 }, 'reward');
+  for (let i = 0; i < 3; i++) {
+    await ours.consume('r');
+    await theirs.consume('r');
+  }
+  const mine = await outcome(ours.reward('r', 2));
+  assert.deepEqual(mine, ['resolved', { remainingPoints: 4, msBeforeNext: 10_000, consumedPoints: 1, isFirstInDuration: false }]);
+  same(mine, await outcome(theirs.reward('r', 2)), 'reward');
+  assert.equal((await ours.consume('r')).remainingPoints, 3);
+});
+
+test('execEvenly: admitted consumes are spread over the time left in the window', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { ours, theirs } = pair({ points: 3, duration: 2, execEvenly: true }, 'evenly');
+  // The first of a window at once; then ceil(ms left / (points left + 2)): 2000 / 3 = 667 ms,
+  // then 2000 / 2 = 1000 ms (our clock is frozen), msBeforeNext less the wait. (The key lives
+  // 2 s of real time from each write: long enough for the waits.)
+  const expected = [
+    [0, { remainingPoints: 2, msBeforeNext: 2000, consumedPoints: 1, isFirstInDuration: true }],
+    [667, { remainingPoints: 1, msBeforeNext: 1333, consumedPoints: 2, isFirstInDuration: false }],
+    [1000, { remainingPoints: 0, msBeforeNext: 1000, consumedPoints: 3, isFirstInDuration: false }],
+  ];
+  for (const [wait, fields] of expected) {
+    const started = performance.now();
+    const mine = await outcome(ours.consume('e'));
+    const waited = performance.now() - started;
+    assert.deepEqual(mine, ['resolved', fields]);
+    assert.ok(waited >= wait - 2 && waited < wait + 1000, `waited ${waited} ms for ${wait}`);
+  }
+  // Theirs, on a real clock, the same fields (msBeforeNext within the time the test took).
+  const theirFields = [];
+  for (let i = 0; i < 3; i++) theirFields.push(await outcome(theirs.consume('e')));
+  assert.deepEqual(theirFields.map(([kind, f]) => [kind, f.remainingPoints, f.consumedPoints, f.isFirstInDuration]),
+    expected.map(([, f]) => ['resolved', f.remainingPoints, f.consumedPoints, f.isFirstInDuration]));
+});
+
+test('inMemoryBlockOnConsumed: a key over it is refused in the process, without Redis', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { ours, theirs } = pair({ points: 2, duration: 60, inMemoryBlockOnConsumed: 3, inMemoryBlockDuration: 10 }, 'inmem');
+  for (let i = 0; i < 2; i++) same(await outcome(ours.consume('m')), await outcome(theirs.consume('m')), `consume ${i}`);
+  // The third reaches 3: refused, and blocked in memory for 10 s.
+  const third = await outcome(ours.consume('m'));
+  assert.deepEqual(third, ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 3, isFirstInDuration: false }]);
+  same(third, await outcome(theirs.consume('m')), 'the consume that blocks in memory');
+  // The next is refused by the process: RateLimiterRes(0, time left), no command sent.
+  const before = await calls(client, 'RL.TOKENBUCKET');
+  const [kind, res] = await outcome(ours.consume('m'));
+  assert.equal(await calls(client, 'RL.TOKENBUCKET'), before);
+  assert.equal(kind, 'rejected');
+  assert.deepEqual({ ...res, msBeforeNext: 0 }, { remainingPoints: 0, msBeforeNext: 0, consumedPoints: 0, isFirstInDuration: false });
+  assert.ok(res.msBeforeNext > 9_000 && res.msBeforeNext <= 10_000, `${res.msBeforeNext}`);
+  same(['rejected', { ...res, msBeforeNext: 10_000 }], await outcome(theirs.consume('m')), 'refused in memory', 2000);
+  // delete() forgets the block too.
+  assert.equal(await ours.delete('m'), true);
+  assert.equal((await ours.consume('m')).consumedPoints, 1);
+  assert.throws(() => new RateLimiterRedis({ storeClient: client, points: 5, inMemoryBlockOnConsumed: 4 }),
+    /inMemoryBlockOnConsumed option must be greater or equal "points" option/);
+});
+
+test('options rate-limiter-flexible has and the module cannot honour are refused', () => {
+  for (const option of ['blockOnConsumed']) {
+    assert.throws(() => new RateLimiterRedis({ storeClient: client, points: 5, [option]: 10 }),
+      new RegExp(`${option} is not supported`));
+  }
+  assert.throws(() => new RateLimiterRedis({ points: 5 }), /storeClient is not set/);
+  assert.throws(() => new RateLimiterRedis({ storeClient: client, points: 1.5 }), /points must be an integer/);
+});

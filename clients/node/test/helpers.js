@@ -1,0 +1,138 @@
+// Real servers for the tests: redis-server ($RATELIMIT_SERVER, default redis-server on PATH)
+// with the module ($RATELIMIT_MODULE, default target/release/libratelimit.so of this checkout)
+// loaded with the debug clock, on a free loopback port, stopped by PID; and HTTP servers on
+// node:http on free loopback ports.
+
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createClient } from 'redis';
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
+export const T0_MS = 1_700_000_000_000;
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** A redis-server child process with the module; `stop()`, `pause()`, `resume()` by PID. */
+export async function startRedis() {
+  const binary = process.env.RATELIMIT_SERVER || 'redis-server';
+  const module = process.env.RATELIMIT_MODULE || path.join(ROOT, 'target/release/libratelimit.so');
+  if (!existsSync(module)) throw new Error(`${module} is missing: run cargo build --release first`);
+  const dir = mkdtempSync(path.join(tmpdir(), 'rl-node-'));
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const port = await freePort();
+    const child = spawn(
+      binary,
+      ['--port', `${port}`, '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no',
+        '--loadmodule', module, 'debug-clock', 'yes'],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    );
+    let stderr = '';
+    child.stderr.on('data', (d) => { stderr += d; });
+    let exited = false;
+    child.once('exit', () => { exited = true; });
+    for (let i = 0; i < 200 && !exited; i++) {
+      const ok = await new Promise((resolve) => {
+        const s = net.connect(port, '127.0.0.1');
+        s.once('connect', () => { s.write('PING\r\n'); });
+        s.once('data', (d) => { s.destroy(); resolve(String(d).startsWith('+PONG')); });
+        s.once('error', () => resolve(false));
+      });
+      if (ok) {
+        const server = {
+          port,
+          pid: child.pid,
+          url: `redis://127.0.0.1:${port}`,
+          paused: false,
+          pause() { process.kill(child.pid, 'SIGSTOP'); server.paused = true; },
+          resume() { process.kill(child.pid, 'SIGCONT'); server.paused = false; },
+          async stop() {
+            if (child.exitCode !== null || child.signalCode !== null) return;
+            const gone = new Promise((r) => child.once('exit', r));
+            if (server.paused) server.resume();
+            process.kill(child.pid, 'SIGKILL');
+            await gone;
+            rmSync(dir, { recursive: true, force: true });
+          },
+        };
+        return server;
+      }
+      await sleep(25);
+    }
+    if (!exited) process.kill(child.pid, 'SIGKILL');
+    if (!/Address already in use/.test(stderr)) throw new Error(`${binary} did not start: ${stderr}`);
+  }
+  throw new Error(`${binary} found no free port`);
+}
+
+/** A node-redis client (RESP3 unless told), connected; errors are swallowed (tests stop servers). */
+export async function connect(server, options = {}) {
+  const client = createClient({ url: server.url, RESP: 3, disableOfflineQueue: true, ...options });
+  client.on('error', () => {});
+  await client.connect();
+  return client;
+}
+
+/** Calls of a command so far, from INFO commandstats (0 when never called). */
+export async function calls(client, command) {
+  const info = await client.sendCommand(['INFO', 'commandstats']);
+  const m = new RegExp(`^cmdstat_${command.toLowerCase().replace('.', '\\.')}:calls=(\\d+)`, 'm').exec(String(info));
+  return m ? Number(m[1]) : 0;
+}
+
+/** Serves `handler` (an Express app or a plain handler) on node:http on a free loopback port. */
+export async function serve(handler) {
+  const server = http.createServer(handler);
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    close: () => new Promise((r) => { server.closeAllConnections?.(); server.close(r); }),
+  };
+}
+
+/** GET `path` with extra headers; resolves { status, headers (lower-case names), body }. */
+export function get(base, urlPath = '/', headers = {}) {
+  return new Promise((resolve, reject) => {
+    const req = http.get(`${base}${urlPath}`, { headers, agent: false }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => { body += d; });
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body }));
+    });
+    req.on('error', reject);
+  });
+}
+
+/** The rate-limit fields of a response, in a fixed order (undefined when absent). */
+export function limitFields(r) {
+  return [
+    r.status,
+    r.headers['ratelimit-policy'],
+    r.headers.ratelimit,
+    r.headers['x-ratelimit-limit'],
+    r.headers['x-ratelimit-remaining'],
+    r.headers['x-ratelimit-reset'],
+    r.headers['retry-after'],
+  ];
+}
+
+/** A logger that keeps what it is told. */
+export function memoryLogger() {
+  const lines = [];
+  return { lines, warn: (m) => lines.push(m) };
+}

@@ -1,0 +1,299 @@
+// The middleware over real HTTP (Express 5 on node:http) against a real server with the debug
+// clock frozen: every field of the contract in docs/clients.md, byte for byte.
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import express from 'express';
+import { rateLimitMiddleware } from '../index.js';
+import { T0_MS, calls, connect, get, limitFields, memoryLogger, serve, startRedis } from './helpers.js';
+
+const PROBLEM_429 =
+  '{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",' +
+  '"title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,' +
+  '"violated-policies":["default"]}';
+
+let redis;
+let client;
+before(async () => {
+  redis = await startRedis();
+  client = await connect(redis);
+});
+after(async () => {
+  await client?.quit();
+  await redis?.stop();
+});
+
+/** An Express app limited by `options`, the caller being X-Client-Id. A fake monotonic clock. */
+async function app(options) {
+  const clock = { ms: 1_000 };
+  const limit = rateLimitMiddleware({
+    client,
+    key: (req) => req.get('X-Client-Id') ?? req.ip,
+    now: () => clock.ms,
+    logger: memoryLogger(),
+    ...options,
+  });
+  const a = express();
+  a.use(limit);
+  a.get('/', (req, res) => res.send('hello'));
+  const http = await serve(a);
+  return { http, clock, limiter: limit.limiter, as: (id) => get(http.url, '/', { 'X-Client-Id': id }) };
+}
+
+test('GCRA: the burst, the 429 with its problem body, then the denial memory', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { http, clock, limiter, as } = await app({
+    limit: { algorithm: 'gcra', burst: 5, rate: 10, period: '1m' },
+    prefix: 'rl:gcra:',
+  });
+  try {
+    // A burst of 5, then one every 6 s: remaining 4 to 0, reset 6 s more each time.
+    for (const [r, t] of [[4, 6], [3, 12], [2, 18], [1, 24], [0, 30]]) {
+      const res = await as('alice');
+      assert.deepEqual(limitFields(res), [
+        200, '"default";q=5;w=60', `"default";r=${r};t=${t}`, '5', `${r}`, `${t}`, undefined,
+      ]);
+      assert.equal(res.body, 'hello');
+    }
+    const before429 = await calls(client, 'RL.GCRA');
+    const denied = await as('alice');
+    assert.deepEqual(limitFields(denied), [
+      429, '"default";q=5;w=60', '"default";r=0;t=6', '5', '0', '30', '6',
+    ]);
+    assert.equal(denied.headers['content-type'], 'application/problem+json');
+    assert.equal(denied.body, PROBLEM_429);
+    assert.equal(await calls(client, 'RL.GCRA'), before429 + 1);
+
+    // Remembered: the same answer without a round trip, t and Retry-After from the time left.
+    const again = await as('alice');
+    assert.deepEqual(limitFields(again), limitFields(denied));
+    assert.equal(again.body, PROBLEM_429);
+    clock.ms += 2_500; // 3500 ms left: rounded up to 4; the reset 27500 ms to 28
+    assert.deepEqual(limitFields(await as('alice')), [
+      429, '"default";q=5;w=60', '"default";r=0;t=4', '5', '0', '28', '4',
+    ]);
+    clock.ms += 3_499; // 1 ms left is still a whole second
+    assert.deepEqual(limitFields(await as('alice')), [
+      429, '"default";q=5;w=60', '"default";r=0;t=1', '5', '0', '25', '1',
+    ]);
+    assert.equal(await calls(client, 'RL.GCRA'), before429 + 1, 'the memory answered without Redis');
+    assert.equal(limiter.stats.deniedLocally, 3);
+    assert.equal(limiter.stats.denied, 4);
+
+    // Another caller has a limit of its own (and is not refused by alice's memory).
+    assert.deepEqual(limitFields(await as('bob')), [
+      200, '"default";q=5;w=60', '"default";r=4;t=6', '5', '4', '6', undefined,
+    ]);
+
+    // Once the time is up, the next request asks Redis again: admitted at the retry time.
+    clock.ms += 1;
+    await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '6000']);
+    assert.deepEqual(limitFields(await as('alice')), [
+      200, '"default";q=5;w=60', '"default";r=0;t=30', '5', '0', '30', undefined,
+    ]);
+    assert.equal(await calls(client, 'RL.GCRA'), before429 + 3);
+  } finally {
+    await http.close();
+  }
+});
+
+test('a request that can never pass: no t, no Retry-After, and not remembered', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { http, limiter, as } = await app({
+    limit: { algorithm: 'tokenbucket', capacity: 4, refillAmount: 4, refillPeriod: 60_000 },
+    name: 'uploads',
+    cost: (req) => Number(req.get('X-Cost') ?? 1),
+    prefix: 'rl:never:',
+  });
+  try {
+    const big = () => get(http.url, '/', { 'X-Client-Id': 'carol', 'X-Cost': '5' });
+    for (let i = 0; i < 2; i++) {
+      const res = await big();
+      assert.deepEqual(limitFields(res), [
+        429, '"uploads";q=4;w=60', '"uploads";r=4', '4', '4', '0', undefined,
+      ]);
+      assert.equal(res.body, PROBLEM_429.replace('"default"', '"uploads"'));
+    }
+    assert.equal(limiter.stats.deniedLocally, 0);
+    assert.equal(limiter.memory.size, 0);
+    // The same caller with a cost that fits is admitted.
+    assert.deepEqual(limitFields(await as('carol')), [
+      200, '"uploads";q=4;w=60', '"uploads";r=3;t=15', '4', '3', '15', undefined,
+    ]);
+  } finally {
+    await http.close();
+  }
+});
+
+test('a remembered denial refuses the same cost or more; a smaller cost is asked', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { http, limiter } = await app({
+    limit: { algorithm: 'tokenbucket', capacity: 4, refillAmount: 4, refillPeriod: '1m' },
+    cost: (req) => Number(req.get('X-Cost')),
+    prefix: 'rl:cost:',
+  });
+  const costing = (n) => get(http.url, '/', { 'X-Client-Id': 'gina', 'X-Cost': `${n}` });
+  try {
+    assert.equal((await costing(3)).headers.ratelimit, '"default";r=1;t=45');
+    const calls0 = await calls(client, 'RL.TOKENBUCKET');
+    // 3 more do not fit: 2 of them are missing, 30 s at 4 a minute.
+    assert.deepEqual(limitFields(await costing(3)), [429, '"default";q=4;w=60', '"default";r=1;t=30', '4', '1', '45', '30']);
+    // Remembered: r=0 from the memory (the same cost or more), without a round trip.
+    assert.deepEqual(limitFields(await costing(4)), [429, '"default";q=4;w=60', '"default";r=0;t=30', '4', '0', '45', '30']);
+    assert.equal(await calls(client, 'RL.TOKENBUCKET'), calls0 + 1);
+    // One unit fits: asked, and admitted.
+    assert.deepEqual(limitFields(await costing(1)), [200, '"default";q=4;w=60', '"default";r=0;t=60', '4', '0', '60', undefined]);
+    assert.equal(await calls(client, 'RL.TOKENBUCKET'), calls0 + 2);
+    assert.equal(limiter.stats.deniedLocally, 1);
+  } finally {
+    await http.close();
+  }
+});
+
+test('w is left out when the window is not whole seconds', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { http, as } = await app({
+    limit: { algorithm: 'slidinglog', limit: 2, window: '1500ms' },
+    prefix: 'rl:w:',
+  });
+  try {
+    assert.deepEqual(limitFields(await as('dave')), [
+      200, '"default";q=2', '"default";r=1;t=2', '2', '1', '2', undefined,
+    ]);
+  } finally {
+    await http.close();
+  }
+});
+
+test('RL.LIMIT: the policy name, "<policy>/<rule>" with several rules, w from each rule', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  await client.sendCommand(['RL.POLICY.SET', 'api', 'GCRA', '2', '2', '1s', 'FIXEDWINDOW', '3', '1m']);
+  await client.sendCommand(['RL.POLICY.SET', 'solo', 'SLIDINGWINDOW', '5', '10s']);
+  const multi = await app({ limit: { policy: 'api' }, prefix: 'rl:api:' });
+  const single = await app({ limit: { policy: 'solo' }, prefix: 'rl:solo:' });
+  const named = await app({ limit: { policy: 'api' }, name: 'tiers', prefix: 'rl:named:' });
+  try {
+    // The GCRA rule binds first (fewest remaining); a tie goes to the earlier rule.
+    assert.deepEqual(limitFields(await multi.as('erin')), [
+      200, '"api/0";q=2;w=1', '"api/0";r=1;t=1', '2', '1', '1', undefined,
+    ]);
+    await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '1000']);
+    assert.deepEqual(limitFields(await multi.as('erin')), [
+      200, '"api/0";q=2;w=1', '"api/0";r=1;t=1', '2', '1', '1', undefined,
+    ]);
+    // Then the minute's window: T0 is 20 s into its minute, so 2 s later 38 s are left.
+    await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '1000']);
+    assert.deepEqual(limitFields(await multi.as('erin')), [
+      200, '"api/1";q=3;w=60', '"api/1";r=0;t=38', '3', '0', '38', undefined,
+    ]);
+    const denied = await multi.as('erin');
+    assert.deepEqual(limitFields(denied), [
+      429, '"api/1";q=3;w=60', '"api/1";r=0;t=38', '3', '0', '38', '38',
+    ]);
+    assert.equal(denied.body, PROBLEM_429.replace('"default"', '"api/1"'));
+    // 2 s into its 10 s window; fresh 1 ms after the window ends (8001 ms, rounded up to 9).
+    assert.deepEqual(limitFields(await single.as('erin')), [
+      200, '"solo";q=5;w=10', '"solo";r=4;t=9', '5', '4', '9', undefined,
+    ]);
+    // A name given to a policy takes the policy's place, the rule's index still after it.
+    assert.equal((await named.as('erin')).headers.ratelimit, '"tiers/0";r=1;t=1');
+    assert.equal(await calls(client, 'RL.POLICY.GET'), 3, 'each limit reads its policy once');
+  } finally {
+    await multi.http.close();
+    await single.http.close();
+    await named.http.close();
+  }
+});
+
+test('the denial memory is bounded: the oldest goes first', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { http, limiter, as } = await app({
+    limit: { algorithm: 'fixedwindow', limit: 1, window: '1m' },
+    prefix: 'rl:bound:',
+    denialMemory: 2,
+  });
+  try {
+    for (const id of ['k1', 'k2', 'k3']) {
+      assert.equal((await as(id)).status, 200);
+      assert.equal((await as(id)).status, 429);
+    }
+    assert.deepEqual([...limiter.memory.entries.keys()], ['k2', 'k3']);
+    const before = await calls(client, 'RL.FIXEDWINDOW');
+    assert.equal((await as('k1')).status, 429);
+    assert.equal(await calls(client, 'RL.FIXEDWINDOW'), before + 1, 'k1 was forgotten: asked again');
+    assert.deepEqual([...limiter.memory.entries.keys()], ['k3', 'k1']);
+  } finally {
+    await http.close();
+  }
+});
+
+test('RESP2 clients get the same fields', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const resp2 = await connect(redis, { RESP: 2 });
+  const { http, as } = await app({
+    client: resp2,
+    limit: { algorithm: 'gcra', burst: 5, rate: 10, period: '1m' },
+    prefix: 'rl:resp2:',
+  });
+  try {
+    assert.deepEqual(limitFields(await as('frank')), [
+      200, '"default";q=5;w=60', '"default";r=4;t=6', '5', '4', '6', undefined,
+    ]);
+  } finally {
+    await http.close();
+    await resp2.quit();
+  }
+});
+
+test('concurrency: a lease per request in flight, given back when its response ends', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const limit = rateLimitMiddleware({
+    client,
+    limit: { algorithm: 'concurrency', limit: 2, lease: '30s' },
+    key: () => 'jobs',
+    prefix: 'rl:conc:',
+    logger: memoryLogger(),
+  });
+  let open;
+  const gate = new Promise((r) => { open = r; });
+  const a = express();
+  a.use(limit);
+  a.get('/', async (req, res) => {
+    await gate;
+    res.send('done');
+  });
+  const http = await serve(a);
+  const held = async () => {
+    const info = await client.sendCommand(['RL.INSPECT', 'rl:conc:jobs']);
+    const map = info instanceof Map ? Object.fromEntries(info) : info;
+    return Number(map?.held ?? 0);
+  };
+  const until = async (n) => {
+    for (let i = 0; i < 200 && (await held()) !== n; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(await held(), n);
+  };
+  try {
+    const first = get(http.url);
+    const second = get(http.url);
+    await until(2);
+    // Both slots are held: refused, qu="concurrent-requests" and no w; t from the lease's end.
+    const refused = await get(http.url);
+    assert.deepEqual(limitFields(refused), [
+      429, '"default";q=2;qu="concurrent-requests"', '"default";r=0;t=30', '2', '0', '30', '30',
+    ]);
+    // Not remembered: a lease may be given back before its retry time.
+    assert.equal(limit.limiter.memory.size, 0);
+    open();
+    const done = await Promise.all([first, second]);
+    // The two admitted ones, in whichever order the server took them.
+    assert.deepEqual(done.map(limitFields).sort((x, y) => x[2].localeCompare(y[2])), [
+      [200, '"default";q=2;qu="concurrent-requests"', '"default";r=0;t=30', '2', '0', '30', undefined],
+      [200, '"default";q=2;qu="concurrent-requests"', '"default";r=1;t=30', '2', '1', '30', undefined],
+    ]);
+    await until(0);
+    assert.equal((await get(http.url)).headers.ratelimit, '"default";r=1;t=30');
+    assert.equal(limit.limiter.stats.releaseFailures, 0);
+  } finally {
+    await http.close();
+  }
+});

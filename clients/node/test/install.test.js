@@ -1,0 +1,45 @@
+// The package installs from its path into a fresh project: npm pack, then npm install of the
+// tarball (--prefer-offline: the tarballs come from npm's cache, which npm ci filled; npm asks
+// the registry only for what the cache lacks, such as node-redis's version list for the peer
+// dependency), then import it there and use it.
+
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const pkg = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const npm = (args, cwd) =>
+  execFileSync('npm', [...args, '--no-audit', '--no-fund', '--loglevel=error'], { cwd, encoding: 'utf8' });
+
+test('npm install of the packed package into a fresh directory', () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'rl-node-install-'));
+  try {
+    npm(['pack', pkg, '--pack-destination', dir], dir);
+    const tarball = readdirSync(dir).find((f) => f.endsWith('.tgz'));
+    assert.match(tarball, /^ratelimit-redis-module-\d+\.\d+\.\d+\.tgz$/);
+    writeFileSync(path.join(dir, 'package.json'), JSON.stringify({ name: 'fresh', version: '1.0.0', private: true, type: 'module' }));
+    npm(['install', '--prefer-offline', `./${tarball}`], dir);
+    // The peer dependency came along, and the package's files are those it declares.
+    assert.ok(existsSync(path.join(dir, 'node_modules/redis/package.json')), 'node-redis installed as the peer');
+    assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module')).sort(),
+      ['README.md', 'index.d.ts', 'index.js', 'package.json']);
+    const script = `
+      import { RateLimiterRedis, rateLimitMiddleware, rateLimitHeaders } from 'ratelimit-redis-module';
+      import { createClient } from 'redis';
+      const client = createClient();
+      const mw = rateLimitMiddleware({ client, limit: { algorithm: 'gcra', burst: 5, rate: 10, period: '1m' } });
+      new RateLimiterRedis({ storeClient: client, points: 5, duration: 1 });
+      console.log(typeof mw, typeof mw.limiter.check,
+        rateLimitHeaders({ allowed: true, name: 'default', limit: 5, remaining: 4, retryAfterMs: 0, resetAfterMs: 6000, windowSeconds: 60 })[1][1]);
+    `;
+    writeFileSync(path.join(dir, 'check.mjs'), script);
+    const out = execFileSync(process.execPath, ['check.mjs'], { cwd: dir, encoding: 'utf8' });
+    assert.equal(out, 'function function "default";r=4;t=6\n');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

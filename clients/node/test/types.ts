@@ -1,0 +1,47 @@
+// Compiled with tsc --noEmit by types.test.js: the declarations fit the way the README uses them.
+import express from 'express';
+import { createClient } from 'redis';
+import {
+  RateLimit,
+  RateLimiterRedis,
+  RateLimiterRes,
+  rateLimitHeaders,
+  rateLimitMiddleware,
+  type Decision,
+} from 'ratelimit-redis-module';
+
+const client = createClient({ RESP: 3 });
+const app = express();
+const limit = rateLimitMiddleware({
+  client,
+  limit: { algorithm: 'gcra', burst: 5, rate: 10, period: '1m' },
+  key: (req) => String(req.headers['x-client-id'] ?? req.ip),
+  failMode: 'closed',
+  timeout: 50,
+});
+app.use(limit);
+const failures: number = limit.limiter.stats.failures;
+
+const policy = new RateLimit({ client, limit: { policy: 'api' }, denialMemory: 0 });
+async function check(): Promise<Array<[string, string]>> {
+  const d = await policy.check('user:1', 2);
+  if (d.failed) return [];
+  const decision: Decision = d;
+  return rateLimitHeaders(decision);
+}
+
+const limiter = new RateLimiterRedis({ storeClient: client, points: 5, duration: 1, blockDuration: 60 });
+async function login(): Promise<number> {
+  try {
+    const res: RateLimiterRes = await limiter.consume('ip', 1);
+    return res.remainingPoints;
+  } catch (rej) {
+    if (rej instanceof Error) throw rej;
+    return -(rej as RateLimiterRes).msBeforeNext;
+  }
+}
+const maybe: Promise<RateLimiterRes | null> = limiter.get('ip');
+// @ts-expect-error: the window's parameters are numbers or durations, not booleans
+rateLimitMiddleware({ client, limit: { algorithm: 'gcra', burst: true, rate: 1, period: 1 } });
+
+export { check, login, maybe, failures };
