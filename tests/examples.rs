@@ -135,100 +135,6 @@ impl Response {
             .find(|(n, _)| *n == name)
             .map(|(_, v)| v.as_str())
     }
-
-    /// Status, then RateLimit-Limit, -Remaining, -Reset and Retry-After (None when absent).
-    fn limits(&self) -> (u16, [Option<&str>; 4]) {
-        (
-            self.status,
-            [
-                self.header("RateLimit-Limit"),
-                self.header("RateLimit-Remaining"),
-                self.header("RateLimit-Reset"),
-                self.header("Retry-After"),
-            ],
-        )
-    }
-}
-
-/// The same story for both services: a burst of 5, then 10 per minute (one every 6 s).
-fn limits_each_client_over_http(server: &Server, service: &Service) {
-    let mut c = server.client();
-    c.clock_set(T0_MS);
-
-    // The burst: 5 admitted, each leaving one less and 6 s more until the key is fresh.
-    for (remaining, reset) in [
-        ("4", "6"),
-        ("3", "12"),
-        ("2", "18"),
-        ("1", "24"),
-        ("0", "30"),
-    ] {
-        let r = service.get(Some("alice"));
-        assert_eq!(
-            r.limits(),
-            (200, [Some("5"), Some(remaining), Some(reset), None]),
-            "{r:?}"
-        );
-        assert_eq!(r.header("RateLimit-Policy"), Some("10;w=60;burst=5"));
-    }
-    // The sixth waits one emission interval.
-    let r = service.get(Some("alice"));
-    assert_eq!(
-        r.limits(),
-        (429, [Some("5"), Some("0"), Some("30"), Some("6")]),
-        "{r:?}"
-    );
-    assert_eq!(r.header("RateLimit-Policy"), Some("10;w=60;burst=5"));
-
-    // Another client has a limit of its own.
-    let r = service.get(Some("bob"));
-    assert_eq!(
-        r.limits(),
-        (200, [Some("5"), Some("4"), Some("6"), None]),
-        "{r:?}"
-    );
-
-    // Seconds are rounded up: 3500 ms to wait is Retry-After 4, 27500 ms to reset is 28.
-    c.clock_advance(2_500);
-    let r = service.get(Some("alice"));
-    assert_eq!(
-        r.limits(),
-        (429, [Some("5"), Some("0"), Some("28"), Some("4")]),
-        "{r:?}"
-    );
-    // 1 ms early is still too early, and still a whole second to wait.
-    c.clock_advance(3_499);
-    let r = service.get(Some("alice"));
-    assert_eq!(
-        r.limits(),
-        (429, [Some("5"), Some("0"), Some("25"), Some("1")]),
-        "{r:?}"
-    );
-    c.clock_advance(1);
-    let r = service.get(Some("alice"));
-    assert_eq!(
-        r.limits(),
-        (200, [Some("5"), Some("0"), Some("30"), None]),
-        "{r:?}"
-    );
-
-    // Without X-Client-Id the client is its address.
-    let r = service.get(None);
-    assert_eq!(
-        r.limits(),
-        (200, [Some("5"), Some("4"), Some("6"), None]),
-        "{r:?}"
-    );
-    assert_eq!(c.cmd(&["EXISTS", "rl:http:127.0.0.1"]), Reply::Int(1));
-}
-
-/// With Redis gone, the service refuses at once (503) rather than serve without a limit.
-fn fails_closed_without_redis(server: &mut Server, service: &Service) {
-    server.stop();
-    for client in [Some("alice"), Some("carol"), None] {
-        let r = service.get(client);
-        assert_eq!(r.limits(), (503, [None, None, None, None]), "{r:?}");
-    }
 }
 
 /// The protocol (`resp=2` or `resp=3`) of each connection whose last command was RL.GCRA:
@@ -254,9 +160,9 @@ fn required(path: PathBuf, what: &str) -> PathBuf {
     path
 }
 
-/// The Python service's headers: status, then RateLimit-Policy, RateLimit, X-RateLimit-Limit,
+/// A service's rate-limit fields (both packages send the same): status, then RateLimit-Policy, RateLimit, X-RateLimit-Limit,
 /// -Remaining, -Reset and Retry-After (None when absent).
-fn python_limits(r: &Response) -> (u16, [Option<&str>; 6]) {
+fn fields(r: &Response) -> (u16, [Option<&str>; 6]) {
     (
         r.status,
         [
@@ -271,10 +177,8 @@ fn python_limits(r: &Response) -> (u16, [Option<&str>; 6]) {
 }
 
 /// How many times the server ran RL.GCRA (INFO commandstats).
-fn gcra_calls(server: &Server) -> u64 {
-    let stats = server
-        .client()
-        .info_field("commandstats", "cmdstat_rl.gcra");
+fn gcra_calls(c: &mut common::Client) -> u64 {
+    let stats = c.info_field("commandstats", "cmdstat_rl.gcra");
     stats
         .split(',')
         .find_map(|f| f.strip_prefix("calls="))
@@ -296,7 +200,7 @@ fn python_limits_each_client_over_http(server: &Server, service: &Service) {
         let state = format!("\"default\";r={remaining};t={reset}");
         let (remaining, reset) = (remaining.to_string(), reset.to_string());
         assert_eq!(
-            python_limits(&r),
+            fields(&r),
             (
                 200,
                 [
@@ -324,16 +228,16 @@ fn python_limits_each_client_over_http(server: &Server, service: &Service) {
         ],
     );
     let r = service.get(Some("alice"));
-    assert_eq!(python_limits(&r), refused, "{r:?}");
+    assert_eq!(fields(&r), refused, "{r:?}");
     assert_eq!(r.header("Content-Type"), Some("application/problem+json"));
 
     // Asked again, even after the server's clock moved on, the service answers from its memory
     // of the denial (its own clock: 6 s), without a round trip.
-    let calls = gcra_calls(server);
+    let calls = gcra_calls(&mut server.client());
     c.clock_advance(6_000);
     let r = service.get(Some("alice"));
-    assert_eq!(python_limits(&r), refused, "{r:?}");
-    assert_eq!(gcra_calls(server), calls);
+    assert_eq!(fields(&r), refused, "{r:?}");
+    assert_eq!(gcra_calls(&mut server.client()), calls);
 
     // Another client has a limit of its own. Seconds are rounded up: after its burst and
     // 2.5 s, 3500 ms to wait is Retry-After 4, and 27500 ms to reset is 28.
@@ -343,7 +247,7 @@ fn python_limits_each_client_over_http(server: &Server, service: &Service) {
     c.clock_advance(2_500);
     let r = service.get(Some("bob"));
     assert_eq!(
-        python_limits(&r),
+        fields(&r),
         (
             429,
             [
@@ -361,7 +265,7 @@ fn python_limits_each_client_over_http(server: &Server, service: &Service) {
     // Without X-Client-Id the client is its address.
     let r = service.get(None);
     assert_eq!(
-        python_limits(&r),
+        fields(&r),
         (
             200,
             [
@@ -384,7 +288,7 @@ fn python_fails_closed_without_redis(server: &mut Server, service: &Service) {
     server.stop();
     for client in [Some("carol"), None] {
         let r = service.get(client);
-        assert_eq!(python_limits(&r), (503, [None; 6]), "{r:?}");
+        assert_eq!(fields(&r), (503, [None; 6]), "{r:?}");
         assert_eq!(r.header("Content-Type"), Some("application/problem+json"));
     }
     assert_eq!(service.get(Some("alice")).status, 429);
@@ -403,32 +307,6 @@ fn python_example_limits_each_client_over_http() {
     // It asks for RESP2: the reply it read was the five-integer array.
     assert_eq!(service_protocols(&server), ["resp=2"]);
     python_fails_closed_without_redis(&mut server, &service);
-}
-
-/// The Node service's fields (the package in clients/node): status, RateLimit-Policy,
-/// RateLimit, X-RateLimit-Limit, -Remaining, -Reset and Retry-After (None when absent).
-fn node_fields(r: &Response) -> (u16, [Option<&str>; 6]) {
-    (
-        r.status,
-        [
-            r.header("RateLimit-Policy"),
-            r.header("RateLimit"),
-            r.header("X-RateLimit-Limit"),
-            r.header("X-RateLimit-Remaining"),
-            r.header("X-RateLimit-Reset"),
-            r.header("Retry-After"),
-        ],
-    )
-}
-
-/// How often the server ran RL.GCRA, from INFO commandstats.
-fn node_gcra_calls(c: &mut common::Client) -> u64 {
-    let stats = c.info_field("commandstats", "cmdstat_rl.gcra");
-    stats
-        .split(',')
-        .find_map(|f| f.strip_prefix("calls="))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no calls in {stats:?}"))
 }
 
 /// The Node service's story: the same limit, with the package's fields, and a denial answered
@@ -450,7 +328,7 @@ fn node_limits_each_client_over_http(server: &Server, service: &Service) {
         let r = service.get(Some("alice"));
         let limit = format!("\"default\";r={remaining};t={reset}");
         assert_eq!(
-            node_fields(&r),
+            fields(&r),
             (
                 200,
                 [
@@ -483,15 +361,15 @@ fn node_limits_each_client_over_http(server: &Server, service: &Service) {
             Some("6"),
         ],
     );
-    let calls = node_gcra_calls(&mut c);
+    let calls = gcra_calls(&mut c);
     let r = service.get(Some("alice"));
-    assert_eq!(node_fields(&r), refused, "{r:?}");
+    assert_eq!(fields(&r), refused, "{r:?}");
     assert_eq!(r.header("Content-Type"), Some("application/problem+json"));
     // Asked again at once: the same answer from the service's memory, without a round trip.
     let r = service.get(Some("alice"));
-    assert_eq!(node_fields(&r), refused, "{r:?}");
+    assert_eq!(fields(&r), refused, "{r:?}");
     assert_eq!(
-        node_gcra_calls(&mut c),
+        gcra_calls(&mut c),
         calls + 1,
         "the second refusal cost no RL.GCRA"
     );
@@ -499,7 +377,7 @@ fn node_limits_each_client_over_http(server: &Server, service: &Service) {
     // Another client has a limit of its own.
     let r = service.get(Some("bob"));
     assert_eq!(
-        node_fields(&r),
+        fields(&r),
         (
             200,
             [
@@ -518,7 +396,7 @@ fn node_limits_each_client_over_http(server: &Server, service: &Service) {
     c.clock_advance(2_500);
     let r = service.get(Some("erin"));
     assert_eq!(
-        node_fields(&r),
+        fields(&r),
         (
             429,
             [
@@ -536,7 +414,7 @@ fn node_limits_each_client_over_http(server: &Server, service: &Service) {
     c.clock_advance(3_499);
     let r = service.get(Some("grace"));
     assert_eq!(
-        node_fields(&r),
+        fields(&r),
         (
             429,
             [
@@ -553,7 +431,7 @@ fn node_limits_each_client_over_http(server: &Server, service: &Service) {
     c.clock_advance(1);
     let r = service.get(Some("ivan"));
     assert_eq!(
-        node_fields(&r),
+        fields(&r),
         (
             200,
             [
@@ -571,7 +449,7 @@ fn node_limits_each_client_over_http(server: &Server, service: &Service) {
     // Without X-Client-Id the client is its address.
     let r = service.get(None);
     assert_eq!(
-        node_fields(&r),
+        fields(&r),
         (
             200,
             [
@@ -594,7 +472,7 @@ fn node_fails_closed_without_redis(server: &mut Server, service: &Service) {
     server.stop();
     for client in [Some("bob"), Some("carol"), None] {
         let r = service.get(client);
-        assert_eq!(node_fields(&r), (503, [None; 6]), "{r:?}");
+        assert_eq!(fields(&r), (503, [None; 6]), "{r:?}");
         assert_eq!(r.header("Content-Type"), Some("application/problem+json"));
     }
 }
