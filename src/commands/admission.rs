@@ -25,6 +25,8 @@ pub fn arguments<'a>(call: &Call<'a>, syntax: &'static Syntax) -> Result<&'a [&'
 pub struct Decided<T = ()> {
     pub decision: Decision,
     pub aside: T,
+    /// `ATMOST n`: the units granted.
+    granted: Option<u64>,
     preview: bool,
     replayed: bool,
     propagate: Propagate,
@@ -35,6 +37,7 @@ impl<T> Decided<T> {
         Admission {
             decision: self.decision,
             extra,
+            granted: self.granted,
             preview: self.preview,
             replayed: self.replayed,
         }
@@ -60,6 +63,11 @@ impl<T> Decided<T> {
 /// DRYRUN leaves the keyspace, the replication stream and the AOF as they were. A DRYRUN or
 /// COST 0 request is a preview: INFO counts it as a call only, and its denial publishes no
 /// keyspace event.
+///
+/// With `ATMOST n`, the request takes `min(n, A::largest_cost(..))` units, the largest grant
+/// the key allows at this instant (the same state and clock reading a replica replays with,
+/// so it grants the same); when that is 0, it is a request of one unit, denied, so that
+/// `retry_after` is the wait for one unit and a `BLOCK` starts only then.
 pub fn run<A: Variant>(
     call: &Call,
     name: &'static CStr,
@@ -97,18 +105,29 @@ pub fn run_with<A: Variant, T>(
 ) -> Result<Decided<T>, Error> {
     let name_arg = call.key()?;
     let (now_us, real_ms) = call.clock();
+    // ATMOST asks for at least one unit.
+    let cost = if opts.atmost.is_some() { 1 } else { opts.cost };
     // DRYRUN and COST 0 ask what would happen: neither an admission nor a denial.
-    let write = opts.cost > 0 && !opts.dryrun;
+    let write = cost > 0 && !opts.dryrun;
     let request = Request {
         now_us,
-        cost: opts.cost,
+        cost,
         write,
         block_ms: opts.block_ms,
     };
     let mut key = Key::open(call.ctx, name_arg, true);
+    let mut granted = None;
     let (decision, wrote, aside) = key.update::<A, T>(&params, request, |stored, write| {
-        check(&params, stored, now_us, opts.cost, write)
+        let Some(atmost) = opts.atmost else {
+            return check(&params, stored, now_us, opts.cost, write);
+        };
+        let stored_ref = stored.as_ref().map(|(p, s)| (*p, &**s));
+        let grant = A::largest_cost(&params, stored_ref, now_us).min(atmost);
+        granted = Some(grant);
+        check(&params, stored, now_us, grant.max(1), write)
     })?;
+    // A blocked key refuses whatever the algorithm would grant.
+    let granted = granted.map(|grant| if decision.allowed { grant } else { 0 });
     let mut propagate = Propagate::Nothing;
     if wrote {
         let expire_at_ms = call.expire_at(real_ms, decision.reset_after.ceil_ms());
@@ -122,6 +141,7 @@ pub fn run_with<A: Variant, T>(
     Ok(Decided {
         decision,
         aside,
+        granted,
         preview: !write,
         replayed: call.replayed(),
         propagate,
