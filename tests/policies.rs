@@ -279,7 +279,7 @@ fn bad_policies_are_refused_and_change_nothing() {
         (
             vec!["RL.LIMIT", "k"],
             "ERR wrong number of arguments for 'RL.LIMIT': expected RL.LIMIT key policy \
-             [COST n] [DRYRUN] [BLOCK duration]"
+             [COST n | ATMOST max] [DRYRUN] [BLOCK duration]"
                 .into(),
         ),
         (
@@ -288,7 +288,7 @@ fn bad_policies_are_refused_and_change_nothing() {
         ),
         (
             vec!["RL.LIMIT", "k", "p", "FAST"],
-            "ERR unknown option 'FAST' at argument 3: expected COST n, DRYRUN or BLOCK duration"
+            "ERR unknown option 'FAST' at argument 3: expected COST n, ATMOST max, DRYRUN or BLOCK duration"
                 .into(),
         ),
     ];
