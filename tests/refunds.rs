@@ -235,7 +235,17 @@ fn every_rule_of_a_policy_gets_the_units_back() {
     assert_eq!(rules[1].field("count"), Reply::Int(10));
     // The fixed window rule binds ATMOST when it has less room.
     assert_eq!(
-        c.cmd(&["RL.POLICY.SET", "tight", "GCRA", "10", "10", "1s", "FIXEDWINDOW", "3", "1d"]),
+        c.cmd(&[
+            "RL.POLICY.SET",
+            "tight",
+            "GCRA",
+            "10",
+            "10",
+            "1s",
+            "FIXEDWINDOW",
+            "3",
+            "1d"
+        ]),
         Reply::Simple("OK".into())
     );
     // (The day's window ends 6400 s after T0.)
@@ -451,7 +461,17 @@ fn info_counts_refunds_as_calls() {
 fn workload(c: &mut Client) -> Vec<&'static str> {
     c.clock_set(MINUTE);
     assert_eq!(
-        c.cmd(&["RL.POLICY.SET", "api", "GCRA", "10", "10", "1m", "SLIDINGLOG", "30", "1h"]),
+        c.cmd(&[
+            "RL.POLICY.SET",
+            "api",
+            "GCRA",
+            "10",
+            "10",
+            "1m",
+            "SLIDINGLOG",
+            "30",
+            "1h"
+        ]),
         Reply::Simple("OK".into())
     );
     let limiters: [&[&str]; 9] = [
@@ -522,10 +542,15 @@ fn replicas_hold_the_same_bytes_after_refunds_and_partial_grants() {
     assert_eq!(p.cmd(&["RL.REFUND", "missing", "3"]), Reply::Int(0));
     assert_eq!(p.cmd(&["RL.REFUND", "once", "3", "DRYRUN"]), Reply::Int(1));
     assert_eq!(
-        p.cmd(&["RL.GCRA", "once", "1", "1", "1h", "ATMOST", "4"]).ints(),
+        p.cmd(&["RL.GCRA", "once", "1", "1", "1h", "ATMOST", "4"])
+            .ints(),
         [0, 1, 0, 3_600_000, 3_600_000, 0]
     );
-    assert_eq!(offset(&mut p), before, "a refund that wrote nothing was sent");
+    assert_eq!(
+        offset(&mut p),
+        before,
+        "a refund that wrote nothing was sent"
+    );
     // One that gives back is sent, and the replica deletes the key that is fresh again.
     assert_eq!(p.cmd(&["RL.REFUND", "once", "3"]), Reply::Int(1));
     assert_ne!(offset(&mut p), before);
@@ -535,12 +560,8 @@ fn replicas_hold_the_same_bytes_after_refunds_and_partial_grants() {
 
 #[test]
 fn the_aof_replays_refunds_and_partial_grants_to_the_same_bytes() {
-    let mut server = Server::with(Config::default().extra(&[
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-    ]));
+    let mut server =
+        Server::with(Config::default().extra(&["--appendonly", "yes", "--appendfsync", "always"]));
     let mut c = server.client();
     let keys = workload(&mut c);
     let at = MINUTE + 30_000;

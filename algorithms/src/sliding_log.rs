@@ -1385,6 +1385,38 @@ mod tests {
         assert!(read <= bound, "{read} words read");
     }
 
+    /// RL.REFUND and ATMOST on a log of a million entries, half of them expired: the cut is
+    /// found through the index and the words after it are dropped without a walk, so both read
+    /// O(log n) words, however many units come back.
+    #[test]
+    fn a_refund_and_a_grant_read_a_logarithmic_number_of_words() {
+        let n: u32 = 1_000_000;
+        let p = params(2 * u64::from(n), 1000);
+        let bound = 2 * 2 * 20 + 4 * STRIDE + 8;
+        // An entry every µs for a second; at 1.5 s the first half has expired.
+        let words: Vec<u32> = (0..n).collect();
+        let mut key: Key<SlidingLog> = Some((p, State::new(words.into(), T0, 1, u64::from(n))));
+        let now = T0 + S + u64::from(n / 2);
+        let active = u64::from(n / 2 - 1);
+        let (largest, read) = words_read(|| testing::largest::<SlidingLog>(&p, &key, now));
+        assert_eq!(largest, 2 * u64::from(n) - active);
+        assert!(read <= bound, "{read} words read by largest_cost");
+        let s = &mut key.as_mut().unwrap().1;
+        // Give back a third of what is active: a third of the live entries go.
+        let (given, read) = words_read(|| SlidingLog::refund(&p, s, now, active / 3));
+        assert_eq!(given, active / 3);
+        assert!(read <= bound, "{read} words read by the refund");
+        assert_eq!(
+            scan(s, u128::from(now), u128::from(p.window_us())).active,
+            active - active / 3
+        );
+        assert_index_follows_the_words(s);
+        // And everything else: the ring starts afresh.
+        let (given, read) = words_read(|| SlidingLog::refund(&p, s, now, u64::MAX));
+        assert_eq!((given, s.total, s.words.len()), (active - active / 3, 0, 0));
+        assert!(read <= bound, "{read} words read by the refund");
+    }
+
     /// The search gallops from the front: a key written regularly, with few expired entries,
     /// reads a few words per call whatever the log holds, as the walk did.
     #[test]
