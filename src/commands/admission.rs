@@ -116,18 +116,21 @@ pub fn run_with<A: Variant, T>(
         block_ms: opts.block_ms,
     };
     let mut key = Key::open(call.ctx, name_arg, true);
-    let mut granted = None;
-    let (decision, wrote, aside) = key.update::<A, T>(&params, request, |stored, write| {
-        let Some(atmost) = opts.atmost else {
-            return check(&params, stored, now_us, opts.cost, write);
-        };
-        let stored_ref = stored.as_ref().map(|(p, s)| (*p, &**s));
-        let grant = A::largest_cost(&params, stored_ref, now_us).min(atmost);
-        granted = Some(grant);
-        check(&params, stored, now_us, grant.max(1), write)
-    })?;
-    // A blocked key refuses whatever the algorithm would grant.
-    let granted = granted.map(|grant| if decision.allowed { grant } else { 0 });
+    let (decision, wrote, aside, granted) = match opts.atmost {
+        None => {
+            let (decision, wrote, aside) = key.update::<A, T>(&params, request, |stored, write| {
+                check(&params, stored, now_us, opts.cost, write)
+            })?;
+            (decision, wrote, aside, None)
+        }
+        Some(atmost) => {
+            let (decision, wrote, aside, grant) =
+                update_at_most::<A, T>(&mut key, &params, request, atmost, check)?;
+            // A blocked key refuses whatever the algorithm would grant.
+            let granted = if decision.allowed { grant } else { 0 };
+            (decision, wrote, aside, Some(granted))
+        }
+    };
     let mut propagate = Propagate::Nothing;
     if wrote {
         let expire_at_ms = call.expire_at(real_ms, decision.reset_after.ceil_ms());
@@ -146,6 +149,34 @@ pub fn run_with<A: Variant, T>(
         replayed: call.replayed(),
         propagate,
     })
+}
+
+/// [`Key::update`] for `ATMOST atmost`: the request takes `min(atmost, A::largest_cost(..))`
+/// units, computed on the state the update reads, or is a denied request of one unit when
+/// that is 0. Also returns the grant (before a block in force refuses it). Out of line, so that
+/// the path of every request without ATMOST stays as it was.
+#[inline(never)]
+fn update_at_most<A: Variant, T>(
+    key: &mut Key,
+    params: &A::Params,
+    request: Request,
+    atmost: u64,
+    check: impl FnOnce(
+        &A::Params,
+        Option<(&A::Params, &mut A::State)>,
+        u64,
+        u64,
+        bool,
+    ) -> (Decision, Option<A::State>, T),
+) -> Result<(Decision, bool, T, u64), Error> {
+    let now_us = request.now_us;
+    let mut grant = 0;
+    let (decision, wrote, aside) = key.update::<A, T>(params, request, |stored, write| {
+        let stored_ref = stored.as_ref().map(|(p, s)| (*p, &**s));
+        grant = A::largest_cost(params, stored_ref, now_us).min(atmost);
+        check(params, stored, now_us, grant.max(1), write)
+    })?;
+    Ok((decision, wrote, aside, grant))
 }
 
 /// RL.REPLAY's carried argument, built in one pass: on the stack when it fits (always, but
