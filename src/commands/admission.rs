@@ -118,9 +118,10 @@ pub fn run_with<A: Variant, T>(
     let mut key = Key::open(call.ctx, name_arg, true);
     let (decision, wrote, aside, granted) = match opts.atmost {
         None => {
-            let (decision, wrote, aside) = key.update::<A, T>(&params, request, |stored, write| {
-                check(&params, stored, now_us, opts.cost, write)
-            })?;
+            let (decision, wrote, aside) =
+                key.update::<A, T>(&params, request, |stored, write| {
+                    check(&params, stored, now_us, opts.cost, write)
+                })?;
             (decision, wrote, aside, None)
         }
         Some(atmost) => {
