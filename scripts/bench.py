@@ -60,7 +60,18 @@ LUA_ARGS = {
     "slidinglog": ["100", "60000", "1"],
     "policy": ["100", "100", "60000", "1000", "3600000", "10000", "86400000", "1"],
 }
-FIXED_SIZE = {"RL.GCRA", "CL.THROTTLE", "RL.TOKENBUCKET", "RL.LEAKYBUCKET", "RL.FIXEDWINDOW", "RL.SLIDINGWINDOW"}
+# The paths that take units back or grant part of a request, each against a Lua script doing
+# the same (throughput only: they make no keys of their own). RL.REFUND runs on keys that
+# owe an hour of a GCRA schedule (`setup`), so that every call gives a unit back; the partial
+# grant runs on keys that refill 100 a second, so that most calls grant something.
+EXTRA_COMMANDS = [
+    ("RL.REFUND", ["RL.REFUND", "1"], "refund"),
+    ("RL.GCRA ATMOST", ["RL.GCRA", "100", "100", "1s", "ATMOST", "5"], "gcra_atmost"),
+]
+LUA_ARGS["refund"] = ["1000000", "3600000", "1"]
+LUA_ARGS["gcra_atmost"] = ["100", "100", "1000", "5"]
+FIXED_SIZE = {"RL.GCRA", "CL.THROTTLE", "RL.TOKENBUCKET", "RL.LEAKYBUCKET", "RL.FIXEDWINDOW", "RL.SLIDINGWINDOW",
+              "RL.REFUND", "RL.GCRA ATMOST"}
 
 
 class Client:
@@ -175,10 +186,22 @@ def benchmark(port, args, pipeline):
     return float(rows[-1].split(",")[1].strip('"'))
 
 
+def setup(client, label):
+    """Fills the keys a case needs before it runs: for the refunds, every key redis-benchmark
+    can pick (`key:` and 12 digits) owes an hour, a million units of 3.6 ms."""
+    keys = ["key:%012d" % i for i in range(KEYS)]
+    if label == "RL.REFUND":
+        client.pipeline([("RL.GCRA", k, 1_000_000, 1_000_000, "1h", "COST", 1_000_000) for k in keys])
+    elif label == "lua:refund":
+        seconds, micros = client.cmd("TIME")
+        tat = int(seconds) * 1000 + int(micros) // 1000 + 3_600_000
+        client.pipeline([("SET", k, tat, "PX", 3_600_000) for k in keys])
+
+
 def throughput(server, shas):
     """{(label, pipeline): (median rps, median usec_per_call)}."""
     cases = [("INCR", ["INCR", "key:__rand_int__"], "incr")]
-    for label, args, _ in RL_COMMANDS:
+    for label, args, _ in RL_COMMANDS + EXTRA_COMMANDS:
         cases.append((label, [args[0], "key:__rand_int__"] + args[1:], args[0]))
     for twin, args in LUA_ARGS.items():
         cases.append(("lua:" + twin, ["EVALSHA", shas[twin], "1", "key:__rand_int__"] + args, "evalsha"))
@@ -187,6 +210,7 @@ def throughput(server, shas):
         for pipeline in (1, 16):
             for label, args, stat in cases:
                 server.client.cmd("FLUSHALL")
+                setup(server.client, label)
                 server.client.cmd("CONFIG", "RESETSTAT")
                 rps = benchmark(server.port, args, pipeline)
                 usec = server.client.usec_per_call(stat)
@@ -348,7 +372,7 @@ def render(results, plain, mem_rows, log_rows, scale, denials):
     for pipeline in (1, 16):
         incr_rps, incr_usec = results[("INCR", pipeline)]
         lines.append("| INCR | %d | %.0f | 1.00 | | %.2f | 1.00 |" % (pipeline, incr_rps, incr_usec))
-        for label, _, twin in RL_COMMANDS:
+        for label, _, twin in RL_COMMANDS + EXTRA_COMMANDS:
             rps, usec = results[(label, pipeline)]
             lua_rps, _ = results[("lua:" + twin, pipeline)]
             lines.append("| %s | %d | %.0f | %.2f %s | %.2f %s | %.2f | %.2f %s |" % (

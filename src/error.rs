@@ -35,6 +35,10 @@ pub enum Error {
     },
     /// The same option given twice.
     OptionTwice { option: &'static str },
+    /// COST and ATMOST in one call.
+    CostWithAtmost,
+    /// RL.REFUND on a concurrency key, whose leases end with RL.CONCURRENCY.RELEASE.
+    RefundLease,
     /// An argument where an option was expected.
     UnknownOption {
         position: usize,
@@ -115,6 +119,13 @@ impl fmt::Display for Error {
                 write!(f, "ERR {option} needs a value: {expected}")
             }
             Error::OptionTwice { option } => write!(f, "ERR {option} given more than once"),
+            Error::CostWithAtmost => f.write_str(
+                "ERR COST and ATMOST cannot be used together: COST n takes exactly n units, ATMOST max \
+                 as many as the key allows now, up to max",
+            ),
+            Error::RefundLease => f.write_str(
+                "ERR RL.REFUND does not apply to a concurrency key: use RL.CONCURRENCY.RELEASE key token",
+            ),
             Error::UnknownOption {
                 position,
                 token,

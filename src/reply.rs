@@ -69,8 +69,8 @@ fn name(ctx: Ctx, s: &str) {
 }
 
 /// The admission reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`, plus
-/// one more named field for the commands that have it; a map with a boolean `allowed` for
-/// RESP3 clients.
+/// one more named field for the commands that have it, then the fields options add
+/// (`granted` for ATMOST); a map with a boolean `allowed` for RESP3 clients.
 fn admission(ctx: Ctx, a: &Admission) {
     let d = &a.decision;
     let retry = match d.retry_after {
@@ -85,7 +85,10 @@ fn admission(ctx: Ctx, a: &Admission) {
         int(d.reset_after.ceil_ms()),
     ];
     let extra = a.extra.name();
-    let len = values.len() + usize::from(extra.is_some()) + usize::from(a.shadow);
+    let len = values.len()
+        + usize::from(extra.is_some())
+        + usize::from(a.granted.is_some())
+        + usize::from(a.shadow);
     let map = ctx.resp3();
     if map {
         ctx.reply_map(len);
@@ -110,6 +113,12 @@ fn admission(ctx: Ctx, a: &Admission) {
             Extra::Token(Some(token)) => ctx.reply_bytes(token),
             Extra::Token(None) | Extra::None => ctx.reply_null(),
         }
+    }
+    if let Some(granted) = a.granted {
+        if map {
+            name(ctx, "granted");
+        }
+        ctx.reply_long(int(granted));
     }
     // After the command's own fields (and `granted`), only when SHADOW was given: the
     // reply's shape depends on the arguments alone.

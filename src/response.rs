@@ -65,6 +65,8 @@ pub struct TopEntry {
 pub struct Admission {
     pub decision: Decision,
     pub extra: Extra,
+    /// `ATMOST n`: the units granted (0 when denied), a field after the command's own.
+    pub granted: Option<u64>,
     /// A DRYRUN or COST 0: it asks what would happen, so it counts as a call only and its
     /// denial publishes nothing.
     pub preview: bool,
@@ -188,6 +190,7 @@ mod tests {
                 delay: None,
             },
             extra: Extra::None,
+            granted: None,
             preview,
             replayed,
             shadow: false,

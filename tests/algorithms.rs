@@ -75,7 +75,7 @@ fn token_bucket_with_interval_refills_whole_steps() {
         .error();
     assert_eq!(
         e,
-        "ERR unknown option 'EVERY' at argument 5: expected COST n, DRYRUN, BLOCK duration, SHADOW or INTERVAL"
+        "ERR unknown option 'EVERY' at argument 5: expected COST n, ATMOST max, DRYRUN, BLOCK duration, SHADOW or INTERVAL"
     );
 }
 

@@ -130,7 +130,7 @@ fn command_docs_describe_rl_gcra_argument_by_argument() {
             (s("burst"), s("integer"), None, vec![]),
             (s("rate"), s("integer"), None, vec![]),
             (s("period"), s("string"), None, vec![]),
-            (s("n"), s("integer"), Some(s("COST")), optional.clone()),
+            (s("amount"), s("oneof"), None, optional.clone()),
             (
                 s("dryrun"),
                 s("pure-token"),
@@ -144,6 +144,18 @@ fn command_docs_describe_rl_gcra_argument_by_argument() {
                 optional.clone()
             ),
             (s("shadow"), s("pure-token"), Some(s("SHADOW")), optional),
+        ]
+    );
+    // COST or ATMOST, one of the two.
+    let amount: Vec<_> = items(&get(&args(&mut c, "rl.gcra")[4], "arguments").unwrap())
+        .iter()
+        .map(describe)
+        .collect();
+    assert_eq!(
+        amount,
+        vec![
+            (s("n"), s("integer"), Some(s("COST")), vec![]),
+            (s("max"), s("integer"), Some(s("ATMOST")), vec![]),
         ]
     );
     // The key argument points at the key spec.
@@ -173,7 +185,7 @@ fn groups_and_tokens_are_described() {
     let bucket: Vec<String> = args(&mut c, "rl.tokenbucket").iter().map(syntax).collect();
     assert_eq!(
         bucket.join(" "),
-        "key capacity refill_amount refill_period [INTERVAL] [COST n] [DRYRUN] [BLOCK duration] [SHADOW]"
+        "key capacity refill_amount refill_period [INTERVAL] [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"
     );
     let throttle: Vec<String> = args(&mut c, "cl.throttle").iter().map(syntax).collect();
     assert_eq!(throttle.join(" "), "key max_burst count period [quantity]");
@@ -406,12 +418,12 @@ fn argument_count_errors_stay_the_commands_own() {
         (
             vec!["RL.GCRA"],
             "ERR wrong number of arguments for 'RL.GCRA': expected RL.GCRA key burst rate \
-             period [COST n] [DRYRUN] [BLOCK duration] [SHADOW]",
+             period [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]",
         ),
         (
             vec!["rl.gcra", "k"],
             "ERR wrong number of arguments for 'RL.GCRA': expected RL.GCRA key burst rate \
-             period [COST n] [DRYRUN] [BLOCK duration] [SHADOW]",
+             period [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]",
         ),
         (
             vec!["RL.INSPECT"],
@@ -612,7 +624,9 @@ fn redis_cli_shows_the_syntax_from_the_docs() {
         .expect("run redis-cli");
     let mut terminal = Terminal::new(side);
     let prompt = format!("127.0.0.1:{}> ", server.port);
-    let syntax = "RL.GCRA key burst rate period [COST n] [DRYRUN] [BLOCK duration] [SHADOW]";
+    // (redis-cli writes a choice without spaces around the bar.)
+    let syntax =
+        "RL.GCRA key burst rate period [COST n|ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]";
     let help_shown = terminal.wait_for(&prompt) && {
         terminal.type_in("help RL.GCRA\r");
         terminal.wait_for(&format!("\n  {syntax}\r\r\n  summary: Admit or deny"))

@@ -188,7 +188,7 @@ fn bad_arguments_get_errors_that_name_them_and_change_nothing() {
         )
     };
     let arity = "ERR wrong number of arguments for 'RL.GCRA': expected RL.GCRA key burst rate \
-                 period [COST n] [DRYRUN] [BLOCK duration] [SHADOW]";
+                 period [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]";
     let cases: Vec<(Vec<&str>, String)> = vec![
         (vec!["RL.GCRA"], arity.into()),
         (vec!["RL.GCRA", "k", "5", "1"], arity.into()),
@@ -205,8 +205,8 @@ fn bad_arguments_get_errors_that_name_them_and_change_nothing() {
         (vec!["RL.GCRA", "k", "5", "1", "1s", "COST", "-1"], count("COST", 0)),
         (vec!["RL.GCRA", "k", "5", "1", "1s", "COST", "1", "COST", "1"], "ERR COST given more than once".into()),
         (vec!["RL.GCRA", "k", "5", "1", "1s", "DRYRUN", "DRYRUN"], "ERR DRYRUN given more than once".into()),
-        (vec!["RL.GCRA", "k", "5", "1", "1s", "FAST"], "ERR unknown option 'FAST' at argument 5: expected COST n, DRYRUN, BLOCK duration or SHADOW".into()),
-        (vec!["RL.GCRA", "k", "5", "1", "1s", "DRYRUN", "x\r\ny"], "ERR unknown option 'x??y' at argument 6: expected COST n, DRYRUN, BLOCK duration or SHADOW".into()),
+        (vec!["RL.GCRA", "k", "5", "1", "1s", "FAST"], "ERR unknown option 'FAST' at argument 5: expected COST n, ATMOST max, DRYRUN, BLOCK duration or SHADOW".into()),
+        (vec!["RL.GCRA", "k", "5", "1", "1s", "DRYRUN", "x\r\ny"], "ERR unknown option 'x??y' at argument 6: expected COST n, ATMOST max, DRYRUN, BLOCK duration or SHADOW".into()),
         (vec!["CL.THROTTLE", "k", "4", "1"], "ERR wrong number of arguments for 'CL.THROTTLE': expected CL.THROTTLE key max_burst count period [quantity]".into()),
         (vec!["CL.THROTTLE", "k", "4", "1", "1", "1", "1"], "ERR wrong number of arguments for 'CL.THROTTLE': expected CL.THROTTLE key max_burst count period [quantity]".into()),
         (vec!["CL.THROTTLE", "k", "-1", "1", "1"], count("max_burst", 0).replace("1000000000000", "999999999999")),

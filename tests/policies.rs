@@ -280,7 +280,7 @@ fn bad_policies_are_refused_and_change_nothing() {
         (
             vec!["RL.LIMIT", "k"],
             "ERR wrong number of arguments for 'RL.LIMIT': expected RL.LIMIT key policy \
-             [COST n] [DRYRUN] [BLOCK duration] [SHADOW]"
+             [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"
                 .into(),
         ),
         (
@@ -289,7 +289,7 @@ fn bad_policies_are_refused_and_change_nothing() {
         ),
         (
             vec!["RL.LIMIT", "k", "p", "FAST"],
-            "ERR unknown option 'FAST' at argument 3: expected COST n, DRYRUN, BLOCK duration or SHADOW"
+            "ERR unknown option 'FAST' at argument 3: expected COST n, ATMOST max, DRYRUN, BLOCK duration or SHADOW"
                 .into(),
         ),
     ];

@@ -74,6 +74,7 @@ const RECIPE: &[&str] = &[
     "+rl.concurrency.acquire",
     "+rl.concurrency.release",
     "+rl.limit",
+    "+rl.refund",
     "+rl.policy.get",
     "+rl.policy.list",
 ];
@@ -256,6 +257,7 @@ fn an_application_user_checks_limits_but_cannot_change_policies() {
                 "rl.gcra",
                 "rl.leakybucket",
                 "rl.limit",
+                "rl.refund",
                 "rl.slidinglog",
                 "rl.slidingwindow",
                 "rl.tokenbucket",

@@ -29,7 +29,10 @@ fn no_writes(base: &[&str]) -> Vec<Vec<String>> {
     let mut requests = vec![with(base, &[])];
     match base[0] {
         // redis-cell's syntax: a quantity, no options.
-        "CL.THROTTLE" => requests.push(with(base, &["0"])),
+        "CL.THROTTLE" => {
+            requests.push(with(base, &["0"]));
+            requests.extend(no_refunds());
+        }
         "RL.CONCURRENCY.ACQUIRE" => {
             requests.push(with(base, &["DRYRUN"]));
             requests.push(vec![
@@ -41,10 +44,27 @@ fn no_writes(base: &[&str]) -> Vec<Vec<String>> {
         _ => {
             requests.push(with(base, &["DRYRUN"]));
             requests.push(with(base, &["COST", "0"]));
+            // A partial grant of nothing is a denial; one under DRYRUN writes nothing.
+            requests.push(with(base, &["ATMOST", "3"]));
+            requests.push(with(base, &["ATMOST", "3", "DRYRUN"]));
+            requests.extend(no_refunds());
         }
     }
     requests.push(vec!["RL.INSPECT".into(), "k".into()]);
     requests
+}
+
+/// The refunds that give back nothing or only say what they would: 0 units, a DRYRUN, a
+/// missing key.
+fn no_refunds() -> Vec<Vec<String>> {
+    [["k", "0", ""], ["k", "5", "DRYRUN"], ["missing", "5", ""]]
+        .iter()
+        .map(|args| {
+            let mut request = vec!["RL.REFUND".to_string()];
+            request.extend(args.iter().filter(|a| !a.is_empty()).map(|a| a.to_string()));
+            request
+        })
+        .collect()
 }
 
 fn send(c: &mut Client, request: &[String]) -> Reply {
@@ -178,6 +198,15 @@ fn every_request_that_writes_aborts_a_watch_and_invalidates() {
         (
             vec![],
             vec!["RL.CONCURRENCY.RELEASE".into(), "k".into(), "t".into()],
+        ),
+        // A refund that gives back, and a partial grant.
+        (
+            vec![with(&["RL.GCRA", "k", "5", "1", "1h"], &["COST", "3"])],
+            vec!["RL.REFUND".into(), "k".into(), "2".into()],
+        ),
+        (
+            vec![with(&["RL.GCRA", "k", "5", "1", "1h"], &["COST", "3"])],
+            with(&["RL.GCRA", "k", "5", "1", "1h"], &["ATMOST", "9"]),
         ),
     ];
     for (setup, request) in cases {

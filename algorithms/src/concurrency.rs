@@ -320,6 +320,21 @@ impl Algorithm for Concurrency {
         }
     }
 
+    /// The leases free now, `limit - held`. (ACQUIRE takes one lease whatever the cost and
+    /// takes no ATMOST: this is what the key has room for, not a cost it would admit.)
+    fn largest_cost(params: &Params, stored: Option<(&Params, &State)>, now_us: u64) -> u64 {
+        match stored {
+            Some((_, state)) => params.limit.saturating_sub(held(state, now_us, None).count),
+            None => params.limit,
+        }
+    }
+
+    /// Nothing: a lease is given back by RL.CONCURRENCY.RELEASE with its token, and the
+    /// module refuses RL.REFUND on a concurrency key.
+    fn refund(_params: &Params, _state: &mut State, _now_us: u64, _units: u64) -> u64 {
+        0
+    }
+
     fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
         super::Snapshot::Concurrency(snapshot(params, state, now_us))
     }

@@ -72,6 +72,17 @@ pub struct State {
     pub count: u64,
 }
 
+/// The stored count if its window (under the length it was written with) has not ended at
+/// `now_us`, else 0: what [`Algorithm::check`] counts.
+fn counting(stored: &Params, state: &State, now_us: u64) -> u64 {
+    let end = u128::from(state.window_start_us) + window_us(stored.window_ms);
+    if u128::from(now_us) < end {
+        state.count
+    } else {
+        0
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FixedWindow;
 
@@ -143,6 +154,23 @@ impl Algorithm for FixedWindow {
             None
         };
         (decision, fresh)
+    }
+
+    /// `limit - count`, the count being the stored one while its window lasts.
+    fn largest_cost(params: &Params, stored: Option<(&Params, &State)>, now_us: u64) -> u64 {
+        let count = match stored {
+            Some((old, state)) => counting(old, state, now_us),
+            None => 0,
+        };
+        params.limit.saturating_sub(count)
+    }
+
+    /// What is taken: the window's count while the window lasts (nothing once it has
+    /// ended). Giving back `k` lowers it by exactly `k`, never below 0.
+    fn refund(params: &Params, state: &mut State, now_us: u64, units: u64) -> u64 {
+        let given = counting(params, state, now_us).min(units);
+        state.count -= given;
+        given
     }
 
     fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
@@ -485,6 +513,48 @@ mod tests {
             let (d, _) = FixedWindow::check(&p, None, now, cost, write);
             let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
             let _ = FixedWindow::snapshot(&p, &state, now);
+        }
+    }
+
+    /// Requests `(gap µs, cost)` from `t0` on a key of parameters `p`; the key and the time
+    /// of the last one.
+    fn after_gaps_f(p: &Params, gaps: &[(u64, u64)], t0: u64) -> (Key<FixedWindow>, u64) {
+        let mut at = t0;
+        let mut key: Key<FixedWindow> = None;
+        for &(gap, cost) in gaps {
+            at += gap;
+            step::<FixedWindow>(p, &mut key, at, cost);
+        }
+        (key, at)
+    }
+
+    proptest! {
+        /// ATMOST: the grant is the largest COST a DRYRUN at the same instant admits, with
+        /// the key's parameters and after a change to others.
+        #[test]
+        fn largest_cost_is_what_a_dryrun_admits(
+            q in changing_params(), p in changing_params(),
+            gaps in proptest::collection::vec((0u64..3_000_000, 0u64..6), 0..40), more in 0u64..3_000_000,
+        ) {
+            let (key, at) = after_gaps_f(&q, &gaps, T2);
+            testing::largest_cost_is_what_a_dryrun_admits::<FixedWindow>(&q, &key, at + more, 21)?;
+            testing::largest_cost_is_what_a_dryrun_admits::<FixedWindow>(&p, &key, at + more, 21)?;
+        }
+
+        /// RL.REFUND: admit n, give back k <= n, and exactly k more are admitted at that
+        /// instant (all n: the key decides as before, then and later); giving back more than
+        /// was taken gives back what was taken and leaves the key fresh, never fresher.
+        #[test]
+        fn refund_gives_back_exactly(
+            p in changing_params(),
+            gaps in proptest::collection::vec((0u64..3_000_000, 0u64..6), 0..40),
+            more in 0u64..3_000_000, n in 1u64..8, k in 0u64..10,
+            later in proptest::collection::vec((0u64..20_000_000, 0u64..6), 1..8),
+        ) {
+            let (key, at) = after_gaps_f(&p, &gaps, T2);
+            testing::refund_at_one_instant::<FixedWindow>(&p, &key, at + more, n, k, &later, true)?;
+            testing::refund_of_more_than_was_taken::<FixedWindow>(&key, at + more, true)?;
+            testing::refund_of_more_than_was_taken::<FixedWindow>(&key, at + more + 3_000_000, true)?;
         }
     }
 }

@@ -142,6 +142,37 @@ impl Algorithm for Gcra {
         (decision, fresh)
     }
 
+    /// `floor((burst × T - (max(TAT, now) - now)) / T)`: the whole intervals of tolerance
+    /// left; zero when the schedule already runs past the tolerance (a smaller burst).
+    fn largest_cost(params: &Params, stored: Option<(&Params, &State)>, now_us: u64) -> u64 {
+        let now = params.scaled(now_us);
+        let tat = match stored {
+            Some((old, state)) => state.converted(old, params, now_us).max(now),
+            None => now,
+        };
+        let slack = params.tolerance().saturating_sub(tat - now);
+        u64::try_from(slack / params.interval()).unwrap_or(u64::MAX)
+    }
+
+    /// What is taken: the units the schedule still owes, `ceil((TAT - now) / T)`, a unit
+    /// partly paid off counting as a whole one (as `remaining` counts it). Giving back `k` of
+    /// them moves the TAT back by exactly `k × T`, never before now: the schedule is as it
+    /// would be without those `k` units, the part of a unit already paid off included.
+    fn refund(params: &Params, state: &mut State, now_us: u64, units: u64) -> u64 {
+        let now = params.scaled(now_us);
+        let Some(owed) = state.tat.checked_sub(now).filter(|&owed| owed > 0) else {
+            return 0;
+        };
+        let interval = params.interval();
+        let given = owed.div_ceil(interval).min(u128::from(units));
+        if given == 0 {
+            return 0;
+        }
+        // given × T <= owed + T: no overflow.
+        state.tat = state.tat.saturating_sub(given * interval).max(now);
+        u64::try_from(given).unwrap_or(u64::MAX)
+    }
+
     fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
         super::Snapshot::Gcra(snapshot(params, state, now_us))
     }
@@ -458,6 +489,48 @@ mod tests {
             let (d, _) = Gcra::check(&p, Some((&q, &mut State { tat })), now, cost, true);
             let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
             let _ = Gcra::snapshot(&p, &State { tat }, now);
+        }
+    }
+
+    /// Requests `(gap µs, cost)` from `t0` on a key of parameters `p`; the key and the time
+    /// of the last one.
+    fn after_gaps_g(p: &Params, gaps: &[(u64, u64)], t0: u64) -> (Key<Gcra>, u64) {
+        let mut at = t0;
+        let mut key: Key<Gcra> = None;
+        for &(gap, cost) in gaps {
+            at += gap;
+            step::<Gcra>(p, &mut key, at, cost);
+        }
+        (key, at)
+    }
+
+    proptest! {
+        /// ATMOST: the grant is the largest COST a DRYRUN at the same instant admits, with
+        /// the key's parameters and after a change to others.
+        #[test]
+        fn largest_cost_is_what_a_dryrun_admits(
+            q in any_params(), p in any_params(),
+            gaps in proptest::collection::vec((0u64..3_000_000, 0u64..6), 0..40), more in 0u64..3_000_000,
+        ) {
+            let (key, at) = after_gaps_g(&q, &gaps, T0);
+            testing::largest_cost_is_what_a_dryrun_admits::<Gcra>(&q, &key, at + more, 21)?;
+            testing::largest_cost_is_what_a_dryrun_admits::<Gcra>(&p, &key, at + more, 21)?;
+        }
+
+        /// RL.REFUND: admit n, give back k <= n, and exactly k more are admitted at that
+        /// instant (all n: the key decides as before, then and later); giving back more than
+        /// was taken gives back what was taken and leaves the key fresh, never fresher.
+        #[test]
+        fn refund_gives_back_exactly(
+            p in any_params(),
+            gaps in proptest::collection::vec((0u64..3_000_000, 0u64..6), 0..40),
+            more in 0u64..3_000_000, n in 1u64..8, k in 0u64..10,
+            later in proptest::collection::vec((0u64..5_000_000, 0u64..6), 1..8),
+        ) {
+            let (key, at) = after_gaps_g(&p, &gaps, T0);
+            testing::refund_at_one_instant::<Gcra>(&p, &key, at + more, n, k, &later, true)?;
+            testing::refund_of_more_than_was_taken::<Gcra>(&key, at + more, true)?;
+            testing::refund_of_more_than_was_taken::<Gcra>(&key, at + more + 3_000_000, true)?;
         }
     }
 }

@@ -147,6 +147,27 @@ pub trait Algorithm {
         write: bool,
     ) -> (Decision, Option<Self::State>);
 
+    /// The largest COST that a request of these `params` at `now_us` would be admitted with
+    /// (what a DRYRUN at that instant admits), `stored` being the key's previous parameters and
+    /// state as [`Algorithm::check`] takes them. Zero when not even one unit fits (and also when
+    /// a request of no units is denied, as after a smaller limit). This is the grant of the
+    /// `ATMOST n` option before it is capped at `n`. O(1), or O(log n) in the key's state: a
+    /// formula, never a search over costs. Admission is monotone in the cost for every
+    /// algorithm, so every COST up to this one is admitted too.
+    fn largest_cost(
+        params: &Self::Params,
+        stored: Option<(&Self::Params, &Self::State)>,
+        now_us: u64,
+    ) -> u64;
+
+    /// RL.REFUND: gives back up to `units` of what the key holds as taken, as of `now_us`,
+    /// under the key's own `params` (those it was written with). Returns the units given
+    /// back; the state is then what it would be had those units not been admitted, never
+    /// fresher than fresh, moved exactly (each algorithm's doc says what "taken" means and
+    /// which way it rounds: never in the caller's favour). When it returns 0 the state is
+    /// untouched. For a DRYRUN the caller passes a copy.
+    fn refund(params: &Self::Params, state: &mut Self::State, now_us: u64, units: u64) -> u64;
+
     /// The parameters and state as of `now_us`, as typed values (what RL.INSPECT shows; the
     /// module names the fields).
     fn snapshot(params: &Self::Params, state: &Self::State, now_us: u64) -> Snapshot;
@@ -322,6 +343,98 @@ pub mod testing {
         let largest = sets.iter().map(|(p, _)| limit(p)).max().unwrap_or(0);
         let admitted = admitted_at_one_instant::<A>(&mut key, sets, at);
         proptest::prop_assert!(admitted <= largest, "admitted {} > {}", admitted, largest);
+        Ok(())
+    }
+
+    /// [`Algorithm::largest_cost`] on a key as the tests keep it.
+    pub fn largest<A: Algorithm>(params: &A::Params, key: &Key<A>, now_us: u64) -> u64 {
+        A::largest_cost(params, key.as_ref().map(|(p, s)| (p, s)), now_us)
+    }
+
+    /// The ATMOST promise: the grant is the largest COST a DRYRUN at that instant admits,
+    /// found here by trying every cost up to `bound` (above any limit used).
+    pub fn largest_cost_is_what_a_dryrun_admits<A: Algorithm>(
+        params: &A::Params,
+        key: &Key<A>,
+        now_us: u64,
+        bound: u64,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        let searched = (0..=bound)
+            .rev()
+            .find(|&cost| peek::<A>(params, key, now_us, cost).allowed)
+            .unwrap_or(0);
+        proptest::prop_assert_eq!(largest::<A>(params, key, now_us), searched);
+        Ok(())
+    }
+
+    /// RL.REFUND's promise at one instant: after admitting `n` units, giving back `k <= n`
+    /// gives back exactly `k`, and exactly `k` more units are admitted at that instant; giving
+    /// back all `n` leaves a key that decides as the key did before, at every `later` (µs
+    /// after, cost) too, when `later_too` (an INTERVAL bucket created by the admission keeps
+    /// its phase, which a missing key does not have).
+    pub fn refund_at_one_instant<A: Algorithm>(
+        params: &A::Params,
+        key: &Key<A>,
+        now_us: u64,
+        n: u64,
+        k: u64,
+        later: &[(u64, u64)],
+        later_too: bool,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        use proptest::prop_assert_eq;
+        let mut admitted = key.clone();
+        if n == 0 || !step::<A>(params, &mut admitted, now_us, n).allowed {
+            return Ok(());
+        }
+        let after = largest::<A>(params, &admitted, now_us);
+        let k = k.min(n);
+        let mut refunded = admitted.clone();
+        if let Some((p, s)) = refunded.as_mut() {
+            prop_assert_eq!(A::refund(p, s, now_us, k), k);
+        }
+        prop_assert_eq!(largest::<A>(params, &refunded, now_us), after + k);
+        if k == n && (later_too || key.is_some()) {
+            for &(after_us, cost) in later {
+                let at = now_us + after_us;
+                prop_assert_eq!(
+                    peek::<A>(params, &refunded, at, cost),
+                    peek::<A>(params, key, at, cost),
+                    "at +{} µs, cost {}",
+                    after_us,
+                    cost
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// RL.REFUND's promise for more than was taken: the key gives back what it holds as
+    /// taken (`limit - remaining`, when `taken_is_limit_less_remaining`: not for a policy,
+    /// whose rules each give back their own) and is then fresh, never fresher; a refund that
+    /// gives back nothing changes nothing.
+    pub fn refund_of_more_than_was_taken<A: Algorithm>(
+        key: &Key<A>,
+        now_us: u64,
+        taken_is_limit_less_remaining: bool,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        use proptest::{prop_assert, prop_assert_eq};
+        let Some((p, s)) = key else {
+            return Ok(());
+        };
+        let before = A::view_now(p, s, now_us);
+        let mut copy = s.clone();
+        let given = A::refund(p, &mut copy, now_us, u64::MAX);
+        if taken_is_limit_less_remaining {
+            prop_assert_eq!(given, before.limit - before.remaining);
+        }
+        if given == 0 {
+            prop_assert_eq!(&copy, s, "a refund of nothing changed the state");
+        }
+        let fresh = A::view_now(p, &copy, now_us);
+        prop_assert_eq!(fresh.remaining, fresh.limit);
+        prop_assert!(fresh.reset_after.is_zero(), "not fresh: {:?}", fresh);
+        // And never fresher than fresh: a second refund gives back nothing.
+        prop_assert_eq!(A::refund(p, &mut copy, now_us, u64::MAX), 0);
         Ok(())
     }
 

@@ -79,6 +79,30 @@ macro_rules! rules {
                 }
             }
 
+            /// [`Algorithm::largest_cost`] for this rule, with `stored` as for `check`.
+            fn largest_cost(&self, stored: Option<(&Rule, &RuleState)>, now_us: u64) -> u64 {
+                match self {
+                    $(Rule::$variant(params) => {
+                        let stored = match stored {
+                            Some((Rule::$variant(old), RuleState::$variant(s))) => Some((old, s)),
+                            _ => None,
+                        };
+                        <$algorithm>::largest_cost(params, stored, now_us)
+                    })*
+                }
+            }
+
+            /// [`Algorithm::refund`] for this rule, the key's `state` having been written under
+            /// it; 0 (and nothing changes) if the state is not the rule's.
+            fn refund(&self, state: &mut RuleState, now_us: u64, units: u64) -> u64 {
+                match (self, state) {
+                    $((Rule::$variant(params), RuleState::$variant(s)) => {
+                        <$algorithm>::refund(params, s, now_us, units)
+                    })*
+                    _ => 0,
+                }
+            }
+
             /// This rule with `state` as of `now_us` ([`Algorithm::snapshot`]); `None` if the
             /// state is not the rule's (never stored, see `belongs`).
             pub fn snapshot(&self, state: &RuleState, now_us: u64) -> Option<AnySnapshot> {
@@ -336,6 +360,36 @@ fn binds_before(a: &Decision, b: &Decision) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limit;
 
+/// [`Algorithm::largest_cost`] for a policy whose shadow rules are marked in `shadow` (bit
+/// `i`: rule `i`, as in [`step_shadow`]): the largest cost every enforced rule admits, each with
+/// the state [`step`] would give it. A shadow rule never limits it. O(R).
+pub fn largest_cost_enforced(
+    params: &Rules,
+    shadow: u32,
+    stored: Option<(&Rules, &Vec<RuleState>)>,
+    now_us: u64,
+) -> u64 {
+    let (old, states) = match stored {
+        Some((old, states)) => (&old[..], &states[..]),
+        None => (&[][..], &[][..]),
+    };
+    let found = matches(params, old, states);
+    params
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i >= 32 || shadow & (1 << i) == 0)
+        .map(|(i, rule)| {
+            let stored = found
+                .get(i)
+                .copied()
+                .flatten()
+                .and_then(|j| old.get(j).zip(states.get(j)));
+            rule.largest_cost(stored, now_us)
+        })
+        .min()
+        .unwrap_or(u64::MAX)
+}
+
 impl Algorithm for Limit {
     type Params = Rules;
     type State = Vec<RuleState>;
@@ -351,6 +405,24 @@ impl Algorithm for Limit {
         let stored = stored.map(|(old, states)| (&old[..], states));
         let (outcome, fresh) = step(params, stored, now_us, cost, write);
         (outcome.decision, fresh)
+    }
+
+    /// The least of the rules' (each with the state [`step`] would give it): the largest
+    /// cost that every rule admits. O(R).
+    fn largest_cost(params: &Rules, stored: Option<(&Rules, &Vec<RuleState>)>, now_us: u64) -> u64 {
+        largest_cost_enforced(params, 0, stored, now_us)
+    }
+
+    /// Every rule (those the key was written with) gets the units back, each up to what it
+    /// holds as taken; the reply is the most any rule gave back, so 0 means that nothing
+    /// changed.
+    fn refund(params: &Rules, state: &mut Vec<RuleState>, now_us: u64, units: u64) -> u64 {
+        params
+            .iter()
+            .zip(state.iter_mut())
+            .map(|(rule, state)| rule.refund(state, now_us, units))
+            .max()
+            .unwrap_or(0)
     }
 
     fn snapshot(params: &Rules, state: &Vec<RuleState>, now_us: u64) -> AnySnapshot {
@@ -512,6 +584,32 @@ mod tests {
         let o = shadow_step(&rules, shadow, &mut key, T0, 1);
         assert!(!o.decision.allowed);
         assert_eq!((o.binding, o.shadow_denied), (0, 0b10));
+    }
+
+    #[test]
+    fn a_shadow_rule_never_limits_a_partial_grant() {
+        // Enforced: a burst of 10. Shadow: 3 a minute. Fresh, every enforced rule admits 10;
+        // with the shadow rule counted, the grant would be 3.
+        let rules: Rules = Arc::from(vec![gcra(10, 10, 1000), fixed(3, 60_000)]);
+        assert_eq!(super::largest_cost_enforced(&rules, 0b10, None, T0), 10);
+        assert_eq!(super::largest_cost_enforced(&rules, 0, None, T0), 3);
+        assert_eq!(Limit::largest_cost(&rules, None, T0), 3);
+        // After 4 units, the enforced burst has 6 left.
+        let mut key: Key = None;
+        let o = shadow_step(&rules, 0b10, &mut key, T0, 4);
+        assert!(o.decision.allowed);
+        assert_eq!(o.shadow_denied, 0b10);
+        let (old, states) = key.as_ref().unwrap();
+        let stored = Some((old, states));
+        assert_eq!(super::largest_cost_enforced(&rules, 0b10, stored, T0), 6);
+        // Counted, the shadow window (fresh, it refused the 4 and so holds the least state it
+        // can: one unit) would allow 2.
+        assert_eq!(super::largest_cost_enforced(&rules, 0, stored, T0), 2);
+        // Only shadow rules: nothing limits the grant (a policy always has an enforced rule).
+        assert_eq!(
+            super::largest_cost_enforced(&rules, 0b11, None, T0),
+            u64::MAX
+        );
     }
 
     #[test]
@@ -833,6 +931,49 @@ mod tests {
                 let e = testing::step::<Gcra>(&params, &mut alone, now, cost);
                 prop_assert_eq!(d, e);
             }
+        }
+    }
+
+    proptest! {
+        /// ATMOST on RL.LIMIT: the grant is the largest COST every rule admits, which is the
+        /// largest a DRYRUN of the policy admits, also after the policy changed.
+        #[test]
+        fn largest_cost_is_what_a_dryrun_admits(
+            old in proptest::collection::vec(rule_strategy(), 1..4),
+            new in proptest::collection::vec(rule_strategy(), 1..4),
+            requests in proptest::collection::vec((0u64..5_000_000, 0u64..4), 0..30),
+            more in 0u64..5_000_000,
+        ) {
+            let (old, new): (Rules, Rules) = (Arc::from(old), Arc::from(new));
+            let mut key: Key = None;
+            let mut now = T0;
+            for (gap, cost) in requests {
+                now += gap;
+                step(&old, &mut key, now, cost);
+            }
+            testing::largest_cost_is_what_a_dryrun_admits::<Limit>(&old, &key, now + more, 7)?;
+            testing::largest_cost_is_what_a_dryrun_admits::<Limit>(&new, &key, now + more, 7)?;
+        }
+
+        /// RL.REFUND on RL.LIMIT: every rule gets the units back, so after admitting n and
+        /// giving back k <= n, exactly k more are admitted at that instant; more than was
+        /// taken leaves every rule fresh.
+        #[test]
+        fn refund_gives_every_rule_its_units_back(
+            rules in proptest::collection::vec(rule_strategy(), 1..4),
+            requests in proptest::collection::vec((0u64..5_000_000, 0u64..4), 0..30),
+            more in 0u64..5_000_000, n in 1u64..6, k in 0u64..8,
+            later in proptest::collection::vec((0u64..10_000_000, 0u64..4), 1..6),
+        ) {
+            let rules: Rules = Arc::from(rules);
+            let mut key: Key = None;
+            let mut now = T0;
+            for (gap, cost) in requests {
+                now += gap;
+                step(&rules, &mut key, now, cost);
+            }
+            testing::refund_at_one_instant::<Limit>(&rules, &key, now + more, n, k, &later, true)?;
+            testing::refund_of_more_than_was_taken::<Limit>(&key, now + more, false)?;
         }
     }
 }

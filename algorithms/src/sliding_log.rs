@@ -194,6 +194,44 @@ impl State {
         }
     }
 
+    /// Appends an entry of `cost` units (at least 1) at `offset`, keeping the index in step:
+    /// one word for a cost of 1, a flagged word and a cost word otherwise.
+    fn push(&mut self, offset: u32, cost: u64) {
+        // cost <= limit <= MAX_LIMIT: it fits a cost word with the top bit clear.
+        let cost_word = u32::try_from(cost.min(MAX_LIMIT)).unwrap_or(OFFSET_MASK);
+        let taken = if cost_word > 1 { 2 } else { 1 };
+        self.index
+            .append(self.words.len(), u64::from(cost_word.max(1)), taken);
+        if cost_word > 1 {
+            self.words.push_back(offset | FLAG);
+            self.words.push_back(cost_word);
+        } else {
+            self.words.push_back(offset);
+        }
+    }
+
+    /// Drops the words from `at` (an entry's first word) on, keeping the index in step: the
+    /// checkpoints at or after it go, and the end tally is the one before it. O(STRIDE).
+    fn cut(&mut self, at: usize) {
+        let end = self.index.before(&self.words, at);
+        let first = self.index.first_checkpoint();
+        let kept = at
+            .checked_sub(first)
+            .map_or(0, |past| past.div_ceil(STRIDE as usize));
+        self.index.checkpoints.truncate(kept);
+        self.index.end = end;
+        self.words.truncate(at);
+    }
+
+    /// Memory follows what is admitted: gives back a ring that is three quarters empty.
+    fn shrink(&mut self) {
+        let capacity = self.words.capacity();
+        if capacity > 64 && self.words.len() < capacity / 4 {
+            self.words.shrink_to(self.words.len() * 2);
+        }
+        self.index.shrink();
+    }
+
     /// The newest entry's offset, read from the back: the last word is a cost word exactly
     /// when the word before it carries [`FLAG`] (cost words never do).
     fn newest_offset(&self) -> Option<u32> {
@@ -689,25 +727,9 @@ fn admit(state: &mut State, scan: &Scan, plan: &Plan, cost: u64) {
     }
     state.base_us = plan.base_us;
     state.unit_us = plan.unit_us;
-    // cost <= limit <= MAX_LIMIT: it fits a cost word with the top bit clear.
-    let cost_word = u32::try_from(cost.min(MAX_LIMIT)).unwrap_or(OFFSET_MASK);
-    let taken = if cost_word > 1 { 2 } else { 1 };
-    state
-        .index
-        .append(state.words.len(), u64::from(cost_word.max(1)), taken);
-    if cost_word > 1 {
-        state.words.push_back(plan.offset | FLAG);
-        state.words.push_back(cost_word);
-    } else {
-        state.words.push_back(plan.offset);
-    }
+    state.push(plan.offset, cost);
     state.total = state.total.saturating_add(cost);
-    // Memory follows what is admitted: give back a ring that is three quarters empty.
-    let capacity = state.words.capacity();
-    if capacity > 64 && state.words.len() < capacity / 4 {
-        state.words.shrink_to(state.words.len() * 2);
-    }
-    state.index.shrink();
+    state.shrink();
 }
 
 /// When denied with `cost <= limit`: the expiry of the first entry whose units, with those
@@ -788,6 +810,59 @@ impl Algorithm for SlidingLog {
     /// Without the default's copy of the state: the decision reads the ring in place.
     fn view_now(params: &Params, state: &State, now_us: u64) -> Decision {
         decide(params, state, now_us, 0).0
+    }
+
+    /// `limit - active`: the units of the entries still in the window, from the scan (the
+    /// index), O(log n).
+    fn largest_cost(params: &Params, stored: Option<(&Params, &State)>, now_us: u64) -> u64 {
+        let active = match stored {
+            Some((_, state)) => {
+                let window_us = u128::from(params.window_us());
+                scan(state, u128::from(now_us), window_us).active
+            }
+            None => 0,
+        };
+        params.limit().saturating_sub(active)
+    }
+
+    /// What is taken: the units of the entries still in the window. Giving back `k` removes
+    /// the newest `k` units: whole entries from the back, and part of the cost of the last
+    /// one it reaches. Found with the index, O(log n); the ring is cut at that entry.
+    fn refund(params: &Params, state: &mut State, now_us: u64, units: u64) -> u64 {
+        let window_us = u128::from(params.window_us());
+        let scan = scan(state, u128::from(now_us), window_us);
+        let given = scan.active.min(units);
+        if given == 0 {
+            return 0;
+        }
+        let keep = scan.active - given;
+        if keep == 0 {
+            // Nothing left in the window: the ring starts afresh.
+            *state = State::empty(state.base_us, state.unit_us);
+            return given;
+        }
+        // The entry by which the oldest entries in the window hold `keep` units: it stays,
+        // with what is left of its cost, and everything after it goes.
+        let words = &state.words;
+        let Some(at) = state.index.reaching(words, scan.expired_words, keep) else {
+            return 0;
+        };
+        let Some(((cost, _), first)) = entry_at(words, at).zip(word(words, at)) else {
+            return 0;
+        };
+        let through = state
+            .index
+            .before(words, at)
+            .units
+            .wrapping_sub(state.index.before(words, scan.expired_words).units)
+            .wrapping_add(cost);
+        // The entries before it hold fewer than `keep` units: 1 <= what stays <= cost.
+        let cost = cost - (through - keep);
+        state.cut(at);
+        state.push(first & OFFSET_MASK, cost);
+        state.total = state.total.saturating_sub(given);
+        state.shrink();
+        given
     }
 
     fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
@@ -1310,6 +1385,38 @@ mod tests {
         assert!(read <= bound, "{read} words read");
     }
 
+    /// RL.REFUND and ATMOST on a log of a million entries, half of them expired: the cut is
+    /// found through the index and the words after it are dropped without a walk, so both read
+    /// O(log n) words, however many units come back.
+    #[test]
+    fn a_refund_and_a_grant_read_a_logarithmic_number_of_words() {
+        let n: u32 = 1_000_000;
+        let p = params(2 * u64::from(n), 1000);
+        let bound = 2 * 2 * 20 + 4 * STRIDE + 8;
+        // An entry every µs for a second; at 1.5 s the first half has expired.
+        let words: Vec<u32> = (0..n).collect();
+        let mut key: Key<SlidingLog> = Some((p, State::new(words.into(), T0, 1, u64::from(n))));
+        let now = T0 + S + u64::from(n / 2);
+        let active = u64::from(n / 2 - 1);
+        let (largest, read) = words_read(|| testing::largest::<SlidingLog>(&p, &key, now));
+        assert_eq!(largest, 2 * u64::from(n) - active);
+        assert!(read <= bound, "{read} words read by largest_cost");
+        let s = &mut key.as_mut().unwrap().1;
+        // Give back a third of what is active: a third of the live entries go.
+        let (given, read) = words_read(|| SlidingLog::refund(&p, s, now, active / 3));
+        assert_eq!(given, active / 3);
+        assert!(read <= bound, "{read} words read by the refund");
+        assert_eq!(
+            scan(s, u128::from(now), u128::from(p.window_us())).active,
+            active - active / 3
+        );
+        assert_index_follows_the_words(s);
+        // And everything else: the ring starts afresh.
+        let (given, read) = words_read(|| SlidingLog::refund(&p, s, now, u64::MAX));
+        assert_eq!((given, s.total, s.words.len()), (active - active / 3, 0, 0));
+        assert!(read <= bound, "{read} words read by the refund");
+    }
+
     /// The search gallops from the front: a key written regularly, with few expired entries,
     /// reads a few words per call whatever the log holds, as the walk did.
     #[test]
@@ -1627,6 +1734,79 @@ mod tests {
                 if let Some((_, s)) = &key {
                     prop_assert!(is_valid(s));
                 }
+            }
+        }
+    }
+
+    /// Requests `(gap µs, cost)` from `t0` on a key of parameters `p`; the key and the time
+    /// of the last one.
+    fn after_gaps_s(p: &Params, gaps: &[(u64, u64)], t0: u64) -> (Key<SlidingLog>, u64) {
+        let mut at = t0;
+        let mut key: Key<SlidingLog> = None;
+        for &(gap, cost) in gaps {
+            at += gap;
+            step::<SlidingLog>(p, &mut key, at, cost);
+        }
+        (key, at)
+    }
+
+    proptest! {
+        /// ATMOST: the grant is the largest COST a DRYRUN at the same instant admits, with
+        /// the key's parameters and after a change to others.
+        #[test]
+        fn largest_cost_is_what_a_dryrun_admits(
+            q in any_params(), p in any_params(),
+            gaps in proptest::collection::vec((0u64..3_000_000, 0u64..6), 0..40), more in 0u64..3_000_000,
+        ) {
+            let (key, at) = after_gaps_s(&q, &gaps, T0);
+            testing::largest_cost_is_what_a_dryrun_admits::<SlidingLog>(&q, &key, at + more, 21)?;
+            testing::largest_cost_is_what_a_dryrun_admits::<SlidingLog>(&p, &key, at + more, 21)?;
+        }
+
+        /// RL.REFUND: admit n, give back k <= n, and exactly k more are admitted at that
+        /// instant (all n: the key decides as before, then and later); giving back more than
+        /// was taken gives back what was taken and leaves the key fresh, never fresher.
+        #[test]
+        fn refund_gives_back_exactly(
+            p in any_params(),
+            gaps in proptest::collection::vec((0u64..3_000_000, 0u64..6), 0..40),
+            more in 0u64..3_000_000, n in 1u64..8, k in 0u64..10,
+            later in proptest::collection::vec((0u64..20_000_000, 0u64..6), 1..8),
+        ) {
+            let (key, at) = after_gaps_s(&p, &gaps, T0);
+            testing::refund_at_one_instant::<SlidingLog>(&p, &key, at + more, n, k, &later, true)?;
+            testing::refund_of_more_than_was_taken::<SlidingLog>(&key, at + more, true)?;
+            testing::refund_of_more_than_was_taken::<SlidingLog>(&key, at + more + 3_000_000, true)?;
+        }
+    }
+
+    proptest! {
+        /// Refunds cut the ring at an entry found through the index, and may split the cost of
+        /// the entry they stop in: the index still follows the words, the ring stays valid,
+        /// and what is active is exactly what was before less what was given back, however
+        /// refunds and admissions interleave on a log long enough to hold checkpoints.
+        #[test]
+        fn refunds_keep_the_ring_and_its_index_exact(
+            steps in proptest::collection::vec((0u64..3, 0u64..2_000, 0u64..5, 0u64..40), 1..400),
+        ) {
+            let p = params(crate::limits::MAX_COUNT.min(MAX_LIMIT), 1000);
+            let w = u128::from(p.window_us());
+            let mut key: Key<SlidingLog> = None;
+            let mut at = T0;
+            for (what, gap, cost, units) in steps {
+                at += gap;
+                if what > 0 || key.is_none() {
+                    step::<SlidingLog>(&p, &mut key, at, cost);
+                    continue;
+                }
+                let Some((_, s)) = key.as_mut() else { continue };
+                let active = scan(s, u128::from(at), w).active;
+                let given = SlidingLog::refund(&p, s, at, units);
+                prop_assert_eq!(given, active.min(units));
+                prop_assert!(is_valid(s));
+                assert_index_follows_the_words(s);
+                prop_assert_eq!(scan(s, u128::from(at), w), scan_by_walk(s, u128::from(at), w));
+                prop_assert_eq!(scan(s, u128::from(at), w).active, active - given);
             }
         }
     }

@@ -209,6 +209,16 @@ fn settled(segments: &[Segment; 3], window: u128, now: u128) -> u128 {
     settle
 }
 
+/// The counts as of `now`, rolled on the key's own schedule (what a check reads).
+fn current(held: &Counts, now: u128) -> Segment {
+    let segments = held.from(now);
+    segments
+        .iter()
+        .find(|s| !s.is_empty())
+        .copied()
+        .unwrap_or(segments[2])
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlidingWindow;
 
@@ -295,6 +305,55 @@ impl Algorithm for SlidingWindow {
             None
         };
         (decision, fresh)
+    }
+
+    /// `limit - estimate`, the estimate as a check computes it.
+    fn largest_cost(params: &Params, stored: Option<(&Params, &State)>, now_us: u64) -> u64 {
+        let now = u128::from(now_us);
+        let window = window_us(params.window_ms);
+        let estimate = match stored {
+            Some((old, state)) => current(&Counts::stored(old, state), now).estimate(window, now),
+            None => 0,
+        };
+        u64::try_from(u128::from(params.limit).saturating_sub(estimate)).unwrap_or(0)
+    }
+
+    /// What is taken: the estimate now, `current + floor(previous × left / window)`, the
+    /// counts rolled to now. Giving back `k` takes them from the current window's count
+    /// first (the newest units), then from the previous window's weighted share: the previous
+    /// count becomes the largest one whose share now is exactly `k'` lower (never in the
+    /// caller's favour: as time passes its share only falls further, and never below what a
+    /// smaller count would give). So the estimate now falls by exactly the units given back.
+    fn refund(params: &Params, state: &mut State, now_us: u64, units: u64) -> u64 {
+        let now = u128::from(now_us);
+        let window = window_us(params.window_ms);
+        let start = window_start(now, window);
+        let here = current(&Counts::stored(params, state), now);
+        let units = u128::from(units);
+        let from_current = here.current.min(units);
+        // What is left of now's window, 1..=window.
+        let left = window - (now - start);
+        let share = here.previous.saturating_mul(left) / window;
+        let from_previous = share.min(units - from_current);
+        let previous = if from_previous == 0 {
+            here.previous
+        } else {
+            // The largest p with floor(p × left / window) = share - from_previous: each unit
+            // of p adds left / window <= 1, so every share up to the old one is reached.
+            let target = share - from_previous;
+            ((target + 1).saturating_mul(window) - 1) / left
+        }
+        .min(here.previous);
+        let given = from_current + from_previous;
+        if given == 0 {
+            return 0;
+        }
+        *state = State {
+            window_start_us: u64::try_from(start).unwrap_or(now_us),
+            current: u64::try_from(here.current - from_current).unwrap_or(0),
+            previous: u64::try_from(previous).unwrap_or(state.previous),
+        };
+        u64::try_from(given).unwrap_or(u64::MAX)
     }
 
     fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
@@ -717,6 +776,48 @@ mod tests {
             let (d, _) = SlidingWindow::check(&p, None, now, cost, write);
             let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
             let _ = SlidingWindow::snapshot(&p, &state, now);
+        }
+    }
+
+    /// Requests `(gap µs, cost)` from `t0` on a key of parameters `p`; the key and the time
+    /// of the last one.
+    fn after_gaps_s(p: &Params, gaps: &[(u64, u64)], t0: u64) -> (Key<SlidingWindow>, u64) {
+        let mut at = t0;
+        let mut key: Key<SlidingWindow> = None;
+        for &(gap, cost) in gaps {
+            at += gap;
+            step::<SlidingWindow>(p, &mut key, at, cost);
+        }
+        (key, at)
+    }
+
+    proptest! {
+        /// ATMOST: the grant is the largest COST a DRYRUN at the same instant admits, with
+        /// the key's parameters and after a change to others.
+        #[test]
+        fn largest_cost_is_what_a_dryrun_admits(
+            q in changing_params(), p in changing_params(),
+            gaps in proptest::collection::vec((0u64..3_000_000, 0u64..6), 0..40), more in 0u64..3_000_000,
+        ) {
+            let (key, at) = after_gaps_s(&q, &gaps, T2);
+            testing::largest_cost_is_what_a_dryrun_admits::<SlidingWindow>(&q, &key, at + more, 21)?;
+            testing::largest_cost_is_what_a_dryrun_admits::<SlidingWindow>(&p, &key, at + more, 21)?;
+        }
+
+        /// RL.REFUND: admit n, give back k <= n, and exactly k more are admitted at that
+        /// instant (all n: the key decides as before, then and later); giving back more than
+        /// was taken gives back what was taken and leaves the key fresh, never fresher.
+        #[test]
+        fn refund_gives_back_exactly(
+            p in changing_params(),
+            gaps in proptest::collection::vec((0u64..3_000_000, 0u64..6), 0..40),
+            more in 0u64..3_000_000, n in 1u64..8, k in 0u64..10,
+            later in proptest::collection::vec((0u64..20_000_000, 0u64..6), 1..8),
+        ) {
+            let (key, at) = after_gaps_s(&p, &gaps, T2);
+            testing::refund_at_one_instant::<SlidingWindow>(&p, &key, at + more, n, k, &later, true)?;
+            testing::refund_of_more_than_was_taken::<SlidingWindow>(&key, at + more, true)?;
+            testing::refund_of_more_than_was_taken::<SlidingWindow>(&key, at + more + 3_000_000, true)?;
         }
     }
 }

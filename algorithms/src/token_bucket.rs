@@ -263,6 +263,38 @@ impl Algorithm for TokenBucket {
         (decision, fresh)
     }
 
+    /// The whole tokens in the bucket now (refilled, then converted as a check converts it).
+    fn largest_cost(params: &Params, stored: Option<(&Params, &State)>, now_us: u64) -> u64 {
+        let bucket = match stored {
+            Some((old, state)) => state.refilled(old, now_us).converted(old, params, now_us),
+            None => State::fresh(params, now_us),
+        };
+        u64::try_from(bucket.scaled_tokens / params.period_us()).unwrap_or(u64::MAX)
+    }
+
+    /// What is taken: the tokens missing from a full bucket once refilled up to now,
+    /// `ceil(capacity - tokens)`, a token partly refilled counting as a whole one (as
+    /// `remaining` counts it). Giving back `k` of them puts exactly `k` tokens back, never
+    /// above the capacity; an INTERVAL bucket keeps its phase.
+    fn refund(params: &Params, state: &mut State, now_us: u64, units: u64) -> u64 {
+        let bucket = state.refilled(params, now_us);
+        let full = params.full();
+        let period = params.period_us();
+        let given = full
+            .saturating_sub(bucket.scaled_tokens)
+            .div_ceil(period)
+            .min(u128::from(units));
+        if given == 0 {
+            return 0;
+        }
+        *state = State {
+            // given × period <= what is missing + period: no overflow.
+            scaled_tokens: (bucket.scaled_tokens + given * period).min(full),
+            updated_us: bucket.updated_us,
+        };
+        u64::try_from(given).unwrap_or(u64::MAX)
+    }
+
     fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
         super::Snapshot::TokenBucket(snapshot(params, state, now_us))
     }
@@ -812,6 +844,48 @@ mod tests {
             let d = step::<TokenBucket>(&p, &mut key, now, 1);
             prop_assert!(!d.allowed);
             prop_assert!(d.retry_after.is_some_and(|r| !r.is_zero()));
+        }
+    }
+
+    /// Requests `(gap µs, cost)` from `t0` on a key of parameters `p`; the key and the time
+    /// of the last one.
+    fn after_gaps_t(p: &Params, gaps: &[(u64, u64)], t0: u64) -> (Key<TokenBucket>, u64) {
+        let mut at = t0;
+        let mut key: Key<TokenBucket> = None;
+        for &(gap, cost) in gaps {
+            at += gap;
+            step::<TokenBucket>(p, &mut key, at, cost);
+        }
+        (key, at)
+    }
+
+    proptest! {
+        /// ATMOST: the grant is the largest COST a DRYRUN at the same instant admits, with
+        /// the key's parameters and after a change to others.
+        #[test]
+        fn largest_cost_is_what_a_dryrun_admits(
+            q in any_params(), p in any_params(),
+            gaps in proptest::collection::vec((0u64..3_000_000, 0u64..6), 0..40), more in 0u64..3_000_000,
+        ) {
+            let (key, at) = after_gaps_t(&q, &gaps, T0);
+            testing::largest_cost_is_what_a_dryrun_admits::<TokenBucket>(&q, &key, at + more, 21)?;
+            testing::largest_cost_is_what_a_dryrun_admits::<TokenBucket>(&p, &key, at + more, 21)?;
+        }
+
+        /// RL.REFUND: admit n, give back k <= n, and exactly k more are admitted at that
+        /// instant (all n: the key decides as before, then and later); giving back more than
+        /// was taken gives back what was taken and leaves the key fresh, never fresher.
+        #[test]
+        fn refund_gives_back_exactly(
+            p in any_params(),
+            gaps in proptest::collection::vec((0u64..3_000_000, 0u64..6), 0..40),
+            more in 0u64..3_000_000, n in 1u64..8, k in 0u64..10,
+            later in proptest::collection::vec((0u64..5_000_000, 0u64..6), 1..8),
+        ) {
+            let (key, at) = after_gaps_t(&p, &gaps, T0);
+            testing::refund_at_one_instant::<TokenBucket>(&p, &key, at + more, n, k, &later, !p.interval)?;
+            testing::refund_of_more_than_was_taken::<TokenBucket>(&key, at + more, true)?;
+            testing::refund_of_more_than_was_taken::<TokenBucket>(&key, at + more + 3_000_000, true)?;
         }
     }
 }

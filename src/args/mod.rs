@@ -1,5 +1,5 @@
 //! The argument grammar shared by every command: counts, durations with units, the
-//! options `COST n`, `DRYRUN` and `BLOCK duration`; each algorithm's parameters
+//! options `COST n`, `ATMOST n`, `DRYRUN` and `BLOCK duration`; each algorithm's parameters
 //! ([`params`]), the policy rules ([`rules`]), and every command's syntax ([`syntax`]).
 //! Pure functions over byte slices; no Redis types. Uses only the algorithms (their types
 //! and limits) and the error texts.
@@ -94,6 +94,8 @@ pub struct Options {
     /// `SHADOW`: a would-be denial writes nothing, starts no BLOCK, and is answered as
     /// admitted with `shadow_denied` 1.
     pub shadow: bool,
+    /// `ATMOST n` (instead of COST): take as many units as the key allows now, up to n.
+    pub atmost: Option<u64>,
 }
 
 impl Default for Options {
@@ -103,13 +105,14 @@ impl Default for Options {
             dryrun: false,
             block_ms: None,
             shadow: false,
+            atmost: None,
         }
     }
 }
 
-const ACCEPTED_OPTIONS: &str = "COST n, DRYRUN, BLOCK duration or SHADOW";
+const ACCEPTED_OPTIONS: &str = "COST n, ATMOST max, DRYRUN, BLOCK duration or SHADOW";
 
-/// Parses `[COST n] [DRYRUN] [BLOCK duration] [SHADOW]` in any order, case-insensitive. `first_position` is
+/// Parses `[COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]` in any order, case-insensitive. `first_position` is
 /// the
 /// argument number of `rest[0]` (the key being argument 1), used in error texts.
 pub fn options(rest: &[&[u8]], first_position: usize) -> Result<Options, Error> {
@@ -141,6 +144,18 @@ pub fn options_with(
                 expected: "an integer from 0 to 1000000000000",
             })?;
             opts.cost = count(value, "COST", 0, MAX_COUNT)?;
+            i += 2;
+            continue;
+        }
+        if token.eq_ignore_ascii_case(b"ATMOST") {
+            if opts.atmost.is_some() {
+                return Err(Error::OptionTwice { option: "ATMOST" });
+            }
+            let value = rest.get(i + 1).ok_or(Error::OptionValue {
+                option: "ATMOST",
+                expected: "an integer from 1 to 1000000000000",
+            })?;
+            opts.atmost = Some(positive_count(value, "ATMOST")?);
             i += 2;
             continue;
         }
@@ -190,6 +205,9 @@ pub fn options_with(
             }
         }
         i += 1;
+    }
+    if seen_cost && opts.atmost.is_some() {
+        return Err(Error::CostWithAtmost);
     }
     Ok((opts, mask))
 }
@@ -280,6 +298,7 @@ mod tests {
                 dryrun: true,
                 block_ms: None,
                 shadow: false,
+                atmost: None,
             }
         );
         let o = options(&[b"shadow", b"BLOCK", b"1s"], 5).unwrap();
@@ -288,6 +307,8 @@ mod tests {
             options(&[b"SHADOW", b"shadow"], 5),
             Err(Error::OptionTwice { option: "SHADOW" })
         );
+        let o = options(&[b"atmost", b"1000000000000", b"DRYRUN"], 5).unwrap();
+        assert_eq!((o.cost, o.atmost, o.dryrun), (1, Some(MAX_COUNT), true));
         let o = options(&[b"block", b"15m", b"COST", b"2"], 5).unwrap();
         assert_eq!((o.cost, o.block_ms), (2, Some(900_000)));
         assert_eq!(
@@ -337,6 +358,32 @@ mod tests {
     }
 
     #[test]
+    fn atmost_is_a_count_and_excludes_cost() {
+        let exclusive = Err(Error::CostWithAtmost);
+        assert_eq!(options(&[b"COST", b"2", b"ATMOST", b"5"], 5), exclusive);
+        assert_eq!(options(&[b"ATMOST", b"5", b"cost", b"0"], 5), exclusive);
+        let count = Err(Error::Count {
+            arg: "ATMOST",
+            min: 1,
+            max: MAX_COUNT,
+        });
+        for bad in [&b"0"[..], b"-1", b"1000000000001", b"x"] {
+            assert_eq!(options(&[b"ATMOST", bad], 5), count, "{bad:?}");
+        }
+        assert_eq!(
+            options(&[b"ATMOST"], 5),
+            Err(Error::OptionValue {
+                option: "ATMOST",
+                expected: "an integer from 1 to 1000000000000"
+            })
+        );
+        assert_eq!(
+            options(&[b"ATMOST", b"1", b"ATMOST", b"2"], 5),
+            Err(Error::OptionTwice { option: "ATMOST" })
+        );
+    }
+
+    #[test]
     fn offsets_may_be_negative() {
         assert_eq!(offset_ms(b"0"), Some(0));
         assert_eq!(offset_ms(b"1500"), Some(1500));
@@ -348,7 +395,7 @@ mod tests {
     #[test]
     fn command_flags_are_options_too() {
         let flags = ["INTERVAL"];
-        let accepted = "COST n, DRYRUN, BLOCK duration, SHADOW or INTERVAL";
+        let accepted = "COST n, ATMOST max, DRYRUN, BLOCK duration, SHADOW or INTERVAL";
         let (o, mask) = options_with(&[b"cost", b"2", b"interval"], 5, &flags, accepted).unwrap();
         assert_eq!((o.cost, mask), (2, 1));
         let (_, mask) = options_with(&[], 5, &flags, accepted).unwrap();

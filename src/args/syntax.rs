@@ -280,12 +280,24 @@ const KEY: Arg = arg(c"key", Kind::Key, c"the limiter's key");
 const DURATION: &CStr =
     c"a duration from 1ms to 10 years: an integer with an optional unit ms, s, m, h or d (a bare number is ms)";
 
-/// The options every admission command takes.
-const COST: Arg = integer(
-    c"n",
-    c"units this request takes, 0 to 10^12 (default 1); COST 0 checks without taking",
+/// The options every admission command takes. `COST n` or `ATMOST n`, one of the two: how
+/// many units the request takes.
+const COST: Arg = arg(
+    c"amount",
+    Kind::OneOf(&[
+        integer(
+            c"n",
+            c"units this request takes, 0 to 10^12 (default 1); COST 0 checks without taking",
+        )
+        .after(c"COST"),
+        integer(
+            c"max",
+            c"a partial grant: take as many units as the key allows now, up to max (1 to 10^12); the reply gains granted",
+        )
+        .after(c"ATMOST"),
+    ]),
+    c"how many units the request takes",
 )
-.after(c"COST")
 .optional();
 const DRYRUN: Arg = token(
     c"dryrun",
@@ -459,6 +471,19 @@ pub static RL_LIMIT: Syntax = Syntax::new(
 );
 
 #[rustfmt::skip]
+pub static RL_REFUND: Syntax = Syntax::new(
+    "rl.refund",
+    c"Give back units a key has taken (a request that failed downstream, a cost estimated too high); replies the units given back",
+    c"O(1); O(log N) for a sliding log holding N entries; O(R) for a policy key of R rules (O(R log N) with sliding logs)",
+    KeyUse::Update,
+    &[
+        KEY,
+        integer(c"units", c"units to give back, 0 to 10^12"),
+        token(c"dryrun", c"DRYRUN", c"reply what would be given back; write and propagate nothing").optional(),
+    ],
+);
+
+#[rustfmt::skip]
 pub static RL_POLICY_SET: Syntax = Syntax::new(
     "rl.policy.set",
     c"Create or replace a policy: a named list of rules, each an algorithm and its arguments",
@@ -556,7 +581,7 @@ pub static RL_LOADSTATE: Syntax = Syntax::new(
 );
 
 /// The syntax of every command of the module.
-pub static ALL: [&Syntax; 20] = [
+pub static ALL: [&Syntax; 21] = [
     &RL_GCRA,
     &CL_THROTTLE,
     &RL_TOKENBUCKET,
@@ -568,6 +593,7 @@ pub static ALL: [&Syntax; 20] = [
     &RL_CONCURRENCY_RELEASE,
     &RL_INSPECT,
     &RL_LIMIT,
+    &RL_REFUND,
     &RL_POLICY_SET,
     &RL_POLICY_GET,
     &RL_POLICY_DEL,
@@ -595,25 +621,26 @@ mod tests {
     #[test]
     fn usages_render_as_they_were_written() {
         let expected = [
-            (&RL_GCRA, "RL.GCRA", "key burst rate period [COST n] [DRYRUN] [BLOCK duration] [SHADOW]"),
+            (&RL_GCRA, "RL.GCRA", "key burst rate period [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"),
             (&CL_THROTTLE, "CL.THROTTLE", "key max_burst count period [quantity]"),
             (
                 &RL_TOKENBUCKET,
                 "RL.TOKENBUCKET",
-                "key capacity refill_amount refill_period [INTERVAL] [COST n] [DRYRUN] [BLOCK duration] [SHADOW]",
+                "key capacity refill_amount refill_period [INTERVAL] [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]",
             ),
             (
                 &RL_LEAKYBUCKET,
                 "RL.LEAKYBUCKET",
-                "key capacity leak_amount leak_period [COST n] [DRYRUN] [BLOCK duration] [SHADOW]",
+                "key capacity leak_amount leak_period [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]",
             ),
-            (&RL_FIXEDWINDOW, "RL.FIXEDWINDOW", "key limit window [COST n] [DRYRUN] [BLOCK duration] [SHADOW]"),
-            (&RL_SLIDINGWINDOW, "RL.SLIDINGWINDOW", "key limit window [COST n] [DRYRUN] [BLOCK duration] [SHADOW]"),
-            (&RL_SLIDINGLOG, "RL.SLIDINGLOG", "key limit window [COST n] [DRYRUN] [BLOCK duration] [SHADOW]"),
+            (&RL_FIXEDWINDOW, "RL.FIXEDWINDOW", "key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"),
+            (&RL_SLIDINGWINDOW, "RL.SLIDINGWINDOW", "key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"),
+            (&RL_SLIDINGLOG, "RL.SLIDINGLOG", "key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"),
             (&RL_CONCURRENCY_ACQUIRE, "RL.CONCURRENCY.ACQUIRE", "key limit lease [ID token] [DRYRUN] [SHADOW]"),
             (&RL_CONCURRENCY_RELEASE, "RL.CONCURRENCY.RELEASE", "key token"),
             (&RL_INSPECT, "RL.INSPECT", "key"),
-            (&RL_LIMIT, "RL.LIMIT", "key policy [COST n] [DRYRUN] [BLOCK duration] [SHADOW]"),
+            (&RL_REFUND, "RL.REFUND", "key units [DRYRUN]"),
+            (&RL_LIMIT, "RL.LIMIT", "key policy [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"),
             (
                 &RL_POLICY_SET,
                 "RL.POLICY.SET",

@@ -25,6 +25,8 @@ pub fn arguments<'a>(call: &Call<'a>, syntax: &'static Syntax) -> Result<&'a [&'
 pub struct Decided<T = ()> {
     pub decision: Decision,
     pub aside: T,
+    /// `ATMOST n`: the units granted.
+    granted: Option<u64>,
     preview: bool,
     replayed: bool,
     /// The call gave SHADOW.
@@ -47,6 +49,7 @@ impl<T> Decided<T> {
         Admission {
             decision,
             extra,
+            granted: self.granted,
             preview: self.preview,
             replayed: self.replayed,
             shadow: self.shadow,
@@ -74,6 +77,11 @@ impl<T> Decided<T> {
 /// DRYRUN leaves the keyspace, the replication stream and the AOF as they were. A DRYRUN or
 /// COST 0 request is a preview: INFO counts it as a call only, and its denial publishes no
 /// keyspace event.
+///
+/// With `ATMOST n`, the request takes `min(n, A::largest_cost(..))` units, the largest grant
+/// the key allows at this instant (the same state and clock reading a replica replays with,
+/// so it grants the same); when that is 0, it is a request of one unit, denied, so that
+/// `retry_after` is the wait for one unit and a `BLOCK` starts only then.
 pub fn run<A: Variant>(
     call: &Call,
     name: &'static CStr,
@@ -89,13 +97,17 @@ pub fn run<A: Variant>(
             let (decision, state) = A::check(params, stored, now_us, cost, write);
             (decision, state, ())
         },
+        A::largest_cost,
     )
 }
 
 /// [`run`] with the algorithm's step given: `check` takes what [`Algorithm::check`] takes
-/// and keeps its contract, and may hand back something besides (RL.LIMIT's binding rule).
+/// and keeps its contract, and may hand back something besides (RL.LIMIT's binding rule);
+/// `largest` is [`Algorithm::largest_cost`] or what stands for it (RL.LIMIT's leaves its
+/// shadow rules out: they never limit a grant).
 ///
 /// [`Algorithm::check`]: crate::algorithms::Algorithm::check
+/// [`Algorithm::largest_cost`]: crate::algorithms::Algorithm::largest_cost
 pub fn run_with<A: Variant, T>(
     call: &Call,
     name: &'static CStr,
@@ -108,22 +120,38 @@ pub fn run_with<A: Variant, T>(
         u64,
         bool,
     ) -> (Decision, Option<A::State>, T),
+    largest: impl FnOnce(&A::Params, Option<(&A::Params, &A::State)>, u64) -> u64,
 ) -> Result<Decided<T>, Error> {
     let name_arg = call.key()?;
     let (now_us, real_ms) = call.clock();
+    // ATMOST asks for at least one unit.
+    let cost = if opts.atmost.is_some() { 1 } else { opts.cost };
     // DRYRUN and COST 0 ask what would happen: neither an admission nor a denial.
-    let write = opts.cost > 0 && !opts.dryrun;
+    let write = cost > 0 && !opts.dryrun;
     let request = Request {
         now_us,
-        cost: opts.cost,
+        cost,
         write,
         // SHADOW never starts a BLOCK (one already in force still answers).
         block_ms: opts.block_ms.filter(|_| !opts.shadow),
     };
     let mut key = Key::open(call.ctx, name_arg, true);
-    let (decision, wrote, aside) = key.update::<A, T>(&params, request, |stored, write| {
-        check(&params, stored, now_us, opts.cost, write)
-    })?;
+    let (decision, wrote, aside, granted) = match opts.atmost {
+        None => {
+            let (decision, wrote, aside) =
+                key.update::<A, T>(&params, request, |stored, write| {
+                    check(&params, stored, now_us, opts.cost, write)
+                })?;
+            (decision, wrote, aside, None)
+        }
+        Some(atmost) => {
+            let (decision, wrote, aside, grant) =
+                update_at_most::<A, T>(&mut key, &params, request, atmost, check, largest)?;
+            // A blocked key refuses whatever the algorithm would grant.
+            let granted = if decision.allowed { grant } else { 0 };
+            (decision, wrote, aside, Some(granted))
+        }
+    };
     let mut propagate = Propagate::Nothing;
     if wrote {
         let expire_at_ms = call.expire_at(real_ms, decision.reset_after.ceil_ms());
@@ -137,12 +165,42 @@ pub fn run_with<A: Variant, T>(
     Ok(Decided {
         decision,
         aside,
+        granted,
         preview: !write,
         replayed: call.replayed(),
         shadow: opts.shadow,
         shadow_rule_denied: false,
         propagate,
     })
+}
+
+/// [`Key::update`] for `ATMOST atmost`: the request takes `min(atmost, largest(..))`
+/// units, computed on the state the update reads, or is a denied request of one unit when
+/// that is 0. Also returns the grant (before a block in force refuses it). Out of line, so that
+/// the path of every request without ATMOST stays as it was.
+#[inline(never)]
+fn update_at_most<A: Variant, T>(
+    key: &mut Key,
+    params: &A::Params,
+    request: Request,
+    atmost: u64,
+    check: impl FnOnce(
+        &A::Params,
+        Option<(&A::Params, &mut A::State)>,
+        u64,
+        u64,
+        bool,
+    ) -> (Decision, Option<A::State>, T),
+    largest: impl FnOnce(&A::Params, Option<(&A::Params, &A::State)>, u64) -> u64,
+) -> Result<(Decision, bool, T, u64), Error> {
+    let now_us = request.now_us;
+    let mut grant = 0;
+    let (decision, wrote, aside) = key.update::<A, T>(params, request, |stored, write| {
+        let stored_ref = stored.as_ref().map(|(p, s)| (*p, &**s));
+        grant = largest(params, stored_ref, now_us).min(atmost);
+        check(params, stored, now_us, grant.max(1), write)
+    })?;
+    Ok((decision, wrote, aside, grant))
 }
 
 /// RL.REPLAY's carried argument, built in one pass: on the stack when it fits (always, but

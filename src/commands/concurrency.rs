@@ -100,6 +100,7 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
     let admission = Admission {
         decision,
         extra: Extra::Token(token),
+        granted: None,
         preview: dryrun,
         replayed: call.replayed(),
         shadow,

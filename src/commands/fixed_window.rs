@@ -7,7 +7,7 @@ use crate::args::{self, params};
 use crate::error::Error;
 use crate::response::{Extra, Response};
 
-/// `RL.FIXEDWINDOW key limit window [COST n] [DRYRUN] [BLOCK duration]`
+/// `RL.FIXEDWINDOW key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///
 /// At most `limit` units per window, windows aligned to multiples of `window` since the Unix
 /// epoch. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.

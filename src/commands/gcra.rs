@@ -7,7 +7,7 @@ use crate::args::{self, params, Options};
 use crate::error::Error;
 use crate::response::{Extra, Response};
 
-/// `RL.GCRA key burst rate period [COST n] [DRYRUN] [BLOCK duration] [SHADOW]`
+/// `RL.GCRA key burst rate period [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///
 /// Admits up to `burst` units at once, then `rate` units per `period`, one every
 /// `period / rate`. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`

@@ -8,7 +8,7 @@ use crate::error::Error;
 use crate::reply::int;
 use crate::response::{Extra, Response};
 
-/// `RL.LEAKYBUCKET key capacity leak_amount leak_period [COST n] [DRYRUN] [BLOCK duration]`
+/// `RL.LEAKYBUCKET key capacity leak_amount leak_period [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///
 /// A queue of at most `capacity` units that drains `leak_amount` units per `leak_period`.
 /// Reply: the five fields and a sixth, `delay_ms`: how long an admitted request waits for its

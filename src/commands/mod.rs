@@ -15,6 +15,7 @@ mod info;
 mod inspect;
 mod leaky_bucket;
 mod policy;
+mod refund;
 mod replay;
 mod sliding_log;
 mod sliding_window;
@@ -182,6 +183,7 @@ pub static COMMANDS: &[Command] = &[
     command!(c"rl.concurrency.acquire",  c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  concurrency::rl_concurrency_acquire),
     command!(c"rl.concurrency.release",  c"write fast",           WRITE,       KEY,      When::Always,      true,  concurrency::rl_concurrency_release),
     command!(c"rl.limit",                c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  policy::rl_limit),
+    command!(c"rl.refund",               c"write fast",           WRITE,       KEY,      When::Always,      true,  refund::rl_refund),
     command!(c"rl.policy.set",           c"write deny-oom",       CONFIG,      NO_KEYS,  When::Always,      false, policy::rl_policy_set),
     command!(c"rl.policy.get",           c"readonly fast",        READ_FAST,   NO_KEYS,  When::Always,      false, policy::rl_policy_get),
     command!(c"rl.policy.del",           c"write fast",           CONFIG,      NO_KEYS,  When::Always,      false, policy::rl_policy_del),

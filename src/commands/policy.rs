@@ -86,7 +86,7 @@ pub fn rl_policy_list(call: &Call) -> Result<Response, Error> {
     Ok(Response::reply(Reply::Strings(names)))
 }
 
-/// `RL.LIMIT key policy [COST n] [DRYRUN] [BLOCK duration] [SHADOW]`
+/// `RL.LIMIT key policy [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///
 /// Checks the request against every rule of the policy, with each rule's state in `key`:
 /// admitted only if every rule admits it, and then every rule counts it; if any refuses,
@@ -118,7 +118,12 @@ pub fn rl_limit(call: &Call) -> Result<Response, Error> {
         (outcome.decision, fresh, binding)
     };
     let rules = Arc::clone(&policy.rules);
-    let mut decided = admission::run_with::<Limit, _>(call, c"RL.LIMIT", rules, opts, check)?;
+    // ATMOST grants what every enforced rule admits: a shadow rule never limits it.
+    let largest = |rules: &Rules, stored: Option<(&Rules, &Vec<policy::RuleState>)>, now_us| {
+        policy::largest_cost_enforced(rules, shadow, stored, now_us)
+    };
+    let mut decided =
+        admission::run_with::<Limit, _>(call, c"RL.LIMIT", rules, opts, check, largest)?;
     let (index, mut binding, now_us, shadow_rules) = decided.aside;
     let d = &decided.decision;
     // A BLOCK penalty in force answers for the key instead of the rule.

@@ -7,7 +7,7 @@ use crate::args::{self, params};
 use crate::error::Error;
 use crate::response::{Extra, Response};
 
-/// `RL.SLIDINGLOG key limit window [COST n] [DRYRUN] [BLOCK duration]`
+/// `RL.SLIDINGLOG key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///
 /// Exact: admits when the units admitted in the last `window` plus COST are at most `limit`.
 /// `limit` is bounded by the setting `ratelimit.sliding-log-max-limit`, since the log keeps

@@ -7,7 +7,7 @@ use crate::args::{self, params};
 use crate::error::Error;
 use crate::response::{Extra, Response};
 
-/// `RL.SLIDINGWINDOW key limit window [COST n] [DRYRUN] [BLOCK duration]`
+/// `RL.SLIDINGWINDOW key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///
 /// The sliding window counter: the previous aligned window's count, weighted by how much of
 /// it still overlaps the sliding window, plus the current one's, at most `limit`.

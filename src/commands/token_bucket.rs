@@ -7,7 +7,7 @@ use crate::args::{self, params};
 use crate::error::Error;
 use crate::response::{Extra, Response};
 
-/// `RL.TOKENBUCKET key capacity refill_amount refill_period [INTERVAL] [COST n] [DRYRUN] [BLOCK duration]`
+/// `RL.TOKENBUCKET key capacity refill_amount refill_period [INTERVAL] [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///
 /// A bucket of `capacity` tokens, full at first, refilled with `refill_amount` tokens per
 /// `refill_period` (continuously, or in whole steps at each period with `INTERVAL`); a request
@@ -19,7 +19,7 @@ pub fn rl_tokenbucket(call: &Call) -> Result<Response, Error> {
         &a[5..],
         5,
         &["INTERVAL"],
-        "COST n, DRYRUN, BLOCK duration, SHADOW or INTERVAL",
+        "COST n, ATMOST max, DRYRUN, BLOCK duration, SHADOW or INTERVAL",
     )?;
     params.interval = flags & 1 != 0;
     Ok(admission::run::<TokenBucket>(call, c"RL.TOKENBUCKET", params, opts)?.reply(Extra::None))

@@ -20,7 +20,7 @@ use std::ptr;
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use crate::algorithms::{penalty, Decision};
+use crate::algorithms::{penalty, Decision, Span};
 use crate::error::Error;
 use crate::redis::{Ctx, Digest, Holds, Io, RString, RawKey};
 pub use codec::Entry;
@@ -231,6 +231,16 @@ pub struct Request {
     pub block_ms: Option<u64>,
 }
 
+/// What RL.REFUND did to a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refunded {
+    /// The units given back.
+    pub given: u64,
+    /// How long until the key is fresh again after the refund, a BLOCK in force included:
+    /// the key's new TTL (zero: it is fresh and goes).
+    pub reset_after: Span,
+}
+
 /// An open key. Closed when dropped, also when a panic unwinds through the command.
 ///
 /// The module sets `NO_IMPLICIT_SIGNAL_MODIFIED`, so closing a key signals nothing: a key
@@ -411,6 +421,66 @@ impl<'a> Key<'a> {
                 Ok((decision, true, aside))
             }
         }
+    }
+
+    /// RL.REFUND: gives back up to `units` of what the key holds as taken, as of `now_us`,
+    /// under the parameters it was written with ([`Value::refund`]). `None` when the key does
+    /// not exist. With `write`, the key keeps the new state (a BLOCK in force stays); without
+    /// (DRYRUN), the refund is made on a copy and nothing changes. A concurrency key is an
+    /// error (its leases end with RL.CONCURRENCY.RELEASE); so is another Redis type. The
+    /// caller sets the expiry (or deletes a fresh key) when something was given back.
+    pub fn refund(
+        &mut self,
+        now_us: u64,
+        units: u64,
+        write: bool,
+    ) -> Result<Option<Refunded>, Error> {
+        let Some(repr) = self.stored()? else {
+            return Ok(None);
+        };
+        let (given, reset_after, replace) = match repr {
+            Repr::Whole(entry) => {
+                if matches!(entry.value, Value::Concurrency(_)) {
+                    return Err(Error::RefundLease);
+                }
+                let mut copy;
+                let value = if write {
+                    &mut entry.value
+                } else {
+                    copy = entry.value.clone();
+                    &mut copy
+                };
+                let given = value.refund(now_us, units);
+                let mut now = value.view_now(now_us);
+                penalty::apply(&mut now, entry.blocked_until_us, now_us);
+                (given, now.reset_after, None)
+            }
+            Repr::Compact(cell) => {
+                let interned = *interner().get(cell.params).ok_or(Error::Panic)?;
+                let mut value = compact::unpack(&interned, cell.state());
+                let given = value.refund(now_us, units);
+                let reset_after = value.view_now(now_us).reset_after;
+                let mut replace = None;
+                if write && given > 0 {
+                    match compact::pack(&value) {
+                        Some((packed, state)) if packed == interned => {
+                            *cell = Cell::new(cell.params, state);
+                        }
+                        // The refund changes no parameters; should the state no longer pack,
+                        // the key keeps the whole value.
+                        _ => replace = Some(value),
+                    }
+                }
+                (given, reset_after, replace)
+            }
+        };
+        if write && given > 0 {
+            self.modified = true;
+            if let Some(value) = replace {
+                self.set(into_raw(Entry::new(value)));
+            }
+        }
+        Ok(Some(Refunded { given, reset_after }))
     }
 
     /// The key's state for an algorithm whose values never pack (the concurrency limiter),

@@ -8,7 +8,7 @@ use crate::algorithms::policy::{self, Limit, Rule, RuleState};
 use crate::algorithms::sliding_log::{self, SlidingLog};
 use crate::algorithms::sliding_window::SlidingWindow;
 use crate::algorithms::token_bucket::TokenBucket;
-use crate::algorithms::{Algorithm, Snapshot};
+use crate::algorithms::{Algorithm, Decision, Snapshot};
 
 /// The parameters a key was last written with, and its state under them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +44,24 @@ macro_rules! values {
             pub fn kind(&self) -> &'static str {
                 match self {
                     $(Value::$variant(_) => $kind,)*
+                }
+            }
+
+            /// RL.REFUND: [`Algorithm::refund`] under the parameters the key was written with;
+            /// the units given back (0: nothing changed).
+            pub fn refund(&mut self, now_us: u64, units: u64) -> u64 {
+                match self {
+                    $(Value::$variant(s) => <$algorithm>::refund(&s.params, &mut s.state, now_us, units),)*
+                }
+            }
+
+            /// The key as of `now_us`, as a request of no units under its own parameters
+            /// would see it: a check that does not write, on the state in place (no copy).
+            pub fn view_now(&mut self, now_us: u64) -> Decision {
+                match self {
+                    $(Value::$variant(s) => {
+                        <$algorithm>::check(&s.params, Some((&s.params, &mut s.state)), now_us, 0, false).0
+                    })*
                 }
             }
 

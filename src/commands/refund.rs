@@ -1,0 +1,56 @@
+//! RL.REFUND: a key gives back units it has taken.
+
+use super::Call;
+use crate::args::syntax::RL_REFUND;
+use crate::args::{self, MAX_COUNT};
+use crate::error::{quote, Error};
+use crate::reply::int;
+use crate::response::{Reply, Response};
+use crate::storage::Key;
+
+/// `RL.REFUND key units [DRYRUN]`
+///
+/// Gives back up to `units` of what the key has taken (a request that failed downstream, a
+/// cost estimated too high): the key is then as it would be had those units not been
+/// admitted, never fresher than fresh, under the parameters it was written with; on an
+/// RL.LIMIT key every rule gets them back. A BLOCK in force stays; the key's TTL is set again
+/// to its new `reset_after`. Propagated like an admission (RL.REPLAY, with this call's clock
+/// reading). A missing key, `units` 0, a refund that gives back nothing, and a DRYRUN write
+/// and propagate nothing. A concurrency key is an error (use RL.CONCURRENCY.RELEASE).
+/// Reply: the units given back (with DRYRUN, what would be).
+pub fn rl_refund(call: &Call) -> Result<Response, Error> {
+    let a = call.args;
+    if !(3..=4).contains(&a.len()) {
+        return Err(RL_REFUND.arity());
+    }
+    let units = args::count(a[2], "units", 0, MAX_COUNT)?;
+    let dryrun = match a.get(3) {
+        None => false,
+        Some(token) if token.eq_ignore_ascii_case(b"DRYRUN") => true,
+        Some(token) => {
+            return Err(Error::UnknownOption {
+                position: 3,
+                token: quote(token),
+                accepted: "DRYRUN",
+            })
+        }
+    };
+    let (now_us, real_ms) = call.clock();
+    let write = !dryrun && units > 0;
+    let mut key = Key::open(call.ctx, call.key()?, true);
+    let Some(refunded) = key.refund(now_us, units, write)? else {
+        return Ok(Response::reply(Reply::Int(0)));
+    };
+    let reply = Reply::Int(int(refunded.given));
+    if !write || refunded.given == 0 {
+        return Ok(Response::reply(reply));
+    }
+    let expire_at_ms = call.expire_at(real_ms, refunded.reset_after.ceil_ms());
+    if refunded.reset_after.is_zero() {
+        key.delete();
+    } else {
+        key.expire_at(expire_at_ms);
+    }
+    let propagate = call.propagation(c"RL.REFUND", now_us, expire_at_ms);
+    Ok(Response::propagating(reply, propagate))
+}
