@@ -281,6 +281,37 @@ fn a_shadow_rule_never_denies_and_is_counted_per_rule() {
     assert_eq!(info_line(&mut c, "rulestats", "api.0"), None);
 }
 
+/// ATMOST on a policy grants what the enforced rules admit: a shadow rule that would admit
+/// fewer units never shrinks the grant; with SHADOW, the reply says it would have denied.
+#[test]
+fn a_shadow_rule_never_limits_an_atmost_grant() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    let set = split("RL.POLICY.SET api GCRA 10 10 1s SHADOW FIXEDWINDOW 3 1m");
+    assert_eq!(c.cmd(&set), ok());
+    // [allowed, limit, remaining, retry_after_ms, reset_after_ms, rule, granted, shadow_denied]
+    assert_eq!(
+        c.cmd(&["RL.LIMIT", "k", "api", "ATMOST", "8", "SHADOW"])
+            .ints(),
+        [1, 10, 2, 0, 800, 0, 8, 1]
+    );
+    assert_eq!(
+        c.cmd(&["RL.LIMIT", "k", "api", "ATMOST", "8"]).ints(),
+        [1, 10, 0, 0, 1000, 0, 2]
+    );
+    assert_eq!(
+        c.cmd(&["RL.LIMIT", "k", "api", "ATMOST", "8"]).ints(),
+        [0, 10, 0, 100, 1000, 0, 0]
+    );
+    // With SHADOW, a grant of nothing is answered as admitted, granting nothing.
+    assert_eq!(
+        c.cmd(&["RL.LIMIT", "k", "api", "ATMOST", "8", "SHADOW"])
+            .ints(),
+        [1, 10, 0, 100, 1000, 0, 0, 1]
+    );
+}
+
 #[test]
 fn shadow_in_a_policy_is_checked() {
     let server = Server::start();

@@ -415,7 +415,7 @@ fn errors_name_the_argument_and_change_nothing() {
         // A lease is one unit, and redis-cell's reply has no room for a grant.
         (
             vec!["RL.CONCURRENCY.ACQUIRE", "lease", "2", "1m", "ATMOST", "2"],
-            "ERR unknown option 'ATMOST' at argument 4: expected ID token or DRYRUN, each once",
+            "ERR unknown option 'ATMOST' at argument 4: expected ID token, DRYRUN or SHADOW, each once",
         ),
         (
             vec!["CL.THROTTLE", "k", "4", "1", "60", "ATMOST", "2"],
@@ -448,11 +448,11 @@ fn info_counts_refunds_as_calls() {
     c.cmd(&["RL.GCRA", "k", "5", "1", "1m", "ATMOST", "9"]);
     let info = c.cmd(&["INFO", "ratelimit_commandstats"]).text();
     assert!(
-        info.contains("ratelimit_rl.refund:calls=3,admitted=0,denied=0,errors=1"),
+        info.contains("ratelimit_rl.refund:calls=3,admitted=0,denied=0,shadow_denied=0,errors=1"),
         "{info}"
     );
     assert!(
-        info.contains("ratelimit_rl.gcra:calls=3,admitted=2,denied=1,errors=0"),
+        info.contains("ratelimit_rl.gcra:calls=3,admitted=2,denied=1,shadow_denied=0,errors=0"),
         "{info}"
     );
 }
