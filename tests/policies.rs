@@ -246,8 +246,8 @@ fn bad_policies_are_refused_and_change_nothing() {
         (
             vec!["RL.POLICY.SET", "p", "FIXEDWINDOW", "5", "1m", "COST", "3"],
             "ERR unknown algorithm 'COST' at argument 5: expected a rule, one of GCRA, \
-             TOKENBUCKET, LEAKYBUCKET, FIXEDWINDOW, SLIDINGWINDOW or SLIDINGLOG with its \
-             arguments"
+             TOKENBUCKET, LEAKYBUCKET, FIXEDWINDOW, SLIDINGWINDOW, SLIDINGLOG or WARMUP with \
+             its arguments"
                 .into(),
         ),
         (
@@ -259,8 +259,8 @@ fn bad_policies_are_refused_and_change_nothing() {
         (
             vec!["RL.POLICY.SET", "p", "CONCURRENCY", "5", "1m"],
             "ERR unknown algorithm 'CONCURRENCY' at argument 2: expected a rule, one of GCRA, \
-             TOKENBUCKET, LEAKYBUCKET, FIXEDWINDOW, SLIDINGWINDOW or SLIDINGLOG with its \
-             arguments"
+             TOKENBUCKET, LEAKYBUCKET, FIXEDWINDOW, SLIDINGWINDOW, SLIDINGLOG or WARMUP with \
+             its arguments"
                 .into(),
         ),
         (

@@ -74,7 +74,10 @@ impl Params {
     }
 
     fn k(&self) -> u128 {
-        u128::from(self.cold_factor.clamp(*COLD_FACTORS.start(), *COLD_FACTORS.end()))
+        u128::from(
+            self.cold_factor
+                .clamp(*COLD_FACTORS.start(), *COLD_FACTORS.end()),
+        )
     }
 
     /// D: scaled stored permits per permit.
@@ -347,6 +350,10 @@ pub struct Snapshot {
     pub scale: u128,
     /// A cold key's stored permits, scaled.
     pub max_stored: u128,
+    /// Stored permits in millionths, rounded down (saturating): what RL.INSPECT shows.
+    pub stored_micropermits: u64,
+    /// A cold key's stored permits in millionths, rounded down (saturating).
+    pub max_micropermits: u64,
     /// When the next request may be admitted, whole µs since the Unix epoch, rounded up.
     pub next_free_us: u64,
     /// The key as a request of no units would see it.
@@ -355,7 +362,12 @@ pub struct Snapshot {
 
 pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
     let at = State::at(params, Some((params, state)), now_us);
+    let micro = |scaled: u128| {
+        u64::try_from(scaled.saturating_mul(1_000_000) / params.scale()).unwrap_or(u64::MAX)
+    };
     Snapshot {
+        stored_micropermits: micro(at.stored),
+        max_micropermits: micro(params.max_stored()),
         params: *params,
         stored: at.stored,
         scale: params.scale(),

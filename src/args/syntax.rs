@@ -138,13 +138,24 @@ impl Syntax {
     /// command takes.
     fn rule_args(&self) -> impl Iterator<Item = &'static Arg> {
         self.args.iter().filter(|a| {
-            !matches!(a.kind, Kind::Key) && ![COST.name, DRYRUN.name, BLOCK.name].contains(&a.name)
+            !matches!(a.kind, Kind::Key)
+                && !(a.token.is_some()
+                    && [COST.token, DRYRUN.token, BLOCK.token].contains(&a.token))
         })
     }
 
     /// How many positional arguments a rule of this algorithm takes.
     pub fn rule_positional(&self) -> usize {
         self.rule_args().filter(|a| !a.optional).count()
+    }
+
+    /// The options with a value a rule of this algorithm may add after them (`COLDFACTOR`).
+    pub fn rule_valued(&self) -> impl Iterator<Item = &'static str> {
+        self.rule_args().filter_map(|a| match a.kind {
+            Kind::Token => None,
+            _ if a.optional => a.token_str,
+            _ => None,
+        })
     }
 
     /// The words a rule of this algorithm may add after them (`INTERVAL`).
@@ -344,6 +355,17 @@ pub const ID: Arg = string(
 .after(c"ID")
 .optional();
 
+pub const WARMUP: Arg = string(
+    c"warmup",
+    c"how long the limiter takes from cold to the stable rate, and to cool back when idle: a duration from 1ms to 10 years",
+);
+pub const COLDFACTOR: Arg = integer(
+    c"factor",
+    c"the cold interval as a multiple of the stable one (period / rate), 2 to 10 (default 3)",
+)
+.after(c"COLDFACTOR")
+.optional();
+
 /// The positional arguments of the window algorithms, then the options.
 const WINDOW_ARGS: &[Arg] = &[KEY, LIMIT, WINDOW, COST, DRYRUN, BLOCK];
 
@@ -413,6 +435,15 @@ pub static RL_SLIDINGLOG: Syntax = Syntax::new(
     c"O(1) amortized for a key written regularly: O(E) for the E expired entries it drops or skips, and O(COST) more for a denial",
     KeyUse::Update,
     WINDOW_ARGS,
+);
+
+#[rustfmt::skip]
+pub static RL_WARMUP: Syntax = Syntax::new(
+    "rl.warmup",
+    c"Admit or deny a request with Guava's SmoothWarmingUp: after idle, spaced by the cold interval at first, speeding up to rate per period over the warm-up",
+    O1,
+    KeyUse::Update,
+    &[KEY, RATE, PERIOD, WARMUP, COLDFACTOR, COST, DRYRUN, BLOCK],
 );
 
 #[rustfmt::skip]
@@ -539,7 +570,7 @@ pub static RL_LOADSTATE: Syntax = Syntax::new(
 );
 
 /// The syntax of every command of the module.
-pub static ALL: [&Syntax; 19] = [
+pub static ALL: [&Syntax; 20] = [
     &RL_GCRA,
     &CL_THROTTLE,
     &RL_TOKENBUCKET,
@@ -547,6 +578,7 @@ pub static ALL: [&Syntax; 19] = [
     &RL_FIXEDWINDOW,
     &RL_SLIDINGWINDOW,
     &RL_SLIDINGLOG,
+    &RL_WARMUP,
     &RL_CONCURRENCY_ACQUIRE,
     &RL_CONCURRENCY_RELEASE,
     &RL_INSPECT,
@@ -592,6 +624,11 @@ mod tests {
             (&RL_FIXEDWINDOW, "RL.FIXEDWINDOW", "key limit window [COST n] [DRYRUN] [BLOCK duration]"),
             (&RL_SLIDINGWINDOW, "RL.SLIDINGWINDOW", "key limit window [COST n] [DRYRUN] [BLOCK duration]"),
             (&RL_SLIDINGLOG, "RL.SLIDINGLOG", "key limit window [COST n] [DRYRUN] [BLOCK duration]"),
+            (
+                &RL_WARMUP,
+                "RL.WARMUP",
+                "key rate period warmup [COLDFACTOR factor] [COST n] [DRYRUN] [BLOCK duration]",
+            ),
             (&RL_CONCURRENCY_ACQUIRE, "RL.CONCURRENCY.ACQUIRE", "key limit lease [ID token] [DRYRUN]"),
             (&RL_CONCURRENCY_RELEASE, "RL.CONCURRENCY.RELEASE", "key token"),
             (&RL_INSPECT, "RL.INSPECT", "key"),
@@ -615,7 +652,7 @@ mod tests {
 
     #[test]
     fn rules_take_the_positional_arguments_and_flags() {
-        let expected: [(&'static Syntax, &str, usize, &[&str]); 6] = [
+        let expected: [(&'static Syntax, &str, usize, &[&str]); 7] = [
             (&RL_GCRA, "burst rate period", 3, &[]),
             (
                 &RL_TOKENBUCKET,
@@ -627,12 +664,15 @@ mod tests {
             (&RL_FIXEDWINDOW, "limit window", 2, &[]),
             (&RL_SLIDINGWINDOW, "limit window", 2, &[]),
             (&RL_SLIDINGLOG, "limit window", 2, &[]),
+            (&RL_WARMUP, "rate period warmup [COLDFACTOR factor]", 3, &[]),
         ];
         for (syntax, usage, n, flags) in expected {
             assert_eq!(syntax.rule_usage(), usage, "{}", syntax.name);
             assert_eq!(syntax.rule_positional(), n, "{}", syntax.name);
             assert_eq!(syntax.rule_flags().collect::<Vec<_>>(), flags);
         }
+        assert_eq!(RL_WARMUP.rule_valued().collect::<Vec<_>>(), ["COLDFACTOR"]);
+        assert_eq!(RL_TOKENBUCKET.rule_valued().count(), 0);
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod replay;
 mod sliding_log;
 mod sliding_window;
 mod token_bucket;
+mod warmup;
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
@@ -178,6 +179,7 @@ pub static COMMANDS: &[Command] = &[
     command!(c"rl.fixedwindow",          c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  fixed_window::rl_fixedwindow),
     command!(c"rl.slidingwindow",        c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  sliding_window::rl_slidingwindow),
     command!(c"rl.slidinglog",           c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  sliding_log::rl_slidinglog),
+    command!(c"rl.warmup",               c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  warmup::rl_warmup),
     command!(c"rl.concurrency.acquire",  c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  concurrency::rl_concurrency_acquire),
     command!(c"rl.concurrency.release",  c"write fast",           WRITE,       KEY,      When::Always,      true,  concurrency::rl_concurrency_release),
     command!(c"rl.limit",                c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  policy::rl_limit),

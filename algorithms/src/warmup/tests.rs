@@ -188,9 +188,9 @@ fn compare(requests: &[(Params, Option<u64>, u64)]) -> Result<(), TestCaseError>
     for (p, gap, cost) in requests {
         now = match (gap, &key) {
             (Some(gap), _) => now.saturating_add(*gap),
-            (None, Some((stored, s))) => {
-                Span::new(s.next_free, u128::from(stored.rate.max(1))).ceil_us().max(now)
-            }
+            (None, Some((stored, s))) => Span::new(s.next_free, u128::from(stored.rate.max(1)))
+                .ceil_us()
+                .max(now),
             (None, None) => now,
         };
         if now > 1 << 62 {
@@ -251,7 +251,10 @@ fn classic_replies() {
     let p = classic();
     let mut key: Key<Warmup> = None;
     // Fresh: cold, nothing owed.
-    assert_eq!(summary(&peek::<Warmup>(&p, &key, T0, 0)), (true, 1, 1, 0, 0));
+    assert_eq!(
+        summary(&peek::<Warmup>(&p, &key, T0, 0)),
+        (true, 1, 1, 0, 0)
+    );
     let d = step::<Warmup>(&p, &mut key, T0, 1);
     // 298 ms owed; 1 permit of 100 to cool back: 100 ms of idle (W / max) after that.
     assert_eq!(summary(&d), (true, 1, 0, 0, 398));
@@ -281,7 +284,7 @@ fn idle_for_the_warmup_cools_the_key_back_to_fresh() {
     let p = classic();
     let mut key: Key<Warmup> = None;
     step::<Warmup>(&p, &mut key, T0, 100); // all stored permits spent; 15 s owed
-    // 15 s until paid, then the warm-up (10 s) to cool down fully.
+                                           // 15 s until paid, then the warm-up (10 s) to cool down fully.
     let d = peek::<Warmup>(&p, &key, T0 + 20_000_000, 0);
     assert_eq!(summary(&d), (true, 1, 1, 0, 5_000));
     let (_, s) = key.unwrap();
@@ -327,7 +330,7 @@ fn parameter_changes_keep_the_coldness_and_the_owed_units() {
     let p = classic();
     let mut key: Key<Warmup> = None;
     step::<Warmup>(&p, &mut key, T0, 1); // 298 ms owed, 99 of 100 permits stored
-    // Twice the rate: the owed 2.98 stable intervals are 149 ms now.
+                                         // Twice the rate: the owed 2.98 stable intervals are 149 ms now.
     let fast = params(20, 1000, 10_000, 3);
     let d = peek::<Warmup>(&fast, &key, T0, 1);
     assert_eq!(d.retry_after, Some(Span::new(149_000 * 20, 20)));
@@ -379,6 +382,10 @@ fn snapshot_reports_the_scaled_state() {
     assert_eq!(snap.max_stored, 100 * 8_000_000);
     assert_eq!(snap.stored, 99 * 8_000_000);
     assert_eq!(snap.next_free_us, T0 + 298_000);
+    assert_eq!(
+        (snap.stored_micropermits, snap.max_micropermits),
+        (99_000_000, 100_000_000)
+    );
     assert_eq!(summary(&snap.now), (false, 1, 0, 298, 398));
 }
 
@@ -386,15 +393,17 @@ fn snapshot_reports_the_scaled_state() {
 fn wide_products_divide_exactly() {
     assert_eq!(mul_div_ceil(u128::MAX, u128::MAX, u128::MAX), u128::MAX);
     assert_eq!(mul_div_ceil(1 << 100, 1 << 100, 1 << 90), 1 << 110);
-    assert_eq!(mul_div_ceil((1 << 100) + 1, 1 << 100, 1 << 90), (1 << 110) + 1024);
+    assert_eq!(
+        mul_div_ceil((1 << 100) + 1, 1 << 100, 1 << 90),
+        (1 << 110) + 1024
+    );
     assert_eq!(mul_div_ceil(u128::MAX, 2, 1), u128::MAX);
     assert_eq!(mul_div_ceil(7, 3, 0), 21);
 }
 
 fn small_params() -> impl Strategy<Value = Params> {
     let periods = prop::sample::select(vec![1u64, 7, 1000, 3000, 60_000]);
-    (1u64..=2_000, periods, 1u64..=20_000, COLD_FACTORS)
-        .prop_map(|(r, p, w, k)| params(r, p, w, k))
+    (1u64..=2_000, periods, 1u64..=20_000, COLD_FACTORS).prop_map(|(r, p, w, k)| params(r, p, w, k))
 }
 
 fn big_params() -> impl Strategy<Value = Params> {
