@@ -205,6 +205,7 @@ fn every_module_command_has_a_summary_and_its_arguments() {
         "rl.slidinglog",
         "rl.slidingwindow",
         "rl.tokenbucket",
+        "rl.warmup",
     ] {
         assert!(
             names.iter().any(|n| n == expected),
