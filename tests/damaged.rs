@@ -245,7 +245,7 @@ fn build_keys(c: &mut Client) -> Vec<(&'static str, Vec<&'static str>)> {
                 "RL.WARMUP",
                 "m",
                 "10",
-                "1s",
+                "1h",
                 "1h",
                 "COLDFACTOR",
                 "4",

@@ -53,7 +53,7 @@ fn the_replica_holds_the_primarys_state_exactly() {
         p.cmd(&["RL.SLIDINGWINDOW", "sw", "30", "1h", "COST", &n]);
         p.cmd(&["RL.SLIDINGLOG", "sl", "30", "1h", "COST", &n]);
         p.cmd(&["RL.WARMUP", "wu", "3", "1m", "1h", "COST", &n]);
-        p.cmd(&["RL.WARMUP", "wuk", "30", "1s", "1h", "COLDFACTOR", "10"]);
+        p.cmd(&["RL.WARMUP", "wuk", "30", "1h", "1h", "COLDFACTOR", "10"]);
         // The primary's clock moves; the replica's stays where it is (real time).
         p.clock_advance(37);
         keys.push(key);

@@ -429,7 +429,7 @@ fn the_replica_holds_the_same_state() {
     p.clock_set(T0_MS);
     for i in 0..30 {
         let cost = (i % 4).to_string();
-        p.cmd(&["RL.WARMUP", "a", "10", "1s", "1h", "COST", &cost]);
+        p.cmd(&["RL.WARMUP", "a", "10", "1m", "1h", "COST", &cost]);
         p.cmd(&["RL.WARMUP", "b", "3", "1m", "1h", "COLDFACTOR", "7"]);
         p.clock_advance(173);
     }
@@ -461,10 +461,20 @@ fn aof_replay_dump_restore_and_reload_keep_the_state() {
     ]));
     let mut c = server.client();
     c.clock_set(T0_MS);
-    c.cmd(&["RL.WARMUP", "k", "10", "1s", "1h", "COST", "7"]);
-    c.clock_advance(5_000);
-    c.cmd(&["RL.WARMUP", "k", "10", "1s", "1h", "COLDFACTOR", "5"]);
-    let at = (T0_MS + 6_000).to_string();
+    // Hour-long periods, so that the key's real TTL outlasts the restarts. From cold, 7 units
+    // take the trapezoid (1 h) and 2 more at 6 min: 72 min; then a write under a new factor.
+    assert_eq!(
+        c.cmd(&["RL.WARMUP", "k", "10", "1h", "1h", "COST", "7"])
+            .ints()[4],
+        72 * 60_000 + 7 * 360_000
+    );
+    c.clock_advance(73 * 60_000);
+    assert_eq!(
+        c.cmd(&["RL.WARMUP", "k", "10", "1h", "1h", "COLDFACTOR", "5"])
+            .ints()[0],
+        1
+    );
+    let at = (T0_MS + 74 * 60_000).to_string();
     c.cmd(&["RL.DEBUG.CLOCK", "SET", &at]);
     let before = c.cmd(&["RL.INSPECT", "k"]);
     let digest = c.cmd(&["DEBUG", "DIGEST-VALUE", "k"]);
