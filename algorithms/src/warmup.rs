@@ -85,14 +85,21 @@ impl Params {
         2 * self.interval() * (1 + self.k())
     }
 
+    // The products below stay under 2^93 for the parameters the grammar accepts (counts to
+    // 10^12, durations to ten years); they saturate for any other input rather than panic.
+
     /// threshold × D = W·R·(1+k).
     fn threshold(&self) -> u128 {
-        self.warmup_us() * self.rate() * (1 + self.k())
+        self.warmup_us()
+            .saturating_mul(self.rate())
+            .saturating_mul(1 + self.k())
     }
 
     /// max × D = W·R·(5+k): a cold key's stored permits.
     pub fn max_stored(&self) -> u128 {
-        self.warmup_us() * self.rate() * (5 + self.k())
+        self.warmup_us()
+            .saturating_mul(self.rate())
+            .saturating_mul(5 + self.k())
     }
 
     /// Scaled permits that cool-down adds per tick.
@@ -102,7 +109,7 @@ impl Params {
 
     /// 16·W·R·(1+k): the denominator of the area above the stable line, in ticks.
     fn area_den(&self) -> u128 {
-        16 * self.threshold()
+        self.threshold().saturating_mul(16)
     }
 
     fn gcra(&self) -> gcra::Params {
@@ -196,7 +203,11 @@ fn spend(params: &Params, stored: u128, cost: u64) -> (u128, u128) {
         Some(v) if v > 0 => {
             let u = (stored - taken).max(threshold) - threshold;
             let k = params.k();
-            mul_div_ceil((k - 1) * (v - u), v + u, params.area_den())
+            mul_div_ceil(
+                (k - 1).saturating_mul(v - u),
+                v.saturating_add(u),
+                params.area_den(),
+            )
         }
         _ => 0,
     };
@@ -336,7 +347,10 @@ pub fn refund(params: &Params, state: &mut State, now_us: u64, units: u64) -> u6
     };
     let interval = params.interval();
     let given = u128::from(units).min(owed.div_ceil(interval));
-    state.next_free = state.next_free.saturating_sub(given * interval).max(now);
+    state.next_free = state
+        .next_free
+        .saturating_sub(given.saturating_mul(interval))
+        .max(now);
     u64::try_from(given).unwrap_or(u64::MAX)
 }
 

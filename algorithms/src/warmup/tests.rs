@@ -531,6 +531,22 @@ proptest! {
         }
     }
 
+    /// Parameters no command accepts (a damaged value is refused before it gets here) still
+    /// never panic.
+    #[test]
+    fn any_parameters_never_panic(r in any::<u64>(), p in any::<u64>(), w in any::<u64>(), k in any::<u64>(),
+                                  now in any::<u64>(), stored in any::<u128>(), next_free in any::<u128>(),
+                                  cost in any::<u64>()) {
+        let p = params(r, p, w, k);
+        let mut state = State { stored, next_free };
+        let q = classic();
+        let _ = Warmup::check(&p, Some((&q, &mut state)), now, cost, true);
+        let _ = Warmup::check(&q, Some((&p, &mut state)), now, cost, true);
+        let _ = Warmup::check(&p, None, now, cost, true);
+        let _ = Warmup::snapshot(&p, &state, now);
+        let _ = refund(&p, &mut state, now, cost);
+    }
+
     #[test]
     fn extremes_never_panic(p in big_params(), k in any::<u64>(), q in big_params(),
                             now in any::<u64>(), stored in any::<u128>(), next_free in any::<u128>(),
