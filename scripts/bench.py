@@ -60,8 +60,9 @@ LUA_ARGS = {
     "warmup": ["100", "60000", "60000", "3", "1"],
     "policy": ["100", "100", "60000", "1000", "3600000", "10000", "86400000", "1"],
 }
-FIXED_SIZE = {"RL.GCRA", "CL.THROTTLE", "RL.TOKENBUCKET", "RL.LEAKYBUCKET", "RL.FIXEDWINDOW", "RL.SLIDINGWINDOW",
-              "RL.WARMUP"}
+# The commands issue 4's per-call and per-key targets are for: fixed-size states in the 16-byte
+# compact form. RL.WARMUP is fixed-size too but kept as a whole value (not compacted yet).
+FIXED_SIZE = {"RL.GCRA", "CL.THROTTLE", "RL.TOKENBUCKET", "RL.LEAKYBUCKET", "RL.FIXEDWINDOW", "RL.SLIDINGWINDOW"}
 
 
 class Client:
