@@ -74,11 +74,6 @@ pub fn parse(
         let name = &syntax.arity_name()[3..];
         let positional = syntax.rule_positional();
         let mut n = positional;
-        words.get(i + 1..i + 1 + n).ok_or(Error::RuleArity {
-            position,
-            algorithm: name,
-            usage: syntax.rule_usage(),
-        })?;
         // An option with a value (`COLDFACTOR factor`) goes to the parser with the positional
         // arguments; the parser says when its value is missing.
         if words.get(i + 1 + n).is_some_and(|w| {
@@ -88,7 +83,11 @@ pub fn parse(
         }) {
             n = (n + 2).min(words.len() - i - 1);
         }
-        let a = &words[i + 1..i + 1 + n];
+        let a = words.get(i + 1..i + 1 + n).ok_or(Error::RuleArity {
+            position,
+            algorithm: name,
+            usage: syntax.rule_usage(),
+        })?;
         let flag = syntax.rule_flags().find(|flag| {
             words
                 .get(i + 1 + n)

@@ -301,7 +301,7 @@ mod tests {
 
     #[test]
     fn bad_arguments_are_errors_before_any_key_is_opened() {
-        let cases: [(Handler, &[&[u8]], &str); 5] = [
+        let cases: [(Handler, &[&[u8]], &str); 7] = [
             (
                 gcra::rl_gcra,
                 &[b"RL.GCRA", b"k", b"0", b"5", b"1s"],
@@ -317,6 +317,16 @@ mod tests {
                 fixed_window::rl_fixedwindow,
                 &[b"RL.FIXEDWINDOW", b"k", b"5", b"1m", b"COST", b"-1"],
                 "ERR invalid COST: expected an integer from 0 to 1000000000000",
+            ),
+            (
+                warmup::rl_warmup,
+                &[b"RL.WARMUP", b"k", b"10", b"1s", b"10s", b"COLDFACTOR", b"11"],
+                "ERR invalid COLDFACTOR: expected an integer from 2 to 10",
+            ),
+            (
+                warmup::rl_warmup,
+                &[b"RL.WARMUP", b"k", b"10", b"1s", b"10s", b"DRYRUN", b"COLDFACTOR"],
+                "ERR COLDFACTOR needs a value: an integer from 2 to 10",
             ),
             (
                 policy::rl_limit,
