@@ -274,6 +274,7 @@ fn the_docs_spell_the_syntax_the_command_parses() {
         "rl.slidinglog",
         "rl.slidingwindow",
         "rl.tokenbucket",
+        "rl.warmup",
     ] {
         assert!(
             checked.iter().any(|c| c == expected),
@@ -339,6 +340,7 @@ fn command_info_declares_one_key_at_argument_one() {
         "rl.fixedwindow",
         "rl.slidingwindow",
         "rl.slidinglog",
+        "rl.warmup",
         "cl.throttle",
         "rl.concurrency.acquire",
         "rl.replay",
