@@ -45,6 +45,8 @@ RL_COMMANDS = [
     ("RL.FIXEDWINDOW", ["RL.FIXEDWINDOW", "100", "1m"], "fixedwindow"),
     ("RL.SLIDINGWINDOW", ["RL.SLIDINGWINDOW", "100", "1m"], "slidingwindow"),
     ("RL.SLIDINGLOG", ["RL.SLIDINGLOG", "100", "1m"], "slidinglog"),
+    # Warm-up over a minute at 100 a minute (cold factor 3): spaced 1.8 s apart when cold.
+    ("RL.WARMUP", ["RL.WARMUP", "100", "1m", "1m"], "warmup"),
     # A policy of three tiers (POLICY below), against a Lua script doing the same three checks.
     ("RL.LIMIT", ["RL.LIMIT", "api"], "policy"),
 ]
@@ -58,6 +60,7 @@ LUA_ARGS = {
     "fixedwindow": ["100", "60000", "1"],
     "slidingwindow": ["100", "60000", "1"],
     "slidinglog": ["100", "60000", "1"],
+    "warmup": ["100", "60000", "60000", "3", "1"],
     "policy": ["100", "100", "60000", "1000", "3600000", "10000", "86400000", "1"],
 }
 # The paths that take units back or grant part of a request, each against a Lua script doing
@@ -72,6 +75,8 @@ LUA_ARGS["refund"] = ["1000000", "3600000", "1"]
 LUA_ARGS["gcra_atmost"] = ["100", "100", "1000", "5"]
 FIXED_SIZE = {"RL.GCRA", "CL.THROTTLE", "RL.TOKENBUCKET", "RL.LEAKYBUCKET", "RL.FIXEDWINDOW", "RL.SLIDINGWINDOW",
               "RL.REFUND", "RL.GCRA ATMOST"}
+# RL.WARMUP is fixed-size too but kept as a whole value (not packed yet), so it is left
+# out of the fixed-size targets.
 
 
 class Client:
@@ -235,12 +240,14 @@ def memory(client, shas):
         "RL.GCRA": ["10", "10", "1h"], "CL.THROTTLE": ["9", "10", "3600"],
         "RL.TOKENBUCKET": ["10", "10", "1h"], "RL.LEAKYBUCKET": ["10", "10", "1h"],
         "RL.FIXEDWINDOW": ["10", "1h"], "RL.SLIDINGWINDOW": ["10", "1h"], "RL.SLIDINGLOG": ["10", "1h"],
+        "RL.WARMUP": ["10", "1h", "1h"],
         "RL.LIMIT": ["api"],
     }
     lua_long = {
         "gcra": ["10", "10", "3600000", "1"], "tokenbucket": ["10", "10", "3600000", "1"],
         "leakybucket": ["10", "10", "3600000", "1"], "fixedwindow": ["10", "3600000", "1"],
         "slidingwindow": ["10", "3600000", "1"], "slidinglog": ["10", "3600000", "1"],
+        "warmup": ["10", "3600000", "3600000", "3", "1"],
         "policy": LUA_ARGS["policy"],
     }
     for label, args, twin in RL_COMMANDS:

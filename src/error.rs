@@ -158,8 +158,8 @@ impl fmt::Display for Error {
             Error::UnknownRule { position, token } => write!(
                 f,
                 "ERR unknown algorithm '{token}' at argument {position}: expected a rule, one of \
-                 GCRA, TOKENBUCKET, LEAKYBUCKET, FIXEDWINDOW, SLIDINGWINDOW or SLIDINGLOG with its \
-                 arguments"
+                 GCRA, TOKENBUCKET, LEAKYBUCKET, FIXEDWINDOW, SLIDINGWINDOW, SLIDINGLOG or WARMUP \
+                 with its arguments"
             ),
             Error::RuleArity {
                 position,

@@ -239,6 +239,20 @@ fn build_keys(c: &mut Client) -> Vec<(&'static str, Vec<&'static str>)> {
         ("sw", vec!["RL.SLIDINGWINDOW", "m", "10", "1h", "COST", "3"]),
         ("log", vec!["RL.SLIDINGLOG", "m", "10", "1h", "COST", "2"]),
         ("longlog", vec!["RL.SLIDINGLOG", "m", "100000", "1d"]),
+        (
+            "warmup",
+            vec![
+                "RL.WARMUP",
+                "m",
+                "10",
+                "1h",
+                "1h",
+                "COLDFACTOR",
+                "4",
+                "COST",
+                "3",
+            ],
+        ),
         ("lease", vec!["RL.CONCURRENCY.ACQUIRE", "m", "5", "1h"]),
         ("limit", vec!["RL.LIMIT", "m", "api", "COST", "2"]),
         (

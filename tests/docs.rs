@@ -223,6 +223,7 @@ fn every_module_command_has_a_summary_and_its_arguments() {
         "rl.slidinglog",
         "rl.slidingwindow",
         "rl.tokenbucket",
+        "rl.warmup",
     ] {
         assert!(
             names.iter().any(|n| n == expected),
@@ -291,6 +292,7 @@ fn the_docs_spell_the_syntax_the_command_parses() {
         "rl.slidinglog",
         "rl.slidingwindow",
         "rl.tokenbucket",
+        "rl.warmup",
     ] {
         assert!(
             checked.iter().any(|c| c == expected),
@@ -356,6 +358,7 @@ fn command_info_declares_one_key_at_argument_one() {
         "rl.fixedwindow",
         "rl.slidingwindow",
         "rl.slidinglog",
+        "rl.warmup",
         "cl.throttle",
         "rl.concurrency.acquire",
         "rl.replay",

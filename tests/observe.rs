@@ -57,6 +57,7 @@ fn shadow_answers_a_denial_as_admitted_and_writes_nothing() {
         &["RL.FIXEDWINDOW", "fw", "1", "1m"],
         &["RL.SLIDINGWINDOW", "sw", "1", "1m"],
         &["RL.SLIDINGLOG", "sl", "1", "1m"],
+        &["RL.WARMUP", "wu", "1", "1m", "10m"],
     ] {
         let first = c.cmd(
             &with(call, &["SHADOW"])

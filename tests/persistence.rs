@@ -35,10 +35,12 @@ fn workload(c: &mut Client) -> Vec<String> {
         c.cmd(&["RL.SLIDINGWINDOW", "sw", "20", "1h", "COST", &n]);
         c.cmd(&["RL.SLIDINGLOG", "sl", "20", "1h", "COST", &n]);
         c.cmd(&["RL.SLIDINGLOG", "sl", "20", "1h"]);
+        c.cmd(&["RL.WARMUP", "wu", "3", "1h", "1h", "COST", &n]);
+        c.cmd(&["RL.WARMUP", "wuk", "7", "1h", "1h", "COLDFACTOR", "7"]);
         c.clock_advance(1234);
         keys.push(key);
     }
-    for key in ["cell", "tb", "tbi", "lb", "fw", "sw", "sl"] {
+    for key in ["cell", "tb", "tbi", "lb", "fw", "sw", "sl", "wu", "wuk"] {
         keys.push(key.into());
     }
     keys

@@ -247,8 +247,8 @@ fn bad_policies_are_refused_and_change_nothing() {
         (
             vec!["RL.POLICY.SET", "p", "FIXEDWINDOW", "5", "1m", "COST", "3"],
             "ERR unknown algorithm 'COST' at argument 5: expected a rule, one of GCRA, \
-             TOKENBUCKET, LEAKYBUCKET, FIXEDWINDOW, SLIDINGWINDOW or SLIDINGLOG with its \
-             arguments"
+             TOKENBUCKET, LEAKYBUCKET, FIXEDWINDOW, SLIDINGWINDOW, SLIDINGLOG or WARMUP with \
+             its arguments"
                 .into(),
         ),
         (
@@ -260,8 +260,8 @@ fn bad_policies_are_refused_and_change_nothing() {
         (
             vec!["RL.POLICY.SET", "p", "CONCURRENCY", "5", "1m"],
             "ERR unknown algorithm 'CONCURRENCY' at argument 2: expected a rule, one of GCRA, \
-             TOKENBUCKET, LEAKYBUCKET, FIXEDWINDOW, SLIDINGWINDOW or SLIDINGLOG with its \
-             arguments"
+             TOKENBUCKET, LEAKYBUCKET, FIXEDWINDOW, SLIDINGWINDOW, SLIDINGLOG or WARMUP with \
+             its arguments"
                 .into(),
         ),
         (
@@ -338,6 +338,45 @@ fn block_locks_every_rule_of_the_key() {
         panic!("{state:?}")
     };
     assert_eq!(rules[1].field("count"), Reply::Int(6));
+}
+
+/// docs/policies.md, "Minimum spacing between requests": a GCRA rule with burst 1 denies a
+/// request closer to the previous one than the spacing, and says when it may come.
+#[test]
+fn minimum_spacing_is_a_gcra_rule_with_burst_1() {
+    let (_server, mut c) = at_midnight();
+    c.clock_set(1_700_000_000_000);
+    assert_eq!(c.cmd(&split("RL.POLICY.SET spaced GCRA 1 1 250ms")), ok());
+    let limit = ["RL.LIMIT", "device:7", "spaced"];
+    assert_eq!(c.cmd(&limit).ints(), [1, 1, 0, 0, 250, 0]);
+    c.clock_advance(100);
+    assert_eq!(c.cmd(&limit).ints(), [0, 1, 0, 150, 150, 0]);
+    c.clock_advance(149);
+    assert_eq!(c.cmd(&limit).ints(), [0, 1, 0, 1, 1, 0]);
+    c.clock_advance(1);
+    assert_eq!(c.cmd(&limit).ints(), [1, 1, 0, 0, 250, 0]);
+    // A request of two units never fits a burst of 1.
+    c.clock_advance(250);
+    assert_eq!(
+        c.cmd(&["RL.LIMIT", "device:7", "spaced", "COST", "2"])
+            .ints(),
+        [0, 1, 1, -1, 0, 0]
+    );
+}
+
+/// docs/policies.md, "A warm-up rule": the WARMUP rule binds while it spaces.
+#[test]
+fn a_warmup_rule_next_to_a_window() {
+    let (_server, mut c) = at_midnight();
+    c.clock_set(1_700_000_000_000);
+    let set = split("RL.POLICY.SET search WARMUP 10 1s 10s COLDFACTOR 3 FIXEDWINDOW 5000 1h");
+    assert_eq!(c.cmd(&set), ok());
+    let limit = ["RL.LIMIT", "user:9", "search"];
+    assert_eq!(c.cmd(&limit).ints(), [1, 1, 0, 0, 398, 0]);
+    assert_eq!(c.cmd(&limit).ints(), [0, 1, 0, 298, 398, 0]);
+    // The key lives until the hour's window is over: 46 min 40 s from 22:13:20.
+    let pttl = c.pttl("user:9");
+    assert!(pttl > 2_800_000 - 5_000 && pttl <= 2_800_000, "{pttl}");
 }
 
 /// Policies and RL.LIMIT state as a client sees them.

@@ -52,12 +52,14 @@ fn the_replica_holds_the_primarys_state_exactly() {
         p.cmd(&["RL.FIXEDWINDOW", "fw", "30", "1h", "COST", &n]);
         p.cmd(&["RL.SLIDINGWINDOW", "sw", "30", "1h", "COST", &n]);
         p.cmd(&["RL.SLIDINGLOG", "sl", "30", "1h", "COST", &n]);
+        p.cmd(&["RL.WARMUP", "wu", "3", "1m", "1h", "COST", &n]);
+        p.cmd(&["RL.WARMUP", "wuk", "30", "1h", "1h", "COLDFACTOR", "10"]);
         // The primary's clock moves; the replica's stays where it is (real time).
         p.clock_advance(37);
         keys.push(key);
     }
     keys.extend((0..4).map(|i| format!("cell:{i}")));
-    keys.extend(["tb", "tbi", "lb", "fw", "sw", "sl"].map(String::from));
+    keys.extend(["tb", "tbi", "lb", "fw", "sw", "sl", "wu", "wuk"].map(String::from));
     sync(&mut p);
     // Compare with both clocks at the same reading, so derived fields compare too.
     let at = (T0_MS + 5000).to_string();

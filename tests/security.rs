@@ -20,6 +20,7 @@ fn admissions(key: &str) -> Vec<Vec<String>> {
         v(&["RL.FIXEDWINDOW", "3", "1d"]),
         v(&["RL.SLIDINGWINDOW", "3", "1d"]),
         v(&["RL.SLIDINGLOG", "3", "1h"]),
+        v(&["RL.WARMUP", "1", "1h", "1h"]),
         v(&["RL.LIMIT", "p3"]),
     ]
 }
@@ -69,6 +70,7 @@ const RECIPE: &[&str] = &[
     "+rl.fixedwindow",
     "+rl.slidingwindow",
     "+rl.slidinglog",
+    "+rl.warmup",
     "+rl.inspect",
     "+cl.throttle",
     "+rl.concurrency.acquire",
@@ -261,6 +263,7 @@ fn an_application_user_checks_limits_but_cannot_change_policies() {
                 "rl.slidinglog",
                 "rl.slidingwindow",
                 "rl.tokenbucket",
+                "rl.warmup",
             ]
         );
         assert_eq!(
@@ -364,11 +367,13 @@ fn the_clock_jumping_back_or_forward_never_admits_extra() {
         let name = call[0].clone();
         let mut call = call;
         call[1] = format!("jump:{name}");
+        // Three each, but a warm-up key: one, then it spaces them (an hour apart when cold).
+        let allowance = if name == "RL.WARMUP" { 1 } else { 3 };
         c.clock_set(T0_MS);
         let first: usize = (0..6)
             .filter(|_| admitted(&call, &send(&mut c, &call)))
             .count();
-        assert_eq!(first, 3, "{name}");
+        assert_eq!(first, allowance, "{name}");
         // Back an hour, a day, thirty days: nothing more in (almost) no wall-clock time.
         for back_ms in [3_600_000u64, 86_400_000, 30 * 86_400_000] {
             c.clock_set(T0_MS - back_ms);
@@ -382,7 +387,7 @@ fn the_clock_jumping_back_or_forward_never_admits_extra() {
         let later = (0..6)
             .filter(|_| admitted(&call, &send(&mut c, &call)))
             .count();
-        assert_eq!(later, 3, "{name}");
+        assert_eq!(later, allowance, "{name}");
         // Back to the first allowance's time: still nothing more.
         c.clock_set(T0_MS);
         let extra = (0..6)

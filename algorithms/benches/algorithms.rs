@@ -6,7 +6,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use ratelimit_algorithms::{
-    fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket, Algorithm,
+    fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket, warmup, Algorithm,
 };
 
 const T0: u64 = 1_700_000_000_000_000;
@@ -93,6 +93,45 @@ fn decisions(c: &mut Criterion) {
             window_ms: 1000,
         },
         5_000,
+    );
+    // Warm-up, 100 per second over 10 s, hit every 5 ms: about half admitted, the key staying
+    // warm (stored permits near zero, the products fit in u128).
+    steady::<warmup::Warmup>(
+        c,
+        "warmup",
+        warmup::Params {
+            rate: 100,
+            period_ms: 1000,
+            warmup_ms: 10_000,
+            cold_factor: 3,
+        },
+        5_000,
+    );
+    // Hit every 40 ms: the key cools between requests and spends permits above the threshold,
+    // the area computed every time.
+    steady::<warmup::Warmup>(
+        c,
+        "warmup cold",
+        warmup::Params {
+            rate: 100,
+            period_ms: 1000,
+            warmup_ms: 10_000,
+            cold_factor: 3,
+        },
+        40_000,
+    );
+    // The largest parameters, each request from cold (the cold interval is 3.15 ms): the
+    // area's product taken 256 bits wide.
+    steady::<warmup::Warmup>(
+        c,
+        "warmup wide",
+        warmup::Params {
+            rate: 1_000_000_000_000,
+            period_ms: 3650 * 86_400_000,
+            warmup_ms: 3650 * 86_400_000,
+            cold_factor: 10,
+        },
+        4_000,
     );
     // A full log that slides: each admitted request drops the oldest entry and appends.
     for limit in [100u64, 10_000, 1_000_000] {

@@ -16,6 +16,7 @@ pub mod policy;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;
+pub mod warmup;
 
 /// An exact, non-negative span of time: `num / den` microseconds.
 ///
@@ -95,6 +96,7 @@ pub enum Snapshot {
     FixedWindow(fixed_window::Snapshot),
     SlidingWindow(sliding_window::Snapshot),
     SlidingLog(sliding_log::Snapshot),
+    Warmup(warmup::Snapshot),
     Concurrency(concurrency::Snapshot),
     Limit(policy::Snapshot),
 }
@@ -109,6 +111,7 @@ impl Snapshot {
             Snapshot::FixedWindow(s) => s.now,
             Snapshot::SlidingWindow(s) => s.now,
             Snapshot::SlidingLog(s) => s.now,
+            Snapshot::Warmup(s) => s.now,
             Snapshot::Concurrency(s) => s.now,
             Snapshot::Limit(s) => s.now,
         }

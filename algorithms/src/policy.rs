@@ -26,6 +26,7 @@ use super::leaky_bucket::{self, LeakyBucket};
 use super::sliding_log::{self, SlidingLog};
 use super::sliding_window::{self, SlidingWindow};
 use super::token_bucket::{self, TokenBucket};
+use super::warmup::{self, Warmup};
 use super::{Algorithm, Decision, Snapshot as AnySnapshot, Span};
 
 /// The most rules a policy holds.
@@ -134,6 +135,7 @@ rules! {
     FixedWindow(FixedWindow, fixed_window) = "fixedwindow";
     SlidingWindow(SlidingWindow, sliding_window) = "slidingwindow";
     SlidingLog(SlidingLog, sliding_log) = "slidinglog";
+    Warmup(Warmup, warmup) = "warmup";
 }
 
 /// The rules of a policy, shared between the policy and the keys written under it.
@@ -204,6 +206,7 @@ impl Rule {
             Rule::FixedWindow(p) => p.window_ms,
             Rule::SlidingWindow(p) => p.window_ms,
             Rule::SlidingLog(p) => p.window_ms,
+            Rule::Warmup(p) => p.period_ms,
         }
     }
 }
@@ -661,6 +664,26 @@ mod tests {
         assert_eq!(o.binding_decision.remaining, 0);
     }
 
+    /// A WARMUP rule spaces the requests a GCRA rule alone would let through at once.
+    #[test]
+    fn a_warmup_rule_binds_while_the_key_is_cold() {
+        let warm = Rule::Warmup(warmup::Params {
+            rate: 10,
+            period_ms: 1000,
+            warmup_ms: 10_000,
+            cold_factor: 3,
+        });
+        let rules: Rules = Arc::from(vec![gcra(10, 10, 1000), warm]);
+        let mut key: Key = None;
+        assert!(step(&rules, &mut key, T0, 1).allowed);
+        let o = outcome(&rules, &key, T0, 1);
+        assert_eq!((o.decision.allowed, o.binding), (false, 1));
+        assert_eq!(summary(&o.binding_decision), (false, 1, 0, 298, 398));
+        // Admitted once the cold interval (just under 300 ms) has passed.
+        assert!(!step(&rules, &mut key, T0 + 297_999, 1).allowed);
+        assert!(step(&rules, &mut key, T0 + 298_000, 1).allowed);
+    }
+
     #[test]
     fn a_refusal_by_the_last_rule_changes_no_rule() {
         let rules: Rules = Arc::from(vec![gcra(10, 10, 1000), fixed(2, 60_000)]);
@@ -790,10 +813,18 @@ mod tests {
                     interval: false,
                 })
             }),
-            (count, ms).prop_map(|(l, w)| {
+            (count.clone(), ms.clone()).prop_map(|(l, w)| {
                 Rule::SlidingLog(sliding_log::Params {
                     limit: l,
                     window_ms: w,
+                })
+            }),
+            (count, ms, 2u64..=10).prop_map(|(r, p, k)| {
+                Rule::Warmup(warmup::Params {
+                    rate: r,
+                    period_ms: p,
+                    warmup_ms: 10 * p,
+                    cold_factor: k,
                 })
             }),
         ]

@@ -128,6 +128,33 @@ pub fn options_with(
     flags: &[&'static str],
     accepted: &'static str,
 ) -> Result<(Options, u32), Error> {
+    parse_options(rest, first_position, flags, None, accepted).map(|(opts, mask, _)| (opts, mask))
+}
+
+/// Like [`options`], and also accepts the command's own option `word` followed by a value
+/// (RL.WARMUP's `COLDFACTOR factor`), at most once; returns the value's bytes when given, for the
+/// command to parse. `accepted` lists every option for the error text.
+pub fn options_with_value<'a>(
+    rest: &[&'a [u8]],
+    first_position: usize,
+    word: &'static str,
+    expected: &'static str,
+    accepted: &'static str,
+) -> Result<(Options, Option<&'a [u8]>), Error> {
+    parse_options(rest, first_position, &[], Some((word, expected)), accepted)
+        .map(|(opts, _, value)| (opts, value))
+}
+
+/// The options, the command's flags, and its one option with a value (`valued`: its word
+/// and what its value must be, for the error when it is missing).
+fn parse_options<'a>(
+    rest: &[&'a [u8]],
+    first_position: usize,
+    flags: &[&'static str],
+    valued: Option<(&'static str, &'static str)>,
+    accepted: &'static str,
+) -> Result<(Options, u32, Option<&'a [u8]>), Error> {
+    let mut value = None;
     let mut opts = Options::default();
     let (mut seen_cost, mut seen_dryrun) = (false, false);
     let mut mask = 0u32;
@@ -179,6 +206,19 @@ pub fn options_with(
             i += 1;
             continue;
         }
+        if let Some((word, expected)) =
+            valued.filter(|(w, _)| token.eq_ignore_ascii_case(w.as_bytes()))
+        {
+            if value.is_some() {
+                return Err(Error::OptionTwice { option: word });
+            }
+            value = Some(*rest.get(i + 1).ok_or(Error::OptionValue {
+                option: word,
+                expected,
+            })?);
+            i += 2;
+            continue;
+        }
         if token.eq_ignore_ascii_case(b"DRYRUN") {
             if seen_dryrun {
                 return Err(Error::OptionTwice { option: "DRYRUN" });
@@ -209,7 +249,7 @@ pub fn options_with(
     if seen_cost && opts.atmost.is_some() {
         return Err(Error::CostWithAtmost);
     }
-    Ok((opts, mask))
+    Ok((opts, mask, value))
 }
 
 #[cfg(test)]
@@ -409,6 +449,38 @@ mod tests {
             Err(Error::UnknownOption {
                 position: 5,
                 token: "EVERY".into(),
+                accepted
+            })
+        );
+    }
+
+    #[test]
+    fn a_command_option_with_a_value() {
+        let accepted = "COST n, DRYRUN, BLOCK duration or COLDFACTOR factor";
+        let parse = |rest: &[&'static [u8]]| {
+            options_with_value(rest, 5, "COLDFACTOR", "an integer from 2 to 10", accepted)
+        };
+        let (o, v) = parse(&[b"cost", b"2", b"coldfactor", b"4"]).unwrap();
+        assert_eq!((o.cost, v), (2, Some(&b"4"[..])));
+        assert_eq!(parse(&[]).unwrap().1, None);
+        assert_eq!(
+            parse(&[b"COLDFACTOR"]),
+            Err(Error::OptionValue {
+                option: "COLDFACTOR",
+                expected: "an integer from 2 to 10"
+            })
+        );
+        assert_eq!(
+            parse(&[b"COLDFACTOR", b"3", b"COLDFACTOR", b"3"]),
+            Err(Error::OptionTwice {
+                option: "COLDFACTOR"
+            })
+        );
+        assert_eq!(
+            parse(&[b"INTERVAL"]),
+            Err(Error::UnknownOption {
+                position: 5,
+                token: "INTERVAL".into(),
                 accepted
             })
         );

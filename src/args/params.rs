@@ -4,11 +4,12 @@
 
 use super::syntax::{
     BUCKET_CAPACITY, BURST, COUNT, LEAK_AMOUNT, LEAK_PERIOD, LEASE, LEASES, LIMIT, MAX_BURST,
-    PERIOD, PERIOD_S, QUANTITY, QUEUE_CAPACITY, RATE, REFILL_AMOUNT, REFILL_PERIOD, WINDOW,
+    PERIOD, PERIOD_S, QUANTITY, QUEUE_CAPACITY, RATE, REFILL_AMOUNT, REFILL_PERIOD, WARMUP, WINDOW,
 };
 use super::{count, duration_ms, positive_count, MAX_COUNT, MAX_DURATION_MS};
 use crate::algorithms::{
     concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
+    warmup,
 };
 use crate::error::Error;
 
@@ -43,6 +44,35 @@ pub fn throttle(a: &[&[u8]]) -> Result<(gcra::Params, u64), Error> {
         period_ms: period_s * 1000,
     };
     Ok((params, quantity))
+}
+
+/// What `COLDFACTOR` takes, for the error when its value is missing.
+pub const COLD_FACTOR_EXPECTED: &str = "an integer from 2 to 10";
+
+/// RL.WARMUP's parameters: `rate period warmup`, and the value of `COLDFACTOR` if given.
+pub fn warmup(a: &[&[u8]], cold_factor: Option<&[u8]>) -> Result<warmup::Params, Error> {
+    let range = warmup::COLD_FACTORS;
+    Ok(warmup::Params {
+        rate: positive_count(a[0], RATE.name_str)?,
+        period_ms: duration_ms(a[1], PERIOD.name_str)?,
+        warmup_ms: duration_ms(a[2], WARMUP.name_str)?,
+        cold_factor: match cold_factor {
+            Some(n) => count(n, "COLDFACTOR", *range.start(), *range.end())?,
+            None => warmup::DEFAULT_COLD_FACTOR,
+        },
+    })
+}
+
+/// A WARMUP rule of a policy: `rate period warmup [COLDFACTOR factor]`.
+pub fn warmup_rule(a: &[&[u8]]) -> Result<warmup::Params, Error> {
+    let cold_factor = match a.get(3) {
+        Some(_) => Some(*a.get(4).ok_or(Error::OptionValue {
+            option: "COLDFACTOR",
+            expected: COLD_FACTOR_EXPECTED,
+        })?),
+        None => None,
+    };
+    warmup(&a[..3], cold_factor)
 }
 
 /// RL.TOKENBUCKET's parameters, refilled in whole steps when `interval`.

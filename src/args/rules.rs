@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::params;
 use super::syntax::{
     Syntax, RL_FIXEDWINDOW, RL_GCRA, RL_LEAKYBUCKET, RL_POLICY_SET, RL_SLIDINGLOG,
-    RL_SLIDINGWINDOW, RL_TOKENBUCKET,
+    RL_SLIDINGWINDOW, RL_TOKENBUCKET, RL_WARMUP,
 };
 use crate::algorithms::policy::{Rule, Rules, MAX_RULES};
 use crate::error::{quote, Error};
@@ -16,7 +16,7 @@ use crate::error::{quote, Error};
 type Parse = fn(&[&[u8]], bool, u64) -> Result<Rule, Error>;
 
 /// Each algorithm a rule can name: its command's syntax and its parser.
-static RULES: [(&Syntax, Parse); 6] = [
+static RULES: [(&Syntax, Parse); 7] = [
     (&RL_GCRA, |a, _, _| params::gcra(a).map(Rule::Gcra)),
     (&RL_TOKENBUCKET, |a, interval, _| {
         params::token_bucket(a, interval).map(Rule::TokenBucket)
@@ -33,10 +33,14 @@ static RULES: [(&Syntax, Parse); 6] = [
     (&RL_SLIDINGLOG, |a, _, log_max| {
         params::sliding_log(a, log_max).map(Rule::SlidingLog)
     }),
+    (&RL_WARMUP, |a, _, _| {
+        params::warmup_rule(a).map(Rule::Warmup)
+    }),
 ];
 
 /// Parses rules: each an algorithm name (`GCRA` or `RL.GCRA`, any case) and its positional
-/// arguments, then the words its command takes alone (`INTERVAL` for TOKENBUCKET).
+/// arguments, then its option with a value if given (`COLDFACTOR factor` for WARMUP), then the
+/// words its command takes alone (`INTERVAL` for TOKENBUCKET).
 /// `first_position` is the argument number of `words[0]`, for error texts; `log_max` bounds
 /// a SLIDINGLOG limit. Returns the rules and their words as RL.POLICY.GET shows them (the
 /// algorithm upper case).
@@ -75,7 +79,17 @@ pub fn parse(words: &[&[u8]], first_position: usize, log_max: u64) -> Result<Par
             return Err(Error::TooManyRules { max: MAX_RULES });
         }
         let name = &syntax.arity_name()[3..];
-        let n = syntax.rule_positional();
+        let positional = syntax.rule_positional();
+        let mut n = positional;
+        // An option with a value (`COLDFACTOR factor`) goes to the parser with the positional
+        // arguments; the parser says when its value is missing.
+        if words.get(i + 1 + n).is_some_and(|w| {
+            syntax
+                .rule_valued()
+                .any(|v| w.eq_ignore_ascii_case(v.as_bytes()))
+        }) {
+            n = (n + 2).min(words.len() - i - 1);
+        }
         let a = words.get(i + 1..i + 1 + n).ok_or(Error::RuleArity {
             position,
             algorithm: name,
@@ -93,7 +107,11 @@ pub fn parse(words: &[&[u8]], first_position: usize, log_max: u64) -> Result<Par
         })?;
         rules.push(rule);
         canonical.push(name.as_bytes().to_vec());
-        canonical.extend(a.iter().map(|w| w.to_vec()));
+        // The option's word upper case, as the algorithm's name is.
+        canonical.extend(a.iter().enumerate().map(|(j, w)| match j == positional {
+            true => w.to_ascii_uppercase(),
+            false => w.to_vec(),
+        }));
         i += 1 + n;
         if let Some(flag) = flag {
             canonical.push(flag.as_bytes().to_vec());

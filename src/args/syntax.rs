@@ -148,6 +148,15 @@ impl Syntax {
         self.rule_args().filter(|a| !a.optional).count()
     }
 
+    /// The options with a value a rule of this algorithm may add after them (`COLDFACTOR`).
+    pub fn rule_valued(&self) -> impl Iterator<Item = &'static str> {
+        self.rule_args().filter_map(|a| match a.kind {
+            Kind::Token => None,
+            _ if a.optional => a.token_str,
+            _ => None,
+        })
+    }
+
     /// The words a rule of this algorithm may add after them (`INTERVAL`).
     pub fn rule_flags(&self) -> impl Iterator<Item = &'static str> {
         self.rule_args().filter_map(|a| match a.kind {
@@ -363,6 +372,17 @@ pub const ID: Arg = string(
 .after(c"ID")
 .optional();
 
+pub const WARMUP: Arg = string(
+    c"warmup",
+    c"how long the limiter takes from cold to the stable rate, and to cool back when idle: a duration from 1ms to 10 years",
+);
+pub const COLDFACTOR: Arg = integer(
+    c"factor",
+    c"the cold interval as a multiple of the stable one (period / rate), 2 to 10 (default 3)",
+)
+.after(c"COLDFACTOR")
+.optional();
+
 /// The positional arguments of the window algorithms, then the options.
 const WINDOW_ARGS: &[Arg] = &[KEY, LIMIT, WINDOW, COST, DRYRUN, BLOCK, SHADOW];
 
@@ -432,6 +452,15 @@ pub static RL_SLIDINGLOG: Syntax = Syntax::new(
     c"O(1) amortized for a key written regularly: O(E) for the E expired entries it drops or skips, and O(COST) more for a denial",
     KeyUse::Update,
     WINDOW_ARGS,
+);
+
+#[rustfmt::skip]
+pub static RL_WARMUP: Syntax = Syntax::new(
+    "rl.warmup",
+    c"Admit or deny a request with Guava's SmoothWarmingUp: after idle, spaced by the cold interval at first, speeding up to rate per period over the warm-up",
+    O1,
+    KeyUse::Update,
+    &[KEY, RATE, PERIOD, WARMUP, COLDFACTOR, COST, DRYRUN, BLOCK, SHADOW],
 );
 
 #[rustfmt::skip]
@@ -581,7 +610,7 @@ pub static RL_LOADSTATE: Syntax = Syntax::new(
 );
 
 /// The syntax of every command of the module.
-pub static ALL: [&Syntax; 21] = [
+pub static ALL: [&Syntax; 22] = [
     &RL_GCRA,
     &CL_THROTTLE,
     &RL_TOKENBUCKET,
@@ -589,6 +618,7 @@ pub static ALL: [&Syntax; 21] = [
     &RL_FIXEDWINDOW,
     &RL_SLIDINGWINDOW,
     &RL_SLIDINGLOG,
+    &RL_WARMUP,
     &RL_CONCURRENCY_ACQUIRE,
     &RL_CONCURRENCY_RELEASE,
     &RL_INSPECT,
@@ -636,6 +666,11 @@ mod tests {
             (&RL_FIXEDWINDOW, "RL.FIXEDWINDOW", "key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"),
             (&RL_SLIDINGWINDOW, "RL.SLIDINGWINDOW", "key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"),
             (&RL_SLIDINGLOG, "RL.SLIDINGLOG", "key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"),
+            (
+                &RL_WARMUP,
+                "RL.WARMUP",
+                "key rate period warmup [COLDFACTOR factor] [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]",
+            ),
             (&RL_CONCURRENCY_ACQUIRE, "RL.CONCURRENCY.ACQUIRE", "key limit lease [ID token] [DRYRUN] [SHADOW]"),
             (&RL_CONCURRENCY_RELEASE, "RL.CONCURRENCY.RELEASE", "key token"),
             (&RL_INSPECT, "RL.INSPECT", "key"),
@@ -662,7 +697,7 @@ mod tests {
 
     #[test]
     fn rules_take_the_positional_arguments_and_flags() {
-        let expected: [(&'static Syntax, &str, usize, &[&str]); 6] = [
+        let expected: [(&'static Syntax, &str, usize, &[&str]); 7] = [
             (&RL_GCRA, "burst rate period", 3, &[]),
             (
                 &RL_TOKENBUCKET,
@@ -674,12 +709,15 @@ mod tests {
             (&RL_FIXEDWINDOW, "limit window", 2, &[]),
             (&RL_SLIDINGWINDOW, "limit window", 2, &[]),
             (&RL_SLIDINGLOG, "limit window", 2, &[]),
+            (&RL_WARMUP, "rate period warmup [COLDFACTOR factor]", 3, &[]),
         ];
         for (syntax, usage, n, flags) in expected {
             assert_eq!(syntax.rule_usage(), usage, "{}", syntax.name);
             assert_eq!(syntax.rule_positional(), n, "{}", syntax.name);
             assert_eq!(syntax.rule_flags().collect::<Vec<_>>(), flags);
         }
+        assert_eq!(RL_WARMUP.rule_valued().collect::<Vec<_>>(), ["COLDFACTOR"]);
+        assert_eq!(RL_TOKENBUCKET.rule_valued().count(), 0);
     }
 
     #[test]

@@ -115,6 +115,16 @@ fn named_fields(snapshot: &Snapshot) -> Vec<(&'static str, i64)> {
             ("held", int(s.held)),
             ("issued", int(s.issued)),
         ],
+        Snapshot::Warmup(s) => vec![
+            ("limit", 1),
+            ("rate", int(s.params.rate)),
+            ("period_ms", int(s.params.period_ms)),
+            ("warmup_ms", int(s.params.warmup_ms)),
+            ("coldfactor", int(s.params.cold_factor)),
+            ("stored_micropermits", int(s.stored_micropermits)),
+            ("max_micropermits", int(s.max_micropermits)),
+            ("next_free_us", int(s.next_free_us)),
+        ],
         Snapshot::Limit(s) => vec![("binding_rule", int(s.binding as u64))],
     };
     let now = snapshot.now();
@@ -133,6 +143,7 @@ mod tests {
         sliding_log::{self, SlidingLog},
         sliding_window::{self, SlidingWindow},
         token_bucket::{self, TokenBucket},
+        warmup::{self, Warmup},
         Algorithm,
     };
 
@@ -180,6 +191,33 @@ mod tests {
                 ("tat_us", (T0 + 2_000_000) as i64),
                 ("remaining", 3),
                 ("reset_after_ms", 1500),
+            ]
+        );
+    }
+
+    #[test]
+    fn warmup_fields() {
+        let p = warmup::Params {
+            rate: 10,
+            period_ms: 1000,
+            warmup_ms: 10_000,
+            cold_factor: 3,
+        };
+        // One request from cold: 298 ms owed, 99 of 100 permits stored; 100 ms later the
+        // key is still owed, so nothing has cooled.
+        assert_eq!(
+            fields::<Warmup>(&p, &[(T0, 1)], T0 + 100_000),
+            vec![
+                ("limit", 1),
+                ("rate", 10),
+                ("period_ms", 1000),
+                ("warmup_ms", 10_000),
+                ("coldfactor", 3),
+                ("stored_micropermits", 99_000_000),
+                ("max_micropermits", 100_000_000),
+                ("next_free_us", (T0 + 298_000) as i64),
+                ("remaining", 0),
+                ("reset_after_ms", 298),
             ]
         );
     }

@@ -21,6 +21,7 @@ mod sliding_log;
 mod sliding_window;
 mod token_bucket;
 mod top;
+mod warmup;
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
@@ -180,6 +181,7 @@ pub static COMMANDS: &[Command] = &[
     command!(c"rl.fixedwindow",          c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  fixed_window::rl_fixedwindow),
     command!(c"rl.slidingwindow",        c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  sliding_window::rl_slidingwindow),
     command!(c"rl.slidinglog",           c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  sliding_log::rl_slidinglog),
+    command!(c"rl.warmup",               c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  warmup::rl_warmup),
     command!(c"rl.concurrency.acquire",  c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  concurrency::rl_concurrency_acquire),
     command!(c"rl.concurrency.release",  c"write fast",           WRITE,       KEY,      When::Always,      true,  concurrency::rl_concurrency_release),
     command!(c"rl.limit",                c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  policy::rl_limit),
@@ -303,7 +305,7 @@ mod tests {
 
     #[test]
     fn bad_arguments_are_errors_before_any_key_is_opened() {
-        let cases: [(Handler, &[&[u8]], &str); 5] = [
+        let cases: [(Handler, &[&[u8]], &str); 7] = [
             (
                 gcra::rl_gcra,
                 &[b"RL.GCRA", b"k", b"0", b"5", b"1s"],
@@ -319,6 +321,16 @@ mod tests {
                 fixed_window::rl_fixedwindow,
                 &[b"RL.FIXEDWINDOW", b"k", b"5", b"1m", b"COST", b"-1"],
                 "ERR invalid COST: expected an integer from 0 to 1000000000000",
+            ),
+            (
+                warmup::rl_warmup,
+                &[b"RL.WARMUP", b"k", b"10", b"1s", b"10s", b"COLDFACTOR", b"11"],
+                "ERR invalid COLDFACTOR: expected an integer from 2 to 10",
+            ),
+            (
+                warmup::rl_warmup,
+                &[b"RL.WARMUP", b"k", b"10", b"1s", b"10s", b"DRYRUN", b"COLDFACTOR"],
+                "ERR COLDFACTOR needs a value: an integer from 2 to 10",
             ),
             (
                 policy::rl_limit,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crate::algorithms::limits::{MAX_COUNT, MAX_DURATION_MS};
 use crate::algorithms::{
     concurrency, fixed_window, gcra, leaky_bucket, policy, sliding_log, sliding_window,
-    token_bucket,
+    token_bucket, warmup,
 };
 
 use super::value::{Stored, Value};
@@ -28,8 +28,11 @@ const FIXED_WINDOW: u8 = 4;
 const SLIDING_WINDOW: u8 = 5;
 const SLIDING_LOG: u8 = 6;
 const CONCURRENCY: u8 = 7;
-/// RL.LIMIT: a count, then each rule as the value of a key of its algorithm (tags 1 to 6).
+/// RL.LIMIT: a count, then each rule as the value of a key of its algorithm (tags 1 to 6,
+/// and 9).
 const LIMIT: u8 = 8;
+/// RL.WARMUP (also a rule of an RL.LIMIT value).
+const WARMUP: u8 = 9;
 
 /// A key's whole value: its algorithm's parameters and state, and until when a penalty
 /// blocks it (0: not blocked).
@@ -109,6 +112,13 @@ fn encode_value(w: &mut Writer, value: &Value) {
                 w.0.extend_from_slice(token);
             }
         }
+        Value::Warmup(s) => {
+            w.u8(WARMUP);
+            let p = &s.params;
+            w.u64s(&[p.rate, p.period_ms, p.warmup_ms, p.cold_factor]);
+            w.u128(s.state.stored);
+            w.u128(s.state.next_free);
+        }
         Value::Limit(s) => {
             w.u8(LIMIT);
             w.u64(s.params.len() as u64);
@@ -147,7 +157,7 @@ pub fn decode(bytes: &[u8]) -> Result<Entry, DecodeError> {
 /// cannot recurse).
 fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
     let tag = r.u8()?;
-    if in_limit && !(GCRA..=SLIDING_LOG).contains(&tag) {
+    if in_limit && !(GCRA..=SLIDING_LOG).contains(&tag) && tag != WARMUP {
         return Err(DecodeError);
     }
     let value = match tag {
@@ -256,6 +266,25 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
                 }
             }
             Value::Concurrency(Stored { params, state })
+        }
+        WARMUP => {
+            let params = warmup::Params {
+                rate: r.count()?,
+                period_ms: r.duration_ms()?,
+                warmup_ms: r.duration_ms()?,
+                cold_factor: r.u64()?,
+            };
+            let state = warmup::State {
+                stored: r.u128()?,
+                next_free: r.u128()?,
+            };
+            // Never written: a cold factor out of range, more stored permits than a cold key.
+            if !warmup::COLD_FACTORS.contains(&params.cold_factor)
+                || state.stored > params.max_stored()
+            {
+                return Err(DecodeError);
+            }
+            Value::Warmup(Stored { params, state })
         }
         LIMIT => {
             let count = r.u64()?;
@@ -444,14 +473,27 @@ mod tests {
                     state
                 },
             }),
+            Value::Warmup(Stored {
+                params: warmup::Params {
+                    rate: 10,
+                    period_ms: 1000,
+                    warmup_ms: 10_000,
+                    cold_factor: 3,
+                },
+                state: warmup::State {
+                    stored: 792_000_000,
+                    next_free: 17_000_000_000_002_980_000,
+                },
+            }),
         ]
     }
 
-    /// An RL.LIMIT key whose rules are the GCRA, sliding log and fixed window samples.
+    /// An RL.LIMIT key whose rules are the GCRA, sliding log, fixed window and warm-up
+    /// samples.
     fn limit_sample() -> Value {
         let mut rules = Vec::new();
         let mut states = Vec::new();
-        for i in [0, 5, 3] {
+        for i in [0, 5, 3, 7] {
             let (rule, state) = base_samples()[i].clone().into_rule().unwrap();
             rules.push(rule);
             states.push(state);
@@ -590,6 +632,24 @@ mod tests {
         assert_eq!(decode(&encode(&Entry::new(v))), Err(DecodeError));
     }
 
+    #[test]
+    fn a_warmup_key_needs_a_cold_factor_in_range_and_at_most_max_stored() {
+        let good = samples()[7].clone();
+        for (cold_factor, stored) in [(1, 0), (11, 0), (0, 0), (3, 800_000_001)] {
+            let mut v = good.clone();
+            if let Value::Warmup(s) = &mut v {
+                s.params.cold_factor = cold_factor;
+                s.state.stored = stored;
+            }
+            assert_eq!(decode(&encode(&Entry::new(v))), Err(DecodeError));
+        }
+        let mut cold = good.clone();
+        if let Value::Warmup(s) = &mut cold {
+            s.state.stored = 800_000_000;
+        }
+        assert!(decode(&encode(&Entry::new(cold))).is_ok());
+    }
+
     proptest! {
         #[test]
         fn any_bytes_decode_or_fail_without_panic(bytes in proptest::collection::vec(any::<u8>(), 0..120)) {
@@ -599,7 +659,7 @@ mod tests {
         }
 
         #[test]
-        fn mutated_blobs_decode_or_fail_without_panic(which in 0usize..8, at in any::<usize>(), byte in any::<u8>()) {
+        fn mutated_blobs_decode_or_fail_without_panic(which in 0usize..9, at in any::<usize>(), byte in any::<u8>()) {
             let mut bytes = encode(&Entry::new(samples()[which].clone()));
             let i = at % bytes.len();
             bytes[i] = byte;

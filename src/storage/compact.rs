@@ -100,7 +100,7 @@ pub fn pack(value: &Value) -> Option<(Params, u128)> {
                 index << 54 | current << 27 | previous,
             ))
         }
-        Value::SlidingLog(_) | Value::Concurrency(_) | Value::Limit(_) => None,
+        Value::SlidingLog(_) | Value::Concurrency(_) | Value::Limit(_) | Value::Warmup(_) => None,
     }
 }
 

@@ -8,6 +8,7 @@ use crate::algorithms::policy::{self, Limit, Rule, RuleState};
 use crate::algorithms::sliding_log::{self, SlidingLog};
 use crate::algorithms::sliding_window::SlidingWindow;
 use crate::algorithms::token_bucket::TokenBucket;
+use crate::algorithms::warmup::Warmup;
 use crate::algorithms::{Algorithm, Decision, Snapshot};
 
 /// The parameters a key was last written with, and its state under them.
@@ -100,6 +101,7 @@ values! {
     SlidingLog(SlidingLog) = "slidinglog";
     Concurrency(Concurrency) = "concurrency";
     Limit(Limit) = "limit";
+    Warmup(Warmup) = "warmup";
 }
 
 impl Value {
@@ -151,5 +153,6 @@ rule_values!(
     LeakyBucket,
     FixedWindow,
     SlidingWindow,
-    SlidingLog
+    SlidingLog,
+    Warmup
 );

@@ -1,0 +1,28 @@
+//! RL.WARMUP.
+
+use super::{admission, Call};
+use crate::algorithms::warmup::Warmup;
+use crate::args::syntax::RL_WARMUP;
+use crate::args::{self, params};
+use crate::error::Error;
+use crate::response::{Extra, Response};
+
+/// `RL.WARMUP key rate period warmup [COLDFACTOR factor] [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
+///
+/// Guava's SmoothWarmingUp: `rate` per `period` once warm; after idle the spacing starts at
+/// `COLDFACTOR` (default 3) times `period / rate` and falls to it over `warmup`. A request of
+/// any cost is admitted when nothing is owed; later requests pay for it.
+/// Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`, limit 1, remaining 1
+/// when a request would be admitted now.
+pub fn rl_warmup(call: &Call) -> Result<Response, Error> {
+    let a = admission::arguments(call, &RL_WARMUP)?;
+    let (opts, cold_factor) = args::options_with_value(
+        &a[5..],
+        5,
+        "COLDFACTOR",
+        params::COLD_FACTOR_EXPECTED,
+        "COST n, ATMOST max, DRYRUN, BLOCK duration, SHADOW or COLDFACTOR factor",
+    )?;
+    let params = params::warmup(&a[2..5], cold_factor)?;
+    Ok(admission::run::<Warmup>(call, c"RL.WARMUP", params, opts)?.reply(Extra::None))
+}
