@@ -538,6 +538,7 @@ pub fn check_api() -> Result<(), &'static str> {
         RedisModule_ModuleTypeGetType,
         RedisModule_ModuleTypeGetValue,
         RedisModule_ModuleTypeSetValue,
+        RedisModule_ModuleTypeReplaceValue,
         RedisModule_DeleteKey,
         RedisModule_SetExpire,
         RedisModule_Milliseconds,

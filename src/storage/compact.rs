@@ -21,7 +21,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
 
-use crate::algorithms::{fixed_window, gcra, leaky_bucket, sliding_window, token_bucket};
+use crate::algorithms::{fixed_window, gcra, leaky_bucket, policy, sliding_window, token_bucket};
 
 use super::value::{Stored, Value};
 
@@ -33,6 +33,15 @@ pub enum Params {
     LeakyBucket(leaky_bucket::Params),
     FixedWindow(fixed_window::Params),
     SlidingWindow(sliding_window::Params),
+}
+
+/// What the table interns: a parameter set and an epoch, the base that the anchor of an inline
+/// state (its time, in the state's own unit) is measured from. A [`Cell`] holds an absolute
+/// state, under an entry of base 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Interned {
+    pub params: Params,
+    pub base: u128,
 }
 
 /// A key's compact value: interned parameters and a packed state. 16 bytes.
@@ -150,6 +159,259 @@ pub fn unpack(params: &Params, state: u128) -> Value {
     }
 }
 
+/// Bits of an inline word that name its table entry: the entries numbered below 2^16 can be
+/// used inline; a key whose entry is numbered higher falls back to a [`Cell`].
+pub const INDEX_BITS: u32 = 16;
+/// Bits of an inline word that hold the state: 64, less the two bits of the pointer's tag and
+/// the index.
+pub const PAYLOAD_BITS: u32 = 64 - 2 - INDEX_BITS;
+/// The index's place in an inline word (above the tag).
+const INDEX_SHIFT: u32 = 2;
+const PAYLOAD_SHIFT: u32 = INDEX_SHIFT + INDEX_BITS;
+
+/// An inline word of entry `id` and `payload` (the tag's bits left clear).
+pub fn word(id: u32, payload: u64) -> u64 {
+    (payload << PAYLOAD_SHIFT) | (u64::from(id) << INDEX_SHIFT)
+}
+
+/// The entry and the payload of an inline word.
+pub fn word_parts(word: u64) -> (u32, u64) {
+    (
+        ((word >> INDEX_SHIFT) & ((1 << INDEX_BITS) - 1)) as u32,
+        word >> PAYLOAD_SHIFT,
+    )
+}
+
+/// The bits of a payload that hold the anchor, measured from the entry's base; the rest of the
+/// state takes the bits below. Chosen so that an epoch spans far longer than a key of usual
+/// parameters lives: a GCRA TAT 2^46 units of 1/rate µs (about 80 days at 10 per period, 70
+/// s at 10^6), a token bucket's update time 2^30 µs (18 minutes), 2^14 fixed windows, 2^10
+/// sliding windows.
+fn anchor_bits(params: &Params) -> u32 {
+    match params {
+        Params::Gcra(_) | Params::LeakyBucket(_) => PAYLOAD_BITS,
+        Params::TokenBucket(_) => 30,
+        Params::FixedWindow(_) => 14,
+        Params::SlidingWindow(_) => 10,
+    }
+}
+
+/// A new epoch's base is the anchor rounded down to a multiple of 2^(anchor bits − 2): keys of
+/// one parameter set written at about the same time share it, and each key has three quarters
+/// of the span left before its anchor would not fit.
+fn quantum_bits(params: &Params) -> u32 {
+    anchor_bits(params) - 2
+}
+
+/// The most units per period a GCRA or leaky bucket packs inline at: above it an epoch would
+/// span less than about a second (2^44 units of 1/rate µs), so that keys would hardly share
+/// one; such keys keep a [`Cell`].
+const MAX_INLINE_RATE: u64 = 1 << 24;
+
+/// A token bucket's period in µs, the unit its tokens are counted in (as the algorithm does).
+fn token_unit(params: &token_bucket::Params) -> u128 {
+    u128::from(params.refill_period_ms.max(1)).saturating_mul(1000)
+}
+
+/// A window's length in µs.
+fn window_us(window_ms: u64) -> u128 {
+    u128::from(window_ms) * 1000
+}
+
+/// `value`'s parameters, its anchor (the part of the state that moves with time: a TAT, an
+/// update time, a window's index) and the rest of its state packed into the payload's low
+/// bits; `None` when the rest does not fit them exactly, or the value never packs inline.
+fn split(value: &Value) -> Option<(Params, u128, u64)> {
+    let fits = |x: u64, bits: u32| x >> bits == 0;
+    match value {
+        Value::Gcra(s) => (s.params.rate <= MAX_INLINE_RATE)
+            .then_some((Params::Gcra(s.params), s.state.tat, 0)),
+        Value::LeakyBucket(s) => (s.params.leak_amount <= MAX_INLINE_RATE)
+            .then_some((Params::LeakyBucket(s.params), s.state.tat, 0)),
+        Value::TokenBucket(s) => {
+            // Whole tokens only (a fresh key, an INTERVAL bucket, a full one): 16 bits.
+            let unit = token_unit(&s.params);
+            let tokens = u64::try_from(s.state.scaled_tokens / unit).ok()?;
+            (tokens as u128 * unit == s.state.scaled_tokens && fits(tokens, 16)).then_some((
+                Params::TokenBucket(s.params),
+                u128::from(s.state.updated_us),
+                tokens,
+            ))
+        }
+        Value::FixedWindow(s) => {
+            let window = window_us(s.params.window_ms);
+            let start = u128::from(s.state.window_start_us);
+            let index = start.checked_div(window)?;
+            (index * window == start && fits(s.state.count, 32)).then_some((
+                Params::FixedWindow(s.params),
+                index,
+                s.state.count,
+            ))
+        }
+        Value::SlidingWindow(s) => {
+            let window = window_us(s.params.window_ms);
+            let start = u128::from(s.state.window_start_us);
+            let index = start.checked_div(window)?;
+            let (current, previous) = (s.state.current, s.state.previous);
+            (index * window == start && fits(current, 18) && fits(previous, 18)).then_some((
+                Params::SlidingWindow(s.params),
+                index,
+                current << 18 | previous,
+            ))
+        }
+        Value::SlidingLog(_) | Value::Concurrency(_) | Value::Limit(_) => None,
+    }
+}
+
+/// The value an anchor and a rest stand for (the inverse of [`split`]).
+fn join(params: &Params, anchor: u128, rest: u64) -> Value {
+    let start = |index: u128, window_ms: u64| {
+        u64::try_from(index.saturating_mul(window_us(window_ms))).unwrap_or(u64::MAX)
+    };
+    match *params {
+        Params::Gcra(params) => Value::Gcra(Stored {
+            params,
+            state: gcra::State { tat: anchor },
+        }),
+        Params::LeakyBucket(params) => Value::LeakyBucket(Stored {
+            params,
+            state: leaky_bucket::State { tat: anchor },
+        }),
+        Params::TokenBucket(params) => Value::TokenBucket(Stored {
+            params,
+            state: token_bucket::State {
+                scaled_tokens: u128::from(rest) * token_unit(&params),
+                updated_us: u64::try_from(anchor).unwrap_or(u64::MAX),
+            },
+        }),
+        Params::FixedWindow(params) => Value::FixedWindow(Stored {
+            params,
+            state: fixed_window::State {
+                window_start_us: start(anchor, params.window_ms),
+                count: rest,
+            },
+        }),
+        Params::SlidingWindow(params) => Value::SlidingWindow(Stored {
+            params,
+            state: sliding_window::State {
+                window_start_us: start(anchor, params.window_ms),
+                current: rest >> 18,
+                previous: rest & ((1 << 18) - 1),
+            },
+        }),
+    }
+}
+
+/// The value an inline word stands for, with `entry` the entry its index names.
+pub fn unpack_word(entry: &Interned, word: u64) -> Value {
+    let (_, payload) = word_parts(word);
+    let bits = anchor_bits(&entry.params);
+    let rest_bits = PAYLOAD_BITS - bits;
+    let offset = u128::from(payload >> rest_bits);
+    let rest = payload & ((1u64 << rest_bits) - 1);
+    join(&entry.params, entry.base.saturating_add(offset), rest)
+}
+
+/// `value` as an inline word (tag bits clear), or `None` when it does not fit one exactly.
+///
+/// `old` is the entry the key's word used so far: kept when it is the same parameters and the
+/// anchor still fits above its base (no reference taken, and none to give back); otherwise
+/// the word takes a reference to the entry of the anchor's epoch, and the caller releases
+/// `old`'s when it stores the new word.
+pub fn pack_word(value: &Value, old: Option<u32>, table: &mut Interner) -> Option<u64> {
+    let (params, anchor, rest) = split(value)?;
+    let bits = anchor_bits(&params);
+    let rest_bits = PAYLOAD_BITS - bits;
+    let payload = |base: u128| {
+        let offset = anchor.checked_sub(base)?;
+        (offset >> bits == 0).then(|| ((offset as u64) << rest_bits) | rest)
+    };
+    if let Some(id) = old {
+        if let Some(entry) = table.get(id) {
+            if entry.params == params {
+                if let Some(p) = payload(entry.base) {
+                    return Some(word(id, p));
+                }
+            }
+        }
+    }
+    let q = quantum_bits(&params);
+    let base = (anchor >> q) << q;
+    let p = payload(base)?;
+    let id = table.acquire(Interned { params, base });
+    if id >> INDEX_BITS != 0 || Some(id) == old {
+        // Past the ids a word holds; or the entry `old` already holds (an anchor that moved
+        // back under its base cannot come here with the same base, but a reference taken
+        // twice would never be given back).
+        table.release(id);
+        return (Some(id) == old).then(|| word(id, p));
+    }
+    Some(word(id, p))
+}
+
+/// The words of a policy's rules (each as [`pack_word`] packs a key of the rule's algorithm),
+/// or `None` when one does not fit (then no reference is left taken). `old` are the key's
+/// words so far: a rule keeps the entry of the word at its place when it can.
+pub fn pack_rules(
+    rules: &[policy::Rule],
+    states: &[policy::RuleState],
+    old: &[u64],
+    table: &mut Interner,
+) -> Option<Vec<u64>> {
+    if rules.len() != states.len() {
+        return None;
+    }
+    let mut words = Vec::with_capacity(rules.len());
+    for (i, (rule, state)) in rules.iter().zip(states).enumerate() {
+        let old_id = old.get(i).map(|&w| word_parts(w).0);
+        let packed = Value::from_rule(rule, state).and_then(|v| pack_word(&v, old_id, table));
+        let Some(w) = packed else {
+            release_new(&words, old, table);
+            return None;
+        };
+        words.push(w);
+    }
+    Some(words)
+}
+
+/// Gives back the references `words` took that the words at their places in `old` did not
+/// already hold: what a key storing `words` instead of `old` no longer needs is the rest of
+/// `old`'s, which the caller releases with [`release_replaced`].
+fn release_new(words: &[u64], old: &[u64], table: &mut Interner) {
+    for (i, &w) in words.iter().enumerate() {
+        let id = word_parts(w).0;
+        if old.get(i).map(|&o| word_parts(o).0) != Some(id) {
+            table.release(id);
+        }
+    }
+}
+
+/// Releases the references of `old`'s words that `new` (stored in their place) does not keep.
+pub fn release_replaced(old: &[u64], new: &[u64], table: &mut Interner) {
+    for (i, &o) in old.iter().enumerate() {
+        let id = word_parts(o).0;
+        if new.get(i).map(|&w| word_parts(w).0) != Some(id) {
+            table.release(id);
+        }
+    }
+}
+
+/// The policy a key's rule words stand for: its rules and their states.
+pub fn unpack_rules(words: &[u64], table: &Interner) -> Option<Value> {
+    let mut rules = Vec::with_capacity(words.len());
+    let mut states = Vec::with_capacity(words.len());
+    for &w in words {
+        let entry = table.get(word_parts(w).0)?;
+        let (rule, state) = unpack_word(entry, w).into_rule()?;
+        rules.push(rule);
+        states.push(state);
+    }
+    Some(Value::Limit(Stored {
+        params: rules.into(),
+        state: states,
+    }))
+}
+
 /// FNV-1a: parameters are a few integers, and a siphash per new key is not needed here.
 #[derive(Default)]
 struct Fnv(u64);
@@ -181,8 +443,8 @@ impl Hasher for Fnv {
 /// (the rare shrink copies what is left, paid for by the releases before it).
 #[derive(Default)]
 pub struct Interner {
-    ids: HashMap<Params, u32, BuildHasherDefault<Fnv>>,
-    entries: Vec<Option<(Params, u64)>>,
+    ids: HashMap<Interned, u32, BuildHasherDefault<Fnv>>,
+    entries: Vec<Option<(Interned, u64)>>,
     /// Free ids below `entries.len()`, taken lowest first.
     free: BTreeSet<u32>,
 }
@@ -200,7 +462,7 @@ pub struct Usage {
 
 impl Interner {
     /// The id of `params`, taking one reference to it.
-    pub fn acquire(&mut self, params: Params) -> u32 {
+    pub fn acquire(&mut self, params: Interned) -> u32 {
         if let Some(&id) = self.ids.get(&params) {
             if let Some(Some((_, refs))) = self.entries.get_mut(id as usize) {
                 *refs += 1;
@@ -260,7 +522,7 @@ impl Interner {
         }
     }
 
-    pub fn get(&self, id: u32) -> Option<&Params> {
+    pub fn get(&self, id: u32) -> Option<&Interned> {
         self.entries
             .get(id as usize)?
             .as_ref()
@@ -277,11 +539,11 @@ impl Interner {
         use std::mem::size_of;
         // The map's buckets and a control byte each, at 8/7 of its capacity; a B-tree node
         // of the free list holds up to 11 ids in about 64 bytes.
-        let map = (self.ids.capacity() * 8 / 7) * (size_of::<(Params, u32)>() + 1);
+        let map = (self.ids.capacity() * 8 / 7) * (size_of::<(Interned, u32)>() + 1);
         Usage {
             params: self.ids.len(),
             slots: self.entries.len(),
-            bytes: self.entries.capacity() * size_of::<Option<(Params, u64)>>()
+            bytes: self.entries.capacity() * size_of::<Option<(Interned, u64)>>()
                 + map
                 + self.free.len().div_ceil(11) * 64,
         }
@@ -349,19 +611,23 @@ mod tests {
         assert_eq!(pack(&busy), None);
     }
 
+    fn at0(params: Params) -> Interned {
+        Interned { params, base: 0 }
+    }
+
     #[test]
     fn the_interner_counts_references() {
         let mut t = Interner::default();
-        let a = Params::Gcra(gcra::Params {
+        let a = at0(Params::Gcra(gcra::Params {
             burst: 1,
             rate: 2,
             period_ms: 3,
-        });
-        let b = Params::Gcra(gcra::Params {
+        }));
+        let b = at0(Params::Gcra(gcra::Params {
             burst: 1,
             rate: 2,
             period_ms: 4,
-        });
+        }));
         let ia = t.acquire(a);
         assert_eq!(t.acquire(a), ia);
         let ib = t.acquire(b);
@@ -372,11 +638,11 @@ mod tests {
         t.release(ia);
         assert_eq!((t.get(ia), t.len()), (None, 1));
         // The freed slot is reused.
-        let c = Params::Gcra(gcra::Params {
+        let c = at0(Params::Gcra(gcra::Params {
             burst: 9,
             rate: 9,
             period_ms: 9,
-        });
+        }));
         assert_eq!(t.acquire(c), ia);
         t.release(ib);
         t.release(ib);
@@ -388,11 +654,11 @@ mod tests {
     fn the_interner_gives_back_what_nothing_uses() {
         let mut t = Interner::default();
         let set = |n: u64| {
-            Params::Gcra(gcra::Params {
+            at0(Params::Gcra(gcra::Params {
                 burst: 1,
                 rate: n,
                 period_ms: 1000,
-            })
+            }))
         };
         let ids: Vec<u32> = (1..=50_000).map(|n| t.acquire(set(n))).collect();
         let full = t.usage();
