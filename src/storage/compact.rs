@@ -535,6 +535,15 @@ impl Interner {
         self.ids.len()
     }
 
+    /// The references to `id` (0: not in use).
+    #[cfg(test)]
+    pub fn refs(&self, id: u32) -> u64 {
+        match self.entries.get(id as usize) {
+            Some(Some((_, refs))) => *refs,
+            _ => 0,
+        }
+    }
+
     pub fn usage(&self) -> Usage {
         use std::mem::size_of;
         // The map's buckets and a control byte each, at 8/7 of its capacity; a B-tree node
@@ -615,6 +624,164 @@ mod tests {
         Interned { params, base: 0 }
     }
 
+    fn gcra(rate: u64, tat: u128) -> Value {
+        Value::Gcra(Stored {
+            params: gcra::Params {
+                burst: 10,
+                rate,
+                period_ms: 3_600_000,
+            },
+            state: gcra::State { tat },
+        })
+    }
+
+    const NOW_US: u128 = 1_700_000_000_000_000;
+
+    #[test]
+    fn an_inline_word_is_one_of_a_key_of_usual_parameters() {
+        let mut t = Interner::default();
+        let v = gcra(10, NOW_US * 10);
+        let w = pack_word(&v, None, &mut t).unwrap();
+        let (id, payload) = word_parts(w);
+        let entry = *t.get(id).unwrap();
+        // The base is the TAT rounded down to 2^44 units; the payload, the TAT above it.
+        assert_eq!(entry.base, (NOW_US * 10) >> 44 << 44);
+        assert_eq!(u128::from(payload), NOW_US * 10 - entry.base);
+        // A second key of the same parameters an hour later shares the entry.
+        let later = gcra(10, (NOW_US + 3_600_000_000) * 10);
+        assert_eq!(word_parts(pack_word(&later, None, &mut t).unwrap()).0, id);
+        assert_eq!(t.refs(id), 2);
+        // Past the epoch's span (2^46 units, 81 days at this rate), the key moves to a new
+        // one, and its old entry is the caller's to release.
+        let far = gcra(10, entry.base + (1 << 46));
+        let moved = pack_word(&far, Some(id), &mut t).unwrap();
+        assert_ne!(word_parts(moved).0, id);
+        assert_eq!(unpack_word(t.get(word_parts(moved).0).unwrap(), moved), far);
+        assert_eq!(t.refs(id), 2);
+    }
+
+    #[test]
+    fn what_an_inline_word_cannot_hold_exactly_is_not_packed_into_one() {
+        let mut t = Interner::default();
+        // A rate whose epoch would span less than about a second.
+        assert_eq!(pack_word(&gcra(MAX_INLINE_RATE + 1, NOW_US), None, &mut t), None);
+        assert!(pack_word(&gcra(MAX_INLINE_RATE, NOW_US), None, &mut t).is_some());
+        let bucket = |scaled_tokens: u128| {
+            Value::TokenBucket(Stored {
+                params: token_bucket::Params {
+                    capacity: 10,
+                    refill_amount: 10,
+                    refill_period_ms: 1000,
+                    interval: false,
+                },
+                state: token_bucket::State {
+                    scaled_tokens,
+                    updated_us: NOW_US as u64,
+                },
+            })
+        };
+        // Whole tokens pack; a fraction of one does not (the cell holds it).
+        assert!(pack_word(&bucket(9_000_000), None, &mut t).is_some());
+        assert_eq!(pack_word(&bucket(9_000_001), None, &mut t), None);
+        assert!(pack(&bucket(9_000_001)).is_some());
+        let window = |window_start_us: u64, current: u64| {
+            Value::SlidingWindow(Stored {
+                params: sliding_window::Params {
+                    limit: 1 << 20,
+                    window_ms: 1000,
+                },
+                state: sliding_window::State {
+                    window_start_us,
+                    current,
+                    previous: 0,
+                },
+            })
+        };
+        let start = (NOW_US / 1_000_000 * 1_000_000) as u64;
+        assert!(pack_word(&window(start, (1 << 18) - 1), None, &mut t).is_some());
+        assert_eq!(pack_word(&window(start, 1 << 18), None, &mut t), None);
+        assert_eq!(pack_word(&window(start + 1, 1), None, &mut t), None);
+        let log = Value::SlidingLog(Stored {
+            params: sliding_log::Params {
+                limit: 1,
+                window_ms: 1,
+            },
+            state: sliding_log::State::new(Default::default(), 0, 1, 0),
+        });
+        assert_eq!(pack_word(&log, None, &mut t), None);
+    }
+
+    #[test]
+    fn past_the_ids_a_word_holds_keys_take_cells() {
+        let mut t = Interner::default();
+        let ids: Vec<u32> = (1..=1u64 << INDEX_BITS)
+            .map(|rate| word_parts(pack_word(&gcra(rate, NOW_US), None, &mut t).unwrap()).0)
+            .collect();
+        assert_eq!(ids.len(), 1 << INDEX_BITS);
+        // The table is full as far as a word can name: the next set is not packed inline,
+        // and takes no reference.
+        let next = gcra((1 << INDEX_BITS) + 1, NOW_US);
+        assert_eq!(pack_word(&next, None, &mut t), None);
+        assert_eq!(t.len(), 1 << INDEX_BITS);
+        // Once an id is free again, it is.
+        t.release(ids[7]);
+        assert_eq!(word_parts(pack_word(&next, None, &mut t).unwrap()).0, ids[7]);
+    }
+
+    #[test]
+    fn a_policy_packs_one_word_per_rule() {
+        use crate::algorithms::policy::{Rule, RuleState};
+        let mut t = Interner::default();
+        let rules = [
+            Rule::Gcra(gcra::Params {
+                burst: 100,
+                rate: 100,
+                period_ms: 60_000,
+            }),
+            Rule::FixedWindow(fixed_window::Params {
+                limit: 1000,
+                window_ms: 3_600_000,
+            }),
+        ];
+        let states = |tat: u128, count: u64| {
+            vec![
+                RuleState::Gcra(gcra::State { tat }),
+                RuleState::FixedWindow(fixed_window::State {
+                    window_start_us: 1_699_999_200_000_000,
+                    count,
+                }),
+            ]
+        };
+        let words = pack_rules(&rules, &states(NOW_US * 100, 1), &[], &mut t).unwrap();
+        assert_eq!(words.len(), 2);
+        let Some(Value::Limit(s)) = unpack_rules(&words, &t) else {
+            panic!("not a policy");
+        };
+        assert_eq!((&*s.params, &s.state), (&rules[..], &states(NOW_US * 100, 1)));
+        // Written again within the epochs: the same entries, no new references.
+        let again = pack_rules(&rules, &states(NOW_US * 100 + 7, 2), &words, &mut t).unwrap();
+        release_replaced(&words, &again, &mut t);
+        let ids = |w: &[u64]| w.iter().map(|&w| word_parts(w).0).collect::<Vec<_>>();
+        assert_eq!(ids(&again), ids(&words));
+        assert!(ids(&words).iter().all(|&id| t.refs(id) == 1));
+        // The GCRA rule past its epoch: a new entry for it, the old one given back.
+        let far = states((NOW_US * 100 >> 44 << 44) + (1 << 46), 3);
+        let moved = pack_rules(&rules, &far, &again, &mut t).unwrap();
+        release_replaced(&again, &moved, &mut t);
+        assert_ne!(ids(&moved)[0], ids(&again)[0]);
+        assert_eq!(ids(&moved)[1], ids(&again)[1]);
+        assert_eq!(t.len(), 2);
+        // A rule that does not pack: nothing packed, no reference left taken.
+        let mut big = far.clone();
+        big[1] = RuleState::FixedWindow(fixed_window::State {
+            window_start_us: 1_699_999_200_000_000,
+            count: 1 << 32,
+        });
+        assert_eq!(pack_rules(&rules, &big, &[], &mut t), None);
+        assert!(ids(&moved).iter().all(|&id| t.refs(id) == 1));
+        assert_eq!(t.len(), 2);
+    }
+
     #[test]
     fn the_interner_counts_references() {
         let mut t = Interner::default();
@@ -687,8 +854,45 @@ mod tests {
     fn round_trips(v: Value) -> Result<(), TestCaseError> {
         if let Some((params, bits)) = pack(&v) {
             prop_assert!(fits(bits, STATE_BITS));
-            prop_assert_eq!(unpack(&params, bits), v);
+            prop_assert_eq!(unpack(&params, bits), v.clone());
         }
+        inline_round_trips(&v)
+    }
+
+    /// An inline word, made fresh or against an entry the key held, stands for exactly `v`,
+    /// and holds one reference to its entry.
+    fn inline_round_trips(v: &Value) -> Result<(), TestCaseError> {
+        let mut t = Interner::default();
+        let Some((params, anchor, _)) = split(v) else {
+            prop_assert_eq!(pack_word(v, None, &mut t), None);
+            return Ok(());
+        };
+        let w = pack_word(v, None, &mut t).expect("what splits packs into a fresh epoch");
+        let (id, _) = word_parts(w);
+        prop_assert_eq!(w & 3, 0, "the tag's bits are clear");
+        prop_assert_eq!(unpack_word(t.get(id).unwrap(), w), v.clone());
+        prop_assert_eq!(t.refs(id), 1);
+        // Packed again against its own entry: the same word, no reference taken.
+        prop_assert_eq!(pack_word(v, Some(id), &mut t), Some(w));
+        prop_assert_eq!(t.refs(id), 1);
+        // Against an entry of the same parameters at another base (the key's older epoch):
+        // kept if the anchor fits above its base, else a new epoch's reference is taken.
+        let bases = [0, anchor.saturating_sub(1), anchor.saturating_add(1), anchor >> 1];
+        for base in bases {
+            let old = t.acquire(Interned { params, base });
+            let before = t.refs(old);
+            let w2 = pack_word(v, Some(old), &mut t).expect("a fresh epoch always fits");
+            let (id2, _) = word_parts(w2);
+            prop_assert_eq!(unpack_word(t.get(id2).unwrap(), w2), v.clone());
+            prop_assert_eq!(t.refs(old), before, "the old entry's references are the caller's");
+            if id2 != old {
+                prop_assert!(anchor < base || (anchor - base) >> anchor_bits(&params) != 0);
+                t.release(id2);
+            }
+            t.release(old);
+        }
+        t.release(id);
+        prop_assert_eq!(t.len(), 0);
         Ok(())
     }
 
@@ -699,6 +903,34 @@ mod tests {
             round_trips(Value::LeakyBucket(Stored {
                 params: leaky_bucket::Params { capacity: burst, leak_amount: rate, leak_period_ms: period_ms },
                 state: leaky_bucket::State { tat },
+            }))?;
+        }
+
+        #[test]
+        fn usual_keys_round_trip_inline(burst in 1u64..100_000, rate in 1u64..=MAX_INLINE_RATE, period_ms in 1u64..100_000_000,
+                                        now_us in 0u64..(1 << 62), ahead in any::<u64>(), capacity in 1u64..100_000,
+                                        tokens in 0u64..(1 << 17), interval in any::<bool>(), window_ms in 1u64..100_000_000,
+                                        count in 0u64..(1 << 33), current in 0u64..(1 << 19), previous in 0u64..(1 << 19)) {
+            let tat = u128::from(now_us) * u128::from(rate) + u128::from(ahead);
+            let v = Value::Gcra(Stored { params: gcra::Params { burst, rate, period_ms }, state: gcra::State { tat } });
+            prop_assert!(split(&v).is_some());
+            round_trips(v)?;
+            round_trips(Value::LeakyBucket(Stored {
+                params: leaky_bucket::Params { capacity: burst, leak_amount: rate, leak_period_ms: period_ms },
+                state: leaky_bucket::State { tat },
+            }))?;
+            let params = token_bucket::Params { capacity, refill_amount: rate, refill_period_ms: period_ms, interval };
+            for scaled_tokens in [u128::from(tokens) * token_unit(&params), u128::from(tokens) * token_unit(&params) + 1] {
+                round_trips(Value::TokenBucket(Stored { params, state: token_bucket::State { scaled_tokens, updated_us: now_us } }))?;
+            }
+            let window_start_us = now_us / (window_ms * 1000) * (window_ms * 1000);
+            round_trips(Value::FixedWindow(Stored {
+                params: fixed_window::Params { limit: 10, window_ms },
+                state: fixed_window::State { window_start_us, count },
+            }))?;
+            round_trips(Value::SlidingWindow(Stored {
+                params: sliding_window::Params { limit: 10, window_ms },
+                state: sliding_window::State { window_start_us, current, previous },
             }))?;
         }
 
