@@ -198,7 +198,7 @@ def throughput(server, shas):
 def per_key_memory(client, make, n=KEYS, usage=True):
     """(used_memory growth per key, mean MEMORY USAGE of 100 of the keys named key:<i>, or None
     without `usage`) over `n` fresh keys."""
-    client.cmd("FLUSHALL")
+    client.cmd("FLUSHALL", "SYNC")
     before = client.used_memory()
     client.pipeline([make(i) for i in range(n)])
     growth = (client.used_memory() - before) / n
@@ -233,7 +233,7 @@ def memory(client, shas):
     log_rows = []
     for entries, keys in ((10, 10_000), (1000, 100), (100_000, 2)):
         def fill(make):
-            client.cmd("FLUSHALL")
+            client.cmd("FLUSHALL", "SYNC")
             before = client.used_memory()
             client.pipeline([make(k, e) for k in range(keys) for e in range(entries)])
             growth = (client.used_memory() - before) / (keys * entries)

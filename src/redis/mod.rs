@@ -294,6 +294,40 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// A field of an INFO section as text (`None`: no such API, section or field).
+    pub fn server_info_text(self, section: &CStr, field: &CStr) -> Option<String> {
+        // SAFETY: a live context; the field is copied before the info data is freed, once.
+        unsafe {
+            let (Some(info), Some(get), Some(free)) = (
+                raw::RedisModule_GetServerInfo,
+                raw::RedisModule_ServerInfoGetFieldC,
+                raw::RedisModule_FreeServerInfo,
+            ) else {
+                return None;
+            };
+            let data = info(self.raw(), section.as_ptr());
+            if data.is_null() {
+                return None;
+            }
+            let value = get(data, field.as_ptr());
+            let text = (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned());
+            free(self.raw(), data);
+            text
+        }
+    }
+
+    /// Whether the server keeps a key's name inside its value's object, with no dictionary
+    /// entry of its own (Redis 8, Valkey 8): a key then costs less besides its value.
+    pub fn embeds_key_names(self) -> bool {
+        // Valkey reports a Redis version of 7.2.4, and its own in a field of its own.
+        let major = |version: Option<String>| {
+            version.and_then(|v| v.split('.').next()?.parse::<u32>().ok())
+        };
+        let valkey = major(self.server_info_text(c"server", c"valkey_version"));
+        let redis = major(self.server_info_text(c"server", c"redis_version"));
+        valkey.or(redis).is_some_and(|major| major >= 8)
+    }
+
     /// Writes `message` to the server's log (see [`log`]).
     pub fn log(self, level: &CStr, message: &CStr) {
         log_raw(self.raw(), level, message);

@@ -16,6 +16,7 @@ use std::borrow::Cow;
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use redis_module::native_types::RedisType;
 use redis_module::raw;
@@ -253,12 +254,26 @@ unsafe extern "C" fn aof_rewrite(
 }
 
 /// What a key of this type costs the server beyond what `MEMORY USAGE` counts by itself (the
-/// key's name and its entry in the keyspace): the value's object and the module's wrapper
-/// around our pointer (16 bytes each), the key's entry in the expiry table (24 bytes: every
-/// key of ours expires), and its share of both tables' buckets and of the allocator's rounding,
-/// measured at 37 bytes a key on Redis 7.0 (docs/performance.md, Memory). With it, `MEMORY
-/// USAGE` of a key is within 5% of what storing it took (`make bench` checks it).
-const KEY_OVERHEAD: usize = 16 + 16 + 24 + 37;
+/// key's name and its entry in the keyspace), so that `MEMORY USAGE` of a key is within 5% of
+/// what storing it took (`make bench` and tests/memory.rs check it). On Redis 7: the value's
+/// object and the module's wrapper around our pointer (16 bytes each), the key's entry in the
+/// expiry table (24 bytes: every key of ours expires), and its share of both tables' buckets
+/// and of the allocator's rounding, measured at 37 bytes a key (docs/performance.md, Memory).
+/// Redis 8 and Valkey 8 embed the name in the object and need no entries: 52 bytes, measured.
+static KEY_OVERHEAD: AtomicUsize = AtomicUsize::new(KEY_OVERHEAD_WITH_ENTRIES);
+const KEY_OVERHEAD_WITH_ENTRIES: usize = 16 + 16 + 24 + 37;
+const KEY_OVERHEAD_EMBEDDED: usize = 52;
+
+/// Sets what [`mem_usage`] counts for the key around a value (at load): whether the server
+/// embeds key names in their objects ([`crate::redis::Ctx::embeds_key_names`]).
+pub fn count_key_overhead(embedded: bool) {
+    let bytes = if embedded {
+        KEY_OVERHEAD_EMBEDDED
+    } else {
+        KEY_OVERHEAD_WITH_ENTRIES
+    };
+    KEY_OVERHEAD.store(bytes, Ordering::Relaxed);
+}
 
 /// The bytes the allocator hands out for a request of `n` bytes (jemalloc's size classes).
 fn size_class(n: usize) -> usize {
@@ -271,7 +286,7 @@ fn size_class(n: usize) -> usize {
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     catch_unwind(|| {
-        KEY_OVERHEAD
+        KEY_OVERHEAD.load(Ordering::Relaxed)
             + match repr(value.cast_mut()) {
                 Repr::Inline(_) => 0,
                 Repr::Compact(_) => size_class(std::mem::size_of::<Cell>()),
