@@ -62,7 +62,10 @@ fn per_key(c: &mut Client, make: impl Fn(usize) -> Vec<Vec<String>>) -> (f64, f6
     let growth = (used_memory(c) - before) as f64 / KEYS as f64;
     let sample: Vec<i64> = (0..KEYS)
         .step_by(KEYS / 100)
-        .map(|i| c.cmd(&["MEMORY", "USAGE", &format!("k:{i}"), "SAMPLES", "0"]).int())
+        .map(|i| {
+            c.cmd(&["MEMORY", "USAGE", &format!("k:{i}"), "SAMPLES", "0"])
+                .int()
+        })
         .collect();
     let usage = sample.iter().sum::<i64>() as f64 / sample.len() as f64;
     (growth, usage)
@@ -76,7 +79,8 @@ fn words(s: &str) -> Vec<String> {
 fn memory_usage_is_what_storing_a_key_took_for_every_kind_and_form() {
     let server = Server::start();
     let mut c = server.client();
-    let policy = words("RL.POLICY.SET api GCRA 100 100 1m FIXEDWINDOW 1000 1h FIXEDWINDOW 10000 1d");
+    let policy =
+        words("RL.POLICY.SET api GCRA 100 100 1m FIXEDWINDOW 1000 1h FIXEDWINDOW 10000 1d");
     let policy: Vec<&str> = policy.iter().map(String::as_str).collect();
     assert_eq!(c.cmd(&policy), Reply::Simple("OK".into()));
     let tolerance = if is_redis_7(&mut c) { 0.05 } else { 0.15 };
@@ -87,12 +91,36 @@ fn memory_usage_is_what_storing_a_key_took_for_every_kind_and_form() {
     };
     let cases: Vec<(&str, Make, Option<f64>)> = vec![
         ("gcra, inline", one("RL.GCRA KEY 10 10 1h"), Some(134.0)),
-        ("cl.throttle, inline", one("CL.THROTTLE KEY 9 10 3600"), Some(134.0)),
-        ("token bucket, inline", one("RL.TOKENBUCKET KEY 10 10 1h"), Some(134.0)),
-        ("leaky bucket, inline", one("RL.LEAKYBUCKET KEY 10 10 1h"), Some(134.0)),
-        ("fixed window, inline", one("RL.FIXEDWINDOW KEY 10 1h"), Some(134.0)),
-        ("sliding window, inline", one("RL.SLIDINGWINDOW KEY 10 1h"), Some(134.0)),
-        ("policy of three rules, words", one("RL.LIMIT KEY api"), Some(220.0)),
+        (
+            "cl.throttle, inline",
+            one("CL.THROTTLE KEY 9 10 3600"),
+            Some(134.0),
+        ),
+        (
+            "token bucket, inline",
+            one("RL.TOKENBUCKET KEY 10 10 1h"),
+            Some(134.0),
+        ),
+        (
+            "leaky bucket, inline",
+            one("RL.LEAKYBUCKET KEY 10 10 1h"),
+            Some(134.0),
+        ),
+        (
+            "fixed window, inline",
+            one("RL.FIXEDWINDOW KEY 10 1h"),
+            Some(134.0),
+        ),
+        (
+            "sliding window, inline",
+            one("RL.SLIDINGWINDOW KEY 10 1h"),
+            Some(134.0),
+        ),
+        (
+            "policy of three rules, words",
+            one("RL.LIMIT KEY api"),
+            Some(220.0),
+        ),
         (
             // A fraction of a token (written again 1 ms later) takes a cell.
             "token bucket, cell",
@@ -111,7 +139,11 @@ fn memory_usage_is_what_storing_a_key_took_for_every_kind_and_form() {
             }),
             None,
         ),
-        ("sliding log, one entry", one("RL.SLIDINGLOG KEY 10 1h"), None),
+        (
+            "sliding log, one entry",
+            one("RL.SLIDINGLOG KEY 10 1h"),
+            None,
+        ),
         (
             "concurrency, one lease",
             one("RL.CONCURRENCY.ACQUIRE KEY 10 1h"),
@@ -126,7 +158,9 @@ fn memory_usage_is_what_storing_a_key_took_for_every_kind_and_form() {
         } else {
             per_key(&mut c, make)
         };
-        report.push(format!("{name}: growth {growth:.1}, MEMORY USAGE {usage:.1}"));
+        report.push(format!(
+            "{name}: growth {growth:.1}, MEMORY USAGE {usage:.1}"
+        ));
         let ratio = usage / growth;
         assert!(
             (ratio - 1.0).abs() <= tolerance,
@@ -161,9 +195,15 @@ fn per_key_allowing_denials(
     let growth = (used_memory(c) - before) as f64 / KEYS as f64;
     let sample: Vec<i64> = (0..KEYS)
         .step_by(KEYS / 100)
-        .map(|i| c.cmd(&["MEMORY", "USAGE", &format!("k:{i}"), "SAMPLES", "0"]).int())
+        .map(|i| {
+            c.cmd(&["MEMORY", "USAGE", &format!("k:{i}"), "SAMPLES", "0"])
+                .int()
+        })
         .collect();
-    (growth, sample.iter().sum::<i64>() as f64 / sample.len() as f64)
+    (
+        growth,
+        sample.iter().sum::<i64>() as f64 / sample.len() as f64,
+    )
 }
 
 /// The five fields of an admission reply.
@@ -180,8 +220,24 @@ fn a_state_past_its_epoch_moves_to_a_new_one_exactly() {
     // whose epoch spans 2^46 units of 1/rate µs: about 4 s) and in a cell (2^25 per 2 s:
     // above the rate an inline word takes). Each request of 10^8 units moves the TAT about
     // 6 s on: past its epoch every time.
-    let inline = ["RL.GCRA", "inline", "1000000000", "16777216", "1s", "COST", "100000000"];
-    let cell = ["RL.GCRA", "cell", "1000000000", "33554432", "2s", "COST", "100000000"];
+    let inline = [
+        "RL.GCRA",
+        "inline",
+        "1000000000",
+        "16777216",
+        "1s",
+        "COST",
+        "100000000",
+    ];
+    let cell = [
+        "RL.GCRA",
+        "cell",
+        "1000000000",
+        "33554432",
+        "2s",
+        "COST",
+        "100000000",
+    ];
     for step in 0..12 {
         let a = c.cmd(&inline);
         let b = c.cmd(&cell);

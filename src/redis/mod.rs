@@ -310,7 +310,8 @@ impl<'a> Ctx<'a> {
                 return None;
             }
             let value = get(data, field.as_ptr());
-            let text = (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned());
+            let text =
+                (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned());
             free(self.raw(), data);
             text
         }

@@ -1,21 +1,32 @@
-//! The compact form of a limiter key: 16 bytes instead of a whole [`Value`].
+//! The packed forms of a limiter key, and the table of interned parameters they refer to.
 //!
-//! A Redis key already costs about 116 bytes (`SET key <integer> PX <ms>`: its dict entry,
-//! name, object and expiry entry) and a module value adds a 16-byte wrapper, so a value of
-//! our own larger than 16 bytes would cost more than a third again. Most keys of a limiter
-//! share their parameters and hold a state of a few integers, so:
+//! A Redis key already costs about 117 bytes (`SET key <integer> PX <ms>`: its dict entry,
+//! name, object, expiry entry and buckets) and a module value adds a 16-byte wrapper, so
+//! anything we allocate per key costs on top of that. Most keys of a limiter share their
+//! parameters and hold a state of a few integers, so:
 //!
-//! - parameters are interned: a table holds each distinct set once, counted by reference,
-//!   and a key holds its 32-bit index;
-//! - the state is packed into 96 bits, when it fits: a GCRA or leaky-bucket TAT (at most
-//!   about 2^92 until the year 4000 at the largest rate), a token bucket's fixed-point tokens
-//!   (42 bits) and update time (54 bits), a window's index (42 bits) and counts.
+//! - parameters are interned with an epoch ([`Interned`]): a table holds each distinct pair
+//!   once, counted by reference, and a key holds its index;
+//! - an **inline word** ([`pack_word`]) holds a 16-bit index and 46 bits of state, the state's
+//!   time measured from the entry's epoch: the word is the value pointer itself (tagged in its
+//!   low bits by the storage layer), with no allocation;
+//! - a policy's rules pack as one such word each ([`pack_rules`]), in one block;
+//! - a state too large for a word packs into a 16-byte [`Cell`] (a 32-bit index of an entry
+//!   of epoch 0 and 96 bits: a GCRA or leaky-bucket TAT at most about 2^92 until the year 4000
+//!   at the largest rate, a token bucket's fixed-point tokens (42 bits) and update time (54
+//!   bits), a window's index (42 bits) and counts).
 //!
-//! A state that does not fit (a huge token bucket, counts past 2^27 in a sliding window) and
-//! every sliding log keep the whole [`Value`]: nothing is ever rounded to fit.
+//! A state that fits none (a huge token bucket, counts past 2^27 in a sliding window), every
+//! sliding log and every concurrency limiter keep the whole [`Value`]: nothing is ever rounded
+//! to fit.
+//!
+//! To pack a new kind of state (a new algorithm), add its [`Params`] variant, then its split
+//! into an anchor (the part that moves with time) and a rest in [`split`] and [`join`], and
+//! the anchor's bits in [`anchor_bits`]; the storage layer needs nothing more. A kind left out
+//! keeps the whole value.
 //!
 //! The table is behind a mutex: Redis may free values on its lazy-free thread (FLUSHALL
-//! ASYNC), which releases their parameters.
+//! ASYNC), which releases their entries.
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -224,10 +235,14 @@ fn window_us(window_ms: u64) -> u128 {
 fn split(value: &Value) -> Option<(Params, u128, u64)> {
     let fits = |x: u64, bits: u32| x >> bits == 0;
     match value {
-        Value::Gcra(s) => (s.params.rate <= MAX_INLINE_RATE)
-            .then_some((Params::Gcra(s.params), s.state.tat, 0)),
-        Value::LeakyBucket(s) => (s.params.leak_amount <= MAX_INLINE_RATE)
-            .then_some((Params::LeakyBucket(s.params), s.state.tat, 0)),
+        Value::Gcra(s) => {
+            (s.params.rate <= MAX_INLINE_RATE).then_some((Params::Gcra(s.params), s.state.tat, 0))
+        }
+        Value::LeakyBucket(s) => (s.params.leak_amount <= MAX_INLINE_RATE).then_some((
+            Params::LeakyBucket(s.params),
+            s.state.tat,
+            0,
+        )),
         Value::TokenBucket(s) => {
             // Whole tokens only (a fresh key, an INTERVAL bucket, a full one): 16 bits.
             let unit = token_unit(&s.params);
@@ -664,7 +679,10 @@ mod tests {
     fn what_an_inline_word_cannot_hold_exactly_is_not_packed_into_one() {
         let mut t = Interner::default();
         // A rate whose epoch would span less than about a second.
-        assert_eq!(pack_word(&gcra(MAX_INLINE_RATE + 1, NOW_US), None, &mut t), None);
+        assert_eq!(
+            pack_word(&gcra(MAX_INLINE_RATE + 1, NOW_US), None, &mut t),
+            None
+        );
         assert!(pack_word(&gcra(MAX_INLINE_RATE, NOW_US), None, &mut t).is_some());
         let bucket = |scaled_tokens: u128| {
             Value::TokenBucket(Stored {
@@ -725,7 +743,10 @@ mod tests {
         assert_eq!(t.len(), 1 << INDEX_BITS);
         // Once an id is free again, it is.
         t.release(ids[7]);
-        assert_eq!(word_parts(pack_word(&next, None, &mut t).unwrap()).0, ids[7]);
+        assert_eq!(
+            word_parts(pack_word(&next, None, &mut t).unwrap()).0,
+            ids[7]
+        );
     }
 
     #[test]
@@ -757,7 +778,10 @@ mod tests {
         let Some(Value::Limit(s)) = unpack_rules(&words, &t) else {
             panic!("not a policy");
         };
-        assert_eq!((&*s.params, &s.state), (&rules[..], &states(NOW_US * 100, 1)));
+        assert_eq!(
+            (&*s.params, &s.state),
+            (&rules[..], &states(NOW_US * 100, 1))
+        );
         // Written again within the epochs: the same entries, no new references.
         let again = pack_rules(&rules, &states(NOW_US * 100 + 7, 2), &words, &mut t).unwrap();
         release_replaced(&words, &again, &mut t);
@@ -765,7 +789,7 @@ mod tests {
         assert_eq!(ids(&again), ids(&words));
         assert!(ids(&words).iter().all(|&id| t.refs(id) == 1));
         // The GCRA rule past its epoch: a new entry for it, the old one given back.
-        let far = states((NOW_US * 100 >> 44 << 44) + (1 << 46), 3);
+        let far = states((((NOW_US * 100) >> 44) << 44) + (1 << 46), 3);
         let moved = pack_rules(&rules, &far, &again, &mut t).unwrap();
         release_replaced(&again, &moved, &mut t);
         assert_ne!(ids(&moved)[0], ids(&again)[0]);
@@ -877,14 +901,23 @@ mod tests {
         prop_assert_eq!(t.refs(id), 1);
         // Against an entry of the same parameters at another base (the key's older epoch):
         // kept if the anchor fits above its base, else a new epoch's reference is taken.
-        let bases = [0, anchor.saturating_sub(1), anchor.saturating_add(1), anchor >> 1];
+        let bases = [
+            0,
+            anchor.saturating_sub(1),
+            anchor.saturating_add(1),
+            anchor >> 1,
+        ];
         for base in bases {
             let old = t.acquire(Interned { params, base });
             let before = t.refs(old);
             let w2 = pack_word(v, Some(old), &mut t).expect("a fresh epoch always fits");
             let (id2, _) = word_parts(w2);
             prop_assert_eq!(unpack_word(t.get(id2).unwrap(), w2), v.clone());
-            prop_assert_eq!(t.refs(old), before, "the old entry's references are the caller's");
+            prop_assert_eq!(
+                t.refs(old),
+                before,
+                "the old entry's references are the caller's"
+            );
             if id2 != old {
                 prop_assert!(anchor < base || (anchor - base) >> anchor_bits(&params) != 0);
                 t.release(id2);

@@ -1,11 +1,18 @@
 //! The only code that opens keys or sets expiry: the module data type, its persistence
 //! callbacks, and key access for the commands.
 //!
-//! A key's value pointer is one of two things (the low bit tells which; Redis never looks
-//! behind a module value's pointer, it only hands it back to the callbacks here):
-//! - a [`compact::Cell`] of 16 bytes, interned parameters and a packed state, for every key
-//!   whose state packs;
-//! - a whole [`Value`], for a sliding log or a state too large to pack.
+//! A key's value pointer is one of four things (its two low bits tell which; Redis never looks
+//! behind a module value's pointer, it only hands it back to the callbacks here, and never
+//! takes a null one for a value):
+//! - an inline word, no pointer at all: an index of interned parameters and an epoch, and
+//!   the state (see [`compact`]), for a single-algorithm key whose state fits one;
+//! - a block of such words, one per rule, for a policy key whose every rule fits one;
+//! - a [`compact::Cell`] of 16 bytes, for a state too large for a word;
+//! - a whole [`Value`], for a sliding log, a concurrency limiter, a key under a block, or a
+//!   state too large for a cell.
+//!
+//! Every callback decodes every form, and writes (RDB, AOF, digest) the same bytes whatever
+//! the form: the form is the server's own business.
 
 pub mod codec;
 pub mod compact;
