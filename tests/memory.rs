@@ -324,3 +324,28 @@ fn a_packed_key_copies_dumps_and_digests_as_it_was_written() {
         assert_eq!(&c.cmd(&["DEBUG", "DIGEST-VALUE", key]), digest, "{key}");
     }
 }
+
+#[test]
+fn a_key_takes_its_smallest_form_again_when_its_block_is_over() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    let usage = |c: &mut Client, key: &str| c.cmd(&["MEMORY", "USAGE", key]).int();
+    assert_eq!(c.cmd(&["RL.GCRA", "k", "1", "1", "1s"]).ints()[0], 1);
+    assert_eq!(c.cmd(&["RL.GCRA", "twin", "1", "1", "1s"]).ints()[0], 1);
+    let inline = usage(&mut c, "k");
+    assert_eq!(usage(&mut c, "twin"), inline);
+    // Denied with a block: the whole value, which has room for it.
+    let r = c.cmd(&["RL.GCRA", "k", "1", "1", "1s", "BLOCK", "10s"]);
+    assert_eq!(r.ints()[0], 0);
+    assert!(usage(&mut c, "k") > inline + 64, "{}", usage(&mut c, "k"));
+    // Admitted after the block: as small as a key never blocked, and it still expires.
+    c.clock_advance(10_000);
+    let r = c.cmd(&["RL.GCRA", "k", "1", "1", "1s"]);
+    assert_eq!(r.ints(), vec![1, 1, 0, 0, 1000]);
+    assert_eq!(usage(&mut c, "k"), inline);
+    let pttl = c.pttl("k");
+    assert!(pttl > 0 && pttl <= 1000, "{pttl}");
+    let tat = c.cmd(&["RL.INSPECT", "k"]).field("tat_us");
+    assert_eq!(tat, Reply::Int((T0_MS as i64 + 11_000) * 1000));
+}

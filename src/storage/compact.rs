@@ -334,25 +334,15 @@ pub fn unpack_word(entry: &Interned, word: u64) -> Value {
 /// the word takes a reference to the entry of the anchor's epoch, and the caller releases
 /// `old`'s when it stores the new word.
 pub fn pack_word(value: &Value, old: Option<u32>, table: &mut Interner) -> Option<u64> {
-    let (params, anchor, rest) = split(value)?;
-    let bits = anchor_bits(&params);
-    let rest_bits = PAYLOAD_BITS - bits;
-    let payload = |base: u128| {
-        let offset = anchor.checked_sub(base)?;
-        (offset >> bits == 0).then(|| ((offset as u64) << rest_bits) | rest)
-    };
     if let Some(id) = old {
-        if let Some(entry) = table.get(id) {
-            if entry.params == params {
-                if let Some(p) = payload(entry.base) {
-                    return Some(word(id, p));
-                }
-            }
+        if let Some(word) = table.get(id).and_then(|entry| refit(value, id, entry)) {
+            return Some(word);
         }
     }
+    let (params, anchor, rest) = split(value)?;
     let q = quantum_bits(&params);
     let base = (anchor >> q) << q;
-    let p = payload(base)?;
+    let p = payload(&params, anchor, rest, base)?;
     let id = table.acquire(Interned { params, base });
     if id >> INDEX_BITS != 0 || Some(id) == old {
         // Past the ids a word holds; or the entry `old` already holds (an anchor that moved
@@ -362,6 +352,24 @@ pub fn pack_word(value: &Value, old: Option<u32>, table: &mut Interner) -> Optio
         return (Some(id) == old).then(|| word(id, p));
     }
     Some(word(id, p))
+}
+
+/// `value` as an inline word of entry `id`, which is `entry`, when it is of the same
+/// parameters and its anchor fits above the entry's base: no table needed (the common
+/// write of a key, which keeps its entry).
+pub fn refit(value: &Value, id: u32, entry: &Interned) -> Option<u64> {
+    let (params, anchor, rest) = split(value)?;
+    if params != entry.params {
+        return None;
+    }
+    payload(&params, anchor, rest, entry.base).map(|p| word(id, p))
+}
+
+/// The payload of an anchor and a rest above `base`, when the anchor fits.
+fn payload(params: &Params, anchor: u128, rest: u64, base: u128) -> Option<u64> {
+    let bits = anchor_bits(params);
+    let offset = anchor.checked_sub(base)?;
+    (offset >> bits == 0).then(|| ((offset as u64) << (PAYLOAD_BITS - bits)) | rest)
 }
 
 /// The words of a policy's rules (each as [`pack_word`] packs a key of the rule's algorithm),

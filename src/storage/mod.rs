@@ -173,17 +173,23 @@ fn entry_of(repr: Repr<'_>) -> Option<Cow<'_, Entry>> {
 
 /// The value a packed form stands for (`None` for a whole entry, or an entry gone).
 fn unpacked(repr: &Repr<'_>) -> Option<Value> {
+    unpacked_with_entry(repr).map(|(value, _)| value)
+}
+
+/// [`unpacked`], and for an inline word the entry it names (a copy, so that writing the key
+/// back under the same entry needs no lock).
+fn unpacked_with_entry(repr: &Repr<'_>) -> Option<(Value, Option<Interned>)> {
     let table = interner();
     match repr {
         Repr::Inline(word) => {
-            let entry = table.get(compact::word_parts(*word).0)?;
-            Some(compact::unpack_word(entry, *word))
+            let entry = *table.get(compact::word_parts(*word).0)?;
+            Some((compact::unpack_word(&entry, *word), Some(entry)))
         }
         Repr::Compact(cell) => {
             let entry = table.get(cell.params)?;
-            Some(compact::unpack(&entry.params, cell.state()))
+            Some((compact::unpack(&entry.params, cell.state()), None))
         }
-        Repr::Rules(words) => compact::unpack_rules(words, &table),
+        Repr::Rules(words) => compact::unpack_rules(words, &table).map(|v| (v, None)),
         Repr::Whole(_) => None,
     }
 }
@@ -489,7 +495,18 @@ impl<'a> Key<'a> {
                     step(Some((&stored.params, &mut stored.state)), write);
                 if decision.allowed && write {
                     stored.params = params.clone();
-                    entry.blocked_until_us = 0;
+                    if blocked != 0 {
+                        // The block is over: the key takes the smallest form it fits again
+                        // (Redis frees the whole entry through `free`).
+                        let kept =
+                            matches!(entry.value, Value::SlidingLog(_) | Value::Concurrency(_));
+                        if !kept {
+                            let value = entry.value.clone();
+                            self.set(into_raw(Entry::new(value)));
+                            return Ok((decision, true, aside));
+                        }
+                        entry.blocked_until_us = 0;
+                    }
                     return Ok((decision, true, aside));
                 }
                 match penalty::starts(&decision, cost, write, block_ms, now_us) {
@@ -502,7 +519,7 @@ impl<'a> Key<'a> {
                 }
             }
             packed => {
-                let mut value = unpacked(&packed).ok_or(Error::Panic)?;
+                let (mut value, entry) = unpacked_with_entry(&packed).ok_or(Error::Panic)?;
                 let error = other(&value);
                 let stored = A::get_mut(&mut value).ok_or(error)?;
                 let (mut decision, _, aside) =
@@ -522,7 +539,7 @@ impl<'a> Key<'a> {
                     };
                 }
                 stored.params = params.clone();
-                self.repack(packed, value);
+                self.repack(packed, entry, value);
                 Ok((decision, true, aside))
             }
         }
@@ -530,7 +547,16 @@ impl<'a> Key<'a> {
 
     /// Stores `value` in place of the packed form `old`: in the same form when it still fits
     /// (keeping its table entries when it can), else in whatever form [`into_raw`] picks.
-    fn repack(&mut self, old: Repr<'_>, value: Value) {
+    /// `entry` is the entry an inline word names, as it was read.
+    fn repack(&mut self, old: Repr<'_>, entry: Option<Interned>, value: Value) {
+        if let (Repr::Inline(word), Some(entry)) = (&old, entry) {
+            // The common write: the same entry, no lock.
+            let id = compact::word_parts(*word).0;
+            if let Some(new) = compact::refit(&value, id, &entry) {
+                self.replace_word(new);
+                return;
+            }
+        }
         let mut table = interner();
         match old {
             Repr::Inline(word) => {
@@ -540,10 +566,7 @@ impl<'a> Key<'a> {
                         table.release(id);
                     }
                     drop(table);
-                    // The old value is a word: nothing to free.
-                    self.modified = true;
-                    self.raw
-                        .replace_value(raw_type(), (new as usize | INLINE) as *mut c_void);
+                    self.replace_word(new);
                     return;
                 }
             }
@@ -630,6 +653,14 @@ impl<'a> Key<'a> {
         self.raw_value()?;
         self.set(into_raw(entry));
         Ok(())
+    }
+
+    /// Replaces the key's inline word with `word`, keeping the key and its expiry; the old
+    /// value, a word too, needs nothing freed (its entry's reference is the caller's).
+    fn replace_word(&mut self, word: u64) {
+        self.modified = true;
+        self.raw
+            .replace_value(raw_type(), (word as usize | INLINE) as *mut c_void);
     }
 
     /// Sets the key's value pointer. Replacing a value re-creates the key, so its expiry is
