@@ -349,8 +349,11 @@ def render(results, plain, mem_rows, log_rows, scale):
         lua_text = "" if lua is None else "%.1f" % lua
         target = 1.15 if label in FIXED_SIZE else 220 / plain if label == "RL.LIMIT" else None
         ok = "" if target is None else " " + mark(ours / plain <= target)
+        # The plain key's MEMORY USAGE is Redis's own count, which leaves out its expiry entry and
+        # buckets: shown, not held to the target.
+        usage_ok = "" if lua is None else mark(abs(usage / ours - 1) <= 0.05)
         lines.append("| %s | %.1f | %.2f%s | %.1f | %.3f %s | %s |" % (
-            label, ours, ours / plain, ok, usage, usage / ours, mark(abs(usage / ours - 1) <= 0.05), lua_text))
+            label, ours, ours / plain, ok, usage, usage / ours, usage_ok, lua_text))
     lines += ["", "Sliding log: bytes per admitted request (cost 1), against a sorted set (the Lua twin).", "",
               "| entries per key | RL.SLIDINGLOG | MEMORY USAGE | ÷ growth | sorted set |", "|---|---|---|---|---|"]
     for entries, (ours, usage), zset in log_rows:
