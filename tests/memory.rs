@@ -349,3 +349,31 @@ fn a_key_takes_its_smallest_form_again_when_its_block_is_over() {
     let tat = c.cmd(&["RL.INSPECT", "k"]).field("tat_us");
     assert_eq!(tat, Reply::Int((T0_MS as i64 + 11_000) * 1000));
 }
+
+#[test]
+fn a_token_bucket_moves_between_a_word_and_a_cell_as_its_tokens_allow() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    let usage = |c: &mut Client| c.cmd(&["MEMORY", "USAGE", "tb"]).int();
+    let call = ["RL.TOKENBUCKET", "tb", "10", "10", "1h"];
+    assert_eq!(c.cmd(&call).ints()[0], 1);
+    let word = usage(&mut c);
+    let state = |c: &mut Client| {
+        let r = c.cmd(&["RL.INSPECT", "tb"]);
+        (r.field("tokens"), r.field("remaining"))
+    };
+    // 1 ms later a fraction of a token has come back: a cell, 16 bytes more.
+    c.clock_advance(1);
+    // (2 tokens less 10^4 µs-tokens to refill, at 10 per hour: 719,999 ms.)
+    assert_eq!(c.cmd(&call).ints(), vec![1, 10, 8, 0, 719_999]);
+    assert_eq!(usage(&mut c), word + 16);
+    let in_cell = state(&mut c);
+    // Full again an hour later: whole tokens, a word again, with its expiry.
+    c.clock_advance(3_600_000);
+    assert_eq!(c.cmd(&call).ints(), vec![1, 10, 9, 0, 360_000]);
+    assert_eq!(usage(&mut c), word);
+    let pttl = c.pttl("tb");
+    assert!(pttl > 0 && pttl <= 360_000, "{pttl}");
+    assert_ne!(state(&mut c), in_cell);
+}
