@@ -83,6 +83,7 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     compat::log_fallbacks(ctx);
+    storage::count_key_overhead(ctx.embeds_key_names());
     set_module_options(ctx);
     if config::debug_clock() {
         clock::enable_debug();

@@ -185,6 +185,18 @@ fn a_parameter_set_no_key_uses_is_released_whatever_removed_the_keys() {
     assert_eq!(c.cmd(&["SWAPDB", "0", "1"]), ok);
     assert_eq!(interned(&mut c).0, 1);
     // FLUSHDB and FLUSHALL, sync and async.
+    let two = [
+        "RL.POLICY.SET",
+        "two",
+        "GCRA",
+        "9",
+        "9",
+        "1h",
+        "FIXEDWINDOW",
+        "90",
+        "1d",
+    ];
+    assert_eq!(c.cmd(&two), ok);
     assert_eq!(c.cmd(&["FLUSHDB", "SYNC"]), ok);
     assert_eq!(interned(&mut c), (0, 0, 0));
     for (i, flush) in [
@@ -199,6 +211,12 @@ fn a_parameter_set_no_key_uses_is_released_whatever_removed_the_keys() {
             gcra(&mut c, &format!("k{k}"), 1 + k % 10 + 10 * i as u64);
         }
         assert_eq!(interned(&mut c).0, 10);
+        // Keys of a policy: a block of words, one entry per rule, freed the same way.
+        for k in 0..100 {
+            let r = c.cmd(&["RL.LIMIT", &format!("p{k}"), "two"]);
+            assert_eq!(r.ints()[0], 1, "{r:?}");
+        }
+        assert_eq!(interned(&mut c).0, 12);
         assert_eq!(c.cmd(flush), ok);
         wait_for_lazyfree(&mut c);
         assert_eq!(interned(&mut c), (0, 0, 0), "{flush:?}");

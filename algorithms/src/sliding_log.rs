@@ -208,6 +208,11 @@ impl State {
         } else {
             self.words.push_back(offset);
         }
+        if !self.index.indexed && self.words.len() > STRIDE as usize {
+            // Past a walk's length: the checkpoints from now on (tallies restart from this
+            // front; only their differences are read).
+            *self.index = Index::build(&self.words);
+        }
     }
 
     /// Drops the words from `at` (an entry's first word) on, keeping the index in step: the
@@ -360,8 +365,14 @@ impl Tally {
 /// of [`STRIDE`] among the ring's words, the tally of the entries that start before it. With
 /// it, the units before any entry are one checkpoint plus a walk of fewer than `STRIDE`
 /// words: O(1). 16 bytes per 64 words: 6% on top of the ring.
+///
+/// A ring of at most `STRIDE` words keeps no checkpoints (a walk of it is as short), so a
+/// small log allocates none; the checkpoints are built once the ring grows past `STRIDE`
+/// words, and kept from then on (until the ring starts afresh).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Index {
+    /// Whether the checkpoints are kept (the ring grew past `STRIDE` words).
+    indexed: bool,
     /// The position of the front word.
     first: u64,
     /// The entries before the front word (dropped ones), and before the end of the ring.
@@ -404,7 +415,10 @@ fn is_cost_word(words: &VecDeque<u32>, i: usize) -> bool {
 
 impl Index {
     fn build(words: &VecDeque<u32>) -> Index {
-        let mut index = Index::default();
+        let mut index = Index {
+            indexed: words.len() > STRIDE as usize,
+            ..Index::default()
+        };
         let mut at = 0;
         for entry in (Entries {
             words: words.iter(),
@@ -424,12 +438,12 @@ impl Index {
     /// Counts an entry of `cost` units and `words` words appended after `len` words.
     fn append(&mut self, len: usize, cost: u64, words: usize) {
         let start = self.first.wrapping_add(len as u64);
-        if start.is_multiple_of(STRIDE) {
+        if self.indexed && start.is_multiple_of(STRIDE) {
             self.checkpoints.push_back(self.end);
         }
         self.end = self.end.plus(cost);
         // A checkpoint on a cost word counts its entry, which started before it.
-        if words == 2 && start.wrapping_add(1).is_multiple_of(STRIDE) {
+        if self.indexed && words == 2 && start.wrapping_add(1).is_multiple_of(STRIDE) {
             self.checkpoints.push_back(self.end);
         }
     }
@@ -1016,6 +1030,12 @@ mod tests {
         }
         assert_eq!(relative(index.before(&s.words, at)), walked);
         assert_eq!(relative(index.end), walked);
+        if !index.indexed {
+            // A small ring keeps no checkpoints, and a longer one always does.
+            assert!(index.checkpoints.is_empty());
+            assert!(s.words.len() <= STRIDE as usize, "{} words", s.words.len());
+            return;
+        }
         let positions = (0..s.words.len() as u64)
             .filter(|i| index.first.wrapping_add(*i).is_multiple_of(STRIDE))
             .count();

@@ -195,7 +195,7 @@ fn confirm(ctx: Ctx) {
         return;
     };
     let stats = ctx.server_info_text(c"commandstats", c"cmdstat_config|resetstat");
-    if stats.as_deref().is_some_and(reset_seen) {
+    if stats.is_some_and(|s| reset_seen(s.as_bytes())) {
         return;
     }
     for (command, values) in COMMANDS.iter().zip(t.commands) {

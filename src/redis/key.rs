@@ -95,6 +95,23 @@ impl<'a> RawKey<'a> {
         }
     }
 
+    /// Replaces the key's value, of the data type `ty`, with `value`, keeping the key and its
+    /// expiry; returns the old value, which Redis no longer owns (nor frees).
+    pub fn replace_value(
+        &mut self,
+        ty: *mut raw::RedisModuleType,
+        value: *mut c_void,
+    ) -> *mut c_void {
+        let mut old = std::ptr::null_mut();
+        // SAFETY: the key is open for writing and holds a value of `ty` (the caller read it).
+        unsafe {
+            if let Some(replace) = raw::RedisModule_ModuleTypeReplaceValue {
+                replace(self.ptr, ty, value, &mut old);
+            }
+        }
+        old
+    }
+
     /// Expires the key at `at_ms`, an absolute time on the real clock (ms since the epoch).
     pub fn expire_at(&mut self, at_ms: u64) {
         let at = i64::try_from(at_ms).unwrap_or(i64::MAX);

@@ -296,9 +296,9 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// A text field of an INFO section (`None`: no such API, section or field).
-    pub fn server_info_text(self, section: &CStr, field: &CStr) -> Option<Vec<u8>> {
-        // SAFETY: a live context; the text is copied before the info data is freed once.
+    /// A field of an INFO section as text (`None`: no such API, section or field).
+    pub fn server_info_text(self, section: &CStr, field: &CStr) -> Option<String> {
+        // SAFETY: a live context; the field is copied before the info data is freed, once.
         unsafe {
             let (Some(info), Some(get), Some(free)) = (
                 raw::RedisModule_GetServerInfo,
@@ -311,11 +311,24 @@ impl<'a> Ctx<'a> {
             if data.is_null() {
                 return None;
             }
-            let text = get(data, field.as_ptr());
-            let value = (!text.is_null()).then(|| CStr::from_ptr(text).to_bytes().to_vec());
+            let value = get(data, field.as_ptr());
+            let text =
+                (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned());
             free(self.raw(), data);
-            value
+            text
         }
+    }
+
+    /// Whether the server keeps a key's name inside its value's object, with no dictionary
+    /// entry of its own (Redis 8, Valkey 8): a key then costs less besides its value.
+    pub fn embeds_key_names(self) -> bool {
+        // Valkey reports a Redis version of 7.2.4, and its own in a field of its own.
+        let major = |version: Option<String>| {
+            version.and_then(|v| v.split('.').next()?.parse::<u32>().ok())
+        };
+        let valkey = major(self.server_info_text(c"server", c"valkey_version"));
+        let redis = major(self.server_info_text(c"server", c"redis_version"));
+        valkey.or(redis).is_some_and(|major| major >= 8)
     }
 
     /// Writes `message` to the server's log (see [`log`]).
@@ -562,6 +575,7 @@ pub fn check_api() -> Result<(), &'static str> {
         RedisModule_ModuleTypeGetType,
         RedisModule_ModuleTypeGetValue,
         RedisModule_ModuleTypeSetValue,
+        RedisModule_ModuleTypeReplaceValue,
         RedisModule_DeleteKey,
         RedisModule_SetExpire,
         RedisModule_Milliseconds,

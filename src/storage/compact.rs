@@ -1,27 +1,38 @@
-//! The compact form of a limiter key: 16 bytes instead of a whole [`Value`].
+//! The packed forms of a limiter key, and the table of interned parameters they refer to.
 //!
-//! A Redis key already costs about 116 bytes (`SET key <integer> PX <ms>`: its dict entry,
-//! name, object and expiry entry) and a module value adds a 16-byte wrapper, so a value of
-//! our own larger than 16 bytes would cost more than a third again. Most keys of a limiter
-//! share their parameters and hold a state of a few integers, so:
+//! A Redis key already costs about 117 bytes (`SET key <integer> PX <ms>`: its dict entry,
+//! name, object, expiry entry and buckets) and a module value adds a 16-byte wrapper, so
+//! anything we allocate per key costs on top of that. Most keys of a limiter share their
+//! parameters and hold a state of a few integers, so:
 //!
-//! - parameters are interned: a table holds each distinct set once, counted by reference,
-//!   and a key holds its 32-bit index;
-//! - the state is packed into 96 bits, when it fits: a GCRA or leaky-bucket TAT (at most
-//!   about 2^92 until the year 4000 at the largest rate), a token bucket's fixed-point tokens
-//!   (42 bits) and update time (54 bits), a window's index (42 bits) and counts.
+//! - parameters are interned with an epoch ([`Interned`]): a table holds each distinct pair
+//!   once, counted by reference, and a key holds its index;
+//! - an **inline word** ([`pack_word`]) holds a 16-bit index and 46 bits of state, the state's
+//!   time measured from the entry's epoch: the word is the value pointer itself (tagged in its
+//!   low bits by the storage layer), with no allocation;
+//! - a policy's rules pack as one such word each ([`pack_rules`]), in one block;
+//! - a state too large for a word packs into a 16-byte [`Cell`] (a 32-bit index of an entry
+//!   of epoch 0 and 96 bits: a GCRA or leaky-bucket TAT at most about 2^92 until the year 4000
+//!   at the largest rate, a token bucket's fixed-point tokens (42 bits) and update time (54
+//!   bits), a window's index (42 bits) and counts).
 //!
-//! A state that does not fit (a huge token bucket, counts past 2^27 in a sliding window) and
-//! every sliding log keep the whole [`Value`]: nothing is ever rounded to fit.
+//! A state that fits none (a huge token bucket, counts past 2^27 in a sliding window), every
+//! sliding log and every concurrency limiter keep the whole [`Value`]: nothing is ever rounded
+//! to fit.
+//!
+//! To pack a new kind of state (a new algorithm), add its [`Params`] variant, then its split
+//! into an anchor (the part that moves with time) and a rest in [`split`] and [`join`], and
+//! the anchor's bits in [`anchor_bits`]; the storage layer needs nothing more. A kind left out
+//! keeps the whole value.
 //!
 //! The table is behind a mutex: Redis may free values on its lazy-free thread (FLUSHALL
-//! ASYNC), which releases their parameters.
+//! ASYNC), which releases their entries.
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
 
-use crate::algorithms::{fixed_window, gcra, leaky_bucket, sliding_window, token_bucket};
+use crate::algorithms::{fixed_window, gcra, leaky_bucket, policy, sliding_window, token_bucket};
 
 use super::value::{Stored, Value};
 
@@ -33,6 +44,15 @@ pub enum Params {
     LeakyBucket(leaky_bucket::Params),
     FixedWindow(fixed_window::Params),
     SlidingWindow(sliding_window::Params),
+}
+
+/// What the table interns: a parameter set and an epoch, the base that the anchor of an inline
+/// state (its time, in the state's own unit) is measured from. A [`Cell`] holds an absolute
+/// state, under an entry of base 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Interned {
+    pub params: Params,
+    pub base: u128,
 }
 
 /// A key's compact value: interned parameters and a packed state. 16 bytes.
@@ -150,6 +170,271 @@ pub fn unpack(params: &Params, state: u128) -> Value {
     }
 }
 
+/// Bits of an inline word that name its table entry: the entries numbered below 2^16 can be
+/// used inline; a key whose entry is numbered higher falls back to a [`Cell`].
+pub const INDEX_BITS: u32 = 16;
+/// Bits of an inline word that hold the state: 64, less the two bits of the pointer's tag and
+/// the index.
+pub const PAYLOAD_BITS: u32 = 64 - 2 - INDEX_BITS;
+/// The index's place in an inline word (above the tag).
+const INDEX_SHIFT: u32 = 2;
+const PAYLOAD_SHIFT: u32 = INDEX_SHIFT + INDEX_BITS;
+
+/// An inline word of entry `id` and `payload` (the tag's bits left clear).
+pub fn word(id: u32, payload: u64) -> u64 {
+    (payload << PAYLOAD_SHIFT) | (u64::from(id) << INDEX_SHIFT)
+}
+
+/// The entry and the payload of an inline word.
+pub fn word_parts(word: u64) -> (u32, u64) {
+    (
+        ((word >> INDEX_SHIFT) & ((1 << INDEX_BITS) - 1)) as u32,
+        word >> PAYLOAD_SHIFT,
+    )
+}
+
+/// The bits of a payload that hold the anchor, measured from the entry's base; the rest of the
+/// state takes the bits below. Chosen so that an epoch spans far longer than a key of usual
+/// parameters lives: a GCRA TAT 2^46 units of 1/rate µs (about 80 days at 10 per period, 70
+/// s at 10^6), a token bucket's update time 2^30 µs (18 minutes), 2^14 fixed windows, 2^10
+/// sliding windows.
+fn anchor_bits(params: &Params) -> u32 {
+    match params {
+        Params::Gcra(_) | Params::LeakyBucket(_) => PAYLOAD_BITS,
+        Params::TokenBucket(_) => 30,
+        Params::FixedWindow(_) => 14,
+        Params::SlidingWindow(_) => 10,
+    }
+}
+
+/// A new epoch's base is the anchor rounded down to a multiple of 2^(anchor bits − 2): keys of
+/// one parameter set written at about the same time share it, and each key has three quarters
+/// of the span left before its anchor would not fit.
+fn quantum_bits(params: &Params) -> u32 {
+    anchor_bits(params) - 2
+}
+
+/// The most units per period a GCRA or leaky bucket packs inline at: above it an epoch would
+/// span less than about a second (2^44 units of 1/rate µs), so that keys would hardly share
+/// one; such keys keep a [`Cell`].
+const MAX_INLINE_RATE: u64 = 1 << 24;
+
+/// A token bucket's period in µs, the unit its tokens are counted in (as the algorithm does).
+fn token_unit(params: &token_bucket::Params) -> u128 {
+    u128::from(params.refill_period_ms.max(1)).saturating_mul(1000)
+}
+
+/// A window's length in µs.
+fn window_us(window_ms: u64) -> u128 {
+    u128::from(window_ms) * 1000
+}
+
+/// `value`'s parameters, its anchor (the part of the state that moves with time: a TAT, an
+/// update time, a window's index) and the rest of its state packed into the payload's low
+/// bits; `None` when the rest does not fit them exactly, or the value never packs inline.
+fn split(value: &Value) -> Option<(Params, u128, u64)> {
+    let fits = |x: u64, bits: u32| x >> bits == 0;
+    match value {
+        Value::Gcra(s) => {
+            (s.params.rate <= MAX_INLINE_RATE).then_some((Params::Gcra(s.params), s.state.tat, 0))
+        }
+        Value::LeakyBucket(s) => (s.params.leak_amount <= MAX_INLINE_RATE).then_some((
+            Params::LeakyBucket(s.params),
+            s.state.tat,
+            0,
+        )),
+        Value::TokenBucket(s) => {
+            // Whole tokens only (a fresh key, an INTERVAL bucket, a full one): 16 bits.
+            let unit = token_unit(&s.params);
+            let tokens = u64::try_from(s.state.scaled_tokens / unit).ok()?;
+            (tokens as u128 * unit == s.state.scaled_tokens && fits(tokens, 16)).then_some((
+                Params::TokenBucket(s.params),
+                u128::from(s.state.updated_us),
+                tokens,
+            ))
+        }
+        Value::FixedWindow(s) => {
+            let window = window_us(s.params.window_ms);
+            let start = u128::from(s.state.window_start_us);
+            let index = start.checked_div(window)?;
+            (index * window == start && fits(s.state.count, 32)).then_some((
+                Params::FixedWindow(s.params),
+                index,
+                s.state.count,
+            ))
+        }
+        Value::SlidingWindow(s) => {
+            let window = window_us(s.params.window_ms);
+            let start = u128::from(s.state.window_start_us);
+            let index = start.checked_div(window)?;
+            let (current, previous) = (s.state.current, s.state.previous);
+            (index * window == start && fits(current, 18) && fits(previous, 18)).then_some((
+                Params::SlidingWindow(s.params),
+                index,
+                current << 18 | previous,
+            ))
+        }
+        Value::SlidingLog(_) | Value::Concurrency(_) | Value::Limit(_) | Value::Warmup(_) => None,
+    }
+}
+
+/// The value an anchor and a rest stand for (the inverse of [`split`]).
+fn join(params: &Params, anchor: u128, rest: u64) -> Value {
+    let start = |index: u128, window_ms: u64| {
+        u64::try_from(index.saturating_mul(window_us(window_ms))).unwrap_or(u64::MAX)
+    };
+    match *params {
+        Params::Gcra(params) => Value::Gcra(Stored {
+            params,
+            state: gcra::State { tat: anchor },
+        }),
+        Params::LeakyBucket(params) => Value::LeakyBucket(Stored {
+            params,
+            state: leaky_bucket::State { tat: anchor },
+        }),
+        Params::TokenBucket(params) => Value::TokenBucket(Stored {
+            params,
+            state: token_bucket::State {
+                scaled_tokens: u128::from(rest) * token_unit(&params),
+                updated_us: u64::try_from(anchor).unwrap_or(u64::MAX),
+            },
+        }),
+        Params::FixedWindow(params) => Value::FixedWindow(Stored {
+            params,
+            state: fixed_window::State {
+                window_start_us: start(anchor, params.window_ms),
+                count: rest,
+            },
+        }),
+        Params::SlidingWindow(params) => Value::SlidingWindow(Stored {
+            params,
+            state: sliding_window::State {
+                window_start_us: start(anchor, params.window_ms),
+                current: rest >> 18,
+                previous: rest & ((1 << 18) - 1),
+            },
+        }),
+    }
+}
+
+/// The value an inline word stands for, with `entry` the entry its index names.
+pub fn unpack_word(entry: &Interned, word: u64) -> Value {
+    let (_, payload) = word_parts(word);
+    let bits = anchor_bits(&entry.params);
+    let rest_bits = PAYLOAD_BITS - bits;
+    let offset = u128::from(payload >> rest_bits);
+    let rest = payload & ((1u64 << rest_bits) - 1);
+    join(&entry.params, entry.base.saturating_add(offset), rest)
+}
+
+/// `value` as an inline word (tag bits clear), or `None` when it does not fit one exactly.
+///
+/// `old` is the entry the key's word used so far: kept when it is the same parameters and the
+/// anchor still fits above its base (no reference taken, and none to give back); otherwise
+/// the word takes a reference to the entry of the anchor's epoch, and the caller releases
+/// `old`'s when it stores the new word.
+pub fn pack_word(value: &Value, old: Option<u32>, table: &mut Interner) -> Option<u64> {
+    if let Some(id) = old {
+        if let Some(word) = table.get(id).and_then(|entry| refit(value, id, entry)) {
+            return Some(word);
+        }
+    }
+    let (params, anchor, rest) = split(value)?;
+    let q = quantum_bits(&params);
+    let base = (anchor >> q) << q;
+    let p = payload(&params, anchor, rest, base)?;
+    let id = table.acquire(Interned { params, base });
+    if id >> INDEX_BITS != 0 || Some(id) == old {
+        // Past the ids a word holds; or the entry `old` already holds (an anchor that moved
+        // back under its base cannot come here with the same base, but a reference taken
+        // twice would never be given back).
+        table.release(id);
+        return (Some(id) == old).then(|| word(id, p));
+    }
+    Some(word(id, p))
+}
+
+/// `value` as an inline word of entry `id`, which is `entry`, when it is of the same
+/// parameters and its anchor fits above the entry's base: no table needed (the common
+/// write of a key, which keeps its entry).
+pub fn refit(value: &Value, id: u32, entry: &Interned) -> Option<u64> {
+    let (params, anchor, rest) = split(value)?;
+    if params != entry.params {
+        return None;
+    }
+    payload(&params, anchor, rest, entry.base).map(|p| word(id, p))
+}
+
+/// The payload of an anchor and a rest above `base`, when the anchor fits.
+fn payload(params: &Params, anchor: u128, rest: u64, base: u128) -> Option<u64> {
+    let bits = anchor_bits(params);
+    let offset = anchor.checked_sub(base)?;
+    (offset >> bits == 0).then(|| ((offset as u64) << (PAYLOAD_BITS - bits)) | rest)
+}
+
+/// The words of a policy's rules (each as [`pack_word`] packs a key of the rule's algorithm),
+/// or `None` when one does not fit (then no reference is left taken). `old` are the key's
+/// words so far: a rule keeps the entry of the word at its place when it can.
+pub fn pack_rules(
+    rules: &[policy::Rule],
+    states: &[policy::RuleState],
+    old: &[u64],
+    table: &mut Interner,
+) -> Option<Vec<u64>> {
+    if rules.len() != states.len() {
+        return None;
+    }
+    let mut words = Vec::with_capacity(rules.len());
+    for (i, (rule, state)) in rules.iter().zip(states).enumerate() {
+        let old_id = old.get(i).map(|&w| word_parts(w).0);
+        let packed = Value::from_rule(rule, state).and_then(|v| pack_word(&v, old_id, table));
+        let Some(w) = packed else {
+            release_new(&words, old, table);
+            return None;
+        };
+        words.push(w);
+    }
+    Some(words)
+}
+
+/// Gives back the references `words` took that the words at their places in `old` did not
+/// already hold: what a key storing `words` instead of `old` no longer needs is the rest of
+/// `old`'s, which the caller releases with [`release_replaced`].
+fn release_new(words: &[u64], old: &[u64], table: &mut Interner) {
+    for (i, &w) in words.iter().enumerate() {
+        let id = word_parts(w).0;
+        if old.get(i).map(|&o| word_parts(o).0) != Some(id) {
+            table.release(id);
+        }
+    }
+}
+
+/// Releases the references of `old`'s words that `new` (stored in their place) does not keep.
+pub fn release_replaced(old: &[u64], new: &[u64], table: &mut Interner) {
+    for (i, &o) in old.iter().enumerate() {
+        let id = word_parts(o).0;
+        if new.get(i).map(|&w| word_parts(w).0) != Some(id) {
+            table.release(id);
+        }
+    }
+}
+
+/// The policy a key's rule words stand for: its rules and their states.
+pub fn unpack_rules(words: &[u64], table: &Interner) -> Option<Value> {
+    let mut rules = Vec::with_capacity(words.len());
+    let mut states = Vec::with_capacity(words.len());
+    for &w in words {
+        let entry = table.get(word_parts(w).0)?;
+        let (rule, state) = unpack_word(entry, w).into_rule()?;
+        rules.push(rule);
+        states.push(state);
+    }
+    Some(Value::Limit(Stored {
+        params: rules.into(),
+        state: states,
+    }))
+}
+
 /// FNV-1a: parameters are a few integers, and a siphash per new key is not needed here.
 #[derive(Default)]
 struct Fnv(u64);
@@ -181,8 +466,8 @@ impl Hasher for Fnv {
 /// (the rare shrink copies what is left, paid for by the releases before it).
 #[derive(Default)]
 pub struct Interner {
-    ids: HashMap<Params, u32, BuildHasherDefault<Fnv>>,
-    entries: Vec<Option<(Params, u64)>>,
+    ids: HashMap<Interned, u32, BuildHasherDefault<Fnv>>,
+    entries: Vec<Option<(Interned, u64)>>,
     /// Free ids below `entries.len()`, taken lowest first.
     free: BTreeSet<u32>,
 }
@@ -200,7 +485,7 @@ pub struct Usage {
 
 impl Interner {
     /// The id of `params`, taking one reference to it.
-    pub fn acquire(&mut self, params: Params) -> u32 {
+    pub fn acquire(&mut self, params: Interned) -> u32 {
         if let Some(&id) = self.ids.get(&params) {
             if let Some(Some((_, refs))) = self.entries.get_mut(id as usize) {
                 *refs += 1;
@@ -260,7 +545,7 @@ impl Interner {
         }
     }
 
-    pub fn get(&self, id: u32) -> Option<&Params> {
+    pub fn get(&self, id: u32) -> Option<&Interned> {
         self.entries
             .get(id as usize)?
             .as_ref()
@@ -273,15 +558,24 @@ impl Interner {
         self.ids.len()
     }
 
+    /// The references to `id` (0: not in use).
+    #[cfg(test)]
+    pub fn refs(&self, id: u32) -> u64 {
+        match self.entries.get(id as usize) {
+            Some(Some((_, refs))) => *refs,
+            _ => 0,
+        }
+    }
+
     pub fn usage(&self) -> Usage {
         use std::mem::size_of;
         // The map's buckets and a control byte each, at 8/7 of its capacity; a B-tree node
         // of the free list holds up to 11 ids in about 64 bytes.
-        let map = (self.ids.capacity() * 8 / 7) * (size_of::<(Params, u32)>() + 1);
+        let map = (self.ids.capacity() * 8 / 7) * (size_of::<(Interned, u32)>() + 1);
         Usage {
             params: self.ids.len(),
             slots: self.entries.len(),
-            bytes: self.entries.capacity() * size_of::<Option<(Params, u64)>>()
+            bytes: self.entries.capacity() * size_of::<Option<(Interned, u64)>>()
                 + map
                 + self.free.len().div_ceil(11) * 64,
         }
@@ -349,19 +643,190 @@ mod tests {
         assert_eq!(pack(&busy), None);
     }
 
+    fn at0(params: Params) -> Interned {
+        Interned { params, base: 0 }
+    }
+
+    fn gcra(rate: u64, tat: u128) -> Value {
+        Value::Gcra(Stored {
+            params: gcra::Params {
+                burst: 10,
+                rate,
+                period_ms: 3_600_000,
+            },
+            state: gcra::State { tat },
+        })
+    }
+
+    const NOW_US: u128 = 1_700_000_000_000_000;
+
+    #[test]
+    fn an_inline_word_is_one_of_a_key_of_usual_parameters() {
+        let mut t = Interner::default();
+        let v = gcra(10, NOW_US * 10);
+        let w = pack_word(&v, None, &mut t).unwrap();
+        let (id, payload) = word_parts(w);
+        let entry = *t.get(id).unwrap();
+        // The base is the TAT rounded down to 2^44 units; the payload, the TAT above it.
+        assert_eq!(entry.base, (NOW_US * 10) >> 44 << 44);
+        assert_eq!(u128::from(payload), NOW_US * 10 - entry.base);
+        // A second key of the same parameters an hour later shares the entry.
+        let later = gcra(10, (NOW_US + 3_600_000_000) * 10);
+        assert_eq!(word_parts(pack_word(&later, None, &mut t).unwrap()).0, id);
+        assert_eq!(t.refs(id), 2);
+        // Past the epoch's span (2^46 units, 81 days at this rate), the key moves to a new
+        // one, and its old entry is the caller's to release.
+        let far = gcra(10, entry.base + (1 << 46));
+        let moved = pack_word(&far, Some(id), &mut t).unwrap();
+        assert_ne!(word_parts(moved).0, id);
+        assert_eq!(unpack_word(t.get(word_parts(moved).0).unwrap(), moved), far);
+        assert_eq!(t.refs(id), 2);
+    }
+
+    #[test]
+    fn what_an_inline_word_cannot_hold_exactly_is_not_packed_into_one() {
+        let mut t = Interner::default();
+        // A rate whose epoch would span less than about a second.
+        assert_eq!(
+            pack_word(&gcra(MAX_INLINE_RATE + 1, NOW_US), None, &mut t),
+            None
+        );
+        assert!(pack_word(&gcra(MAX_INLINE_RATE, NOW_US), None, &mut t).is_some());
+        let bucket = |scaled_tokens: u128| {
+            Value::TokenBucket(Stored {
+                params: token_bucket::Params {
+                    capacity: 10,
+                    refill_amount: 10,
+                    refill_period_ms: 1000,
+                    interval: false,
+                },
+                state: token_bucket::State {
+                    scaled_tokens,
+                    updated_us: NOW_US as u64,
+                },
+            })
+        };
+        // Whole tokens pack; a fraction of one does not (the cell holds it).
+        assert!(pack_word(&bucket(9_000_000), None, &mut t).is_some());
+        assert_eq!(pack_word(&bucket(9_000_001), None, &mut t), None);
+        assert!(pack(&bucket(9_000_001)).is_some());
+        let window = |window_start_us: u64, current: u64| {
+            Value::SlidingWindow(Stored {
+                params: sliding_window::Params {
+                    limit: 1 << 20,
+                    window_ms: 1000,
+                },
+                state: sliding_window::State {
+                    window_start_us,
+                    current,
+                    previous: 0,
+                },
+            })
+        };
+        let start = (NOW_US / 1_000_000 * 1_000_000) as u64;
+        assert!(pack_word(&window(start, (1 << 18) - 1), None, &mut t).is_some());
+        assert_eq!(pack_word(&window(start, 1 << 18), None, &mut t), None);
+        assert_eq!(pack_word(&window(start + 1, 1), None, &mut t), None);
+        let log = Value::SlidingLog(Stored {
+            params: sliding_log::Params {
+                limit: 1,
+                window_ms: 1,
+            },
+            state: sliding_log::State::new(Default::default(), 0, 1, 0),
+        });
+        assert_eq!(pack_word(&log, None, &mut t), None);
+    }
+
+    #[test]
+    fn past_the_ids_a_word_holds_keys_take_cells() {
+        let mut t = Interner::default();
+        let ids: Vec<u32> = (1..=1u64 << INDEX_BITS)
+            .map(|rate| word_parts(pack_word(&gcra(rate, NOW_US), None, &mut t).unwrap()).0)
+            .collect();
+        assert_eq!(ids.len(), 1 << INDEX_BITS);
+        // The table is full as far as a word can name: the next set is not packed inline,
+        // and takes no reference.
+        let next = gcra((1 << INDEX_BITS) + 1, NOW_US);
+        assert_eq!(pack_word(&next, None, &mut t), None);
+        assert_eq!(t.len(), 1 << INDEX_BITS);
+        // Once an id is free again, it is.
+        t.release(ids[7]);
+        assert_eq!(
+            word_parts(pack_word(&next, None, &mut t).unwrap()).0,
+            ids[7]
+        );
+    }
+
+    #[test]
+    fn a_policy_packs_one_word_per_rule() {
+        use crate::algorithms::policy::{Rule, RuleState};
+        let mut t = Interner::default();
+        let rules = [
+            Rule::Gcra(gcra::Params {
+                burst: 100,
+                rate: 100,
+                period_ms: 60_000,
+            }),
+            Rule::FixedWindow(fixed_window::Params {
+                limit: 1000,
+                window_ms: 3_600_000,
+            }),
+        ];
+        let states = |tat: u128, count: u64| {
+            vec![
+                RuleState::Gcra(gcra::State { tat }),
+                RuleState::FixedWindow(fixed_window::State {
+                    window_start_us: 1_699_999_200_000_000,
+                    count,
+                }),
+            ]
+        };
+        let words = pack_rules(&rules, &states(NOW_US * 100, 1), &[], &mut t).unwrap();
+        assert_eq!(words.len(), 2);
+        let Some(Value::Limit(s)) = unpack_rules(&words, &t) else {
+            panic!("not a policy");
+        };
+        assert_eq!(
+            (&*s.params, &s.state),
+            (&rules[..], &states(NOW_US * 100, 1))
+        );
+        // Written again within the epochs: the same entries, no new references.
+        let again = pack_rules(&rules, &states(NOW_US * 100 + 7, 2), &words, &mut t).unwrap();
+        release_replaced(&words, &again, &mut t);
+        let ids = |w: &[u64]| w.iter().map(|&w| word_parts(w).0).collect::<Vec<_>>();
+        assert_eq!(ids(&again), ids(&words));
+        assert!(ids(&words).iter().all(|&id| t.refs(id) == 1));
+        // The GCRA rule past its epoch: a new entry for it, the old one given back.
+        let far = states((((NOW_US * 100) >> 44) << 44) + (1 << 46), 3);
+        let moved = pack_rules(&rules, &far, &again, &mut t).unwrap();
+        release_replaced(&again, &moved, &mut t);
+        assert_ne!(ids(&moved)[0], ids(&again)[0]);
+        assert_eq!(ids(&moved)[1], ids(&again)[1]);
+        assert_eq!(t.len(), 2);
+        // A rule that does not pack: nothing packed, no reference left taken.
+        let mut big = far.clone();
+        big[1] = RuleState::FixedWindow(fixed_window::State {
+            window_start_us: 1_699_999_200_000_000,
+            count: 1 << 32,
+        });
+        assert_eq!(pack_rules(&rules, &big, &[], &mut t), None);
+        assert!(ids(&moved).iter().all(|&id| t.refs(id) == 1));
+        assert_eq!(t.len(), 2);
+    }
+
     #[test]
     fn the_interner_counts_references() {
         let mut t = Interner::default();
-        let a = Params::Gcra(gcra::Params {
+        let a = at0(Params::Gcra(gcra::Params {
             burst: 1,
             rate: 2,
             period_ms: 3,
-        });
-        let b = Params::Gcra(gcra::Params {
+        }));
+        let b = at0(Params::Gcra(gcra::Params {
             burst: 1,
             rate: 2,
             period_ms: 4,
-        });
+        }));
         let ia = t.acquire(a);
         assert_eq!(t.acquire(a), ia);
         let ib = t.acquire(b);
@@ -372,11 +837,11 @@ mod tests {
         t.release(ia);
         assert_eq!((t.get(ia), t.len()), (None, 1));
         // The freed slot is reused.
-        let c = Params::Gcra(gcra::Params {
+        let c = at0(Params::Gcra(gcra::Params {
             burst: 9,
             rate: 9,
             period_ms: 9,
-        });
+        }));
         assert_eq!(t.acquire(c), ia);
         t.release(ib);
         t.release(ib);
@@ -388,11 +853,11 @@ mod tests {
     fn the_interner_gives_back_what_nothing_uses() {
         let mut t = Interner::default();
         let set = |n: u64| {
-            Params::Gcra(gcra::Params {
+            at0(Params::Gcra(gcra::Params {
                 burst: 1,
                 rate: n,
                 period_ms: 1000,
-            })
+            }))
         };
         let ids: Vec<u32> = (1..=50_000).map(|n| t.acquire(set(n))).collect();
         let full = t.usage();
@@ -421,8 +886,54 @@ mod tests {
     fn round_trips(v: Value) -> Result<(), TestCaseError> {
         if let Some((params, bits)) = pack(&v) {
             prop_assert!(fits(bits, STATE_BITS));
-            prop_assert_eq!(unpack(&params, bits), v);
+            prop_assert_eq!(unpack(&params, bits), v.clone());
         }
+        inline_round_trips(&v)
+    }
+
+    /// An inline word, made fresh or against an entry the key held, stands for exactly `v`,
+    /// and holds one reference to its entry.
+    fn inline_round_trips(v: &Value) -> Result<(), TestCaseError> {
+        let mut t = Interner::default();
+        let Some((params, anchor, _)) = split(v) else {
+            prop_assert_eq!(pack_word(v, None, &mut t), None);
+            return Ok(());
+        };
+        let w = pack_word(v, None, &mut t).expect("what splits packs into a fresh epoch");
+        let (id, _) = word_parts(w);
+        prop_assert_eq!(w & 3, 0, "the tag's bits are clear");
+        prop_assert_eq!(unpack_word(t.get(id).unwrap(), w), v.clone());
+        prop_assert_eq!(t.refs(id), 1);
+        // Packed again against its own entry: the same word, no reference taken.
+        prop_assert_eq!(pack_word(v, Some(id), &mut t), Some(w));
+        prop_assert_eq!(t.refs(id), 1);
+        // Against an entry of the same parameters at another base (the key's older epoch):
+        // kept if the anchor fits above its base, else a new epoch's reference is taken.
+        let bases = [
+            0,
+            anchor.saturating_sub(1),
+            anchor.saturating_add(1),
+            anchor >> 1,
+        ];
+        for base in bases {
+            let old = t.acquire(Interned { params, base });
+            let before = t.refs(old);
+            let w2 = pack_word(v, Some(old), &mut t).expect("a fresh epoch always fits");
+            let (id2, _) = word_parts(w2);
+            prop_assert_eq!(unpack_word(t.get(id2).unwrap(), w2), v.clone());
+            prop_assert_eq!(
+                t.refs(old),
+                before,
+                "the old entry's references are the caller's"
+            );
+            if id2 != old {
+                prop_assert!(anchor < base || (anchor - base) >> anchor_bits(&params) != 0);
+                t.release(id2);
+            }
+            t.release(old);
+        }
+        t.release(id);
+        prop_assert_eq!(t.len(), 0);
         Ok(())
     }
 
@@ -433,6 +944,34 @@ mod tests {
             round_trips(Value::LeakyBucket(Stored {
                 params: leaky_bucket::Params { capacity: burst, leak_amount: rate, leak_period_ms: period_ms },
                 state: leaky_bucket::State { tat },
+            }))?;
+        }
+
+        #[test]
+        fn usual_keys_round_trip_inline(burst in 1u64..100_000, rate in 1u64..=MAX_INLINE_RATE, period_ms in 1u64..100_000_000,
+                                        now_us in 0u64..(1 << 62), ahead in any::<u64>(), capacity in 1u64..100_000,
+                                        tokens in 0u64..(1 << 17), interval in any::<bool>(), window_ms in 1u64..100_000_000,
+                                        count in 0u64..(1 << 33), current in 0u64..(1 << 19), previous in 0u64..(1 << 19)) {
+            let tat = u128::from(now_us) * u128::from(rate) + u128::from(ahead);
+            let v = Value::Gcra(Stored { params: gcra::Params { burst, rate, period_ms }, state: gcra::State { tat } });
+            prop_assert!(split(&v).is_some());
+            round_trips(v)?;
+            round_trips(Value::LeakyBucket(Stored {
+                params: leaky_bucket::Params { capacity: burst, leak_amount: rate, leak_period_ms: period_ms },
+                state: leaky_bucket::State { tat },
+            }))?;
+            let params = token_bucket::Params { capacity, refill_amount: rate, refill_period_ms: period_ms, interval };
+            for scaled_tokens in [u128::from(tokens) * token_unit(&params), u128::from(tokens) * token_unit(&params) + 1] {
+                round_trips(Value::TokenBucket(Stored { params, state: token_bucket::State { scaled_tokens, updated_us: now_us } }))?;
+            }
+            let window_start_us = now_us / (window_ms * 1000) * (window_ms * 1000);
+            round_trips(Value::FixedWindow(Stored {
+                params: fixed_window::Params { limit: 10, window_ms },
+                state: fixed_window::State { window_start_us, count },
+            }))?;
+            round_trips(Value::SlidingWindow(Stored {
+                params: sliding_window::Params { limit: 10, window_ms },
+                state: sliding_window::State { window_start_us, current, previous },
             }))?;
         }
 

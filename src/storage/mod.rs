@@ -1,11 +1,18 @@
 //! The only code that opens keys or sets expiry: the module data type, its persistence
 //! callbacks, and key access for the commands.
 //!
-//! A key's value pointer is one of two things (the low bit tells which; Redis never looks
-//! behind a module value's pointer, it only hands it back to the callbacks here):
-//! - a [`compact::Cell`] of 16 bytes, interned parameters and a packed state, for every key
-//!   whose state packs;
-//! - a whole [`Value`], for a sliding log or a state too large to pack.
+//! A key's value pointer is one of four things (its two low bits tell which; Redis never looks
+//! behind a module value's pointer, it only hands it back to the callbacks here, and never
+//! takes a null one for a value):
+//! - an inline word, no pointer at all: an index of interned parameters and an epoch, and
+//!   the state (see [`compact`]), for a single-algorithm key whose state fits one;
+//! - a block of such words, one per rule, for a policy key whose every rule fits one;
+//! - a [`compact::Cell`] of 16 bytes, for a state too large for a word;
+//! - a whole [`Value`], for a sliding log, a concurrency limiter, a key under a block, or a
+//!   state too large for a cell.
+//!
+//! Every callback decodes every form, and writes (RDB, AOF, digest) the same bytes whatever
+//! the form: the form is the server's own business.
 
 pub mod codec;
 pub mod compact;
@@ -16,6 +23,7 @@ use std::borrow::Cow;
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use redis_module::native_types::RedisType;
 use redis_module::raw;
@@ -24,7 +32,7 @@ use crate::algorithms::{penalty, Decision, Span};
 use crate::error::Error;
 use crate::redis::{Ctx, Digest, Holds, Io, RString, RawKey};
 pub use codec::Entry;
-use compact::{interner, Cell};
+use compact::{interner, Cell, Interned};
 pub use value::{Stored, Value, Variant};
 
 /// The RDB encoding version of the data type (`encver`): the blob inside carries its own
@@ -65,32 +73,79 @@ fn raw_type() -> *mut raw::RedisModuleType {
     *RL_TYPE.raw_type.borrow()
 }
 
-/// The tag on a compact cell's pointer (heap blocks are at least 8-byte aligned).
+/// The tag in a value pointer's two low bits (heap blocks are at least 8-byte aligned).
+const TAG: usize = 3;
+/// A `Box<Entry>`.
+const WHOLE: usize = 0;
+/// A `Box<Cell>`.
 const COMPACT: usize = 1;
+/// No pointer at all: the state itself, an inline word ([`compact::word`]).
+const INLINE: usize = 2;
+/// A block of 64-bit words: their number, then one inline word per rule of a policy.
+const RULES: usize = 3;
 
-/// What a value pointer points to.
+// An inline word is a value pointer: pointers must be 64 bits wide.
+const _: () = assert!(usize::BITS == 64);
+
+/// What a value pointer stands for.
 enum Repr<'a> {
+    Inline(u64),
     Compact(&'a mut Cell),
+    Rules(&'a mut [u64]),
     Whole(&'a mut Entry),
 }
 
 /// # Safety
-/// `ptr` is a value pointer this module made with [`into_raw`], not yet freed.
+/// `ptr` is a value pointer this module made with [`into_raw`] (or [`copy`]), not yet freed.
 unsafe fn repr<'a>(ptr: *mut c_void) -> Repr<'a> {
     let addr = ptr as usize;
-    if addr & COMPACT != 0 {
-        Repr::Compact(&mut *((addr & !COMPACT) as *mut Cell))
-    } else {
-        Repr::Whole(&mut *ptr.cast::<Entry>())
+    match addr & TAG {
+        WHOLE => Repr::Whole(&mut *ptr.cast::<Entry>()),
+        INLINE => Repr::Inline(addr as u64),
+        COMPACT => Repr::Compact(&mut *((addr & !TAG) as *mut Cell)),
+        _ => {
+            let block = (addr & !TAG) as *mut u64;
+            let len = *block as usize;
+            Repr::Rules(std::slice::from_raw_parts_mut(block.add(1), len))
+        }
     }
 }
 
-/// A value pointer for `entry`: a compact cell when its state packs and no block is set,
-/// else the whole entry.
+/// A value pointer to a new block holding `words` (a policy's rules).
+fn rules_block(words: &[u64]) -> *mut c_void {
+    let mut block = Vec::with_capacity(words.len() + 1);
+    block.push(words.len() as u64);
+    block.extend_from_slice(words);
+    let block = Box::into_raw(block.into_boxed_slice()).cast::<u64>();
+    (block as usize | RULES) as *mut c_void
+}
+
+/// Frees a block of rule words (not the references its words hold).
+///
+/// # Safety
+/// `addr` is a [`RULES`] pointer [`rules_block`] made, not used again.
+unsafe fn free_rules_block(addr: usize) {
+    let block = (addr & !TAG) as *mut u64;
+    let len = *block as usize;
+    drop(Box::from_raw(ptr::slice_from_raw_parts_mut(block, len + 1)));
+}
+
+/// A value pointer for `entry`, in the smallest form that holds it exactly: an inline word,
+/// a block of rule words (a policy), a 16-byte cell, else the whole entry (a sliding log, a
+/// concurrency limiter, a key under a block, a state too large for the others).
 fn into_raw(entry: Entry) -> *mut c_void {
     if entry.blocked_until_us == 0 {
+        let mut table = interner();
+        if let Some(word) = compact::pack_word(&entry.value, None, &mut table) {
+            return (word as usize | INLINE) as *mut c_void;
+        }
+        if let Value::Limit(s) = &entry.value {
+            if let Some(words) = compact::pack_rules(&s.params, &s.state, &[], &mut table) {
+                return rules_block(&words);
+            }
+        }
         if let Some((params, state)) = compact::pack(&entry.value) {
-            let id = interner().acquire(params);
+            let id = table.acquire(Interned { params, base: 0 });
             let cell = Box::into_raw(Box::new(Cell::new(id, state)));
             return (cell as usize | COMPACT) as *mut c_void;
         }
@@ -98,8 +153,8 @@ fn into_raw(entry: Entry) -> *mut c_void {
     Box::into_raw(Box::new(entry)).cast::<c_void>()
 }
 
-/// The value behind a pointer (unpacked from a cell), or `None` for a cell whose parameters
-/// are gone (which would be a bug).
+/// The value behind a pointer (unpacked from a packed form), or `None` for a packed form
+/// whose entry is gone (which would be a bug).
 ///
 /// # Safety
 /// As for [`repr`].
@@ -107,30 +162,61 @@ unsafe fn value_of<'a>(ptr: *mut c_void) -> Option<Cow<'a, Entry>> {
     entry_of(repr(ptr))
 }
 
-/// The value a [`Repr`] holds (unpacked from a cell), or `None` for a cell whose parameters
-/// are gone (which would be a bug).
+/// The value a [`Repr`] holds (unpacked from a packed form), or `None` for a packed form
+/// whose entry is gone (which would be a bug).
 fn entry_of(repr: Repr<'_>) -> Option<Cow<'_, Entry>> {
     match repr {
         Repr::Whole(entry) => Some(Cow::Borrowed(entry)),
-        Repr::Compact(cell) => {
-            let params = *interner().get(cell.params)?;
-            Some(Cow::Owned(Entry::new(compact::unpack(
-                &params,
-                cell.state(),
-            ))))
+        packed => unpacked(&packed).map(|value| Cow::Owned(Entry::new(value))),
+    }
+}
+
+/// The value a packed form stands for (`None` for a whole entry, or an entry gone).
+fn unpacked(repr: &Repr<'_>) -> Option<Value> {
+    unpacked_with_entry(repr).map(|(value, _)| value)
+}
+
+/// [`unpacked`], and for an inline word the entry it names (a copy, so that writing the key
+/// back under the same entry needs no lock).
+fn unpacked_with_entry(repr: &Repr<'_>) -> Option<(Value, Option<Interned>)> {
+    let table = interner();
+    match repr {
+        Repr::Inline(word) => {
+            let entry = *table.get(compact::word_parts(*word).0)?;
+            Some((compact::unpack_word(&entry, *word), Some(entry)))
         }
+        Repr::Compact(cell) => {
+            let entry = table.get(cell.params)?;
+            Some((compact::unpack(&entry.params, cell.state()), None))
+        }
+        Repr::Rules(words) => compact::unpack_rules(words, &table).map(|v| (v, None)),
+        Repr::Whole(_) => None,
     }
 }
 
 /// # Safety
 /// As for [`repr`]; the pointer is not used again.
 unsafe fn free_raw(ptr: *mut c_void) {
+    if ptr.is_null() {
+        return;
+    }
     let addr = ptr as usize;
-    if addr & COMPACT != 0 {
-        let cell = Box::from_raw((addr & !COMPACT) as *mut Cell);
-        interner().release(cell.params);
-    } else if !ptr.is_null() {
-        drop(Box::from_raw(ptr.cast::<Entry>()));
+    match repr(ptr) {
+        Repr::Inline(word) => interner().release(compact::word_parts(word).0),
+        Repr::Compact(cell) => {
+            let id = cell.params;
+            drop(Box::from_raw(cell as *mut Cell));
+            interner().release(id);
+        }
+        Repr::Rules(words) => {
+            let mut table = interner();
+            for &word in words.iter() {
+                table.release(compact::word_parts(word).0);
+            }
+            drop(table);
+            free_rules_block(addr);
+        }
+        Repr::Whole(entry) => drop(Box::from_raw(entry as *mut Entry)),
     }
 }
 
@@ -180,10 +266,46 @@ unsafe extern "C" fn aof_rewrite(
     });
 }
 
+/// What a key of this type costs the server beyond what `MEMORY USAGE` counts by itself (the
+/// key's name and its entry in the keyspace), so that `MEMORY USAGE` of a key is within 5% of
+/// what storing it took (`make bench` and tests/memory.rs check it). On Redis 7: the value's
+/// object and the module's wrapper around our pointer (16 bytes each), the key's entry in the
+/// expiry table (24 bytes: every key of ours expires), and its share of both tables' buckets
+/// and of the allocator's rounding, measured at 37 bytes a key (docs/performance.md, Memory).
+/// Redis 8 and Valkey 8 embed the name in the object and need no entries: 52 bytes, measured.
+static KEY_OVERHEAD: AtomicUsize = AtomicUsize::new(KEY_OVERHEAD_WITH_ENTRIES);
+const KEY_OVERHEAD_WITH_ENTRIES: usize = 16 + 16 + 24 + 37;
+const KEY_OVERHEAD_EMBEDDED: usize = 52;
+
+/// Sets what [`mem_usage`] counts for the key around a value (at load): whether the server
+/// embeds key names in their objects ([`crate::redis::Ctx::embeds_key_names`]).
+pub fn count_key_overhead(embedded: bool) {
+    let bytes = if embedded {
+        KEY_OVERHEAD_EMBEDDED
+    } else {
+        KEY_OVERHEAD_WITH_ENTRIES
+    };
+    KEY_OVERHEAD.store(bytes, Ordering::Relaxed);
+}
+
+/// The bytes the allocator hands out for a request of `n` bytes (jemalloc's size classes).
+fn size_class(n: usize) -> usize {
+    match n {
+        0..=8 => 8,
+        9..=128 => n.next_multiple_of(16),
+        _ => n.next_multiple_of(1 << ((n - 1).ilog2() - 2)),
+    }
+}
+
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
-    catch_unwind(|| match repr(value.cast_mut()) {
-        Repr::Compact(_) => std::mem::size_of::<Cell>(),
-        Repr::Whole(entry) => entry.value.memory() + std::mem::size_of::<u64>(),
+    catch_unwind(|| {
+        KEY_OVERHEAD.load(Ordering::Relaxed)
+            + match repr(value.cast_mut()) {
+                Repr::Inline(_) => 0,
+                Repr::Compact(_) => size_class(std::mem::size_of::<Cell>()),
+                Repr::Rules(words) => size_class((words.len() + 1) * 8),
+                Repr::Whole(entry) => entry.value.memory() + std::mem::size_of::<u64>(),
+            }
     })
     .unwrap_or(0)
 }
@@ -210,10 +332,21 @@ unsafe extern "C" fn copy(
     value: *const c_void,
 ) -> *mut c_void {
     catch_unwind(AssertUnwindSafe(|| match repr(value.cast_mut()) {
+        Repr::Inline(word) => {
+            interner().retain(compact::word_parts(word).0);
+            value.cast_mut()
+        }
         Repr::Compact(cell) => {
             interner().retain(cell.params);
             let copy = Box::into_raw(Box::new(*cell));
             (copy as usize | COMPACT) as *mut c_void
+        }
+        Repr::Rules(words) => {
+            let mut table = interner();
+            for &word in words.iter() {
+                table.retain(compact::word_parts(word).0);
+            }
+            rules_block(words)
         }
         Repr::Whole(entry) => Box::into_raw(Box::new(entry.clone())).cast::<c_void>(),
     }))
@@ -341,7 +474,7 @@ impl<'a> Key<'a> {
             stored: value.algorithm_name(),
             requested: A::NAME,
         };
-        let Some(repr) = self.stored()? else {
+        let Some(ptr) = self.raw_value()? else {
             // A fresh key denies only what can never fit, which starts no block.
             let (decision, fresh, aside) = step(None, write);
             if let (true, Some(state)) = (decision.allowed && write, fresh) {
@@ -354,7 +487,10 @@ impl<'a> Key<'a> {
             }
             return Ok((decision, false, aside));
         };
-        match repr {
+        // SAFETY: a value of our type is a pointer this module made, alive while the key is
+        // open; nothing else touches it during the command, and what `repr` borrows is not
+        // used after the key's value is replaced (`set`, `replace_value`).
+        match unsafe { repr(ptr) } {
             Repr::Whole(entry) => {
                 let error = other(&entry.value);
                 let stored = A::get_mut(&mut entry.value).ok_or(error)?;
@@ -369,7 +505,18 @@ impl<'a> Key<'a> {
                     step(Some((&stored.params, &mut stored.state)), write);
                 if decision.allowed && write {
                     stored.params = params.clone();
-                    entry.blocked_until_us = 0;
+                    if blocked != 0 {
+                        // The block is over: the key takes the smallest form it fits again
+                        // (Redis frees the whole entry through `free`).
+                        let kept =
+                            matches!(entry.value, Value::SlidingLog(_) | Value::Concurrency(_));
+                        if !kept {
+                            let value = entry.value.clone();
+                            self.set(into_raw(Entry::new(value)));
+                            return Ok((decision, true, aside));
+                        }
+                        entry.blocked_until_us = 0;
+                    }
                     return Ok((decision, true, aside));
                 }
                 match penalty::starts(&decision, cost, write, block_ms, now_us) {
@@ -381,15 +528,14 @@ impl<'a> Key<'a> {
                     None => Ok((decision, false, aside)),
                 }
             }
-            Repr::Compact(cell) => {
-                let interned = *interner().get(cell.params).ok_or(Error::Panic)?;
-                let mut value = compact::unpack(&interned, cell.state());
+            packed => {
+                let (mut value, entry) = unpacked_with_entry(&packed).ok_or(Error::Panic)?;
                 let error = other(&value);
                 let stored = A::get_mut(&mut value).ok_or(error)?;
                 let (mut decision, _, aside) =
                     step(Some((&stored.params, &mut stored.state)), write);
                 if !(decision.allowed && write) {
-                    // A block keeps the whole entry (a cell has no room for it).
+                    // A block keeps the whole entry (a packed form has no room for it).
                     return match penalty::starts(&decision, cost, write, block_ms, now_us) {
                         Some(until) => {
                             penalty::apply(&mut decision, until, now_us);
@@ -403,21 +549,7 @@ impl<'a> Key<'a> {
                     };
                 }
                 stored.params = params.clone();
-                match compact::pack(&value) {
-                    Some((packed_params, state)) => {
-                        let id = if packed_params == interned {
-                            cell.params
-                        } else {
-                            let mut table = interner();
-                            table.release(cell.params);
-                            table.acquire(packed_params)
-                        };
-                        *cell = Cell::new(id, state);
-                    }
-                    // No longer fits: the key keeps the whole value (the old cell is freed,
-                    // and its parameters released, by Redis through `free`).
-                    None => self.set(into_raw(Entry::new(value))),
-                }
+                self.repack(packed, entry, value);
                 Ok((decision, true, aside))
             }
         }
@@ -435,10 +567,12 @@ impl<'a> Key<'a> {
         units: u64,
         write: bool,
     ) -> Result<Option<Refunded>, Error> {
-        let Some(repr) = self.stored()? else {
+        let Some(ptr) = self.raw_value()? else {
             return Ok(None);
         };
-        let (given, reset_after, replace) = match repr {
+        // SAFETY: as in `decide`: a pointer this module made, alive while the key is open;
+        // what `repr` borrows is not used after the key's value is replaced.
+        let refunded = match unsafe { repr(ptr) } {
             Repr::Whole(entry) => {
                 if matches!(entry.value, Value::Concurrency(_)) {
                     return Err(Error::RefundLease);
@@ -453,34 +587,100 @@ impl<'a> Key<'a> {
                 let given = value.refund(now_us, units);
                 let mut now = value.view_now(now_us);
                 penalty::apply(&mut now, entry.blocked_until_us, now_us);
-                (given, now.reset_after, None)
+                Refunded {
+                    given,
+                    reset_after: now.reset_after,
+                }
             }
-            Repr::Compact(cell) => {
-                let interned = *interner().get(cell.params).ok_or(Error::Panic)?;
-                let mut value = compact::unpack(&interned, cell.state());
+            packed => {
+                // A packed form holds no block and no concurrency limiter.
+                let (mut value, entry) = unpacked_with_entry(&packed).ok_or(Error::Panic)?;
                 let given = value.refund(now_us, units);
                 let reset_after = value.view_now(now_us).reset_after;
-                let mut replace = None;
                 if write && given > 0 {
-                    match compact::pack(&value) {
-                        Some((packed, state)) if packed == interned => {
-                            *cell = Cell::new(cell.params, state);
-                        }
-                        // The refund changes no parameters; should the state no longer pack,
-                        // the key keeps the whole value.
-                        _ => replace = Some(value),
-                    }
+                    // The refund changes no parameters: the key keeps its form when the new
+                    // state fits it, else takes the one that holds it.
+                    self.repack(packed, entry, value);
                 }
-                (given, reset_after, replace)
+                Refunded { given, reset_after }
             }
         };
-        if write && given > 0 {
+        if write && refunded.given > 0 {
             self.modified = true;
-            if let Some(value) = replace {
-                self.set(into_raw(Entry::new(value)));
+        }
+        Ok(Some(refunded))
+    }
+
+    /// Stores `value` in place of the packed form `old`: in the same form when it still fits
+    /// (keeping its table entries when it can), else in whatever form [`into_raw`] picks.
+    /// `entry` is the entry an inline word names, as it was read.
+    fn repack(&mut self, old: Repr<'_>, entry: Option<Interned>, value: Value) {
+        if let (Repr::Inline(word), Some(entry)) = (&old, entry) {
+            // The common write: the same entry, no lock.
+            let id = compact::word_parts(*word).0;
+            if let Some(new) = compact::refit(&value, id, &entry) {
+                self.replace_word(new);
+                return;
             }
         }
-        Ok(Some(Refunded { given, reset_after }))
+        let mut table = interner();
+        match old {
+            Repr::Inline(word) => {
+                let id = compact::word_parts(word).0;
+                if let Some(new) = compact::pack_word(&value, Some(id), &mut table) {
+                    if compact::word_parts(new).0 != id {
+                        table.release(id);
+                    }
+                    drop(table);
+                    self.replace_word(new);
+                    return;
+                }
+            }
+            Repr::Compact(cell) => {
+                let fits_inline = compact::pack_word(&value, None, &mut table);
+                if let Some(word) = fits_inline {
+                    // Back to the smallest form (Redis frees the cell through `free`).
+                    drop(table);
+                    self.set((word as usize | INLINE) as *mut c_void);
+                    return;
+                }
+                if let Some((params, state)) = compact::pack(&value) {
+                    let interned = Interned { params, base: 0 };
+                    let id = if table.get(cell.params) == Some(&interned) {
+                        cell.params
+                    } else {
+                        table.release(cell.params);
+                        table.acquire(interned)
+                    };
+                    *cell = Cell::new(id, state);
+                    return;
+                }
+            }
+            Repr::Rules(words) => {
+                if let Value::Limit(s) = &value {
+                    if s.state.len() == words.len() {
+                        let packed = compact::pack_rules(&s.params, &s.state, words, &mut table);
+                        if let Some(new) = packed {
+                            compact::release_replaced(words, &new, &mut table);
+                            words.copy_from_slice(&new);
+                            return;
+                        }
+                    } else if let Some(new) =
+                        compact::pack_rules(&s.params, &s.state, &[], &mut table)
+                    {
+                        // Another number of rules: a new block (Redis frees the old one
+                        // through `free`).
+                        drop(table);
+                        self.set(rules_block(&new));
+                        return;
+                    }
+                }
+            }
+            Repr::Whole(_) => {}
+        }
+        // No longer fits its form: Redis frees the old one through `free`.
+        drop(table);
+        self.set(into_raw(Entry::new(value)));
     }
 
     /// The key's state for an algorithm whose values never pack (the concurrency limiter),
@@ -493,10 +693,9 @@ impl<'a> Key<'a> {
         };
         let value: &mut Value = match repr {
             Repr::Whole(entry) => &mut entry.value,
-            Repr::Compact(cell) => {
+            packed => {
                 // A packed value is another algorithm's: name it in the error.
-                let interned = *interner().get(cell.params).ok_or(Error::Panic)?;
-                let value = compact::unpack(&interned, cell.state());
+                let value = unpacked(&packed).ok_or(Error::Panic)?;
                 return Err(Error::OtherAlgorithm {
                     stored: value.algorithm_name(),
                     requested: A::NAME,
@@ -520,6 +719,14 @@ impl<'a> Key<'a> {
         self.raw_value()?;
         self.set(into_raw(entry));
         Ok(())
+    }
+
+    /// Replaces the key's inline word with `word`, keeping the key and its expiry; the old
+    /// value, a word too, needs nothing freed (its entry's reference is the caller's).
+    fn replace_word(&mut self, word: u64) {
+        self.modified = true;
+        self.raw
+            .replace_value(raw_type(), (word as usize | INLINE) as *mut c_void);
     }
 
     /// Sets the key's value pointer. Replacing a value re-creates the key, so its expiry is

@@ -1,0 +1,379 @@
+//! What a key costs (docs/performance.md, Memory): `MEMORY USAGE` of every kind of key and
+//! every form a value takes (a state inline in the value pointer, a policy's block of words,
+//! a 16-byte cell, a whole value) is within 5% of the `used_memory` growth that storing it
+//! took; and a packed key reads back, copies, dumps and digests exactly as it was written,
+//! also after its state moved past its epoch.
+
+mod common;
+
+use common::{Client, Reply, Server, T0_MS};
+
+/// Keys per measure: the keyspace's buckets are then shared as in `make bench`.
+const KEYS: usize = 100_000;
+
+/// Sends `commands` in batches and checks each reply with `check`.
+fn pipeline(c: &mut Client, commands: &[Vec<String>], check: impl Fn(&Reply) -> bool) {
+    for chunk in commands.chunks(1000) {
+        for command in chunk {
+            let args: Vec<&[u8]> = command.iter().map(|a| a.as_bytes()).collect();
+            c.send(&args);
+        }
+        for command in chunk {
+            let reply = c.read();
+            assert!(check(&reply), "{command:?}: {reply:?}");
+        }
+    }
+}
+
+fn used_memory(c: &mut Client) -> i64 {
+    c.info_field("memory", "used_memory").parse().unwrap()
+}
+
+/// Whether the server is Redis 7, where the 5% promise is measured; other servers lay a key
+/// out otherwise, and are held to 15%.
+fn is_redis_7(c: &mut Client) -> bool {
+    let info = c.cmd(&["INFO", "server"]).text();
+    !info.contains("valkey_version") && info.contains("redis_version:7.")
+}
+
+/// (used_memory growth per key, mean MEMORY USAGE of a hundred of them) for `KEYS` keys
+/// `k:<i>`, each made by the commands `make(i)` (each admitted).
+fn per_key(c: &mut Client, make: impl Fn(usize) -> Vec<Vec<String>>) -> (f64, f64) {
+    assert_eq!(c.cmd(&["FLUSHALL", "SYNC"]), Reply::Simple("OK".into()));
+    c.clock_set(T0_MS);
+    let before = used_memory(c);
+    let mut commands: Vec<Vec<String>> = Vec::new();
+    // Each key's first command for every key, then its second, so that the clock can move
+    // between them.
+    let steps = make(0).len();
+    for step in 0..steps {
+        commands.clear();
+        commands.extend((0..KEYS).map(|i| make(i).swap_remove(step)));
+        // redis-cell's reply says 0 for admitted.
+        let yes = Reply::Int(i64::from(commands[0][0] != "CL.THROTTLE"));
+        let admitted = |r: &Reply| match r {
+            Reply::Array(fields) => fields.first() == Some(&yes),
+            Reply::Simple(ok) => ok == "OK",
+            _ => false,
+        };
+        pipeline(c, &commands, admitted);
+        c.clock_advance(1);
+    }
+    let growth = (used_memory(c) - before) as f64 / KEYS as f64;
+    let sample: Vec<i64> = (0..KEYS)
+        .step_by(KEYS / 100)
+        .map(|i| {
+            c.cmd(&["MEMORY", "USAGE", &format!("k:{i}"), "SAMPLES", "0"])
+                .int()
+        })
+        .collect();
+    let usage = sample.iter().sum::<i64>() as f64 / sample.len() as f64;
+    (growth, usage)
+}
+
+fn words(s: &str) -> Vec<String> {
+    s.split_whitespace().map(String::from).collect()
+}
+
+#[test]
+fn memory_usage_is_what_storing_a_key_took_for_every_kind_and_form() {
+    let server = Server::start();
+    let mut c = server.client();
+    let policy =
+        words("RL.POLICY.SET api GCRA 100 100 1m FIXEDWINDOW 1000 1h FIXEDWINDOW 10000 1d");
+    let policy: Vec<&str> = policy.iter().map(String::as_str).collect();
+    assert_eq!(c.cmd(&policy), Reply::Simple("OK".into()));
+    let tolerance = if is_redis_7(&mut c) { 0.05 } else { 0.15 };
+    // (kind and form, the commands that make key i, the most bytes it may cost on Redis 7)
+    type Make = Box<dyn Fn(usize) -> Vec<Vec<String>>>;
+    let one = |command: &'static str| -> Make {
+        Box::new(move |i| vec![words(&command.replace("KEY", &format!("k:{i}")))])
+    };
+    let cases: Vec<(&str, Make, Option<f64>)> = vec![
+        ("gcra, inline", one("RL.GCRA KEY 10 10 1h"), Some(134.0)),
+        (
+            "cl.throttle, inline",
+            one("CL.THROTTLE KEY 9 10 3600"),
+            Some(134.0),
+        ),
+        (
+            "token bucket, inline",
+            one("RL.TOKENBUCKET KEY 10 10 1h"),
+            Some(134.0),
+        ),
+        (
+            "leaky bucket, inline",
+            one("RL.LEAKYBUCKET KEY 10 10 1h"),
+            Some(134.0),
+        ),
+        (
+            "fixed window, inline",
+            one("RL.FIXEDWINDOW KEY 10 1h"),
+            Some(134.0),
+        ),
+        (
+            "sliding window, inline",
+            one("RL.SLIDINGWINDOW KEY 10 1h"),
+            Some(134.0),
+        ),
+        (
+            "policy of three rules, words",
+            one("RL.LIMIT KEY api"),
+            Some(220.0),
+        ),
+        (
+            // A fraction of a token (written again 1 ms later) takes a cell.
+            "token bucket, cell",
+            Box::new(|i| {
+                let c = words(&format!("RL.TOKENBUCKET k:{i} 10 10 1h"));
+                vec![c.clone(), c]
+            }),
+            Some(150.0),
+        ),
+        (
+            // A block keeps the whole value.
+            "gcra under a block, whole",
+            Box::new(|i| {
+                let c = words(&format!("RL.GCRA k:{i} 1 1 1h"));
+                vec![c, words(&format!("RL.GCRA k:{i} 1 1 1h BLOCK 1h"))]
+            }),
+            None,
+        ),
+        (
+            "sliding log, one entry",
+            one("RL.SLIDINGLOG KEY 10 1h"),
+            None,
+        ),
+        (
+            "concurrency, one lease",
+            one("RL.CONCURRENCY.ACQUIRE KEY 10 1h"),
+            None,
+        ),
+    ];
+    let mut report = Vec::new();
+    for (name, make, ceiling) in &cases {
+        let (growth, usage) = if name.contains("under a block") {
+            // The second request is denied: count it as made.
+            per_key_allowing_denials(&mut c, make)
+        } else {
+            per_key(&mut c, make)
+        };
+        report.push(format!(
+            "{name}: growth {growth:.1}, MEMORY USAGE {usage:.1}"
+        ));
+        let ratio = usage / growth;
+        assert!(
+            (ratio - 1.0).abs() <= tolerance,
+            "{name}: MEMORY USAGE {usage:.1} for a growth of {growth:.1}\n{}",
+            report.join("\n")
+        );
+        if let (Some(ceiling), true) = (ceiling, tolerance == 0.05) {
+            assert!(growth <= *ceiling, "{name}: {growth:.1} bytes a key");
+        }
+    }
+    eprintln!("{}", report.join("\n"));
+    // Every entry of the table was given back with the keys.
+    assert_eq!(c.cmd(&["FLUSHALL", "SYNC"]), Reply::Simple("OK".into()));
+    assert_eq!(
+        c.info_field("ratelimit_memory", "ratelimit_interned_params"),
+        "0"
+    );
+}
+
+/// [`per_key`] for a key whose later commands are denied (they still must reply).
+fn per_key_allowing_denials(
+    c: &mut Client,
+    make: &dyn Fn(usize) -> Vec<Vec<String>>,
+) -> (f64, f64) {
+    assert_eq!(c.cmd(&["FLUSHALL", "SYNC"]), Reply::Simple("OK".into()));
+    c.clock_set(T0_MS);
+    let before = used_memory(c);
+    for step in 0..make(0).len() {
+        let commands: Vec<Vec<String>> = (0..KEYS).map(|i| make(i).swap_remove(step)).collect();
+        pipeline(c, &commands, |r| matches!(r, Reply::Array(_)));
+    }
+    let growth = (used_memory(c) - before) as f64 / KEYS as f64;
+    let sample: Vec<i64> = (0..KEYS)
+        .step_by(KEYS / 100)
+        .map(|i| {
+            c.cmd(&["MEMORY", "USAGE", &format!("k:{i}"), "SAMPLES", "0"])
+                .int()
+        })
+        .collect();
+    (
+        growth,
+        sample.iter().sum::<i64>() as f64 / sample.len() as f64,
+    )
+}
+
+/// The five fields of an admission reply.
+fn fields(r: &Reply) -> Vec<i64> {
+    r.ints()
+}
+
+#[test]
+fn a_state_past_its_epoch_moves_to_a_new_one_exactly() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    // The same schedule (burst 10^9, an interval of 1/2^24 s) kept inline (2^24 per second,
+    // whose epoch spans 2^46 units of 1/rate µs: about 4 s) and in a cell (2^25 per 2 s:
+    // above the rate an inline word takes). Each request of 10^8 units moves the TAT about
+    // 6 s on: past its epoch every time.
+    let inline = [
+        "RL.GCRA",
+        "inline",
+        "1000000000",
+        "16777216",
+        "1s",
+        "COST",
+        "100000000",
+    ];
+    let cell = [
+        "RL.GCRA",
+        "cell",
+        "1000000000",
+        "33554432",
+        "2s",
+        "COST",
+        "100000000",
+    ];
+    for step in 0..12 {
+        let a = c.cmd(&inline);
+        let b = c.cmd(&cell);
+        assert_eq!(fields(&a), fields(&b), "step {step}");
+        c.clock_advance(700);
+    }
+    // The last replies were denials; the schedule is 59.6 s ahead at most.
+    let reply = fields(&c.cmd(&inline));
+    assert_eq!(reply[0], 0, "{reply:?}");
+    // One entry for each key: the epochs the inline key left were given back.
+    assert_eq!(
+        c.info_field("ratelimit_memory", "ratelimit_interned_params"),
+        "2"
+    );
+    // Its state is what the cell's is, field by field (only the parameters differ).
+    let inspect = |c: &mut Client, key: &str| -> Vec<(String, Reply)> {
+        let Reply::Array(items) = c.cmd(&["RL.INSPECT", key]) else {
+            panic!("RL.INSPECT");
+        };
+        items
+            .chunks(2)
+            .map(|kv| (kv[0].text(), kv[1].clone()))
+            .filter(|(k, _)| k != "rate" && k != "period_ms" && k != "tat")
+            .collect()
+    };
+    assert_eq!(inspect(&mut c, "inline"), inspect(&mut c, "cell"));
+}
+
+#[test]
+fn a_packed_key_copies_dumps_and_digests_as_it_was_written() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    let policy = words("RL.POLICY.SET api GCRA 100 100 1m FIXEDWINDOW 1000 1h SLIDINGWINDOW 50 1s");
+    let policy: Vec<&str> = policy.iter().map(String::as_str).collect();
+    assert_eq!(c.cmd(&policy), Reply::Simple("OK".into()));
+    let keys = [
+        ("gcra", "RL.GCRA gcra 10 10 1h"),
+        ("tb", "RL.TOKENBUCKET tb 10 10 1h INTERVAL"),
+        ("lb", "RL.LEAKYBUCKET lb 10 10 1h"),
+        ("fw", "RL.FIXEDWINDOW fw 10 1h"),
+        ("sw", "RL.SLIDINGWINDOW sw 10 1h"),
+        ("limit", "RL.LIMIT limit api"),
+        // A fraction of a token: a cell.
+        ("cell", "RL.TOKENBUCKET cell 10 10 1h"),
+    ];
+    for (_, command) in keys {
+        let command = words(command);
+        let command: Vec<&str> = command.iter().map(String::as_str).collect();
+        assert_eq!(c.cmd(&command).ints()[0], 1);
+        c.clock_advance(1);
+        assert_eq!(c.cmd(&command).ints()[0], 1);
+    }
+    for (key, _) in keys {
+        let digest = c.cmd(&["DEBUG", "DIGEST-VALUE", key]);
+        let inspect = c.cmd(&["RL.INSPECT", key]);
+        // COPY: the copy holds the same value and a reference of its own.
+        assert_eq!(c.cmd(&["COPY", key, "copy"]), Reply::Int(1));
+        assert_eq!(c.cmd(&["DEBUG", "DIGEST-VALUE", "copy"]), digest, "{key}");
+        assert_eq!(c.cmd(&["DEL", key]), Reply::Int(1));
+        assert_eq!(c.cmd(&["RL.INSPECT", "copy"]), inspect, "{key}");
+        // DUMP and RESTORE: the same bytes, and the same digest, whatever epoch it lands in.
+        let Reply::Bulk(dump) = c.cmd(&["DUMP", "copy"]) else {
+            panic!("DUMP {key}");
+        };
+        // (With an expiry, which the digest counts too.)
+        let ttl = c.pttl("copy").to_string();
+        c.clock_advance(3_600_000 * 24 * 400);
+        assert_eq!(
+            c.cmd_bytes(&[b"RESTORE", key.as_bytes(), ttl.as_bytes(), &dump]),
+            Reply::Simple("OK".into())
+        );
+        assert_eq!(c.cmd(&["DEBUG", "DIGEST-VALUE", key]), digest, "{key}");
+        assert_eq!(c.cmd(&["DUMP", key]), Reply::Bulk(dump), "{key}");
+        c.cmd(&["DEL", "copy"]);
+    }
+    // DEBUG RELOAD: saved and loaded back, each the same.
+    let digests: Vec<Reply> = keys
+        .iter()
+        .map(|(key, _)| c.cmd(&["DEBUG", "DIGEST-VALUE", key]))
+        .collect();
+    assert_eq!(c.cmd(&["DEBUG", "RELOAD"]), Reply::Simple("OK".into()));
+    for ((key, _), digest) in keys.iter().zip(&digests) {
+        assert_eq!(&c.cmd(&["DEBUG", "DIGEST-VALUE", key]), digest, "{key}");
+    }
+}
+
+#[test]
+fn a_key_takes_its_smallest_form_again_when_its_block_is_over() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    let usage = |c: &mut Client, key: &str| c.cmd(&["MEMORY", "USAGE", key]).int();
+    assert_eq!(c.cmd(&["RL.GCRA", "k", "1", "1", "1s"]).ints()[0], 1);
+    assert_eq!(c.cmd(&["RL.GCRA", "twin", "1", "1", "1s"]).ints()[0], 1);
+    let inline = usage(&mut c, "k");
+    assert_eq!(usage(&mut c, "twin"), inline);
+    // Denied with a block: the whole value, which has room for it.
+    let r = c.cmd(&["RL.GCRA", "k", "1", "1", "1s", "BLOCK", "10s"]);
+    assert_eq!(r.ints()[0], 0);
+    assert!(usage(&mut c, "k") > inline + 64, "{}", usage(&mut c, "k"));
+    // Admitted after the block: as small as a key never blocked, and it still expires.
+    c.clock_advance(10_000);
+    let r = c.cmd(&["RL.GCRA", "k", "1", "1", "1s"]);
+    assert_eq!(r.ints(), vec![1, 1, 0, 0, 1000]);
+    assert_eq!(usage(&mut c, "k"), inline);
+    let pttl = c.pttl("k");
+    assert!(pttl > 0 && pttl <= 1000, "{pttl}");
+    let tat = c.cmd(&["RL.INSPECT", "k"]).field("tat_us");
+    assert_eq!(tat, Reply::Int((T0_MS as i64 + 11_000) * 1000));
+}
+
+#[test]
+fn a_token_bucket_moves_between_a_word_and_a_cell_as_its_tokens_allow() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    let usage = |c: &mut Client| c.cmd(&["MEMORY", "USAGE", "tb"]).int();
+    let call = ["RL.TOKENBUCKET", "tb", "10", "10", "1h"];
+    assert_eq!(c.cmd(&call).ints()[0], 1);
+    let word = usage(&mut c);
+    let state = |c: &mut Client| {
+        let r = c.cmd(&["RL.INSPECT", "tb"]);
+        (r.field("tokens"), r.field("remaining"))
+    };
+    // 1 ms later a fraction of a token has come back: a cell, 16 bytes more.
+    c.clock_advance(1);
+    // (2 tokens less 10^4 µs-tokens to refill, at 10 per hour: 719,999 ms.)
+    assert_eq!(c.cmd(&call).ints(), vec![1, 10, 8, 0, 719_999]);
+    assert_eq!(usage(&mut c), word + 16);
+    let in_cell = state(&mut c);
+    // Full again an hour later: whole tokens, a word again, with its expiry.
+    c.clock_advance(3_600_000);
+    assert_eq!(c.cmd(&call).ints(), vec![1, 10, 9, 0, 360_000]);
+    assert_eq!(usage(&mut c), word);
+    let pttl = c.pttl("tb");
+    assert!(pttl > 0 && pttl <= 360_000, "{pttl}");
+    assert_ne!(state(&mut c), in_cell);
+}
