@@ -186,57 +186,77 @@ fn gcra_calls(c: &mut common::Client) -> u64 {
         .unwrap_or_else(|| panic!("no calls in {stats}"))
 }
 
+/// The policy both services announce: a burst of 5, then 10 per minute.
+const POLICY: Option<&str> = Some("\"default\";q=5;w=60");
+
+/// Asserts `r` is the services' answer under [`POLICY`]: `status`; `remaining` and `reset`
+/// (s) in RateLimit and X-RateLimit-*, with a limit of 5; RateLimit's t is the wait `retry`
+/// (also Retry-After) when there is one, else the reset.
+#[track_caller]
+fn assert_answer(r: &Response, status: u16, remaining: u64, reset: u64, retry: Option<u64>) {
+    let t = retry.unwrap_or(reset);
+    let state = format!("\"default\";r={remaining};t={t}");
+    let (remaining, reset) = (remaining.to_string(), reset.to_string());
+    let retry = retry.map(|s| s.to_string());
+    let expected = [
+        POLICY,
+        Some(state.as_str()),
+        Some("5"),
+        Some(remaining.as_str()),
+        Some(reset.as_str()),
+        retry.as_deref(),
+    ];
+    assert_eq!(fields(r), (status, expected), "{r:?}");
+}
+
+/// Both services' start: alice's burst, 5 admitted, each leaving one less and 6 s more until
+/// the key is fresh.
+fn alice_spends_her_burst(service: &Service) {
+    for (remaining, reset) in [(4, 6), (3, 12), (2, 18), (1, 24), (0, 30)] {
+        assert_answer(&service.get(Some("alice")), 200, remaining, reset, None);
+    }
+}
+
+/// Alice's sixth request waits one emission interval: a 429 with t and Retry-After 6, and a
+/// problem+json body.
+fn alice_is_refused(service: &Service) {
+    let r = service.get(Some("alice"));
+    assert_answer(&r, 429, 0, 30, Some(6));
+    assert_eq!(r.header("Content-Type"), Some("application/problem+json"));
+}
+
+/// Without X-Client-Id the client is its address, with a key of its own.
+fn the_address_is_the_client(server: &Server, service: &Service) {
+    assert_answer(&service.get(None), 200, 4, 6, None);
+    let exists = server.client().cmd(&["EXISTS", "rl:http:127.0.0.1"]);
+    assert_eq!(exists, Reply::Int(1));
+}
+
+/// With Redis gone, the service fails closed: to each of `clients`, a 503 with a problem+json
+/// body and no rate-limit fields.
+fn fails_closed_without_redis(server: &mut Server, service: &Service, clients: &[Option<&str>]) {
+    server.stop();
+    for &client in clients {
+        let r = service.get(client);
+        assert_eq!(fields(&r), (503, [None; 6]), "{r:?}");
+        assert_eq!(r.header("Content-Type"), Some("application/problem+json"));
+    }
+}
+
 /// The Python service (the ratelimit-redis-module middleware): a burst of 5, then 10 per
 /// minute, with the draft-11 RateLimit fields, the legacy X-RateLimit-* ones, and a denial
 /// remembered in the service until its retry time.
 fn python_limits_each_client_over_http(server: &Server, service: &Service) {
-    const POLICY: Option<&str> = Some("\"default\";q=5;w=60");
     let mut c = server.client();
     c.clock_set(T0_MS);
-
-    // The burst: 5 admitted, each leaving one less and 6 s more until the key is fresh.
-    for (remaining, reset) in [(4, 6), (3, 12), (2, 18), (1, 24), (0, 30)] {
-        let r = service.get(Some("alice"));
-        let state = format!("\"default\";r={remaining};t={reset}");
-        let (remaining, reset) = (remaining.to_string(), reset.to_string());
-        assert_eq!(
-            fields(&r),
-            (
-                200,
-                [
-                    POLICY,
-                    Some(&state),
-                    Some("5"),
-                    Some(&remaining),
-                    Some(&reset),
-                    None
-                ]
-            ),
-            "{r:?}"
-        );
-    }
-    // The sixth waits one emission interval: a 429 with a problem+json body.
-    let refused = (
-        429,
-        [
-            POLICY,
-            Some("\"default\";r=0;t=6"),
-            Some("5"),
-            Some("0"),
-            Some("30"),
-            Some("6"),
-        ],
-    );
-    let r = service.get(Some("alice"));
-    assert_eq!(fields(&r), refused, "{r:?}");
-    assert_eq!(r.header("Content-Type"), Some("application/problem+json"));
+    alice_spends_her_burst(service);
+    alice_is_refused(service);
 
     // Asked again, even after the server's clock moved on, the service answers from its memory
     // of the denial (its own clock: 6 s), without a round trip.
     let calls = gcra_calls(&mut server.client());
     c.clock_advance(6_000);
-    let r = service.get(Some("alice"));
-    assert_eq!(fields(&r), refused, "{r:?}");
+    assert_answer(&service.get(Some("alice")), 429, 0, 30, Some(6));
     assert_eq!(gcra_calls(&mut server.client()), calls);
 
     // Another client has a limit of its own. Seconds are rounded up: after its burst and
@@ -245,52 +265,15 @@ fn python_limits_each_client_over_http(server: &Server, service: &Service) {
         assert_eq!(service.get(Some("bob")).status, 200);
     }
     c.clock_advance(2_500);
-    let r = service.get(Some("bob"));
-    assert_eq!(
-        fields(&r),
-        (
-            429,
-            [
-                POLICY,
-                Some("\"default\";r=0;t=4"),
-                Some("5"),
-                Some("0"),
-                Some("28"),
-                Some("4")
-            ]
-        ),
-        "{r:?}"
-    );
+    assert_answer(&service.get(Some("bob")), 429, 0, 28, Some(4));
 
-    // Without X-Client-Id the client is its address.
-    let r = service.get(None);
-    assert_eq!(
-        fields(&r),
-        (
-            200,
-            [
-                POLICY,
-                Some("\"default\";r=4;t=6"),
-                Some("5"),
-                Some("4"),
-                Some("6"),
-                None
-            ]
-        ),
-        "{r:?}"
-    );
-    assert_eq!(c.cmd(&["EXISTS", "rl:http:127.0.0.1"]), Reply::Int(1));
+    the_address_is_the_client(server, service);
 }
 
-/// With Redis gone, the Python service refuses (it is set to fail closed): a 503 with a
-/// problem+json body and no rate-limit fields. A denial it remembers is still a 429.
+/// With Redis gone, the Python service refuses (it is set to fail closed). A denial it
+/// remembers is still a 429.
 fn python_fails_closed_without_redis(server: &mut Server, service: &Service) {
-    server.stop();
-    for client in [Some("carol"), None] {
-        let r = service.get(client);
-        assert_eq!(fields(&r), (503, [None; 6]), "{r:?}");
-        assert_eq!(r.header("Content-Type"), Some("application/problem+json"));
-    }
+    fails_closed_without_redis(server, service, &[Some("carol"), None]);
     assert_eq!(service.get(Some("alice")).status, 429);
 }
 
@@ -315,59 +298,17 @@ fn python_example_limits_each_client_over_http() {
 fn node_limits_each_client_over_http(server: &Server, service: &Service) {
     let mut c = server.client();
     c.clock_set(T0_MS);
-    const POLICY: Option<&str> = Some("\"default\";q=5;w=60");
-
-    // The burst of alice: 5 admitted, each leaving one less and 6 s more until the key is fresh.
-    for (remaining, reset) in [
-        ("4", "6"),
-        ("3", "12"),
-        ("2", "18"),
-        ("1", "24"),
-        ("0", "30"),
-    ] {
-        let r = service.get(Some("alice"));
-        let limit = format!("\"default\";r={remaining};t={reset}");
-        assert_eq!(
-            fields(&r),
-            (
-                200,
-                [
-                    POLICY,
-                    Some(&limit),
-                    Some("5"),
-                    Some(remaining),
-                    Some(reset),
-                    None
-                ]
-            ),
-            "{r:?}"
-        );
-    }
+    alice_spends_her_burst(service);
     // Three more callers spend their burst at the same instant.
     for client in ["erin", "grace", "ivan"] {
         for _ in 0..5 {
             assert_eq!(service.get(Some(client)).status, 200);
         }
     }
-    // The sixth waits one emission interval: 429, with t and Retry-After 6.
-    let refused = (
-        429,
-        [
-            POLICY,
-            Some("\"default\";r=0;t=6"),
-            Some("5"),
-            Some("0"),
-            Some("30"),
-            Some("6"),
-        ],
-    );
     let calls = gcra_calls(&mut c);
-    let r = service.get(Some("alice"));
-    assert_eq!(fields(&r), refused, "{r:?}");
-    assert_eq!(r.header("Content-Type"), Some("application/problem+json"));
+    alice_is_refused(service);
     // Asked again at once: the same answer from the service's memory, without a round trip.
-    let r = service.get(Some("alice"));
-    assert_eq!(fields(&r), refused, "{r:?}");
+    assert_answer(&service.get(Some("alice")), 429, 0, 30, Some(6));
     assert_eq!(
         gcra_calls(&mut c),
         calls + 1,
@@ -375,106 +316,24 @@ fn node_limits_each_client_over_http(server: &Server, service: &Service) {
     );
 
     // Another client has a limit of its own.
-    let r = service.get(Some("bob"));
-    assert_eq!(
-        fields(&r),
-        (
-            200,
-            [
-                POLICY,
-                Some("\"default\";r=4;t=6"),
-                Some("5"),
-                Some("4"),
-                Some("6"),
-                None
-            ]
-        ),
-        "{r:?}"
-    );
+    assert_answer(&service.get(Some("bob")), 200, 4, 6, None);
 
     // Seconds are rounded up: 3500 ms to wait is 4, 27500 ms to reset is 28.
     c.clock_advance(2_500);
-    let r = service.get(Some("erin"));
-    assert_eq!(
-        fields(&r),
-        (
-            429,
-            [
-                POLICY,
-                Some("\"default\";r=0;t=4"),
-                Some("5"),
-                Some("0"),
-                Some("28"),
-                Some("4")
-            ]
-        ),
-        "{r:?}"
-    );
+    assert_answer(&service.get(Some("erin")), 429, 0, 28, Some(4));
     // 1 ms early is still too early, and still a whole second to wait.
     c.clock_advance(3_499);
-    let r = service.get(Some("grace"));
-    assert_eq!(
-        fields(&r),
-        (
-            429,
-            [
-                POLICY,
-                Some("\"default\";r=0;t=1"),
-                Some("5"),
-                Some("0"),
-                Some("25"),
-                Some("1")
-            ]
-        ),
-        "{r:?}"
-    );
+    assert_answer(&service.get(Some("grace")), 429, 0, 25, Some(1));
     c.clock_advance(1);
-    let r = service.get(Some("ivan"));
-    assert_eq!(
-        fields(&r),
-        (
-            200,
-            [
-                POLICY,
-                Some("\"default\";r=0;t=30"),
-                Some("5"),
-                Some("0"),
-                Some("30"),
-                None
-            ]
-        ),
-        "{r:?}"
-    );
+    assert_answer(&service.get(Some("ivan")), 200, 0, 30, None);
 
-    // Without X-Client-Id the client is its address.
-    let r = service.get(None);
-    assert_eq!(
-        fields(&r),
-        (
-            200,
-            [
-                POLICY,
-                Some("\"default\";r=4;t=6"),
-                Some("5"),
-                Some("4"),
-                Some("6"),
-                None
-            ]
-        ),
-        "{r:?}"
-    );
-    assert_eq!(c.cmd(&["EXISTS", "rl:http:127.0.0.1"]), Reply::Int(1));
+    the_address_is_the_client(server, service);
 }
 
-/// With Redis gone, the Node service fails closed: 503 with its problem body, no limit fields.
-/// (Not alice: her refusal may still be in the service's memory, answered without Redis.)
+/// With Redis gone, the Node service fails closed. (Not alice: her refusal may still be in the
+/// service's memory, answered without Redis.)
 fn node_fails_closed_without_redis(server: &mut Server, service: &Service) {
-    server.stop();
-    for client in [Some("bob"), Some("carol"), None] {
-        let r = service.get(client);
-        assert_eq!(fields(&r), (503, [None; 6]), "{r:?}");
-        assert_eq!(r.header("Content-Type"), Some("application/problem+json"));
-    }
+    fails_closed_without_redis(server, service, &[Some("bob"), Some("carol"), None]);
 }
 
 #[test]

@@ -32,34 +32,28 @@ fn repo(path: &str) -> String {
         .into_owned()
 }
 
+/// Runs `promtool args`, asserts that it succeeds, and returns what it printed.
+fn promtool(args: &[&str]) -> String {
+    let run = Command::new(installed("promtool", "prometheus"))
+        .args(args)
+        .output()
+        .expect("run promtool");
+    let out = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        run.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    out
+}
+
 #[test]
 fn the_rules_file_passes_promtool_check_and_its_unit_tests() {
-    let promtool = installed("promtool", "prometheus");
-    let check = Command::new(&promtool)
-        .args(["check", "rules", &repo("prometheus/ratelimit.rules.yml")])
-        .output()
-        .expect("run promtool");
-    let out = String::from_utf8_lossy(&check.stdout);
-    assert!(
-        check.status.success(),
-        "{out}{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
+    let rules = repo("prometheus/ratelimit.rules.yml");
+    let out = promtool(&["check", "rules", &rules]);
     assert!(out.contains("SUCCESS: 9 rules found"), "{out}");
-    let test = Command::new(&promtool)
-        .args([
-            "test",
-            "rules",
-            &repo("prometheus/ratelimit.rules.test.yml"),
-        ])
-        .output()
-        .expect("run promtool");
-    let out = String::from_utf8_lossy(&test.stdout);
-    assert!(
-        test.status.success(),
-        "{out}{}",
-        String::from_utf8_lossy(&test.stderr)
-    );
+    let tests = repo("prometheus/ratelimit.rules.test.yml");
+    let out = promtool(&["test", "rules", &tests]);
     assert!(out.contains("SUCCESS"), "{out}");
 }
 

@@ -13,37 +13,83 @@ fn exists(c: &mut Client, key: &str) -> bool {
     c.cmd(&["EXISTS", key]) == Reply::Int(1)
 }
 
-#[test]
-fn gcra_moves_its_schedule_back_exactly_and_never_before_now() {
+/// A server whose debug clock reads `ms`, and a client of it.
+fn started_at(ms: u64) -> (Server, Client) {
     let server = Server::start();
     let mut c = server.client();
-    c.clock_set(T0_MS);
+    c.clock_set(ms);
+    (server, c)
+}
+
+/// The integers `call` replies with `extra` arguments after its own.
+fn ints(c: &mut Client, call: &[&str], extra: &[&str]) -> Vec<i64> {
+    c.cmd(&[call, extra].concat()).ints()
+}
+
+/// The integers `call` replies with `ATMOST` and then `rest` after its own arguments.
+fn atmost(c: &mut Client, call: &[&str], rest: &[&str]) -> Vec<i64> {
+    c.cmd(&[call, &["ATMOST"], rest].concat()).ints()
+}
+
+/// A limiter's RESP3 map: `allowed`; limit, remaining, retry_after_ms and reset_after_ms;
+/// then the `extra` fields, in that order.
+fn resp3_map(allowed: bool, common: [i64; 4], extra: &[(&str, i64)]) -> Reply {
+    let bulk = |t: &str| Reply::Bulk(t.as_bytes().to_vec());
+    let names = ["limit", "remaining", "retry_after_ms", "reset_after_ms"];
+    let mut fields = vec![(bulk("allowed"), Reply::Bool(allowed))];
+    let ints = names.into_iter().zip(common).chain(extra.iter().copied());
+    fields.extend(ints.map(|(name, n)| (bulk(name), Reply::Int(n))));
+    Reply::Map(fields)
+}
+
+/// RL.REFUND with `args`: the units it gives back.
+fn refund(c: &mut Client, args: &[&str]) -> i64 {
+    c.cmd(&[&["RL.REFUND"][..], args].concat()).int()
+}
+
+/// RL.POLICY.SET with the arguments `words` spells, which must succeed.
+fn set_policy(c: &mut Client, words: &str) {
+    let args: Vec<&str> = words.split_whitespace().collect();
+    let reply = c.cmd(&[&["RL.POLICY.SET"][..], &args].concat());
+    assert_eq!(reply, Reply::Simple("OK".into()), "{words}");
+}
+
+/// The per-rule states RL.INSPECT shows for a policy's key.
+fn rules(c: &mut Client, key: &str) -> Vec<Reply> {
+    match c.cmd(&["RL.INSPECT", key]).field("rules") {
+        Reply::Array(rules) => rules,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn gcra_moves_its_schedule_back_exactly_and_never_before_now() {
+    let (_server, mut c) = started_at(T0_MS);
     let gcra = ["RL.GCRA", "k", "5", "1", "1s"];
-    let with = |extra: &[&'static str]| [&gcra[..], extra].concat();
-    assert_eq!(c.cmd(&with(&["COST", "4"])).ints(), [1, 5, 1, 0, 4000]);
+    assert_eq!(ints(&mut c, &gcra, &["COST", "4"]), [1, 5, 1, 0, 4000]);
     // Two of the four fail downstream: the schedule owes two seconds less.
-    assert_eq!(c.cmd(&["RL.REFUND", "k", "2"]), Reply::Int(2));
-    assert_eq!(c.cmd(&with(&["COST", "0"])).ints(), [1, 5, 3, 0, 2000]);
+    assert_eq!(refund(&mut c, &["k", "2"]), 2);
+    assert_eq!(ints(&mut c, &gcra, &["COST", "0"]), [1, 5, 3, 0, 2000]);
     let pttl = c.pttl("k");
     assert!((1900..=2000).contains(&pttl), "the TTL follows: {pttl}");
     // DRYRUN says what would come back and changes nothing.
     let state = c.cmd(&["RL.INSPECT", "k"]);
-    assert_eq!(c.cmd(&["RL.REFUND", "k", "9", "DRYRUN"]), Reply::Int(2));
+    assert_eq!(refund(&mut c, &["k", "9", "DRYRUN"]), 2);
     assert_eq!(c.cmd(&["RL.INSPECT", "k"]), state);
     // Half a second on, 1.5 units are owed: the unit half paid off counts as taken (it is
     // what `remaining` counts), and giving it back leaves the key fresh, not fresher.
     c.clock_advance(500);
-    assert_eq!(c.cmd(&with(&["COST", "0"])).ints(), [1, 5, 3, 0, 1500]);
-    assert_eq!(c.cmd(&["RL.REFUND", "k", "9"]), Reply::Int(2));
+    assert_eq!(ints(&mut c, &gcra, &["COST", "0"]), [1, 5, 3, 0, 1500]);
+    assert_eq!(refund(&mut c, &["k", "9"]), 2);
     assert!(!exists(&mut c, "k"), "a fresh key goes");
-    assert_eq!(c.cmd(&["RL.REFUND", "k", "9"]), Reply::Int(0));
-    assert_eq!(c.cmd(&with(&["COST", "5"])).ints()[..3], [1, 5, 0]);
+    assert_eq!(refund(&mut c, &["k", "9"]), 0);
+    assert_eq!(ints(&mut c, &gcra, &["COST", "5"])[..3], [1, 5, 0]);
     // CL.THROTTLE keys hold the same state and take refunds too.
     assert_eq!(
         c.cmd(&["CL.THROTTLE", "cell", "4", "1", "60", "3"]).ints(),
         [0, 5, 2, -1, 180]
     );
-    assert_eq!(c.cmd(&["RL.REFUND", "cell", "1"]), Reply::Int(1));
+    assert_eq!(refund(&mut c, &["cell", "1"]), 1);
     assert_eq!(
         c.cmd(&["CL.THROTTLE", "cell", "4", "1", "60", "0"]).ints(),
         [0, 5, 3, -1, 120]
@@ -52,126 +98,96 @@ fn gcra_moves_its_schedule_back_exactly_and_never_before_now() {
 
 #[test]
 fn token_buckets_get_their_tokens_back() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(T0_MS);
+    let (_server, mut c) = started_at(T0_MS);
     // Capacity 4, 4 per minute: a token every 15 s.
     let tb = ["RL.TOKENBUCKET", "tb", "4", "4", "1m"];
-    let with = |extra: &[&'static str]| [&tb[..], extra].concat();
-    assert_eq!(c.cmd(&with(&["COST", "4"])).ints(), [1, 4, 0, 0, 60_000]);
+    assert_eq!(ints(&mut c, &tb, &["COST", "4"]), [1, 4, 0, 0, 60_000]);
     // 7.5 s later half a token is back; one more comes back: 1.5 tokens, full in 37.5 s.
     c.clock_advance(7500);
-    assert_eq!(c.cmd(&["RL.REFUND", "tb", "1"]), Reply::Int(1));
-    assert_eq!(c.cmd(&with(&["COST", "0"])).ints(), [1, 4, 1, 0, 37_500]);
+    assert_eq!(refund(&mut c, &["tb", "1"]), 1);
+    assert_eq!(ints(&mut c, &tb, &["COST", "0"]), [1, 4, 1, 0, 37_500]);
     // 2.5 tokens are missing: the half token counts as taken, and the bucket fills up.
-    assert_eq!(c.cmd(&["RL.REFUND", "tb", "100"]), Reply::Int(3));
+    assert_eq!(refund(&mut c, &["tb", "100"]), 3);
     assert!(!exists(&mut c, "tb"));
 
     // INTERVAL, capacity 3, 3 per minute: the refund keeps the phase.
     c.clock_set(MINUTE);
     let tbi = ["RL.TOKENBUCKET", "tbi", "3", "3", "1m", "INTERVAL"];
-    let with = |extra: &[&'static str]| [&tbi[..], extra].concat();
     assert_eq!(c.cmd(&tbi).ints(), [1, 3, 2, 0, 60_000]);
     c.clock_advance(10_000);
-    assert_eq!(c.cmd(&with(&["COST", "2"])).ints(), [1, 3, 0, 0, 50_000]);
-    assert_eq!(c.cmd(&["RL.REFUND", "tbi", "1"]), Reply::Int(1));
-    assert_eq!(c.cmd(&with(&["COST", "0"])).ints(), [1, 3, 1, 0, 50_000]);
-    assert_eq!(
-        c.cmd(&with(&["ATMOST", "5"])).ints(),
-        [1, 3, 0, 0, 50_000, 1]
-    );
+    assert_eq!(ints(&mut c, &tbi, &["COST", "2"]), [1, 3, 0, 0, 50_000]);
+    assert_eq!(refund(&mut c, &["tbi", "1"]), 1);
+    assert_eq!(ints(&mut c, &tbi, &["COST", "0"]), [1, 3, 1, 0, 50_000]);
+    assert_eq!(atmost(&mut c, &tbi, &["5"]), [1, 3, 0, 0, 50_000, 1]);
 }
 
 #[test]
 fn a_leaky_bucket_queue_gets_shorter() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(T0_MS);
+    let (_server, mut c) = started_at(T0_MS);
     // 2 per second (T = 500 ms), a queue of 3.
     let lb = ["RL.LEAKYBUCKET", "lb", "3", "2", "1s"];
     assert_eq!(c.cmd(&lb).ints(), [1, 3, 2, 0, 500, 0]);
     assert_eq!(c.cmd(&lb).ints(), [1, 3, 1, 0, 1000, 500]);
     assert_eq!(c.cmd(&lb).ints(), [1, 3, 0, 0, 1500, 1000]);
     // The last one is cancelled: the next request takes its turn.
-    assert_eq!(c.cmd(&["RL.REFUND", "lb", "1"]), Reply::Int(1));
+    assert_eq!(refund(&mut c, &["lb", "1"]), 1);
     assert_eq!(c.cmd(&lb).ints(), [1, 3, 0, 0, 1500, 1000]);
     // ATMOST adds its field after delay_ms.
-    assert_eq!(c.cmd(&["RL.REFUND", "lb", "2"]), Reply::Int(2));
-    assert_eq!(
-        c.cmd(&[&lb[..], &["ATMOST", "5"]].concat()).ints(),
-        [1, 3, 0, 0, 1500, 500, 2]
-    );
+    assert_eq!(refund(&mut c, &["lb", "2"]), 2);
+    assert_eq!(atmost(&mut c, &lb, &["5"]), [1, 3, 0, 0, 1500, 500, 2]);
     // As on the leaky bucket's page: a queue filled at once, two of it cancelled.
     c.cmd(&["DEL", "lb"]);
-    assert_eq!(
-        c.cmd(&[&lb[..], &["COST", "3"]].concat()).ints(),
-        [1, 3, 0, 0, 1500, 0]
-    );
-    assert_eq!(c.cmd(&["RL.REFUND", "lb", "2"]), Reply::Int(2));
-    assert_eq!(
-        c.cmd(&[&lb[..], &["ATMOST", "5"]].concat()).ints(),
-        [1, 3, 0, 0, 1500, 500, 2]
-    );
+    assert_eq!(ints(&mut c, &lb, &["COST", "3"]), [1, 3, 0, 0, 1500, 0]);
+    assert_eq!(refund(&mut c, &["lb", "2"]), 2);
+    assert_eq!(atmost(&mut c, &lb, &["5"]), [1, 3, 0, 0, 1500, 500, 2]);
 }
 
 #[test]
 fn windows_lower_their_counts() {
-    let server = Server::start();
-    let mut c = server.client();
     // Fixed window, 5 per minute.
-    c.clock_set(MINUTE + 10_000);
+    let (_server, mut c) = started_at(MINUTE + 10_000);
     let fw = ["RL.FIXEDWINDOW", "fw", "5", "1m"];
-    let with = |extra: &[&'static str]| [&fw[..], extra].concat();
-    assert_eq!(c.cmd(&with(&["COST", "5"])).ints(), [1, 5, 0, 0, 50_000]);
-    assert_eq!(c.cmd(&["RL.REFUND", "fw", "2"]), Reply::Int(2));
-    assert_eq!(
-        c.cmd(&with(&["ATMOST", "10"])).ints(),
-        [1, 5, 0, 0, 50_000, 2]
-    );
+    assert_eq!(ints(&mut c, &fw, &["COST", "5"]), [1, 5, 0, 0, 50_000]);
+    assert_eq!(refund(&mut c, &["fw", "2"]), 2);
+    assert_eq!(atmost(&mut c, &fw, &["10"]), [1, 5, 0, 0, 50_000, 2]);
     // Once the window is over its count counts no more: nothing to give back.
     c.clock_set(MINUTE + 60_000);
-    assert_eq!(c.cmd(&["RL.REFUND", "fw", "3"]), Reply::Int(0));
-    assert_eq!(c.cmd(&with(&["COST", "2"])).ints(), [1, 5, 3, 0, 60_000]);
-    assert_eq!(c.cmd(&["RL.REFUND", "fw", "5"]), Reply::Int(2));
+    assert_eq!(refund(&mut c, &["fw", "3"]), 0);
+    assert_eq!(ints(&mut c, &fw, &["COST", "2"]), [1, 5, 3, 0, 60_000]);
+    assert_eq!(refund(&mut c, &["fw", "5"]), 2);
     assert!(!exists(&mut c, "fw"), "a count of 0 is a fresh key");
 
     // Sliding window, 7 per minute, the worked example: 5 in the previous minute, 3 in
     // this one, 30% into it: 3 + floor(5 × 0.7) = 6.
     c.clock_set(MINUTE);
     let sw = ["RL.SLIDINGWINDOW", "sw", "7", "1m"];
-    let with = |extra: &[&'static str]| [&sw[..], extra].concat();
-    assert_eq!(c.cmd(&with(&["COST", "5"])).ints()[..3], [1, 7, 2]);
+    assert_eq!(ints(&mut c, &sw, &["COST", "5"])[..3], [1, 7, 2]);
     c.clock_set(MINUTE + 61_000);
-    assert_eq!(c.cmd(&with(&["COST", "3"])).ints()[..3], [1, 7, 0]);
+    assert_eq!(ints(&mut c, &sw, &["COST", "3"])[..3], [1, 7, 0]);
     c.clock_set(MINUTE + 78_000);
-    assert_eq!(c.cmd(&with(&["COST", "0"])).ints()[..3], [1, 7, 1]);
+    assert_eq!(ints(&mut c, &sw, &["COST", "0"])[..3], [1, 7, 1]);
     // Four back: the 3 of this minute, then 1 of the previous minute's share (3 of 5 at
     // 70%): the previous count becomes the largest whose share is 2, which is 4.
-    assert_eq!(c.cmd(&["RL.REFUND", "sw", "4"]), Reply::Int(4));
+    assert_eq!(refund(&mut c, &["sw", "4"]), 4);
     let state = c.cmd(&["RL.INSPECT", "sw"]);
     assert_eq!(
         (state.field("current"), state.field("previous")),
         (Reply::Int(0), Reply::Int(4))
     );
-    assert_eq!(
-        c.cmd(&with(&["ATMOST", "10"])).ints(),
-        [1, 7, 0, 0, 90_001, 5]
-    );
+    assert_eq!(atmost(&mut c, &sw, &["10"]), [1, 7, 0, 0, 90_001, 5]);
 }
 
 #[test]
 fn a_sliding_log_forgets_its_newest_entries() {
-    let server = Server::start();
-    let mut c = server.client();
     // 2 per minute, the worked example: 1:00:01 and 1:00:30 pass.
-    c.clock_set(MINUTE + 1000);
+    let (_server, mut c) = started_at(MINUTE + 1000);
     let sl = ["RL.SLIDINGLOG", "sl", "2", "1m"];
     assert_eq!(c.cmd(&sl).ints(), [1, 2, 1, 0, 60_000]);
     c.clock_set(MINUTE + 30_000);
     assert_eq!(c.cmd(&sl).ints(), [1, 2, 0, 0, 60_000]);
     // The request of 1:00:30 failed downstream: its entry goes, so 1:00:50 passes.
     c.clock_set(MINUTE + 40_000);
-    assert_eq!(c.cmd(&["RL.REFUND", "sl", "1"]), Reply::Int(1));
+    assert_eq!(refund(&mut c, &["sl", "1"]), 1);
     let state = c.cmd(&["RL.INSPECT", "sl"]);
     assert_eq!(state.field("entries"), Reply::Int(1));
     c.clock_set(MINUTE + 50_000);
@@ -181,73 +197,34 @@ fn a_sliding_log_forgets_its_newest_entries() {
     // A request of several units gives back part of its cost.
     c.cmd(&["DEL", "sl"]);
     let sl5 = ["RL.SLIDINGLOG", "sl", "5", "1m"];
-    assert_eq!(
-        c.cmd(&[&sl5[..], &["COST", "4"]].concat()).ints()[..3],
-        [1, 5, 1]
-    );
-    assert_eq!(c.cmd(&["RL.REFUND", "sl", "3"]), Reply::Int(3));
-    assert_eq!(
-        c.cmd(&[&sl5[..], &["ATMOST", "9"]].concat()).ints(),
-        [1, 5, 0, 0, 60_000, 4]
-    );
-    assert_eq!(c.cmd(&["RL.REFUND", "sl", "99"]), Reply::Int(5));
+    assert_eq!(ints(&mut c, &sl5, &["COST", "4"])[..3], [1, 5, 1]);
+    assert_eq!(refund(&mut c, &["sl", "3"]), 3);
+    assert_eq!(atmost(&mut c, &sl5, &["9"]), [1, 5, 0, 0, 60_000, 4]);
+    assert_eq!(refund(&mut c, &["sl", "99"]), 5);
     assert!(!exists(&mut c, "sl"));
 }
 
 #[test]
 fn every_rule_of_a_policy_gets_the_units_back() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(T0_MS);
-    let set = [
-        "RL.POLICY.SET",
-        "api",
-        "GCRA",
-        "10",
-        "10",
-        "1s",
-        "FIXEDWINDOW",
-        "1000",
-        "1d",
-    ];
-    assert_eq!(c.cmd(&set), Reply::Simple("OK".into()));
+    let (_server, mut c) = started_at(T0_MS);
+    set_policy(&mut c, "api GCRA 10 10 1s FIXEDWINDOW 1000 1d");
     let limit = ["RL.LIMIT", "rl:api:alice", "api"];
-    let with = |extra: &[&'static str]| [&limit[..], extra].concat();
-    let first = c.cmd(&with(&["COST", "10"])).ints();
+    let first = ints(&mut c, &limit, &["COST", "10"]);
     assert_eq!(first[..4], [1, 10, 0, 0]);
-    assert_eq!(c.cmd(&["RL.REFUND", "rl:api:alice", "4"]), Reply::Int(4));
-    let state = c.cmd(&["RL.INSPECT", "rl:api:alice"]);
-    let rules = match state.field("rules") {
-        Reply::Array(rules) => rules,
-        other => panic!("{other:?}"),
-    };
-    assert_eq!(rules[1].field("count"), Reply::Int(6), "{state:?}");
+    assert_eq!(refund(&mut c, &["rl:api:alice", "4"]), 4);
+    let rules_now = rules(&mut c, "rl:api:alice");
+    assert_eq!(rules_now[1].field("count"), Reply::Int(6), "{rules_now:?}");
     // ATMOST grants what every rule admits: the GCRA rule's 4.
-    let granted = c.cmd(&with(&["ATMOST", "10"])).ints();
+    let granted = atmost(&mut c, &limit, &["10"]);
     assert_eq!(granted[..4], [1, 10, 0, 0]);
     assert_eq!(granted[5..], [0, 4], "rule, then granted");
     // The day's count is 10 again: 6 kept and 4 granted.
-    let state = c.cmd(&["RL.INSPECT", "rl:api:alice"]);
-    let rules = match state.field("rules") {
-        Reply::Array(rules) => rules,
-        other => panic!("{other:?}"),
-    };
-    assert_eq!(rules[1].field("count"), Reply::Int(10));
-    // The fixed window rule binds ATMOST when it has less room.
     assert_eq!(
-        c.cmd(&[
-            "RL.POLICY.SET",
-            "tight",
-            "GCRA",
-            "10",
-            "10",
-            "1s",
-            "FIXEDWINDOW",
-            "3",
-            "1d"
-        ]),
-        Reply::Simple("OK".into())
+        rules(&mut c, "rl:api:alice")[1].field("count"),
+        Reply::Int(10)
     );
+    // The fixed window rule binds ATMOST when it has less room.
+    set_policy(&mut c, "tight GCRA 10 10 1s FIXEDWINDOW 3 1d");
     // (The day's window ends 6400 s after T0.)
     assert_eq!(
         c.cmd(&["RL.LIMIT", "t", "tight", "ATMOST", "10"]).ints(),
@@ -257,39 +234,33 @@ fn every_rule_of_a_policy_gets_the_units_back() {
 
 #[test]
 fn atmost_grants_what_the_key_allows_and_blocks_only_on_nothing() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(T0_MS);
+    let (_server, mut c) = started_at(T0_MS);
     let gcra = ["RL.GCRA", "k", "5", "1", "1m"];
-    let with = |extra: &[&'static str]| [&gcra[..], extra].concat();
-    assert_eq!(
-        c.cmd(&with(&["ATMOST", "3"])).ints(),
-        [1, 5, 2, 0, 180_000, 3]
-    );
+    assert_eq!(atmost(&mut c, &gcra, &["3"]), [1, 5, 2, 0, 180_000, 3]);
     // DRYRUN computes the grant and writes nothing.
     let state = c.cmd(&["RL.INSPECT", "k"]);
     assert_eq!(
-        c.cmd(&with(&["ATMOST", "3", "DRYRUN"])).ints(),
+        atmost(&mut c, &gcra, &["3", "DRYRUN"]),
         [1, 5, 0, 0, 300_000, 2]
     );
     assert_eq!(c.cmd(&["RL.INSPECT", "k"]), state);
     // Two are left: ATMOST 3 with BLOCK gets them, and no block starts.
     assert_eq!(
-        c.cmd(&with(&["ATMOST", "3", "BLOCK", "1m"])).ints(),
+        atmost(&mut c, &gcra, &["3", "BLOCK", "1m"]),
         [1, 5, 0, 0, 300_000, 2]
     );
     // Nothing left: denied, retry_after is the wait for one unit, and now the block starts.
     assert_eq!(
-        c.cmd(&with(&["ATMOST", "3", "DRYRUN"])).ints(),
+        atmost(&mut c, &gcra, &["3", "DRYRUN"]),
         [0, 5, 0, 60_000, 300_000, 0]
     );
     assert_eq!(
-        c.cmd(&with(&["ATMOST", "3", "BLOCK", "2m"])).ints(),
+        atmost(&mut c, &gcra, &["3", "BLOCK", "2m"]),
         [0, 5, 0, 120_000, 300_000, 0]
     );
     let blocked = c.cmd(&["RL.INSPECT", "k"]).field("blocked_until_us");
     // A refund gives the units back, and the block stays; the TTL covers it.
-    assert_eq!(c.cmd(&["RL.REFUND", "k", "5"]), Reply::Int(5));
+    assert_eq!(refund(&mut c, &["k", "5"]), 5);
     assert_eq!(
         c.cmd(&["RL.INSPECT", "k"]).field("blocked_until_us"),
         blocked
@@ -297,65 +268,36 @@ fn atmost_grants_what_the_key_allows_and_blocks_only_on_nothing() {
     let pttl = c.pttl("k");
     assert!((119_000..=120_000).contains(&pttl), "{pttl}");
     assert_eq!(
-        c.cmd(&with(&["ATMOST", "1"])).ints(),
+        atmost(&mut c, &gcra, &["1"]),
         [0, 5, 0, 120_000, 120_000, 0]
     );
     c.clock_advance(120_000);
-    assert_eq!(
-        c.cmd(&with(&["ATMOST", "9"])).ints(),
-        [1, 5, 0, 0, 300_000, 5]
-    );
+    assert_eq!(atmost(&mut c, &gcra, &["9"]), [1, 5, 0, 0, 300_000, 5]);
 }
 
 #[test]
 fn resp3_maps_name_granted_last_and_refund_replies_an_integer() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(T0_MS);
+    let (_server, mut c) = started_at(T0_MS);
     assert!(matches!(c.cmd(&["HELLO", "3"]), Reply::Map(_)));
-    let s = |t: &str| Reply::Bulk(t.as_bytes().to_vec());
     assert_eq!(
         c.cmd(&["RL.LEAKYBUCKET", "lb", "3", "2", "1s", "ATMOST", "2"]),
-        Reply::Map(vec![
-            (s("allowed"), Reply::Bool(true)),
-            (s("limit"), Reply::Int(3)),
-            (s("remaining"), Reply::Int(1)),
-            (s("retry_after_ms"), Reply::Int(0)),
-            (s("reset_after_ms"), Reply::Int(1000)),
-            (s("delay_ms"), Reply::Int(0)),
-            (s("granted"), Reply::Int(2)),
-        ])
+        resp3_map(true, [3, 1, 0, 1000], &[("delay_ms", 0), ("granted", 2)])
     );
     assert_eq!(
         c.cmd(&["RL.GCRA", "g", "1", "1", "1m", "ATMOST", "2"]),
-        Reply::Map(vec![
-            (s("allowed"), Reply::Bool(true)),
-            (s("limit"), Reply::Int(1)),
-            (s("remaining"), Reply::Int(0)),
-            (s("retry_after_ms"), Reply::Int(0)),
-            (s("reset_after_ms"), Reply::Int(60_000)),
-            (s("granted"), Reply::Int(1)),
-        ])
+        resp3_map(true, [1, 0, 0, 60_000], &[("granted", 1)])
     );
-    assert_eq!(c.cmd(&["RL.REFUND", "lb", "5"]), Reply::Int(2));
+    assert_eq!(refund(&mut c, &["lb", "5"]), 2);
     // Without ATMOST, no granted field.
     assert_eq!(
         c.cmd(&["RL.GCRA", "h", "1", "1", "1m"]),
-        Reply::Map(vec![
-            (s("allowed"), Reply::Bool(true)),
-            (s("limit"), Reply::Int(1)),
-            (s("remaining"), Reply::Int(0)),
-            (s("retry_after_ms"), Reply::Int(0)),
-            (s("reset_after_ms"), Reply::Int(60_000)),
-        ])
+        resp3_map(true, [1, 0, 0, 60_000], &[])
     );
 }
 
 #[test]
 fn errors_name_the_argument_and_change_nothing() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(T0_MS);
+    let (_server, mut c) = started_at(T0_MS);
     c.cmd(&["RL.GCRA", "k", "5", "1", "1m", "COST", "3"]);
     c.cmd(&["RL.CONCURRENCY.ACQUIRE", "lease", "2", "1m", "ID", "a"]);
     c.cmd(&["SET", "s", "x"]);
@@ -429,17 +371,15 @@ fn errors_name_the_argument_and_change_nothing() {
     assert_eq!(c.cmd(&["RL.INSPECT", "k"]), state);
     assert_eq!(c.cmd(&["GET", "s"]), Reply::Bulk(b"x".to_vec()));
     // A missing key and 0 units give back nothing; neither is an error.
-    assert_eq!(c.cmd(&["RL.REFUND", "nothing", "5"]), Reply::Int(0));
-    assert_eq!(c.cmd(&["RL.REFUND", "k", "0"]), Reply::Int(0));
+    assert_eq!(refund(&mut c, &["nothing", "5"]), 0);
+    assert_eq!(refund(&mut c, &["k", "0"]), 0);
     assert!(!exists(&mut c, "nothing"));
     assert_eq!(c.cmd(&["RL.INSPECT", "k"]), state);
 }
 
 #[test]
 fn info_counts_refunds_as_calls() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(T0_MS);
+    let (_server, mut c) = started_at(T0_MS);
     c.cmd(&["RL.GCRA", "k", "5", "1", "1m", "COST", "3"]);
     c.cmd(&["RL.REFUND", "k", "1"]);
     c.cmd(&["RL.REFUND", "k", "1", "DRYRUN"]);
@@ -460,20 +400,7 @@ fn info_counts_refunds_as_calls() {
 /// Refunds and partial grants on every algorithm and a policy, as a workload; the keys.
 fn workload(c: &mut Client) -> Vec<&'static str> {
     c.clock_set(MINUTE);
-    assert_eq!(
-        c.cmd(&[
-            "RL.POLICY.SET",
-            "api",
-            "GCRA",
-            "10",
-            "10",
-            "1m",
-            "SLIDINGLOG",
-            "30",
-            "1h"
-        ]),
-        Reply::Simple("OK".into())
-    );
+    set_policy(c, "api GCRA 10 10 1m SLIDINGLOG 30 1h");
     let limiters: [&[&str]; 9] = [
         &["RL.GCRA", "gcra", "20", "10", "1m"],
         &["CL.THROTTLE", "cell", "19", "10", "60"],
@@ -538,9 +465,9 @@ fn replicas_hold_the_same_bytes_after_refunds_and_partial_grants() {
     assert_eq!(p.cmd(&["WAIT", "1", "10000"]), Reply::Int(1));
     let offset = |p: &mut Client| p.info_field("replication", "master_repl_offset");
     let before = offset(&mut p);
-    assert_eq!(p.cmd(&["RL.REFUND", "once", "0"]), Reply::Int(0));
-    assert_eq!(p.cmd(&["RL.REFUND", "missing", "3"]), Reply::Int(0));
-    assert_eq!(p.cmd(&["RL.REFUND", "once", "3", "DRYRUN"]), Reply::Int(1));
+    assert_eq!(refund(&mut p, &["once", "0"]), 0);
+    assert_eq!(refund(&mut p, &["missing", "3"]), 0);
+    assert_eq!(refund(&mut p, &["once", "3", "DRYRUN"]), 1);
     assert_eq!(
         p.cmd(&["RL.GCRA", "once", "1", "1", "1h", "ATMOST", "4"])
             .ints(),
@@ -552,7 +479,7 @@ fn replicas_hold_the_same_bytes_after_refunds_and_partial_grants() {
         "a refund that wrote nothing was sent"
     );
     // One that gives back is sent, and the replica deletes the key that is fresh again.
-    assert_eq!(p.cmd(&["RL.REFUND", "once", "3"]), Reply::Int(1));
+    assert_eq!(refund(&mut p, &["once", "3"]), 1);
     assert_ne!(offset(&mut p), before);
     assert_eq!(p.cmd(&["WAIT", "1", "10000"]), Reply::Int(1));
     assert_eq!(r.cmd(&["EXISTS", "once"]), Reply::Int(0));

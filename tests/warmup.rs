@@ -18,6 +18,19 @@ fn ok() -> Reply {
     Reply::Simple("OK".into())
 }
 
+/// A server whose debug clock reads `ms`, and a client of it.
+fn started_at(ms: u64) -> (Server, Client) {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(ms);
+    (server, c)
+}
+
+/// The command `line` spells, word by word.
+fn words(c: &mut Client, line: &str) -> Reply {
+    c.cmd(&line.split_whitespace().collect::<Vec<_>>())
+}
+
 /// Asserts the key's PTTL is `reset_ms` less the real time since the last write (a little).
 fn assert_pttl(c: &mut Client, key: &str, reset_ms: i64) {
     let pttl = c.pttl(key);
@@ -32,9 +45,7 @@ fn assert_pttl(c: &mut Client, key: &str, reset_ms: i64) {
 /// 296 ms) and falls by 4 ms per request to the stable 100 ms. One ms earlier is denied.
 #[test]
 fn the_classic_figures_from_idle() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(T0_MS);
+    let (_server, mut c) = started_at(T0_MS);
     for i in 0..50i64 {
         let spacing = 298 - 4 * i;
         // reset_after: the wait, then one cool-down interval (100 ms) per permit spent.
@@ -66,9 +77,7 @@ fn the_classic_figures_from_idle() {
 /// A large request passes at once when nothing is owed; the next caller pays for it.
 #[test]
 fn a_large_request_passes_and_later_callers_pay() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(T0_MS);
+    let (_server, mut c) = started_at(T0_MS);
     // All 100 stored permits: the trapezoid (10 s) and 50 at 100 ms (5 s); then the key
     // cools for the warm-up (10 s).
     assert_eq!(
@@ -93,9 +102,7 @@ fn a_large_request_passes_and_later_callers_pay() {
 /// Idle for the warm-up after the schedule is paid, the key is cold again: fresh.
 #[test]
 fn the_key_cools_back_to_cold_and_expires_then() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(T0_MS);
+    let (_server, mut c) = started_at(T0_MS);
     classic(&mut c, "k", &["COST", "100"]);
     // Half way through the cool-down.
     c.clock_advance(20_000);
@@ -122,9 +129,7 @@ fn the_key_cools_back_to_cold_and_expires_then() {
 
 #[test]
 fn dryrun_and_cost_zero_write_nothing() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(T0_MS);
+    let (_server, mut c) = started_at(T0_MS);
     assert_eq!(classic(&mut c, "k", &["DRYRUN"]).ints(), [1, 1, 0, 0, 398]);
     assert_eq!(classic(&mut c, "k", &["COST", "0"]).ints(), [1, 1, 1, 0, 0]);
     assert_eq!(c.cmd(&["EXISTS", "k"]), Reply::Int(0));
@@ -143,9 +148,7 @@ fn dryrun_and_cost_zero_write_nothing() {
 
 #[test]
 fn the_cold_factor_sets_the_first_spacing() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(T0_MS);
+    let (_server, mut c) = started_at(T0_MS);
     // Cold factor 10: the line runs from 1000 ms down to 100 ms over max - threshold
     // = 2 × 10 s / 1.1 s = 18.18 permits, 49.5 ms per permit; the first permit costs the
     // average of 1000 and 950.5 ms: 975.25 ms.
@@ -163,9 +166,7 @@ fn the_cold_factor_sets_the_first_spacing() {
 
 #[test]
 fn block_works_as_on_the_other_commands() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(T0_MS);
+    let (_server, mut c) = started_at(T0_MS);
     assert_eq!(classic(&mut c, "k", &["BLOCK", "1m"]).ints()[0], 1);
     assert_eq!(
         classic(&mut c, "k", &["BLOCK", "1m"]).ints(),
@@ -178,9 +179,7 @@ fn block_works_as_on_the_other_commands() {
 
 #[test]
 fn errors_name_the_argument_and_range() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(T0_MS);
+    let (_server, mut c) = started_at(T0_MS);
     let factor = "ERR invalid COLDFACTOR: expected an integer from 2 to 10";
     for bad in ["1", "11", "0", "-3", "3.5", "03"] {
         assert_eq!(classic(&mut c, "k", &["COLDFACTOR", bad]).error(), factor);
@@ -228,9 +227,7 @@ fn errors_name_the_argument_and_range() {
 
 #[test]
 fn the_largest_parameters_are_accepted() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(T0_MS);
+    let (_server, mut c) = started_at(T0_MS);
     let r = c
         .cmd(&[
             "RL.WARMUP",
@@ -251,9 +248,7 @@ fn the_largest_parameters_are_accepted() {
 
 #[test]
 fn resp3_gets_a_map() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(T0_MS);
+    let (_server, mut c) = started_at(T0_MS);
     c.cmd(&["HELLO", "3"]);
     let field = |name: &str, value: Reply| (Reply::Bulk(name.as_bytes().to_vec()), value);
     assert_eq!(
@@ -274,9 +269,7 @@ fn resp3_gets_a_map() {
 
 #[test]
 fn inspect_shows_parameters_and_state() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(T0_MS);
+    let (_server, mut c) = started_at(T0_MS);
     classic(&mut c, "k", &["COLDFACTOR", "3"]);
     c.clock_advance(100);
     let state = c.cmd(&["RL.INSPECT", "k"]);
@@ -325,9 +318,7 @@ fn command_docs_describe_the_arguments() {
 
 #[test]
 fn info_counts_calls_admitted_denied_and_errors() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(T0_MS);
+    let (_server, mut c) = started_at(T0_MS);
     classic(&mut c, "k", &[]);
     classic(&mut c, "k", &[]);
     classic(&mut c, "k", &["COLDFACTOR", "1"]);
@@ -342,41 +333,16 @@ fn info_counts_calls_admitted_denied_and_errors() {
 
 #[test]
 fn a_policy_with_a_warmup_rule() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(T0_MS);
-    let set = [
-        "RL.POLICY.SET",
-        "p",
-        "warmup",
-        "10",
-        "1s",
-        "10s",
-        "coldfactor",
-        "3",
-        "GCRA",
-        "100",
-        "100",
-        "1s",
-    ];
-    assert_eq!(c.cmd(&set), ok());
+    let (_server, mut c) = started_at(T0_MS);
+    let set = "RL.POLICY.SET p warmup 10 1s 10s coldfactor 3 GCRA 100 100 1s";
+    assert_eq!(words(&mut c, set), ok());
     assert_eq!(
         c.cmd(&["RL.POLICY.GET", "p"]),
         Reply::Array(
-            [
-                "WARMUP",
-                "10",
-                "1s",
-                "10s",
-                "COLDFACTOR",
-                "3",
-                "GCRA",
-                "100",
-                "100",
-                "1s"
-            ]
-            .map(|w| Reply::Bulk(w.as_bytes().to_vec()))
-            .to_vec()
+            "WARMUP 10 1s 10s COLDFACTOR 3 GCRA 100 100 1s"
+                .split_whitespace()
+                .map(|w| Reply::Bulk(w.as_bytes().to_vec()))
+                .collect()
         )
     );
     // The warm-up rule binds: it has no request left now, and cools longest.
@@ -386,39 +352,17 @@ fn a_policy_with_a_warmup_rule() {
     c.clock_advance(298);
     assert_eq!(c.cmd(&limit).ints(), [1, 1, 0, 0, 294 + 200, 0]);
     // Without COLDFACTOR, the default; a bad one is named with its rule.
+    assert_eq!(words(&mut c, "RL.POLICY.SET q WARMUP 10 1s 10s"), ok());
     assert_eq!(
-        c.cmd(&["RL.POLICY.SET", "q", "WARMUP", "10", "1s", "10s"]),
-        ok()
-    );
-    assert_eq!(
-        c.cmd(&[
-            "RL.POLICY.SET",
-            "q",
-            "WARMUP",
-            "10",
-            "1s",
-            "10s",
-            "COLDFACTOR",
-            "11"
-        ])
-        .error(),
+        words(&mut c, "RL.POLICY.SET q WARMUP 10 1s 10s COLDFACTOR 11").error(),
         "ERR the WARMUP rule at argument 2: invalid COLDFACTOR: expected an integer from 2 to 10"
     );
     assert_eq!(
-        c.cmd(&[
-            "RL.POLICY.SET",
-            "q",
-            "WARMUP",
-            "10",
-            "1s",
-            "10s",
-            "COLDFACTOR"
-        ])
-        .error(),
+        words(&mut c, "RL.POLICY.SET q WARMUP 10 1s 10s COLDFACTOR").error(),
         "ERR the WARMUP rule at argument 2: COLDFACTOR needs a value: an integer from 2 to 10"
     );
     assert_eq!(
-        c.cmd(&["RL.POLICY.SET", "q", "WARMUP", "10", "1s"]).error(),
+        words(&mut c, "RL.POLICY.SET q WARMUP 10 1s").error(),
         "ERR the WARMUP rule at argument 2 needs its arguments: WARMUP rate period warmup \
          [COLDFACTOR factor]"
     );
@@ -515,9 +459,7 @@ fn aof_replay_dump_restore_and_reload_keep_the_state() {
 /// amount while nothing is owed (as any COST is admitted then) and nothing while something is.
 #[test]
 fn refunds_and_partial_grants() {
-    let server = Server::start();
-    let mut c = server.client();
-    c.clock_set(T0_MS);
+    let (_server, mut c) = started_at(T0_MS);
     // From cold, the first request owes 298 ms.
     assert_eq!(classic(&mut c, "w", &[]).ints(), [1, 1, 0, 0, 398]);
     assert_eq!(c.cmd(&["RL.REFUND", "w", "1"]), Reply::Int(1));

@@ -314,45 +314,13 @@ mod tests {
         }
     }
 
-    /// Requests `(gap µs, cost)` from `t0` on a key of parameters `p`; the key and the time
-    /// of the last one.
-    fn after_gaps_l(p: &Params, gaps: &[(u64, u64)], t0: u64) -> (Key<LeakyBucket>, u64) {
-        let mut at = t0;
-        let mut key: Key<LeakyBucket> = None;
-        for &(gap, cost) in gaps {
-            at += gap;
-            step::<LeakyBucket>(p, &mut key, at, cost);
-        }
-        (key, at)
-    }
-
-    proptest! {
-        /// ATMOST: the grant is the largest COST a DRYRUN at the same instant admits, with
-        /// the key's parameters and after a change to others.
-        #[test]
-        fn largest_cost_is_what_a_dryrun_admits(
-            q in any_params(), p in any_params(),
-            gaps in proptest::collection::vec((0u64..3_000_000, 0u64..6), 0..40), more in 0u64..3_000_000,
-        ) {
-            let (key, at) = after_gaps_l(&q, &gaps, T0);
-            testing::largest_cost_is_what_a_dryrun_admits::<LeakyBucket>(&q, &key, at + more, 21)?;
-            testing::largest_cost_is_what_a_dryrun_admits::<LeakyBucket>(&p, &key, at + more, 21)?;
-        }
-
-        /// RL.REFUND: admit n, give back k <= n, and exactly k more are admitted at that
-        /// instant (all n: the key decides as before, then and later); giving back more than
-        /// was taken gives back what was taken and leaves the key fresh, never fresher.
-        #[test]
-        fn refund_gives_back_exactly(
-            p in any_params(),
-            gaps in proptest::collection::vec((0u64..3_000_000, 0u64..6), 0..40),
-            more in 0u64..3_000_000, n in 1u64..8, k in 0u64..10,
-            later in proptest::collection::vec((0u64..5_000_000, 0u64..6), 1..8),
-        ) {
-            let (key, at) = after_gaps_l(&p, &gaps, T0);
-            testing::refund_at_one_instant::<LeakyBucket>(&p, &key, at + more, n, k, &later, true)?;
-            testing::refund_of_more_than_was_taken::<LeakyBucket>(&key, at + more, true)?;
-            testing::refund_of_more_than_was_taken::<LeakyBucket>(&key, at + more + 3_000_000, true)?;
-        }
-    }
+    // ATMOST and RL.REFUND, as every algorithm states them.
+    testing::atmost_and_refund_properties!(
+        LeakyBucket,
+        params: any_params(),
+        t0: T0,
+        bound: 21,
+        later_within: 5_000_000,
+        later_too: |_| true,
+    );
 }

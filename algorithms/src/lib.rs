@@ -267,6 +267,22 @@ pub mod testing {
         key
     }
 
+    /// The key after requests `(gap in µs, cost)` made one after another from `t0_us`, and
+    /// the instant of the last (`t0_us` when there are none).
+    pub fn after_gaps<A: Algorithm>(
+        params: &A::Params,
+        gaps: &[(u64, u64)],
+        t0_us: u64,
+    ) -> (Key<A>, u64) {
+        let mut at = t0_us;
+        let mut key: Key<A> = None;
+        for &(gap, cost) in gaps {
+            at += gap;
+            step::<A>(params, &mut key, at, cost);
+        }
+        (key, at)
+    }
+
     /// A decision as the reply shows it: allowed, limit, remaining, retry_after_ms (-1 when
     /// never), reset_after_ms.
     pub fn summary(d: &Decision) -> (bool, u64, u64, i64, u64) {
@@ -440,6 +456,68 @@ pub mod testing {
         prop_assert_eq!(A::refund(p, &mut copy, now_us, u64::MAX), 0);
         Ok(())
     }
+
+    /// The ATMOST and RL.REFUND properties, stated once for every algorithm: expands, in an
+    /// algorithm's test module, to the two property tests `largest_cost_is_what_a_dryrun_admits`
+    /// and `refund_gives_back_exactly`. The algorithm says only what differs: its parameter
+    /// strategy, its start instant, the search bound for ATMOST (above any limit the strategy
+    /// draws), how far `later` instants reach (past a window, for the window algorithms), and
+    /// when a full refund must decide as a missing key at `later` instants too.
+    macro_rules! atmost_and_refund_properties {
+        (
+            $algorithm:ty,
+            params: $params:expr,
+            t0: $t0:expr,
+            bound: $bound:expr,
+            later_within: $later_within:expr,
+            later_too: $later_too:expr $(,)?
+        ) => {
+            proptest::proptest! {
+                /// ATMOST: the grant is the largest COST a DRYRUN at the same instant admits,
+                /// with the key's parameters and after a change to others.
+                #[test]
+                fn largest_cost_is_what_a_dryrun_admits(
+                    q in $params, p in $params,
+                    gaps in proptest::collection::vec((0u64..3_000_000, 0u64..6), 0..40),
+                    more in 0u64..3_000_000,
+                ) {
+                    let (key, at) = $crate::testing::after_gaps::<$algorithm>(&q, &gaps, $t0);
+                    $crate::testing::largest_cost_is_what_a_dryrun_admits::<$algorithm>(
+                        &q, &key, at + more, $bound,
+                    )?;
+                    $crate::testing::largest_cost_is_what_a_dryrun_admits::<$algorithm>(
+                        &p, &key, at + more, $bound,
+                    )?;
+                }
+
+                /// RL.REFUND: admit n, give back k <= n, and exactly k more are admitted at that
+                /// instant (all n: the key decides as before, then and later); giving back more
+                /// than was taken gives back what was taken and leaves the key fresh, never
+                /// fresher.
+                #[test]
+                fn refund_gives_back_exactly(
+                    p in $params,
+                    gaps in proptest::collection::vec((0u64..3_000_000, 0u64..6), 0..40),
+                    more in 0u64..3_000_000, n in 1u64..8, k in 0u64..10,
+                    later in proptest::collection::vec((0u64..$later_within, 0u64..6), 1..8),
+                ) {
+                    let later_too: fn(&<$algorithm as $crate::Algorithm>::Params) -> bool =
+                        $later_too;
+                    let (key, at) = $crate::testing::after_gaps::<$algorithm>(&p, &gaps, $t0);
+                    $crate::testing::refund_at_one_instant::<$algorithm>(
+                        &p, &key, at + more, n, k, &later, later_too(&p),
+                    )?;
+                    $crate::testing::refund_of_more_than_was_taken::<$algorithm>(
+                        &key, at + more, true,
+                    )?;
+                    $crate::testing::refund_of_more_than_was_taken::<$algorithm>(
+                        &key, at + more + 3_000_000, true,
+                    )?;
+                }
+            }
+        };
+    }
+    pub(crate) use atmost_and_refund_properties;
 
     /// A check that does not write (DRYRUN): asserts that it changes nothing.
     pub fn peek<A: Algorithm>(

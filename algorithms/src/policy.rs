@@ -986,12 +986,7 @@ mod tests {
             more in 0u64..5_000_000,
         ) {
             let (old, new): (Rules, Rules) = (Arc::from(old), Arc::from(new));
-            let mut key: Key = None;
-            let mut now = T0;
-            for (gap, cost) in requests {
-                now += gap;
-                step(&old, &mut key, now, cost);
-            }
+            let (key, now) = testing::after_gaps::<Limit>(&old, &requests, T0);
             testing::largest_cost_is_what_a_dryrun_admits::<Limit>(&old, &key, now + more, 7)?;
             testing::largest_cost_is_what_a_dryrun_admits::<Limit>(&new, &key, now + more, 7)?;
         }
@@ -1007,12 +1002,7 @@ mod tests {
             later in proptest::collection::vec((0u64..10_000_000, 0u64..4), 1..6),
         ) {
             let rules: Rules = Arc::from(rules);
-            let mut key: Key = None;
-            let mut now = T0;
-            for (gap, cost) in requests {
-                now += gap;
-                step(&rules, &mut key, now, cost);
-            }
+            let (key, now) = testing::after_gaps::<Limit>(&rules, &requests, T0);
             testing::refund_at_one_instant::<Limit>(&rules, &key, now + more, n, k, &later, true)?;
             testing::refund_of_more_than_was_taken::<Limit>(&key, now + more, false)?;
         }

@@ -276,46 +276,57 @@ impl<'a> Ctx<'a> {
 
     /// A signed field of an INFO section (`None`: no such API, section or field).
     pub fn server_info_signed(self, section: &CStr, field: &CStr) -> Option<i64> {
-        // SAFETY: a live context; the info data is freed once, before returning.
-        unsafe {
-            let (Some(info), Some(get), Some(free)) = (
-                raw::RedisModule_GetServerInfo,
-                raw::RedisModule_ServerInfoGetFieldSigned,
-                raw::RedisModule_FreeServerInfo,
-            ) else {
-                return None;
-            };
-            let data = info(self.raw(), section.as_ptr());
-            if data.is_null() {
-                return None;
-            }
+        // SAFETY: reads a pointer set once at load.
+        let get = unsafe { raw::RedisModule_ServerInfoGetFieldSigned }?;
+        self.with_server_info(section, |data| {
             let mut error: c_int = 0;
-            let value = get(data, field.as_ptr(), &mut error);
-            free(self.raw(), data);
+            // SAFETY: `data` is live for this call; `field` is a C string.
+            let value = unsafe { get(data, field.as_ptr(), &mut error) };
             (error == 0).then_some(value)
-        }
+        })
     }
 
     /// A field of an INFO section as text (`None`: no such API, section or field).
     pub fn server_info_text(self, section: &CStr, field: &CStr) -> Option<String> {
-        // SAFETY: a live context; the field is copied before the info data is freed, once.
-        unsafe {
-            let (Some(info), Some(get), Some(free)) = (
+        // SAFETY: reads a pointer set once at load.
+        let get = unsafe { raw::RedisModule_ServerInfoGetFieldC }?;
+        self.with_server_info(section, |data| {
+            // SAFETY: `data` is live for this call, and the text it holds is copied before
+            // the info data is freed.
+            unsafe {
+                let text = get(data, field.as_ptr());
+                (!text.is_null()).then(|| CStr::from_ptr(text).to_string_lossy().into_owned())
+            }
+        })
+    }
+
+    /// What `read` finds in the INFO `section`, which is fetched, handed to `read` and freed
+    /// once (`None`: no such API or section, or `read` found nothing).
+    fn with_server_info<R>(
+        self,
+        section: &CStr,
+        read: impl FnOnce(*mut raw::RedisModuleServerInfoData) -> Option<R>,
+    ) -> Option<R> {
+        // SAFETY: reads pointers set once at load.
+        let pointers = unsafe {
+            (
                 raw::RedisModule_GetServerInfo,
-                raw::RedisModule_ServerInfoGetFieldC,
                 raw::RedisModule_FreeServerInfo,
-            ) else {
-                return None;
-            };
+            )
+        };
+        let (Some(info), Some(free)) = pointers else {
+            return None;
+        };
+        // SAFETY: a live context; the info data is freed once, after `read`, which cannot
+        // keep it (it is a raw pointer only valid for the call).
+        unsafe {
             let data = info(self.raw(), section.as_ptr());
             if data.is_null() {
                 return None;
             }
-            let value = get(data, field.as_ptr());
-            let text =
-                (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned());
+            let value = read(data);
             free(self.raw(), data);
-            text
+            value
         }
     }
 
