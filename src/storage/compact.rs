@@ -14,11 +14,12 @@
 //! - a state too large for a word packs into a 16-byte [`Cell`] (a 32-bit index of an entry
 //!   of epoch 0 and 96 bits: a GCRA or leaky-bucket TAT at most about 2^92 until the year 4000
 //!   at the largest rate, a token bucket's fixed-point tokens (42 bits) and update time (54
-//!   bits), a window's index (42 bits) and counts).
+//!   bits), a window's index (42 bits) and counts, a warm-up key's stored permits and
+//!   schedule side by side).
 //!
-//! A state that fits none (a huge token bucket, counts past 2^27 in a sliding window), every
-//! sliding log and every concurrency limiter keep the whole [`Value`]: nothing is ever rounded
-//! to fit.
+//! A state that fits none (a huge token bucket, counts past 2^27 in a sliding window, a
+//! warm-up key of a high rate and a long warm-up), every sliding log and every concurrency
+//! limiter keep the whole [`Value`]: nothing is ever rounded to fit.
 //!
 //! To pack a new kind of state (a new algorithm), add its [`Params`] variant, then its split
 //! into an anchor (the part that moves with time) and a rest in [`split`] and [`join`], and
@@ -771,7 +772,7 @@ mod tests {
         assert_eq!(fresh.stored, max - 2 * scale);
         let v = Value::Warmup(Stored {
             params,
-            state: fresh.clone(),
+            state: fresh,
         });
         let w = pack_word(&v, None, &mut t).unwrap();
         let (id, payload) = word_parts(w);
@@ -788,7 +789,10 @@ mod tests {
         assert_eq!(unpack_word(t.get(word_parts(moved).0).unwrap(), moved), far);
         // Within it, the same entry.
         let near = warmup(10, max, entry.base + (1 << 38) - 1);
-        assert_eq!(word_parts(pack_word(&near, Some(id), &mut t).unwrap()).0, id);
+        assert_eq!(
+            word_parts(pack_word(&near, Some(id), &mut t).unwrap()).0,
+            id
+        );
         // A deficit of a fraction of a permit, or above cold: no word, but a cell holds the
         // first exactly.
         for stored in [max - scale + 1, max + 1] {
