@@ -418,3 +418,42 @@ fn a_token_bucket_moves_between_a_word_and_a_cell_as_its_tokens_allow() {
     assert!(pttl > 0 && pttl <= 360_000, "{pttl}");
     assert_ne!(state(&mut c), in_cell);
 }
+
+#[test]
+fn a_warmup_key_moves_between_a_word_and_a_cell_as_its_permits_allow() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    let usage = |c: &mut Client| c.cmd(&["MEMORY", "USAGE", "wu"]).int();
+    let inspect = |c: &mut Client| c.cmd(&["RL.INSPECT", "wu"]);
+    let call = ["RL.WARMUP", "wu", "10", "1h", "1h"];
+    // Cold, then one permit below: a word.
+    assert_eq!(c.cmd(&call).ints()[0], 1);
+    let word = usage(&mut c);
+    // 18 minutes later (the cold interval, 3 × 6 minutes, is paid), some cool-down came back:
+    // a fraction of a permit below cold, less one more permit: a cell, 16 bytes more.
+    c.clock_advance(1_080_000);
+    assert_eq!(c.cmd(&call).ints()[0], 1);
+    assert_eq!(usage(&mut c), word + 16);
+    let in_cell = inspect(&mut c);
+    // Cold is 10 permits (5 below the threshold, 5 above, from 6 to 18 minutes each): the
+    // first request's permit cost 16.8 minutes, 1.2 minutes of idle time gave back 0.2 of a
+    // permit, and the second spent one more, from 9.2 to 8.2, in 14.88 minutes.
+    assert_eq!(in_cell.field("stored_micropermits"), Reply::Int(8_200_000));
+    assert_eq!(
+        in_cell.field("next_free_us"),
+        Reply::Int((T0_MS as i64 + 1_080_000 + 892_800) * 1000)
+    );
+    // Read back as written, also after a save and a load.
+    assert_eq!(c.cmd(&["DEBUG", "RELOAD"]), Reply::Simple("OK".into()));
+    assert_eq!(inspect(&mut c), in_cell);
+    assert_eq!(usage(&mut c), word + 16);
+    // Cold again two hours later: one permit below after a request, a word again, with its
+    // expiry.
+    c.clock_advance(7_200_000);
+    assert_eq!(c.cmd(&call).ints()[0], 1);
+    assert_eq!(usage(&mut c), word);
+    let pttl = c.pttl("wu");
+    assert!(pttl > 0, "{pttl}");
+    assert_ne!(inspect(&mut c), in_cell);
+}
