@@ -976,6 +976,43 @@ mod tests {
     }
 
     #[test]
+    fn a_warmup_rule_packs_in_a_policy_as_a_key_does() {
+        use crate::algorithms::policy::{Rule, RuleState};
+        let mut t = Interner::default();
+        let params = warmup_params(10);
+        let rules = [
+            Rule::Warmup(params),
+            Rule::FixedWindow(fixed_window::Params {
+                limit: 1000,
+                window_ms: 3_600_000,
+            }),
+        ];
+        let states = |stored: u128| {
+            vec![
+                RuleState::Warmup(warmup::State {
+                    stored,
+                    next_free: NOW_US * 10,
+                }),
+                RuleState::FixedWindow(fixed_window::State {
+                    window_start_us: 1_699_999_200_000_000,
+                    count: 1,
+                }),
+            ]
+        };
+        let one_below = states(params.max_stored() - params.scale());
+        let words = pack_rules(&rules, &one_below, &[], &mut t).unwrap();
+        let Some(Value::Limit(s)) = unpack_rules(&words, &t) else {
+            panic!("not a policy");
+        };
+        assert_eq!((&*s.params, &s.state), (&rules[..], &one_below));
+        // A fraction of a permit below cold: no words (the policy keeps its whole value), and
+        // no reference left taken.
+        let fraction = states(params.max_stored() - 1);
+        assert_eq!(pack_rules(&rules, &fraction, &[], &mut t), None);
+        assert!(words.iter().all(|&w| t.refs(word_parts(w).0) == 1));
+    }
+
+    #[test]
     fn the_interner_counts_references() {
         let mut t = Interner::default();
         let a = at0(Params::Gcra(gcra::Params {
