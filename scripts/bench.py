@@ -76,9 +76,7 @@ EXTRA_COMMANDS = [
 LUA_ARGS["refund"] = ["1000000", "3600000", "1"]
 LUA_ARGS["gcra_atmost"] = ["100", "100", "1000", "5"]
 FIXED_SIZE = {"RL.GCRA", "CL.THROTTLE", "RL.TOKENBUCKET", "RL.LEAKYBUCKET", "RL.FIXEDWINDOW", "RL.SLIDINGWINDOW",
-              "RL.REFUND", "RL.GCRA ATMOST"}
-# RL.WARMUP is fixed-size too but kept as a whole value (not packed yet), so it is left
-# out of the fixed-size targets.
+              "RL.WARMUP", "RL.REFUND", "RL.GCRA ATMOST"}
 
 
 class Client:

@@ -83,6 +83,9 @@ fn memory_usage_is_what_storing_a_key_took_for_every_kind_and_form() {
         words("RL.POLICY.SET api GCRA 100 100 1m FIXEDWINDOW 1000 1h FIXEDWINDOW 10000 1d");
     let policy: Vec<&str> = policy.iter().map(String::as_str).collect();
     assert_eq!(c.cmd(&policy), Reply::Simple("OK".into()));
+    let warm = words("RL.POLICY.SET warm WARMUP 10 1h 1h FIXEDWINDOW 1000 1h");
+    let warm: Vec<&str> = warm.iter().map(String::as_str).collect();
+    assert_eq!(c.cmd(&warm), Reply::Simple("OK".into()));
     let tolerance = if is_redis_7(&mut c) { 0.05 } else { 0.15 };
     // (kind and form, the commands that make key i, the most bytes it may cost on Redis 7)
     type Make = Box<dyn Fn(usize) -> Vec<Vec<String>>>;
@@ -117,9 +120,36 @@ fn memory_usage_is_what_storing_a_key_took_for_every_kind_and_form() {
             Some(134.0),
         ),
         (
+            // A fresh key after one request: a deficit of whole permits.
+            "warm-up, inline",
+            one("RL.WARMUP KEY 10 1h 1h"),
+            Some(134.0),
+        ),
+        (
             "policy of three rules, words",
             one("RL.LIMIT KEY api"),
             Some(220.0),
+        ),
+        (
+            // A warm-up rule packs as a key of its own does: two words.
+            "policy of a warm-up and a window, words",
+            one("RL.LIMIT KEY warm"),
+            Some(180.0),
+        ),
+        (
+            // Cold at 6.3 permits (7 an hour, cold factor 4): a request of 7 takes them
+            // all, a deficit of a fraction of a permit; the schedule and the stored permits
+            // fit 96 bits side by side.
+            "warm-up, cell",
+            one("RL.WARMUP KEY 7 1h 1h COLDFACTOR 4 COST 7"),
+            Some(150.0),
+        ),
+        (
+            // 1000 a second warming up in an hour: 1000 permits below cold is past a word's
+            // 255, and the schedule (61 bits) and the stored permits (45) do not fit a cell.
+            "warm-up, whole",
+            one("RL.WARMUP KEY 1000 1s 1h COST 1000"),
+            None,
         ),
         (
             // A fraction of a token (written again 1 ms later) takes a cell.
@@ -283,13 +313,24 @@ fn a_packed_key_copies_dumps_and_digests_as_it_was_written() {
         ("limit", "RL.LIMIT limit api"),
         // A fraction of a token: a cell.
         ("cell", "RL.TOKENBUCKET cell 10 10 1h"),
+        // Warm-up keys, written once (a second request would wait for the schedule): a
+        // word, a cell and a whole value (as in the test above), and a policy's words.
+        ("wu", "RL.WARMUP wu 10 1h 1h"),
+        ("wucell", "RL.WARMUP wucell 7 1h 1h COLDFACTOR 4 COST 7"),
+        ("wuwhole", "RL.WARMUP wuwhole 1000 1s 1h COST 1000"),
+        ("wulimit", "RL.LIMIT wulimit warm"),
     ];
-    for (_, command) in keys {
+    let warm = words("RL.POLICY.SET warm WARMUP 10 1h 1h FIXEDWINDOW 1000 1h");
+    let warm: Vec<&str> = warm.iter().map(String::as_str).collect();
+    assert_eq!(c.cmd(&warm), Reply::Simple("OK".into()));
+    for (key, command) in keys {
         let command = words(command);
         let command: Vec<&str> = command.iter().map(String::as_str).collect();
         assert_eq!(c.cmd(&command).ints()[0], 1);
         c.clock_advance(1);
-        assert_eq!(c.cmd(&command).ints()[0], 1);
+        if !key.starts_with("wu") {
+            assert_eq!(c.cmd(&command).ints()[0], 1);
+        }
     }
     for (key, _) in keys {
         let digest = c.cmd(&["DEBUG", "DIGEST-VALUE", key]);
@@ -376,4 +417,43 @@ fn a_token_bucket_moves_between_a_word_and_a_cell_as_its_tokens_allow() {
     let pttl = c.pttl("tb");
     assert!(pttl > 0 && pttl <= 360_000, "{pttl}");
     assert_ne!(state(&mut c), in_cell);
+}
+
+#[test]
+fn a_warmup_key_moves_between_a_word_and_a_cell_as_its_permits_allow() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    let usage = |c: &mut Client| c.cmd(&["MEMORY", "USAGE", "wu"]).int();
+    let inspect = |c: &mut Client| c.cmd(&["RL.INSPECT", "wu"]);
+    let call = ["RL.WARMUP", "wu", "10", "1h", "1h"];
+    // Cold, then one permit below: a word.
+    assert_eq!(c.cmd(&call).ints()[0], 1);
+    let word = usage(&mut c);
+    // 18 minutes later (the cold interval, 3 × 6 minutes, is paid), some cool-down came back:
+    // a fraction of a permit below cold, less one more permit: a cell, 16 bytes more.
+    c.clock_advance(1_080_000);
+    assert_eq!(c.cmd(&call).ints()[0], 1);
+    assert_eq!(usage(&mut c), word + 16);
+    let in_cell = inspect(&mut c);
+    // Cold is 10 permits (5 below the threshold, 5 above, from 6 to 18 minutes each): the
+    // first request's permit cost 16.8 minutes, 1.2 minutes of idle time gave back 0.2 of a
+    // permit, and the second spent one more, from 9.2 to 8.2, in 14.88 minutes.
+    assert_eq!(in_cell.field("stored_micropermits"), Reply::Int(8_200_000));
+    assert_eq!(
+        in_cell.field("next_free_us"),
+        Reply::Int((T0_MS as i64 + 1_080_000 + 892_800) * 1000)
+    );
+    // Read back as written, also after a save and a load.
+    assert_eq!(c.cmd(&["DEBUG", "RELOAD"]), Reply::Simple("OK".into()));
+    assert_eq!(inspect(&mut c), in_cell);
+    assert_eq!(usage(&mut c), word + 16);
+    // Cold again two hours later: one permit below after a request, a word again, with its
+    // expiry.
+    c.clock_advance(7_200_000);
+    assert_eq!(c.cmd(&call).ints()[0], 1);
+    assert_eq!(usage(&mut c), word);
+    let pttl = c.pttl("wu");
+    assert!(pttl > 0, "{pttl}");
+    assert_ne!(inspect(&mut c), in_cell);
 }

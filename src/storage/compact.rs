@@ -14,11 +14,12 @@
 //! - a state too large for a word packs into a 16-byte [`Cell`] (a 32-bit index of an entry
 //!   of epoch 0 and 96 bits: a GCRA or leaky-bucket TAT at most about 2^92 until the year 4000
 //!   at the largest rate, a token bucket's fixed-point tokens (42 bits) and update time (54
-//!   bits), a window's index (42 bits) and counts).
+//!   bits), a window's index (42 bits) and counts, a warm-up key's stored permits and
+//!   schedule side by side).
 //!
-//! A state that fits none (a huge token bucket, counts past 2^27 in a sliding window), every
-//! sliding log and every concurrency limiter keep the whole [`Value`]: nothing is ever rounded
-//! to fit.
+//! A state that fits none (a huge token bucket, counts past 2^27 in a sliding window, a
+//! warm-up key of a high rate and a long warm-up), every sliding log and every concurrency
+//! limiter keep the whole [`Value`]: nothing is ever rounded to fit.
 //!
 //! To pack a new kind of state (a new algorithm), add its [`Params`] variant, then its split
 //! into an anchor (the part that moves with time) and a rest in [`split`] and [`join`], and
@@ -32,7 +33,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
 
-use crate::algorithms::{fixed_window, gcra, leaky_bucket, policy, sliding_window, token_bucket};
+use crate::algorithms::{
+    fixed_window, gcra, leaky_bucket, policy, sliding_window, token_bucket, warmup,
+};
 
 use super::value::{Stored, Value};
 
@@ -44,6 +47,7 @@ pub enum Params {
     LeakyBucket(leaky_bucket::Params),
     FixedWindow(fixed_window::Params),
     SlidingWindow(sliding_window::Params),
+    Warmup(warmup::Params),
 }
 
 /// What the table interns: a parameter set and an epoch, the base that the anchor of an inline
@@ -120,8 +124,23 @@ pub fn pack(value: &Value) -> Option<(Params, u128)> {
                 index << 54 | current << 27 | previous,
             ))
         }
-        Value::SlidingLog(_) | Value::Concurrency(_) | Value::Limit(_) | Value::Warmup(_) => None,
+        Value::Warmup(s) => {
+            // The stored permits in the low bits that the most a key stores needs, the
+            // schedule (`next_free`) in the bits left: both exact, or no cell.
+            let sb = warmup_stored_bits(&s.params);
+            let (stored, next_free) = (s.state.stored, s.state.next_free);
+            (sb <= STATE_BITS && fits(stored, sb) && fits(next_free, STATE_BITS - sb))
+                .then_some((Params::Warmup(s.params), next_free << sb | stored))
+        }
+        Value::SlidingLog(_) | Value::Concurrency(_) | Value::Limit(_) => None,
     }
+}
+
+/// The bits a warm-up key's cell gives its stored permits: as many as the most it stores
+/// (a cold key's, [`warmup::Params::max_stored`]) takes, so that the rest, for its schedule,
+/// depends on the parameters alone.
+fn warmup_stored_bits(params: &warmup::Params) -> u32 {
+    128 - params.max_stored().leading_zeros()
 }
 
 /// The value a packed state stands for (the inverse of [`pack`]).
@@ -167,6 +186,16 @@ pub fn unpack(params: &Params, state: u128) -> Value {
                 },
             })
         }
+        Params::Warmup(params) => {
+            let sb = warmup_stored_bits(&params).min(STATE_BITS);
+            Value::Warmup(Stored {
+                params,
+                state: warmup::State {
+                    stored: state & ((1u128 << sb) - 1),
+                    next_free: state >> sb,
+                },
+            })
+        }
     }
 }
 
@@ -197,10 +226,12 @@ pub fn word_parts(word: u64) -> (u32, u64) {
 /// state takes the bits below. Chosen so that an epoch spans far longer than a key of usual
 /// parameters lives: a GCRA TAT 2^46 units of 1/rate µs (about 80 days at 10 per period, 70
 /// s at 10^6), a token bucket's update time 2^30 µs (18 minutes), 2^14 fixed windows, 2^10
-/// sliding windows.
+/// sliding windows, a warm-up key's schedule 2^38 units of 1/rate µs (about 7.6 hours at 10
+/// per period, 4 s at [`MAX_INLINE_WARMUP_RATE`]) with 8 bits for its deficit.
 fn anchor_bits(params: &Params) -> u32 {
     match params {
         Params::Gcra(_) | Params::LeakyBucket(_) => PAYLOAD_BITS,
+        Params::Warmup(_) => WARMUP_ANCHOR_BITS,
         Params::TokenBucket(_) => 30,
         Params::FixedWindow(_) => 14,
         Params::SlidingWindow(_) => 10,
@@ -218,6 +249,14 @@ fn quantum_bits(params: &Params) -> u32 {
 /// span less than about a second (2^44 units of 1/rate µs), so that keys would hardly share
 /// one; such keys keep a [`Cell`].
 const MAX_INLINE_RATE: u64 = 1 << 24;
+
+/// The bits of a warm-up key's inline payload for its schedule; the 8 below hold its deficit
+/// in whole permits.
+const WARMUP_ANCHOR_BITS: u32 = 38;
+
+/// The most permits per period a warm-up key packs inline at: an epoch spans at least about
+/// 4 s (2^36 ticks of 1/rate µs), as a GCRA's does at [`MAX_INLINE_RATE`].
+const MAX_INLINE_WARMUP_RATE: u64 = MAX_INLINE_RATE >> (PAYLOAD_BITS - WARMUP_ANCHOR_BITS);
 
 /// A token bucket's period in µs, the unit its tokens are counted in (as the algorithm does).
 fn token_unit(params: &token_bucket::Params) -> u128 {
@@ -274,7 +313,18 @@ fn split(value: &Value) -> Option<(Params, u128, u64)> {
                 current << 18 | previous,
             ))
         }
-        Value::SlidingLog(_) | Value::Concurrency(_) | Value::Limit(_) | Value::Warmup(_) => None,
+        Value::Warmup(s) => {
+            // The deficit below a cold key's stored permits, in whole permits only (a fresh
+            // key after one request, or after requests that each found it cold): 8 bits.
+            let deficit = s.params.max_stored().checked_sub(s.state.stored)?;
+            let permits = deficit / s.params.scale();
+            let j = u64::try_from(permits).ok()?;
+            (s.params.rate <= MAX_INLINE_WARMUP_RATE
+                && permits * s.params.scale() == deficit
+                && fits(j, PAYLOAD_BITS - WARMUP_ANCHOR_BITS))
+            .then_some((Params::Warmup(s.params), s.state.next_free, j))
+        }
+        Value::SlidingLog(_) | Value::Concurrency(_) | Value::Limit(_) => None,
     }
 }
 
@@ -312,6 +362,15 @@ fn join(params: &Params, anchor: u128, rest: u64) -> Value {
                 window_start_us: start(anchor, params.window_ms),
                 current: rest >> 18,
                 previous: rest & ((1 << 18) - 1),
+            },
+        }),
+        Params::Warmup(params) => Value::Warmup(Stored {
+            params,
+            state: warmup::State {
+                stored: params
+                    .max_stored()
+                    .saturating_sub(u128::from(rest).saturating_mul(params.scale())),
+                next_free: anchor,
             },
         }),
     }
@@ -683,6 +742,108 @@ mod tests {
         assert_eq!(t.refs(id), 2);
     }
 
+    fn warmup(rate: u64, stored: u128, next_free: u128) -> Value {
+        Value::Warmup(Stored {
+            params: warmup_params(rate),
+            state: warmup::State { stored, next_free },
+        })
+    }
+
+    fn warmup_params(rate: u64) -> warmup::Params {
+        warmup::Params {
+            rate,
+            period_ms: 3_600_000,
+            warmup_ms: 3_600_000,
+            cold_factor: 3,
+        }
+    }
+
+    #[test]
+    fn a_fresh_warmup_key_is_one_word_and_keeps_its_epoch_until_it_must_move() {
+        use crate::algorithms::warmup::Warmup;
+        use crate::algorithms::Algorithm;
+        let mut t = Interner::default();
+        let params = warmup_params(10);
+        let (max, scale) = (params.max_stored(), params.scale());
+        // A fresh key after one request of cost 2: exactly two permits below cold.
+        let (decision, fresh) = Warmup::check(&params, None, NOW_US as u64, 2, true);
+        assert!(decision.allowed);
+        let fresh = fresh.unwrap();
+        assert_eq!(fresh.stored, max - 2 * scale);
+        let v = Value::Warmup(Stored {
+            params,
+            state: fresh,
+        });
+        let w = pack_word(&v, None, &mut t).unwrap();
+        let (id, payload) = word_parts(w);
+        let entry = *t.get(id).unwrap();
+        // The base: the schedule rounded down to 2^36 ticks; the payload, the schedule above
+        // it and the deficit (2) in the 8 bits below.
+        assert_eq!(entry.base, fresh.next_free >> 36 << 36);
+        assert_eq!(u128::from(payload), (fresh.next_free - entry.base) << 8 | 2);
+        assert_eq!(unpack_word(&entry, w), v);
+        // Past the epoch's span (2^38 ticks, 7.6 hours at 10 an hour), a new epoch.
+        let far = warmup(10, max - 10 * scale, entry.base + (1 << 38));
+        let moved = pack_word(&far, Some(id), &mut t).unwrap();
+        assert_ne!(word_parts(moved).0, id);
+        assert_eq!(unpack_word(t.get(word_parts(moved).0).unwrap(), moved), far);
+        // Within it, the same entry.
+        let near = warmup(10, max, entry.base + (1 << 38) - 1);
+        assert_eq!(
+            word_parts(pack_word(&near, Some(id), &mut t).unwrap()).0,
+            id
+        );
+        // A deficit of a fraction of a permit, or above cold: no word, but a cell holds the
+        // first exactly.
+        for stored in [max - scale + 1, max + 1] {
+            let v = warmup(10, stored, fresh.next_free);
+            assert_eq!(pack_word(&v, None, &mut t), None);
+            if stored <= max {
+                let (p, bits) = pack(&v).unwrap();
+                assert_eq!(unpack(&p, bits), v);
+            }
+        }
+        // A cold key of 1000 a millisecond warming up in one stores 1000 permits: 255 below
+        // it is a word, 256 a cell.
+        let many = warmup::Params {
+            rate: 1000,
+            period_ms: 1,
+            warmup_ms: 1,
+            cold_factor: 3,
+        };
+        let below = |j: u128| {
+            Value::Warmup(Stored {
+                params: many,
+                state: warmup::State {
+                    stored: many.max_stored() - j * many.scale(),
+                    next_free: NOW_US * 1000,
+                },
+            })
+        };
+        assert!(pack_word(&below(255), None, &mut t).is_some());
+        assert_eq!(pack_word(&below(256), None, &mut t), None);
+        assert!(pack(&below(256)).is_some());
+        // The cell: 39 bits of stored permits (max < 2^39 here), 57 of schedule.
+        assert_eq!(warmup_stored_bits(&params), 39);
+        assert!(pack(&warmup(10, max, (1 << 57) - 1)).is_some());
+        assert_eq!(pack(&warmup(10, max, 1 << 57)), None);
+        assert_eq!(pack(&warmup(10, 1 << 39, 0)), None);
+        // A rate whose epoch would span less than about 4 s keeps a cell.
+        let fast = warmup::Params {
+            rate: MAX_INLINE_WARMUP_RATE + 1,
+            ..many
+        };
+        let fast = Value::Warmup(Stored {
+            params: fast,
+            state: warmup::State {
+                stored: fast.max_stored(),
+                next_free: NOW_US * u128::from(fast.rate),
+            },
+        });
+        assert_eq!(pack_word(&fast, None, &mut t), None);
+        assert!(pack(&fast).is_some());
+    }
+
     #[test]
     fn what_an_inline_word_cannot_hold_exactly_is_not_packed_into_one() {
         let mut t = Interner::default();
@@ -812,6 +973,43 @@ mod tests {
         assert_eq!(pack_rules(&rules, &big, &[], &mut t), None);
         assert!(ids(&moved).iter().all(|&id| t.refs(id) == 1));
         assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn a_warmup_rule_packs_in_a_policy_as_a_key_does() {
+        use crate::algorithms::policy::{Rule, RuleState};
+        let mut t = Interner::default();
+        let params = warmup_params(10);
+        let rules = [
+            Rule::Warmup(params),
+            Rule::FixedWindow(fixed_window::Params {
+                limit: 1000,
+                window_ms: 3_600_000,
+            }),
+        ];
+        let states = |stored: u128| {
+            vec![
+                RuleState::Warmup(warmup::State {
+                    stored,
+                    next_free: NOW_US * 10,
+                }),
+                RuleState::FixedWindow(fixed_window::State {
+                    window_start_us: 1_699_999_200_000_000,
+                    count: 1,
+                }),
+            ]
+        };
+        let one_below = states(params.max_stored() - params.scale());
+        let words = pack_rules(&rules, &one_below, &[], &mut t).unwrap();
+        let Some(Value::Limit(s)) = unpack_rules(&words, &t) else {
+            panic!("not a policy");
+        };
+        assert_eq!((&*s.params, &s.state), (&rules[..], &one_below));
+        // A fraction of a permit below cold: no words (the policy keeps its whole value), and
+        // no reference left taken.
+        let fraction = states(params.max_stored() - 1);
+        assert_eq!(pack_rules(&rules, &fraction, &[], &mut t), None);
+        assert!(words.iter().all(|&w| t.refs(word_parts(w).0) == 1));
     }
 
     #[test]
@@ -973,6 +1171,30 @@ mod tests {
                 params: sliding_window::Params { limit: 10, window_ms },
                 state: sliding_window::State { window_start_us, current, previous },
             }))?;
+        }
+
+        #[test]
+        fn warmup_keys_round_trip(rate in prop_oneof![1u64..=2 * MAX_INLINE_WARMUP_RATE, 1u64..1_000_000_000_000], period_ms in 1u64..315_360_000_000,
+                                  warmup_ms in 1u64..315_360_000_000, cold_factor in 2u64..=10,
+                                  permits in 0u128..600, fraction in any::<u128>(), stored in any::<u128>(),
+                                  now_us in 0u64..(1 << 62), ahead in any::<u64>(), next_free in any::<u128>()) {
+            let params = warmup::Params { rate, period_ms, warmup_ms, cold_factor };
+            let (max, scale) = (params.max_stored(), params.scale());
+            let schedule = u128::from(now_us) * u128::from(rate) + u128::from(ahead);
+            // Whole permits below cold (a word while under 256), a fraction more, anything.
+            let whole = max.saturating_sub(permits * scale);
+            for stored in [whole, whole.saturating_sub(1 + fraction % scale), stored % (max + 1), stored] {
+                for next_free in [schedule, next_free] {
+                    let v = Value::Warmup(Stored { params, state: warmup::State { stored, next_free } });
+                    round_trips(v.clone())?;
+                    let fits_word = rate <= MAX_INLINE_WARMUP_RATE && stored <= max
+                        && (max - stored) % scale == 0 && (max - stored) / scale < 256;
+                    prop_assert_eq!(split(&v).is_some(), fits_word);
+                    let sb = warmup_stored_bits(&params);
+                    let fits_cell = sb <= STATE_BITS && stored >> sb == 0 && next_free >> (STATE_BITS - sb) == 0;
+                    prop_assert_eq!(pack(&v).is_some(), fits_cell);
+                }
+            }
         }
 
         #[test]
