@@ -145,6 +145,24 @@ pub fn options_with_value<'a>(
         .map(|(opts, _, value)| (opts, value))
 }
 
+/// The value after the option `option` at `rest[i]`: an error naming it when it was `given`
+/// already, or when no value follows (`expected` says what it must be).
+#[inline]
+fn option_value<'a>(
+    rest: &[&'a [u8]],
+    i: usize,
+    option: &'static str,
+    expected: &'static str,
+    given: bool,
+) -> Result<&'a [u8], Error> {
+    if given {
+        return Err(Error::OptionTwice { option });
+    }
+    rest.get(i + 1)
+        .copied()
+        .ok_or(Error::OptionValue { option, expected })
+}
+
 /// The options, the command's flags, and its one option with a value (`valued`: its word
 /// and what its value must be, for the error when it is missing).
 fn parse_options<'a>(
@@ -162,38 +180,23 @@ fn parse_options<'a>(
     while i < rest.len() {
         let token = rest[i];
         if token.eq_ignore_ascii_case(b"COST") {
-            if seen_cost {
-                return Err(Error::OptionTwice { option: "COST" });
-            }
+            let expected = "an integer from 0 to 1000000000000";
+            let value = option_value(rest, i, "COST", expected, seen_cost)?;
             seen_cost = true;
-            let value = rest.get(i + 1).ok_or(Error::OptionValue {
-                option: "COST",
-                expected: "an integer from 0 to 1000000000000",
-            })?;
             opts.cost = count(value, "COST", 0, MAX_COUNT)?;
             i += 2;
             continue;
         }
         if token.eq_ignore_ascii_case(b"ATMOST") {
-            if opts.atmost.is_some() {
-                return Err(Error::OptionTwice { option: "ATMOST" });
-            }
-            let value = rest.get(i + 1).ok_or(Error::OptionValue {
-                option: "ATMOST",
-                expected: "an integer from 1 to 1000000000000",
-            })?;
+            let expected = "an integer from 1 to 1000000000000";
+            let value = option_value(rest, i, "ATMOST", expected, opts.atmost.is_some())?;
             opts.atmost = Some(positive_count(value, "ATMOST")?);
             i += 2;
             continue;
         }
         if token.eq_ignore_ascii_case(b"BLOCK") {
-            if opts.block_ms.is_some() {
-                return Err(Error::OptionTwice { option: "BLOCK" });
-            }
-            let value = rest.get(i + 1).ok_or(Error::OptionValue {
-                option: "BLOCK",
-                expected: "a duration from 1ms to 10 years",
-            })?;
+            let expected = "a duration from 1ms to 10 years";
+            let value = option_value(rest, i, "BLOCK", expected, opts.block_ms.is_some())?;
             opts.block_ms = Some(duration_ms(value, "BLOCK")?);
             i += 2;
             continue;
@@ -209,13 +212,7 @@ fn parse_options<'a>(
         if let Some((word, expected)) =
             valued.filter(|(w, _)| token.eq_ignore_ascii_case(w.as_bytes()))
         {
-            if value.is_some() {
-                return Err(Error::OptionTwice { option: word });
-            }
-            value = Some(*rest.get(i + 1).ok_or(Error::OptionValue {
-                option: word,
-                expected,
-            })?);
+            value = Some(option_value(rest, i, word, expected, value.is_some())?);
             i += 2;
             continue;
         }
