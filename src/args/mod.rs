@@ -16,12 +16,10 @@ pub use crate::algorithms::limits::{MAX_COUNT, MAX_DURATION_MS};
 /// Parses a decimal integer in `min..=max`, written as Redis writes it; anything else (signs,
 /// spaces, hex, floats, leading zeros, overflow) is an error naming `arg`.
 pub fn count(bytes: &[u8], arg: &'static str, min: u64, max: u64) -> Result<u64, Error> {
-    let err = Error::Count { arg, min, max };
-    let n = digits(bytes).ok_or(err.clone())?;
-    if n < min || n > max {
-        return Err(err);
-    }
-    Ok(n)
+    // No error is cloned or dropped on the way: this runs for every count of every request.
+    digits(bytes)
+        .filter(|n| (min..=max).contains(n))
+        .ok_or(Error::Count { arg, min, max })
 }
 
 /// A count from 1 to 10^12.
@@ -32,7 +30,7 @@ pub fn positive_count(bytes: &[u8], arg: &'static str) -> Result<u64, Error> {
 /// Parses a duration: a positive integer with an optional unit `ms`, `s`, `m`, `h` or `d`
 /// (any case); a bare number is milliseconds. Returns milliseconds, from 1 to ten years.
 pub fn duration_ms(bytes: &[u8], arg: &'static str) -> Result<u64, Error> {
-    let err = Error::Duration { arg };
+    let err = || Error::Duration { arg };
     let split = bytes
         .iter()
         .position(|b| !b.is_ascii_digit())
@@ -46,12 +44,12 @@ pub fn duration_ms(bytes: &[u8], arg: &'static str) -> Result<u64, Error> {
         [b'm' | b'M'] => 60_000,
         [b'h' | b'H'] => 3_600_000,
         [b'd' | b'D'] => 86_400_000,
-        _ => return Err(err),
+        _ => return Err(err()),
     };
-    let n = digits(number).ok_or(err.clone())?;
+    let n = digits(number).ok_or_else(err)?;
     match n.checked_mul(scale) {
         Some(ms) if (1..=MAX_DURATION_MS).contains(&ms) => Ok(ms),
-        _ => Err(err),
+        _ => Err(err()),
     }
 }
 
