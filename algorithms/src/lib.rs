@@ -283,6 +283,26 @@ pub mod testing {
         (key, at)
     }
 
+    /// The promise of `reset_after`: at `now_us + reset_after` the key is fresh (`limit` units
+    /// remain), and stays so `later_us` after; a microsecond earlier it is not.
+    pub fn fresh_again_after_reset_after<A: Algorithm>(
+        params: &A::Params,
+        key: &Key<A>,
+        now_us: u64,
+        later_us: u64,
+        limit: u64,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        use proptest::{prop_assert, prop_assert_eq};
+        let us = peek::<A>(params, key, now_us, 0).reset_after.ceil_us();
+        for t in [now_us + us, now_us + us + later_us] {
+            prop_assert_eq!(peek::<A>(params, key, t, 0).remaining, limit);
+        }
+        if us > 0 {
+            prop_assert!(peek::<A>(params, key, now_us + us - 1, 0).remaining < limit);
+        }
+        Ok(())
+    }
+
     /// A decision as the reply shows it: allowed, limit, remaining, retry_after_ms (-1 when
     /// never), reset_after_ms.
     pub fn summary(d: &Decision) -> (bool, u64, u64, i64, u64) {

@@ -575,13 +575,8 @@ mod tests {
 
     /// A key after random requests, and the time of the last one (µs since T2).
     fn history(p: &Params, gaps: &[(u64, u64)]) -> (Key<SlidingWindow>, u64) {
-        let mut at = 0;
-        let mut key: Key<SlidingWindow> = None;
-        for &(gap, cost) in gaps {
-            at += gap;
-            step::<SlidingWindow>(p, &mut key, T2 + at, cost);
-        }
-        (key, at)
+        let (key, at) = testing::after_gaps::<SlidingWindow>(p, gaps, T2);
+        (key, at - T2)
     }
 
     proptest! {
@@ -736,14 +731,7 @@ mod tests {
             p in any_params(), gaps in any_requests(), later in 0u64..100_000_000,
         ) {
             let (key, at) = history(&p, &gaps);
-            let now = T2 + at;
-            let us = peek::<SlidingWindow>(&p, &key, now, 0).reset_after.ceil_us();
-            for t in [now + us, now + us + later] {
-                prop_assert_eq!(peek::<SlidingWindow>(&p, &key, t, 0).remaining, p.limit);
-            }
-            if us > 0 {
-                prop_assert!(peek::<SlidingWindow>(&p, &key, now + us - 1, 0).remaining < p.limit);
-            }
+            testing::fresh_again_after_reset_after::<SlidingWindow>(&p, &key, T2 + at, later, p.limit)?;
         }
 
         /// The documented promise (docs/algorithms.md, Changing parameters): at one instant,
