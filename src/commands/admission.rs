@@ -4,7 +4,7 @@
 use std::ffi::CStr;
 
 use super::Call;
-use crate::algorithms::Decision;
+use crate::algorithms::{Decision, Span};
 use crate::args::syntax::Syntax;
 use crate::args::Options;
 use crate::error::Error;
@@ -152,16 +152,11 @@ pub fn run_with<A: Variant, T>(
             (decision, wrote, aside, Some(granted))
         }
     };
-    let mut propagate = Propagate::Nothing;
-    if wrote {
-        let expire_at_ms = call.expire_at(real_ms, decision.reset_after.ceil_ms());
-        if decision.reset_after.is_zero() {
-            key.delete();
-        } else {
-            key.expire_at(expire_at_ms);
-        }
-        propagate = call.propagation(name, now_us, expire_at_ms);
-    }
+    let propagate = if wrote {
+        written(call, &mut key, name, now_us, real_ms, decision.reset_after)
+    } else {
+        Propagate::Nothing
+    };
     Ok(Decided {
         decision,
         aside,
@@ -172,6 +167,26 @@ pub fn run_with<A: Variant, T>(
         shadow_rule_denied: false,
         propagate,
     })
+}
+
+/// After a call of `name` wrote `key` at `now_us` (the server's clock read as `real_ms`): the
+/// key expires when it is fresh again, `reset_after` from now (or goes at once if it is fresh
+/// already), and the write goes to replicas and the AOF with that clock reading and expiry.
+pub fn written(
+    call: &Call,
+    key: &mut Key,
+    name: &'static CStr,
+    now_us: u64,
+    real_ms: u64,
+    reset_after: Span,
+) -> Propagate {
+    let expire_at_ms = call.expire_at(real_ms, reset_after.ceil_ms());
+    if reset_after.is_zero() {
+        key.delete();
+    } else {
+        key.expire_at(expire_at_ms);
+    }
+    call.propagation(name, now_us, expire_at_ms)
 }
 
 /// [`Key::update`] for `ATMOST atmost`: the request takes `min(atmost, largest(..))`

@@ -1,5 +1,6 @@
 //! RL.REFUND: a key gives back units it has taken.
 
+use super::admission::written;
 use super::Call;
 use crate::args::syntax::RL_REFUND;
 use crate::args::{self, MAX_COUNT};
@@ -45,12 +46,13 @@ pub fn rl_refund(call: &Call) -> Result<Response, Error> {
     if !write || refunded.given == 0 {
         return Ok(Response::reply(reply));
     }
-    let expire_at_ms = call.expire_at(real_ms, refunded.reset_after.ceil_ms());
-    if refunded.reset_after.is_zero() {
-        key.delete();
-    } else {
-        key.expire_at(expire_at_ms);
-    }
-    let propagate = call.propagation(c"RL.REFUND", now_us, expire_at_ms);
+    let propagate = written(
+        call,
+        &mut key,
+        c"RL.REFUND",
+        now_us,
+        real_ms,
+        refunded.reset_after,
+    );
     Ok(Response::propagating(reply, propagate))
 }
