@@ -163,9 +163,20 @@ pub struct Outcome {
 ///
 /// A rule that takes a changed rule's state carries it over to its own parameters, never in
 /// the caller's favour (docs/algorithms.md, Changing parameters). The common case, an unchanged
-/// policy, ends after pass 1.
+/// policy, ends after pass 1; and when `old` is `rules` itself (the caller read the key
+/// under the very rules it names, as the module's storage does), each rule takes its own
+/// place's state without a comparison, which is what pass 1 finds then.
 fn matches(rules: &[Rule], old: &[Rule], states: &[RuleState]) -> [Option<usize>; MAX_RULES] {
     let mut found = [None; MAX_RULES];
+    let same = std::ptr::eq(rules, old)
+        && states.len() == rules.len()
+        && rules.iter().zip(states).all(|(r, s)| s.belongs(r));
+    if same {
+        for (i, slot) in found.iter_mut().take(rules.len()).enumerate() {
+            *slot = Some(i);
+        }
+        return found;
+    }
     let mut used = [false; MAX_RULES];
     let passes: [fn(&Rule, &Rule) -> bool; 3] = [
         |o, r| o == r,
@@ -505,6 +516,30 @@ mod tests {
             fixed(30, 60_000),
             fixed(50, 86_400_000),
         ])
+    }
+
+    #[test]
+    fn rules_read_under_themselves_match_as_an_equal_copy_does() {
+        // Duplicates and a state of another algorithm at one place: the shortcut for the
+        // very same rules must find what the passes find for an equal copy.
+        let rules = [gcra(1, 1, 1000), gcra(1, 1, 1000), fixed(3, 1000)];
+        let g = RuleState::Gcra(gcra::State { tat: 5 });
+        let f = RuleState::FixedWindow(fixed_window::State {
+            window_start_us: 0,
+            count: 1,
+        });
+        let copy = rules.to_vec();
+        for states in [
+            vec![g.clone(), g.clone(), f.clone()],
+            vec![g.clone(), f.clone(), g.clone()],
+            vec![g.clone(), g.clone()],
+        ] {
+            let shortcut = matches(&rules, &rules, &states);
+            assert_eq!(shortcut, matches(&rules, &copy, &states));
+            if states.len() == 3 && states[1] == g {
+                assert_eq!(&shortcut[..4], &[Some(0), Some(1), Some(2), None]);
+            }
+        }
     }
 
     #[test]

@@ -33,9 +33,14 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
 
-use crate::algorithms::{
-    fixed_window, gcra, leaky_bucket, policy, sliding_window, token_bucket, warmup,
-};
+use crate::algorithms::fixed_window::{self, FixedWindow};
+use crate::algorithms::gcra::{self, Gcra};
+use crate::algorithms::leaky_bucket::{self, LeakyBucket};
+use crate::algorithms::policy::{Rule, RuleState, MAX_RULES};
+use crate::algorithms::sliding_window::{self, SlidingWindow};
+use crate::algorithms::token_bucket::{self, TokenBucket};
+use crate::algorithms::warmup::{self, Warmup};
+use crate::algorithms::Algorithm;
 
 use super::value::{Stored, Value};
 
@@ -103,23 +108,17 @@ pub fn pack(value: &Value) -> Option<(Params, u128)> {
                 .then_some((Params::TokenBucket(s.params), tokens << 54 | at))
         }
         Value::FixedWindow(s) => {
-            let window_us = u128::from(s.params.window_ms) * 1000;
             let start = u128::from(s.state.window_start_us);
-            let index = start / window_us;
+            let index = exact_quotient(start, window_us(s.params.window_ms))?;
             let count = u128::from(s.state.count);
-            (index * window_us == start && fits(index, 42) && fits(count, 54))
+            (fits(index, 42) && fits(count, 54))
                 .then_some((Params::FixedWindow(s.params), index << 54 | count))
         }
         Value::SlidingWindow(s) => {
-            let window_us = u128::from(s.params.window_ms) * 1000;
             let start = u128::from(s.state.window_start_us);
-            let index = start / window_us;
+            let index = exact_quotient(start, window_us(s.params.window_ms))?;
             let (current, previous) = (u128::from(s.state.current), u128::from(s.state.previous));
-            (index * window_us == start
-                && fits(index, 42)
-                && fits(current, 27)
-                && fits(previous, 27))
-            .then_some((
+            (fits(index, 42) && fits(current, 27) && fits(previous, 27)).then_some((
                 Params::SlidingWindow(s.params),
                 index << 54 | current << 27 | previous,
             ))
@@ -210,11 +209,13 @@ const INDEX_SHIFT: u32 = 2;
 const PAYLOAD_SHIFT: u32 = INDEX_SHIFT + INDEX_BITS;
 
 /// An inline word of entry `id` and `payload` (the tag's bits left clear).
+#[inline]
 pub fn word(id: u32, payload: u64) -> u64 {
     (payload << PAYLOAD_SHIFT) | (u64::from(id) << INDEX_SHIFT)
 }
 
 /// The entry and the payload of an inline word.
+#[inline]
 pub fn word_parts(word: u64) -> (u32, u64) {
     (
         ((word >> INDEX_SHIFT) & ((1 << INDEX_BITS) - 1)) as u32,
@@ -228,6 +229,7 @@ pub fn word_parts(word: u64) -> (u32, u64) {
 /// s at 10^6), a token bucket's update time 2^30 µs (18 minutes), 2^14 fixed windows, 2^10
 /// sliding windows, a warm-up key's schedule 2^38 units of 1/rate µs (about 7.6 hours at 10
 /// per period, 4 s at [`MAX_INLINE_WARMUP_RATE`]) with 8 bits for its deficit.
+#[inline]
 fn anchor_bits(params: &Params) -> u32 {
     match params {
         Params::Gcra(_) | Params::LeakyBucket(_) => PAYLOAD_BITS,
@@ -268,122 +270,237 @@ fn window_us(window_ms: u64) -> u128 {
     u128::from(window_ms) * 1000
 }
 
-/// `value`'s parameters, its anchor (the part of the state that moves with time: a TAT, an
-/// update time, a window's index) and the rest of its state packed into the payload's low
-/// bits; `None` when the rest does not fit them exactly, or the value never packs inline.
-fn split(value: &Value) -> Option<(Params, u128, u64)> {
-    let fits = |x: u64, bits: u32| x >> bits == 0;
-    match value {
-        Value::Gcra(s) => {
-            (s.params.rate <= MAX_INLINE_RATE).then_some((Params::Gcra(s.params), s.state.tat, 0))
+/// `n / d` when `d` divides `n` exactly (`None` otherwise, or for `d` 0), in 64 bits when both
+/// fit (the usual case: a window's start and length in µs), since a 128-bit division is a
+/// library call on the write path of every window key.
+#[inline]
+fn exact_quotient(n: u128, d: u128) -> Option<u128> {
+    match (u64::try_from(n), u64::try_from(d)) {
+        (Ok(n), Ok(d)) => {
+            let q = n.checked_div(d)?;
+            (q * d == n).then_some(u128::from(q))
         }
-        Value::LeakyBucket(s) => (s.params.leak_amount <= MAX_INLINE_RATE).then_some((
-            Params::LeakyBucket(s.params),
-            s.state.tat,
-            0,
-        )),
-        Value::TokenBucket(s) => {
-            // Whole tokens only (a fresh key, an INTERVAL bucket, a full one): 16 bits.
-            let unit = token_unit(&s.params);
-            let tokens = u64::try_from(s.state.scaled_tokens / unit).ok()?;
-            (tokens as u128 * unit == s.state.scaled_tokens && fits(tokens, 16)).then_some((
-                Params::TokenBucket(s.params),
-                u128::from(s.state.updated_us),
-                tokens,
-            ))
+        _ => {
+            let q = n.checked_div(d)?;
+            (q * d == n).then_some(q)
         }
-        Value::FixedWindow(s) => {
-            let window = window_us(s.params.window_ms);
-            let start = u128::from(s.state.window_start_us);
-            let index = start.checked_div(window)?;
-            (index * window == start && fits(s.state.count, 32)).then_some((
-                Params::FixedWindow(s.params),
-                index,
-                s.state.count,
-            ))
-        }
-        Value::SlidingWindow(s) => {
-            let window = window_us(s.params.window_ms);
-            let start = u128::from(s.state.window_start_us);
-            let index = start.checked_div(window)?;
-            let (current, previous) = (s.state.current, s.state.previous);
-            (index * window == start && fits(current, 18) && fits(previous, 18)).then_some((
-                Params::SlidingWindow(s.params),
-                index,
-                current << 18 | previous,
-            ))
-        }
-        Value::Warmup(s) => {
-            // The deficit below a cold key's stored permits, in whole permits only (a fresh
-            // key after one request, or after requests that each found it cold): 8 bits.
-            let deficit = s.params.max_stored().checked_sub(s.state.stored)?;
-            let permits = deficit / s.params.scale();
-            let j = u64::try_from(permits).ok()?;
-            (s.params.rate <= MAX_INLINE_WARMUP_RATE
-                && permits * s.params.scale() == deficit
-                && fits(j, PAYLOAD_BITS - WARMUP_ANCHOR_BITS))
-            .then_some((Params::Warmup(s.params), s.state.next_free, j))
-        }
-        Value::SlidingLog(_) | Value::Concurrency(_) | Value::Limit(_) => None,
     }
 }
 
-/// The value an anchor and a rest stand for (the inverse of [`split`]).
-fn join(params: &Params, anchor: u128, rest: u64) -> Value {
-    let start = |index: u128, window_ms: u64| {
-        u64::try_from(index.saturating_mul(window_us(window_ms))).unwrap_or(u64::MAX)
-    };
-    match *params {
-        Params::Gcra(params) => Value::Gcra(Stored {
-            params,
-            state: gcra::State { tat: anchor },
-        }),
-        Params::LeakyBucket(params) => Value::LeakyBucket(Stored {
-            params,
-            state: leaky_bucket::State { tat: anchor },
-        }),
-        Params::TokenBucket(params) => Value::TokenBucket(Stored {
-            params,
-            state: token_bucket::State {
-                scaled_tokens: u128::from(rest) * token_unit(&params),
-                updated_us: u64::try_from(anchor).unwrap_or(u64::MAX),
-            },
-        }),
-        Params::FixedWindow(params) => Value::FixedWindow(Stored {
-            params,
-            state: fixed_window::State {
-                window_start_us: start(anchor, params.window_ms),
-                count: rest,
-            },
-        }),
-        Params::SlidingWindow(params) => Value::SlidingWindow(Stored {
-            params,
-            state: sliding_window::State {
-                window_start_us: start(anchor, params.window_ms),
-                current: rest >> 18,
-                previous: rest & ((1 << 18) - 1),
-            },
-        }),
-        Params::Warmup(params) => Value::Warmup(Stored {
-            params,
-            state: warmup::State {
-                stored: params
-                    .max_stored()
-                    .saturating_sub(u128::from(rest).saturating_mul(params.scale())),
-                next_free: anchor,
-            },
-        }),
+/// How one algorithm's state goes into an inline word: split into an anchor (the part that
+/// moves with time: a TAT, an update time, a window's index), measured from an epoch, and a
+/// rest packed into the payload's low bits; `join` is the inverse. `split` is `None` when the
+/// rest does not fit exactly, or the parameters are out of the inline range.
+trait Packs: Algorithm {
+    fn split(params: &Self::Params, state: &Self::State) -> Option<(u128, u64)>;
+    fn join(params: &Self::Params, anchor: u128, rest: u64) -> Self::State;
+}
+
+fn fits64(x: u64, bits: u32) -> bool {
+    x >> bits == 0
+}
+
+impl Packs for Gcra {
+    #[inline]
+    fn split(params: &gcra::Params, state: &gcra::State) -> Option<(u128, u64)> {
+        (params.rate <= MAX_INLINE_RATE).then_some((state.tat, 0))
     }
+
+    #[inline]
+    fn join(_: &gcra::Params, anchor: u128, _: u64) -> gcra::State {
+        gcra::State { tat: anchor }
+    }
+}
+
+impl Packs for LeakyBucket {
+    #[inline]
+    fn split(params: &leaky_bucket::Params, state: &leaky_bucket::State) -> Option<(u128, u64)> {
+        (params.leak_amount <= MAX_INLINE_RATE).then_some((state.tat, 0))
+    }
+
+    #[inline]
+    fn join(_: &leaky_bucket::Params, anchor: u128, _: u64) -> leaky_bucket::State {
+        leaky_bucket::State { tat: anchor }
+    }
+}
+
+impl Packs for TokenBucket {
+    /// Whole tokens only (a fresh key, an INTERVAL bucket, a full one): 16 bits.
+    #[inline]
+    fn split(params: &token_bucket::Params, state: &token_bucket::State) -> Option<(u128, u64)> {
+        let tokens = exact_quotient(state.scaled_tokens, token_unit(params))?;
+        let tokens = u64::try_from(tokens).ok()?;
+        fits64(tokens, 16).then_some((u128::from(state.updated_us), tokens))
+    }
+
+    #[inline]
+    fn join(params: &token_bucket::Params, anchor: u128, rest: u64) -> token_bucket::State {
+        token_bucket::State {
+            scaled_tokens: u128::from(rest) * token_unit(params),
+            updated_us: u64::try_from(anchor).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+impl Packs for FixedWindow {
+    #[inline]
+    fn split(params: &fixed_window::Params, state: &fixed_window::State) -> Option<(u128, u64)> {
+        let start = u128::from(state.window_start_us);
+        let index = exact_quotient(start, window_us(params.window_ms))?;
+        fits64(state.count, 32).then_some((index, state.count))
+    }
+
+    #[inline]
+    fn join(params: &fixed_window::Params, anchor: u128, rest: u64) -> fixed_window::State {
+        fixed_window::State {
+            window_start_us: window_start(anchor, params.window_ms),
+            count: rest,
+        }
+    }
+}
+
+impl Packs for SlidingWindow {
+    fn split(
+        params: &sliding_window::Params,
+        state: &sliding_window::State,
+    ) -> Option<(u128, u64)> {
+        let start = u128::from(state.window_start_us);
+        let index = exact_quotient(start, window_us(params.window_ms))?;
+        let (current, previous) = (state.current, state.previous);
+        (fits64(current, 18) && fits64(previous, 18)).then_some((index, current << 18 | previous))
+    }
+
+    #[inline]
+    fn join(params: &sliding_window::Params, anchor: u128, rest: u64) -> sliding_window::State {
+        sliding_window::State {
+            window_start_us: window_start(anchor, params.window_ms),
+            current: rest >> 18,
+            previous: rest & ((1 << 18) - 1),
+        }
+    }
+}
+
+impl Packs for Warmup {
+    /// The deficit below a cold key's stored permits, in whole permits only (a fresh key after
+    /// one request, or after requests that each found it cold): 8 bits.
+    #[inline]
+    fn split(params: &warmup::Params, state: &warmup::State) -> Option<(u128, u64)> {
+        if params.rate > MAX_INLINE_WARMUP_RATE {
+            return None;
+        }
+        let deficit = params.max_stored().checked_sub(state.stored)?;
+        let permits = exact_quotient(deficit, params.scale())?;
+        let j = u64::try_from(permits).ok()?;
+        fits64(j, PAYLOAD_BITS - WARMUP_ANCHOR_BITS).then_some((state.next_free, j))
+    }
+
+    #[inline]
+    fn join(params: &warmup::Params, anchor: u128, rest: u64) -> warmup::State {
+        warmup::State {
+            stored: params
+                .max_stored()
+                .saturating_sub(u128::from(rest).saturating_mul(params.scale())),
+            next_free: anchor,
+        }
+    }
+}
+
+/// The start in µs of window `index` of `window_ms` (saturating: never out of range for a
+/// packed state, which came from a start in range).
+fn window_start(index: u128, window_ms: u64) -> u64 {
+    u64::try_from(index.saturating_mul(window_us(window_ms))).unwrap_or(u64::MAX)
+}
+
+/// Declares the dispatch from a [`Value`], or a policy's [`Rule`] and [`RuleState`], to the
+/// algorithm's [`Packs`], for every kind that packs (the variants are named alike in the four
+/// enums).
+macro_rules! packing {
+    ($($variant:ident($algorithm:ty)),*) => {
+        /// `value`'s parameters, anchor and rest ([`Packs::split`]); `None` when they do not
+        /// fit exactly, or the value never packs inline.
+        #[inline]
+        fn split(value: &Value) -> Option<(Params, u128, u64)> {
+            match value {
+                $(Value::$variant(s) => <$algorithm>::split(&s.params, &s.state)
+                    .map(|(anchor, rest)| (Params::$variant(s.params), anchor, rest)),)*
+                _ => None,
+            }
+        }
+
+        /// The value an anchor and a rest stand for (the inverse of [`split`]).
+        #[inline]
+        fn join(params: &Params, anchor: u128, rest: u64) -> Value {
+            match *params {
+                $(Params::$variant(params) => Value::$variant(Stored {
+                    params,
+                    state: <$algorithm>::join(&params, anchor, rest),
+                }),)*
+            }
+        }
+
+        /// [`split`] for a policy's rule and its state.
+        #[inline]
+        fn split_rule(rule: &Rule, state: &RuleState) -> Option<(Params, u128, u64)> {
+            match (rule, state) {
+                $((Rule::$variant(params), RuleState::$variant(state)) => {
+                    <$algorithm>::split(params, state)
+                        .map(|(anchor, rest)| (Params::$variant(*params), anchor, rest))
+                })*
+                _ => None,
+            }
+        }
+
+        /// [`join`] for a policy's rule: the rule and its state.
+        #[inline]
+        fn join_rule(params: &Params, anchor: u128, rest: u64) -> (Rule, RuleState) {
+            match *params {
+                $(Params::$variant(params) => (
+                    Rule::$variant(params),
+                    RuleState::$variant(<$algorithm>::join(&params, anchor, rest)),
+                ),)*
+            }
+        }
+
+        /// Whether `params` are `rule`'s.
+        #[inline]
+        fn is_rule(params: &Params, rule: &Rule) -> bool {
+            match (params, rule) {
+                $((Params::$variant(a), Rule::$variant(b)) => a == b,)*
+                _ => false,
+            }
+        }
+    };
+}
+
+packing!(
+    Gcra(Gcra),
+    TokenBucket(TokenBucket),
+    LeakyBucket(LeakyBucket),
+    FixedWindow(FixedWindow),
+    SlidingWindow(SlidingWindow),
+    Warmup(Warmup)
+);
+
+/// Whether `value`'s state splits as an inline word would hold it (it may still not fit one:
+/// its anchor past any epoch's span, or the table past the ids a word names).
+pub fn fits_inline(value: &Value) -> bool {
+    split(value).is_some()
+}
+
+/// The anchor and the rest an inline word holds, with `entry` the entry its index names.
+#[inline]
+fn anchor_and_rest(entry: &Interned, word: u64) -> (u128, u64) {
+    let (_, payload) = word_parts(word);
+    let rest_bits = PAYLOAD_BITS - anchor_bits(&entry.params);
+    let offset = u128::from(payload >> rest_bits);
+    let rest = payload & ((1u64 << rest_bits) - 1);
+    (entry.base.saturating_add(offset), rest)
 }
 
 /// The value an inline word stands for, with `entry` the entry its index names.
 pub fn unpack_word(entry: &Interned, word: u64) -> Value {
-    let (_, payload) = word_parts(word);
-    let bits = anchor_bits(&entry.params);
-    let rest_bits = PAYLOAD_BITS - bits;
-    let offset = u128::from(payload >> rest_bits);
-    let rest = payload & ((1u64 << rest_bits) - 1);
-    join(&entry.params, entry.base.saturating_add(offset), rest)
+    let (anchor, rest) = anchor_and_rest(entry, word);
+    join(&entry.params, anchor, rest)
 }
 
 /// `value` as an inline word (tag bits clear), or `None` when it does not fit one exactly.
@@ -393,12 +510,24 @@ pub fn unpack_word(entry: &Interned, word: u64) -> Value {
 /// the word takes a reference to the entry of the anchor's epoch, and the caller releases
 /// `old`'s when it stores the new word.
 pub fn pack_word(value: &Value, old: Option<u32>, table: &mut Interner) -> Option<u64> {
+    pack_parts(split(value)?, old, table)
+}
+
+/// [`pack_word`] of a state already split.
+fn pack_parts(
+    (params, anchor, rest): (Params, u128, u64),
+    old: Option<u32>,
+    table: &mut Interner,
+) -> Option<u64> {
     if let Some(id) = old {
-        if let Some(word) = table.get(id).and_then(|entry| refit(value, id, entry)) {
-            return Some(word);
+        let kept = table
+            .get(id)
+            .filter(|entry| entry.params == params)
+            .and_then(|entry| payload(&params, anchor, rest, entry.base));
+        if let Some(p) = kept {
+            return Some(word(id, p));
         }
     }
-    let (params, anchor, rest) = split(value)?;
     let q = quantum_bits(&params);
     let base = (anchor >> q) << q;
     let p = payload(&params, anchor, rest, base)?;
@@ -425,6 +554,7 @@ pub fn refit(value: &Value, id: u32, entry: &Interned) -> Option<u64> {
 }
 
 /// The payload of an anchor and a rest above `base`, when the anchor fits.
+#[inline]
 fn payload(params: &Params, anchor: u128, rest: u64, base: u128) -> Option<u64> {
     let bits = anchor_bits(params);
     let offset = anchor.checked_sub(base)?;
@@ -435,8 +565,8 @@ fn payload(params: &Params, anchor: u128, rest: u64, base: u128) -> Option<u64> 
 /// or `None` when one does not fit (then no reference is left taken). `old` are the key's
 /// words so far: a rule keeps the entry of the word at its place when it can.
 pub fn pack_rules(
-    rules: &[policy::Rule],
-    states: &[policy::RuleState],
+    rules: &[Rule],
+    states: &[RuleState],
     old: &[u64],
     table: &mut Interner,
 ) -> Option<Vec<u64>> {
@@ -446,7 +576,7 @@ pub fn pack_rules(
     let mut words = Vec::with_capacity(rules.len());
     for (i, (rule, state)) in rules.iter().zip(states).enumerate() {
         let old_id = old.get(i).map(|&w| word_parts(w).0);
-        let packed = Value::from_rule(rule, state).and_then(|v| pack_word(&v, old_id, table));
+        let packed = split_rule(rule, state).and_then(|parts| pack_parts(parts, old_id, table));
         let Some(w) = packed else {
             release_new(&words, old, table);
             return None;
@@ -484,7 +614,8 @@ pub fn unpack_rules(words: &[u64], table: &Interner) -> Option<Value> {
     let mut states = Vec::with_capacity(words.len());
     for &w in words {
         let entry = table.get(word_parts(w).0)?;
-        let (rule, state) = unpack_word(entry, w).into_rule()?;
+        let (anchor, rest) = anchor_and_rest(entry, w);
+        let (rule, state) = join_rule(&entry.params, anchor, rest);
         rules.push(rule);
         states.push(state);
     }
@@ -492,6 +623,79 @@ pub fn unpack_rules(words: &[u64], table: &Interner) -> Option<Value> {
         params: rules.into(),
         state: states,
     }))
+}
+
+/// The entries' bases of a policy key's words, as [`rule_states`] read them.
+pub type Bases = [u128; MAX_RULES];
+
+/// The states of a policy key's words when each word's entry holds the rule at its place in
+/// `rules` (the policy a request names, unchanged since the key was written: the usual call),
+/// with each entry's base in `bases`, so that [`refit_rules`] writes them back without the
+/// table. `None` when the rules differ in any way.
+pub fn rule_states(
+    words: &[u64],
+    rules: &[Rule],
+    table: &Interner,
+    bases: &mut Bases,
+) -> Option<Vec<RuleState>> {
+    if words.len() != rules.len() || words.len() > MAX_RULES {
+        return None;
+    }
+    let mut states = SPARE.take();
+    states.reserve(words.len());
+    for ((&w, rule), base) in words.iter().zip(rules).zip(bases.iter_mut()) {
+        let entry = table.get(word_parts(w).0)?;
+        if !is_rule(&entry.params, rule) {
+            states.clear();
+            SPARE.set(states);
+            return None;
+        }
+        *base = entry.base;
+        let (anchor, rest) = anchor_and_rest(entry, w);
+        states.push(join_rule(&entry.params, anchor, rest).1);
+    }
+    Some(states)
+}
+
+thread_local! {
+    /// The vector [`rule_states`] read a policy key's states into, once the call is done with
+    /// it (emptied): RL.LIMIT then allocates none per call.
+    static SPARE: std::cell::Cell<Vec<RuleState>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Drops a value a call is done with; a policy's vector of states is kept (emptied) for
+/// the next [`rule_states`].
+pub fn recycle(value: Value) {
+    if let Value::Limit(s) = value {
+        let mut states = s.state;
+        states.clear();
+        if states.capacity() <= MAX_RULES {
+            SPARE.set(states);
+        }
+    }
+}
+
+/// Writes `states` of `rules` into `words` in place, each word keeping its entry, when
+/// [`rule_states`] read `words` under these `rules` with `bases` and every new state still
+/// fits above its entry's base; returns whether it did (else `words` are unchanged).
+pub fn refit_rules(words: &mut [u64], rules: &[Rule], states: &[RuleState], bases: &Bases) -> bool {
+    let n = words.len();
+    if rules.len() != n || states.len() != n || n > MAX_RULES {
+        return false;
+    }
+    let mut new = [0u64; MAX_RULES];
+    for (i, (rule, state)) in rules.iter().zip(states).enumerate() {
+        let id = word_parts(words[i]).0;
+        let Some((params, anchor, rest)) = split_rule(rule, state) else {
+            return false;
+        };
+        let Some(p) = payload(&params, anchor, rest, bases[i]) else {
+            return false;
+        };
+        new[i] = word(id, p);
+    }
+    words.copy_from_slice(&new[..n]);
+    true
 }
 
 /// FNV-1a: parameters are a few integers, and a siphash per new key is not needed here.
@@ -973,6 +1177,67 @@ mod tests {
         assert_eq!(pack_rules(&rules, &big, &[], &mut t), None);
         assert!(ids(&moved).iter().all(|&id| t.refs(id) == 1));
         assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn a_policy_key_read_under_its_own_rules_is_written_back_in_place() {
+        use crate::algorithms::policy::{Rule, RuleState};
+        let mut t = Interner::default();
+        let rules = [
+            Rule::Gcra(gcra::Params {
+                burst: 100,
+                rate: 100,
+                period_ms: 60_000,
+            }),
+            Rule::SlidingWindow(sliding_window::Params {
+                limit: 1000,
+                window_ms: 3_600_000,
+            }),
+        ];
+        let states = |tat: u128, current: u64| {
+            vec![
+                RuleState::Gcra(gcra::State { tat }),
+                RuleState::SlidingWindow(sliding_window::State {
+                    window_start_us: 1_699_999_200_000_000,
+                    current,
+                    previous: 7,
+                }),
+            ]
+        };
+        let first = states(NOW_US * 100, 1);
+        let mut words = pack_rules(&rules, &first, &[], &mut t).unwrap();
+        let ids: Vec<u32> = words.iter().map(|&w| word_parts(w).0).collect();
+        let mut bases = [0; MAX_RULES];
+        // Read under the same rules: the states as the whole unpack gives them, and the bases.
+        let read = rule_states(&words, &rules, &t, &mut bases).unwrap();
+        assert_eq!(read, first);
+        for (i, &id) in ids.iter().enumerate() {
+            assert_eq!(bases[i], t.get(id).unwrap().base);
+        }
+        // Under other rules (a changed limit, one rule fewer): not read this way.
+        let mut changed = rules.clone();
+        changed[1] = Rule::SlidingWindow(sliding_window::Params {
+            limit: 999,
+            window_ms: 3_600_000,
+        });
+        assert_eq!(rule_states(&words, &changed, &t, &mut [0; MAX_RULES]), None);
+        assert_eq!(
+            rule_states(&words, &rules[..1], &t, &mut [0; MAX_RULES]),
+            None
+        );
+        // Written back: the same entries, the words the whole pack gives.
+        let next = states(NOW_US * 100 + 5, 2);
+        let expected = pack_rules(&rules, &next, &words, &mut t).unwrap();
+        assert!(refit_rules(&mut words, &rules, &next, &bases));
+        assert_eq!(words, expected);
+        assert!(ids.iter().all(|&id| t.refs(id) == 1));
+        // A GCRA anchor past its epoch, or a count past a word: nothing written.
+        let before = words.clone();
+        let far = states((((NOW_US * 100) >> 44) << 44) + (1 << 46), 3);
+        assert!(!refit_rules(&mut words, &rules, &far, &bases));
+        let busy = states(NOW_US * 100, 1 << 18);
+        assert!(!refit_rules(&mut words, &rules, &busy, &bases));
+        assert_eq!(words, before);
     }
 
     #[test]

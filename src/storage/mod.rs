@@ -24,15 +24,17 @@ use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
+use crate::algorithms::policy::{Rules, MAX_RULES};
 use crate::algorithms::{penalty, Decision, Span};
 use crate::error::Error;
 use crate::redis::{Ctx, Digest, Holds, Io, RString, RawKey};
 pub use codec::Entry;
-use compact::{interner, Cell, Interned};
+use compact::{interner, Bases, Cell, Interned};
 pub use value::{Stored, Value, Variant};
 
 /// The RDB encoding version of the data type (`encver`): the blob inside carries its own
@@ -173,23 +175,50 @@ fn entry_of(repr: Repr<'_>) -> Option<Cow<'_, Entry>> {
 
 /// The value a packed form stands for (`None` for a whole entry, or an entry gone).
 fn unpacked(repr: &Repr<'_>) -> Option<Value> {
-    unpacked_with_entry(repr).map(|(value, _)| value)
+    unpacked_with_entry(repr, None, &mut [0; MAX_RULES]).map(|(value, _)| value)
 }
 
-/// [`unpacked`], and for an inline word the entry it names (a copy, so that writing the key
-/// back under the same entry needs no lock).
-fn unpacked_with_entry(repr: &Repr<'_>) -> Option<(Value, Option<Interned>)> {
+/// What a read of a packed form keeps so that writing the key back in the same form needs
+/// no lock of the table (the common write): the entry an inline word or a cell names (a
+/// copy); for a policy key read under the rules it was written with, those rules (their
+/// entries' bases go to the caller's [`Bases`]).
+enum Held {
+    Nothing,
+    Entry(Interned),
+    Rules(Rules),
+}
+
+/// [`unpacked`], and what [`Held`] keeps for writing it back. `requested` is the policy a
+/// request names, for a policy key (RL.LIMIT): when the key's words hold exactly its rules,
+/// the value shares them instead of a copy, and `bases` gets their entries' bases.
+fn unpacked_with_entry(
+    repr: &Repr<'_>,
+    requested: Option<&Rules>,
+    bases: &mut Bases,
+) -> Option<(Value, Held)> {
     let table = interner();
     match repr {
         Repr::Inline(word) => {
             let entry = *table.get(compact::word_parts(*word).0)?;
-            Some((compact::unpack_word(&entry, *word), Some(entry)))
+            Some((compact::unpack_word(&entry, *word), Held::Entry(entry)))
         }
         Repr::Compact(cell) => {
-            let entry = table.get(cell.params)?;
-            Some((compact::unpack(&entry.params, cell.state()), None))
+            let entry = *table.get(cell.params)?;
+            let value = compact::unpack(&entry.params, cell.state());
+            Some((value, Held::Entry(entry)))
         }
-        Repr::Rules(words) => compact::unpack_rules(words, &table).map(|v| (v, None)),
+        Repr::Rules(words) => {
+            if let Some(rules) = requested {
+                if let Some(states) = compact::rule_states(words, rules, &table, bases) {
+                    let value = Value::Limit(Stored {
+                        params: Arc::clone(rules),
+                        state: states,
+                    });
+                    return Some((value, Held::Rules(Arc::clone(rules))));
+                }
+            }
+            compact::unpack_rules(words, &table).map(|v| (v, Held::Nothing))
+        }
         Repr::Whole(_) => None,
     }
 }
@@ -529,7 +558,10 @@ impl<'a> Key<'a> {
                 }
             }
             packed => {
-                let (mut value, entry) = unpacked_with_entry(&packed).ok_or(Error::Panic)?;
+                let requested = A::policy_rules(params);
+                let mut bases = [0; MAX_RULES];
+                let (mut value, held) =
+                    unpacked_with_entry(&packed, requested, &mut bases).ok_or(Error::Panic)?;
                 let error = other(&value);
                 let stored = A::get_mut(&mut value).ok_or(error)?;
                 let (mut decision, _, aside) =
@@ -545,11 +577,14 @@ impl<'a> Key<'a> {
                             }));
                             Ok((decision, true, aside))
                         }
-                        None => Ok((decision, false, aside)),
+                        None => {
+                            compact::recycle(value);
+                            Ok((decision, false, aside))
+                        }
                     };
                 }
                 stored.params = params.clone();
-                self.repack(packed, entry, value);
+                self.repack(packed, &held, &bases, value);
                 Ok((decision, true, aside))
             }
         }
@@ -594,13 +629,15 @@ impl<'a> Key<'a> {
             }
             packed => {
                 // A packed form holds no block and no concurrency limiter.
-                let (mut value, entry) = unpacked_with_entry(&packed).ok_or(Error::Panic)?;
+                let mut bases = [0; MAX_RULES];
+                let (mut value, held) =
+                    unpacked_with_entry(&packed, None, &mut bases).ok_or(Error::Panic)?;
                 let given = value.refund(now_us, units);
                 let reset_after = value.view_now(now_us).reset_after;
                 if write && given > 0 {
                     // The refund changes no parameters: the key keeps its form when the new
                     // state fits it, else takes the one that holds it.
-                    self.repack(packed, entry, value);
+                    self.repack(packed, &held, &bases, value);
                 }
                 Refunded { given, reset_after }
             }
@@ -613,15 +650,34 @@ impl<'a> Key<'a> {
 
     /// Stores `value` in place of the packed form `old`: in the same form when it still fits
     /// (keeping its table entries when it can), else in whatever form [`into_raw`] picks.
-    /// `entry` is the entry an inline word names, as it was read.
-    fn repack(&mut self, old: Repr<'_>, entry: Option<Interned>, value: Value) {
-        if let (Repr::Inline(word), Some(entry)) = (&old, entry) {
-            // The common write: the same entry, no lock.
-            let id = compact::word_parts(*word).0;
-            if let Some(new) = compact::refit(&value, id, &entry) {
-                self.replace_word(new);
-                return;
+    /// `held` and `bases` are what the read of `old` kept ([`unpacked_with_entry`]).
+    fn repack(&mut self, mut old: Repr<'_>, held: &Held, bases: &Bases, value: Value) {
+        // The common writes: the same form and entries, no lock.
+        match (&mut old, held, &value) {
+            (Repr::Inline(word), Held::Entry(entry), _) => {
+                let id = compact::word_parts(*word).0;
+                if let Some(new) = compact::refit(&value, id, entry) {
+                    self.replace_word(new);
+                    return;
+                }
             }
+            (Repr::Compact(cell), Held::Entry(entry), _) if !compact::fits_inline(&value) => {
+                if let Some((params, state)) = compact::pack(&value) {
+                    if params == entry.params && entry.base == 0 {
+                        **cell = Cell::new(cell.params, state);
+                        return;
+                    }
+                }
+            }
+            (Repr::Rules(words), Held::Rules(rules), Value::Limit(s)) => {
+                // The rules the words were read under are still the value's.
+                let same = Arc::ptr_eq(rules, &s.params);
+                if same && compact::refit_rules(words, rules, &s.state, bases) {
+                    compact::recycle(value);
+                    return;
+                }
+            }
+            _ => {}
         }
         let mut table = interner();
         match old {

@@ -22,6 +22,9 @@ pub struct Stored<A: Algorithm> {
 pub trait Variant: Algorithm + Sized {
     fn get_mut(value: &mut Value) -> Option<&mut Stored<Self>>;
     fn wrap(stored: Stored<Self>) -> Value;
+    /// A policy's rules, when these are RL.LIMIT's parameters (the storage layer reads a
+    /// policy key's words against them); `None` for every other algorithm.
+    fn policy_rules(params: &Self::Params) -> Option<&policy::Rules>;
 }
 
 /// Declares [`Value`] with one variant per algorithm, and what each variant needs.
@@ -86,6 +89,11 @@ macro_rules! values {
 
                 fn wrap(stored: Stored<Self>) -> Value {
                     Value::$variant(stored)
+                }
+
+                fn policy_rules(params: &Self::Params) -> Option<&policy::Rules> {
+                    // Resolved when compiled: `Some` for RL.LIMIT's rules only.
+                    (params as &dyn std::any::Any).downcast_ref()
                 }
             }
         )*
