@@ -146,9 +146,18 @@ fn memory_usage_is_what_storing_a_key_took_for_every_kind_and_form() {
         ),
         (
             // 1000 a second warming up in an hour: 1000 permits below cold is past a word's
-            // 255, and the schedule (61 bits) and the stored permits (45) do not fit a cell.
-            "warm-up, whole",
+            // 255, and the schedule (61 bits from 0) and the stored permits (45) fit a cell
+            // only with the schedule measured from an epoch: the cell's entry has one.
+            "warm-up, cell of its own epoch",
             one("RL.WARMUP KEY 1000 1s 1h COST 1000"),
+            Some(150.0),
+        ),
+        (
+            // A billion a millisecond warming up in ten years stores permits in 93 bits: the
+            // 3 left would make an epoch of a few ticks. The whole value (COST: a key that
+            // lives 4 s).
+            "warm-up, whole",
+            one("RL.WARMUP KEY 1000000000 1ms 3650d COST 1000000000000"),
             None,
         ),
         (
@@ -297,6 +306,72 @@ fn a_state_past_its_epoch_moves_to_a_new_one_exactly() {
 }
 
 #[test]
+fn a_warmup_cell_past_its_epoch_moves_to_a_new_one_exactly() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    // 32 a second warming up in ten years, cold factor 10: the stored permits take 58 bits
+    // of a cell and the schedule the 38 left, measured from an epoch, a multiple of 2^36
+    // ticks of 1/32 µs (36 minutes); the cell moves to a new epoch once its schedule is 2^38
+    // ticks (2.4 hours) past it. The key is kept busy for 2.6 hours of its clock: each
+    // request at the instant the last refusal's retry_after names, give or take 2 ms, so
+    // that it holds a fraction of a permit (a cell). A policy of the same warm-up and a
+    // sliding log (a whole value: a log never packs) decides every request alike.
+    let policy = "RL.POLICY.SET same WARMUP 32 1s 3650d COLDFACTOR 10 SLIDINGLOG 100000 1ms";
+    assert_eq!(
+        c.cmd(&policy.split(' ').collect::<Vec<_>>()),
+        Reply::Simple("OK".into())
+    );
+    let warmup = ["RL.WARMUP", "wu", "32", "1s", "3650d", "COLDFACTOR", "10"];
+    let limit = ["RL.LIMIT", "whole", "same"];
+    // A token bucket holding a fraction of a token: a cell, under a name as long.
+    let bucket = ["RL.TOKENBUCKET", "tb", "10", "10", "1h"];
+    c.cmd(&bucket);
+    c.clock_advance(1);
+    c.cmd(&bucket);
+    let usage = |c: &mut Client, key: &str| c.cmd(&["MEMORY", "USAGE", key, "SAMPLES", "0"]);
+    let cell = usage(&mut c, "tb");
+    let (mut x, mut cells, mut admitted) = (12_345u64, 0, 0);
+    for step in 0..60_000 {
+        let a = fields(&c.cmd(&warmup));
+        let b = fields(&c.cmd(&limit));
+        assert_eq!(a[..], b[..5], "step {step}");
+        if step % 1000 == 0 && usage(&mut c, "wu") == cell {
+            cells += 1;
+        }
+        admitted += a[0];
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let wait = if a[0] == 1 {
+            1
+        } else {
+            a[3] + (x >> 33) as i64 % 3
+        };
+        c.clock_advance(wait);
+    }
+    assert!(cells >= 55, "a cell at {cells} of 60 looks");
+    // The schedule went past the epoch's span: 2^33 µs is 8,589 s.
+    let inspect = c.cmd(&["RL.INSPECT", "wu"]);
+    let Reply::Array(items) = inspect else {
+        panic!("RL.INSPECT");
+    };
+    let next_free = items
+        .chunks(2)
+        .find(|kv| kv[0].text() == "next_free_us")
+        .map(|kv| kv[1].int())
+        .unwrap();
+    assert!(
+        next_free - (T0_MS as i64) * 1000 > 9_000_000_000,
+        "{next_free}"
+    );
+    assert!(admitted > 25_000, "{admitted}");
+    // One entry for each key: the epochs the cell left were given back.
+    assert_eq!(
+        c.info_field("ratelimit_memory", "ratelimit_interned_params"),
+        "2"
+    );
+}
+
+#[test]
 fn a_packed_key_copies_dumps_and_digests_as_it_was_written() {
     let server = Server::start();
     let mut c = server.client();
@@ -314,10 +389,15 @@ fn a_packed_key_copies_dumps_and_digests_as_it_was_written() {
         // A fraction of a token: a cell.
         ("cell", "RL.TOKENBUCKET cell 10 10 1h"),
         // Warm-up keys, written once (a second request would wait for the schedule): a
-        // word, a cell and a whole value (as in the test above), and a policy's words.
+        // word, a cell, a cell with an epoch and a whole value (as in the test above), and a
+        // policy's words.
         ("wu", "RL.WARMUP wu 10 1h 1h"),
         ("wucell", "RL.WARMUP wucell 7 1h 1h COLDFACTOR 4 COST 7"),
-        ("wuwhole", "RL.WARMUP wuwhole 1000 1s 1h COST 1000"),
+        ("wuepoch", "RL.WARMUP wuepoch 1000 1s 1h COST 1000"),
+        (
+            "wuwhole",
+            "RL.WARMUP wuwhole 1000000000 1ms 3650d COST 1000000000000",
+        ),
         ("wulimit", "RL.LIMIT wulimit warm"),
     ];
     let warm = words("RL.POLICY.SET warm WARMUP 10 1h 1h FIXEDWINDOW 1000 1h");

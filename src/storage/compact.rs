@@ -12,19 +12,20 @@
 //!   low bits by the storage layer), with no allocation;
 //! - a policy's rules pack as one such word each ([`pack_rules`]), in one block;
 //! - a state too large for a word packs into a 16-byte [`Cell`] (a 32-bit index of an entry
-//!   of epoch 0 and 96 bits: a GCRA or leaky-bucket TAT at most about 2^92 until the year 4000
-//!   at the largest rate, a token bucket's fixed-point tokens (42 bits) and update time (54
-//!   bits), a window's index (42 bits) and counts, a warm-up key's stored permits and
-//!   schedule side by side).
+//!   and 96 bits: a GCRA or leaky-bucket TAT at most about 2^92 until the year 4000 at the
+//!   largest rate, a token bucket's fixed-point tokens (42 bits) and update time (54 bits), a
+//!   window's index (42 bits) and counts, all under an entry of epoch 0; a warm-up key's stored
+//!   permits and schedule side by side, the schedule from its entry's epoch when it needs one,
+//!   see [`cell_base`]).
 //!
 //! A state that fits none (a huge token bucket, counts past 2^27 in a sliding window, a
-//! warm-up key of a high rate and a long warm-up), every sliding log and every concurrency
+//! warm-up key of a very high rate and a very long warm-up), every sliding log and every concurrency
 //! limiter keep the whole [`Value`]: nothing is ever rounded to fit.
 //!
 //! To pack a new kind of state (a new algorithm), add its [`Params`] variant, then its split
-//! into an anchor (the part that moves with time) and a rest in [`split`] and [`join`], and
-//! the anchor's bits in [`anchor_bits`]; the storage layer needs nothing more. A kind left out
-//! keeps the whole value.
+//! into an anchor (the part that moves with time) and a rest ([`Packs`], and its line in
+//! `packing!`), and the anchor's bits in [`anchor_bits`]; the storage layer needs nothing
+//! more. A kind left out keeps the whole value.
 //!
 //! The table is behind a mutex: Redis may free values on its lazy-free thread (FLUSHALL
 //! ASYNC), which releases their entries.
@@ -93,8 +94,13 @@ fn fits(x: u128, bits: u32) -> bool {
     x >> bits == 0
 }
 
-/// Packs `value`'s state into 96 bits with its parameters, or `None` when it cannot be.
-pub fn pack(value: &Value) -> Option<(Params, u128)> {
+/// Packs `value`'s state into 96 bits with its parameters, measured from `base` (the base
+/// of the cell's entry: 0 but for a warm-up key, see [`cell_base`]), or `None` when it cannot
+/// be.
+pub fn pack(value: &Value, base: u128) -> Option<(Params, u128)> {
+    if base != 0 && !matches!(value, Value::Warmup(_)) {
+        return None;
+    }
     match value {
         Value::Gcra(s) => {
             fits(s.state.tat, STATE_BITS).then_some((Params::Gcra(s.params), s.state.tat))
@@ -125,13 +131,42 @@ pub fn pack(value: &Value) -> Option<(Params, u128)> {
         }
         Value::Warmup(s) => {
             // The stored permits in the low bits that the most a key stores needs, the
-            // schedule (`next_free`) in the bits left: both exact, or no cell.
+            // schedule (`next_free`, from the entry's base) in the bits left: both exact, or
+            // no cell.
             let sb = warmup_stored_bits(&s.params);
-            let (stored, next_free) = (s.state.stored, s.state.next_free);
+            let stored = s.state.stored;
+            let next_free = s.state.next_free.checked_sub(base)?;
             (sb <= STATE_BITS && fits(stored, sb) && fits(next_free, STATE_BITS - sb))
                 .then_some((Params::Warmup(s.params), next_free << sb | stored))
         }
         Value::SlidingLog(_) | Value::Concurrency(_) | Value::Limit(_) => None,
+    }
+}
+
+/// The base of the entry a new cell for `value` takes. 0 (one entry for every key of a
+/// parameter set), but for a warm-up key whose schedule is past the bits its stored permits
+/// leave (at 1,000 a minute warming up in a minute, 57 bits, and now is about 2^61 ticks): its
+/// epoch, the schedule rounded down to a quarter of the span those bits cover, as an inline
+/// word's is. Only while that quarter is at least 2^30 µs (about 18 minutes), so that keys of
+/// one parameter set share an epoch for a while; past it, 0, and the key keeps its whole value.
+pub fn cell_base(value: &Value) -> u128 {
+    let Value::Warmup(s) = value else {
+        return 0;
+    };
+    let sb = warmup_stored_bits(&s.params);
+    let Some(bits) = STATE_BITS.checked_sub(sb) else {
+        return 0;
+    };
+    let next_free = s.state.next_free;
+    if fits(next_free, bits) || bits < 2 {
+        return 0;
+    }
+    let q = bits - 2;
+    // The quarter spans 2^q ticks of 1/rate µs.
+    if u128::from(s.params.rate) << 30 <= 1u128 << q {
+        (next_free >> q) << q
+    } else {
+        0
     }
 }
 
@@ -142,8 +177,10 @@ fn warmup_stored_bits(params: &warmup::Params) -> u32 {
     128 - params.max_stored().leading_zeros()
 }
 
-/// The value a packed state stands for (the inverse of [`pack`]).
-pub fn unpack(params: &Params, state: u128) -> Value {
+/// The value a cell's packed state stands for, with `entry` the entry it names (the inverse
+/// of [`pack`]).
+pub fn unpack(entry: &Interned, state: u128) -> Value {
+    let Interned { params, base } = entry;
     let low = |bits: u32| (state & ((1u128 << bits) - 1)) as u64;
     match *params {
         Params::Gcra(params) => Value::Gcra(Stored {
@@ -191,7 +228,7 @@ pub fn unpack(params: &Params, state: u128) -> Value {
                 params,
                 state: warmup::State {
                     stored: state & ((1u128 << sb) - 1),
-                    next_free: state >> sb,
+                    next_free: base.saturating_add(state >> sb),
                 },
             })
         }
@@ -883,7 +920,7 @@ mod tests {
             },
             state: gcra::State { tat: 1 << 96 },
         });
-        assert_eq!(pack(&big_tat), None);
+        assert_eq!(pack(&big_tat, 0), None);
         let log = Value::SlidingLog(Stored {
             params: sliding_log::Params {
                 limit: 1,
@@ -891,7 +928,7 @@ mod tests {
             },
             state: sliding_log::State::new(Default::default(), 0, 1, 0),
         });
-        assert_eq!(pack(&log), None);
+        assert_eq!(pack(&log, 0), None);
         let busy = Value::SlidingWindow(Stored {
             params: sliding_window::Params {
                 limit: 1 << 30,
@@ -903,7 +940,7 @@ mod tests {
                 previous: 0,
             },
         });
-        assert_eq!(pack(&busy), None);
+        assert_eq!(pack(&busy, 0), None);
     }
 
     fn at0(params: Params) -> Interned {
@@ -1003,8 +1040,8 @@ mod tests {
             let v = warmup(10, stored, fresh.next_free);
             assert_eq!(pack_word(&v, None, &mut t), None);
             if stored <= max {
-                let (p, bits) = pack(&v).unwrap();
-                assert_eq!(unpack(&p, bits), v);
+                let (p, bits) = pack(&v, 0).unwrap();
+                assert_eq!(unpack(&at0(p), bits), v);
             }
         }
         // A cold key of 1000 a millisecond warming up in one stores 1000 permits: 255 below
@@ -1026,12 +1063,43 @@ mod tests {
         };
         assert!(pack_word(&below(255), None, &mut t).is_some());
         assert_eq!(pack_word(&below(256), None, &mut t), None);
-        assert!(pack(&below(256)).is_some());
+        assert!(pack(&below(256), 0).is_some());
         // The cell: 39 bits of stored permits (max < 2^39 here), 57 of schedule.
         assert_eq!(warmup_stored_bits(&params), 39);
-        assert!(pack(&warmup(10, max, (1 << 57) - 1)).is_some());
-        assert_eq!(pack(&warmup(10, max, 1 << 57)), None);
-        assert_eq!(pack(&warmup(10, 1 << 39, 0)), None);
+        assert!(pack(&warmup(10, max, (1 << 57) - 1), 0).is_some());
+        assert_eq!(pack(&warmup(10, max, 1 << 57), 0), None);
+        assert_eq!(pack(&warmup(10, 1 << 39, 0), 0), None);
+        // Past them, a new cell's entry takes an epoch: the schedule from a multiple of 2^55.
+        let late = warmup(10, max - 1, (1 << 57) + 12345);
+        assert_eq!(cell_base(&late), 1 << 57);
+        let (p, bits) = pack(&late, 1 << 57).unwrap();
+        assert_eq!(
+            unpack(
+                &Interned {
+                    params: p,
+                    base: 1 << 57
+                },
+                bits
+            ),
+            late
+        );
+        assert_eq!(pack(&late, (1 << 57) + 12346), None);
+        // Unless a quarter of what the bits left span is under 2^30 µs: no epoch, no cell.
+        let tight = warmup::Params {
+            rate: 1_000_000_000_000,
+            period_ms: 1,
+            warmup_ms: 315_360_000_000,
+            cold_factor: 10,
+        };
+        let tight = Value::Warmup(Stored {
+            params: tight,
+            state: warmup::State {
+                stored: tight.max_stored() - 1,
+                next_free: NOW_US * u128::from(tight.rate),
+            },
+        });
+        assert_eq!(cell_base(&tight), 0);
+        assert_eq!(pack(&tight, 0), None);
         // A rate whose epoch would span less than about 4 s keeps a cell.
         let fast = warmup::Params {
             rate: MAX_INLINE_WARMUP_RATE + 1,
@@ -1045,7 +1113,7 @@ mod tests {
             },
         });
         assert_eq!(pack_word(&fast, None, &mut t), None);
-        assert!(pack(&fast).is_some());
+        assert!(pack(&fast, 0).is_some());
     }
 
     #[test]
@@ -1074,7 +1142,7 @@ mod tests {
         // Whole tokens pack; a fraction of one does not (the cell holds it).
         assert!(pack_word(&bucket(9_000_000), None, &mut t).is_some());
         assert_eq!(pack_word(&bucket(9_000_001), None, &mut t), None);
-        assert!(pack(&bucket(9_000_001)).is_some());
+        assert!(pack(&bucket(9_000_001), 0).is_some());
         let window = |window_start_us: u64, current: u64| {
             Value::SlidingWindow(Stored {
                 params: sliding_window::Params {
@@ -1347,9 +1415,9 @@ mod tests {
     }
 
     fn round_trips(v: Value) -> Result<(), TestCaseError> {
-        if let Some((params, bits)) = pack(&v) {
+        if let Some((params, bits)) = pack(&v, 0) {
             prop_assert!(fits(bits, STATE_BITS));
-            prop_assert_eq!(unpack(&params, bits), v.clone());
+            prop_assert_eq!(unpack(&at0(params), bits), v.clone());
         }
         inline_round_trips(&v)
     }
@@ -1439,8 +1507,9 @@ mod tests {
         }
 
         #[test]
-        fn warmup_keys_round_trip(rate in prop_oneof![1u64..=2 * MAX_INLINE_WARMUP_RATE, 1u64..1_000_000_000_000], period_ms in 1u64..315_360_000_000,
-                                  warmup_ms in 1u64..315_360_000_000, cold_factor in 2u64..=10,
+        fn warmup_keys_round_trip(rate in prop_oneof![1u64..10_000, 1u64..=2 * MAX_INLINE_WARMUP_RATE, 1u64..1_000_000_000_000],
+                                  period_ms in 1u64..315_360_000_000,
+                                  warmup_ms in prop_oneof![1u64..3_600_000, 1u64..315_360_000_000], cold_factor in 2u64..=10,
                                   permits in 0u128..600, fraction in any::<u128>(), stored in any::<u128>(),
                                   now_us in 0u64..(1 << 62), ahead in any::<u64>(), next_free in any::<u128>()) {
             let params = warmup::Params { rate, period_ms, warmup_ms, cold_factor };
@@ -1457,7 +1526,17 @@ mod tests {
                     prop_assert_eq!(split(&v).is_some(), fits_word);
                     let sb = warmup_stored_bits(&params);
                     let fits_cell = sb <= STATE_BITS && stored >> sb == 0 && next_free >> (STATE_BITS - sb) == 0;
-                    prop_assert_eq!(pack(&v).is_some(), fits_cell);
+                    prop_assert_eq!(pack(&v, 0).is_some(), fits_cell);
+                    // Past the bits from 0, a cell of its own epoch while that spans long enough.
+                    let base = cell_base(&v);
+                    let epoch = sb + 2 <= STATE_BITS
+                        && u128::from(rate) << 30 <= 1u128 << (STATE_BITS - sb - 2);
+                    let cell = pack(&v, base);
+                    prop_assert_eq!(cell.is_some(), fits_cell || (epoch && stored >> sb == 0));
+                    if let Some((p, bits)) = cell {
+                        prop_assert!(fits(bits, STATE_BITS));
+                        prop_assert_eq!(unpack(&Interned { params: p, base }, bits), v.clone());
+                    }
                 }
             }
         }

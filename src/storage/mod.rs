@@ -146,8 +146,9 @@ fn into_raw(entry: Entry) -> *mut c_void {
                 return rules_block(&words);
             }
         }
-        if let Some((params, state)) = compact::pack(&entry.value) {
-            let id = table.acquire(Interned { params, base: 0 });
+        let base = compact::cell_base(&entry.value);
+        if let Some((params, state)) = compact::pack(&entry.value, base) {
+            let id = table.acquire(Interned { params, base });
             let cell = Box::into_raw(Box::new(Cell::new(id, state)));
             return (cell as usize | COMPACT) as *mut c_void;
         }
@@ -204,7 +205,7 @@ fn unpacked_with_entry(
         }
         Repr::Compact(cell) => {
             let entry = *table.get(cell.params)?;
-            let value = compact::unpack(&entry.params, cell.state());
+            let value = compact::unpack(&entry, cell.state());
             Some((value, Held::Entry(entry)))
         }
         Repr::Rules(words) => {
@@ -662,8 +663,8 @@ impl<'a> Key<'a> {
                 }
             }
             (Repr::Compact(cell), Held::Entry(entry), _) if !compact::fits_inline(&value) => {
-                if let Some((params, state)) = compact::pack(&value) {
-                    if params == entry.params && entry.base == 0 {
+                if let Some((params, state)) = compact::pack(&value, entry.base) {
+                    if params == entry.params {
                         **cell = Cell::new(cell.params, state);
                         return;
                     }
@@ -700,14 +701,20 @@ impl<'a> Key<'a> {
                     self.set((word as usize | INLINE) as *mut c_void);
                     return;
                 }
-                if let Some((params, state)) = compact::pack(&value) {
-                    let interned = Interned { params, base: 0 };
-                    let id = if table.get(cell.params) == Some(&interned) {
-                        cell.params
-                    } else {
-                        table.release(cell.params);
-                        table.acquire(interned)
-                    };
+                // The cell's entry when it still holds the state (the same parameters, and
+                // a warm-up schedule still within its epoch), else the entry it takes anew.
+                let kept = table.get(cell.params).and_then(|entry| {
+                    let (params, state) = compact::pack(&value, entry.base)?;
+                    (params == entry.params).then_some(state)
+                });
+                if let Some(state) = kept {
+                    *cell = Cell::new(cell.params, state);
+                    return;
+                }
+                let base = compact::cell_base(&value);
+                if let Some((params, state)) = compact::pack(&value, base) {
+                    let id = table.acquire(Interned { params, base });
+                    table.release(cell.params);
                     *cell = Cell::new(id, state);
                     return;
                 }
