@@ -123,6 +123,9 @@ pub fn run_with<A: Variant, T>(
     largest: impl FnOnce(&A::Params, Option<(&A::Params, &A::State)>, u64) -> u64,
 ) -> Result<Decided<T>, Error> {
     let name_arg = call.key()?;
+    // The key first: what its value points to is fetched while the clock is read.
+    let mut key = Key::open(call.ctx, name_arg, true);
+    key.prefetch();
     let (now_us, real_ms) = call.clock();
     // ATMOST asks for at least one unit.
     let cost = if opts.atmost.is_some() { 1 } else { opts.cost };
@@ -135,7 +138,6 @@ pub fn run_with<A: Variant, T>(
         // SHADOW never starts a BLOCK (one already in force still answers).
         block_ms: opts.block_ms.filter(|_| !opts.shadow),
     };
-    let mut key = Key::open(call.ctx, name_arg, true);
     let (decision, wrote, aside, granted) = match opts.atmost {
         None => {
             let (decision, wrote, aside) =
