@@ -11,7 +11,7 @@
 use std::ffi::CStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::commands::{write_replay, Call, Handler, Mode};
+use crate::commands::{Call, Handler, Mode, ReplayText};
 use crate::error::Error;
 use crate::metrics::Stats;
 use crate::redis::{Argv, Ctx, SharedString};
@@ -127,7 +127,8 @@ fn propagate(ctx: Ctx, argv: &mut Argv, propagate: Propagate) {
             let Some(first_arg) = argv.get(2) else {
                 return;
             };
-            let text = write_replay(now_us, expire_at_ms, command.to_bytes(), first_arg.bytes());
+            let mut text = ReplayText::new();
+            text.write(now_us, expire_at_ms, command.to_bytes(), first_arg.bytes());
             argv.replicate_swapped(ctx, &REPLAY_NAME, text.as_slice());
         }
     }

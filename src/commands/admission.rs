@@ -218,21 +218,72 @@ fn update_at_most<A: Variant, T>(
     Ok((decision, wrote, aside, grant))
 }
 
+/// The longest command name and first argument [`ReplayText::write`] writes on the stack;
+/// the text is then at most 40 digits, 3 colons and these.
+const STACK_WORDS: usize = 85;
+
 /// RL.REPLAY's carried argument, built in one pass: on the stack when it fits (always, but
-/// for a client's very long first argument), else on the heap.
+/// for a client's very long first argument), else on the heap. It lives in its caller's
+/// frame and is written in place, from its end back: the numbers go straight into it.
 pub struct ReplayText {
-    stack: [u8; 128],
-    len: usize,
+    /// The text is `stack[start..]`; the first 20 bytes are room for [`decimal`] to
+    /// write the clock reading's digits, right-aligned in 20, ending where the text starts.
+    stack: [u8; 20 + 3 + 40 + STACK_WORDS],
+    start: usize,
     heap: Vec<u8>,
 }
 
 impl ReplayText {
+    pub fn new() -> ReplayText {
+        ReplayText {
+            stack: [0; 20 + 3 + 40 + STACK_WORDS],
+            start: 0,
+            heap: Vec::new(),
+        }
+    }
+
     pub fn as_slice(&self) -> &[u8] {
         if self.heap.is_empty() {
-            &self.stack[..self.len]
+            &self.stack[self.start..]
         } else {
             &self.heap
         }
+    }
+
+    /// Writes `now_us:expire_at_ms:command:first_arg`.
+    pub fn write(&mut self, now_us: u64, expire_at_ms: u64, command: &[u8], first_arg: &[u8]) {
+        if command.len() + first_arg.len() > STACK_WORDS {
+            let (mut now, mut expire) = ([0u8; 20], [0u8; 20]);
+            let (now_at, expire_at) = (
+                decimal(&mut now, now_us),
+                decimal(&mut expire, expire_at_ms),
+            );
+            let (now, expire) = (&now[now_at..], &expire[expire_at..]);
+            self.heap = [now, b":", expire, b":", command, b":", first_arg].concat();
+            return;
+        }
+        let text = &mut self.stack;
+        let mut at = text.len() - first_arg.len();
+        text[at..].copy_from_slice(first_arg);
+        at -= 1;
+        text[at] = b':';
+        at -= command.len();
+        text[at..at + command.len()].copy_from_slice(command);
+        at -= 1;
+        text[at] = b':';
+        at = decimal_before(text, at, expire_at_ms);
+        at -= 1;
+        text[at] = b':';
+        self.start = decimal_before(text, at, now_us);
+    }
+}
+
+/// Writes `n` in decimal into `text`, ending at `end` (at least 20: the text is written
+/// from its end back, with room for 20 digits before it); returns where it starts.
+fn decimal_before(text: &mut [u8], end: usize, n: u64) -> usize {
+    match text[..end].last_chunk_mut::<20>() {
+        Some(room) => end - 20 + decimal(room, n),
+        None => end,
     }
 }
 
@@ -268,42 +319,6 @@ fn decimal(digits: &mut [u8; 20], mut n: u64) -> usize {
         digits[k] = b'0' + n as u8;
     }
     k
-}
-
-/// `now_us:expire_at_ms:command:first_arg`.
-pub fn write_replay(
-    now_us: u64,
-    expire_at_ms: u64,
-    command: &[u8],
-    first_arg: &[u8],
-) -> ReplayText {
-    let (mut now, mut expire) = ([0u8; 20], [0u8; 20]);
-    let now_at = decimal(&mut now, now_us);
-    let expire_at = decimal(&mut expire, expire_at_ms);
-    let parts: [&[u8]; 7] = [
-        &now[now_at..],
-        b":",
-        &expire[expire_at..],
-        b":",
-        command,
-        b":",
-        first_arg,
-    ];
-    let total: usize = parts.iter().map(|p| p.len()).sum();
-    let mut out = ReplayText {
-        stack: [0; 128],
-        len: 0,
-        heap: Vec::new(),
-    };
-    if total <= out.stack.len() {
-        for part in parts {
-            out.stack[out.len..out.len + part.len()].copy_from_slice(part);
-            out.len += part.len();
-        }
-    } else {
-        out.heap = parts.concat();
-    }
-    out
 }
 
 /// What RL.REPLAY's third argument carries.
@@ -347,6 +362,16 @@ mod tests {
         }
     }
 
+    fn write_replay(now_us: u64, expire_at_ms: u64, command: &[u8], arg: &[u8]) -> ReplayText {
+        let mut out = ReplayText::new();
+        out.write(now_us, expire_at_ms, command, arg);
+        out
+    }
+
+    fn text(bytes: &[u8]) -> &str {
+        std::str::from_utf8(bytes).unwrap()
+    }
+
     #[test]
     fn the_replayed_argument_round_trips() {
         for (now, expire, command, arg) in [
@@ -360,6 +385,10 @@ mod tests {
             (u64::MAX, u64::MAX, b"RL.SLIDINGLOG", b""),
         ] {
             let out = write_replay(now, expire, command, arg);
+            assert_eq!(
+                out.as_slice(),
+                format!("{now}:{expire}:{}:{}", text(command), text(arg)).as_bytes()
+            );
             let expected = Replayed {
                 now_us: now,
                 expire_at_ms: expire,
@@ -368,10 +397,17 @@ mod tests {
             };
             assert_eq!(parse_replay(out.as_slice()), Some(expected));
         }
-        // A long first argument spills to the heap and still round-trips.
-        let long = vec![b'x'; 300];
-        let out = write_replay(1, 2, b"RL.GCRA", &long);
-        assert_eq!(parse_replay(out.as_slice()).unwrap().first_arg, &long[..]);
+        // A long first argument spills to the heap and still round-trips; so does the
+        // longest that stays on the stack, with the longest numbers.
+        for len in [300, STACK_WORDS - 7, STACK_WORDS - 6] {
+            let long = vec![b'x'; len];
+            let out = write_replay(u64::MAX, u64::MAX, b"RL.GCRA", &long);
+            let max = u64::MAX;
+            let expected = [format!("{max}:{max}:RL.GCRA:").as_bytes(), &long].concat();
+            assert_eq!(out.as_slice(), expected);
+            assert_eq!(out.heap.is_empty(), len + 7 <= STACK_WORDS, "{len}");
+            assert_eq!(parse_replay(out.as_slice()).unwrap().first_arg, &long[..]);
+        }
         assert_eq!(parse_replay(b"12:13:RL.GCRA"), None);
         assert_eq!(parse_replay(b"x:13:RL.GCRA:5"), None);
         assert_eq!(parse_replay(b"-1:2:RL.GCRA:5"), None);

@@ -33,7 +33,7 @@ use crate::log;
 use crate::metrics::Stats;
 use crate::redis::{self, Argv, CommandHandle, Ctx, RString};
 use crate::response::{Propagate, Response};
-pub use admission::write_replay;
+pub use admission::ReplayText;
 
 /// A command's handler: a parsed call to what happened.
 pub type Handler = fn(&Call) -> Result<Response, Error>;
