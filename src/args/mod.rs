@@ -16,10 +16,12 @@ pub use crate::algorithms::limits::{MAX_COUNT, MAX_DURATION_MS};
 /// Parses a decimal integer in `min..=max`, written as Redis writes it; anything else (signs,
 /// spaces, hex, floats, leading zeros, overflow) is an error naming `arg`.
 pub fn count(bytes: &[u8], arg: &'static str, min: u64, max: u64) -> Result<u64, Error> {
-    // No error is cloned or dropped on the way: this runs for every count of every request.
-    digits(bytes)
-        .filter(|n| (min..=max).contains(n))
-        .ok_or(Error::Count { arg, min, max })
+    // The error is built on the failing branch only (`ok_or` would build one and drop it
+    // on every count of every request: `Error` has drop glue, called out of line).
+    match digits(bytes) {
+        Some(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(Error::Count { arg, min, max }),
+    }
 }
 
 /// A count from 1 to 10^12.
@@ -156,9 +158,10 @@ fn option_value<'a>(
     if given {
         return Err(Error::OptionTwice { option });
     }
-    rest.get(i + 1)
-        .copied()
-        .ok_or(Error::OptionValue { option, expected })
+    match rest.get(i + 1) {
+        Some(value) => Ok(value),
+        None => Err(Error::OptionValue { option, expected }),
+    }
 }
 
 /// The options, the command's flags, and its one option with a value (`valued`: its word
