@@ -82,6 +82,11 @@ impl<T> Decided<T> {
 /// the key allows at this instant (the same state and clock reading a replica replays with,
 /// so it grants the same); when that is 0, it is a request of one unit, denied, so that
 /// `retry_after` is the wait for one unit and a `BLOCK` starts only then.
+///
+/// Inlined into its handler, as [`run_with`] is: returned through one more frame, the
+/// decision (over a hundred bytes) is copied once more, and whether the compiler inlines
+/// it by itself changes with unrelated code.
+#[inline(always)]
 pub fn run<A: Variant>(
     call: &Call,
     name: &'static CStr,
@@ -108,6 +113,7 @@ pub fn run<A: Variant>(
 ///
 /// [`Algorithm::check`]: crate::algorithms::Algorithm::check
 /// [`Algorithm::largest_cost`]: crate::algorithms::Algorithm::largest_cost
+#[inline(always)]
 pub fn run_with<A: Variant, T>(
     call: &Call,
     name: &'static CStr,
