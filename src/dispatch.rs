@@ -11,9 +11,9 @@
 use std::ffi::CStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::commands::{write_replay, Call, Handler, Mode};
+use crate::commands::{Call, Handler, Mode, ReplayText};
 use crate::error::Error;
-use crate::metrics::Stats;
+use crate::metrics::{Outcome, Stats};
 use crate::redis::{Argv, Ctx, SharedString};
 use crate::reply;
 use crate::response::{Propagate, Response};
@@ -33,7 +33,12 @@ pub static REPLAY_NAME: SharedString = SharedString::new(c"RL.REPLAY");
 pub fn run(ctx: Ctx, mut argv: Argv, handler: Handler, stats: &Stats) {
     stats.call();
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        let response = call(ctx, &argv, handler)?;
+        // By reference: the response stays where the handler wrote it (a move would copy
+        // its couple of hundred bytes again).
+        let result = call(ctx, &argv, handler);
+        let Ok(response) = &result else {
+            return result.map(|_| (Outcome::Other, None));
+        };
         propagate(ctx, &mut argv, response.propagate);
         reply::render(ctx, &response.reply);
         let event = if response.reply.publishes_denial() {
@@ -127,7 +132,8 @@ fn propagate(ctx: Ctx, argv: &mut Argv, propagate: Propagate) {
             let Some(first_arg) = argv.get(2) else {
                 return;
             };
-            let text = write_replay(now_us, expire_at_ms, command.to_bytes(), first_arg.bytes());
+            let mut text = ReplayText::new();
+            text.write(now_us, expire_at_ms, command.to_bytes(), first_arg.bytes());
             argv.replicate_swapped(ctx, &REPLAY_NAME, text.as_slice());
         }
     }

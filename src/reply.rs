@@ -77,32 +77,35 @@ fn admission(ctx: Ctx, a: &Admission) {
         Some(span) => int(span.ceil_ms()),
         None => -1,
     };
+    // The fields after `allowed`, whose value differs by protocol.
     let values = [
-        i64::from(d.allowed),
         int(d.limit),
         int(d.remaining),
         retry,
         int(d.reset_after.ceil_ms()),
     ];
     let extra = a.extra.name();
-    let len = values.len()
+    let len = 1
+        + values.len()
         + usize::from(extra.is_some())
         + usize::from(a.granted.is_some())
         + usize::from(a.shadow);
+    // One loop per protocol, not a protocol test per field.
     let map = ctx.resp3();
     if map {
         ctx.reply_map(len);
         name(ctx, FIELDS[0]);
         ctx.reply_bool(d.allowed);
+        for (field, value) in FIELDS[1..].iter().zip(values) {
+            name(ctx, field);
+            ctx.reply_long(value);
+        }
     } else {
         ctx.reply_array(len);
-        ctx.reply_long(values[0]);
-    }
-    for (field, value) in FIELDS.iter().zip(values).skip(1) {
-        if map {
-            name(ctx, field);
+        ctx.reply_long(i64::from(d.allowed));
+        for value in values {
+            ctx.reply_long(value);
         }
-        ctx.reply_long(value);
     }
     if let Some(field) = extra {
         if map {

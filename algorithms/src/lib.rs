@@ -49,19 +49,38 @@ impl Span {
     }
 
     /// Whole milliseconds, rounded up: the least whole number of ms that is not shorter.
+    #[inline]
     pub fn ceil_ms(&self) -> u64 {
-        let d = self.den.saturating_mul(1000);
-        saturate(self.num / d + u128::from(!self.num.is_multiple_of(d)))
+        saturate(ceil_div(self.num, self.den.saturating_mul(1000)))
     }
 
     /// Whole milliseconds, rounded down.
+    #[inline]
     pub fn floor_ms(&self) -> u64 {
-        saturate(self.num / self.den.saturating_mul(1000))
+        let (n, d) = (self.num, self.den.saturating_mul(1000));
+        // In 64 bits when both fit, as in `ceil_div`.
+        saturate(match (u64::try_from(n), u64::try_from(d)) {
+            (Ok(n), Ok(d)) => u128::from(n / d),
+            _ => n / d,
+        })
     }
 
     /// Whole microseconds, rounded up.
+    #[inline]
     pub fn ceil_us(&self) -> u64 {
-        saturate(self.num / self.den + u128::from(!self.num.is_multiple_of(self.den)))
+        saturate(ceil_div(self.num, self.den))
+    }
+}
+
+/// `n / d` rounded up, `d` > 0. In 64 bits when both fit (nearly always: spans are
+/// microseconds, times a rate at most), where one division gives quotient and remainder;
+/// two 128-bit divisions (quotient, then remainder) otherwise. Every reply rounds two
+/// spans, every write its expiry.
+#[inline]
+fn ceil_div(n: u128, d: u128) -> u128 {
+    match (u64::try_from(n), u64::try_from(d)) {
+        (Ok(n), Ok(d)) => u128::from(n.div_ceil(d)),
+        _ => n.div_ceil(d),
     }
 }
 
@@ -596,5 +615,22 @@ mod tests {
         );
         assert_eq!(Span::ZERO.ceil_ms(), 0);
         assert_eq!(Span::new(5, 0).ceil_us(), 5);
+        assert_eq!(Span::new(u128::MAX, 1).ceil_ms(), u64::MAX);
+        assert_eq!(Span::new(u128::MAX, u128::MAX).ceil_ms(), 1);
+        assert_eq!(Span::new(3000, 3).ceil_ms(), 1);
+        assert_eq!(Span::new(3001, 3).ceil_ms(), 2);
+    }
+
+    proptest::proptest! {
+        /// Rounding up is the quotient, plus one when the division leaves a remainder: in
+        /// 128 bits, and in the 64-bit fast path (the values shifted down to fit).
+        #[test]
+        fn ceil_div_is_the_rounded_up_quotient(n: u128, d in 1u128..) {
+            for shift in [0, 64, 100, 127] {
+                let (n, d) = (n >> shift, (d >> shift).max(1));
+                let expected = n / d + u128::from(n % d != 0);
+                proptest::prop_assert_eq!(ceil_div(n, d), expected);
+            }
+        }
     }
 }

@@ -65,12 +65,15 @@ pub fn warmup(a: &[&[u8]], cold_factor: Option<&[u8]>) -> Result<warmup::Params,
 
 /// A WARMUP rule of a policy: `rate period warmup [COLDFACTOR factor]`.
 pub fn warmup_rule(a: &[&[u8]]) -> Result<warmup::Params, Error> {
-    let cold_factor = match a.get(3) {
-        Some(_) => Some(*a.get(4).ok_or(Error::OptionValue {
-            option: "COLDFACTOR",
-            expected: COLD_FACTOR_EXPECTED,
-        })?),
-        None => None,
+    let cold_factor = match (a.get(3), a.get(4)) {
+        (Some(_), Some(&value)) => Some(value),
+        (Some(_), None) => {
+            return Err(Error::OptionValue {
+                option: "COLDFACTOR",
+                expected: COLD_FACTOR_EXPECTED,
+            })
+        }
+        (None, _) => None,
     };
     warmup(&a[..3], cold_factor)
 }

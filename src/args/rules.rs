@@ -90,11 +90,13 @@ pub fn parse(words: &[&[u8]], first_position: usize, log_max: u64) -> Result<Par
         }) {
             n = (n + 2).min(words.len() - i - 1);
         }
-        let a = words.get(i + 1..i + 1 + n).ok_or(Error::RuleArity {
-            position,
-            algorithm: name,
-            usage: syntax.rule_usage(),
-        })?;
+        let a = words
+            .get(i + 1..i + 1 + n)
+            .ok_or_else(|| Error::RuleArity {
+                position,
+                algorithm: name,
+                usage: syntax.rule_usage(),
+            })?;
         let flag = syntax.rule_flags().find(|flag| {
             words
                 .get(i + 1 + n)

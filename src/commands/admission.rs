@@ -82,6 +82,11 @@ impl<T> Decided<T> {
 /// the key allows at this instant (the same state and clock reading a replica replays with,
 /// so it grants the same); when that is 0, it is a request of one unit, denied, so that
 /// `retry_after` is the wait for one unit and a `BLOCK` starts only then.
+///
+/// Inlined into its handler, as [`run_with`] is: returned through one more frame, the
+/// decision (over a hundred bytes) is copied once more, and whether the compiler inlines
+/// it by itself changes with unrelated code.
+#[inline(always)]
 pub fn run<A: Variant>(
     call: &Call,
     name: &'static CStr,
@@ -108,6 +113,7 @@ pub fn run<A: Variant>(
 ///
 /// [`Algorithm::check`]: crate::algorithms::Algorithm::check
 /// [`Algorithm::largest_cost`]: crate::algorithms::Algorithm::largest_cost
+#[inline(always)]
 pub fn run_with<A: Variant, T>(
     call: &Call,
     name: &'static CStr,
@@ -220,71 +226,117 @@ fn update_at_most<A: Variant, T>(
     Ok((decision, wrote, aside, grant))
 }
 
+/// The longest command name and first argument [`ReplayText::write`] writes on the stack;
+/// the text is then at most 40 digits, 3 colons and these.
+const STACK_WORDS: usize = 85;
+
 /// RL.REPLAY's carried argument, built in one pass: on the stack when it fits (always, but
-/// for a client's very long first argument), else on the heap.
+/// for a client's very long first argument), else on the heap. It lives in its caller's
+/// frame and is written in place, from its end back: the numbers go straight into it.
 pub struct ReplayText {
-    stack: [u8; 128],
-    len: usize,
+    /// The text is `stack[start..]`; the first 20 bytes are room for [`decimal`] to
+    /// write the clock reading's digits, right-aligned in 20, ending where the text starts.
+    stack: [u8; 20 + 3 + 40 + STACK_WORDS],
+    start: usize,
     heap: Vec<u8>,
 }
 
 impl ReplayText {
+    pub fn new() -> ReplayText {
+        ReplayText {
+            stack: [0; 20 + 3 + 40 + STACK_WORDS],
+            start: 0,
+            heap: Vec::new(),
+        }
+    }
+
     pub fn as_slice(&self) -> &[u8] {
         if self.heap.is_empty() {
-            &self.stack[..self.len]
+            &self.stack[self.start..]
         } else {
             &self.heap
         }
     }
-}
 
-/// `n` in decimal, into the end of `digits`; returns where it starts.
-fn decimal(digits: &mut [u8; 20], mut n: u64) -> usize {
-    let mut k = digits.len();
-    loop {
-        k -= 1;
-        digits[k] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return k;
+    /// Writes `now_us:expire_at_ms:command:first_arg`.
+    pub fn write(&mut self, now_us: u64, expire_at_ms: u64, command: &[u8], first_arg: &[u8]) {
+        if command.len() + first_arg.len() > STACK_WORDS {
+            let (mut now, mut expire) = ([0u8; 20], [0u8; 20]);
+            let (now_at, expire_at) = (
+                decimal(&mut now, now_us),
+                decimal(&mut expire, expire_at_ms),
+            );
+            let (now, expire) = (&now[now_at..], &expire[expire_at..]);
+            self.heap = [now, b":", expire, b":", command, b":", first_arg].concat();
+            return;
         }
+        let text = &mut self.stack;
+        let mut at = text.len() - first_arg.len();
+        text[at..].copy_from_slice(first_arg);
+        at -= 1;
+        text[at] = b':';
+        at -= command.len();
+        text[at..at + command.len()].copy_from_slice(command);
+        at -= 1;
+        text[at] = b':';
+        at = decimal_before(text, at, expire_at_ms);
+        at -= 1;
+        text[at] = b':';
+        self.start = decimal_before(text, at, now_us);
     }
 }
 
-/// `now_us:expire_at_ms:command:first_arg`.
-pub fn write_replay(
-    now_us: u64,
-    expire_at_ms: u64,
-    command: &[u8],
-    first_arg: &[u8],
-) -> ReplayText {
-    let (mut now, mut expire) = ([0u8; 20], [0u8; 20]);
-    let now_at = decimal(&mut now, now_us);
-    let expire_at = decimal(&mut expire, expire_at_ms);
-    let parts: [&[u8]; 7] = [
-        &now[now_at..],
-        b":",
-        &expire[expire_at..],
-        b":",
-        command,
-        b":",
-        first_arg,
-    ];
-    let total: usize = parts.iter().map(|p| p.len()).sum();
-    let mut out = ReplayText {
-        stack: [0; 128],
-        len: 0,
-        heap: Vec::new(),
-    };
-    if total <= out.stack.len() {
-        for part in parts {
-            out.stack[out.len..out.len + part.len()].copy_from_slice(part);
-            out.len += part.len();
-        }
-    } else {
-        out.heap = parts.concat();
+/// Writes `n` in decimal into `text`, ending at `end` (at least 20: the text is written
+/// from its end back, with room for 20 digits before it); returns where it starts.
+fn decimal_before(text: &mut [u8], end: usize, n: u64) -> usize {
+    match text[..end].last_chunk_mut::<20>() {
+        Some(room) => end - 20 + decimal(room, n),
+        None => end,
     }
-    out
+}
+
+/// `n` in decimal, into the end of `digits`; returns where it starts. Eight digits at a
+/// time, without a division per digit: this runs twice on every admitted request, for its
+/// clock reading (16 digits) and its expiry (13).
+fn decimal(digits: &mut [u8; 20], n: u64) -> usize {
+    const EIGHT: u64 = 100_000_000;
+    const ASCII: u64 = 0x3030_3030_3030_3030;
+    let low = digit_lanes(n % EIGHT);
+    digits[12..].copy_from_slice(&(low | ASCII).to_le_bytes());
+    if n < EIGHT {
+        // At least one digit, the 0 of zero.
+        return 12 + leading_zeros(low).min(7);
+    }
+    let rest = n / EIGHT;
+    let middle = digit_lanes(rest % EIGHT);
+    digits[4..12].copy_from_slice(&(middle | ASCII).to_le_bytes());
+    if rest < EIGHT {
+        return 4 + leading_zeros(middle);
+    }
+    // Below 1845: four digits, the last four lanes.
+    let high = digit_lanes(rest / EIGHT);
+    digits[..4].copy_from_slice(&(high | ASCII).to_le_bytes()[4..]);
+    leading_zeros(high) - 4
+}
+
+/// The leading zero digits of [`digit_lanes`]' eight (the first digit is the lowest byte).
+fn leading_zeros(lanes: u64) -> usize {
+    lanes.trailing_zeros() as usize / 8
+}
+
+/// The eight decimal digits of `x` (< 10^8, leading zeros included), one a byte, the first
+/// in the lowest byte (first in memory as little-endian bytes). The divisions run in
+/// parallel lanes of one u64 (SWAR), each a multiplication and a shift that is exact in its
+/// range: two halves of four digits in 32-bit lanes, split into pairs in 16-bit lanes
+/// (`/ 100` as `* 10486 >> 20`, exact below 10^4), split into digits in bytes (`/ 10` as
+/// `* 103 >> 10`, exact below 100). Nothing carries from one lane into the next, so the
+/// wrapping operations never wrap; they only spare the overflow checks.
+fn digit_lanes(x: u64) -> u64 {
+    let halves = (x / 10_000) | ((x % 10_000) << 32);
+    let hundreds = (halves.wrapping_mul(10_486) >> 20) & 0x0000_007F_0000_007F;
+    let pairs = hundreds | (halves.wrapping_sub(hundreds.wrapping_mul(100)) << 16);
+    let tens = (pairs.wrapping_mul(103) >> 10) & 0x000F_000F_000F_000F;
+    tens | (pairs.wrapping_sub(tens.wrapping_mul(10)) << 8)
 }
 
 /// What RL.REPLAY's third argument carries.
@@ -313,6 +365,58 @@ pub fn parse_replay(text: &[u8]) -> Option<Replayed<'_>> {
 mod tests {
     use super::*;
 
+    /// Every value below 10^8 (half a second in release), against a decimal counter.
+    #[test]
+    fn digit_lanes_hold_every_value() {
+        let mut counter = [b'0'; 8];
+        for x in 0..100_000_000 {
+            let ascii = (digit_lanes(x) | 0x3030_3030_3030_3030).to_le_bytes();
+            assert_eq!(ascii, counter, "{x}");
+            for digit in counter.iter_mut().rev() {
+                if *digit < b'9' {
+                    *digit += 1;
+                    break;
+                }
+                *digit = b'0';
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decimal_writes_what_display_writes_for_any(n: u64) {
+            let mut digits = [0u8; 20];
+            let at = decimal(&mut digits, n);
+            let text = n.to_string();
+            proptest::prop_assert_eq!(&digits[at..], text.as_bytes());
+        }
+    }
+
+    /// Every digit count, both sides of each power of ten, and the extremes.
+    #[test]
+    fn decimal_writes_what_display_writes() {
+        let mut cases = vec![0, 1, 9, u64::MAX, u64::MAX - 1, 1_700_000_000_123_456];
+        for p in 1..=19 {
+            let ten = 10u64.pow(p);
+            cases.extend([ten - 1, ten, ten + 1, ten + 10, ten / 10 * 9 + 99]);
+        }
+        for n in cases {
+            let mut digits = [0u8; 20];
+            let at = decimal(&mut digits, n);
+            assert_eq!(&digits[at..], n.to_string().as_bytes(), "{n}");
+        }
+    }
+
+    fn write_replay(now_us: u64, expire_at_ms: u64, command: &[u8], arg: &[u8]) -> ReplayText {
+        let mut out = ReplayText::new();
+        out.write(now_us, expire_at_ms, command, arg);
+        out
+    }
+
+    fn text(bytes: &[u8]) -> &str {
+        std::str::from_utf8(bytes).unwrap()
+    }
+
     #[test]
     fn the_replayed_argument_round_trips() {
         for (now, expire, command, arg) in [
@@ -326,6 +430,10 @@ mod tests {
             (u64::MAX, u64::MAX, b"RL.SLIDINGLOG", b""),
         ] {
             let out = write_replay(now, expire, command, arg);
+            assert_eq!(
+                out.as_slice(),
+                format!("{now}:{expire}:{}:{}", text(command), text(arg)).as_bytes()
+            );
             let expected = Replayed {
                 now_us: now,
                 expire_at_ms: expire,
@@ -334,10 +442,17 @@ mod tests {
             };
             assert_eq!(parse_replay(out.as_slice()), Some(expected));
         }
-        // A long first argument spills to the heap and still round-trips.
-        let long = vec![b'x'; 300];
-        let out = write_replay(1, 2, b"RL.GCRA", &long);
-        assert_eq!(parse_replay(out.as_slice()).unwrap().first_arg, &long[..]);
+        // A long first argument spills to the heap and still round-trips; so does the
+        // longest that stays on the stack, with the longest numbers.
+        for len in [300, STACK_WORDS - 7, STACK_WORDS - 6] {
+            let long = vec![b'x'; len];
+            let out = write_replay(u64::MAX, u64::MAX, b"RL.GCRA", &long);
+            let max = u64::MAX;
+            let expected = [format!("{max}:{max}:RL.GCRA:").as_bytes(), &long].concat();
+            assert_eq!(out.as_slice(), expected);
+            assert_eq!(out.heap.is_empty(), len + 7 <= STACK_WORDS, "{len}");
+            assert_eq!(parse_replay(out.as_slice()).unwrap().first_arg, &long[..]);
+        }
         assert_eq!(parse_replay(b"12:13:RL.GCRA"), None);
         assert_eq!(parse_replay(b"x:13:RL.GCRA:5"), None);
         assert_eq!(parse_replay(b"-1:2:RL.GCRA:5"), None);

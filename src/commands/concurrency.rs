@@ -31,10 +31,12 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
             if id.is_some() {
                 return Err(Error::OptionTwice { option: "ID" });
             }
-            let token = a.get(i + 1).ok_or(Error::OptionValue {
-                option: "ID",
-                expected: "a token of 1 to 256 bytes",
-            })?;
+            let Some(token) = a.get(i + 1) else {
+                return Err(Error::OptionValue {
+                    option: "ID",
+                    expected: "a token of 1 to 256 bytes",
+                });
+            };
             if token.is_empty() || token.len() > MAX_TOKEN {
                 return Err(Error::OptionValue {
                     option: "ID",

@@ -24,7 +24,9 @@ pub fn rl_debug_clock(call: &Call) -> Result<Response, Error> {
         let ms = args::count(a[2], "ms", 0, MAX_DEBUG_MS).map_err(|_| Error::DebugClockUsage)?;
         clock::freeze_at_us(ms * 1000);
     } else if sub.eq_ignore_ascii_case(b"ADVANCE") && a.len() == 3 {
-        let offset_ms = args::offset_ms(a[2]).ok_or(Error::DebugClockUsage)?;
+        let Some(offset_ms) = args::offset_ms(a[2]) else {
+            return Err(Error::DebugClockUsage);
+        };
         let now_us = i128::from(clock::read().now_us);
         let target = (now_us + i128::from(offset_ms) * 1000).max(0);
         clock::freeze_at_us(u64::try_from(target).unwrap_or(u64::MAX));

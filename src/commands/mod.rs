@@ -33,7 +33,7 @@ use crate::log;
 use crate::metrics::Stats;
 use crate::redis::{self, Argv, CommandHandle, Ctx, RString};
 use crate::response::{Propagate, Response};
-pub use admission::write_replay;
+pub use admission::ReplayText;
 
 /// A command's handler: a parsed call to what happened.
 pub type Handler = fn(&Call) -> Result<Response, Error>;
@@ -60,7 +60,11 @@ impl<'a> Call<'a> {
     /// The key argument (every keyed command checks its arity first, so a missing key is
     /// a bug).
     pub fn key(&self) -> Result<RString<'a>, Error> {
-        self.key.ok_or(Error::Panic)
+        // Not `ok_or`: that would build and drop an error on every call.
+        match self.key {
+            Some(key) => Ok(key),
+            None => Err(Error::Panic),
+        }
     }
 
     /// Whether RL.REPLAY runs this call (a write of the primary or the AOF).

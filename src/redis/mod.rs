@@ -13,8 +13,10 @@
 //!
 //! The functions every supported server has (Redis 7.0 on) are checked once at load by
 //! [`check_api`], which refuses the load, naming what is missing, rather than letting a call
-//! abort the server later; after that the crate's own safe wrappers (`raw::reply_with_*`,
-//! `raw::open_key`, `raw::replicate_verbatim`...), which unwrap those pointers, cannot fail.
+//! abort the server later; after that the crate's own safe wrappers (`raw::open_key`...),
+//! which unwrap those pointers, cannot fail. The replies and `RedisModule_ReplicateVerbatim`,
+//! called on every request, skip those wrappers and call the checked pointers directly
+//! (see [`Ctx::reply_long`]).
 //! The functions newer than 7.0 (`RedisModule_CachedMicroseconds`,
 //! `RedisModule_SetCommandACLCategories`), and the few with a fallback or nothing to lose
 //! (`RedisModule_SetAbsExpire`, the event, timer and server-info functions), are looked up
@@ -114,38 +116,71 @@ impl<'a> Ctx<'a> {
     }
 
     // Replies. Each writes one element of the reply; an array or map header announces how
-    // many follow.
+    // many follow. They call the functions (checked at load) directly: the crate's wrappers
+    // convert the status Redis returns (always OK for a command's context) out of line, a
+    // call per element of every reply.
 
     #[inline]
     pub fn reply_array(self, len: usize) {
-        raw::reply_with_array(self.raw(), len as _);
+        // SAFETY: the context is live for 'a; the pointer is checked at load.
+        unsafe {
+            if let Some(reply) = raw::RedisModule_ReplyWithArray {
+                reply(self.raw(), len as _);
+            }
+        }
     }
 
     /// A map of `pairs` entries (RESP3); RESP2 clients get a flat array twice as long.
     #[inline]
     pub fn reply_map(self, pairs: usize) {
-        raw::reply_with_map(self.raw(), pairs as _);
+        // SAFETY: the context is live for 'a; the pointer is checked at load.
+        unsafe {
+            if let Some(reply) = raw::RedisModule_ReplyWithMap {
+                reply(self.raw(), pairs as _);
+            }
+        }
     }
 
     #[inline]
     pub fn reply_long(self, n: i64) {
-        raw::reply_with_long_long(self.raw(), n);
+        // SAFETY: the context is live for 'a; the pointer is checked at load.
+        unsafe {
+            if let Some(reply) = raw::RedisModule_ReplyWithLongLong {
+                reply(self.raw(), n);
+            }
+        }
     }
 
     /// A boolean (RESP3); 1 or 0 for RESP2 clients.
     #[inline]
     pub fn reply_bool(self, b: bool) {
-        raw::reply_with_bool(self.raw(), c_int::from(b));
+        // SAFETY: the context is live for 'a; the pointer is checked at load.
+        unsafe {
+            if let Some(reply) = raw::RedisModule_ReplyWithBool {
+                reply(self.raw(), c_int::from(b));
+            }
+        }
     }
 
     /// A bulk string; the bytes are copied before this returns.
     #[inline]
     pub fn reply_bytes(self, bytes: &[u8]) {
-        raw::reply_with_string_buffer(self.raw(), bytes.as_ptr().cast::<c_char>(), bytes.len());
+        // SAFETY: the context is live for 'a; the pointer is checked at load; Redis copies
+        // the `len` bytes at `ptr`, which `bytes` holds.
+        unsafe {
+            if let Some(reply) = raw::RedisModule_ReplyWithStringBuffer {
+                reply(self.raw(), bytes.as_ptr().cast::<c_char>(), bytes.len());
+            }
+        }
     }
 
     pub fn reply_null(self) {
-        raw::reply_with_null(self.raw());
+        // SAFETY: the context is live for 'a; the pointer is checked at load.
+        unsafe {
+            if let Some(reply) = raw::RedisModule_ReplyWithNull {
+                reply(self.raw());
+            }
+        }
     }
 
     pub fn reply_ok(self) {
@@ -169,7 +204,13 @@ impl<'a> Ctx<'a> {
     /// now: see [`Argv::replicate_swapped`]).
     #[inline]
     pub fn replicate_verbatim(self) {
-        raw::replicate_verbatim(self.raw());
+        // SAFETY: the context is live for 'a; the pointer is checked at load. Called
+        // directly, as the replies are.
+        unsafe {
+            if let Some(replicate) = raw::RedisModule_ReplicateVerbatim {
+                replicate(self.raw());
+            }
+        }
     }
 
     /// Propagates `command words...` (RL.POLICY.SET from the policies' timer).
