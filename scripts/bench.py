@@ -506,11 +506,11 @@ def render_against(samples, lacking):
                  checkout(BASELINE), checkout(MODULE)), "",
              "How to read it: usec base and usec cur are the medians over the %d repetitions; `cur ÷ base` is "
              "the median, and `range` the lowest and highest, of the ratio of the two runs next to each other in "
-             "each repetition (above 1: the current module is slower). INCR and the Lua twins are the same code on both servers (but for the "
-             "module's command filter), so their ranges are the noise of this run: a change is beyond noise only "
-             "when its range lies wholly outside INCR's, and `beyond noise` says `slower` or `faster` only when it "
-             "lies wholly outside the noise band below (INCR and every Lua twin together, at the same -P); "
-             "`noise` otherwise. n/a: the baseline answers the case with an error." % REPS, "",
+             "each repetition (above 1: the current module is slower). INCR is the same code on both servers (but "
+             "for the module's command filter), so its range is the noise of this run: a change is beyond noise "
+             "only when its range lies wholly outside INCR's at the same -P (`slower` or `faster` in the last "
+             "column; `noise` otherwise). The Lua twins too run the same code on both: their ranges show the "
+             "noise on a longer call. n/a: the baseline answers the case with an error." % REPS, "",
              "| command | -P | usec base | usec cur | cur ÷ base | range | base × INCR | cur × INCR | beyond noise |",
              "|---|---|---|---|---|---|---|---|---|"]
 
@@ -523,11 +523,9 @@ def render_against(samples, lacking):
 
     same_code = ["INCR"] + ["lua:" + t for t in LUA_ARGS]
     labels = same_code[:1] + [label for label, _, _ in RL_COMMANDS + EXTRA_COMMANDS] + same_code[1:]
-    bands = {}
     for pipeline in (1, 16):
         incr_base, incr_cur = median_usec("baseline", "INCR", pipeline), median_usec("current", "INCR", pipeline)
-        noise = [r for label in same_code if label not in lacking for r in ratios(label, pipeline)]
-        bands[pipeline] = (min(noise), max(noise))
+        noise = ratios("INCR", pipeline)
         for label in labels:
             name = "Lua %s (EVALSHA)" % label[4:] if label.startswith("lua:") else label
             cur = median_usec("current", label, pipeline)
@@ -542,8 +540,6 @@ def render_against(samples, lacking):
                        else "faster" if high < min(noise) else "noise")
             lines.append("| %s | %d | %.2f | %.2f | %.2f | %.2f–%.2f | %.2f | %.2f | %s |" % (
                 name, pipeline, base, cur, statistics.median(paired), low, high, base / incr_base, cur / incr_cur, verdict))
-    lines += ["", "Noise band, cur ÷ base over INCR and the Lua twins in every repetition: %s." % "; ".join(
-        "-P %d: %.2f–%.2f" % (pipeline, low, high) for pipeline, (low, high) in bands.items())]
     return lines
 
 
