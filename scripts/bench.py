@@ -525,7 +525,7 @@ def render_against(samples, lacking):
     labels = same_code[:1] + [label for label, _, _ in RL_COMMANDS + EXTRA_COMMANDS] + same_code[1:]
     for pipeline in (1, 16):
         incr_base, incr_cur = median_usec("baseline", "INCR", pipeline), median_usec("current", "INCR", pipeline)
-        noise = ratios("INCR", pipeline)
+        noise = [round(r, 2) for r in ratios("INCR", pipeline)]
         for label in labels:
             name = "Lua %s (EVALSHA)" % label[4:] if label.startswith("lua:") else label
             cur = median_usec("current", label, pipeline)
@@ -535,7 +535,8 @@ def render_against(samples, lacking):
                 continue
             base = median_usec("baseline", label, pipeline)
             paired = ratios(label, pipeline)
-            low, high = min(paired), max(paired)
+            # Compared as printed, so that the verdict can be checked against the table.
+            low, high = round(min(paired), 2), round(max(paired), 2)
             verdict = ("" if label in same_code else "slower" if low > max(noise)
                        else "faster" if high < min(noise) else "noise")
             lines.append("| %s | %d | %.2f | %.2f | %.2f | %.2f–%.2f | %.2f | %.2f | %s |" % (
