@@ -511,7 +511,8 @@ def render_against(samples, lacking):
              "only when its range lies wholly outside INCR's at the same -P (`slower` or `faster` in the last "
              "column; `noise` otherwise). The Lua twins too run the same code on both: their ranges show the "
              "noise on a longer call. n/a: the baseline answers the case with an error." % REPS, "",
-             "| command | -P | usec base | usec cur | cur ÷ base | range | base × INCR | cur × INCR | beyond noise |",
+             "| command | -P | usec base | usec cur | cur ÷ base | range | base × INCR | cur × INCR "
+             "| beyond noise |",
              "|---|---|---|---|---|---|---|---|---|"]
 
     def median_usec(name, label, pipeline):
@@ -540,7 +541,8 @@ def render_against(samples, lacking):
             verdict = ("" if label in same_code else "slower" if low > max(noise)
                        else "faster" if high < min(noise) else "noise")
             lines.append("| %s | %d | %.2f | %.2f | %.2f | %.2f–%.2f | %.2f | %.2f | %s |" % (
-                name, pipeline, base, cur, statistics.median(paired), low, high, base / incr_base, cur / incr_cur, verdict))
+                name, pipeline, base, cur, statistics.median(paired), low, high,
+                base / incr_base, cur / incr_cur, verdict))
     return lines
 
 
