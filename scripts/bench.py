@@ -16,7 +16,17 @@ end), then measures:
      or 0), over 100,000 keys (every denial a new key for the summary: the worst case) and
      over 10 (the usual few hot keys), against INCR in the same runs.
 Prints one report (and writes it to target/bench/report.md). BENCH_ONLY=memory measures only
-the memory tables (a size is exact, so this part is quick and needs no quiet machine).
+the memory tables (a size is exact, so this part is quick and needs no quiet machine);
+BENCH_ONLY=throughput only the first part.
+
+BENCH_BASELINE=/path/to/another/libratelimit.so (the module built from another commit) adds a
+second redis-server with that module, on its own free loopback port, and runs every throughput
+case on both servers in turn (baseline, then current, for each case in each repetition), so
+that whatever else the machine does falls on both alike. The report adds a table "Against the
+baseline": each command's usec_per_call on both, current / baseline, and the range of that
+ratio over the repetitions beside INCR's (the same code on both servers: its range is the
+noise). A case the baseline answers with an error (a command or option it does not have) is
+n/a for it.
 """
 
 import os
@@ -30,7 +40,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULE = os.environ.get("RATELIMIT_MODULE", os.path.join(ROOT, "target/release/libratelimit.so"))
 OUT = os.path.join(ROOT, "target/bench")
 REPS = int(os.environ.get("BENCH_REPS", "3"))
-ONLY_MEMORY = os.environ.get("BENCH_ONLY", "") == "memory"
+ONLY = os.environ.get("BENCH_ONLY", "")
+ONLY_MEMORY = ONLY == "memory"
+ONLY_THROUGHPUT = ONLY == "throughput"
+BASELINE = os.environ.get("BENCH_BASELINE", "")
 # Requests per redis-benchmark run, per pipeline depth: each run takes a few seconds.
 REQUESTS = {1: int(os.environ.get("BENCH_N1", "300000")), 16: int(os.environ.get("BENCH_N16", "1000000"))}
 KEYS = 100_000
@@ -149,20 +162,21 @@ def free_port():
 
 class Server:
     """redis-server on a free loopback port with `module` loaded (and its load arguments),
-    files in target/bench; stop() ends it by its PID. The other measuring scripts use it too."""
+    files in target/bench, its log in `log` there; stop() ends it by its PID. The other
+    measuring scripts use it too."""
 
-    def __init__(self, module=MODULE, module_args=()):
+    def __init__(self, module=MODULE, module_args=(), log="redis.log"):
         os.makedirs(OUT, exist_ok=True)
         self.port = free_port()
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", OUT,
-             "--save", "", "--appendonly", "no", "--logfile", "redis.log",
+             "--save", "", "--appendonly", "no", "--logfile", log,
              "--loadmodule", module, *module_args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 15
         while True:
             if self.proc.poll() is not None:
-                sys.exit("redis-server exited; see %s/redis.log" % OUT)
+                sys.exit("redis-server exited; see %s/%s" % (OUT, log))
             try:
                 self.client = Client(self.port)
                 if self.client.cmd("PING") == "PONG":
@@ -191,10 +205,10 @@ def benchmark(port, args, pipeline):
     return float(rows[-1].split(",")[1].strip('"'))
 
 
-def setup(client, label):
+def setup(client, label, keys=None):
     """Fills the keys a case needs before it runs: for the refunds, every key redis-benchmark
-    can pick (`key:` and 12 digits) owes an hour, a million units of 3.6 ms."""
-    keys = ["key:%012d" % i for i in range(KEYS)]
+    can pick (`key:` and 12 digits; or only `keys`) owes an hour, a million units of 3.6 ms."""
+    keys = keys or ["key:%012d" % i for i in range(KEYS)]
     if label == "RL.REFUND":
         client.pipeline([("RL.GCRA", k, 1_000_000, 1_000_000, "1h", "COST", 1_000_000) for k in keys])
     elif label == "lua:refund":
@@ -203,26 +217,72 @@ def setup(client, label):
         client.pipeline([("SET", k, tat, "PX", 3_600_000) for k in keys])
 
 
-def throughput(server, shas):
-    """{(label, pipeline): (median rps, median usec_per_call)}."""
+def throughput_cases(shas):
+    """[(label, redis-benchmark arguments, commandstats name)]: INCR, then the module's
+    commands, then the Lua twins."""
     cases = [("INCR", ["INCR", "key:__rand_int__"], "incr")]
     for label, args, _ in RL_COMMANDS + EXTRA_COMMANDS:
         cases.append((label, [args[0], "key:__rand_int__"] + args[1:], args[0]))
     for twin, args in LUA_ARGS.items():
         cases.append(("lua:" + twin, ["EVALSHA", shas[twin], "1", "key:__rand_int__"] + args, "evalsha"))
+    return cases
+
+
+def probe(client, label, args):
+    """None if the server answers one call of a case (after its setup) without an error, else
+    the error: a baseline module may not have every command or option yet."""
+    key = "%012d" % 1
+    try:
+        client.cmd("FLUSHALL")
+        setup(client, label, ["key:" + key])
+        client.cmd(*[a.replace("__rand_int__", key) for a in args])
+        return None
+    except RuntimeError as e:
+        return str(e)
+    finally:
+        client.cmd("FLUSHALL")
+
+
+def throughput(servers, shas):
+    """{(server name, label, pipeline): [(rps, usec_per_call)], one a repetition} and
+    {server name: {label: error}} for the cases a server lacks, over `servers`, a list of
+    (name, Server): each case runs on each server in turn, in every repetition. Only a
+    "baseline" server is probed for the cases it lacks."""
+    cases = throughput_cases(shas)
+    lacking = {}
+    for name, server in servers:
+        if name == "baseline":
+            lacking[name] = {}
+            for label, args, _ in cases:
+                error = probe(server.client, label, args)
+                if error is not None:
+                    lacking[name][label] = error
+                    print("  %s lacks %s: %s" % (name, label, error), file=sys.stderr)
+    tag = len(servers) > 1
     samples = {}
     for rep in range(REPS):
         for pipeline in (1, 16):
             for label, args, stat in cases:
-                server.client.cmd("FLUSHALL")
-                setup(server.client, label)
-                server.client.cmd("CONFIG", "RESETSTAT")
-                rps = benchmark(server.port, args, pipeline)
-                usec = server.client.usec_per_call(stat)
-                samples.setdefault((label, pipeline), []).append((rps, usec))
-                print("  rep %d -P %-2d %-20s %10.0f ops/s %6.2f usec/call" % (rep + 1, pipeline, label, rps, usec),
-                      file=sys.stderr)
-    return {k: (statistics.median(r for r, _ in v), statistics.median(u for _, u in v)) for k, v in samples.items()}
+                for name, server in servers:
+                    if label in lacking.get(name, {}):
+                        continue
+                    server.client.cmd("FLUSHALL")
+                    setup(server.client, label)
+                    server.client.cmd("CONFIG", "RESETSTAT")
+                    rps = benchmark(server.port, args, pipeline)
+                    usec = server.client.usec_per_call(stat)
+                    # Emptied at once, so that an idle server expires no keys while the other runs.
+                    server.client.cmd("FLUSHALL")
+                    samples.setdefault((name, label, pipeline), []).append((rps, usec))
+                    print("  rep %d -P %-2d %s%-20s %10.0f ops/s %6.2f usec/call" % (
+                        rep + 1, pipeline, "%-8s " % name if tag else "", label, rps, usec), file=sys.stderr)
+    return samples, lacking
+
+
+def medians(samples, name):
+    """{(label, pipeline): (median rps, median usec_per_call)} of server `name`."""
+    return {(label, pipeline): (statistics.median(r for r, _ in v), statistics.median(u for _, u in v))
+            for (server, label, pipeline), v in samples.items() if server == name}
 
 
 def per_key_memory(client, make, n=KEYS, usage=True):
@@ -324,34 +384,63 @@ def denial_cost(server):
             for label, _, _ in cases]
 
 
+def load(client, shas):
+    """RL.LIMIT's policy and the Lua twins on one server; {twin: sha}. A baseline module that
+    refuses the policy leaves RL.LIMIT n/a (its probe fails)."""
+    try:
+        client.cmd("RL.POLICY.SET", "api", *POLICY)
+    except RuntimeError as e:
+        print("  RL.POLICY.SET: %s" % e, file=sys.stderr)
+    for twin in LUA_ARGS:
+        with open(os.path.join(ROOT, "scripts/lua", twin + ".lua")) as f:
+            shas[twin] = client.cmd("SCRIPT", "LOAD", f.read()).decode()
+    return shas
+
+
 def main():
     for tool in ("redis-server", "redis-benchmark"):
         if subprocess.run(["sh", "-c", "command -v " + tool], capture_output=True).returncode:
             sys.exit(tool + " is missing: run make bench (it installs what is missing)")
     if not os.path.exists(MODULE):
         sys.exit(MODULE + " is missing: run make bench")
+    if ONLY not in ("", "memory", "throughput"):
+        sys.exit("BENCH_ONLY is memory, throughput or unset (everything), not %r" % ONLY)
+    if BASELINE and not os.path.exists(BASELINE):
+        sys.exit("BENCH_BASELINE: %s is missing" % BASELINE)
+    if BASELINE and ONLY_MEMORY:
+        sys.exit("BENCH_BASELINE compares throughput only: leave BENCH_ONLY=memory out")
     server = Server()
+    baseline = None
     try:
-        server.client.cmd("RL.POLICY.SET", "api", *POLICY)
-        shas = {}
-        for twin in LUA_ARGS:
-            with open(os.path.join(ROOT, "scripts/lua", twin + ".lua")) as f:
-                shas[twin] = server.client.cmd("SCRIPT", "LOAD", f.read()).decode()
-        results = scale = None
+        shas = load(server.client, {})
+        servers = [("current", server)]
+        if BASELINE:
+            baseline = Server(BASELINE, log="redis-baseline.log")
+            load(baseline.client, {})
+            servers.insert(0, ("baseline", baseline))
+        results = scale = against = None
+        plain = mem_rows = log_rows = None
         if not ONLY_MEMORY:
-            print("throughput (%d repetitions)..." % REPS, file=sys.stderr)
-            results = throughput(server, shas)
-        print("memory...", file=sys.stderr)
-        plain, mem_rows, log_rows = memory(server.client, shas)
+            print("throughput (%d repetitions%s)..." % (REPS, ", against the baseline" if BASELINE else ""),
+                  file=sys.stderr)
+            samples, lacking = throughput(servers, shas)
+            results = medians(samples, "current")
+            if BASELINE:
+                against = (samples, lacking.get("baseline", {}))
+        if not ONLY_THROUGHPUT:
+            print("memory...", file=sys.stderr)
+            plain, mem_rows, log_rows = memory(server.client, shas)
         denials = None
-        if not ONLY_MEMORY:
+        if not ONLY_MEMORY and not ONLY_THROUGHPUT:
             print("sliding log scale...", file=sys.stderr)
             scale = log_scale(server)
             print("denials and RL.TOP...", file=sys.stderr)
             denials = denial_cost(server)
     finally:
+        if baseline is not None:
+            baseline.stop()
         server.stop()
-    report = render(results, plain, mem_rows, log_rows, scale, denials)
+    report = render(results, plain, mem_rows, log_rows, scale, denials, against)
     with open(os.path.join(OUT, "report.md"), "w") as f:
         f.write(report)
     print(report)
@@ -374,7 +463,90 @@ def target_vs_incr(label, pipeline):
     return 0.85 if pipeline == 1 else 0.45
 
 
-def render(results, plain, mem_rows, log_rows, scale, denials):
+def render_memory(plain, mem_rows, log_rows):
+    lines = ["", "Memory: used_memory growth per key over %d fresh keys (one request each)." % KEYS, "",
+             "MEMORY USAGE: the mean over 100 of the keys, and its ratio to the growth (target: within 5%).", "",
+             "| key | bytes/key | × SET | MEMORY USAGE | ÷ growth | Lua twin bytes/key |",
+             "|---|---|---|---|---|---|"]
+    for label, (ours, usage), lua in mem_rows:
+        lua_text = "" if lua is None else "%.1f" % lua
+        target = 1.15 if label in FIXED_SIZE else 220 / plain if label == "RL.LIMIT" else None
+        ok = "" if target is None else " " + mark(ours / plain <= target)
+        # The plain key's MEMORY USAGE is Redis's own count, which leaves out its expiry entry and
+        # buckets: shown, not held to the target.
+        usage_ok = "" if lua is None else mark(abs(usage / ours - 1) <= 0.05)
+        lines.append("| %s | %.1f | %.2f%s | %.1f | %.3f %s | %s |" % (
+            label, ours, ours / plain, ok, usage, usage / ours, usage_ok, lua_text))
+    lines += ["", "Sliding log: bytes per admitted request (cost 1), against a sorted set (the Lua twin).", "",
+              "| entries per key | RL.SLIDINGLOG | MEMORY USAGE | ÷ growth | sorted set |", "|---|---|---|---|---|"]
+    for entries, (ours, usage), zset in log_rows:
+        ok = " " + mark(ours <= 6) if entries == 100_000 else ""
+        lines.append("| %d | %.1f%s | %.1f | %.3f %s | %.1f |" % (
+            entries, ours, ok, usage, usage / ours, mark(abs(usage / ours - 1) <= 0.05), zset))
+    return lines
+
+
+def checkout(module):
+    """`path (commit abc1234)` for a module built in a git checkout, `+ changes` when that
+    checkout differs from its commit; the bare path elsewhere."""
+    where = os.path.dirname(os.path.abspath(module))
+    git = ["git", "-C", where]
+    head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if head.returncode:
+        return "`%s`" % module
+    changed = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"],
+                             capture_output=True, text=True).stdout.strip()
+    return "`%s` (commit %s%s)" % (module, head.stdout.strip(), " + changes" if changed else "")
+
+
+def render_against(samples, lacking):
+    """The table "Against the baseline": usec_per_call on both servers, in the same runs."""
+    lines = ["", "Against the baseline: %s; current: %s. Every case above also ran on a second server with the "
+             "baseline module, just before the same case on this one, in every repetition." % (
+                 checkout(BASELINE), checkout(MODULE)), "",
+             "How to read it: usec base and usec cur are the medians over the %d repetitions; `cur ÷ base` is "
+             "the median, and `range` the lowest and highest, of the ratio of the two runs next to each other in "
+             "each repetition (above 1: the current module is slower). INCR is the same code on both servers (but "
+             "for the module's command filter), so its range is the noise of this run: a change is beyond noise "
+             "only when its range lies wholly outside INCR's at the same -P (`slower` or `faster` in the last "
+             "column; `noise` otherwise). The Lua twins too run the same code on both: their ranges show the "
+             "noise on a longer call. n/a: the baseline answers the case with an error." % REPS, "",
+             "| command | -P | usec base | usec cur | cur ÷ base | range | base × INCR | cur × INCR "
+             "| beyond noise |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def median_usec(name, label, pipeline):
+        return statistics.median(u for _, u in samples[(name, label, pipeline)])
+
+    def ratios(label, pipeline):
+        pairs = zip(samples[("baseline", label, pipeline)], samples[("current", label, pipeline)])
+        return [cur / base for (_, base), (_, cur) in pairs]
+
+    same_code = ["INCR"] + ["lua:" + t for t in LUA_ARGS]
+    labels = same_code[:1] + [label for label, _, _ in RL_COMMANDS + EXTRA_COMMANDS] + same_code[1:]
+    for pipeline in (1, 16):
+        incr_base, incr_cur = median_usec("baseline", "INCR", pipeline), median_usec("current", "INCR", pipeline)
+        noise = [round(r, 2) for r in ratios("INCR", pipeline)]
+        for label in labels:
+            name = "Lua %s (EVALSHA)" % label[4:] if label.startswith("lua:") else label
+            cur = median_usec("current", label, pipeline)
+            if label in lacking:
+                lines.append("| %s | %d | n/a | %.2f | n/a | n/a | n/a | %.2f | |" % (
+                    name, pipeline, cur, cur / incr_cur))
+                continue
+            base = median_usec("baseline", label, pipeline)
+            paired = ratios(label, pipeline)
+            # Compared as printed, so that the verdict can be checked against the table.
+            low, high = round(min(paired), 2), round(max(paired), 2)
+            verdict = ("" if label in same_code else "slower" if low > max(noise)
+                       else "faster" if high < min(noise) else "noise")
+            lines.append("| %s | %d | %.2f | %.2f | %.2f | %.2f–%.2f | %.2f | %.2f | %s |" % (
+                name, pipeline, base, cur, statistics.median(paired), low, high,
+                base / incr_base, cur / incr_cur, verdict))
+    return lines
+
+
+def render(results, plain, mem_rows, log_rows, scale, denials, against=None):
     cpu = "unknown CPU"
     try:
         with open("/proc/cpuinfo") as f:
@@ -406,25 +578,10 @@ def render(results, plain, mem_rows, log_rows, scale, denials):
                 rps, usec = results[("lua:" + twin, pipeline)]
                 lines.append("| Lua %s (EVALSHA) | %d | %.0f | %.2f | 1.00 | %.2f | %.2f |" % (
                     twin, pipeline, rps, rps / incr_rps, usec, usec / incr_usec))
-    lines += ["", "Memory: used_memory growth per key over %d fresh keys (one request each)." % KEYS, "",
-              "MEMORY USAGE: the mean over 100 of the keys, and its ratio to the growth (target: within 5%).", "",
-              "| key | bytes/key | × SET | MEMORY USAGE | ÷ growth | Lua twin bytes/key |",
-              "|---|---|---|---|---|---|"]
-    for label, (ours, usage), lua in mem_rows:
-        lua_text = "" if lua is None else "%.1f" % lua
-        target = 1.15 if label in FIXED_SIZE else 220 / plain if label == "RL.LIMIT" else None
-        ok = "" if target is None else " " + mark(ours / plain <= target)
-        # The plain key's MEMORY USAGE is Redis's own count, which leaves out its expiry entry and
-        # buckets: shown, not held to the target.
-        usage_ok = "" if lua is None else mark(abs(usage / ours - 1) <= 0.05)
-        lines.append("| %s | %.1f | %.2f%s | %.1f | %.3f %s | %s |" % (
-            label, ours, ours / plain, ok, usage, usage / ours, usage_ok, lua_text))
-    lines += ["", "Sliding log: bytes per admitted request (cost 1), against a sorted set (the Lua twin).", "",
-              "| entries per key | RL.SLIDINGLOG | MEMORY USAGE | ÷ growth | sorted set |", "|---|---|---|---|---|"]
-    for entries, (ours, usage), zset in log_rows:
-        ok = " " + mark(ours <= 6) if entries == 100_000 else ""
-        lines.append("| %d | %.1f%s | %.1f | %.3f %s | %.1f |" % (
-            entries, ours, ok, usage, usage / ours, mark(abs(usage / ours - 1) <= 0.05), zset))
+    if against is not None:
+        lines += render_against(*against)
+    if mem_rows is not None:
+        lines += render_memory(plain, mem_rows, log_rows)
     if scale is not None:
         lines += ["", "Sliding log with a full log (every request denied), -P 16, median usec_per_call.", "",
                   "| limit | entries | usec_per_call | × limit 10 |", "|---|---|---|---|"]
