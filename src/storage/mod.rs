@@ -413,6 +413,9 @@ pub struct Refunded {
 pub struct Key<'a> {
     raw: RawKey<'a>,
     modified: bool,
+    /// What [`Key::raw_value`] found (`Some(None)`: no key), until the value is set,
+    /// replaced or deleted here: [`Key::prefetch`] reads it first, the update again.
+    read: Option<Option<*mut c_void>>,
 }
 
 impl Drop for Key<'_> {
@@ -430,6 +433,7 @@ impl<'a> Key<'a> {
         Key {
             raw: ctx.open_key(name, write),
             modified: false,
+            read: None,
         }
     }
 
@@ -456,11 +460,16 @@ impl<'a> Key<'a> {
     /// The key's value pointer: `None` when the key does not exist, WRONGTYPE when it holds
     /// another Redis type.
     fn raw_value(&mut self) -> Result<Option<*mut c_void>, Error> {
-        match self.raw.holds() {
-            Holds::Nothing => Ok(None),
-            Holds::Module(ty) if ty == raw_type() => Ok(Some(self.raw.value())),
-            _ => Err(Error::WrongType),
+        if let Some(read) = self.read {
+            return Ok(read);
         }
+        let read = match self.raw.holds() {
+            Holds::Nothing => None,
+            Holds::Module(ty) if ty == raw_type() => Some(self.raw.value()),
+            _ => return Err(Error::WrongType),
+        };
+        self.read = Some(read);
+        Ok(read)
     }
 
     /// The key's value as this module made it: `None` when the key does not exist,
@@ -520,9 +529,12 @@ impl<'a> Key<'a> {
             write,
             block_ms,
         } = request;
-        let other = |value: &Value| Error::OtherAlgorithm {
-            stored: value.algorithm_name(),
-            requested: A::NAME,
+        // The error for a key of another algorithm, built only then.
+        let other = |stored: &'static str| {
+            Err(Error::OtherAlgorithm {
+                stored,
+                requested: A::NAME,
+            })
         };
         let Some(ptr) = self.raw_value()? else {
             // A fresh key denies only what can never fit, which starts no block.
@@ -542,8 +554,10 @@ impl<'a> Key<'a> {
         // used after the key's value is replaced (`set`, `replace_value`).
         match unsafe { repr(ptr) } {
             Repr::Whole(entry) => {
-                let error = other(&entry.value);
-                let stored = A::get_mut(&mut entry.value).ok_or(error)?;
+                let name = entry.value.algorithm_name();
+                let Some(stored) = A::get_mut(&mut entry.value) else {
+                    return other(name);
+                };
                 let blocked = entry.blocked_until_us;
                 if blocked > now_us {
                     let (mut decision, _, aside) =
@@ -583,8 +597,10 @@ impl<'a> Key<'a> {
                 let mut bases = [0; MAX_RULES];
                 let (mut value, held) =
                     unpacked_with_entry(&packed, requested, &mut bases).ok_or(Error::Panic)?;
-                let error = other(&value);
-                let stored = A::get_mut(&mut value).ok_or(error)?;
+                let name = value.algorithm_name();
+                let Some(stored) = A::get_mut(&mut value) else {
+                    return other(name);
+                };
                 let (mut decision, _, aside) =
                     step(Some((&stored.params, &mut stored.state)), write);
                 if !(decision.allowed && write) {
@@ -808,8 +824,9 @@ impl<'a> Key<'a> {
     /// value, a word too, needs nothing freed (its entry's reference is the caller's).
     fn replace_word(&mut self, word: u64) {
         self.modified = true;
-        self.raw
-            .replace_value(raw_type(), (word as usize | INLINE) as *mut c_void);
+        let word = (word as usize | INLINE) as *mut c_void;
+        self.read = Some(Some(word));
+        self.raw.replace_value(raw_type(), word);
     }
 
     /// Replaces the value of a key that holds one of ours with `ptr` (another form of it),
@@ -818,6 +835,7 @@ impl<'a> Key<'a> {
     /// value, here, with what it holds.
     fn swap(&mut self, ptr: *mut c_void) {
         self.modified = true;
+        self.read = Some(Some(ptr));
         let old = self.raw.replace_value(raw_type(), ptr);
         // SAFETY: the key held a value of our type (the caller read it), which Redis handed
         // back and no longer owns; nothing borrowed from it is used after this.
@@ -828,6 +846,7 @@ impl<'a> Key<'a> {
     /// gone: callers set it again.
     fn set(&mut self, ptr: *mut c_void) {
         self.modified = true;
+        self.read = Some(Some(ptr));
         self.raw.set_value(raw_type(), ptr);
     }
 
@@ -840,6 +859,7 @@ impl<'a> Key<'a> {
     /// Deletes the key (a fresh key needs no state).
     pub fn delete(&mut self) {
         self.modified = true;
+        self.read = Some(None);
         self.raw.delete();
     }
 }
