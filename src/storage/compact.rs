@@ -559,10 +559,9 @@ fn pack_parts(
     if let Some(id) = old {
         let kept = table
             .get(id)
-            .filter(|entry| entry.params == params)
-            .and_then(|entry| payload(&params, anchor, rest, entry.base));
-        if let Some(p) = kept {
-            return Some(word(id, p));
+            .and_then(|entry| refit_parts((params, anchor, rest), id, entry));
+        if kept.is_some() {
+            return kept;
         }
     }
     let q = quantum_bits(&params);
@@ -583,7 +582,15 @@ fn pack_parts(
 /// parameters and its anchor fits above the entry's base: no table needed (the common
 /// write of a key, which keeps its entry).
 pub fn refit(value: &Value, id: u32, entry: &Interned) -> Option<u64> {
-    let (params, anchor, rest) = split(value)?;
+    refit_parts(split(value)?, id, entry)
+}
+
+/// [`refit`] of a state already split.
+fn refit_parts(
+    (params, anchor, rest): (Params, u128, u64),
+    id: u32,
+    entry: &Interned,
+) -> Option<u64> {
     if params != entry.params {
         return None;
     }
