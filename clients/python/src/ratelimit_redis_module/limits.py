@@ -128,51 +128,40 @@ class LeakyBucket:
 
 
 @dataclass(frozen=True, slots=True)
-class FixedWindow:
+class _Window:
+    """What the three window commands share: ``COMMAND key limit window``."""
+
+    limit: int
+    window: Duration
+    command: ClassVar[str]
+    extra: ClassVar[str | None] = None
+
+    def args(self) -> list[str]:
+        return [str(self.limit), _arg(self.window)]
+
+    def window_ms(self) -> int | None:
+        return duration_ms(self.window)
+
+
+@dataclass(frozen=True, slots=True)
+class FixedWindow(_Window):
     """``RL.FIXEDWINDOW key limit window``: windows aligned to the Unix epoch."""
 
-    limit: int
-    window: Duration
     command: ClassVar[str] = "RL.FIXEDWINDOW"
-    extra: ClassVar[str | None] = None
-
-    def args(self) -> list[str]:
-        return [str(self.limit), _arg(self.window)]
-
-    def window_ms(self) -> int | None:
-        return duration_ms(self.window)
 
 
 @dataclass(frozen=True, slots=True)
-class SlidingWindow:
+class SlidingWindow(_Window):
     """``RL.SLIDINGWINDOW key limit window``: the previous window weighted."""
 
-    limit: int
-    window: Duration
     command: ClassVar[str] = "RL.SLIDINGWINDOW"
-    extra: ClassVar[str | None] = None
-
-    def args(self) -> list[str]:
-        return [str(self.limit), _arg(self.window)]
-
-    def window_ms(self) -> int | None:
-        return duration_ms(self.window)
 
 
 @dataclass(frozen=True, slots=True)
-class SlidingLog:
+class SlidingLog(_Window):
     """``RL.SLIDINGLOG key limit window``: exact, one entry per admitted request."""
 
-    limit: int
-    window: Duration
     command: ClassVar[str] = "RL.SLIDINGLOG"
-    extra: ClassVar[str | None] = None
-
-    def args(self) -> list[str]:
-        return [str(self.limit), _arg(self.window)]
-
-    def window_ms(self) -> int | None:
-        return duration_ms(self.window)
 
 
 @dataclass(frozen=True, slots=True)
