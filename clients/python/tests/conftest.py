@@ -112,6 +112,28 @@ class Server:
             self.proc.wait(10)
 
 
+class FakeTime:
+    """The fake time a test runs on: the servers' debug clocks and the package's injected clock
+    (seconds, as time.monotonic gives them), always showing the same instant.
+
+    Pass it as a guard's or middleware's ``clock``; ``advance`` moves every clock at once.
+    """
+
+    def __init__(self, *servers: Server, ms: int = T0_MS) -> None:
+        self.servers = servers
+        self.ms = ms
+        for s in servers:
+            s.freeze(ms)
+
+    def __call__(self) -> float:
+        return self.ms / 1000
+
+    def advance(self, ms: int) -> None:
+        self.ms += ms
+        for s in self.servers:
+            s.advance(ms)
+
+
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
     s = Server(tmp_path / "redis")

@@ -117,6 +117,41 @@ def test_denial_memory_holds_until_retry_after_then_forgets() -> None:
     assert len(memory) == 0
 
 
+def test_denial_memory_is_exact_to_the_ms_on_any_clock() -> None:
+    """Refused until 1 ms before retry_after, with 1 ms left; forgotten at it. A clock of
+    epoch seconds has no float to spare for ms: the memory counts in whole microseconds."""
+    ms = 1_700_000_000_000
+    memory = DenialMemory(10, lambda: ms / 1000)
+    for start in range(0, 350, 7):
+        for retry in (1, 999, 1000, 2960, 3000):
+            ms = 1_700_000_000_000 + start
+            memory.remember("k", Decision(False, 3, 0, retry, 3000), 1, "n", None)
+            ms += retry - 1
+            assert memory.recall("k", 1) == (Decision(False, 3, 0, 1, 3000 - retry + 1), "n", None), (start, retry)
+            ms += 1
+            assert memory.recall("k", 1) is None, (start, retry)
+
+
+def test_denial_memory_counts_from_when_the_request_was_sent() -> None:
+    """The server decided somewhere between sending and receiving: the wait counts from the
+    sending, so the memory never outlasts the module's own schedule."""
+    ms = 1_700_000_000_000
+    memory = DenialMemory(10, lambda: ms / 1000)
+    sent = ms / 1000
+    ms += 40  # the reply arrives 40 ms later
+    memory.remember("k", Decision(False, 3, 0, 2960, 8960), 1, "n", 3, sent=sent)
+    assert memory.recall("k", 1) == (Decision(False, 3, 0, 2920, 8920), "n", 3)
+    ms += 2919
+    assert memory.recall("k", 1) == (Decision(False, 3, 0, 1, 6001), "n", 3)
+    ms += 1
+    assert memory.recall("k", 1) is None
+    # A reply that arrives after its retry time has nothing left to remember.
+    sent = ms / 1000
+    ms += 50
+    memory.remember("k", Decision(False, 3, 0, 50, 3000), 1, "n", 3, sent=sent)
+    assert len(memory) == 0
+
+
 def test_denial_memory_is_bounded_expired_then_oldest_first() -> None:
     clock = Clock()
     memory = DenialMemory(3, clock)

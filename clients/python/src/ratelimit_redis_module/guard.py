@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import threading
 import time
 from collections import OrderedDict
@@ -150,21 +149,37 @@ class Verdict:
 
 @dataclass(slots=True)
 class _Denial:
-    until: float
-    reset_until: float
+    until_us: int
+    reset_until_us: int
     limit: int
     cost: int
     name: str
     window_s: int | None
 
 
+def _us(seconds: float) -> int:
+    """A clock reading in whole microseconds: the memory's arithmetic is integer, so that a
+    figure is exact to the ms whatever the clock's magnitude (epoch seconds leave a float no
+    room for ms sums)."""
+    return round(seconds * 1_000_000)
+
+
+def _ceil_ms(us: int) -> int:
+    return -(-us // 1000)
+
+
 class DenialMemory:
     """Denials remembered in-process until their ``retry_after``, so a client that keeps
     asking is refused without a round trip.
 
+    The wait counts from when the request was ``sent`` (the server decided after that), so a
+    denial is never remembered past the module's own retry time; at most it ends a round trip
+    early, which costs a round trip.
+
     At most ``max_entries`` entries: when full, expired entries go first, then the oldest.
     A denial that can never pass (``retry_after_ms == -1``) is not remembered. Times come from
-    ``clock`` (monotonic seconds). Safe to share between threads (a WSGI server's).
+    ``clock`` (seconds, monotonic), counted in whole microseconds. Safe to share between
+    threads (a WSGI server's).
     """
 
     def __init__(self, max_entries: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
@@ -178,20 +193,26 @@ class DenialMemory:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def remember(self, key: Hashable, decision: Decision, cost: int, name: str, window_s: int | None) -> None:
-        """Remember a denial of ``key`` (a refused ``decision`` for ``cost`` units)."""
+    def remember(
+        self, key: Hashable, decision: Decision, cost: int, name: str, window_s: int | None, *,
+        sent: float | None = None,
+    ) -> None:
+        """Remember a denial of ``key`` (a refused ``decision`` for ``cost`` units), replacing
+        what the key had; ``sent`` is the clock's reading when the request was sent (default:
+        now)."""
         if decision.allowed or decision.retry_after_ms < 0 or self.max_entries == 0:
             return
         with self._lock:
-            now = self.clock()
-            entry = _Denial(
-                now + decision.retry_after_ms / 1000, now + decision.reset_after_ms / 1000,
-                decision.limit, cost, name, window_s,
-            )
+            now = _us(self.clock())
+            start = now if sent is None else min(now, _us(sent))
+            until = start + decision.retry_after_ms * 1000
             self._entries.pop(key, None)
+            if until <= now:
+                return
+            entry = _Denial(until, start + decision.reset_after_ms * 1000, decision.limit, cost, name, window_s)
             # Insertion order is roughly expiry order: expired entries at the front go first,
             # then, while still full, the oldest. O(1) per call, amortised.
-            while self._entries and next(iter(self._entries.values())).until <= now:
+            while self._entries and next(iter(self._entries.values())).until_us <= now:
                 self._entries.popitem(last=False)
             while len(self._entries) >= self.max_entries:
                 self._entries.popitem(last=False)
@@ -204,16 +225,16 @@ class DenialMemory:
         entry = self._entries.get(key)
         if entry is None:
             return None
-        now = self.clock()
-        if entry.until <= now:
+        now = _us(self.clock())
+        if entry.until_us <= now:
             with self._lock:
                 if self._entries.get(key) is entry:
                     del self._entries[key]
             return None
         if cost < entry.cost:
             return None
-        retry_ms = max(1, math.ceil((entry.until - now) * 1000))
-        reset_ms = max(retry_ms, math.ceil((entry.reset_until - now) * 1000))
+        retry_ms = _ceil_ms(entry.until_us - now)
+        reset_ms = max(retry_ms, _ceil_ms(entry.reset_until_us - now))
         return Decision(False, entry.limit, 0, retry_ms, reset_ms), entry.name, entry.window_s
 
 
@@ -260,7 +281,7 @@ class _GuardBase:
         window = self._rules[rule].window_ms() if 0 <= rule < len(self._rules) else None
         return name, (window // 1000 if window is not None and window % 1000 == 0 else None)
 
-    def _decided(self, redis_key: str, cost: int, decision: Decision) -> Verdict:
+    def _decided(self, redis_key: str, cost: int, decision: Decision, sent: float) -> Verdict:
         self.stats.round_trips += 1
         name, window_s = self._named(decision)
         headers = rate_limit_headers(name, decision, window_s, self.concurrent)
@@ -270,7 +291,7 @@ class _GuardBase:
         self.stats.denied += 1
         # A lease may be released before its retry time: a concurrency denial is not remembered.
         if not self.concurrent:
-            self.memory.remember(redis_key, decision, cost, name, window_s)
+            self.memory.remember(redis_key, decision, cost, name, window_s, sent=sent)
         return Verdict(False, 429, headers, quota_exceeded_body(name), decision, "redis")
 
     def _failed(self, error: BaseException) -> Verdict:
@@ -334,10 +355,11 @@ class Guard(_GuardBase):
         try:
             if self.policy is not None and self._rules is None:
                 self._rules = self.limiter.policy_get(self.policy)
+            sent = self.memory.clock()
             decision = self.limiter.check(self.limit, redis_key, cost=cost)
         except _FAILURES as error:
             return self._failed(error)
-        return self._decided(redis_key, cost, decision)
+        return self._decided(redis_key, cost, decision, sent)
 
     def release(self, identity: str, lease: str) -> None:
         """Give back the lease a :class:`Verdict` of a concurrency limit holds (a failure is
@@ -378,10 +400,12 @@ class AsyncGuard(_GuardBase):
         self.timeout = timeout
         self._timeout_s = timeout
 
-    async def _ask(self, redis_key: str, cost: int) -> Decision:
+    async def _ask(self, redis_key: str, cost: int) -> tuple[Decision, float]:
+        """The module's decision, and the clock's reading when its request was sent."""
         if self.policy is not None and self._rules is None:
             self._rules = await self.limiter.policy_get(self.policy)
-        return await self.limiter.check(self.limit, redis_key, cost=cost)
+        sent = self.memory.clock()
+        return await self.limiter.check(self.limit, redis_key, cost=cost), sent
 
     async def check(self, identity: str, cost: int = 1) -> Verdict:
         """Check one request of ``identity`` costing ``cost`` units."""
@@ -390,10 +414,10 @@ class AsyncGuard(_GuardBase):
         if remembered is not None:
             return remembered
         try:
-            decision = await asyncio.wait_for(self._ask(redis_key, cost), self.timeout)
+            decision, sent = await asyncio.wait_for(self._ask(redis_key, cost), self.timeout)
         except _FAILURES as error:
             return self._failed(error)
-        return self._decided(redis_key, cost, decision)
+        return self._decided(redis_key, cost, decision, sent)
 
     async def release(self, identity: str, lease: str) -> None:
         """Give back the lease a :class:`Verdict` of a concurrency limit holds (a failure is
