@@ -7,12 +7,62 @@ over real HTTP."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+import pytest
 import redis
 
 from conftest import FakeTime, Server
-from ratelimit_redis_module import GCRA, Guard
+from ratelimit_redis_module import GCRA, Guard, Limit, Policy, RateLimiter
+
+
+@dataclass(frozen=True)
+class Case:
+    """Three requests under ``before`` on a fresh key (a burst of 3), then ``after``: the
+    request under ``after`` is denied, and ``retry_ms`` is the exact wait. For a policy case
+    the limit is ``Policy("p")``, whose one rule goes from ``before`` to ``after`` by
+    RL.POLICY.SET."""
+
+    before: Limit
+    after: Limit
+    retry_ms: int
+    policy: bool = False
+
+
+def use(rl: RateLimiter, case: Case, params: Limit) -> Limit:
+    """The limit the application checks with ``params`` in force (for a policy case, set on
+    the server first)."""
+    if case.policy:
+        rl.policy_set("p", params)
+        return Policy("p")
+    return params
+
+
+def name_of(case: Case) -> str:
+    return "p" if case.policy else "default"
+
+
+@pytest.mark.parametrize("policy", [False, True], ids=["gcra", "policy"])
+def test_a_denial_remembered_under_other_parameters_refuses_nothing(server: Server, policy: bool) -> None:
+    """A larger burst admits at once what the old parameters denied: the denial remembered
+    under them must not refuse it locally."""
+    time = FakeTime(server)
+    rl = RateLimiter(server.client())
+    case = Case(GCRA(3, 1, "3s"), GCRA(5, 2, "6s"), 0, policy)
+    guard = Guard(server.client(), use(rl, case, case.before), clock=time)
+    assert [guard.check("who").source for _ in range(5)] == ["redis"] * 4 + ["memory"]
+
+    guard.limit = use(rl, case, case.after)
+    verdict = guard.check("who")
+    assert (verdict.status, verdict.source) == (200, "redis")
+    # 3 units taken carry over: 1 of the 5 left; the fields say the new parameters.
+    assert verdict.decision is not None and verdict.decision.remaining == 1
+    assert verdict.headers[0] == ("ratelimit-policy", f'"{name_of(case)}";q=5;w=6')
+    # Back to the old parameters: the denial remembered under them was made before the key was
+    # written under the new ones, so it says nothing exact any more: a round trip.
+    guard.limit = use(rl, case, case.before)
+    assert guard.check("who").source == "redis"
 
 
 class SlowReplies(redis.Redis):
@@ -47,3 +97,19 @@ def test_a_denial_is_remembered_from_when_the_request_was_sent(server: Server) -
     time.advance(1)                                              # T0+3000: the module admits
     retried = guard.check("who")
     assert (retried.status, retried.source) == (200, "redis")
+
+
+def test_the_memory_answers_only_a_request_of_the_same_cost(server: Server) -> None:
+    """A denial of 1 unit says nothing exact about a request of 2: answered from memory, its
+    Retry-After would be 1's, and a client obeying it would be refused again."""
+    time = FakeTime(server)
+    guard = Guard(server.client(), GCRA(3, 1, "3s"), clock=time)
+    assert guard.check("who", cost=3).status == 200
+    one = guard.check("who")
+    assert (one.status, one.source, dict(one.headers)["retry-after"]) == (429, "redis", "3")
+    two = guard.check("who", cost=2)
+    assert (two.status, two.source, dict(two.headers)["retry-after"]) == (429, "redis", "6")
+    again = guard.check("who", cost=2)
+    assert (again.status, again.source, dict(again.headers)["retry-after"]) == (429, "memory", "6")
+    time.advance(6000)
+    assert guard.check("who", cost=2).status == 200

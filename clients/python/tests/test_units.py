@@ -107,6 +107,7 @@ def test_denial_memory_holds_until_retry_after_then_forgets() -> None:
     clock.now += 4.9985
     assert memory.recall("k", 1) == (Decision(False, 5, 0, 1000, 25000), "default", 60)
     assert memory.recall("k", 0) is None  # a denial of 1 unit does not refuse 0
+    assert memory.recall("k", 2) is None  # nor answer for 2, whose wait is another
     assert memory.recall("other", 1) is None
     clock.now += 1.0
     assert memory.recall("k", 1) is None
@@ -149,6 +150,19 @@ def test_denial_memory_counts_from_when_the_request_was_sent() -> None:
     sent = ms / 1000
     ms += 50
     memory.remember("k", Decision(False, 3, 0, 50, 3000), 1, "n", 3, sent=sent)
+    assert len(memory) == 0
+
+
+def test_denial_memory_matches_the_parameters_and_forgets_on_admission() -> None:
+    ms = 1_700_000_000_000
+    memory = DenialMemory(10, lambda: ms / 1000)
+    old, new = ("RL.GCRA", ("3", "1", "3s")), ("RL.GCRA", ("5", "1", "3s"))
+    memory.remember("k", Decision(False, 3, 0, 3000, 9000), 1, "n", 3, params=old)
+    assert memory.recall("k", 1, params=new) is None
+    assert memory.recall("k", 1) is None
+    assert memory.recall("k", 1, params=old) == (Decision(False, 3, 0, 3000, 9000), "n", 3)
+    memory.forget("k")
+    assert memory.recall("k", 1, params=old) is None
     assert len(memory) == 0
 
 

@@ -153,6 +153,7 @@ class _Denial:
     reset_until_us: int
     limit: int
     cost: int
+    params: Hashable
     name: str
     window_s: int | None
 
@@ -172,14 +173,17 @@ class DenialMemory:
     """Denials remembered in-process until their ``retry_after``, so a client that keeps
     asking is refused without a round trip.
 
-    The wait counts from when the request was ``sent`` (the server decided after that), so a
-    denial is never remembered past the module's own retry time; at most it ends a round trip
-    early, which costs a round trip.
+    A remembered denial answers only the same request: the same key, the same cost and the
+    same parameters (``params``, compared by equality), and its figure is the module's,
+    counted down. A request of another cost or under other parameters goes to Redis: its wait
+    is another, and a larger burst may admit it at once. The wait counts from when the request
+    was ``sent`` (the server decided after that), so a denial is never remembered past the
+    module's own retry time; at most it ends a round trip early, which costs a round trip.
 
-    At most ``max_entries`` entries: when full, expired entries go first, then the oldest.
-    A denial that can never pass (``retry_after_ms == -1``) is not remembered. Times come from
-    ``clock`` (seconds, monotonic), counted in whole microseconds. Safe to share between
-    threads (a WSGI server's).
+    At most ``max_entries`` entries, one per key: when full, expired entries go first, then
+    the oldest. A denial that can never pass (``retry_after_ms == -1``) is not remembered.
+    Times come from ``clock`` (seconds, monotonic), counted in whole microseconds. Safe to
+    share between threads (a WSGI server's).
     """
 
     def __init__(self, max_entries: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
@@ -195,11 +199,11 @@ class DenialMemory:
 
     def remember(
         self, key: Hashable, decision: Decision, cost: int, name: str, window_s: int | None, *,
-        sent: float | None = None,
+        params: Hashable = None, sent: float | None = None,
     ) -> None:
-        """Remember a denial of ``key`` (a refused ``decision`` for ``cost`` units), replacing
-        what the key had; ``sent`` is the clock's reading when the request was sent (default:
-        now)."""
+        """Remember a denial of ``key`` (a refused ``decision`` for ``cost`` units under the
+        parameters ``params``), replacing what the key had; ``sent`` is the clock's reading
+        when the request was sent (default: now)."""
         if decision.allowed or decision.retry_after_ms < 0 or self.max_entries == 0:
             return
         with self._lock:
@@ -209,7 +213,9 @@ class DenialMemory:
             self._entries.pop(key, None)
             if until <= now:
                 return
-            entry = _Denial(until, start + decision.reset_after_ms * 1000, decision.limit, cost, name, window_s)
+            entry = _Denial(
+                until, start + decision.reset_after_ms * 1000, decision.limit, cost, params, name, window_s,
+            )
             # Insertion order is roughly expiry order: expired entries at the front go first,
             # then, while still full, the oldest. O(1) per call, amortised.
             while self._entries and next(iter(self._entries.values())).until_us <= now:
@@ -218,10 +224,10 @@ class DenialMemory:
                 self._entries.popitem(last=False)
             self._entries[key] = entry
 
-    def recall(self, key: Hashable, cost: int) -> tuple[Decision, str, int | None] | None:
-        """The remembered denial of ``key``, recomputed for now, if it still holds for ``cost``
-        units (a denial of more units does not refuse fewer): the decision, with ``remaining``
-        0 and the times left rounded up to whole ms, the limit's name and its window."""
+    def recall(self, key: Hashable, cost: int, params: Hashable = None) -> tuple[Decision, str, int | None] | None:
+        """The remembered denial of ``key``, recomputed for now, if it is one of ``cost`` units
+        under ``params`` and its retry time has not come: the decision, with ``remaining`` 0
+        and the times left rounded up to whole ms, the limit's name and its window."""
         entry = self._entries.get(key)
         if entry is None:
             return None
@@ -231,11 +237,44 @@ class DenialMemory:
                 if self._entries.get(key) is entry:
                     del self._entries[key]
             return None
-        if cost < entry.cost:
+        if cost != entry.cost or params != entry.params:
             return None
         retry_ms = _ceil_ms(entry.until_us - now)
         reset_ms = max(retry_ms, _ceil_ms(entry.reset_until_us - now))
         return Decision(False, entry.limit, 0, retry_ms, reset_ms), entry.name, entry.window_s
+
+    def forget(self, key: Hashable) -> None:
+        """Forget the denial remembered for ``key``, if any (the key was written since: an
+        admission changes every wait)."""
+        if key in self._entries:
+            with self._lock:
+                self._entries.pop(key, None)
+
+
+def _whole_seconds(ms: int | None) -> int | None:
+    return ms // 1000 if ms is not None and ms % 1000 == 0 else None
+
+
+@dataclass(slots=True)
+class _Setup:
+    """A guard's limit and what follows from it. Replaced whole when the limit is, so that a
+    check keeps the one it started with."""
+
+    limit: Limit
+    name: str
+    policy: str | None
+    concurrent: bool
+    window_s: int | None
+    args: tuple[str, ...]
+    #: A policy's rules, read from the server at its first check.
+    rules: list[Rule] | None = None
+
+    def params(self) -> Hashable:
+        """What a remembered denial must have been made under to answer a request: the command
+        and its arguments; for a policy, its rules as read from the server."""
+        if self.policy is not None:
+            return (self.limit.command, self.policy, None if self.rules is None else tuple(self.rules))
+        return (self.limit.command, self.args)
 
 
 class _GuardBase:
@@ -250,21 +289,50 @@ class _GuardBase:
         stats: Stats | None,
         clock: Callable[[], float],
     ) -> None:
-        self.limit = limit
-        self.policy = limit.name if isinstance(limit, Policy) else None
-        self.concurrent = isinstance(limit, Concurrency)
-        self.name = check_name(name if name is not None else (self.policy or "default"))
+        self._given_name = name
+        self._setup = self._set_up(limit)
         self.prefix = prefix
         self.fail_open = fail_open
         self.memory = DenialMemory(max_remembered, clock)
         self.stats = stats if stats is not None else Stats()
-        self._rules: list[Rule] | None = None
         self._timeout_s = 0.0
-        window = limit.window_ms()
-        self._window_s = window // 1000 if window is not None and window % 1000 == 0 else None
 
-    def _recall(self, redis_key: str, cost: int) -> Verdict | None:
-        remembered = self.memory.recall(redis_key, cost)
+    def _set_up(self, limit: Limit) -> _Setup:
+        policy = limit.name if isinstance(limit, Policy) else None
+        name = check_name(self._given_name if self._given_name is not None else (policy or "default"))
+        return _Setup(
+            limit, name, policy, isinstance(limit, Concurrency), _whole_seconds(limit.window_ms()), tuple(limit.args())
+        )
+
+    @property
+    def limit(self) -> Limit:
+        """The limit applied. Assign another to change it while serving (a configuration
+        reload): the next check applies it, and a denial remembered under other parameters
+        refuses nothing. Assigning a :class:`~ratelimit_redis_module.Policy`, even the same,
+        makes the guard read its rules again (after an ``RL.POLICY.SET``)."""
+        return self._setup.limit
+
+    @limit.setter
+    def limit(self, limit: Limit) -> None:
+        self._setup = self._set_up(limit)
+
+    @property
+    def name(self) -> str:
+        """The limit's name in the headers."""
+        return self._setup.name
+
+    @property
+    def policy(self) -> str | None:
+        """The policy's name, when the limit is a policy."""
+        return self._setup.policy
+
+    @property
+    def concurrent(self) -> bool:
+        """The limit is a :class:`~ratelimit_redis_module.Concurrency` limit."""
+        return self._setup.concurrent
+
+    def _recall(self, setup: _Setup, redis_key: str, cost: int) -> Verdict | None:
+        remembered = self.memory.recall(redis_key, cost, setup.params())
         if remembered is None:
             return None
         decision, name, window_s = remembered
@@ -273,25 +341,29 @@ class _GuardBase:
             False, 429, rate_limit_headers(name, decision, window_s), quota_exceeded_body(name), decision, "memory"
         )
 
-    def _named(self, decision: Decision) -> tuple[str, int | None]:
-        if self.policy is None or self._rules is None:
-            return self.name, self._window_s
+    @staticmethod
+    def _named(setup: _Setup, decision: Decision) -> tuple[str, int | None]:
+        rules = setup.rules
+        if setup.policy is None or rules is None:
+            return setup.name, setup.window_s
         rule = decision.rule if decision.rule is not None else 0
-        name = self.name if len(self._rules) <= 1 else f"{self.name}/{rule}"
-        window = self._rules[rule].window_ms() if 0 <= rule < len(self._rules) else None
-        return name, (window // 1000 if window is not None and window % 1000 == 0 else None)
+        name = setup.name if len(rules) <= 1 else f"{setup.name}/{rule}"
+        return name, _whole_seconds(rules[rule].window_ms() if 0 <= rule < len(rules) else None)
 
-    def _decided(self, redis_key: str, cost: int, decision: Decision, sent: float) -> Verdict:
+    def _decided(self, setup: _Setup, redis_key: str, cost: int, decision: Decision, sent: float) -> Verdict:
         self.stats.round_trips += 1
-        name, window_s = self._named(decision)
-        headers = rate_limit_headers(name, decision, window_s, self.concurrent)
+        name, window_s = self._named(setup, decision)
+        headers = rate_limit_headers(name, decision, window_s, setup.concurrent)
         if decision.allowed:
             self.stats.admitted += 1
+            # The key was written: what was remembered of it says nothing exact any more.
+            self.memory.forget(redis_key)
             return Verdict(True, 200, headers, b"", decision, "redis", decision.token)
         self.stats.denied += 1
-        # A lease may be released before its retry time: a concurrency denial is not remembered.
-        if not self.concurrent:
-            self.memory.remember(redis_key, decision, cost, name, window_s, sent=sent)
+        # A lease may be released before its retry time: a concurrency denial is not remembered;
+        # nor is a policy's whose rules could not be read (nothing to match it on).
+        if not setup.concurrent and (setup.policy is None or setup.rules is not None):
+            self.memory.remember(redis_key, decision, cost, name, window_s, params=setup.params(), sent=sent)
         return Verdict(False, 429, headers, quota_exceeded_body(name), decision, "redis")
 
     def _failed(self, error: BaseException) -> Verdict:
@@ -348,18 +420,19 @@ class Guard(_GuardBase):
 
     def check(self, identity: str, cost: int = 1) -> Verdict:
         """Check one request of ``identity`` costing ``cost`` units."""
+        setup = self._setup
         redis_key = self.prefix + identity
-        remembered = self._recall(redis_key, cost)
+        remembered = self._recall(setup, redis_key, cost)
         if remembered is not None:
             return remembered
         try:
-            if self.policy is not None and self._rules is None:
-                self._rules = self.limiter.policy_get(self.policy)
+            if setup.policy is not None and setup.rules is None:
+                setup.rules = self.limiter.policy_get(setup.policy)
             sent = self.memory.clock()
-            decision = self.limiter.check(self.limit, redis_key, cost=cost)
+            decision = self.limiter.check(setup.limit, redis_key, cost=cost)
         except _FAILURES as error:
             return self._failed(error)
-        return self._decided(redis_key, cost, decision, sent)
+        return self._decided(setup, redis_key, cost, decision, sent)
 
     def release(self, identity: str, lease: str) -> None:
         """Give back the lease a :class:`Verdict` of a concurrency limit holds (a failure is
@@ -400,24 +473,25 @@ class AsyncGuard(_GuardBase):
         self.timeout = timeout
         self._timeout_s = timeout
 
-    async def _ask(self, redis_key: str, cost: int) -> tuple[Decision, float]:
+    async def _ask(self, setup: _Setup, redis_key: str, cost: int) -> tuple[Decision, float]:
         """The module's decision, and the clock's reading when its request was sent."""
-        if self.policy is not None and self._rules is None:
-            self._rules = await self.limiter.policy_get(self.policy)
+        if setup.policy is not None and setup.rules is None:
+            setup.rules = await self.limiter.policy_get(setup.policy)
         sent = self.memory.clock()
-        return await self.limiter.check(self.limit, redis_key, cost=cost), sent
+        return await self.limiter.check(setup.limit, redis_key, cost=cost), sent
 
     async def check(self, identity: str, cost: int = 1) -> Verdict:
         """Check one request of ``identity`` costing ``cost`` units."""
+        setup = self._setup
         redis_key = self.prefix + identity
-        remembered = self._recall(redis_key, cost)
+        remembered = self._recall(setup, redis_key, cost)
         if remembered is not None:
             return remembered
         try:
-            decision, sent = await asyncio.wait_for(self._ask(redis_key, cost), self.timeout)
+            decision, sent = await asyncio.wait_for(self._ask(setup, redis_key, cost), self.timeout)
         except _FAILURES as error:
             return self._failed(error)
-        return self._decided(redis_key, cost, decision, sent)
+        return self._decided(setup, redis_key, cost, decision, sent)
 
     async def release(self, identity: str, lease: str) -> None:
         """Give back the lease a :class:`Verdict` of a concurrency limit holds (a failure is
