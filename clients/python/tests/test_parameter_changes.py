@@ -12,9 +12,23 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
+from fastapi import FastAPI
+from fastapi.responses import PlainTextResponse
 
 from conftest import FakeTime, Server
-from ratelimit_redis_module import GCRA, Guard, Limit, Policy, RateLimiter
+from ratelimit_redis_module import (
+    GCRA,
+    AsyncGuard,
+    Guard,
+    LeakyBucket,
+    Limit,
+    Policy,
+    RateLimiter,
+    RateLimitMiddleware,
+    TokenBucket,
+    quota_exceeded_body,
+)
 
 
 @dataclass(frozen=True)
@@ -30,6 +44,20 @@ class Case:
     policy: bool = False
 
 
+# The figures of /work/notes/issue22-semantics.md: the key's stored schedule governs until a
+# request under the new parameters is admitted, so the wait is the stored schedule's.
+CASES = [
+    pytest.param(Case(GCRA(3, 1, "3s"), GCRA(3, 3, "3s"), 3000), id="gcra-1-to-3-per-3s"),
+    pytest.param(Case(GCRA(3, 3, "3s"), GCRA(3, 1, "3s"), 1000), id="gcra-3-to-1-per-3s"),
+    pytest.param(Case(TokenBucket(3, 1, "3s"), TokenBucket(3, 3, "3s"), 3000), id="tokenbucket-1-to-3-per-3s"),
+    pytest.param(Case(TokenBucket(3, 3, "3s"), TokenBucket(3, 1, "3s"), 1000), id="tokenbucket-3-to-1-per-3s"),
+    pytest.param(Case(LeakyBucket(3, 1, "3s"), LeakyBucket(3, 3, "3s"), 3000), id="leakybucket-1-to-3-per-3s"),
+    pytest.param(Case(LeakyBucket(3, 3, "3s"), LeakyBucket(3, 1, "3s"), 1000), id="leakybucket-3-to-1-per-3s"),
+    pytest.param(Case(GCRA(3, 1, "3s"), GCRA(3, 3, "3s"), 3000, policy=True), id="policy-gcra-1-to-3-per-3s"),
+    pytest.param(Case(GCRA(3, 3, "3s"), GCRA(3, 1, "3s"), 1000, policy=True), id="policy-gcra-3-to-1-per-3s"),
+]
+
+
 def use(rl: RateLimiter, case: Case, params: Limit) -> Limit:
     """The limit the application checks with ``params`` in force (for a policy case, set on
     the server first)."""
@@ -41,6 +69,110 @@ def use(rl: RateLimiter, case: Case, params: Limit) -> Limit:
 
 def name_of(case: Case) -> str:
     return "p" if case.policy else "default"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_function_api_a_client_obeying_retry_after_is_admitted_at_its_first_retry(
+    server: Server, case: Case
+) -> None:
+    time = FakeTime(server)
+    rl = RateLimiter(server.client())
+    limit = use(rl, case, case.before)
+    assert [rl.check(limit, "k").allowed for _ in range(4)] == [True, True, True, False]
+
+    limit = use(rl, case, case.after)
+    denied = rl.check(limit, "k")
+    assert (denied.allowed, denied.remaining) == (False, 0)
+    # A client obeying Retry-After (whole seconds, rounded up) waits that long; the figures
+    # here are whole seconds, so the wait is retry_after_ms exactly and the check is tight:
+    # 1 ms short of it the same request is still denied, 1 ms from admission; at it, admitted.
+    wait_ms = -(-denied.retry_after_ms // 1000) * 1000
+    assert wait_ms == denied.retry_after_ms
+    time.advance(wait_ms - 1)
+    early = rl.check(limit, "k", dryrun=True)
+    time.advance(1)
+    retried = rl.check(limit, "k")
+    assert retried.allowed, f"the retry at Retry-After ({wait_ms} ms) was refused: {retried}"
+    assert (early.allowed, early.retry_after_ms) == (False, 1), f"1 ms before Retry-After: {early}"
+    assert denied.retry_after_ms == case.retry_ms
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_guard_a_client_obeying_retry_after_is_admitted_at_its_first_retry(server: Server, case: Case) -> None:
+    time = FakeTime(server)
+    rl = RateLimiter(server.client())
+    guard = Guard(server.client(), use(rl, case, case.before), clock=time)
+    assert [guard.check("who").status for _ in range(3)] == [200, 200, 200]
+    first = guard.check("who")
+    assert (first.status, first.source) == (429, "redis")
+
+    guard.limit = use(rl, case, case.after)
+    # Not answered by the denial remembered under the old parameters: a round trip.
+    verdict = guard.check("who")
+    assert (verdict.status, verdict.source) == (429, "redis")
+    assert verdict.decision is not None
+    fields = dict(verdict.headers)
+    seconds = int(fields["retry-after"])
+    assert seconds * 1000 == verdict.decision.retry_after_ms
+    assert fields["ratelimit"] == f'"{name_of(case)}";r=0;t={seconds}'
+
+    # Asking again meanwhile: refused from memory, counted down to the ms.
+    calls = server.calls(guard.limit.command)
+    time.advance(seconds * 1000 - 1)
+    again = guard.check("who")
+    assert (again.status, again.source) == (429, "memory")
+    assert again.decision is not None and again.decision.retry_after_ms == 1
+    assert (dict(again.headers)["retry-after"], dict(again.headers)["ratelimit"]) == (
+        "1", f'"{name_of(case)}";r=0;t=1',
+    )
+    assert server.calls(guard.limit.command) == calls
+    early = rl.check(guard.limit, "rl:http:who", dryrun=True)  # what the module itself says
+
+    time.advance(1)
+    retried = guard.check("who")
+    assert (retried.status, retried.source) == (200, "redis"), f"the retry at Retry-After was refused: {retried}"
+    assert (early.allowed, early.retry_after_ms) == (False, 1), f"1 ms before Retry-After: {early}"
+    assert seconds * 1000 == case.retry_ms
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_middleware_over_http_a_client_obeying_retry_after_is_admitted_at_its_first_retry(
+    server: Server, serve: Any, case: Case
+) -> None:
+    time = FakeTime(server)
+    rl = RateLimiter(server.client())
+    guard = AsyncGuard(redis.asyncio.Redis(host="127.0.0.1", port=server.port), use(rl, case, case.before),
+                       clock=time)
+    app = FastAPI()
+
+    @app.get("/")
+    async def root() -> PlainTextResponse:
+        return PlainTextResponse("hello")
+
+    app.add_middleware(RateLimitMiddleware, guard=guard)
+    http = serve(app)
+    assert [http.get()[0] for _ in range(4)] == [200, 200, 200, 429]
+
+    guard.limit = use(rl, case, case.after)
+    calls = server.calls(case.after.command if not case.policy else "RL.LIMIT")
+    status, fields, body = http.get()
+    assert server.calls(case.after.command if not case.policy else "RL.LIMIT") == calls + 1
+    name = name_of(case)
+    assert (status, body) == (429, quota_exceeded_body(name))
+    seconds = int(dict(fields)["retry-after"])
+    assert dict(fields)["ratelimit"] == f'"{name}";r=0;t={seconds}'
+
+    # The client obeys Retry-After: 1 ms short of it, still refused (from memory, and by the
+    # module itself); at it, admitted.
+    time.advance(seconds * 1000 - 1)
+    status, fields, _ = http.get()
+    assert (status, dict(fields)["retry-after"], dict(fields)["ratelimit"]) == (429, "1", f'"{name}";r=0;t=1')
+    early = rl.check(guard.limit, "rl:http:127.0.0.1", dryrun=True)  # what the module itself says
+    time.advance(1)
+    status, fields, body = http.get()
+    assert (status, body) == (200, b"hello"), f"the retry at Retry-After was refused: {status} {fields}"
+    assert (early.allowed, early.retry_after_ms) == (False, 1), f"1 ms before Retry-After: {early}"
+    assert seconds * 1000 == case.retry_ms
 
 
 @pytest.mark.parametrize("policy", [False, True], ids=["gcra", "policy"])
