@@ -80,8 +80,8 @@ class RateLimitMiddleware:
     Every HTTP request costs ``cost`` units of its caller's limit, the caller being what
     ``key`` returns. An admitted request gets the RateLimit headers on its response; a refused
     one a 429 with ``Retry-After`` and an ``application/problem+json`` body. A denial is
-    remembered in-process until its retry time, so a caller that keeps asking costs no round
-    trip. When Redis does not answer within ``timeout``, the request passes without headers
+    remembered in-process until its retry time, so a caller that keeps asking the same costs no
+    round trip. When Redis does not answer within ``timeout``, the request passes without headers
     (``fail_open=True``, the default) or gets a 503; either way it is logged (a warning on
     the ``ratelimit_redis_module`` logger) and counted in ``stats``.
 
@@ -100,7 +100,8 @@ class RateLimitMiddleware:
         fail_open: let requests through when Redis fails (default) instead of answering 503.
         max_remembered: how many denials to remember locally (default 10,000; 0: none).
         stats: a :class:`Stats` to fill, so the application can read the counters.
-        guard: an :class:`AsyncGuard` to use instead of building one from the arguments above.
+        guard: an :class:`AsyncGuard` to use instead of building one from the arguments above;
+            keep it to change the limit while serving (assign its ``limit``).
     """
 
     def __init__(
