@@ -116,16 +116,17 @@ def test_guard_a_client_obeying_retry_after_is_admitted_at_its_first_retry(serve
     assert seconds * 1000 == verdict.decision.retry_after_ms
     assert fields["ratelimit"] == f'"{name_of(case)}";r=0;t={seconds}'
 
-    # Asking again meanwhile: refused from memory, counted down to the ms.
+    # Asking again meanwhile: refused from memory (a policy's denials are not remembered: from
+    # Redis), counted down to the ms.
     calls = server.calls(guard.limit.command)
     time.advance(seconds * 1000 - 1)
     again = guard.check("who")
-    assert (again.status, again.source) == (429, "memory")
+    assert (again.status, again.source) == (429, "redis" if case.policy else "memory")
     assert again.decision is not None and again.decision.retry_after_ms == 1
     assert (dict(again.headers)["retry-after"], dict(again.headers)["ratelimit"]) == (
         "1", f'"{name_of(case)}";r=0;t=1',
     )
-    assert server.calls(guard.limit.command) == calls
+    assert server.calls(guard.limit.command) == calls + case.policy
     early = rl.check(guard.limit, "rl:http:who", dryrun=True)  # what the module itself says
 
     time.advance(1)
@@ -183,7 +184,7 @@ def test_a_denial_remembered_under_other_parameters_refuses_nothing(server: Serv
     rl = RateLimiter(server.client())
     case = Case(GCRA(3, 1, "3s"), GCRA(5, 2, "6s"), 0, policy)
     guard = Guard(server.client(), use(rl, case, case.before), clock=time)
-    assert [guard.check("who").source for _ in range(5)] == ["redis"] * 4 + ["memory"]
+    assert [guard.check("who").source for _ in range(5)] == ["redis"] * 4 + ["redis" if policy else "memory"]
 
     guard.limit = use(rl, case, case.after)
     verdict = guard.check("who")
@@ -195,6 +196,19 @@ def test_a_denial_remembered_under_other_parameters_refuses_nothing(server: Serv
     # written under the new ones, so it says nothing exact any more: a round trip.
     guard.limit = use(rl, case, case.before)
     assert guard.check("who").source == "redis"
+
+
+def test_a_policy_changed_elsewhere_is_followed_at_once(server: Server) -> None:
+    """RL.POLICY.SET from anywhere changes a policy's rules without the guard knowing: a denial
+    remembered under the old rules would refuse what the new ones admit at once."""
+    FakeTime(server)
+    RateLimiter(server.client()).policy_set("p", GCRA(3, 1, "3s"))
+    guard = Guard(server.client(), Policy("p"))
+    assert [guard.check("who").status for _ in range(4)] == [200, 200, 200, 429]
+    with server.client() as elsewhere:
+        elsewhere.execute_command("RL.POLICY.SET", "p", "GCRA", "5", "2", "6s")
+    verdict = guard.check("who")
+    assert (verdict.status, verdict.source) == (200, "redis")
 
 
 class SlowReplies(redis.Redis):

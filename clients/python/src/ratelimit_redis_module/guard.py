@@ -265,16 +265,11 @@ class _Setup:
     policy: str | None
     concurrent: bool
     window_s: int | None
-    args: tuple[str, ...]
-    #: A policy's rules, read from the server at its first check.
+    #: What a remembered denial must have been made under to answer a request: the command
+    #: and its arguments.
+    params: tuple[str, tuple[str, ...]]
+    #: A policy's rules, read from the server at its first check (for the headers).
     rules: list[Rule] | None = None
-
-    def params(self) -> Hashable:
-        """What a remembered denial must have been made under to answer a request: the command
-        and its arguments; for a policy, its rules as read from the server."""
-        if self.policy is not None:
-            return (self.limit.command, self.policy, None if self.rules is None else tuple(self.rules))
-        return (self.limit.command, self.args)
 
 
 class _GuardBase:
@@ -301,7 +296,8 @@ class _GuardBase:
         policy = limit.name if isinstance(limit, Policy) else None
         name = check_name(self._given_name if self._given_name is not None else (policy or "default"))
         return _Setup(
-            limit, name, policy, isinstance(limit, Concurrency), _whole_seconds(limit.window_ms()), tuple(limit.args())
+            limit, name, policy, isinstance(limit, Concurrency), _whole_seconds(limit.window_ms()),
+            (limit.command, tuple(limit.args())),
         )
 
     @property
@@ -309,7 +305,8 @@ class _GuardBase:
         """The limit applied. Assign another to change it while serving (a configuration
         reload): the next check applies it, and a denial remembered under other parameters
         refuses nothing. Assigning a :class:`~ratelimit_redis_module.Policy`, even the same,
-        makes the guard read its rules again (after an ``RL.POLICY.SET``)."""
+        makes the guard read its rules again (after an ``RL.POLICY.SET``), for the names and
+        windows of the headers."""
         return self._setup.limit
 
     @limit.setter
@@ -332,7 +329,7 @@ class _GuardBase:
         return self._setup.concurrent
 
     def _recall(self, setup: _Setup, redis_key: str, cost: int) -> Verdict | None:
-        remembered = self.memory.recall(redis_key, cost, setup.params())
+        remembered = self.memory.recall(redis_key, cost, setup.params)
         if remembered is None:
             return None
         decision, name, window_s = remembered
@@ -360,10 +357,11 @@ class _GuardBase:
             self.memory.forget(redis_key)
             return Verdict(True, 200, headers, b"", decision, "redis", decision.token)
         self.stats.denied += 1
-        # A lease may be released before its retry time: a concurrency denial is not remembered;
-        # nor is a policy's whose rules could not be read (nothing to match it on).
-        if not setup.concurrent and (setup.policy is None or setup.rules is not None):
-            self.memory.remember(redis_key, decision, cost, name, window_s, params=setup.params(), sent=sent)
+        # Not remembered: a concurrency denial (a lease may be released before its retry time),
+        # nor a policy's (RL.POLICY.SET, from anywhere, changes its rules unseen: a denial
+        # remembered under the old ones would refuse what the new ones admit).
+        if not setup.concurrent and setup.policy is None:
+            self.memory.remember(redis_key, decision, cost, name, window_s, params=setup.params, sent=sent)
         return Verdict(False, 429, headers, quota_exceeded_body(name), decision, "redis")
 
     def _failed(self, error: BaseException) -> Verdict:
