@@ -445,6 +445,9 @@ struct Family<'a> {
     pool: Pool<'a>,
     /// The typical idle gap, ms: about the pool's periods and windows.
     scale_ms: u64,
+    /// Whether a call that writes nothing answers the stored schedule's reset_after_ms,
+    /// whatever its parameters (GCRA, the leaky bucket).
+    stored_reset: bool,
     seed: u64,
 }
 
@@ -476,9 +479,11 @@ struct Run<'f> {
     history: Vec<String>,
     commands: usize,
     moved_on: usize,
-    /// Denials whose retry was probed, and replies whose reset was.
+    /// Denials whose retry was probed, replies whose reset was, and requests under other
+    /// parameters than the key's stored ones (a change in effect).
     retries: usize,
     resets: usize,
+    changed: usize,
 }
 
 impl<'f> Run<'f> {
@@ -663,6 +668,9 @@ impl<'f> Run<'f> {
         if dry {
             args.push("DRYRUN");
         }
+        if self.stored.get(key).is_some_and(|&s| s != set) {
+            self.changed += 1;
+        }
         let written = Instant::now();
         let a = self.answer(&args);
         self.check_fields(&args, set, take, &a);
@@ -710,9 +718,19 @@ impl<'f> Run<'f> {
             pttl = Some(ttl);
         }
         if describes_key {
-            self.probe_reset(&base, &a, single);
+            let warmup = match self.family.pool {
+                Pool::Plain(..) => self.warmup(&rules[0]),
+                Pool::Policy(..) => a
+                    .more
+                    .first()
+                    .and_then(|&i| rules.get(i as usize))
+                    .is_some_and(|r| self.warmup(r)),
+            };
+            self.probe_reset(&base, &a, single, warmup);
             if single && self.stored.get(key) == Some(&set) {
-                self.inspect_agrees(key, &args, &a);
+                self.inspect_agrees(key, &args, &a, true);
+            } else if single && !writes && self.family.stored_reset {
+                self.inspect_agrees(key, &args, &a, false);
             }
         }
         if let Some(ttl) = pttl {
@@ -776,12 +794,15 @@ impl<'f> Run<'f> {
     /// SPEC §2: reset_after_ms is the time until the key is fresh (remaining == limit). A
     /// policy of several rules answers with its binding rule's fields: the probe says
     /// something only when the same rule binds it.
-    fn probe_reset(&mut self, base: &[&str], a: &Answer, single: bool) {
+    /// A warm-up's `remaining` is 1 whenever a request would be admitted now, also while it is
+    /// not yet cold again (fresh): for it, remaining == limit says nothing about the reset.
+    fn probe_reset(&mut self, base: &[&str], a: &Answer, single: bool, warmup: bool) {
         let same_rule = |p: &Answer| single || p.more.first() == a.more.first();
+        self.check(
+            (a.reset == 0) == (a.remaining == a.limit) || warmup && a.reset > 0,
+            || format!("{a:?}: fresh (remaining == limit) exactly when reset_after_ms is 0"),
+        );
         if a.reset == 0 {
-            self.check(a.remaining == a.limit, || {
-                format!("{a:?}: reset_after_ms 0 but not fresh")
-            });
             return;
         }
         self.resets += 1;
@@ -807,12 +828,16 @@ impl<'f> Run<'f> {
     }
 
     /// Under the key's stored parameters, RL.INSPECT sees what the reply says.
-    fn inspect_agrees(&mut self, key: &str, args: &[&str], a: &Answer) {
+    /// Under the key's stored parameters (`stored`), RL.INSPECT sees what the reply says.
+    /// Under others, for GCRA and the leaky bucket, whose key is fresh under any parameters
+    /// exactly when its stored schedule is (no unit owed, an empty queue), a reply that
+    /// writes nothing has the stored schedule's reset_after_ms (issue 22's semantics).
+    fn inspect_agrees(&mut self, key: &str, args: &[&str], a: &Answer, stored: bool) {
         let inspect = self.send(&["RL.INSPECT", key]);
         let ok = match &inspect {
             Reply::Nil => a.remaining == a.limit && a.reset == 0,
             Reply::Array(_) => {
-                inspect.field("remaining") == Reply::Int(a.remaining)
+                (!stored || inspect.field("remaining") == Reply::Int(a.remaining))
                     && inspect.field("reset_after_ms") == Reply::Int(a.reset)
             }
             _ => false,
@@ -846,6 +871,7 @@ fn run(family: &Family) {
         moved_on: 0,
         retries: 0,
         resets: 0,
+        changed: 0,
     };
     run.rng = splitmix64(run.seed());
     run.clock(T0_MS);
@@ -856,12 +882,13 @@ fn run(family: &Family) {
         run.step();
     }
     eprintln!(
-        "seed {}: {} commands, {} denials and {} resets probed, the clock moved on {} times \
-         for a key close to expiring",
+        "seed {}: {} commands, {} denials and {} resets probed, {} requests under changed \
+         parameters, the clock moved on {} times for a key close to expiring",
         run.seed(),
         run.commands,
         run.retries,
         run.resets,
+        run.changed,
         run.moved_on
     );
 }
@@ -881,6 +908,7 @@ fn gcra_keeps_its_promises() {
             ],
         ),
         scale_ms: 180_000,
+        stored_reset: true,
         seed: 22,
     });
 }
@@ -901,6 +929,7 @@ fn token_buckets_keep_their_promises() {
             ],
         ),
         scale_ms: 180_000,
+        stored_reset: false,
         seed: 2201,
     });
 }
@@ -919,6 +948,7 @@ fn leaky_buckets_keep_their_promises() {
             ],
         ),
         scale_ms: 180_000,
+        stored_reset: true,
         seed: 2202,
     });
 }
@@ -937,6 +967,7 @@ fn fixed_windows_keep_their_promises() {
             ],
         ),
         scale_ms: 600_000,
+        stored_reset: false,
         seed: 2203,
     });
 }
@@ -955,6 +986,7 @@ fn sliding_windows_keep_their_promises() {
             ],
         ),
         scale_ms: 600_000,
+        stored_reset: false,
         seed: 2204,
     });
 }
@@ -974,6 +1006,7 @@ fn sliding_logs_keep_their_promises() {
             ],
         ),
         scale_ms: 240_000,
+        stored_reset: false,
         seed: 2205,
     });
 }
@@ -991,7 +1024,8 @@ fn warmups_keep_their_promises() {
                 p(&["3", "5m", "10m", "COLDFACTOR", "2"], 1),
             ],
         ),
-        scale_ms: 600_000,
+        scale_ms: 120_000,
+        stored_reset: false,
         seed: 2206,
     });
 }
@@ -1010,6 +1044,7 @@ fn a_policy_rule_keeps_its_promises_while_its_rate_changes() {
             ],
         ),
         scale_ms: 180_000,
+        stored_reset: true,
         seed: 2207,
     });
 }
@@ -1050,6 +1085,7 @@ fn a_policy_of_two_rules_keeps_its_promises_while_they_change() {
             ],
         ),
         scale_ms: 60_000,
+        stored_reset: false,
         seed: 2208,
     });
 }
