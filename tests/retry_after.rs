@@ -328,6 +328,44 @@ fn a_policy_rule_whose_rate_falls_admits_when_the_stored_schedule_has_room() {
     );
 }
 
+/// CL.THROTTLE shares GCRA's state and its schedule, in seconds (redis-cell's reply:
+/// `[limited, limit, remaining, retry_after_s, reset_after_s]`): the GCRA rows again, the
+/// retry a whole number of seconds here, denied 1 ms before it and admitted at it (a denial
+/// writes nothing, so the probe 1 ms early is a real call; CL.THROTTLE has no DRYRUN).
+#[test]
+fn cl_throttle_a_new_rate_admits_when_the_stored_schedule_has_room() {
+    for (from, to, retry_s, reset_s, admitted) in [
+        ("1", "3", 3, 9, [0, 3, 0, -1, 3]),
+        ("3", "1", 1, 3, [0, 3, 0, -1, 9]),
+    ] {
+        let (_server, mut c) = frozen();
+        let before = ["CL.THROTTLE", "k", "2", from, "3"];
+        let after = ["CL.THROTTLE", "k", "2", to, "3"];
+        for i in 0..3 {
+            assert_eq!(c.cmd(&before).ints()[0], 0, "{before:?}: call {i}");
+        }
+        assert_eq!(
+            c.cmd(&before).ints()[0],
+            1,
+            "{before:?}: the key is not full"
+        );
+        let context = format!("{before:?} then {after:?}");
+        assert_eq!(
+            c.cmd(&after).ints(),
+            [1, 3, 0, retry_s, reset_s],
+            "{context}"
+        );
+        c.clock_set(T0_MS + retry_s as u64 * 1000 - 1);
+        assert_eq!(
+            c.cmd(&after).ints()[..4],
+            [1, 3, 0, 1],
+            "{context}: 1 ms early"
+        );
+        c.clock_set(T0_MS + retry_s as u64 * 1000);
+        assert_eq!(c.cmd(&after).ints(), admitted, "{context}: on time");
+    }
+}
+
 /// docs/warmup.md's model for one request of cost 1 on a cold key (stored = max), in µs as
 /// an exact fraction (numerator, denominator): stable interval s = P/r, cold c = f·s, the
 /// line from the threshold to max has slope (c − s)/(max − threshold) with max − threshold =
