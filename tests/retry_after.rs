@@ -7,10 +7,12 @@
 //! First the table, row by row, with the figures of the one-schedule semantics: the
 //! denial's retry_after_ms, the same request denied 1 ms before it and admitted at it, and
 //! the denial's reset_after_ms (the stored schedule's, which RL.INSPECT and the key's PTTL
-//! show too). Then the promise as a property: deterministic pseudo-random sequences of calls,
-//! costs, ATMOST, DRYRUN, refunds, idle gaps, parameter changes and policy changes, for every
-//! algorithm but CL.THROTTLE (seconds, redis-cell's rounding: tests/gcra.rs), each reply
-//! checked by probing the future with DRYRUN and coming back (RL.DEBUG.CLOCK SET).
+//! show too); CL.THROTTLE's GCRA rows in its seconds. Then the promise as a property:
+//! deterministic pseudo-random sequences of calls, costs, ATMOST, DRYRUN, refunds, idle gaps,
+//! parameter changes and policy changes, for every algorithm but CL.THROTTLE (whole seconds,
+//! no DRYRUN) and for RL.LIMIT, each reply checked by probing the future with DRYRUN and
+//! coming back (RL.DEBUG.CLOCK SET). RETRY_AFTER_STEPS and RETRY_AFTER_SEED make the
+//! sequences longer or others.
 
 mod common;
 
