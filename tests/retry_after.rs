@@ -1129,3 +1129,33 @@ fn a_policy_of_two_rules_keeps_its_promises_while_they_change() {
         seed: 2208,
     });
 }
+
+/// A concurrency key whose limit goes down under its leases: three held (taken a second
+/// apart, a minute each), then a limit of one. A lease frees only when all three have ended:
+/// the third to end, at T0 + 62 s. Before: retry_after said when the first ends (57 s after
+/// the call), and the same request was refused then.
+#[test]
+fn concurrency_a_lower_limit_waits_for_enough_leases_to_end() {
+    let (_server, mut c) = frozen();
+    // The five fields of an ACQUIRE's reply (a lease token follows when admitted).
+    let acquire = |c: &mut Client, args: &[&str]| -> Vec<i64> {
+        match c.cmd(args) {
+            Reply::Array(items) => items[..5].iter().map(|i| i.int()).collect(),
+            other => panic!("{args:?}: {other:?}"),
+        }
+    };
+    for _ in 0..3 {
+        assert_eq!(
+            acquire(&mut c, &["RL.CONCURRENCY.ACQUIRE", "cc", "3", "1m"])[0],
+            1
+        );
+        c.clock_advance(1000);
+    }
+    // At T0 + 3 s, under limit 1: the leases end at T0 + 60, 61 and 62 s.
+    let lower = ["RL.CONCURRENCY.ACQUIRE", "cc", "1", "1m"];
+    assert_eq!(acquire(&mut c, &lower), [0, 1, 0, 59_000, 59_000]);
+    c.clock_advance(58_999);
+    assert_eq!(acquire(&mut c, &dryrun(&lower))[..4], [0, 1, 0, 1]);
+    c.clock_advance(1);
+    assert_eq!(acquire(&mut c, &lower)[0], 1);
+}
