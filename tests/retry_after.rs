@@ -1,8 +1,9 @@
 //! Issue 22, "Retry-After is a promise", through the module on a real server with the debug
-//! clock (frozen, never a sleep). SPEC §2: a denial's `retry_after_ms` is the least whole
-//! number of ms after which the same request would be admitted if nothing else happened, and
-//! `reset_after_ms` is the time until the key is fresh; SPEC §3: both hold for a reply under
-//! parameters other than those the key was written with, admitted, denied or DRYRUN.
+//! clock (frozen, never a sleep). The reply (docs/commands.md): a denial's `retry_after_ms` is
+//! the least whole number of ms after which the same request would be admitted if nothing else
+//! happened, and `reset_after_ms` is the time until the key is fresh; both hold for a reply
+//! under parameters other than those the key was written with, admitted, denied or DRYRUN
+//! (docs/algorithms.md, One schedule).
 //!
 //! First the issue's table, row by row, with the figures of the one-schedule semantics: the
 //! denial's retry_after_ms, the same request denied 1 ms before it and admitted at it, and
@@ -21,7 +22,7 @@ use std::time::Instant;
 
 use common::{Client, Reply, Server, T0_MS};
 
-/// An admission reply (RESP2): the five fields of SPEC §2, then the command's own (a leaky
+/// An admission reply (RESP2): the five fields of the reply (docs/commands.md), then the command's own (a leaky
 /// bucket's `delay_ms`, RL.LIMIT's `rule`) and the options' (`granted` last).
 #[derive(Debug, Clone, PartialEq)]
 struct Answer {
@@ -76,7 +77,7 @@ fn real_ms_since(since: Instant) -> i64 {
     since.elapsed().as_micros().div_ceil(1000) as i64
 }
 
-/// SPEC §2 and §5: the key's PTTL is `reset` (rounded up) set at its last write, which the
+/// The reply (docs/commands.md) and durability (docs/durability.md): the key's PTTL is `reset` (rounded up) set at its last write, which the
 /// caller sent at `written` on the real clock; it has run down by the real time since.
 fn assert_pttl(c: &mut Client, key: &str, reset: i64, written: Instant, context: &str) {
     let pttl = c.pttl(key);
@@ -718,7 +719,7 @@ impl<'f> Run<'f> {
             Take::Cost(n) => n,
             Take::AtMost(_) => a.more.last().copied().unwrap_or(0),
         };
-        // SPEC §2: a denial's retry_after_ms is the least whole ms after which the same
+        // The reply (docs/commands.md): a denial's retry_after_ms is the least whole ms after which the same
         // request is admitted.
         if !a.allowed && a.retry >= 1 {
             self.probe_retry(&args, a.retry);
@@ -831,7 +832,7 @@ impl<'f> Run<'f> {
         self.clock(now);
     }
 
-    /// SPEC §2: reset_after_ms is the time until the key is fresh (remaining == limit). A
+    /// The reply (docs/commands.md): reset_after_ms is the time until the key is fresh (remaining == limit). A
     /// policy of several rules answers with its binding rule's fields: the probe says
     /// something only when the same rule binds it.
     /// A warm-up's `remaining` is 1 whenever a request would be admitted now, also while it is
@@ -867,7 +868,6 @@ impl<'f> Run<'f> {
         self.clock(now);
     }
 
-    /// Under the key's stored parameters, RL.INSPECT sees what the reply says.
     /// Under the key's stored parameters (`stored`), RL.INSPECT sees what the reply says.
     /// Under others, for GCRA and the leaky bucket, whose key is fresh under any parameters
     /// exactly when its stored schedule is (no unit owed, an empty queue), a reply that
