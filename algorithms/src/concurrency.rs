@@ -8,7 +8,10 @@
 //! request with the primary's clock reading, so nothing random needs replicating.
 //!
 //! A request is admitted when fewer than `limit` leases are active (or when it renews an
-//! active lease of its own token); `retry_after` is when the first active lease ends;
+//! active lease of its own token); `retry_after` is when the first active lease ends, or,
+//! when more than `limit` are held (the limit went down), when enough have ended: the
+//! `(held - limit + 1)`-th to end, found by walking that many leases in order of their ends
+//! (O(log n + held - limit), on a refusal only, bounded by the key's lease cap);
 //! `reset_after` is when the last one does. Memory follows the leases held, never `limit`.
 //! Parameters that change keep the leases held, with the expiries they were given.
 //!
@@ -235,8 +238,19 @@ pub fn acquire(
     let renewing = id.is_some_and(|id| state.active_end(id, now_us).is_some());
     let allowed = renewing || now.count < params.limit;
     if !allowed {
+        let mut refused = decision(params, now, now_us, false);
+        if now.count > params.limit {
+            // More leases than the limit (it went down): a lease frees only when enough of
+            // them have ended, the (count - limit + 1)-th to end.
+            let nth = usize::try_from(now.count - params.limit).unwrap_or(usize::MAX);
+            refused.retry_after = state
+                .by_end
+                .range((now_us.saturating_add(1), Box::<[u8]>::default())..)
+                .nth(nth)
+                .map(|(end, _)| Span::from_us(end - now_us));
+        }
         return Acquired {
-            decision: decision(params, now, now_us, false),
+            decision: refused,
             token: None,
         };
     }
@@ -590,6 +604,34 @@ mod tests {
                 let ours: Vec<(Vec<u8>, u64)> = s.leases().map(|(t, e)| (t.to_vec(), e)).collect();
                 prop_assert_eq!(ours, model);
                 prop_assert_eq!(s.issued, m.issued);
+            }
+        }
+    }
+
+    fn small_params() -> impl Strategy<Value = Params> {
+        (1u64..6, 1u64..5_000).prop_map(|(limit, lease_ms)| Params { limit, lease_ms })
+    }
+
+    proptest! {
+        /// Issue 22: a refusal's retry_after is exact, also after the limit went down (then
+        /// more than one lease must end): acquisitions under changing parameters, and at every
+        /// instant the same acquisition is refused a microsecond (and a millisecond) before
+        /// retry_after and admitted at it. (Every acquisition asks for one lease; its reply
+        /// counts the lease it takes, so `one_schedule`'s freshness check does not apply.)
+        #[test]
+        fn retry_after_is_exact_across_parameter_changes(
+            pool in proptest::collection::vec(small_params(), 3),
+            calls in proptest::collection::vec((0usize..3, 0u64..3_000_000, prop::bool::weighted(0.2)), 1..40),
+        ) {
+            let mut key: crate::testing::Key<Concurrency> = None;
+            let mut at = T0;
+            for (set, gap, dryrun) in calls {
+                at += gap;
+                let p = &pool[set];
+                crate::testing::retry_after_is_exact::<Concurrency>(p, &key, at, 1, p.limit)?;
+                if !dryrun {
+                    crate::testing::step::<Concurrency>(p, &mut key, at, 1);
+                }
             }
         }
     }

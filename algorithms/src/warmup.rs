@@ -24,8 +24,11 @@
 //! - a request of `cost` units costs `cost·P` ticks plus the area above the stable line,
 //!   `(k-1)(v-u)(v+u) / (16·W·R·(1+k))` ticks, where `[u, v]` is the part of the scaled stored
 //!   range it spends that lies above the threshold (measured from it). That one term is
-//!   rounded up to a whole tick: the only rounding, never in the caller's favour, and the
-//!   reference model in the tests rounds the same way.
+//!   rounded up to a whole tick: the only rounding, never in the favour of the request it
+//!   prices, and the reference model in the tests rounds the same way. (Over a sequence it
+//!   shortens the idle time after the request, so less cool-down is credited and a later
+//!   request can cost a fraction of a tick less: under a µs against Guava's formulas unrounded,
+//!   docs/warmup.md.)
 //!
 //! Sizes: `max·D < 2^93` for the largest parameters, and the area's numerator can reach
 //! `2^190`, so the product is taken 256 bits wide when it does not fit in u128
