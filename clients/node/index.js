@@ -414,11 +414,12 @@ export class RateLimit {
     if (remembered !== undefined) {
       this.stats.denied += 1;
       this.stats.deniedLocally += 1;
+      // Whole milliseconds, as the module counts them (the default clock has fractions).
       return {
         ...remembered.decision,
         remaining: 0,
-        retryAfterMs: remembered.until - now,
-        resetAfterMs: Math.max(0, remembered.resetAt - now),
+        retryAfterMs: Math.ceil(remembered.until - now),
+        resetAfterMs: Math.max(0, Math.ceil(remembered.resetAt - now)),
         local: true,
       };
     }
@@ -441,8 +442,12 @@ export class RateLimit {
       this.stats.admitted += 1;
     } else {
       this.stats.denied += 1;
-      // A lease can end before its retry time (a release), so concurrency is asked every time.
-      if (!this.concurrent) this.memory.remember(memoryKey, decision, cost, this.now());
+      // Remembered from `now`, read before the request left: the server decided at some
+      // instant between then and the answer, so its retry time is never earlier than
+      // now + retry_after_ms (counting from the answer's arrival would refuse for as long as
+      // the answer took, past the time the server admits). A lease can end before its retry
+      // time (a release), so concurrency is asked every time.
+      if (!this.concurrent) this.memory.remember(memoryKey, decision, cost, now);
     }
     return { ...decision, local: false };
   }

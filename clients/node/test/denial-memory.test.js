@@ -1,0 +1,72 @@
+// The denial memory against a real server with the debug clock frozen, the memory's clock
+// injected and moved in step: it refuses locally until exactly the denial's retry_after (not a
+// millisecond more, however long the answer took to come back).
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { RateLimit } from '../index.js';
+import { T0_MS, calls, connect, memoryLogger, startRedis } from './helpers.js';
+
+let redis;
+let client;
+before(async () => {
+  redis = await startRedis();
+  client = await connect(redis);
+});
+after(async () => {
+  await client?.quit();
+  await redis?.stop();
+});
+
+/** The package's fake monotonic clock, 1000 when the server's debug clock reads T0. */
+async function clocks() {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const clock = {
+    ms: 1_000,
+    /** Both clocks to `ms` after the start. */
+    async at(ms) {
+      clock.ms = 1_000 + ms;
+      await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS + ms}`]);
+    },
+  };
+  return clock;
+}
+
+/**
+ * The real client, each answer arriving `ms` later on the package's clock than the request
+ * left (the server, its clock frozen, decided at the instant the request was sent).
+ */
+const slowAnswers = (clock, ms) => ({
+  async sendCommand(args) {
+    const reply = await client.sendCommand(args);
+    clock.ms += ms;
+    return reply;
+  },
+});
+
+test('the memory counts from when the request was sent, not from when its answer came', async () => {
+  const clock = await clocks();
+  await client.sendCommand(['RL.GCRA', 'rl:rtt:ivy', '1', '1', '60000']); // the burst of 1, taken
+  const limiter = new RateLimit({
+    client: slowAnswers(clock, 7),
+    limit: { algorithm: 'gcra', burst: 1, rate: 1, period: '1m' },
+    prefix: 'rl:rtt:',
+    now: () => clock.ms,
+    logger: memoryLogger(),
+  });
+  const denied = await limiter.check('ivy');
+  assert.deepEqual([denied.allowed, denied.retryAfterMs, denied.local], [false, 60_000, false]);
+  assert.equal(clock.ms, 1_007, 'the answer came 7 ms after the request left');
+  const calls0 = await calls(client, 'RL.GCRA');
+  // The server's answer holds from the request's instant (1000): 1 ms before 61000 it is
+  // still refused locally, with 1 ms to go.
+  await clock.at(60_000 - 1);
+  const local = await limiter.check('ivy');
+  assert.deepEqual([local.allowed, local.retryAfterMs, local.local], [false, 1, true]);
+  assert.equal(await calls(client, 'RL.GCRA'), calls0);
+  // At 61000 the server admits: the memory has let go, and Redis is asked.
+  await clock.at(60_000);
+  const retried = await limiter.check('ivy');
+  assert.deepEqual([retried.allowed, retried.local], [true, false], 'admitted at retry_after, not refused from memory');
+  assert.equal(await calls(client, 'RL.GCRA'), calls0 + 1);
+});
