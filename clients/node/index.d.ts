@@ -42,7 +42,11 @@ export interface RateLimitOptions {
   timeout?: number;
   /** When Redis fails: "open" (default) lets the request pass, "closed" refuses it (503). */
   failMode?: 'open' | 'closed';
-  /** How many denials to remember locally (0: none); default 10,000. */
+  /**
+   * How many denials to remember locally (0: none); default 10,000. A denial is remembered
+   * until its retry_after_ms, counted from when the request was sent; a policy's and a
+   * concurrency limit's denials are not remembered.
+   */
   denialMemory?: number;
   /** Where failures are logged (one warning each); default console. */
   logger?: Logger | null;

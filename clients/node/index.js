@@ -445,9 +445,11 @@ export class RateLimit {
       // Remembered from `now`, read before the request left: the server decided at some
       // instant between then and the answer, so its retry time is never earlier than
       // now + retry_after_ms (counting from the answer's arrival would refuse for as long as
-      // the answer took, past the time the server admits). A lease can end before its retry
-      // time (a release), so concurrency is asked every time.
-      if (!this.concurrent) this.memory.remember(memoryKey, decision, cost, now);
+      // the answer took, past the time the server admits). Not remembered: concurrency (a
+      // lease can be released before its retry time) and policies (RL.POLICY.SET can change
+      // a policy's rules on the server at any time, unseen by this process, and a denial
+      // remembered under the old rules would refuse what the new ones admit).
+      if (!this.concurrent && this.policy === undefined) this.memory.remember(memoryKey, decision, cost, now);
     }
     return { ...decision, local: false };
   }

@@ -1,10 +1,11 @@
 // The denial memory against a real server with the debug clock frozen, the memory's clock
 // injected and moved in step: it refuses locally until exactly the denial's retry_after (not a
-// millisecond more, however long the answer took to come back).
+// millisecond more, however long the answer took to come back), and never refuses a request
+// that runs under other parameters than the denial it remembers.
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { RateLimit } from '../index.js';
+import { RateLimit, parseReply } from '../index.js';
 import { T0_MS, calls, connect, memoryLogger, startRedis } from './helpers.js';
 
 let redis;
@@ -69,4 +70,25 @@ test('the memory counts from when the request was sent, not from when its answer
   const retried = await limiter.check('ivy');
   assert.deepEqual([retried.allowed, retried.local], [true, false], 'admitted at retry_after, not refused from memory');
   assert.equal(await calls(client, 'RL.GCRA'), calls0 + 1);
+});
+
+test('a policy changed on the server is not refused from a denial remembered under its old rules', async () => {
+  const clock = await clocks();
+  await client.sendCommand(['RL.POLICY.SET', 'grow', 'GCRA', '3', '1', '3m']);
+  const limiter = new RateLimit({
+    client, limit: { policy: 'grow' }, prefix: 'rl:grow:', now: () => clock.ms, logger: memoryLogger(),
+  });
+  for (const r of [2, 1, 0]) assert.equal((await limiter.check('jo')).remaining, r);
+  const denied = await limiter.check('jo');
+  assert.deepEqual([denied.allowed, denied.retryAfterMs], [false, 180_000]);
+  // The operator raises the burst to 5: the key has taken 3 of 5, so the server admits now.
+  await client.sendCommand(['RL.POLICY.SET', 'grow', 'GCRA', '5', '1', '3m']);
+  const direct = parseReply(await client.sendCommand(['RL.LIMIT', 'rl:grow:jo', 'grow', 'DRYRUN']), 'rule');
+  assert.deepEqual([direct.allowed, direct.remaining], [true, 1]);
+  const calls0 = await calls(client, 'RL.LIMIT');
+  const next = await limiter.check('jo');
+  assert.deepEqual([next.allowed, next.remaining, next.local, next.limit], [true, 1, false, 5],
+    'not refused by the denial remembered under burst 3');
+  assert.equal(await calls(client, 'RL.LIMIT'), calls0 + 1);
+  assert.equal(limiter.stats.deniedLocally, 0);
 });
