@@ -50,7 +50,10 @@ export interface RateLimitOptions {
   denialMemory?: number;
   /** Where failures are logged (one warning each); default console. */
   logger?: Logger | null;
-  /** A monotonic clock in milliseconds; default performance.now. */
+  /**
+   * The denial memory's monotonic clock in milliseconds; default performance.now (a test
+   * passes a fake clock that moves with the server's).
+   */
   now?: () => number;
 }
 
@@ -168,6 +171,11 @@ export interface RateLimiterRedisOptions {
   inMemoryBlockDuration?: number;
   insuranceLimiter?: RateLimiterLike;
   rejectIfRedisNotReady?: boolean;
+  /**
+   * Not in rate-limiter-flexible: the in-memory blocks' monotonic clock in milliseconds;
+   * default performance.now (a test passes a fake clock that moves with the server's).
+   */
+  now?: () => number;
   /** Accepted and ignored (the client is node-redis either way). */
   useRedisPackage?: boolean;
 }

@@ -601,10 +601,16 @@ export class RateLimiterRedis {
       throw new Error('inMemoryBlockOnConsumed option must be set up');
     }
     this.inMemoryBlocked = new DenialMemory(10_000);
+    // The in-memory blocks' clock: monotonic milliseconds (not in rate-limiter-flexible; a
+    // test gives a fake one that moves with the server's debug clock).
+    this.now = opts.now ?? monotonicMs;
+    if (typeof this.now !== 'function') throw new Error('now must be a function returning milliseconds');
   }
 
-  #blockInMemory(rlKey, ms) {
-    if (ms > 0) this.inMemoryBlocked.remember(rlKey, { retryAfterMs: ms, resetAfterMs: ms }, 0, monotonicMs());
+  // Blocks from `now`, read before the consume was sent: the server's msBeforeNext counts
+  // from its own instant, which is no earlier.
+  #blockInMemory(rlKey, ms, now) {
+    if (ms > 0) this.inMemoryBlocked.remember(rlKey, { retryAfterMs: ms, resetAfterMs: ms }, 0, now);
   }
 
   /** Forgets every in-memory block. */
@@ -690,8 +696,8 @@ export class RateLimiterRedis {
     return this.#insured('consume', [key, points, options], async () => {
       points = this.#checkPoints(points);
       const rlKey = this.getKey(key);
+      const now = this.now();
       if (this.inMemoryBlockOnConsumed > 0) {
-        const now = monotonicMs();
         const blocked = this.inMemoryBlocked.lookup(rlKey, 0, now);
         if (blocked !== undefined) throw new RateLimiterRes(0, Math.ceil(blocked.until - now));
       }
@@ -711,10 +717,10 @@ export class RateLimiterRedis {
       }
       const inMemory = this.inMemoryBlockOnConsumed > 0 && res.consumedPoints >= this.inMemoryBlockOnConsumed;
       if (inMemory && !(this.inMemoryBlockDuration > 0)) {
-        this.#blockInMemory(rlKey, res.msBeforeNext);
+        this.#blockInMemory(rlKey, res.msBeforeNext, now);
       } else if (inMemory && !r.allowed) {
         res.msBeforeNext = this.inMemoryBlockDuration * 1000;
-        this.#blockInMemory(rlKey, res.msBeforeNext);
+        this.#blockInMemory(rlKey, res.msBeforeNext, now);
       }
       if (!r.allowed) throw res;
       if (this.execEvenly && res.msBeforeNext > 0 && !res.isFirstInDuration) {

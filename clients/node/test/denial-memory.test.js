@@ -5,7 +5,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { RateLimit, parseReply } from '../index.js';
+import { RateLimit, RateLimiterRedis, RateLimiterRes, parseReply } from '../index.js';
 import { T0_MS, calls, connect, memoryLogger, startRedis } from './helpers.js';
 
 let redis;
@@ -91,4 +91,34 @@ test('a policy changed on the server is not refused from a denial remembered und
     'not refused by the denial remembered under burst 3');
   assert.equal(await calls(client, 'RL.LIMIT'), calls0 + 1);
   assert.equal(limiter.stats.deniedLocally, 0);
+});
+
+/** The RateLimiterRes a consume rejects with (an admission or an Error fails the test). */
+async function refusal(promise) {
+  let res;
+  try {
+    res = await promise;
+  } catch (err) {
+    if (err instanceof RateLimiterRes) return err.toJSON();
+    throw err;
+  }
+  return assert.fail(`admitted: ${res}`);
+}
+
+test("RateLimiterRedis's in-memory block follows the injected clock, from when the consume was sent", async () => {
+  const clock = await clocks();
+  const options = { points: 2, duration: 60, keyPrefix: 'inmem-clock', inMemoryBlockOnConsumed: 3 };
+  await new RateLimiterRedis({ storeClient: client, ...options }).consume('kim', 2);
+  const limiter = new RateLimiterRedis({ storeClient: slowAnswers(clock, 7), now: () => clock.ms, ...options });
+  // Refused, 60 s left in the window: blocked in memory until then (1000 + 60000).
+  assert.equal((await refusal(limiter.consume('kim'))).msBeforeNext, 60_000);
+  assert.equal(clock.ms, 1_007);
+  const calls0 = await calls(client, 'RL.TOKENBUCKET');
+  await clock.at(60_000 - 1);
+  assert.equal((await refusal(limiter.consume('kim'))).msBeforeNext, 1);
+  assert.equal(await calls(client, 'RL.TOKENBUCKET'), calls0, 'refused in memory');
+  await clock.at(60_000);
+  assert.deepEqual((await limiter.consume('kim')).toJSON(),
+    { remainingPoints: 1, msBeforeNext: 60_000, consumedPoints: 1, isFirstInDuration: true });
+  assert.equal(await calls(client, 'RL.TOKENBUCKET'), calls0 + 1);
 });
