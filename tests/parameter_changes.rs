@@ -133,11 +133,19 @@ fn a_longer_period_hands_out_no_units_again_on_any_algorithm() {
         c.cmd(&["CL.THROTTLE", "cell", "11", "1", "3600"]).ints(),
         [1, 12, 0, 3600, 43_200]
     );
-    // And back under the second: the twelve units owed are twelve seconds' worth.
+    // And back under the second: the twelve units owed would be twelve seconds' worth once
+    // written, but a request of no units writes nothing: the key keeps its hour, fresh in
+    // twelve (issue 22: every call converts anew at its own instant, so that is what later
+    // calls find). A request of one unit fits once a conversion finds eleven owed, an hour
+    // from now on the key's own schedule.
     assert_eq!(
         c.cmd(&["RL.GCRA", "gcra", "12", "1", "1s", "COST", "0"])
             .ints(),
-        [1, 12, 0, 0, 12_000]
+        [1, 12, 0, 0, 43_200_000]
+    );
+    assert_eq!(
+        c.cmd(&["RL.GCRA", "gcra", "12", "1", "1s"]).ints(),
+        [0, 12, 0, 3_600_000, 43_200_000]
     );
 }
 

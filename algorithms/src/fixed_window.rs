@@ -513,4 +513,13 @@ mod tests {
         later_within: 20_000_000,
         later_too: |_| true,
     );
+
+    // Issue 22: one schedule for every reply, across parameter changes.
+    testing::one_schedule_property!(
+        FixedWindow,
+        params: changing_params(),
+        t0: T2,
+        long_gap: 60_000_000,
+        later_within: 20_000_000,
+    );
 }

@@ -22,6 +22,13 @@
 //! interval long ([`State::converted`], rounded up). So at one instant, requests under any
 //! sequence of parameter sets admit in total at most the largest burst among them.
 //!
+//! Until a request under the new parameters is admitted, nothing is written: the key keeps
+//! paying off its TAT at its own interval, and each call converts what is then owed. So a
+//! refusal's `retry_after` is when the conversion made then admits: `owed <= (burst' -
+//! cost) × T`, the instant `TAT - (burst' - cost) × T` on the key's own schedule, whatever
+//! the new interval; and a call that writes nothing is fresh when the own TAT is reached.
+//! The times of every reply are thus what later calls find (issue 22).
+//!
 //! Same decisions as redis-cell's `CL.THROTTLE key (burst-1) rate period`, which keeps the
 //! TAT in nanoseconds with `T` truncated to a whole nanosecond; the two can differ only when
 //! that truncation matters.
@@ -89,6 +96,32 @@ impl State {
     }
 }
 
+/// A TAT read under the parameters it was written with: the key's own schedule, which a
+/// call under other parameters converts at its instant.
+struct Schedule<'a> {
+    tat: u128,
+    params: &'a Params,
+}
+
+impl Schedule<'_> {
+    /// How long from `now_us` until the schedule owes at most `units` whole intervals of its
+    /// own: zero when it already does.
+    ///
+    /// This is when a conversion admits: converted at `t`, the schedule owes `ceil(owed × T'
+    /// / T)` new intervals, `owed = TAT - t` (in its own units), and a request of `cost` under
+    /// burst `B'` fits when that plus `cost` is at most `B'`, that is when `owed <= (B' -
+    /// cost) × T`: the instant `TAT - (B' - cost) × T`, whatever `T'` is. With `units` 0 it
+    /// is when the key is fresh under any parameters (nothing owed converts to nothing).
+    fn until_owing(&self, units: u64, now_us: u64) -> Span {
+        let slack = u128::from(units).saturating_mul(self.params.interval());
+        let at = self.tat.saturating_sub(slack);
+        Span::new(
+            at.saturating_sub(self.params.scaled(now_us)),
+            self.params.rate(),
+        )
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gcra;
 
@@ -105,35 +138,45 @@ impl Algorithm for Gcra {
         write: bool,
     ) -> (Decision, Option<State>) {
         let now = params.scaled(now_us);
-        let (tat, state) = match stored {
-            Some((old, state)) => (state.converted(old, params, now_us).max(now), Some(state)),
-            None => (now, None),
+        let tat = match &stored {
+            Some((old, state)) => state.converted(old, params, now_us).max(now),
+            None => now,
         };
         let interval = params.interval();
         let tolerance = params.tolerance();
         let new_tat = tat.saturating_add(u128::from(cost).saturating_mul(interval));
         let allowed = new_tat - now <= tolerance;
-        let (ttl, retry_after) = if allowed {
-            (new_tat - now, Some(Span::ZERO))
-        } else {
-            let retry = (cost <= params.burst).then(|| {
-                Span::new(
-                    new_tat.saturating_sub(tolerance).saturating_sub(now),
-                    params.rate(),
-                )
-            });
-            (tat - now, retry)
-        };
-        let used = ttl.div_ceil(interval);
+        let used = if allowed { new_tat - now } else { tat - now }.div_ceil(interval);
         let remaining = u128::from(params.burst).saturating_sub(used);
+        // The times, on the one schedule: a call that writes nothing leaves the key under the
+        // parameters it was stored with, and later calls convert it anew at their own
+        // instant, so its times are read on the stored TAT; an admitted request's on the TAT
+        // it writes.
+        let stored_schedule = match &stored {
+            Some((old, state)) => Schedule {
+                tat: state.tat,
+                params: old,
+            },
+            None => Schedule { tat, params },
+        };
+        let (reset_after, retry_after) = if allowed && cost > 0 {
+            (Span::new(new_tat - now, params.rate()), Some(Span::ZERO))
+        } else if allowed {
+            (stored_schedule.until_owing(0, now_us), Some(Span::ZERO))
+        } else {
+            let retry = (cost <= params.burst)
+                .then(|| stored_schedule.until_owing(params.burst - cost, now_us));
+            (stored_schedule.until_owing(0, now_us), retry)
+        };
         let decision = Decision {
             allowed,
             limit: params.burst,
             remaining: u64::try_from(remaining).unwrap_or(0),
             retry_after,
-            reset_after: Span::new(ttl, params.rate()),
+            reset_after,
             delay: None,
         };
+        let state = stored.map(|(_, state)| state);
         let fresh = if allowed && write {
             keep(state, State { tat: new_tat })
         } else {
@@ -320,10 +363,14 @@ mod tests {
         let six = params(3, 6, 1000);
         let tat_us = Span::new(s.converted(&three, &six, T0), 6).ceil_us();
         assert_eq!(tat_us, T0 + 166_667);
-        // At one per second, in a whole second: still one unit owed, two remaining.
+        // At one per second: still one unit owed, two remaining. A request of no units
+        // writes nothing, so the key stays on its own schedule, paid off in 1/3 s.
         let one = params(3, 1, 1000);
         let d = peek::<Gcra>(&one, &key, T0, 0);
-        assert_eq!(summary(&d), (true, 3, 2, 0, 1000));
+        assert_eq!(summary(&d), (true, 3, 2, 0, 334));
+        // A request of one unit writes the unit owed as a whole second, plus its own.
+        let d = peek::<Gcra>(&one, &key, T0, 1);
+        assert_eq!(summary(&d), (true, 3, 1, 0, 2000));
         // A schedule paid off owes nothing under any parameters.
         let d = peek::<Gcra>(&one, &key, T0 + 400_000, 0);
         assert_eq!(summary(&d), (true, 3, 3, 0, 0));
@@ -342,12 +389,37 @@ mod tests {
             testing::admitted_at_one_instant::<Gcra>(&mut key, &requests, T0),
             10
         );
-        // Under the hour the ten units owed take ten hours to pay off.
+        // Under the hour the ten units are owed as ten hours: no room. Nothing is written, so
+        // the key keeps paying them off by the second: one is paid in a second, and a request
+        // made then converts nine owed hours and fits.
         let d = peek::<Gcra>(&hour, &key, T0, 1);
-        assert_eq!(summary(&d), (false, 10, 0, 3_600_000, 36_000_000));
+        assert_eq!(summary(&d), (false, 10, 0, 1_000, 10_000));
+        assert!(!peek::<Gcra>(&hour, &key, T0 + 999_999, 1).allowed);
+        let d = peek::<Gcra>(&hour, &key, T0 + 1_000_000, 1);
+        assert_eq!(summary(&d), (true, 10, 0, 0, 36_000_000));
         // Back under the second, they are owed as ten seconds' worth.
         let d = peek::<Gcra>(&second, &key, T0, 0);
         assert_eq!(summary(&d), (true, 10, 0, 0, 10_000));
+    }
+
+    /// Issue 22's table: a denial under new parameters says when the same request is admitted,
+    /// as later calls convert the key at their own instants. Before, the reply converted the
+    /// key once and assumed the new parameters from then on: 1000 ms said for the first,
+    /// admitted at 3000; 3000 said for the second, admitted at 1000.
+    #[test]
+    fn a_denial_under_new_parameters_says_when_the_request_fits() {
+        for (before, after, retry_ms) in [
+            (params(3, 1, 3000), params(3, 3, 3000), 3000),
+            (params(3, 3, 3000), params(3, 1, 3000), 1000),
+        ] {
+            let key = key_after(&before, &[(0, 1), (0, 1), (0, 1)]);
+            let d = peek::<Gcra>(&after, &key, T0, 1);
+            assert_eq!(summary(&d), (false, 3, 0, retry_ms, 3 * retry_ms as u64));
+            let ms = retry_ms as u64 * 1000;
+            assert!(!peek::<Gcra>(&after, &key, T0 + ms - 1000, 1).allowed);
+            assert!(!peek::<Gcra>(&after, &key, T0 + ms - 1, 1).allowed);
+            assert!(peek::<Gcra>(&after, &key, T0 + ms, 1).allowed);
+        }
     }
 
     #[test]
@@ -500,5 +572,14 @@ mod tests {
         bound: 21,
         later_within: 5_000_000,
         later_too: |_| true,
+    );
+
+    // Issue 22: one schedule for every reply, across parameter changes.
+    testing::one_schedule_property!(
+        Gcra,
+        params: any_params(),
+        t0: T0,
+        long_gap: 60_000_000,
+        later_within: 5_000_000,
     );
 }

@@ -222,11 +222,35 @@ mod tests {
             testing::admitted_at_one_instant::<LeakyBucket>(&mut key, &requests, T0),
             10
         );
+        // No room under the hour (ten owed hours); nothing is written, so the queue keeps
+        // draining by the second until a request under the hour is admitted: one unit has
+        // left after a second, and a request then fits.
         let d = peek::<LeakyBucket>(&hour, &key, T0, 1);
         assert_eq!(
             (d.allowed, d.remaining, d.retry_after.unwrap().ceil_ms()),
-            (false, 0, 3_600_000)
+            (false, 0, 1_000)
         );
+        assert!(!peek::<LeakyBucket>(&hour, &key, T0 + 999_999, 1).allowed);
+        assert!(peek::<LeakyBucket>(&hour, &key, T0 + 1_000_000, 1).allowed);
+    }
+
+    /// Issue 22's table, for the leaky bucket: 3000 and 1000 ms, as GCRA.
+    #[test]
+    fn a_denial_under_new_parameters_says_when_the_request_fits() {
+        for (before, after, retry_ms) in [
+            (params(3, 1, 3000), params(3, 3, 3000), 3000),
+            (params(3, 3, 3000), params(3, 1, 3000), 1000),
+        ] {
+            let mut key: Key<LeakyBucket> = None;
+            for _ in 0..3 {
+                step::<LeakyBucket>(&before, &mut key, T0, 1);
+            }
+            let d = peek::<LeakyBucket>(&after, &key, T0, 1);
+            assert_eq!(d.retry_after.unwrap().ceil_ms(), retry_ms);
+            assert_eq!(d.reset_after.ceil_ms(), 3 * retry_ms);
+            assert!(!peek::<LeakyBucket>(&after, &key, T0 + retry_ms * 1000 - 1, 1).allowed);
+            assert!(peek::<LeakyBucket>(&after, &key, T0 + retry_ms * 1000, 1).allowed);
+        }
     }
 
     #[test]
@@ -322,5 +346,14 @@ mod tests {
         bound: 21,
         later_within: 5_000_000,
         later_too: |_| true,
+    );
+
+    // Issue 22: one schedule for every reply, across parameter changes.
+    testing::one_schedule_property!(
+        LeakyBucket,
+        params: any_params(),
+        t0: T0,
+        long_gap: 60_000_000,
+        later_within: 5_000_000,
     );
 }

@@ -214,10 +214,48 @@ pub fn keep<S>(stored: Option<&mut S>, new: S) -> Option<S> {
     }
 }
 
+/// For a key stored under other parameters than a call's (issue 22, docs/algorithms.md): how
+/// long until the key is fresh under its own parameters, `None` when they are the call's.
+///
+/// A key lives by the parameters it was written with until a request under others is
+/// admitted and writes them; once fresh under its own, it is gone (the storage layer's TTL
+/// ends then) and any call finds a fresh key. So a call that writes nothing waits no longer
+/// than this for anything ([`within_own_reset`]), and an algorithm whose conversion could
+/// outlive it (the log and window counts re-read under a longer window) starts fresh when
+/// it is zero.
+pub(crate) fn own_reset<A: Algorithm>(
+    params: &A::Params,
+    stored: Option<(&A::Params, &A::State)>,
+    now_us: u64,
+) -> Option<Span> {
+    match stored {
+        Some((own, state)) if own != params => Some(A::view_now(own, state, now_us).reset_after),
+        _ => None,
+    }
+}
+
+/// Caps the times of a `decision` made on a key stored under other parameters, by
+/// [`own_reset`]'s `own`, when the call writes nothing (it is denied, or takes no units):
+/// at `own` the key is a fresh key, which admits any cost up to the limit and is fresh.
+pub(crate) fn within_own_reset(decision: &mut Decision, own: Option<Span>, cost: u64) {
+    let Some(own) = own else { return };
+    if decision.allowed && cost > 0 {
+        return;
+    }
+    if decision.reset_after.ceil_us() > own.ceil_us() {
+        decision.reset_after = own;
+    }
+    if let Some(retry) = decision.retry_after.as_mut() {
+        if retry.ceil_us() > own.ceil_us() {
+            *retry = own;
+        }
+    }
+}
+
 /// Helpers for the algorithms' unit and property tests.
 #[cfg(test)]
 pub mod testing {
-    use super::{Algorithm, Decision};
+    use super::{Algorithm, Decision, Span};
 
     /// A key as the storage layer keeps it: the parameters it was written with, and state.
     pub type Key<A> = Option<(<A as Algorithm>::Params, <A as Algorithm>::State)>;
@@ -311,16 +349,181 @@ pub mod testing {
         later_us: u64,
         limit: u64,
     ) -> Result<(), proptest::test_runner::TestCaseError> {
-        use proptest::{prop_assert, prop_assert_eq};
-        let us = peek::<A>(params, key, now_us, 0).reset_after.ceil_us();
+        let reset = peek::<A>(params, key, now_us, 0).reset_after;
+        fresh_at_reset_after::<A>(params, key, now_us, reset, later_us)?;
+        proptest::prop_assert_eq!(
+            peek::<A>(params, key, now_us + reset.ceil_us(), 0).limit,
+            limit
+        );
+        Ok(())
+    }
+
+    /// The promise of a reply's `reset_after`, `key` being the key as the call left it: a
+    /// request of no units under the same `params` finds it fresh (nothing left to reset,
+    /// `remaining == limit`) at `now_us + reset` and `later_us` after, and not fresh a
+    /// microsecond before.
+    pub fn fresh_at_reset_after<A: Algorithm>(
+        params: &A::Params,
+        key: &Key<A>,
+        now_us: u64,
+        reset: Span,
+        later_us: u64,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        use proptest::prop_assert;
+        let us = reset.ceil_us();
         for t in [now_us + us, now_us + us + later_us] {
-            prop_assert_eq!(peek::<A>(params, key, t, 0).remaining, limit);
+            let d = peek::<A>(params, key, t, 0);
+            prop_assert!(
+                d.reset_after.is_zero() && d.remaining == d.limit,
+                "not fresh {} µs after a reset_after of {} µs: {:?}",
+                t - now_us,
+                us,
+                d
+            );
         }
         if us > 0 {
-            prop_assert!(peek::<A>(params, key, now_us + us - 1, 0).remaining < limit);
+            let d = peek::<A>(params, key, now_us + us - 1, 0);
+            prop_assert!(
+                !d.reset_after.is_zero(),
+                "already fresh 1 µs before a reset_after of {} µs",
+                us
+            );
         }
         Ok(())
     }
+
+    /// One step of a client's traffic on a key, for [`one_schedule`].
+    #[derive(Debug, Clone)]
+    pub enum Op {
+        /// After `gap_us`, a request under the pool's parameter set `set` (modulo its size):
+        /// of `cost` units, or with `atmost`, `ATMOST cost` (a grant of what fits, at least
+        /// one unit asked); a `dryrun` writes nothing.
+        Call {
+            set: usize,
+            gap_us: u64,
+            cost: u64,
+            dryrun: bool,
+            atmost: bool,
+        },
+        /// After `gap_us`, RL.REFUND of `units` (under the key's own parameters).
+        Refund { gap_us: u64, units: u64 },
+    }
+
+    /// Traffic for [`one_schedule`]: mostly requests, some at the same instant as the one
+    /// before, some after long idle gaps; some DRYRUN, some ATMOST, some refunds.
+    pub fn ops(
+        sets: usize,
+        long_gap_us: u64,
+    ) -> impl proptest::strategy::Strategy<Value = Vec<Op>> {
+        use proptest::prelude::*;
+        let gap = prop_oneof![
+            3 => Just(0u64),
+            4 => 0u64..3_000_000,
+            1 => 0u64..long_gap_us.max(1),
+        ];
+        let op = prop_oneof![
+            8 => (0..sets, gap.clone(), 0u64..6, prop::bool::weighted(0.2), prop::bool::weighted(0.15))
+                .prop_map(|(set, gap_us, cost, dryrun, atmost)| Op::Call { set, gap_us, cost, dryrun, atmost }),
+            1 => (gap, 0u64..4).prop_map(|(gap_us, units)| Op::Refund { gap_us, units }),
+        ];
+        proptest::collection::vec(op, 1..40)
+    }
+
+    /// Issue 22's promise, for every algorithm: what a reply says is what later calls do,
+    /// whatever the parameters of the calls before it. Replays `ops` from `t0_us` on one
+    /// key, with parameter sets from `pool`, and on every reply checks:
+    /// - a denial's `retry_after` is exact: the same request is denied a millisecond (and a
+    ///   microsecond) before it, admitted at it ([`retry_after_is_exact`]), nothing else
+    ///   happening, also when the key was written under other parameters;
+    /// - its `reset_after` is exact: the key as the call leaves it (as a real call would
+    ///   leave it, for a DRYRUN) is fresh then, and not before ([`fresh_at_reset_after`]);
+    /// - RL.INSPECT's view agrees: the key's own view ([`Algorithm::view_now`] under the
+    ///   parameters it is stored with, whose `reset_after` is the key's TTL) does not end before
+    ///   the reply says the key is fresh, and is the reply's when the call's parameters are
+    ///   the key's;
+    /// - a DRYRUN answers as the real call does.
+    pub fn one_schedule<A: Algorithm>(
+        pool: &[A::Params],
+        ops: &[Op],
+        t0_us: u64,
+        later_us: u64,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        use proptest::{prop_assert, prop_assert_eq};
+        let mut key: Key<A> = None;
+        let mut at = t0_us;
+        for op in ops {
+            match *op {
+                Op::Refund { gap_us, units } => {
+                    at += gap_us;
+                    if let Some((p, s)) = key.as_mut() {
+                        A::refund(p, s, at, units);
+                    }
+                }
+                Op::Call {
+                    set,
+                    gap_us,
+                    cost,
+                    dryrun,
+                    atmost,
+                } => {
+                    at += gap_us;
+                    let params = &pool[set % pool.len()];
+                    let cost = if atmost {
+                        largest::<A>(params, &key, at).min(cost.max(1)).max(1)
+                    } else {
+                        cost
+                    };
+                    let said = peek::<A>(params, &key, at, cost);
+                    retry_after_is_exact::<A>(params, &key, at, cost, said.limit)?;
+                    let mut after = key.clone();
+                    prop_assert_eq!(step::<A>(params, &mut after, at, cost), said);
+                    fresh_at_reset_after::<A>(params, &after, at, said.reset_after, later_us)?;
+                    if let Some((stored, state)) = &after {
+                        let view = A::view_now(stored, state, at);
+                        if stored == params {
+                            prop_assert_eq!(view.reset_after.ceil_us(), said.reset_after.ceil_us());
+                        }
+                        prop_assert!(
+                            said.reset_after.ceil_us() <= view.reset_after.ceil_us(),
+                            "the reply's reset_after {:?} is after the key's own {:?}",
+                            said.reset_after,
+                            view.reset_after
+                        );
+                    }
+                    if !dryrun {
+                        key = after;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// [`one_schedule`] as a property test of an algorithm: expands, in its test module, to
+    /// `one_schedule_for_every_reply`, over three parameter sets drawn from `$params`.
+    macro_rules! one_schedule_property {
+        (
+            $algorithm:ty,
+            params: $params:expr,
+            t0: $t0:expr,
+            long_gap: $long_gap:expr,
+            later_within: $later_within:expr $(,)?
+        ) => {
+            proptest::proptest! {
+                /// Issue 22: every reply's retry_after and reset_after are what later calls
+                /// find, across parameter changes, DRYRUN, ATMOST and refunds.
+                #[test]
+                fn one_schedule_for_every_reply(
+                    pool in proptest::collection::vec($params, 3),
+                    ops in $crate::testing::ops(3, $long_gap),
+                    later in 0u64..$later_within,
+                ) {
+                    $crate::testing::one_schedule::<$algorithm>(&pool, &ops, $t0, later)?;
+                }
+            }
+        };
+    }
+    pub(crate) use one_schedule_property;
 
     /// A decision as the reply shows it: allowed, limit, remaining, retry_after_ms (-1 when
     /// never), reset_after_ms.

@@ -289,6 +289,22 @@ pub fn step_shadow(
             binding = Some((i, decision));
         }
     }
+    if !allowed && cost > 0 {
+        // Refused, the request takes nothing from any rule: the key is fresh when every rule
+        // is, each as a request of no units sees it (a rule that alone would admit the cost
+        // said when it would be fresh after taking it).
+        reset_after = None;
+        for (i, rule) in rules.iter().enumerate() {
+            let stored = match (found.get(i).copied().flatten(), states.as_deref_mut()) {
+                (Some(j), Some(states)) => old.get(j).zip(states.get_mut(j)),
+                _ => None,
+            };
+            let reset = rule.check(stored, now_us, 0, false).0.reset_after;
+            if reset_after.is_none_or(|r| reset.ceil_us() > r.ceil_us()) {
+                reset_after = Some(reset);
+            }
+        }
+    }
     let (index, binding_decision) = binding.unwrap_or((0, EMPTY));
     let mut decision = binding_decision;
     decision.allowed = allowed;
@@ -516,6 +532,47 @@ mod tests {
             fixed(30, 60_000),
             fixed(50, 86_400_000),
         ])
+    }
+
+    /// Issue 22's table, for a policy: its GCRA rule goes from 1 to 3 per 3 s (RL.POLICY.SET)
+    /// after three requests. Before, 1000 ms was said and the request admitted at 3000.
+    #[test]
+    fn a_denial_after_a_policy_change_says_when_the_request_fits() {
+        let before: Rules = Arc::from(vec![gcra(3, 1, 3000), fixed(100, 60_000)]);
+        let after: Rules = Arc::from(vec![gcra(3, 3, 3000), fixed(100, 60_000)]);
+        let mut key: Key = None;
+        for _ in 0..3 {
+            assert!(step(&before, &mut key, T0, 1).allowed);
+        }
+        let o = outcome(&after, &key, T0, 1);
+        assert_eq!(o.binding, 0);
+        // The key lives until the window rule's minute ends, 40 s after T0.
+        assert_eq!(testing::summary(&o.decision), (false, 3, 0, 3000, 40_000));
+        assert!(
+            !outcome(&after, &key, T0 + 3 * SECOND - 1, 1)
+                .decision
+                .allowed
+        );
+        assert!(outcome(&after, &key, T0 + 3 * SECOND, 1).decision.allowed);
+    }
+
+    /// A refused request takes nothing from any rule, so the key's reset_after is that of
+    /// its rules as they are: here, a fresh key refused by the window rule (COST above its
+    /// limit) is still fresh. Before, the bucket rule, which alone would have admitted the
+    /// cost, said when it would be full after taking it (2 s).
+    #[test]
+    fn a_refused_request_is_reset_as_the_rules_stand() {
+        let rules: Rules = Arc::from(vec![
+            fixed(1, 1000),
+            Rule::TokenBucket(token_bucket::Params {
+                capacity: 2,
+                refill_amount: 1,
+                refill_period_ms: 1000,
+                interval: false,
+            }),
+        ]);
+        let d = outcome(&rules, &None, T0, 2).decision;
+        assert_eq!(testing::summary(&d), (false, 1, 1, -1, 0));
     }
 
     #[test]
@@ -1042,4 +1099,17 @@ mod tests {
             testing::refund_of_more_than_was_taken::<Limit>(&key, now + more, false)?;
         }
     }
+
+    fn policy_strategy() -> impl Strategy<Value = Rules> {
+        proptest::collection::vec(rule_strategy(), 1..4).prop_map(Rules::from)
+    }
+
+    // Issue 22: one schedule for every reply, across policy changes.
+    testing::one_schedule_property!(
+        Limit,
+        params: policy_strategy(),
+        t0: T0,
+        long_gap: 60_000_000,
+        later_within: 20_000_000,
+    );
 }

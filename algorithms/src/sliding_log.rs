@@ -74,6 +74,15 @@
 //!   that alternate between calls re-encode the ring once, not at every call; the window's
 //!   own unit comes back when the ring starts afresh or is rebased.
 //!
+//! Until a request under the new parameters is admitted, nothing is written: the key lives
+//! by the window it was written with, and its TTL is when its newest entry leaves that
+//! window. Then it is gone, and every call finds a fresh key (`own_reset`); so a
+//! call under a longer window counts the entries as the new window reads them, but no
+//! longer than that, and its `retry_after` and `reset_after` are capped there
+//! (`within_own_reset`): the least times at which a call finds the request
+//! admitted, or the key fresh. A request admitted under the longer window writes it, and
+//! from then on the entries count for the whole new window.
+//!
 //! A `limit` above 2^31 - 1 (the command layer never passes one: its cap is at most 10^9)
 //! acts as 2^31 - 1 everywhere, the reply's `limit` included, so that a cost word never has
 //! its top bit set and the ring can be read from both ends.
@@ -806,16 +815,34 @@ impl Algorithm for SlidingLog {
     ) -> (Decision, Option<State>) {
         // The log carries over any parameter change as it is: the old parameters have
         // nothing to bring up to date, and the entries are read with the new window.
+        let own =
+            super::own_reset::<Self>(params, stored.as_ref().map(|(o, s)| (*o, &**s)), now_us);
         let mut fresh = None;
-        let state = match stored {
-            Some((_, state)) => state,
-            None => fresh.insert(State::empty(now_us, unit_for(params.window_us()))),
+        let (state, replaced) = match stored {
+            // Fresh under the parameters it was stored with: gone, a fresh key, which an
+            // admitted request replaces.
+            Some((_, state)) if own.is_some_and(|r| r.is_zero()) => (
+                fresh.insert(State::empty(now_us, unit_for(params.window_us()))),
+                Some(state),
+            ),
+            Some((_, state)) => (state, None),
+            None => (
+                fresh.insert(State::empty(now_us, unit_for(params.window_us()))),
+                None,
+            ),
         };
-        let (decision, scan, planned) = decide(params, state, now_us, cost);
+        let (mut decision, scan, planned) = decide(params, state, now_us, cost);
+        super::within_own_reset(&mut decision, own, cost);
         match planned {
             Some(planned) if write => {
                 admit(state, &scan, &planned, cost);
-                (decision, fresh)
+                match (replaced, fresh) {
+                    (Some(stored), Some(new)) => {
+                        *stored = new;
+                        (decision, None)
+                    }
+                    (_, fresh) => (decision, fresh),
+                }
             }
             _ => (decision, None),
         }
@@ -829,12 +856,13 @@ impl Algorithm for SlidingLog {
     /// `limit - active`: the units of the entries still in the window, from the scan (the
     /// index), O(log n).
     fn largest_cost(params: &Params, stored: Option<(&Params, &State)>, now_us: u64) -> u64 {
+        let gone = super::own_reset::<Self>(params, stored, now_us).is_some_and(|r| r.is_zero());
         let active = match stored {
-            Some((_, state)) => {
+            Some((_, state)) if !gone => {
                 let window_us = u128::from(params.window_us());
                 scan(state, u128::from(now_us), window_us).active
             }
-            None => 0,
+            _ => 0,
         };
         params.limit().saturating_sub(active)
     }
@@ -1302,10 +1330,23 @@ mod tests {
             (d.allowed, d.remaining, d.reset_after),
             (true, 0, Span::from_us(10 * S))
         );
-        // A 2-minute window at 70 s: both still count, the first until 120 s.
+        // A 2-minute window at 70 s: both still count, the first until 120 s. But until a
+        // request under it is admitted, the key lives by its own minute: at 90 s it is
+        // fresh under it, gone (its TTL ends then), and any request finds a fresh key.
         let two = params(2, 120_000);
         let d = peek::<SlidingLog>(&two, &key, T0 + 70 * S, 1);
-        assert_eq!(d.retry_after, Some(Span::from_us(50 * S)));
+        assert_eq!(d.retry_after, Some(Span::from_us(20 * S)));
+        assert_eq!(d.reset_after, Span::from_us(20 * S));
+        assert!(!peek::<SlidingLog>(&two, &key, T0 + 90 * S - 1, 1).allowed);
+        let d = peek::<SlidingLog>(&two, &key, T0 + 90 * S, 1);
+        assert_eq!((d.allowed, d.remaining), (true, 1));
+        // Admitted under it at 70 s, the request writes the 2-minute window: three entries,
+        // the first counting until 120 s.
+        let mut written = key.clone();
+        let three = params(3, 120_000);
+        assert!(step::<SlidingLog>(&three, &mut written, T0 + 70 * S, 1).allowed);
+        let d = peek::<SlidingLog>(&three, &written, T0 + 90 * S, 1);
+        assert_eq!(d.retry_after, Some(Span::from_us(30 * S)));
         // A 10-minute window needs 2 µs units: the next write re-encodes the ring.
         let mut key = key_after(&minute, &[(0, 1), (3, 1)]);
         let long = params(3, 600_000);
@@ -1798,4 +1839,13 @@ mod tests {
             }
         }
     }
+
+    // Issue 22: one schedule for every reply, across parameter changes.
+    testing::one_schedule_property!(
+        SlidingLog,
+        params: any_params(),
+        t0: T0,
+        long_gap: 60_000_000,
+        later_within: 20_000_000,
+    );
 }

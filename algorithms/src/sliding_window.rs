@@ -41,16 +41,17 @@
 //! Everything is exact integer arithmetic in microseconds, in u128 (at most about 2^89 for
 //! the largest counts and windows that parse); the spans are whole microseconds.
 //!
-//! Changing parameters on an existing key: the stored counts are first rolled to now under
-//! the OLD window length (from the stored window start), then both are kept as they are and
-//! placed in the window that contains now under the NEW length: `current` stays the
-//! current count and `previous` the previous one, weighted by the new window's elapsed
-//! share. Nothing admitted is forgotten, and the new limit applies to the estimate from now
-//! on. Until a request is admitted under the new parameters the stored state is unchanged
-//! and this conversion is made afresh at every call; `retry_after` and `reset_after` are
-//! exact for it too (the counts still roll on the old window's schedule, while the previous
-//! count's weight follows the new one, so the estimate may rise again at a new window's
-//! start: the times reported are the least ones that hold).
+//! Changing parameters on an existing key: a new limit alone applies to the counts as they
+//! are. A new window carries the key's estimate, the units it still counts on its own
+//! schedule (`check_new_window`): until a request under the new window is admitted,
+//! nothing is written, and every call sees that estimate (rolled and weighted on the stored
+//! window) against the new limit, so its `retry_after` and `reset_after` are the least times
+//! on that schedule, which never rises. An admitted request writes the estimate plus its
+//! cost as the count of now's window under the new length: held at full weight until that
+//! window ends, then sliding out over the next, never in the caller's favour. (Until issue
+//! 22 the counts were placed in the new window as they were, the previous one weighted on
+//! the new window's share, so the estimate rose again at every new window's start and a
+//! `retry_after` rounded up to whole ms could land on a refusal.)
 //!
 //! A stored window that begins after `now` (a clock that went back) has not ended: its
 //! counts are taken as now's, never in the caller's favour.
@@ -234,85 +235,22 @@ impl Algorithm for SlidingWindow {
         cost: u64,
         write: bool,
     ) -> (Decision, Option<State>) {
-        // A request of no units changes nothing, whoever asks.
-        let write = write && cost > 0;
-        let now = u128::from(now_us);
-        let window = window_us(params.window_ms);
-        let start = window_start(now, window);
-        let limit = u128::from(params.limit);
-        let cost_units = u128::from(cost);
-        let held = match &stored {
-            Some((old, state)) => Counts::stored(old, state),
-            None => Counts {
-                start,
-                window,
-                current: 0,
-                previous: 0,
-            },
-        };
-        // Rolled to now on the stored schedule, then weighted on the new one.
-        let segments = held.from(now);
-        let here = segments
-            .iter()
-            .find(|s| !s.is_empty())
-            .copied()
-            .unwrap_or(segments[2]);
-        let estimate = here.estimate(window, now);
-        let allowed = estimate.saturating_add(cost_units) <= limit;
-        let (after, reset_at) = if allowed && cost > 0 {
-            // What the key holds once the request is made: the counts placed in now's
-            // window under the new length, the cost added to the current one.
-            let made = Counts {
-                start,
-                window,
-                current: here.current + cost_units,
-                previous: here.previous,
-            };
-            let reset_at = settled(&made.from(now), window, now);
-            (estimate + cost_units, reset_at)
-        } else {
-            (estimate, settled(&segments, window, now))
-        };
-        let retry_after = if allowed {
-            Some(Span::ZERO)
-        } else if cost > params.limit {
-            None
-        } else {
-            segments
-                .iter()
-                .filter(|s| !s.is_empty())
-                .find_map(|s| s.first_fit(window, cost_units, limit))
-                .map(|t| Span::new(t - now, 1))
-        };
-        let decision = Decision {
-            allowed,
-            limit: params.limit,
-            remaining: u64::try_from(limit.saturating_sub(after)).unwrap_or(0),
-            retry_after,
-            reset_after: Span::new(reset_at - now, 1),
-            delay: None,
-        };
-        let fresh = if allowed && write {
-            // All fit: start <= now, current + cost <= estimate + cost <= limit, and
-            // previous is a stored count.
-            let new = State {
-                window_start_us: u64::try_from(start).unwrap_or(now_us),
-                current: u64::try_from(here.current + cost_units).unwrap_or(params.limit),
-                previous: u64::try_from(here.previous).unwrap_or(u64::MAX),
-            };
-            keep(stored.map(|(_, state)| state), new)
-        } else {
-            None
-        };
-        (decision, fresh)
+        match stored {
+            Some((old, state)) if old.window_ms != params.window_ms => {
+                check_new_window(params, old, state, now_us, cost, write)
+            }
+            stored => check_counts(params, stored, now_us, cost, write),
+        }
     }
 
-    /// `limit - estimate`, the estimate as a check computes it.
+    /// `limit - estimate`, the estimate as a check computes it: for a key stored under
+    /// another window, its own estimate on its own schedule (`check_new_window`).
     fn largest_cost(params: &Params, stored: Option<(&Params, &State)>, now_us: u64) -> u64 {
         let now = u128::from(now_us);
-        let window = window_us(params.window_ms);
         let estimate = match stored {
-            Some((old, state)) => current(&Counts::stored(old, state), now).estimate(window, now),
+            Some((old, state)) => {
+                current(&Counts::stored(old, state), now).estimate(window_us(old.window_ms), now)
+            }
             None => 0,
         };
         u64::try_from(u128::from(params.limit).saturating_sub(estimate)).unwrap_or(0)
@@ -359,6 +297,136 @@ impl Algorithm for SlidingWindow {
     fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
         super::Snapshot::SlidingWindow(snapshot(params, state, now_us))
     }
+}
+
+/// The check for a key stored under the same window (or none): its counts rolled to now
+/// and weighted on that window, `params.limit` applied (a new limit alone applies to the
+/// counts as they are).
+fn check_counts(
+    params: &Params,
+    stored: Option<(&Params, &mut State)>,
+    now_us: u64,
+    cost: u64,
+    write: bool,
+) -> (Decision, Option<State>) {
+    // A request of no units changes nothing, whoever asks.
+    let write = write && cost > 0;
+    let now = u128::from(now_us);
+    let window = window_us(params.window_ms);
+    let start = window_start(now, window);
+    let limit = u128::from(params.limit);
+    let cost_units = u128::from(cost);
+    let held = match &stored {
+        Some((old, state)) => Counts::stored(old, state),
+        None => Counts {
+            start,
+            window,
+            current: 0,
+            previous: 0,
+        },
+    };
+    let segments = held.from(now);
+    let here = segments
+        .iter()
+        .find(|s| !s.is_empty())
+        .copied()
+        .unwrap_or(segments[2]);
+    let estimate = here.estimate(window, now);
+    let allowed = estimate.saturating_add(cost_units) <= limit;
+    let (after, reset_at) = if allowed && cost > 0 {
+        // What the key holds once the request is made: the counts placed in now's
+        // window under the new length, the cost added to the current one.
+        let made = Counts {
+            start,
+            window,
+            current: here.current + cost_units,
+            previous: here.previous,
+        };
+        let reset_at = settled(&made.from(now), window, now);
+        (estimate + cost_units, reset_at)
+    } else {
+        (estimate, settled(&segments, window, now))
+    };
+    let retry_after = if allowed {
+        Some(Span::ZERO)
+    } else if cost > params.limit {
+        None
+    } else {
+        segments
+            .iter()
+            .filter(|s| !s.is_empty())
+            .find_map(|s| s.first_fit(window, cost_units, limit))
+            .map(|t| Span::new(t - now, 1))
+    };
+    let decision = Decision {
+        allowed,
+        limit: params.limit,
+        remaining: u64::try_from(limit.saturating_sub(after)).unwrap_or(0),
+        retry_after,
+        reset_after: Span::new(reset_at - now, 1),
+        delay: None,
+    };
+    let fresh = if allowed && write {
+        // All fit: start <= now, current + cost <= estimate + cost <= limit, and
+        // previous is a stored count.
+        let new = State {
+            window_start_us: u64::try_from(start).unwrap_or(now_us),
+            current: u64::try_from(here.current + cost_units).unwrap_or(params.limit),
+            previous: u64::try_from(here.previous).unwrap_or(u64::MAX),
+        };
+        keep(stored.map(|(_, state)| state), new)
+    } else {
+        None
+    };
+    (decision, fresh)
+}
+
+/// The check for a key stored under another window (issue 22, docs/sliding-window.md): the
+/// key lives by its own window until a request under the new one is admitted, so a call sees
+/// the units the key still counts, its own estimate on its own schedule, against the new
+/// limit; a denial's and a non-writing call's times are on that schedule (its estimate never
+/// rises as time passes, so the first instant that fits is the retry, in ms as in µs). An
+/// admitted request writes the estimate and its cost as the count of now's window under the
+/// new length, which holds them at full weight until that window ends and lets them slide out
+/// over the next: never in the caller's favour, and at one instant the units are the same.
+fn check_new_window(
+    params: &Params,
+    own: &Params,
+    state: &mut State,
+    now_us: u64,
+    cost: u64,
+    write: bool,
+) -> (Decision, Option<State>) {
+    // The own schedule under the new limit: the same window, so the counts as they are.
+    let mine = Params {
+        limit: params.limit,
+        window_ms: own.window_ms,
+    };
+    let (mut decision, _) = check_counts(&mine, Some((own, state)), now_us, cost, false);
+    if !(decision.allowed && cost > 0) {
+        return (decision, None);
+    }
+    let now = u128::from(now_us);
+    let window = window_us(params.window_ms);
+    let start = window_start(now, window);
+    let limit = u128::from(params.limit);
+    // Admitted: the units now counted, this request's included, at most the limit.
+    let counted = limit.saturating_sub(u128::from(decision.remaining));
+    let made = Counts {
+        start,
+        window,
+        current: counted,
+        previous: 0,
+    };
+    decision.reset_after = Span::new(settled(&made.from(now), window, now) - now, 1);
+    if write {
+        *state = State {
+            window_start_us: u64::try_from(start).unwrap_or(now_us),
+            current: u64::try_from(counted).unwrap_or(params.limit),
+            previous: 0,
+        };
+    }
+    (decision, None)
 }
 
 /// A key's parameters and state as of one instant.
@@ -488,49 +556,53 @@ mod tests {
     }
 
     #[test]
-    fn a_parameter_change_keeps_both_counts() {
+    fn a_new_window_carries_the_estimate() {
         // 10 per minute: 4 in 2:00, 6 in 2:01 (by 2:01:30).
         let minute = params(10, 60_000);
         let mut key = key_after(&minute, &[(10 * SEC, 4), (90 * SEC, 6)]);
-        // At 2:01:35, 10 per 10 s: rolled on the minute, (current 6, previous 4), placed in
-        // [2:01:30, 2:01:40), 5 s in: 6 + floor(4 × 5 / 10) = 8, so 2 more fit.
+        // At 2:01:35, 10 per 10 s: the key counts what its own minute says, 6 + floor(4 ×
+        // 25 / 60) = 7, so 3 more fit. The request of 2 writes 9 as the count of
+        // [2:01:30, 2:01:40), which holds them until 2:01:40 and lets them slide out over
+        // the next 10 s: fresh once floor(9 × left / 10 s) = 0, 8.888889 s into it.
         let ten_s = params(10, 10_000);
         let d = step::<SlidingWindow>(&ten_s, &mut key, T2 + 95 * SEC, 2);
         assert!(d.allowed);
-        assert_eq!(d.remaining, 0);
+        assert_eq!(d.remaining, 1);
+        assert_eq!(d.reset_after, Span::from_us(5 * SEC + 8_888_889));
         assert_eq!(
             key,
             Some((
                 ten_s,
                 State {
                     window_start_us: T2 + 90 * SEC,
-                    current: 8,
-                    previous: 4
+                    current: 9,
+                    previous: 0
                 }
             ))
         );
-        // From here on, the new 10 s schedule: at 2:01:40 the 8 are the previous count.
-        let d = peek::<SlidingWindow>(&ten_s, &key, T2 + 95 * SEC, 1);
+        // From here on, the new 10 s schedule: 2 more fit once the 9 weigh 8, a microsecond
+        // into 2:01:40.
+        let d = peek::<SlidingWindow>(&ten_s, &key, T2 + 95 * SEC, 2);
         assert!(!d.allowed);
-        // The estimate is 8 + floor(4 × 5 / 10) = 10, but a microsecond later the previous
-        // count weighs floor(4 × 4.999999 / 10) = 1: 9 + 1 fits.
-        assert_eq!(d.retry_after, Some(Span::from_us(1)));
+        assert_eq!(d.retry_after, Some(Span::from_us(5 * SEC + 1)));
 
-        // Unwritten, the stored counts roll on the OLD schedule: a shorter window with a
-        // smaller limit keeps them until the old minute ends, whatever its own windows say.
+        // Unwritten, the key keeps its own minute: a shorter window with a smaller limit sees
+        // its estimate, which falls as the minute says, and never rises again.
         let key = key_after(&minute, &[(90 * SEC, 10)]); // 2:01, full
         let small = params(5, 10_000);
         let d = peek::<SlidingWindow>(&small, &key, T2 + 95 * SEC, 1);
         assert!(!d.allowed);
         assert_eq!(d.remaining, 0);
-        // At 2:02 the 10 become the previous count, weighted on the 10 s windows:
-        // floor(10 × left / 10 s) <= 4 once left < 5 s, at 2:02:05.000001. That weight
-        // starts again at every 10 s window of the old minute 2:02, so the key is fresh for
-        // good only in the last one: floor(10 × left / 10 s) = 0 from 2:02:59.000001.
-        assert_eq!(d.retry_after, Some(Span::from_us(30 * SEC + 1)));
-        assert!(peek::<SlidingWindow>(&small, &key, T2 + 125 * SEC + 1, 1).allowed);
-        assert!(!peek::<SlidingWindow>(&small, &key, T2 + 125 * SEC, 1).allowed);
-        assert_eq!(d.reset_after, Span::from_us(84 * SEC + 1));
+        // At 2:02 the 10 become the previous count: floor(10 × left / 60 s) <= 4 once
+        // left < 30 s, at 2:02:30.000001; 0 once left < 6 s, at 2:02:54.000001.
+        assert_eq!(d.retry_after, Some(Span::from_us(55 * SEC + 1)));
+        assert!(peek::<SlidingWindow>(&small, &key, T2 + 150 * SEC + 1, 1).allowed);
+        assert!(!peek::<SlidingWindow>(&small, &key, T2 + 150 * SEC, 1).allowed);
+        assert!(!peek::<SlidingWindow>(&small, &key, T2 + 150 * SEC - 1000, 1).allowed);
+        assert_eq!(d.reset_after, Span::from_us(79 * SEC + 1));
+        // Before, the counts rolled on the minute but were weighed on the 10 s windows, so the
+        // estimate rose again at every one of them: after the retry said (2:02:05.000001),
+        // the request was refused again from 2:02:10 to 2:02:15, and so on.
     }
 
     #[test]
@@ -775,5 +847,14 @@ mod tests {
         bound: 21,
         later_within: 20_000_000,
         later_too: |_| true,
+    );
+
+    // Issue 22: one schedule for every reply, across parameter changes.
+    testing::one_schedule_property!(
+        SlidingWindow,
+        params: changing_params(),
+        t0: T2,
+        long_gap: 60_000_000,
+        later_within: 20_000_000,
     );
 }

@@ -62,11 +62,19 @@
 //! - INTERVAL with a new period also anchors the phase at now; INTERVAL with the same period
 //!   keeps its phase (the next boundary brings the new `refill_amount`).
 //!
+//! A full bucket converts to a fresh key, under any parameters: the storage layer lets a key
+//! expire once it is full (its TTL is the time until full), and the next call finds none.
+//!
 //! Until a request is admitted under the new parameters, nothing is written: each call
 //! converts anew at its own time, with the old parameters governing the refill up to then.
-//! So `retry_after` and `reset_after` are exact for a key whose stored parameters are the
-//! request's; for a key with a pending change they are computed as if the new parameters
-//! applied from this call on.
+//! So a call that writes nothing (refused, COST 0, or a DRYRUN of either) under the new
+//! parameters tells the times on the key's own bucket: a request of `cost` fits once the
+//! conversion made then holds `cost` tokens, which is when the own bucket holds them (the
+//! rescaling rounds down by less than a unit of the new period, never a whole token), or
+//! is full (a fresh key, for a cost above the old capacity); the key is fresh once the own
+//! bucket holds the new capacity, or is full (`State::own_wait`). An admitted request's
+//! times are on the bucket it writes. Every reply's `retry_after` and `reset_after` are
+//! thus what later calls find (issue 22).
 //!
 //! A clock that goes backwards (a reading before the stored instant) refills nothing and
 //! never moves the stored instant back, so no time is refilled twice.
@@ -162,6 +170,11 @@ impl State {
         if old == new {
             return *self;
         }
+        if self.scaled_tokens >= old.full() {
+            // Full under its own parameters: a fresh key, as the storage layer lets it expire
+            // then (its TTL is the time until full) and the next request finds none.
+            return State::fresh(new, self.updated_us.max(now_us));
+        }
         let (old_period, new_period) = (old.period_us(), new.period_us());
         let mut tokens = self.scaled_tokens;
         if old_period != new_period {
@@ -183,6 +196,20 @@ impl State {
             scaled_tokens: tokens.min(new.full()),
             updated_us,
         }
+    }
+
+    /// For this bucket, refilled up to `now_us` under the `own` parameters it is stored with
+    /// and read by a call under other parameters that writes nothing: how long until the
+    /// conversion made then finds `tokens` whole tokens (a request of that cost admitted, or
+    /// with the new capacity, the key fresh).
+    ///
+    /// Converted, `x` units of the old bucket become `floor(x × P' / P)` units of the new one
+    /// (whole tokens with INTERVAL), which hold `tokens` whole tokens exactly when `x >=
+    /// tokens × P`; and a full old bucket is a fresh key under any parameters. So it is the
+    /// time until the own bucket holds `min(tokens, own capacity)` tokens, refilling under
+    /// its own parameters.
+    fn own_wait(&self, own: &Params, tokens: u64, now_us: u64) -> Span {
+        self.time_until(own, own.scaled(tokens.min(own.capacity)), now_us)
     }
 
     /// How long from `now_us` until this bucket (refilled up to `now_us`) holds `target`
@@ -224,12 +251,14 @@ impl Algorithm for TokenBucket {
         cost: u64,
         write: bool,
     ) -> (Decision, Option<State>) {
-        let (bucket, stored_state) = match stored {
-            Some((old, state)) => (
-                state.refilled(old, now_us).converted(old, params, now_us),
-                Some(state),
-            ),
-            None => (State::fresh(params, now_us), None),
+        // The key's own bucket, refilled up to now under the parameters it was stored with.
+        let (own, stored_state) = match stored {
+            Some((old, state)) => (Some((old, state.refilled(old, now_us))), Some(state)),
+            None => (None, None),
+        };
+        let bucket = match &own {
+            Some((old, own)) => own.converted(old, params, now_us),
+            None => State::fresh(params, now_us),
         };
         let need = params.scaled(cost);
         let allowed = bucket.scaled_tokens >= need;
@@ -241,10 +270,25 @@ impl Algorithm for TokenBucket {
             },
             updated_us: bucket.updated_us,
         };
+        // The times, on the one schedule. A call that writes nothing leaves a key stored
+        // under other parameters as it is, and later calls convert it anew at their own
+        // instant, so its times are read on the key's own bucket (`own_wait`); an admitted
+        // request's on the bucket it writes.
+        let pending = match &own {
+            Some((old, own)) if *old != params && !(allowed && cost > 0) => Some((*old, own)),
+            _ => None,
+        };
         let retry_after = if allowed {
             Some(Span::ZERO)
         } else {
-            (cost <= params.capacity).then(|| bucket.time_until(params, need, now_us))
+            (cost <= params.capacity).then(|| match pending {
+                Some((old, own)) => own.own_wait(old, cost, now_us),
+                None => bucket.time_until(params, need, now_us),
+            })
+        };
+        let reset_after = match pending {
+            Some((old, own)) => own.own_wait(old, params.capacity, now_us),
+            None => after.time_until(params, params.full(), now_us),
         };
         let remaining = after.scaled_tokens / params.period_us();
         let decision = Decision {
@@ -252,7 +296,7 @@ impl Algorithm for TokenBucket {
             limit: params.capacity,
             remaining: u64::try_from(remaining).unwrap_or(u64::MAX),
             retry_after,
-            reset_after: after.time_until(params, params.full(), now_us),
+            reset_after,
             delay: None,
         };
         let fresh = if allowed && write {
@@ -493,15 +537,45 @@ mod tests {
     }
 
     #[test]
-    fn a_smaller_capacity_clamps_and_a_larger_one_adds_nothing() {
+    fn a_smaller_capacity_clamps_and_a_larger_one_adds_nothing_until_full() {
         let big = params(10, 10, 1000);
         let key = key_after(&big, &[(0, 2)]); // 8 left
         let small = params(5, 10, 1000);
         let d = peek::<TokenBucket>(&small, &key, T0, 0);
         assert_eq!(summary(&d), (true, 5, 5, 0, 0));
+        // A larger capacity adds no token; a request of no units writes nothing, so the key
+        // refills by its own parameters, full in 0.2 s, and a full bucket is a fresh key
+        // (the storage layer lets it expire then) under any parameters.
         let bigger = params(20, 10, 1000);
         let d = peek::<TokenBucket>(&bigger, &key, T0, 0);
-        assert_eq!(summary(&d), (true, 20, 8, 0, 1_200));
+        assert_eq!(summary(&d), (true, 20, 8, 0, 200));
+        assert_eq!(
+            peek::<TokenBucket>(&bigger, &key, T0 + 199_999, 0).remaining,
+            9
+        );
+        let d = peek::<TokenBucket>(&bigger, &key, T0 + 200_000, 0);
+        assert_eq!(summary(&d), (true, 20, 20, 0, 0));
+        // So a request of more than the old capacity is told to wait until then.
+        let d = peek::<TokenBucket>(&bigger, &key, T0, 15);
+        assert_eq!(summary(&d), (false, 20, 8, 200, 200));
+    }
+
+    /// Issue 22's table, for the token bucket: emptied under one set of parameters, then
+    /// asked under another, the denial says when the conversion made then admits. Before,
+    /// 1000 ms was said for the first, admitted at 3000; 3000 for the second, admitted at 1000.
+    #[test]
+    fn a_denial_under_new_parameters_says_when_the_request_fits() {
+        for (before, after, retry_ms) in [
+            (params(3, 1, 3000), params(3, 3, 3000), 3000),
+            (params(3, 3, 3000), params(3, 1, 3000), 1000),
+        ] {
+            let key = key_after(&before, &[(0, 1), (0, 1), (0, 1)]);
+            let d = peek::<TokenBucket>(&after, &key, T0, 1);
+            assert_eq!(summary(&d), (false, 3, 0, retry_ms, 3 * retry_ms as u64));
+            let us = retry_ms as u64 * 1000;
+            assert!(!peek::<TokenBucket>(&after, &key, T0 + us - 1, 1).allowed);
+            assert!(peek::<TokenBucket>(&after, &key, T0 + us, 1).allowed);
+        }
     }
 
     #[test]
@@ -511,11 +585,12 @@ mod tests {
         let key = key_after(&old, &[(0, 10)]);
         let now = T0 + 2_500_000;
 
-        // A new amount refills at the new rate from now: 2.5 tokens, 4 per second.
+        // A new amount refills at the new rate once a request under it is admitted: until
+        // then nothing is written and the old one refills: the missing half token in 0.5 s.
         let faster = params(10, 4, 1000);
         let d = peek::<TokenBucket>(&faster, &key, now, 3);
         assert_eq!(d.remaining, 2);
-        assert!(same(d.retry_after, Some(Span::from_us(125_000))));
+        assert!(same(d.retry_after, Some(Span::from_us(500_000))));
 
         // A new period rescales: 2.5 tokens stay 2.5 tokens, and at 3 per 3 s the missing
         // half token takes 0.5 s.
@@ -544,12 +619,17 @@ mod tests {
         );
         assert_eq!(peek::<TokenBucket>(&batches, &k, now + S, 0).remaining, 2);
 
-        // INTERVAL to continuous: tokens kept, continuous refill from now (the 0.5 s since
-        // the last boundary is forfeit).
+        // INTERVAL to continuous: tokens kept, continuous refill from the request that writes
+        // it (the part of a period since the last boundary is forfeit then); until then the
+        // batches come: the third token at 3 s.
         let ik = key_after(&batches, &[(0, 10)]);
         let d = peek::<TokenBucket>(&old, &ik, now, 3);
         assert_eq!(d.remaining, 2);
-        assert!(same(d.retry_after, Some(Span::from_us(S))));
+        assert!(same(d.retry_after, Some(Span::from_us(S / 2))));
+        let mut k = ik;
+        step::<TokenBucket>(&old, &mut k, now, 1);
+        let d = peek::<TokenBucket>(&old, &k, now, 3);
+        assert!(same(d.retry_after, Some(Span::from_us(2 * S))));
 
         // INTERVAL, same period, a new amount: the phase is kept (next refill at 3 s).
         let more = interval(10, 5, 1000);
@@ -786,7 +866,8 @@ mod tests {
         }
 
         /// A parameter change never adds tokens: right after it, no more fit than under the
-        /// old parameters, nor more than the new capacity.
+        /// old parameters, nor more than the new capacity; but a full bucket is a fresh key
+        /// under any parameters (the storage layer lets it expire when full).
         #[test]
         fn a_parameter_change_never_adds_tokens(
             p in any_params(), q in any_params(), gaps in any_requests(), later in 0u64..5_000_000,
@@ -796,7 +877,11 @@ mod tests {
             prop_assume!(key.is_some());
             let old = peek::<TokenBucket>(&q, &key, T0 + at + later, 0);
             let new = peek::<TokenBucket>(&p, &key, T0 + at + later, 0);
-            prop_assert!(new.remaining <= old.remaining.min(p.capacity));
+            if old.remaining == q.capacity && p != q {
+                prop_assert_eq!(new.remaining, p.capacity);
+            } else {
+                prop_assert!(new.remaining <= old.remaining.min(p.capacity));
+            }
         }
 
         /// Extreme parameters (corrupted ones too), states, times and costs never panic.
@@ -857,5 +942,14 @@ mod tests {
         bound: 21,
         later_within: 5_000_000,
         later_too: |p| !p.interval,
+    );
+
+    // Issue 22: one schedule for every reply, across parameter changes.
+    testing::one_schedule_property!(
+        TokenBucket,
+        params: any_params(),
+        t0: T0,
+        long_gap: 60_000_000,
+        later_within: 5_000_000,
     );
 }

@@ -37,6 +37,14 @@
 //! through the stable interval, as GCRA's TAT does (rounded up). An admitted request of any
 //! cost leaves `next_free` after now, so at one instant at most one request is admitted
 //! under any sequence of parameter sets (the limit is 1).
+//!
+//! Until a request under the new parameters is admitted, nothing is written, and each call
+//! converts anew at its own instant. A positive owed time converts to a positive one, so a
+//! request is admitted once the key's own schedule is paid, whatever the new rate: that is a
+//! refusal's `retry_after`; and a call that writes nothing finds the key cold once, besides,
+//! its stored permits convert to the new maximum (`State::own_times`). Unlike `setRate`,
+//! which converts once and keeps the next free time as a time, a refused call here commits
+//! nothing, so what it says is what later calls find (issue 22).
 
 use super::gcra;
 use super::limits::MAX_COUNT;
@@ -182,6 +190,32 @@ impl State {
         State { stored, next_free }
     }
 
+    /// For a key stored under `own` parameters, read by a call under `to` that writes
+    /// nothing, as of `now_us`: how long until a request under `to` is admitted, and until
+    /// the key is fresh under `to` (cold, nothing owed), on the key's own schedule, which
+    /// later calls convert anew at their instants.
+    ///
+    /// Converted at `t`, the time owed stays owed (a positive owed time converts to a positive
+    /// one) and the stored permits `x` become `ceil(x × N / M)` of the new maximum `N` (`M`
+    /// the old one; capped at `N`). So a request is admitted once the own schedule is paid
+    /// (`next_free <= t`), and the key is fresh once, besides, `x × N > (N - 1) × M`, that
+    /// is `x >= M - ceil(M / N) + 1` (`M` itself when `N >= M`), which cool-down reaches at
+    /// `5 + k` scaled permits per tick after `next_free`.
+    fn own_times(&self, own: &Params, to: &Params, now_us: u64) -> (Span, Span) {
+        let now = own.ticks(now_us);
+        let here = self.resynced(own, now);
+        let owed = here.next_free.saturating_sub(now);
+        let (old_max, new_max) = (own.max_stored(), to.max_stored());
+        let cold_enough = old_max - old_max.div_ceil(new_max.max(1)) + 1;
+        let to_cold = cold_enough
+            .saturating_sub(here.stored)
+            .div_ceil(own.cooldown());
+        (
+            Span::new(owed, own.rate()),
+            Span::new(owed.saturating_add(to_cold), own.rate()),
+        )
+    }
+
     /// The state a request sees at `now_us` under `params`.
     fn at(params: &Params, stored: Option<(&Params, &State)>, now_us: u64) -> State {
         let now = params.ticks(now_us);
@@ -296,7 +330,10 @@ impl Algorithm for Warmup {
     ) -> (Decision, Option<State>) {
         let now = params.ticks(now_us);
         let (before, state) = match stored {
-            Some((old, state)) => (State::at(params, Some((old, &*state)), now_us), Some(state)),
+            Some((old, state)) => (
+                State::at(params, Some((old, &*state)), now_us),
+                Some((old, state)),
+            ),
             None => (State::at(params, None, now_us), None),
         };
         let allowed = before.next_free <= now;
@@ -309,7 +346,20 @@ impl Algorithm for Warmup {
         } else {
             before
         };
-        let decision = decide(params, &before, &after, now, allowed);
+        let mut decision = decide(params, &before, &after, now, allowed);
+        match &state {
+            // A call that writes nothing leaves a key stored under other parameters as it
+            // is: its times are on the key's own schedule (`State::own_times`).
+            Some((old, stored)) if *old != params && !(allowed && cost > 0) => {
+                let (retry, reset) = stored.own_times(old, params, now_us);
+                decision.reset_after = reset;
+                if !allowed {
+                    decision.retry_after = Some(retry);
+                }
+            }
+            _ => {}
+        }
+        let state = state.map(|(_, state)| state);
         let fresh = if allowed && write {
             keep(state, after)
         } else {

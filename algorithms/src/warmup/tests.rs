@@ -168,10 +168,47 @@ fn model_step(
     let owed = (&s.next_free - &now).max(BigRational::zero());
     let to_cold = ceil_to(&((&m.max - &s.stored) * m.cooldown()), m.rate);
     let remaining = u64::from(owed.is_zero());
+    let (retry, reset) = match key {
+        // Issue 22: a call that writes nothing leaves a key stored under other parameters
+        // on its own schedule, which later calls convert anew: its times are those at which
+        // a conversion done then admits, and finds the key cold.
+        Some((old, own)) if old != p && !(allowed && cost > 0) => {
+            let times = own_times(&Model::new(old), own, &m, &now);
+            (if allowed { retry } else { times.0 }, times.1)
+        }
+        _ => (retry, owed + to_cold),
+    };
     if allowed && write {
         *key = Some((*p, s));
     }
-    (allowed, remaining, retry, owed + to_cold)
+    (allowed, remaining, retry, reset)
+}
+
+/// For a key written under `from` with state `own`, read at `now` by a call under `to` that
+/// writes nothing: how long until a request under `to` is admitted (the own schedule paid:
+/// a positive owed time converts to a positive one), and until a conversion finds the key
+/// cold under `to`: the owed time paid, and then the first tick of `from` (1/rate µs) at
+/// which the stored permits `x`, cooling down, convert to the new maximum,
+/// `ceil_to(x × max' / max, scale') >= max'`, that is `x > max - max / (max' × scale')`.
+fn own_times(
+    from: &Model,
+    own: &ModelState,
+    to: &Model,
+    now: &BigRational,
+) -> (BigRational, BigRational) {
+    let mut own = own.clone();
+    own.resync(from, now);
+    let owed = (&own.next_free - now).max(BigRational::zero());
+    let enough = &from.max - &from.max / (&to.max * q(to.scale));
+    if own.stored > enough {
+        return (owed.clone(), owed);
+    }
+    // Cooling down from the later of now and next_free, one permit per cooldown µs.
+    let start = own.next_free.clone().max(now.clone());
+    let crossing = &start + (&enough - &own.stored) * from.cooldown();
+    let tick = q(from.rate);
+    let first = ((&crossing * &tick).floor() + BigRational::one()) / &tick;
+    (owed, first - now)
 }
 
 /// A span's exact value in µs.
@@ -330,13 +367,19 @@ fn parameter_changes_keep_the_coldness_and_the_owed_units() {
     let p = classic();
     let mut key: Key<Warmup> = None;
     step::<Warmup>(&p, &mut key, T0, 1); // 298 ms owed, 99 of 100 permits stored
-                                         // Twice the rate: the owed 2.98 stable intervals are 149 ms now.
+                                         // Twice the rate: converted now, the owed 2.98 stable intervals are 149 ms. But a
+                                         // refused request writes nothing: the key stays on its own schedule, and a request made
+                                         // at any instant converts the time then owed, which is positive until 298 ms.
     let fast = params(20, 1000, 10_000, 3);
+    let (old, s) = key.unwrap();
+    let converted = s.converted(&old, &fast, T0);
+    assert_eq!(converted.next_free, (u128::from(T0) + 149_000) * 20);
     let d = peek::<Warmup>(&fast, &key, T0, 1);
-    assert_eq!(d.retry_after, Some(Span::new(149_000 * 20, 20)));
+    assert_eq!(d.retry_after, Some(Span::new(298_000 * 10, 10)));
+    assert!(!peek::<Warmup>(&fast, &key, T0 + 297_999, 1).allowed);
+    assert!(peek::<Warmup>(&fast, &key, T0 + 298_000, 1).allowed);
     // A longer warm-up: max doubles, the key keeps 99% of it.
     let long = params(10, 1000, 20_000, 3);
-    let (old, s) = key.unwrap();
     let moved = s.converted(&old, &long, T0);
     assert_eq!(moved.stored * 100, long.max_stored() * 99);
     assert_eq!(moved.next_free, s.next_free);
@@ -559,5 +602,48 @@ proptest! {
         let _ = largest_cost(&p, Some((&q, &state)), now);
         let _ = refund(&p, &mut state, now, units);
         let _ = Warmup::check(&p, None, now, cost, true);
+    }
+}
+
+// Issue 22: one schedule for every reply, across parameter changes.
+testing::one_schedule_property!(
+    Warmup,
+    params: small_params(),
+    t0: T0,
+    long_gap: 60_000_000,
+    later_within: 20_000_000,
+);
+
+/// Issue 22's table, for the warm-up: a key made to refuse under one rate, then asked under
+/// another. Before, the reply converted the time owed once and assumed the new rate from then
+/// on: 696 ms said for the first, admitted at 2088 (and refused again at 696 with 464, and so
+/// on); 2125 ms said for the second, admitted at 709. A request is admitted once the key's own
+/// schedule is paid, whatever the new rate: that is what is said now.
+#[test]
+fn a_denial_under_a_new_rate_says_when_the_request_fits() {
+    for (before, after, retry_ms) in [
+        (
+            params(7, 3000, 20_000, 5),
+            params(21, 3000, 20_000, 5),
+            2088,
+        ),
+        (params(21, 3000, 20_000, 5), params(7, 3000, 20_000, 5), 709),
+    ] {
+        // At one instant, as the issue measured it with a frozen clock: the first request
+        // is admitted (from cold), the second refused.
+        let mut key: Key<Warmup> = None;
+        let at = T0;
+        assert!(step::<Warmup>(&before, &mut key, at, 1).allowed);
+        assert!(!step::<Warmup>(&before, &mut key, at, 1).allowed);
+        let d = peek::<Warmup>(&after, &key, at, 1);
+        assert!(!d.allowed);
+        assert_eq!(
+            d.retry_after.unwrap().ceil_ms(),
+            retry_ms,
+            "{before:?} -> {after:?}"
+        );
+        let us = d.retry_after.unwrap().ceil_us();
+        assert!(!peek::<Warmup>(&after, &key, at + us - 1, 1).allowed);
+        assert!(peek::<Warmup>(&after, &key, at + us, 1).allowed);
     }
 }
