@@ -42,11 +42,18 @@ export interface RateLimitOptions {
   timeout?: number;
   /** When Redis fails: "open" (default) lets the request pass, "closed" refuses it (503). */
   failMode?: 'open' | 'closed';
-  /** How many denials to remember locally (0: none); default 10,000. */
+  /**
+   * How many denials to remember locally (0: none); default 10,000. A denial is remembered
+   * until its retry_after_ms, counted from when the request was sent; a policy's and a
+   * concurrency limit's denials are not remembered.
+   */
   denialMemory?: number;
   /** Where failures are logged (one warning each); default console. */
   logger?: Logger | null;
-  /** A monotonic clock in milliseconds; default performance.now. */
+  /**
+   * The denial memory's monotonic clock in milliseconds; default performance.now (a test
+   * passes a fake clock that moves with the server's).
+   */
   now?: () => number;
 }
 
@@ -164,6 +171,11 @@ export interface RateLimiterRedisOptions {
   inMemoryBlockDuration?: number;
   insuranceLimiter?: RateLimiterLike;
   rejectIfRedisNotReady?: boolean;
+  /**
+   * Not in rate-limiter-flexible: the in-memory blocks' monotonic clock in milliseconds;
+   * default performance.now (a test passes a fake clock that moves with the server's).
+   */
+  now?: () => number;
   /** Accepted and ignored (the client is node-redis either way). */
   useRedisPackage?: boolean;
 }

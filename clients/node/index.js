@@ -414,11 +414,12 @@ export class RateLimit {
     if (remembered !== undefined) {
       this.stats.denied += 1;
       this.stats.deniedLocally += 1;
+      // Whole milliseconds, as the module counts them (the default clock has fractions).
       return {
         ...remembered.decision,
         remaining: 0,
-        retryAfterMs: remembered.until - now,
-        resetAfterMs: Math.max(0, remembered.resetAt - now),
+        retryAfterMs: Math.ceil(remembered.until - now),
+        resetAfterMs: Math.max(0, Math.ceil(remembered.resetAt - now)),
         local: true,
       };
     }
@@ -441,8 +442,14 @@ export class RateLimit {
       this.stats.admitted += 1;
     } else {
       this.stats.denied += 1;
-      // A lease can end before its retry time (a release), so concurrency is asked every time.
-      if (!this.concurrent) this.memory.remember(memoryKey, decision, cost, this.now());
+      // Remembered from `now`, read before the request left: the server decided at some
+      // instant between then and the answer, so its retry time is never earlier than
+      // now + retry_after_ms (counting from the answer's arrival would refuse for as long as
+      // the answer took, past the time the server admits). Not remembered: concurrency (a
+      // lease can be released before its retry time) and policies (RL.POLICY.SET can change
+      // a policy's rules on the server at any time, unseen by this process, and a denial
+      // remembered under the old rules would refuse what the new ones admit).
+      if (!this.concurrent && this.policy === undefined) this.memory.remember(memoryKey, decision, cost, now);
     }
     return { ...decision, local: false };
   }
@@ -594,10 +601,16 @@ export class RateLimiterRedis {
       throw new Error('inMemoryBlockOnConsumed option must be set up');
     }
     this.inMemoryBlocked = new DenialMemory(10_000);
+    // The in-memory blocks' clock: monotonic milliseconds (not in rate-limiter-flexible; a
+    // test gives a fake one that moves with the server's debug clock).
+    this.now = opts.now ?? monotonicMs;
+    if (typeof this.now !== 'function') throw new Error('now must be a function returning milliseconds');
   }
 
-  #blockInMemory(rlKey, ms) {
-    if (ms > 0) this.inMemoryBlocked.remember(rlKey, { retryAfterMs: ms, resetAfterMs: ms }, 0, monotonicMs());
+  // Blocks from `now`, read before the consume was sent: the server's msBeforeNext counts
+  // from its own instant, which is no earlier.
+  #blockInMemory(rlKey, ms, now) {
+    if (ms > 0) this.inMemoryBlocked.remember(rlKey, { retryAfterMs: ms, resetAfterMs: ms }, 0, now);
   }
 
   /** Forgets every in-memory block. */
@@ -683,8 +696,8 @@ export class RateLimiterRedis {
     return this.#insured('consume', [key, points, options], async () => {
       points = this.#checkPoints(points);
       const rlKey = this.getKey(key);
+      const now = this.now();
       if (this.inMemoryBlockOnConsumed > 0) {
-        const now = monotonicMs();
         const blocked = this.inMemoryBlocked.lookup(rlKey, 0, now);
         if (blocked !== undefined) throw new RateLimiterRes(0, Math.ceil(blocked.until - now));
       }
@@ -704,10 +717,10 @@ export class RateLimiterRedis {
       }
       const inMemory = this.inMemoryBlockOnConsumed > 0 && res.consumedPoints >= this.inMemoryBlockOnConsumed;
       if (inMemory && !(this.inMemoryBlockDuration > 0)) {
-        this.#blockInMemory(rlKey, res.msBeforeNext);
+        this.#blockInMemory(rlKey, res.msBeforeNext, now);
       } else if (inMemory && !r.allowed) {
         res.msBeforeNext = this.inMemoryBlockDuration * 1000;
-        this.#blockInMemory(rlKey, res.msBeforeNext);
+        this.#blockInMemory(rlKey, res.msBeforeNext, now);
       }
       if (!r.allowed) throw res;
       if (this.execEvenly && res.msBeforeNext > 0 && !res.isFirstInDuration) {

@@ -41,6 +41,10 @@ async function login(): Promise<number> {
   }
 }
 const maybe: Promise<RateLimiterRes | null> = limiter.get('ip');
+// The in-memory blocks' clock, injectable as the middleware's is.
+const fake = { ms: 0 };
+new RateLimiterRedis({ storeClient: client, points: 5, inMemoryBlockOnConsumed: 6, now: () => fake.ms });
+rateLimitMiddleware({ client, limit: { policy: 'api' }, now: () => fake.ms });
 // @ts-expect-error: the window's parameters are numbers or durations, not booleans
 rateLimitMiddleware({ client, limit: { algorithm: 'gcra', burst: true, rate: 1, period: 1 } });
 

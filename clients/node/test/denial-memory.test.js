@@ -1,0 +1,124 @@
+// The denial memory against a real server with the debug clock frozen, the memory's clock
+// injected and moved in step: it refuses locally until exactly the denial's retry_after (not a
+// millisecond more, however long the answer took to come back), and never refuses a request
+// that runs under other parameters than the denial it remembers.
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { RateLimit, RateLimiterRedis, RateLimiterRes, parseReply } from '../index.js';
+import { T0_MS, calls, connect, memoryLogger, startRedis } from './helpers.js';
+
+let redis;
+let client;
+before(async () => {
+  redis = await startRedis();
+  client = await connect(redis);
+});
+after(async () => {
+  await client?.quit();
+  await redis?.stop();
+});
+
+/** The package's fake monotonic clock, 1000 when the server's debug clock reads T0. */
+async function clocks() {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const clock = {
+    ms: 1_000,
+    /** Both clocks to `ms` after the start. */
+    async at(ms) {
+      clock.ms = 1_000 + ms;
+      await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS + ms}`]);
+    },
+  };
+  return clock;
+}
+
+/**
+ * The real client, each answer arriving `ms` later on the package's clock than the request
+ * left (the server, its clock frozen, decided at the instant the request was sent).
+ */
+const slowAnswers = (clock, ms) => ({
+  async sendCommand(args) {
+    const reply = await client.sendCommand(args);
+    clock.ms += ms;
+    return reply;
+  },
+});
+
+test('the memory counts from when the request was sent, not from when its answer came', async () => {
+  const clock = await clocks();
+  await client.sendCommand(['RL.GCRA', 'rl:rtt:ivy', '1', '1', '60000']); // the burst of 1, taken
+  const limiter = new RateLimit({
+    client: slowAnswers(clock, 7),
+    limit: { algorithm: 'gcra', burst: 1, rate: 1, period: '1m' },
+    prefix: 'rl:rtt:',
+    now: () => clock.ms,
+    logger: memoryLogger(),
+  });
+  const denied = await limiter.check('ivy');
+  assert.deepEqual([denied.allowed, denied.retryAfterMs, denied.local], [false, 60_000, false]);
+  assert.equal(clock.ms, 1_007, 'the answer came 7 ms after the request left');
+  const calls0 = await calls(client, 'RL.GCRA');
+  // The server's answer holds from the request's instant (1000): 1 ms before 61000 it is
+  // still refused locally, with 1 ms to go.
+  await clock.at(60_000 - 1);
+  const local = await limiter.check('ivy');
+  assert.deepEqual([local.allowed, local.retryAfterMs, local.local], [false, 1, true]);
+  assert.equal(await calls(client, 'RL.GCRA'), calls0);
+  // At 61000 the server admits: the memory has let go, and Redis is asked.
+  await clock.at(60_000);
+  const retried = await limiter.check('ivy');
+  assert.deepEqual([retried.allowed, retried.local], [true, false], 'admitted at retry_after, not refused from memory');
+  assert.equal(await calls(client, 'RL.GCRA'), calls0 + 1);
+});
+
+test('a policy changed on the server is not refused from a denial remembered under its old rules', async () => {
+  const clock = await clocks();
+  await client.sendCommand(['RL.POLICY.SET', 'grow', 'GCRA', '3', '1', '3m']);
+  const limiter = new RateLimit({
+    client, limit: { policy: 'grow' }, prefix: 'rl:grow:', now: () => clock.ms, logger: memoryLogger(),
+  });
+  for (const r of [2, 1, 0]) assert.equal((await limiter.check('jo')).remaining, r);
+  const denied = await limiter.check('jo');
+  assert.deepEqual([denied.allowed, denied.retryAfterMs], [false, 180_000]);
+  // The operator raises the burst to 5: the key has taken 3 of 5, so the server admits now.
+  await client.sendCommand(['RL.POLICY.SET', 'grow', 'GCRA', '5', '1', '3m']);
+  const direct = parseReply(await client.sendCommand(['RL.LIMIT', 'rl:grow:jo', 'grow', 'DRYRUN']), 'rule');
+  assert.deepEqual([direct.allowed, direct.remaining], [true, 1]);
+  const calls0 = await calls(client, 'RL.LIMIT');
+  const next = await limiter.check('jo');
+  assert.deepEqual([next.allowed, next.remaining, next.local, next.limit], [true, 1, false, 5],
+    'not refused by the denial remembered under burst 3');
+  assert.equal(await calls(client, 'RL.LIMIT'), calls0 + 1);
+  assert.equal(limiter.stats.deniedLocally, 0);
+});
+
+/** The RateLimiterRes a consume rejects with (an admission or an Error fails the test). */
+async function refusal(promise) {
+  let res;
+  try {
+    res = await promise;
+  } catch (err) {
+    if (err instanceof RateLimiterRes) return err.toJSON();
+    throw err;
+  }
+  return assert.fail(`admitted: ${res}`);
+}
+
+test("RateLimiterRedis's in-memory block follows the injected clock, from when the consume was sent", async () => {
+  const clock = await clocks();
+  const options = { points: 2, duration: 60, keyPrefix: 'inmem-clock', inMemoryBlockOnConsumed: 3 };
+  await new RateLimiterRedis({ storeClient: client, ...options }).consume('kim', 2);
+  const limiter = new RateLimiterRedis({ storeClient: slowAnswers(clock, 7), now: () => clock.ms, ...options });
+  // Refused, 60 s left in the window: blocked in memory until then (1000 + 60000).
+  assert.equal((await refusal(limiter.consume('kim'))).msBeforeNext, 60_000);
+  assert.equal(clock.ms, 1_007);
+  const calls0 = await calls(client, 'RL.TOKENBUCKET');
+  await clock.at(60_000 - 1);
+  assert.equal((await refusal(limiter.consume('kim'))).msBeforeNext, 1);
+  assert.equal(await calls(client, 'RL.TOKENBUCKET'), calls0, 'refused in memory');
+  await clock.at(60_000);
+  assert.deepEqual((await limiter.consume('kim')).toJSON(),
+    { remainingPoints: 1, msBeforeNext: 60_000, consumedPoints: 1, isFirstInDuration: true });
+  assert.equal(await calls(client, 'RL.TOKENBUCKET'), calls0 + 1);
+});

@@ -1,0 +1,237 @@
+// Issue 22: Retry-After is a promise, across a change of a limit's parameters too. Traffic under
+// one limit, then the application changes the limit (a new middleware on the same keys, or
+// RL.POLICY.SET for a policy); the 429 that follows carries Retry-After, and a client that waits
+// exactly that long is admitted at its first retry, over real HTTP (Express 5 on node:http) and
+// through the RateLimiterRedis class (msBeforeNext). The server's debug clock is frozen and the
+// package's denial memory runs on an injected clock; both are moved together. The figures are
+// issue 22's table (burst 3, rate 1 and 3) with periods in minutes instead of seconds (x60), so
+// that no key's TTL, which runs in real time, can end under the test.
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import express from 'express';
+import { RateLimiterRedis, RateLimiterRes, parseReply, rateLimitMiddleware } from '../index.js';
+import { T0_MS, calls, connect, get, limitFields, memoryLogger, serve, startRedis } from './helpers.js';
+
+let redis;
+let client;
+before(async () => {
+  redis = await startRedis();
+  client = await connect(redis);
+});
+after(async () => {
+  await client?.quit();
+  await redis?.stop();
+});
+
+/** The package's fake monotonic clock, 1000 when the server's debug clock reads T0. */
+async function clocks() {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const clock = {
+    ms: 1_000,
+    /** Both clocks to `ms` after the start. */
+    async at(ms) {
+      clock.ms = 1_000 + ms;
+      await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS + ms}`]);
+    },
+  };
+  return clock;
+}
+
+/** The module's answer now for `command` (a key and its parameters), with DRYRUN: nothing written. */
+async function direct(command) {
+  const sixth = { 'RL.LIMIT': 'rule', 'RL.LEAKYBUCKET': 'delay_ms' }[command[0]];
+  return parseReply(await client.sendCommand([...command, 'DRYRUN']), sixth);
+}
+
+/**
+ * An Express service whose limit the application can change: `change(limit)` puts a new
+ * middleware (the same keys, the same clock) in the old one's place, as an application that
+ * reloads its configuration does.
+ */
+async function service(clock, limit, prefix) {
+  const make = (l) => rateLimitMiddleware({
+    client, limit: l, prefix, key: (req) => req.get('X-Client-Id'), now: () => clock.ms, logger: memoryLogger(),
+  });
+  let current = make(limit);
+  const app = express();
+  app.use((req, res, next) => current(req, res, next));
+  app.get('/', (req, res) => res.send('hello'));
+  const http = await serve(app);
+  return {
+    http,
+    as: (id) => get(http.url, '/', { 'X-Client-Id': id }),
+    change: (l) => { current = make(l); },
+    get limiter() { return current.limiter; },
+  };
+}
+
+/**
+ * Three requests admitted under the old limit and a fourth refused, the change, then the 429
+ * under the new parameters: its Retry-After (and RateLimit's t) is the module's exact
+ * retry_after_ms rounded up to seconds; one ms before retry_after_ms the module still denies;
+ * the client's first retry, Retry-After seconds later, is admitted.
+ */
+async function obeyingRetryAfter({ svc, clock, id, change, command, retryAfterMs }) {
+  for (let i = 0; i < 3; i++) assert.equal((await svc.as(id)).status, 200, `request ${i} under the old limit`);
+  assert.equal((await svc.as(id)).status, 429, 'the fourth under the old limit');
+  await change();
+  const refused = await svc.as(id);
+  const [status, , ratelimit, , , , retryAfter] = limitFields(refused);
+  assert.equal(status, 429, 'refused under the new parameters');
+  const exact = await direct(command);
+  assert.equal(exact.allowed, false);
+  const seconds = Math.ceil(exact.retryAfterMs / 1000);
+  assert.equal(retryAfter, `${seconds}`, 'Retry-After = ceil(retry_after_ms / 1000)');
+  assert.match(ratelimit, new RegExp(`;r=0;t=${seconds}$`), "RateLimit's t is the same figure");
+  // One ms before retry_after_ms the module still denies, 1 ms left (DRYRUN: nothing written);
+  // the client waits exactly Retry-After and its first retry is admitted.
+  await clock.at(exact.retryAfterMs - 1);
+  const early = await direct(command);
+  await clock.at(seconds * 1000);
+  const retry = await svc.as(id);
+  assert.deepEqual({
+    'retry_after_ms': exact.retryAfterMs,
+    [`the module at ${exact.retryAfterMs - 1} ms`]: { allowed: early.allowed, retryAfterMs: early.retryAfterMs },
+    [`the first retry at ${seconds} s`]: { status: retry.status, retryAfter: retry.headers['retry-after'] },
+  }, {
+    'retry_after_ms': retryAfterMs,
+    [`the module at ${exact.retryAfterMs - 1} ms`]: { allowed: false, retryAfterMs: 1 },
+    [`the first retry at ${seconds} s`]: { status: 200, retryAfter: undefined },
+  });
+}
+
+// [what, the old limit, the new one, the module's command under the new one (key excepted),
+// retry_after_ms of the first request under the new one]
+const CHANGES = [
+  ['GCRA burst 3, 1 per 3m -> 3 per 3m', { algorithm: 'gcra', burst: 3, rate: 1, period: '3m' },
+    { algorithm: 'gcra', burst: 3, rate: 3, period: '3m' }, ['RL.GCRA', '3', '3', '180000'], 180_000],
+  ['GCRA burst 3, 3 per 3m -> 1 per 3m', { algorithm: 'gcra', burst: 3, rate: 3, period: '3m' },
+    { algorithm: 'gcra', burst: 3, rate: 1, period: '3m' }, ['RL.GCRA', '3', '1', '180000'], 60_000],
+  ['token bucket of 3, 1 per 3m -> 3 per 3m', { algorithm: 'tokenbucket', capacity: 3, refillAmount: 1, refillPeriod: '3m' },
+    { algorithm: 'tokenbucket', capacity: 3, refillAmount: 3, refillPeriod: '3m' }, ['RL.TOKENBUCKET', '3', '3', '180000'], 180_000],
+  ['token bucket of 3, 3 per 3m -> 1 per 3m', { algorithm: 'tokenbucket', capacity: 3, refillAmount: 3, refillPeriod: '3m' },
+    { algorithm: 'tokenbucket', capacity: 3, refillAmount: 1, refillPeriod: '3m' }, ['RL.TOKENBUCKET', '3', '1', '180000'], 60_000],
+  ['leaky bucket of 3, 1 per 3m -> 3 per 3m', { algorithm: 'leakybucket', capacity: 3, leakAmount: 1, leakPeriod: '3m' },
+    { algorithm: 'leakybucket', capacity: 3, leakAmount: 3, leakPeriod: '3m' }, ['RL.LEAKYBUCKET', '3', '3', '180000'], 180_000],
+  ['leaky bucket of 3, 3 per 3m -> 1 per 3m', { algorithm: 'leakybucket', capacity: 3, leakAmount: 3, leakPeriod: '3m' },
+    { algorithm: 'leakybucket', capacity: 3, leakAmount: 1, leakPeriod: '3m' }, ['RL.LEAKYBUCKET', '3', '1', '180000'], 60_000],
+];
+
+for (const [what, oldLimit, newLimit, [name, ...params], retryAfterMs] of CHANGES) {
+  test(`middleware, ${what}: the first retry after Retry-After is admitted`, async () => {
+    const clock = await clocks();
+    const svc = await service(clock, oldLimit, `rl:change:${name}:${params.join(':')}:`);
+    try {
+      await obeyingRetryAfter({
+        svc, clock, id: 'ann', retryAfterMs,
+        change: () => svc.change(newLimit),
+        command: [name, `rl:change:${name}:${params.join(':')}:ann`, ...params],
+      });
+    } finally {
+      await svc.http.close();
+    }
+  });
+}
+
+for (const [what, before, after, retryAfterMs] of [
+  ['1 per 3m -> 3 per 3m', ['3', '1', '3m'], ['3', '3', '3m'], 180_000],
+  ['3 per 3m -> 1 per 3m', ['3', '3', '3m'], ['3', '1', '3m'], 60_000],
+]) {
+  test(`middleware, a policy whose GCRA rule goes ${what} (RL.POLICY.SET): the first retry is admitted`, async () => {
+    const clock = await clocks();
+    const policy = `change-${before[1]}-${after[1]}`;
+    await client.sendCommand(['RL.POLICY.SET', policy, 'GCRA', ...before]);
+    const svc = await service(clock, { policy }, 'rl:policy-change:');
+    try {
+      await obeyingRetryAfter({
+        svc, clock, id: policy, retryAfterMs,
+        change: () => client.sendCommand(['RL.POLICY.SET', policy, 'GCRA', ...after]),
+        command: ['RL.LIMIT', `rl:policy-change:${policy}`, policy],
+      });
+    } finally {
+      await svc.http.close();
+    }
+  });
+}
+
+test('middleware: a limit changed to a larger burst admits at once, whatever the old one refused', async () => {
+  const clock = await clocks();
+  const svc = await service(clock, { algorithm: 'gcra', burst: 3, rate: 1, period: '3m' }, 'rl:larger:');
+  try {
+    for (let i = 0; i < 3; i++) assert.equal((await svc.as('bea')).status, 200);
+    assert.equal((await svc.as('bea')).status, 429);
+    assert.equal((await svc.as('bea')).status, 429, 'the old limit remembers its denial');
+    svc.change({ algorithm: 'gcra', burst: 5, rate: 1, period: '3m' });
+    // 3 of 5 taken: 2 more now, then the third refused for one emission interval (180 s).
+    for (const r of ['1', '0']) {
+      const res = await svc.as('bea');
+      assert.deepEqual([res.status, res.headers['x-ratelimit-limit'], res.headers['x-ratelimit-remaining']], [200, '5', r]);
+    }
+    assert.equal((await svc.as('bea')).headers['retry-after'], '180');
+  } finally {
+    await svc.http.close();
+  }
+});
+
+/** The RateLimiterRes a consume rejects with (an admission or an Error fails the test). */
+async function refusal(promise) {
+  let res;
+  try {
+    res = await promise;
+  } catch (err) {
+    if (err instanceof RateLimiterRes) return err;
+    throw err;
+  }
+  return assert.fail(`admitted: ${res}`);
+}
+
+// rate-limiter-flexible's RateLimiterRedis is RL.TOKENBUCKET key points points duration INTERVAL:
+// every point back at once, `duration` after the window began. The window that began under the
+// old options governs the key until a consume is admitted: its points come back at its end.
+for (const [what, oldOptions, newOptions, expectedMs] of [
+  ['duration 180 s -> 60 s', { points: 3, duration: 180 }, { points: 3, duration: 60 }, 180_000],
+  ['duration 60 s -> 180 s', { points: 3, duration: 60 }, { points: 3, duration: 180 }, 60_000],
+  ['points 3 -> 5', { points: 3, duration: 60 }, { points: 5, duration: 60 }, 60_000],
+  ['points 5 -> 3', { points: 5, duration: 60 }, { points: 3, duration: 60 }, 60_000],
+]) {
+  test(`RateLimiterRedis, ${what}: a consume msBeforeNext later is admitted`, async () => {
+    const clock = await clocks();
+    const keyPrefix = `change-${oldOptions.points}-${oldOptions.duration}-${newOptions.points}-${newOptions.duration}`;
+    // The in-memory block is the class's denial memory: on from the first refused consume.
+    const make = (options) => new RateLimiterRedis({
+      storeClient: client, keyPrefix, now: () => clock.ms, inMemoryBlockOnConsumed: options.points + 1, ...options,
+    });
+    const old = make(oldOptions);
+    // Traffic under the old options: the points taken, then a refusal.
+    for (let i = 0; i < oldOptions.points; i++) await old.consume('cy');
+    await refusal(old.consume('cy'));
+    // The application changes the options; the new limiter takes the key as the old one left it.
+    const limiter = make(newOptions);
+    const command = ['RL.TOKENBUCKET', `${keyPrefix}:cy`, `${newOptions.points}`, `${newOptions.points}`,
+      `${newOptions.duration * 1000}`, 'INTERVAL'];
+    const refused = await refusal(limiter.consume('cy'));
+    const waitMs = refused.msBeforeNext; // what the client obeys
+    const exact = await direct(command);
+    // One ms before, the module denies (1 ms left) and the in-memory block refuses without a
+    // round trip; msBeforeNext after the refusal, the consume is admitted, the window full again.
+    await clock.at(waitMs - 1);
+    const early = await direct(command);
+    const calls0 = await calls(client, 'RL.TOKENBUCKET');
+    const blocked = await refusal(limiter.consume('cy'));
+    const roundTrips = (await calls(client, 'RL.TOKENBUCKET')) - calls0;
+    await clock.at(waitMs);
+    const retry = await limiter.consume('cy').then((res) => ['resolved', res.remainingPoints], (res) => ['rejected', res.msBeforeNext]);
+    assert.deepEqual({
+      "msBeforeNext, and the module's retry_after_ms": [refused.msBeforeNext, exact.retryAfterMs],
+      [`the module at ${waitMs - 1} ms`]: { allowed: early.allowed, retryAfterMs: early.retryAfterMs },
+      'the in-memory block then': { msBeforeNext: blocked.msBeforeNext, roundTrips },
+      [`the consume at ${waitMs} ms (remainingPoints or msBeforeNext)`]: retry,
+    }, {
+      "msBeforeNext, and the module's retry_after_ms": [expectedMs, expectedMs],
+      [`the module at ${waitMs - 1} ms`]: { allowed: false, retryAfterMs: 1 },
+      'the in-memory block then': { msBeforeNext: 1, roundTrips: 0 },
+      [`the consume at ${waitMs} ms (remainingPoints or msBeforeNext)`]: ['resolved', newOptions.points - 1],
+    });
+  });
+}
