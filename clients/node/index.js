@@ -231,8 +231,8 @@ class DenialMemory {
     return this.entries.size;
   }
 
-  // A remembered denial of `cost` units also refuses a request of that cost or more; a smaller
-  // one may fit, so it is asked.
+  // A remembered denial of `cost` units refuses a request of that cost only: a smaller one may
+  // fit, and a larger one may wait longer than the remembered retry time, so both are asked.
   lookup(key, cost, now) {
     const e = this.entries.get(key);
     if (e === undefined) return undefined;
@@ -240,7 +240,7 @@ class DenialMemory {
       this.entries.delete(key);
       return undefined;
     }
-    return cost < e.cost ? undefined : e;
+    return cost === e.cost ? e : undefined;
   }
 
   remember(key, decision, cost, now) {

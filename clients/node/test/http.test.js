@@ -125,7 +125,7 @@ test('a request that can never pass: no t, no Retry-After, and not remembered', 
   }
 });
 
-test('a remembered denial refuses the same cost or more; a smaller cost is asked', async () => {
+test('a remembered denial refuses the same cost; another cost is asked', async () => {
   await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
   const { http, limiter } = await app({
     limit: { algorithm: 'tokenbucket', capacity: 4, refillAmount: 4, refillPeriod: '1m' },
@@ -138,12 +138,15 @@ test('a remembered denial refuses the same cost or more; a smaller cost is asked
     const calls0 = await calls(client, 'RL.TOKENBUCKET');
     // 3 more do not fit: 2 of them are missing, 30 s at 4 a minute.
     assert.deepEqual(limitFields(await costing(3)), [429, '"default";q=4;w=60', '"default";r=1;t=30', '4', '1', '45', '30']);
-    // Remembered: r=0 from the memory (the same cost or more), without a round trip.
-    assert.deepEqual(limitFields(await costing(4)), [429, '"default";q=4;w=60', '"default";r=0;t=30', '4', '0', '45', '30']);
+    // Remembered: r=0 from the memory, the same cost, without a round trip.
+    assert.deepEqual(limitFields(await costing(3)), [429, '"default";q=4;w=60', '"default";r=0;t=30', '4', '0', '45', '30']);
     assert.equal(await calls(client, 'RL.TOKENBUCKET'), calls0 + 1);
+    // A larger cost waits longer (3 tokens missing: 45 s, not the 30 remembered): asked.
+    assert.deepEqual(limitFields(await costing(4)), [429, '"default";q=4;w=60', '"default";r=1;t=45', '4', '1', '45', '45']);
+    assert.equal(await calls(client, 'RL.TOKENBUCKET'), calls0 + 2);
     // One unit fits: asked, and admitted.
     assert.deepEqual(limitFields(await costing(1)), [200, '"default";q=4;w=60', '"default";r=0;t=60', '4', '0', '60', undefined]);
-    assert.equal(await calls(client, 'RL.TOKENBUCKET'), calls0 + 2);
+    assert.equal(await calls(client, 'RL.TOKENBUCKET'), calls0 + 3);
     assert.equal(limiter.stats.deniedLocally, 1);
   } finally {
     await http.close();
