@@ -214,44 +214,6 @@ pub fn keep<S>(stored: Option<&mut S>, new: S) -> Option<S> {
     }
 }
 
-/// For a key stored under other parameters than a call's (issue 22, docs/algorithms.md): how
-/// long until the key is fresh under its own parameters, `None` when they are the call's.
-///
-/// A key lives by the parameters it was written with until a request under others is
-/// admitted and writes them; once fresh under its own, it is gone (the storage layer's TTL
-/// ends then) and any call finds a fresh key. So a call that writes nothing waits no longer
-/// than this for anything ([`within_own_reset`]), and an algorithm whose conversion could
-/// outlive it (the log and window counts re-read under a longer window) starts fresh when
-/// it is zero.
-pub(crate) fn own_reset<A: Algorithm>(
-    params: &A::Params,
-    stored: Option<(&A::Params, &A::State)>,
-    now_us: u64,
-) -> Option<Span> {
-    match stored {
-        Some((own, state)) if own != params => Some(A::view_now(own, state, now_us).reset_after),
-        _ => None,
-    }
-}
-
-/// Caps the times of a `decision` made on a key stored under other parameters, by
-/// [`own_reset`]'s `own`, when the call writes nothing (it is denied, or takes no units):
-/// at `own` the key is a fresh key, which admits any cost up to the limit and is fresh.
-pub(crate) fn within_own_reset(decision: &mut Decision, own: Option<Span>, cost: u64) {
-    let Some(own) = own else { return };
-    if decision.allowed && cost > 0 {
-        return;
-    }
-    if decision.reset_after.ceil_us() > own.ceil_us() {
-        decision.reset_after = own;
-    }
-    if let Some(retry) = decision.retry_after.as_mut() {
-        if retry.ceil_us() > own.ceil_us() {
-            *retry = own;
-        }
-    }
-}
-
 /// Helpers for the algorithms' unit and property tests.
 #[cfg(test)]
 pub mod testing {

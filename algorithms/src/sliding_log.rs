@@ -815,8 +815,7 @@ impl Algorithm for SlidingLog {
     ) -> (Decision, Option<State>) {
         // The log carries over any parameter change as it is: the old parameters have
         // nothing to bring up to date, and the entries are read with the new window.
-        let own =
-            super::own_reset::<Self>(params, stored.as_ref().map(|(o, s)| (*o, &**s)), now_us);
+        let own = own_reset(params, stored.as_ref().map(|(o, s)| (*o, &**s)), now_us);
         let mut fresh = None;
         let (state, replaced) = match stored {
             // Fresh under the parameters it was stored with: gone, a fresh key, which an
@@ -832,7 +831,7 @@ impl Algorithm for SlidingLog {
             ),
         };
         let (mut decision, scan, planned) = decide(params, state, now_us, cost);
-        super::within_own_reset(&mut decision, own, cost);
+        within_own_reset(&mut decision, own, cost);
         match planned {
             Some(planned) if write => {
                 admit(state, &scan, &planned, cost);
@@ -856,7 +855,7 @@ impl Algorithm for SlidingLog {
     /// `limit - active`: the units of the entries still in the window, from the scan (the
     /// index), O(log n).
     fn largest_cost(params: &Params, stored: Option<(&Params, &State)>, now_us: u64) -> u64 {
-        let gone = super::own_reset::<Self>(params, stored, now_us).is_some_and(|r| r.is_zero());
+        let gone = own_reset(params, stored, now_us).is_some_and(|r| r.is_zero());
         let active = match stored {
             Some((_, state)) if !gone => {
                 let window_us = u128::from(params.window_us());
@@ -909,6 +908,39 @@ impl Algorithm for SlidingLog {
 
     fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
         super::Snapshot::SlidingLog(snapshot(params, state, now_us))
+    }
+}
+
+/// For a key stored under another window than a call's (issue 22, docs/algorithms.md): how
+/// long until the key is fresh under its own parameters, `None` when they are the call's.
+///
+/// A key lives by the parameters it was written with until a request under others is
+/// admitted and writes them; once its newest entry has left its own window it is gone (the
+/// storage layer's TTL ends then) and any call finds a fresh key. So a call that writes
+/// nothing waits no longer than this for anything ([`within_own_reset`]), and a call under a
+/// longer window, which would read the entries longer, starts fresh when it is zero.
+fn own_reset(params: &Params, stored: Option<(&Params, &State)>, now_us: u64) -> Option<Span> {
+    match stored {
+        Some((own, state)) if own != params => Some(decide(own, state, now_us, 0).0.reset_after),
+        _ => None,
+    }
+}
+
+/// Caps the times of a `decision` made on a key stored under another window, by
+/// [`own_reset`]'s `own`, when the call writes nothing (it is denied, or takes no units): at
+/// `own` the key is a fresh key, which admits any cost up to the limit and is fresh.
+fn within_own_reset(decision: &mut Decision, own: Option<Span>, cost: u64) {
+    let Some(own) = own else { return };
+    if decision.allowed && cost > 0 {
+        return;
+    }
+    if decision.reset_after.ceil_us() > own.ceil_us() {
+        decision.reset_after = own;
+    }
+    if let Some(retry) = decision.retry_after.as_mut() {
+        if retry.ceil_us() > own.ceil_us() {
+            *retry = own;
+        }
     }
 }
 

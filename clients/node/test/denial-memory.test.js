@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { RateLimit, RateLimiterRedis, RateLimiterRes, parseReply } from '../index.js';
-import { T0_MS, calls, connect, memoryLogger, startRedis } from './helpers.js';
+import { calls, clocks, connect, memoryLogger, startRedis } from './helpers.js';
 
 let redis;
 let client;
@@ -18,20 +18,6 @@ after(async () => {
   await client?.quit();
   await redis?.stop();
 });
-
-/** The package's fake monotonic clock, 1000 when the server's debug clock reads T0. */
-async function clocks() {
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
-  const clock = {
-    ms: 1_000,
-    /** Both clocks to `ms` after the start. */
-    async at(ms) {
-      clock.ms = 1_000 + ms;
-      await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS + ms}`]);
-    },
-  };
-  return clock;
-}
 
 /**
  * The real client, each answer arriving `ms` later on the package's clock than the request
@@ -46,7 +32,7 @@ const slowAnswers = (clock, ms) => ({
 });
 
 test('the memory counts from when the request was sent, not from when its answer came', async () => {
-  const clock = await clocks();
+  const clock = await clocks(client);
   await client.sendCommand(['RL.GCRA', 'rl:rtt:ivy', '1', '1', '60000']); // the burst of 1, taken
   const limiter = new RateLimit({
     client: slowAnswers(clock, 7),
@@ -73,7 +59,7 @@ test('the memory counts from when the request was sent, not from when its answer
 });
 
 test('a policy changed on the server is not refused from a denial remembered under its old rules', async () => {
-  const clock = await clocks();
+  const clock = await clocks(client);
   await client.sendCommand(['RL.POLICY.SET', 'grow', 'GCRA', '3', '1', '3m']);
   const limiter = new RateLimit({
     client, limit: { policy: 'grow' }, prefix: 'rl:grow:', now: () => clock.ms, logger: memoryLogger(),
@@ -106,7 +92,7 @@ async function refusal(promise) {
 }
 
 test("RateLimiterRedis's in-memory block follows the injected clock, from when the consume was sent", async () => {
-  const clock = await clocks();
+  const clock = await clocks(client);
   const options = { points: 2, duration: 60, keyPrefix: 'inmem-clock', inMemoryBlockOnConsumed: 3 };
   await new RateLimiterRedis({ storeClient: client, ...options }).consume('kim', 2);
   const limiter = new RateLimiterRedis({ storeClient: slowAnswers(clock, 7), now: () => clock.ms, ...options });

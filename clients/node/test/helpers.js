@@ -136,3 +136,19 @@ export function memoryLogger() {
   const lines = [];
   return { lines, warn: (m) => lines.push(m) };
 }
+
+/**
+ * The package's fake monotonic clock, 1000 when the server's debug clock (set to T0 here) reads
+ * T0; `at(ms)` moves both clocks to `ms` after the start.
+ */
+export async function clocks(client) {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const clock = {
+    ms: 1_000,
+    async at(ms) {
+      clock.ms = 1_000 + ms;
+      await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS + ms}`]);
+    },
+  };
+  return clock;
+}

@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import express from 'express';
 import { RateLimiterRedis, RateLimiterRes, parseReply, rateLimitMiddleware } from '../index.js';
-import { T0_MS, calls, connect, get, limitFields, memoryLogger, serve, startRedis } from './helpers.js';
+import { calls, clocks, connect, get, limitFields, memoryLogger, serve, startRedis } from './helpers.js';
 
 let redis;
 let client;
@@ -23,20 +23,6 @@ after(async () => {
   await client?.quit();
   await redis?.stop();
 });
-
-/** The package's fake monotonic clock, 1000 when the server's debug clock reads T0. */
-async function clocks() {
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
-  const clock = {
-    ms: 1_000,
-    /** Both clocks to `ms` after the start. */
-    async at(ms) {
-      clock.ms = 1_000 + ms;
-      await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS + ms}`]);
-    },
-  };
-  return clock;
-}
 
 /** The module's answer now for `command` (a key and its parameters), with DRYRUN: nothing written. */
 async function direct(command) {
@@ -120,7 +106,7 @@ const CHANGES = [
 
 for (const [what, oldLimit, newLimit, [name, ...params], retryAfterMs] of CHANGES) {
   test(`middleware, ${what}: the first retry after Retry-After is admitted`, async () => {
-    const clock = await clocks();
+    const clock = await clocks(client);
     const svc = await service(clock, oldLimit, `rl:change:${name}:${params.join(':')}:`);
     try {
       await obeyingRetryAfter({
@@ -139,7 +125,7 @@ for (const [what, before, after, retryAfterMs] of [
   ['3 per 3m -> 1 per 3m', ['3', '3', '3m'], ['3', '1', '3m'], 60_000],
 ]) {
   test(`middleware, a policy whose GCRA rule goes ${what} (RL.POLICY.SET): the first retry is admitted`, async () => {
-    const clock = await clocks();
+    const clock = await clocks(client);
     const policy = `change-${before[1]}-${after[1]}`;
     await client.sendCommand(['RL.POLICY.SET', policy, 'GCRA', ...before]);
     const svc = await service(clock, { policy }, 'rl:policy-change:');
@@ -156,7 +142,7 @@ for (const [what, before, after, retryAfterMs] of [
 }
 
 test('middleware: a limit changed to a larger burst admits at once, whatever the old one refused', async () => {
-  const clock = await clocks();
+  const clock = await clocks(client);
   const svc = await service(clock, { algorithm: 'gcra', burst: 3, rate: 1, period: '3m' }, 'rl:larger:');
   try {
     for (let i = 0; i < 3; i++) assert.equal((await svc.as('bea')).status, 200);
@@ -196,7 +182,7 @@ for (const [what, oldOptions, newOptions, expectedMs] of [
   ['points 5 -> 3', { points: 5, duration: 60 }, { points: 3, duration: 60 }, 60_000],
 ]) {
   test(`RateLimiterRedis, ${what}: a consume msBeforeNext later is admitted`, async () => {
-    const clock = await clocks();
+    const clock = await clocks(client);
     const keyPrefix = `change-${oldOptions.points}-${oldOptions.duration}-${newOptions.points}-${newOptions.duration}`;
     // The in-memory block is the class's denial memory: on from the first refused consume.
     const make = (options) => new RateLimiterRedis({
