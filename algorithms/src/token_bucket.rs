@@ -275,7 +275,7 @@ impl Algorithm for TokenBucket {
         // instant, so its times are read on the key's own bucket (`own_wait`); an admitted
         // request's on the bucket it writes.
         let pending = match &own {
-            Some((old, own)) if *old != params && !(allowed && cost > 0) => Some((*old, own)),
+            Some((old, own)) if !(allowed && cost > 0) && *old != params => Some((*old, own)),
             _ => None,
         };
         let retry_after = if allowed {

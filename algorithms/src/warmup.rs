@@ -353,7 +353,7 @@ impl Algorithm for Warmup {
         match &state {
             // A call that writes nothing leaves a key stored under other parameters as it
             // is: its times are on the key's own schedule (`State::own_times`).
-            Some((old, stored)) if *old != params && !(allowed && cost > 0) => {
+            Some((old, stored)) if !(allowed && cost > 0) && *old != params => {
                 let (retry, reset) = stored.own_times(old, params, now_us);
                 decision.reset_after = reset;
                 if !allowed {
