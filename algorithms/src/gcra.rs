@@ -152,21 +152,22 @@ impl Algorithm for Gcra {
         // parameters it was stored with, and later calls convert it anew at their own
         // instant, so its times are read on the stored TAT; an admitted request's on the TAT
         // it writes.
-        let stored_schedule = match &stored {
-            Some((old, state)) => Schedule {
-                tat: state.tat,
-                params: old,
-            },
-            None => Schedule { tat, params },
-        };
         let (reset_after, retry_after) = if allowed && cost > 0 {
             (Span::new(new_tat - now, params.rate()), Some(Span::ZERO))
-        } else if allowed {
-            (stored_schedule.until_owing(0, now_us), Some(Span::ZERO))
         } else {
-            let retry = (cost <= params.burst)
-                .then(|| stored_schedule.until_owing(params.burst - cost, now_us));
-            (stored_schedule.until_owing(0, now_us), retry)
+            let own = match &stored {
+                Some((old, state)) => Schedule {
+                    tat: state.tat,
+                    params: old,
+                },
+                None => Schedule { tat, params },
+            };
+            let retry = if allowed {
+                Some(Span::ZERO)
+            } else {
+                (cost <= params.burst).then(|| own.until_owing(params.burst - cost, now_us))
+            };
+            (own.until_owing(0, now_us), retry)
         };
         let decision = Decision {
             allowed,
