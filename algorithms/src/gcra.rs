@@ -138,52 +138,14 @@ impl Algorithm for Gcra {
         write: bool,
     ) -> (Decision, Option<State>) {
         let now = params.scaled(now_us);
-        let tat = match &stored {
-            Some((old, state)) => state.converted(old, params, now_us).max(now),
-            None => now,
-        };
-        let interval = params.interval();
-        let tolerance = params.tolerance();
-        let new_tat = tat.saturating_add(u128::from(cost).saturating_mul(interval));
-        let allowed = new_tat - now <= tolerance;
-        let used = if allowed { new_tat - now } else { tat - now }.div_ceil(interval);
-        let remaining = u128::from(params.burst).saturating_sub(used);
-        // The times, on the one schedule: a call that writes nothing leaves the key under the
-        // parameters it was stored with, and later calls convert it anew at their own
-        // instant, so its times are read on the stored TAT; an admitted request's on the TAT
-        // it writes.
-        let (reset_after, retry_after) = if allowed && cost > 0 {
-            (Span::new(new_tat - now, params.rate()), Some(Span::ZERO))
-        } else {
-            let own = match &stored {
-                Some((old, state)) => Schedule {
-                    tat: state.tat,
-                    params: old,
-                },
-                None => Schedule { tat, params },
-            };
-            let retry = if allowed {
-                Some(Span::ZERO)
-            } else {
-                (cost <= params.burst).then(|| own.until_owing(params.burst - cost, now_us))
-            };
-            (own.until_owing(0, now_us), retry)
-        };
-        let decision = Decision {
-            allowed,
-            limit: params.burst,
-            remaining: u64::try_from(remaining).unwrap_or(0),
-            retry_after,
-            reset_after,
-            delay: None,
-        };
-        let state = stored.map(|(_, state)| state);
-        let fresh = if allowed && write {
-            keep(state, State { tat: new_tat })
-        } else {
-            None
-        };
-        (decision, fresh)
+        match stored {
+            // A new rate or period: the TAT converts (a new burst alone keeps it as it is).
+            Some((old, state)) if old.rate != params.rate || old.period_ms != params.period_ms => {
+                changed(params, old, state, now_us, cost, write)
+            }
+            Some((_, state)) => decide(params, state.tat.max(now), Some(state), now, cost, write),
+            None => decide(params, now, None, now, cost, write),
+        }
     }
 
     /// `floor((burst × T - (max(TAT, now) - now)) / T)`: the whole intervals of tolerance
@@ -220,6 +182,83 @@ impl Algorithm for Gcra {
     fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
         super::Snapshot::Gcra(snapshot(params, state, now_us))
     }
+}
+
+/// [`Algorithm::check`] on `tat`, the key's TAT as of `now` (in units of 1/rate µs) under
+/// `params`, `stored` being where the key keeps it: its times are on the TAT the request
+/// leaves.
+#[inline(always)]
+fn decide(
+    params: &Params,
+    tat: u128,
+    stored: Option<&mut State>,
+    now: u128,
+    cost: u64,
+    write: bool,
+) -> (Decision, Option<State>) {
+    let interval = params.interval();
+    let tolerance = params.tolerance();
+    let new_tat = tat.saturating_add(u128::from(cost).saturating_mul(interval));
+    let allowed = new_tat - now <= tolerance;
+    let (ttl, retry_after) = if allowed {
+        (new_tat - now, Some(Span::ZERO))
+    } else {
+        let retry = (cost <= params.burst).then(|| {
+            Span::new(
+                new_tat.saturating_sub(tolerance).saturating_sub(now),
+                params.rate(),
+            )
+        });
+        (tat - now, retry)
+    };
+    let used = ttl.div_ceil(interval);
+    let remaining = u128::from(params.burst).saturating_sub(used);
+    let decision = Decision {
+        allowed,
+        limit: params.burst,
+        remaining: u64::try_from(remaining).unwrap_or(0),
+        retry_after,
+        reset_after: Span::new(ttl, params.rate()),
+        delay: None,
+    };
+    let fresh = if allowed && write {
+        keep(stored, State { tat: new_tat })
+    } else {
+        None
+    };
+    (decision, fresh)
+}
+
+/// [`Algorithm::check`] on a key stored under another rate or period (`own`): the TAT
+/// converted, and the decision [`decide`]'s. But a call that writes nothing (refused, or of
+/// no units) leaves the key on its own schedule, and later calls convert it anew at their
+/// own instant, so its times are read on the stored TAT ([`Schedule::until_owing`]). An
+/// admitted request's times are on the TAT it writes. Out of line: the common request, under
+/// the key's own rate and period, never comes here.
+#[inline(never)]
+fn changed(
+    params: &Params,
+    own: &Params,
+    state: &mut State,
+    now_us: u64,
+    cost: u64,
+    write: bool,
+) -> (Decision, Option<State>) {
+    let schedule = Schedule {
+        tat: state.tat,
+        params: own,
+    };
+    let now = params.scaled(now_us);
+    let tat = state.converted(own, params, now_us).max(now);
+    let (mut decision, fresh) = decide(params, tat, Some(state), now, cost, write);
+    if !(decision.allowed && cost > 0) {
+        if !decision.allowed {
+            decision.retry_after =
+                (cost <= params.burst).then(|| schedule.until_owing(params.burst - cost, now_us));
+        }
+        decision.reset_after = schedule.until_owing(0, now_us);
+    }
+    (decision, fresh)
 }
 
 /// A key's parameters and state as of one instant.

@@ -302,6 +302,7 @@ impl Algorithm for SlidingWindow {
 /// The check for a key stored under the same window (or none): its counts rolled to now
 /// and weighted on that window, `params.limit` applied (a new limit alone applies to the
 /// counts as they are).
+#[inline(always)]
 fn check_counts(
     params: &Params,
     stored: Option<(&Params, &mut State)>,
@@ -389,6 +390,7 @@ fn check_counts(
 /// admitted request writes the estimate and its cost as the count of now's window under the
 /// new length, which holds them at full weight until that window ends and lets them slide out
 /// over the next: never in the caller's favour, and at one instant the units are the same.
+#[inline(never)]
 fn check_new_window(
     params: &Params,
     own: &Params,

@@ -214,6 +214,7 @@ impl State {
 
     /// How long from `now_us` until this bucket (refilled up to `now_us`) holds `target`
     /// units, `target` being at most full; zero when it already does.
+    #[inline(always)]
     fn time_until(&self, p: &Params, target: u128, now_us: u64) -> Span {
         if self.scaled_tokens >= target {
             return Span::ZERO;
@@ -251,60 +252,25 @@ impl Algorithm for TokenBucket {
         cost: u64,
         write: bool,
     ) -> (Decision, Option<State>) {
-        // The key's own bucket, refilled up to now under the parameters it was stored with.
-        let (own, stored_state) = match stored {
-            Some((old, state)) => (Some((old, state.refilled(old, now_us))), Some(state)),
-            None => (None, None),
-        };
-        let bucket = match &own {
-            Some((old, own)) => own.converted(old, params, now_us),
-            None => State::fresh(params, now_us),
-        };
-        let need = params.scaled(cost);
-        let allowed = bucket.scaled_tokens >= need;
-        let after = State {
-            scaled_tokens: if allowed {
-                bucket.scaled_tokens - need
-            } else {
-                bucket.scaled_tokens
-            },
-            updated_us: bucket.updated_us,
-        };
-        // The times, on the one schedule. A call that writes nothing leaves a key stored
-        // under other parameters as it is, and later calls convert it anew at their own
-        // instant, so its times are read on the key's own bucket (`own_wait`); an admitted
-        // request's on the bucket it writes.
-        let pending = match &own {
-            Some((old, own)) if !(allowed && cost > 0) && *old != params => Some((*old, own)),
-            _ => None,
-        };
-        let retry_after = if allowed {
-            Some(Span::ZERO)
-        } else {
-            (cost <= params.capacity).then(|| match pending {
-                Some((old, own)) => own.own_wait(old, cost, now_us),
-                None => bucket.time_until(params, need, now_us),
-            })
-        };
-        let reset_after = match pending {
-            Some((old, own)) => own.own_wait(old, params.capacity, now_us),
-            None => after.time_until(params, params.full(), now_us),
-        };
-        let remaining = after.scaled_tokens / params.period_us();
-        let decision = Decision {
-            allowed,
-            limit: params.capacity,
-            remaining: u64::try_from(remaining).unwrap_or(u64::MAX),
-            retry_after,
-            reset_after,
-            delay: None,
-        };
-        let fresh = if allowed && write {
-            keep(stored_state, after)
-        } else {
-            None
-        };
-        (decision, fresh)
+        match stored {
+            Some((old, state)) if old != params => changed(params, old, state, now_us, cost, write),
+            Some((_, state)) => decide(
+                params,
+                state.refilled(params, now_us),
+                Some(state),
+                now_us,
+                cost,
+                write,
+            ),
+            None => decide(
+                params,
+                State::fresh(params, now_us),
+                None,
+                now_us,
+                cost,
+                write,
+            ),
+        }
     }
 
     /// The whole tokens in the bucket now (refilled, then converted as a check converts it).
@@ -342,6 +308,84 @@ impl Algorithm for TokenBucket {
     fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
         super::Snapshot::TokenBucket(snapshot(params, state, now_us))
     }
+}
+
+/// [`Algorithm::check`] on `bucket`, the key's bucket as of now under `params` (refilled, and
+/// converted when it was stored under others; a fresh one for a missing key), `stored_state`
+/// being where the key keeps it: its times are on the bucket the request leaves.
+#[inline(always)]
+fn decide(
+    params: &Params,
+    bucket: State,
+    stored_state: Option<&mut State>,
+    now_us: u64,
+    cost: u64,
+    write: bool,
+) -> (Decision, Option<State>) {
+    let need = params.scaled(cost);
+    let allowed = bucket.scaled_tokens >= need;
+    let after = State {
+        scaled_tokens: if allowed {
+            bucket.scaled_tokens - need
+        } else {
+            bucket.scaled_tokens
+        },
+        updated_us: bucket.updated_us,
+    };
+    let retry_after = if allowed {
+        Some(Span::ZERO)
+    } else {
+        (cost <= params.capacity).then(|| bucket.time_until(params, need, now_us))
+    };
+    let remaining = after.scaled_tokens / params.period_us();
+    let decision = Decision {
+        allowed,
+        limit: params.capacity,
+        remaining: u64::try_from(remaining).unwrap_or(u64::MAX),
+        retry_after,
+        reset_after: after.time_until(params, params.full(), now_us),
+        delay: None,
+    };
+    let fresh = if allowed && write {
+        keep(stored_state, after)
+    } else {
+        None
+    };
+    (decision, fresh)
+}
+
+/// [`Algorithm::check`] on a key stored under other parameters (`own`) than the request's.
+/// The decision is [`decide`]'s; but a call that writes nothing (refused, or of no units)
+/// leaves the key on its own schedule, and later calls convert it anew at their own instant,
+/// so its times are read on the key's own bucket ([`State::own_wait`]). An admitted request's
+/// times are on the bucket it writes. Out of line: the common request, under the key's own
+/// parameters, never comes here.
+#[inline(never)]
+fn changed(
+    params: &Params,
+    own: &Params,
+    state: &mut State,
+    now_us: u64,
+    cost: u64,
+    write: bool,
+) -> (Decision, Option<State>) {
+    let bucket = state.refilled(own, now_us);
+    let (mut decision, fresh) = decide(
+        params,
+        bucket.converted(own, params, now_us),
+        Some(state),
+        now_us,
+        cost,
+        write,
+    );
+    if !(decision.allowed && cost > 0) {
+        if !decision.allowed {
+            decision.retry_after =
+                (cost <= params.capacity).then(|| bucket.own_wait(own, cost, now_us));
+        }
+        decision.reset_after = bucket.own_wait(own, params.capacity, now_us);
+    }
+    (decision, fresh)
 }
 
 /// A key's parameters and state as of one instant.

@@ -331,44 +331,10 @@ impl Algorithm for Warmup {
         cost: u64,
         write: bool,
     ) -> (Decision, Option<State>) {
-        let now = params.ticks(now_us);
-        let (before, state) = match stored {
-            Some((old, state)) => (
-                State::at(params, Some((old, &*state)), now_us),
-                Some((old, state)),
-            ),
-            None => (State::at(params, None, now_us), None),
-        };
-        let allowed = before.next_free <= now;
-        let after = if allowed {
-            let (taken, wait) = spend(params, before.stored, cost);
-            State {
-                stored: before.stored - taken,
-                next_free: before.next_free.saturating_add(wait),
-            }
-        } else {
-            before
-        };
-        let mut decision = decide(params, &before, &after, now, allowed);
-        match &state {
-            // A call that writes nothing leaves a key stored under other parameters as it
-            // is: its times are on the key's own schedule (`State::own_times`).
-            Some((old, stored)) if !(allowed && cost > 0) && *old != params => {
-                let (retry, reset) = stored.own_times(old, params, now_us);
-                decision.reset_after = reset;
-                if !allowed {
-                    decision.retry_after = Some(retry);
-                }
-            }
-            _ => {}
+        match stored {
+            Some((old, state)) if old != params => changed(params, old, state, now_us, cost, write),
+            stored => decide_check(params, stored, now_us, cost, write),
         }
-        let state = state.map(|(_, state)| state);
-        let fresh = if allowed && write {
-            keep(state, after)
-        } else {
-            None
-        };
-        (decision, fresh)
     }
 
     fn largest_cost(params: &Params, stored: Option<(&Params, &State)>, now_us: u64) -> u64 {
@@ -382,6 +348,64 @@ impl Algorithm for Warmup {
     fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
         super::Snapshot::Warmup(snapshot(params, state, now_us))
     }
+}
+
+/// [`Algorithm::check`]: the state as a request under `params` sees it (converted when the
+/// key was stored under others), and the decision on it.
+#[inline(always)]
+fn decide_check(
+    params: &Params,
+    stored: Option<(&Params, &mut State)>,
+    now_us: u64,
+    cost: u64,
+    write: bool,
+) -> (Decision, Option<State>) {
+    let now = params.ticks(now_us);
+    let (before, state) = match stored {
+        Some((old, state)) => (State::at(params, Some((old, &*state)), now_us), Some(state)),
+        None => (State::at(params, None, now_us), None),
+    };
+    let allowed = before.next_free <= now;
+    let after = if allowed {
+        let (taken, wait) = spend(params, before.stored, cost);
+        State {
+            stored: before.stored - taken,
+            next_free: before.next_free.saturating_add(wait),
+        }
+    } else {
+        before
+    };
+    let decision = decide(params, &before, &after, now, allowed);
+    let fresh = if allowed && write {
+        keep(state, after)
+    } else {
+        None
+    };
+    (decision, fresh)
+}
+
+/// [`Algorithm::check`] on a key stored under other parameters (`own`): the decision is
+/// [`decide_check`]'s, but a call that writes nothing leaves the key as it is, so its times
+/// are on the key's own schedule ([`State::own_times`]). Out of line: the common request,
+/// under the key's own parameters, never comes here.
+#[inline(never)]
+fn changed(
+    params: &Params,
+    own: &Params,
+    state: &mut State,
+    now_us: u64,
+    cost: u64,
+    write: bool,
+) -> (Decision, Option<State>) {
+    let (retry, reset) = state.own_times(own, params, now_us);
+    let (mut decision, fresh) = decide_check(params, Some((own, state)), now_us, cost, write);
+    if !(decision.allowed && cost > 0) {
+        decision.reset_after = reset;
+        if !decision.allowed {
+            decision.retry_after = Some(retry);
+        }
+    }
+    (decision, fresh)
 }
 
 /// The largest COST a DRYRUN at `now_us` admits: any (10^12) while the schedule is paid,
