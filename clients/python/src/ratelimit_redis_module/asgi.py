@@ -81,9 +81,10 @@ class RateLimitMiddleware:
     ``key`` returns. An admitted request gets the RateLimit headers on its response; a refused
     one a 429 with ``Retry-After`` and an ``application/problem+json`` body. A denial is
     remembered in-process until its retry time (not a policy's, whose rules can change unseen),
-    so a caller that keeps asking the same costs no round trip. When Redis does not answer within ``timeout``, the request passes without headers
-    (``fail_open=True``, the default) or gets a 503; either way it is logged (a warning on
-    the ``ratelimit_redis_module`` logger) and counted in ``stats``.
+    so a caller that keeps asking for the same costs no round trip. When Redis does not answer
+    within ``timeout``, the request passes without headers (``fail_open=True``, the default)
+    or gets a 503; either way it is logged (a warning on the ``ratelimit_redis_module``
+    logger) and counted in ``stats``.
 
     Args:
         app: the ASGI application.
