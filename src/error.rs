@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use crate::algorithms::limits::MAX_DURATION_MS;
+use algorithms::limits::MAX_DURATION_MS;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {

@@ -24,9 +24,6 @@
 //! This file holds the registration only: the `redis_module!` table, the load hook and the
 //! module options.
 
-// The pure algorithms are a crate of their own (algorithms/); `crate::algorithms::...` names
-// them as before.
-use ratelimit_algorithms as algorithms;
 mod args;
 mod clock;
 mod commands;

@@ -6,10 +6,10 @@
 
 use std::ffi::CString;
 
-use crate::algorithms::{Decision, Span};
 use crate::error::Error;
 use crate::redis::Ctx;
 use crate::response::{Admission, Described, Extra, Inspection, Reply};
+use algorithms::{Decision, Span};
 
 /// The field names of the admission reply, in order.
 pub const FIELDS: [&str; 5] = [

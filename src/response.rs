@@ -9,8 +9,8 @@
 
 use std::ffi::CStr;
 
-use crate::algorithms::Decision;
 use crate::metrics::Outcome;
+use algorithms::Decision;
 
 /// A handler's result: the reply, and what to propagate to replicas and the AOF.
 #[derive(Debug, PartialEq, Eq)]
@@ -177,7 +177,7 @@ impl Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::Span;
+    use algorithms::Span;
 
     fn admission(allowed: bool, preview: bool, replayed: bool) -> Admission {
         Admission {

@@ -11,7 +11,7 @@ pub mod syntax;
 use crate::error::{quote, Error};
 
 /// The largest count and the longest duration: the algorithms' ranges are the grammar's.
-pub use crate::algorithms::limits::{MAX_COUNT, MAX_DURATION_MS};
+pub use algorithms::limits::{MAX_COUNT, MAX_DURATION_MS};
 
 /// Parses a decimal integer in `min..=max`, written as Redis writes it; anything else (signs,
 /// spaces, hex, floats, leading zeros, overflow) is an error naming `arg`.

@@ -7,11 +7,11 @@ use super::syntax::{
     PERIOD, PERIOD_S, QUANTITY, QUEUE_CAPACITY, RATE, REFILL_AMOUNT, REFILL_PERIOD, WARMUP, WINDOW,
 };
 use super::{count, duration_ms, positive_count, MAX_COUNT, MAX_DURATION_MS};
-use crate::algorithms::{
+use crate::error::Error;
+use algorithms::{
     concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
     warmup,
 };
-use crate::error::Error;
 
 /// RL.GCRA's parameters.
 pub fn gcra(a: &[&[u8]]) -> Result<gcra::Params, Error> {

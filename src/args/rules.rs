@@ -8,8 +8,8 @@ use super::syntax::{
     Syntax, RL_FIXEDWINDOW, RL_GCRA, RL_LEAKYBUCKET, RL_POLICY_SET, RL_SLIDINGLOG,
     RL_SLIDINGWINDOW, RL_TOKENBUCKET, RL_WARMUP,
 };
-use crate::algorithms::policy::{Rule, Rules, MAX_RULES};
 use crate::error::{quote, Error};
+use algorithms::policy::{Rule, Rules, MAX_RULES};
 
 /// A rule's parser: its positional arguments, whether its flag (`INTERVAL`) was given, and
 /// the largest SLIDINGLOG limit.

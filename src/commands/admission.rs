@@ -4,12 +4,12 @@
 use std::ffi::CStr;
 
 use super::Call;
-use crate::algorithms::{Decision, Span};
 use crate::args::syntax::Syntax;
 use crate::args::Options;
 use crate::error::Error;
 use crate::response::{Admission, Extra, Propagate, Reply, Response};
 use crate::storage::{Key, Request, Variant};
+use algorithms::{Decision, Span};
 
 /// The arguments of an admission command, or, when fewer than its `syntax` requires, the
 /// arity error that shows that syntax.
@@ -111,8 +111,8 @@ pub fn run<A: Variant>(
 /// `largest` is [`Algorithm::largest_cost`] or what stands for it (RL.LIMIT's leaves its
 /// shadow rules out: they never limit a grant).
 ///
-/// [`Algorithm::check`]: crate::algorithms::Algorithm::check
-/// [`Algorithm::largest_cost`]: crate::algorithms::Algorithm::largest_cost
+/// [`Algorithm::check`]: algorithms::Algorithm::check
+/// [`Algorithm::largest_cost`]: algorithms::Algorithm::largest_cost
 #[inline(always)]
 pub fn run_with<A: Variant, T>(
     call: &Call,

@@ -1,12 +1,12 @@
 //! RL.CONCURRENCY.ACQUIRE and RL.CONCURRENCY.RELEASE: at most `limit` leases at once.
 
 use super::{admission, Call, Mode};
-use crate::algorithms::concurrency::{self, Concurrency, State, MAX_TOKEN};
 use crate::args::params;
 use crate::args::syntax::{RL_CONCURRENCY_ACQUIRE, RL_CONCURRENCY_RELEASE};
 use crate::error::{quote, Error};
 use crate::response::{Admission, Extra, Propagate, Reply, Response};
 use crate::storage::{Key, Stored};
+use algorithms::concurrency::{self, Concurrency, State, MAX_TOKEN};
 
 /// `RL.CONCURRENCY.ACQUIRE key limit lease [ID token] [DRYRUN] [SHADOW]`
 ///

@@ -1,11 +1,11 @@
 //! RL.FIXEDWINDOW.
 
 use super::{admission, Call};
-use crate::algorithms::fixed_window::FixedWindow;
 use crate::args::syntax::RL_FIXEDWINDOW;
 use crate::args::{self, params};
 use crate::error::Error;
 use crate::response::{Extra, Response};
+use algorithms::fixed_window::FixedWindow;
 
 /// `RL.FIXEDWINDOW key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///

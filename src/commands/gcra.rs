@@ -1,11 +1,11 @@
 //! RL.GCRA and its redis-cell compatible twin CL.THROTTLE: the same algorithm and state.
 
 use super::{admission, Call};
-use crate::algorithms::gcra::Gcra;
 use crate::args::syntax::{CL_THROTTLE, RL_GCRA};
 use crate::args::{self, params, Options};
 use crate::error::Error;
 use crate::response::{Extra, Response};
+use algorithms::gcra::Gcra;
 
 /// `RL.GCRA key burst rate period [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///

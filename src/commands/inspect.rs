@@ -1,13 +1,13 @@
 //! RL.INSPECT: read a key's algorithm, parameters and state without changing them.
 
 use super::Call;
-use crate::algorithms::Snapshot;
 use crate::args::syntax::RL_INSPECT;
 use crate::clock;
 use crate::error::Error;
 use crate::reply::int;
 use crate::response::{Described, Inspection, Reply, Response};
 use crate::storage::{Key, Value};
+use algorithms::Snapshot;
 
 /// `RL.INSPECT key`
 ///
@@ -136,7 +136,7 @@ fn named_fields(snapshot: &Snapshot) -> Vec<(&'static str, i64)> {
 #[cfg(test)]
 mod tests {
     use super::named_fields;
-    use crate::algorithms::{
+    use algorithms::{
         fixed_window::{self, FixedWindow},
         gcra::{self, Gcra},
         leaky_bucket::{self, LeakyBucket},

@@ -1,12 +1,12 @@
 //! RL.LEAKYBUCKET.
 
 use super::{admission, Call};
-use crate::algorithms::leaky_bucket::LeakyBucket;
 use crate::args::syntax::RL_LEAKYBUCKET;
 use crate::args::{self, params};
 use crate::error::Error;
 use crate::reply::int;
 use crate::response::{Extra, Response};
+use algorithms::leaky_bucket::LeakyBucket;
 
 /// `RL.LEAKYBUCKET key capacity leak_amount leak_period [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///

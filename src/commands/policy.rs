@@ -4,13 +4,13 @@
 use std::sync::Arc;
 
 use super::{admission, Call};
-use crate::algorithms::policy::{self, Limit, Rules};
-use crate::algorithms::{penalty, Decision};
 use crate::args::syntax::{RL_LIMIT, RL_POLICY_DEL, RL_POLICY_GET, RL_POLICY_LIST, RL_POLICY_SET};
 use crate::args::{self, rules};
 use crate::error::{quote, Error};
 use crate::response::{Extra, Propagate, Reply, Response};
 use crate::storage::policies::{self, Policy, MAX_NAME};
+use algorithms::policy::{self, Limit, Rules};
+use algorithms::{penalty, Decision};
 
 fn policy_name(a: &[u8]) -> Result<&[u8], Error> {
     if (1..=MAX_NAME).contains(&a.len()) {

@@ -1,11 +1,11 @@
 //! RL.SLIDINGLOG.
 
 use super::{admission, Call, Mode};
-use crate::algorithms::sliding_log::SlidingLog;
 use crate::args::syntax::RL_SLIDINGLOG;
 use crate::args::{self, params};
 use crate::error::Error;
 use crate::response::{Extra, Response};
+use algorithms::sliding_log::SlidingLog;
 
 /// `RL.SLIDINGLOG key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///

@@ -1,11 +1,11 @@
 //! RL.SLIDINGWINDOW.
 
 use super::{admission, Call};
-use crate::algorithms::sliding_window::SlidingWindow;
 use crate::args::syntax::RL_SLIDINGWINDOW;
 use crate::args::{self, params};
 use crate::error::Error;
 use crate::response::{Extra, Response};
+use algorithms::sliding_window::SlidingWindow;
 
 /// `RL.SLIDINGWINDOW key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///

@@ -1,11 +1,11 @@
 //! RL.TOKENBUCKET.
 
 use super::{admission, Call};
-use crate::algorithms::token_bucket::TokenBucket;
 use crate::args::syntax::RL_TOKENBUCKET;
 use crate::args::{self, params};
 use crate::error::Error;
 use crate::response::{Extra, Response};
+use algorithms::token_bucket::TokenBucket;
 
 /// `RL.TOKENBUCKET key capacity refill_amount refill_period [INTERVAL] [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///

@@ -1,11 +1,11 @@
 //! RL.WARMUP.
 
 use super::{admission, Call};
-use crate::algorithms::warmup::Warmup;
 use crate::args::syntax::RL_WARMUP;
 use crate::args::{self, params};
 use crate::error::Error;
 use crate::response::{Extra, Response};
+use algorithms::warmup::Warmup;
 
 /// `RL.WARMUP key rate period warmup [COLDFACTOR factor] [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///

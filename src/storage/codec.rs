@@ -8,8 +8,8 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::algorithms::limits::{MAX_COUNT, MAX_DURATION_MS};
-use crate::algorithms::{
+use algorithms::limits::{MAX_COUNT, MAX_DURATION_MS};
+use algorithms::{
     concurrency, fixed_window, gcra, leaky_bucket, policy, sliding_log, sliding_window,
     token_bucket, warmup,
 };

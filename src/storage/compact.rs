@@ -34,14 +34,14 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
 
-use crate::algorithms::fixed_window::{self, FixedWindow};
-use crate::algorithms::gcra::{self, Gcra};
-use crate::algorithms::leaky_bucket::{self, LeakyBucket};
-use crate::algorithms::policy::{Rule, RuleState, MAX_RULES};
-use crate::algorithms::sliding_window::{self, SlidingWindow};
-use crate::algorithms::token_bucket::{self, TokenBucket};
-use crate::algorithms::warmup::{self, Warmup};
-use crate::algorithms::Algorithm;
+use algorithms::fixed_window::{self, FixedWindow};
+use algorithms::gcra::{self, Gcra};
+use algorithms::leaky_bucket::{self, LeakyBucket};
+use algorithms::policy::{Rule, RuleState, MAX_RULES};
+use algorithms::sliding_window::{self, SlidingWindow};
+use algorithms::token_bucket::{self, TokenBucket};
+use algorithms::warmup::{self, Warmup};
+use algorithms::Algorithm;
 
 use super::value::{Stored, Value};
 
@@ -907,7 +907,7 @@ pub fn interner() -> std::sync::MutexGuard<'static, Interner> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::sliding_log;
+    use algorithms::sliding_log;
     use proptest::prelude::*;
 
     #[test]
@@ -1008,8 +1008,8 @@ mod tests {
 
     #[test]
     fn a_fresh_warmup_key_is_one_word_and_keeps_its_epoch_until_it_must_move() {
-        use crate::algorithms::warmup::Warmup;
-        use crate::algorithms::Algorithm;
+        use algorithms::warmup::Warmup;
+        use algorithms::Algorithm;
         let mut t = Interner::default();
         let params = warmup_params(10);
         let (max, scale) = (params.max_stored(), params.scale());
@@ -1199,7 +1199,7 @@ mod tests {
 
     #[test]
     fn a_policy_packs_one_word_per_rule() {
-        use crate::algorithms::policy::{Rule, RuleState};
+        use algorithms::policy::{Rule, RuleState};
         let mut t = Interner::default();
         let rules = [
             Rule::Gcra(gcra::Params {
@@ -1256,7 +1256,7 @@ mod tests {
 
     #[test]
     fn a_policy_key_read_under_its_own_rules_is_written_back_in_place() {
-        use crate::algorithms::policy::{Rule, RuleState};
+        use algorithms::policy::{Rule, RuleState};
         let mut t = Interner::default();
         let rules = [
             Rule::Gcra(gcra::Params {
@@ -1317,7 +1317,7 @@ mod tests {
 
     #[test]
     fn a_warmup_rule_packs_in_a_policy_as_a_key_does() {
-        use crate::algorithms::policy::{Rule, RuleState};
+        use algorithms::policy::{Rule, RuleState};
         let mut t = Interner::default();
         let params = warmup_params(10);
         let rules = [

@@ -29,10 +29,10 @@ use std::sync::Arc;
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use crate::algorithms::policy::{Rules, MAX_RULES};
-use crate::algorithms::{penalty, Decision, Span};
 use crate::error::Error;
 use crate::redis::{Ctx, Digest, Holds, Io, RString, RawKey};
+use algorithms::policy::{Rules, MAX_RULES};
+use algorithms::{penalty, Decision, Span};
 pub use codec::Entry;
 use compact::{interner, Bases, Cell, Interned};
 pub use value::{Stored, Value, Variant};

@@ -1,15 +1,15 @@
 //! What a limiter key holds: one algorithm's parameters and state.
 
-use crate::algorithms::concurrency::{self, Concurrency};
-use crate::algorithms::fixed_window::FixedWindow;
-use crate::algorithms::gcra::Gcra;
-use crate::algorithms::leaky_bucket::LeakyBucket;
-use crate::algorithms::policy::{self, Limit, Rule, RuleState};
-use crate::algorithms::sliding_log::{self, SlidingLog};
-use crate::algorithms::sliding_window::SlidingWindow;
-use crate::algorithms::token_bucket::TokenBucket;
-use crate::algorithms::warmup::Warmup;
-use crate::algorithms::{Algorithm, Decision, Snapshot};
+use algorithms::concurrency::{self, Concurrency};
+use algorithms::fixed_window::FixedWindow;
+use algorithms::gcra::Gcra;
+use algorithms::leaky_bucket::LeakyBucket;
+use algorithms::policy::{self, Limit, Rule, RuleState};
+use algorithms::sliding_log::{self, SlidingLog};
+use algorithms::sliding_window::SlidingWindow;
+use algorithms::token_bucket::TokenBucket;
+use algorithms::warmup::Warmup;
+use algorithms::{Algorithm, Decision, Snapshot};
 
 /// The parameters a key was last written with, and its state under them.
 #[derive(Debug, Clone, PartialEq, Eq)]
