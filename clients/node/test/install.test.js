@@ -26,7 +26,9 @@ test('npm install of the packed package into a fresh directory', () => {
     // The peer dependency came along, and the package's files are those it declares.
     assert.ok(existsSync(path.join(dir, 'node_modules/redis/package.json')), 'node-redis installed as the peer');
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module')).sort(),
-      ['README.md', 'index.d.ts', 'index.js', 'package.json']);
+      ['README.md', 'index.d.ts', 'index.js', 'lib', 'package.json']);
+    assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module/lib')).sort(),
+      ['limits.js', 'reply.js']);
     const script = `
       import { RateLimiterRedis, rateLimitMiddleware, rateLimitHeaders } from 'ratelimit-redis-module';
       import { createClient } from 'redis';
