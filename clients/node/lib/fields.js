@@ -1,0 +1,59 @@
+// The HTTP fields of docs/clients.md: RateLimit-Policy and RateLimit
+// (draft-ietf-httpapi-ratelimit-headers-11, a name being a Structured Field String),
+// X-RateLimit-*, Retry-After, and the application/problem+json bodies of 429 and 503.
+
+const ceilSeconds = (ms) => Math.ceil(ms / 1000);
+
+// A name in RateLimit-Policy and RateLimit is a Structured Field String: printable ASCII, with
+// `"` and `\` escaped.
+export function checkName(name, what) {
+  if (typeof name !== 'string' || name.length === 0 || !/^[\x20-\x7e]*$/.test(name)) {
+    throw new TypeError(`invalid ${what}: expected a non-empty string of printable ASCII; got ${String(name)}`);
+  }
+  return name;
+}
+const sfString = (s) => `"${s.replace(/[\\"]/g, (c) => `\\${c}`)}"`;
+
+export const QUOTA_EXCEEDED_TYPE = 'https://iana.org/assignments/http-problem-types#quota-exceeded';
+export const REDUCED_CAPACITY_TYPE =
+  'https://iana.org/assignments/http-problem-types#temporary-reduced-capacity';
+
+/** The 429 body (application/problem+json), its keys in a fixed order and no spaces. */
+export function quotaExceededBody(name) {
+  return JSON.stringify({
+    type: QUOTA_EXCEEDED_TYPE,
+    title: 'Request cannot be satisfied as assigned quota has been exceeded',
+    status: 429,
+    'violated-policies': [name],
+  });
+}
+
+/** The 503 body of fail closed (application/problem+json). */
+export const UNAVAILABLE_BODY = JSON.stringify({
+  type: REDUCED_CAPACITY_TYPE,
+  title: 'Rate limiter unavailable',
+  status: 503,
+});
+
+/**
+ * The response fields for a decision, in order, as [name, value] pairs: RateLimit-Policy,
+ * RateLimit, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, and on a refusal
+ * Retry-After (left out when the request can never pass).
+ */
+export function rateLimitHeaders(d) {
+  let w = d.windowSeconds === undefined ? '' : `;w=${d.windowSeconds}`;
+  if (d.concurrent) w = ';qu="concurrent-requests"';
+  const name = sfString(d.name);
+  let t = '';
+  if (d.allowed) t = `;t=${ceilSeconds(d.resetAfterMs)}`;
+  else if (d.retryAfterMs >= 0) t = `;t=${ceilSeconds(d.retryAfterMs)}`;
+  const headers = [
+    ['RateLimit-Policy', `${name};q=${d.limit}${w}`],
+    ['RateLimit', `${name};r=${d.remaining}${t}`],
+    ['X-RateLimit-Limit', String(d.limit)],
+    ['X-RateLimit-Remaining', String(d.remaining)],
+    ['X-RateLimit-Reset', String(ceilSeconds(d.resetAfterMs))],
+  ];
+  if (!d.allowed && d.retryAfterMs >= 0) headers.push(['Retry-After', String(ceilSeconds(d.retryAfterMs))]);
+  return headers;
+}
