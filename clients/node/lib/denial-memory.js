@@ -1,0 +1,52 @@
+// The denial memory: denials remembered in the process until their retry time, so that a caller
+// over its limit is refused without a round trip; and its default clock. RateLimit keeps one,
+// and RateLimiterRedis's in-memory blocks are one.
+
+/**
+ * Denials remembered until their retry time, at most `max` of them. A full memory first drops
+ * expired entries among the oldest few, else the oldest one: bounded work per insert.
+ */
+export class DenialMemory {
+  constructor(max) {
+    this.max = max;
+    this.entries = new Map(); // key -> { until, resetAt, decision }, oldest first
+  }
+
+  get size() {
+    return this.entries.size;
+  }
+
+  // A remembered denial of `cost` units refuses a request of that cost only: a smaller one may
+  // fit, and a larger one may wait longer than the remembered retry time, so both are asked.
+  lookup(key, cost, now) {
+    const e = this.entries.get(key);
+    if (e === undefined) return undefined;
+    if (e.until <= now) {
+      this.entries.delete(key);
+      return undefined;
+    }
+    return cost === e.cost ? e : undefined;
+  }
+
+  remember(key, decision, cost, now) {
+    if (this.max <= 0 || decision.retryAfterMs < 0) return;
+    this.entries.delete(key);
+    if (this.entries.size >= this.max) {
+      let looked = 0;
+      for (const [k, e] of this.entries) {
+        if (++looked > 16) break;
+        if (e.until <= now) this.entries.delete(k);
+      }
+      if (this.entries.size >= this.max) this.entries.delete(this.entries.keys().next().value);
+    }
+    this.entries.set(key, {
+      cost,
+      until: now + decision.retryAfterMs,
+      resetAt: now + decision.resetAfterMs,
+      decision,
+    });
+  }
+}
+
+/** The default clock of a denial memory: monotonic milliseconds. */
+export const monotonicMs = () => performance.now();

@@ -1,0 +1,214 @@
+// RateLimit: one limit (one algorithm's command, or an RL.LIMIT policy) checked for a key, with
+// the denial memory, the timeout and fail open / fail closed; and a concurrency lease given back.
+
+import { DenialMemory, monotonicMs } from './denial-memory.js';
+import { checkName } from './fields.js';
+import { ALGORITHMS, DURATION_PARAMS, count, durationMs, policyWindows, wholeSeconds } from './limits.js';
+import { parseReply } from './reply.js';
+
+class TimeoutError extends Error {
+  constructor(ms) {
+    super(`no answer from Redis within ${ms} ms`);
+    this.name = 'TimeoutError';
+  }
+}
+
+function withTimeout(promise, ms) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new TimeoutError(ms)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * One limit: `{ algorithm: 'gcra', burst, rate, period }` (or tokenbucket, leakybucket,
+ * fixedwindow, slidingwindow, slidinglog with their own parameters) or `{ policy: 'name' }` for
+ * RL.LIMIT. `check(key, cost)` resolves to a decision; it never rejects on a Redis failure
+ * (the decision then says `failed` and whether the request passes).
+ */
+export class RateLimit {
+  constructor(options = {}) {
+    const {
+      client,
+      limit,
+      name,
+      prefix = 'rl:http:',
+      timeout = 50,
+      failMode = 'open',
+      denialMemory = 10_000,
+      logger = console,
+      now = monotonicMs,
+    } = options;
+    if (client === null || typeof client !== 'object' || typeof client.sendCommand !== 'function') {
+      throw new TypeError('invalid client: expected a node-redis client (createClient from "redis")');
+    }
+    if (failMode !== 'open' && failMode !== 'closed') {
+      throw new TypeError(`invalid failMode: expected "open" or "closed"; got ${String(failMode)}`);
+    }
+    if (!Number.isFinite(timeout) || timeout <= 0) {
+      throw new TypeError(`invalid timeout: expected a positive number of milliseconds; got ${String(timeout)}`);
+    }
+    if (!Number.isSafeInteger(denialMemory) || denialMemory < 0) {
+      throw new TypeError(`invalid denialMemory: expected an integer, 0 or more; got ${String(denialMemory)}`);
+    }
+    if (typeof prefix !== 'string') throw new TypeError('invalid prefix: expected a string');
+    this.client = client;
+    this.prefix = prefix;
+    this.timeout = timeout;
+    this.failMode = failMode;
+    this.logger = logger;
+    this.now = now;
+    this.memory = new DenialMemory(denialMemory);
+    /** Counters the application can read. */
+    this.stats = {
+      calls: 0, // round trips to Redis for a decision
+      admitted: 0,
+      denied: 0, // refusals, those from the memory included
+      deniedLocally: 0, // refusals from the denial memory: round trips saved
+      failures: 0, // Redis errors and timeouts
+      failOpen: 0, // requests passed because Redis failed
+      failClosed: 0, // requests refused because Redis failed
+      releaseFailures: 0, // concurrency leases not given back (they end by themselves)
+    };
+
+    if (limit === null || typeof limit !== 'object') {
+      throw new TypeError('invalid limit: expected { algorithm, ...parameters } or { policy }');
+    }
+    if (limit.policy !== undefined) {
+      this.policy = checkName(limit.policy, 'policy');
+      this.name = checkName(name ?? this.policy, 'name');
+      this.command = 'RL.LIMIT';
+      this.sixth = 'rule';
+      this.args = [this.policy];
+      this.windows = undefined; // the promise of RL.POLICY.GET's windows, once
+    } else {
+      const algorithm = ALGORITHMS[String(limit.algorithm).toLowerCase()];
+      if (algorithm === undefined) {
+        throw new TypeError(
+          `invalid limit.algorithm: expected one of ${Object.keys(ALGORITHMS).join(', ')}, or limit.policy; ` +
+            `got ${String(limit.algorithm)}`,
+        );
+      }
+      this.name = checkName(name ?? 'default', 'name');
+      this.command = algorithm.command;
+      this.sixth = algorithm.sixth;
+      this.args = algorithm.params.map((p) =>
+        DURATION_PARAMS.has(p)
+          ? `${durationMs(limit[p], `limit.${p}`)}`
+          : `${count(limit[p], `limit.${p}`)}`,
+      );
+      if (algorithm.flag && limit[algorithm.flag]) this.args.push(algorithm.flag.toUpperCase());
+      this.concurrent = Boolean(algorithm.concurrent);
+      this.windowSeconds = this.concurrent ? undefined : wholeSeconds(durationMs(limit[algorithm.window]));
+    }
+  }
+
+  /** The key in Redis for an application key. */
+  redisKey(key) {
+    return `${this.prefix}${key}`;
+  }
+
+  // One RL.POLICY.GET for all the requests that need it (read again after a failure).
+  #policyWindows() {
+    if (this.windows === undefined) {
+      this.windows = this.client.sendCommand(['RL.POLICY.GET', this.policy]).then(
+        (flat) => (Array.isArray(flat) ? policyWindows(flat) : []),
+        (error) => {
+          this.windows = undefined;
+          throw error;
+        },
+      );
+    }
+    return this.windows;
+  }
+
+  async #ask(key, cost) {
+    const args = [this.command, this.redisKey(key), ...this.args];
+    if (cost !== 1 && !this.concurrent) args.push('COST', String(cost));
+    if (this.policy === undefined) {
+      const reply = parseReply(await this.client.sendCommand(args), this.sixth);
+      const decision = { ...reply, name: this.name, windowSeconds: this.windowSeconds };
+      if (this.concurrent) decision.concurrent = true;
+      return decision;
+    }
+    const [windows, raw] = await Promise.all([this.#policyWindows(), this.client.sendCommand(args)]);
+    const reply = parseReply(raw, 'rule');
+    const rule = reply.rule ?? 0;
+    const name = windows.length > 1 ? `${this.name}/${rule}` : this.name;
+    return { ...reply, name, windowSeconds: windows[rule] };
+  }
+
+  /**
+   * The decision for one request of `key` costing `cost` units: `{ allowed, name, limit,
+   * remaining, retryAfterMs, resetAfterMs, windowSeconds, local }`, or when Redis failed
+   * `{ failed: true, allowed, error }` (allowed per failMode).
+   */
+  async check(key, cost = 1) {
+    count(cost, 'cost', 0);
+    const memoryKey = String(key);
+    const now = this.now();
+    const remembered = this.memory.lookup(memoryKey, cost, now);
+    if (remembered !== undefined) {
+      this.stats.denied += 1;
+      this.stats.deniedLocally += 1;
+      // Whole milliseconds, as the module counts them (the default clock has fractions).
+      return {
+        ...remembered.decision,
+        remaining: 0,
+        retryAfterMs: Math.ceil(remembered.until - now),
+        resetAfterMs: Math.max(0, Math.ceil(remembered.resetAt - now)),
+        local: true,
+      };
+    }
+    this.stats.calls += 1;
+    let decision;
+    try {
+      decision = await withTimeout(this.#ask(key, cost), this.timeout);
+    } catch (error) {
+      this.stats.failures += 1;
+      const passes = this.failMode === 'open';
+      if (passes) this.stats.failOpen += 1;
+      else this.stats.failClosed += 1;
+      this.logger?.warn?.(
+        `ratelimit: ${this.command} for ${JSON.stringify(this.redisKey(key))} failed (${error?.message ?? error}); ` +
+          `fail ${this.failMode}: the request ${passes ? 'passes' : 'is refused'}`,
+      );
+      return { failed: true, allowed: passes, error };
+    }
+    if (decision.allowed) {
+      this.stats.admitted += 1;
+    } else {
+      this.stats.denied += 1;
+      // Remembered from `now`, read before the request left: the server decided at some
+      // instant between then and the answer, so its retry time is never earlier than
+      // now + retry_after_ms (counting from the answer's arrival would refuse for as long as
+      // the answer took, past the time the server admits). Not remembered: concurrency (a
+      // lease can be released before its retry time) and policies (RL.POLICY.SET can change
+      // a policy's rules on the server at any time, unseen by this process, and a denial
+      // remembered under the old rules would refuse what the new ones admit).
+      if (!this.concurrent && this.policy === undefined) this.memory.remember(memoryKey, decision, cost, now);
+    }
+    return { ...decision, local: false };
+  }
+
+  /**
+   * Gives back the lease of an admitted concurrency decision (RL.CONCURRENCY.RELEASE). Never
+   * rejects: a failure is logged and counted (`releaseFailures`); the lease then ends by itself.
+   */
+  async release(key, decision) {
+    if (!this.concurrent || !decision?.allowed || decision.token === undefined) return;
+    try {
+      await withTimeout(
+        this.client.sendCommand(['RL.CONCURRENCY.RELEASE', this.redisKey(key), decision.token]),
+        this.timeout,
+      );
+    } catch (error) {
+      this.stats.releaseFailures += 1;
+      this.logger?.warn?.(
+        `ratelimit: RL.CONCURRENCY.RELEASE for ${JSON.stringify(this.redisKey(key))} failed ` +
+          `(${error?.message ?? error}); the lease ends by itself`,
+      );
+    }
+  }
+}
