@@ -1,0 +1,288 @@
+// rate-limiter-flexible's interface, backed by the module: RateLimiterRes and RateLimiterRedis,
+// so that its users switch by changing one constructor.
+
+import { DenialMemory, monotonicMs } from './denial-memory.js';
+import { MAX_COUNT, MAX_DURATION_MS, durationMs } from './limits.js';
+import { parseReply } from './reply.js';
+
+/** rate-limiter-flexible's RateLimiterRes: what consume and the others resolve (or reject) with. */
+export class RateLimiterRes {
+  constructor(remainingPoints = 0, msBeforeNext = 0, consumedPoints = 0, isFirstInDuration = false) {
+    this.remainingPoints = remainingPoints;
+    this.msBeforeNext = msBeforeNext;
+    this.consumedPoints = consumedPoints;
+    this.isFirstInDuration = Boolean(isFirstInDuration);
+  }
+
+  toJSON() {
+    return {
+      remainingPoints: this.remainingPoints,
+      msBeforeNext: this.msBeforeNext,
+      consumedPoints: this.consumedPoints,
+      isFirstInDuration: this.isFirstInDuration,
+    };
+  }
+
+  toString() {
+    return JSON.stringify(this.toJSON());
+  }
+}
+
+const UNSUPPORTED_OPTIONS = ['blockOnConsumed', 'customIncrTtlLuaScript'];
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * rate-limiter-flexible's RateLimiterRedis, on the module: `points` per `duration` seconds, the
+ * window starting at the key's first consume (RL.TOKENBUCKET key points points duration
+ * INTERVAL: all the points come back at once, `duration` after the window began). See
+ * docs/clients.md for every difference.
+ */
+export class RateLimiterRedis {
+  constructor(opts = {}) {
+    if (opts.storeClient === undefined) throw new Error('storeClient is not set');
+    for (const o of UNSUPPORTED_OPTIONS) {
+      if (opts[o]) throw new Error(`${o} is not supported by ratelimit-redis-module's RateLimiterRedis`);
+    }
+    this.client = opts.storeClient;
+    this.points = opts.points === undefined ? 4 : opts.points;
+    if (!Number.isSafeInteger(this.points) || this.points < 1 || this.points > MAX_COUNT) {
+      throw new Error('points must be an integer from 1 to 10^12');
+    }
+    this.duration = opts.duration === undefined ? 1 : opts.duration;
+    if (typeof this.duration !== 'number' || !Number.isFinite(this.duration) || this.duration < 0) {
+      throw new Error('duration must be set and must be a finite, non-negative number');
+    }
+    // duration 0 means "never expires": the longest period the module takes, and msBeforeNext -1.
+    this.periodMs = this.duration === 0 ? MAX_DURATION_MS : durationMs(Math.round(this.duration * 1000), 'duration');
+    this.blockDuration = opts.blockDuration ?? 0;
+    if (typeof this.blockDuration !== 'number' || !(this.blockDuration >= 0)) {
+      throw new Error('blockDuration must be a non-negative number of seconds');
+    }
+    this.keyPrefix = opts.keyPrefix === undefined ? 'rlflx' : opts.keyPrefix;
+    if (typeof this.keyPrefix !== 'string') throw new Error('keyPrefix must be string');
+    this.insuranceLimiter = opts.insuranceLimiter;
+    this.rejectIfRedisNotReady = Boolean(opts.rejectIfRedisNotReady);
+    // execEvenly: an admitted consume resolves after a delay that spreads the rest of the
+    // window's points over the time left (rate-limiter-flexible's formula, see consume).
+    this.execEvenly = Boolean(opts.execEvenly);
+    this.execEvenlyMinDelayMs = opts.execEvenlyMinDelayMs ?? Math.ceil(this.msDuration / this.points);
+    // In-memory block: a key that has consumed inMemoryBlockOnConsumed points is refused in
+    // this process, without Redis, for inMemoryBlockDuration seconds (or the window's time left).
+    this.inMemoryBlockOnConsumed = opts.inMemoryBlockOnConsumed ? parseInt(opts.inMemoryBlockOnConsumed, 10) : 0;
+    if (this.inMemoryBlockOnConsumed > 0 && this.points > this.inMemoryBlockOnConsumed) {
+      throw new Error('inMemoryBlockOnConsumed option must be greater or equal "points" option');
+    }
+    this.inMemoryBlockDuration = opts.inMemoryBlockDuration ? parseInt(opts.inMemoryBlockDuration, 10) : 0;
+    if (this.inMemoryBlockDuration > 0 && this.inMemoryBlockOnConsumed === 0) {
+      throw new Error('inMemoryBlockOnConsumed option must be set up');
+    }
+    this.inMemoryBlocked = new DenialMemory(10_000);
+    // The in-memory blocks' clock: monotonic milliseconds (not in rate-limiter-flexible; a
+    // test gives a fake one that moves with the server's debug clock).
+    this.now = opts.now ?? monotonicMs;
+    if (typeof this.now !== 'function') throw new Error('now must be a function returning milliseconds');
+  }
+
+  // Blocks from `now`, read before the consume was sent: the server's msBeforeNext counts
+  // from its own instant, which is no earlier.
+  #blockInMemory(rlKey, ms, now) {
+    if (ms > 0) this.inMemoryBlocked.remember(rlKey, { retryAfterMs: ms, resetAfterMs: ms }, 0, now);
+  }
+
+  /** Forgets every in-memory block. */
+  deleteInMemoryBlockedAll() {
+    this.inMemoryBlocked.entries.clear();
+  }
+
+  get msDuration() {
+    return this.duration * 1000;
+  }
+
+  get msBlockDuration() {
+    return this.blockDuration * 1000;
+  }
+
+  getKey(key) {
+    return this.keyPrefix.length > 0 ? `${this.keyPrefix}:${key}` : key;
+  }
+
+  parseKey(rlKey) {
+    return this.keyPrefix.length > 0 ? rlKey.substring(this.keyPrefix.length + 1) : rlKey;
+  }
+
+  #command(key, ...options) {
+    return ['RL.TOKENBUCKET', this.getKey(key), String(this.points), String(this.points), `${this.periodMs}`, 'INTERVAL', ...options];
+  }
+
+  async #send(args) {
+    if (this.rejectIfRedisNotReady && this.client.isReady === false) {
+      throw new Error('Redis connection is not ready');
+    }
+    return parseReply(await this.client.sendCommand(args));
+  }
+
+  async #multi(commands) {
+    if (this.rejectIfRedisNotReady && this.client.isReady === false) {
+      throw new Error('Redis connection is not ready');
+    }
+    const multi = this.client.multi();
+    for (const args of commands) multi.addCommand(args);
+    return multi.exec();
+  }
+
+  #ms(ms) {
+    return this.duration === 0 ? -1 : ms;
+  }
+
+  // The state as RateLimiterRes: `consumedPoints` is what the window has taken; in a block
+  // (a probe at COST 0 refused) it is points + 1, as rate-limiter-flexible's block stores it.
+  #res(r, changed, probe = false) {
+    if (probe && !r.allowed) {
+      return new RateLimiterRes(0, r.retryAfterMs, this.points + 1, false);
+    }
+    const consumed = r.limit - r.remaining;
+    return new RateLimiterRes(r.remaining, this.#ms(r.resetAfterMs), consumed, changed > 0 && consumed === changed);
+  }
+
+  #checkPoints(points) {
+    if (typeof points === 'string' && /^[1-9][0-9]*$/.test(points)) points = Number(points);
+    if (!Number.isSafeInteger(points)) {
+      throw new Error('Consuming decimal number of points is not supported by this package');
+    }
+    if (points < 0 || points > MAX_COUNT) throw new Error('points must be an integer from 0 to 10^12');
+    return points;
+  }
+
+  // rate-limiter-flexible's insurance: on a store error (not a refusal), ask insuranceLimiter.
+  async #insured(method, params, run) {
+    try {
+      return await run();
+    } catch (err) {
+      if (err instanceof RateLimiterRes || !this.insuranceLimiter) throw err;
+      return this.insuranceLimiter[method](...params);
+    }
+  }
+
+  /**
+   * Takes `points` (default 1). Resolves with a RateLimiterRes when admitted; rejects with a
+   * RateLimiterRes when refused (the window is full, or the key is blocked), with an Error when
+   * Redis fails and there is no insuranceLimiter.
+   */
+  consume(key, points = 1, options = {}) {
+    return this.#insured('consume', [key, points, options], async () => {
+      points = this.#checkPoints(points);
+      const rlKey = this.getKey(key);
+      const now = this.now();
+      if (this.inMemoryBlockOnConsumed > 0) {
+        const blocked = this.inMemoryBlocked.lookup(rlKey, 0, now);
+        if (blocked !== undefined) throw new RateLimiterRes(0, Math.ceil(blocked.until - now));
+      }
+      const extra = [];
+      if (points !== 1) extra.push('COST', String(points));
+      if (this.blockDuration > 0) extra.push('BLOCK', `${Math.max(1, Math.round(this.msBlockDuration))}ms`);
+      const r = await this.#send(this.#command(key, ...extra));
+      let res;
+      if (r.allowed) {
+        const consumed = r.limit - r.remaining;
+        res = new RateLimiterRes(r.remaining, this.#ms(r.resetAfterMs), consumed, consumed === points);
+      } else {
+        // Refused: what the window holds plus what was asked (more than points), as
+        // rate-limiter-flexible counts it; the state itself took nothing.
+        const ms = r.retryAfterMs >= 0 ? r.retryAfterMs : this.#ms(r.resetAfterMs);
+        res = new RateLimiterRes(0, ms, r.limit - r.remaining + points, false);
+      }
+      const inMemory = this.inMemoryBlockOnConsumed > 0 && res.consumedPoints >= this.inMemoryBlockOnConsumed;
+      if (inMemory && !(this.inMemoryBlockDuration > 0)) {
+        this.#blockInMemory(rlKey, res.msBeforeNext, now);
+      } else if (inMemory && !r.allowed) {
+        res.msBeforeNext = this.inMemoryBlockDuration * 1000;
+        this.#blockInMemory(rlKey, res.msBeforeNext, now);
+      }
+      if (!r.allowed) throw res;
+      if (this.execEvenly && res.msBeforeNext > 0 && !res.isFirstInDuration) {
+        // Spread: the time left shared by the points left and this one (+2), at least
+        // execEvenlyMinDelayMs per point consumed; msBeforeNext counts the wait as spent.
+        let delay = Math.ceil(res.msBeforeNext / (res.remainingPoints + 2));
+        if (delay < this.execEvenlyMinDelayMs) delay = res.consumedPoints * this.execEvenlyMinDelayMs;
+        res.msBeforeNext = Math.max(res.msBeforeNext - delay, 0);
+        await sleep(delay);
+      }
+      return res;
+    });
+  }
+
+  /** The key's state, or null when it has taken nothing in its window. */
+  get(key, options = {}) {
+    return this.#insured('get', [key, options], async () => {
+      const r = await this.#send(this.#command(key, 'COST', '0', 'DRYRUN'));
+      if (r.allowed && r.resetAfterMs === 0) return null;
+      return this.#res(r, 0, true);
+    });
+  }
+
+  /** Deletes the key: resolves true when there was one. */
+  delete(key, options = {}) {
+    return this.#insured('delete', [key, options], async () => {
+      const n = await this.client.del(this.getKey(key));
+      this.inMemoryBlocked.entries.delete(this.getKey(key));
+      return Number(n) > 0;
+    });
+  }
+
+  /**
+   * Gives back `points` (default 1) with RL.REFUND, up to what the window has taken; resolves
+   * with the state after it.
+   */
+  reward(key, points = 1, options = {}) {
+    return this.#insured('reward', [key, points, options], async () => {
+      points = this.#checkPoints(points);
+      const [, state] = await this.#multi([
+        ['RL.REFUND', this.getKey(key), String(points)],
+        this.#command(key, 'COST', '0', 'DRYRUN'),
+      ]);
+      return this.#res(parseReply(state), 0, true);
+    });
+  }
+
+  /**
+   * Takes `points` (default 1) without refusing: as many as the window still has, at most
+   * `points` (the module never counts past the limit). Resolves with the state after it.
+   */
+  penalty(key, points = 1, options = {}) {
+    return this.#insured('penalty', [key, points, options], async () => {
+      points = this.#checkPoints(points);
+      let want = points;
+      let r = await this.#send(this.#command(key, 'COST', String(want)));
+      // Refused: take what is left instead (twice at most, should another client take it first).
+      for (let i = 0; i < 2 && !r.allowed && r.remaining > 0; i++) {
+        want = Math.min(want, r.remaining);
+        r = await this.#send(this.#command(key, 'COST', String(want)));
+      }
+      return this.#res(r, r.allowed ? want : 0);
+    });
+  }
+
+  /**
+   * Blocks the key for `secDuration` seconds (0: as long as the module allows, 10 years):
+   * every consume is refused until then. Resolves with RateLimiterRes(0, ms, points + 1).
+   */
+  block(key, secDuration, options = {}) {
+    return this.#insured('block', [key, secDuration, options], async () => {
+      if (typeof secDuration !== 'number' || !(secDuration >= 0)) {
+        throw new Error('secDuration must be a non-negative number of seconds');
+      }
+      const ms = Math.round(secDuration * 1000);
+      const blockMs = ms >= 1 ? Math.min(ms, MAX_DURATION_MS) : MAX_DURATION_MS;
+      // Taking all the points refuses at once when the window has taken any, starting the
+      // block; on a fresh window the first takes them all and the second starts it.
+      const take = this.#command(key, 'COST', String(this.points), 'BLOCK', `${blockMs}ms`);
+      await this.#multi([take, take]);
+      return new RateLimiterRes(0, ms >= 1 ? ms : -1, this.points + 1, false);
+    });
+  }
+
+  /** rate-limiter-flexible's set(): the module has no way to write a count, so it refuses. */
+  set() {
+    return Promise.reject(new Error("set() is not supported by ratelimit-redis-module's RateLimiterRedis"));
+  }
+}
