@@ -41,6 +41,19 @@ test('npm install of the packed package into a fresh directory', () => {
     writeFileSync(path.join(dir, 'check.mjs'), script);
     const out = execFileSync(process.execPath, ['check.mjs'], { cwd: dir, encoding: 'utf8' });
     assert.equal(out, 'function function "default";r=4;t=6\n');
+    // The public API, the same names through import and (on a Node that loads ES modules with
+    // require: 20.19 and later) through require, whichever files under lib/ define them.
+    writeFileSync(path.join(dir, 'names.cjs'), `
+      const required = process.features.require_module ? Object.keys(require('ratelimit-redis-module')) : null;
+      import('ratelimit-redis-module').then((m) => console.log(JSON.stringify([Object.keys(m), required])));
+    `);
+    const [imported, required] = JSON.parse(execFileSync(process.execPath, ['names.cjs'], { cwd: dir, encoding: 'utf8' }));
+    assert.deepEqual(imported, [
+      'QUOTA_EXCEEDED_TYPE', 'REDUCED_CAPACITY_TYPE', 'RateLimit', 'RateLimiterRedis', 'RateLimiterRes',
+      'UNAVAILABLE_BODY', 'durationMs', 'parseReply', 'policyWindows', 'quotaExceededBody',
+      'rateLimitHeaders', 'rateLimitMiddleware',
+    ]);
+    if (process.features.require_module) assert.deepEqual(required, imported);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
