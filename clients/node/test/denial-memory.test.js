@@ -4,20 +4,11 @@
 // that runs under other parameters than the denial it remembers.
 
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
-import { RateLimit, RateLimiterRedis, RateLimiterRes, parseReply } from '../index.js';
-import { calls, clocks, connect, memoryLogger, startRedis } from './helpers.js';
+import { test } from 'node:test';
+import { RateLimit, RateLimiterRedis, parseReply } from '../index.js';
+import { calls, clocks, memoryLogger, refusal, serverForFile } from './helpers.js';
 
-let redis;
-let client;
-before(async () => {
-  redis = await startRedis();
-  client = await connect(redis);
-});
-after(async () => {
-  await client?.quit();
-  await redis?.stop();
-});
+const { client } = await serverForFile();
 
 /**
  * The real client, each answer arriving `ms` later on the package's clock than the request
@@ -78,18 +69,6 @@ test('a policy changed on the server is not refused from a denial remembered und
   assert.equal(await calls(client, 'RL.LIMIT'), calls0 + 1);
   assert.equal(limiter.stats.deniedLocally, 0);
 });
-
-/** The RateLimiterRes a consume rejects with (an admission or an Error fails the test). */
-async function refusal(promise) {
-  let res;
-  try {
-    res = await promise;
-  } catch (err) {
-    if (err instanceof RateLimiterRes) return err.toJSON();
-    throw err;
-  }
-  return assert.fail(`admitted: ${res}`);
-}
 
 test("RateLimiterRedis's in-memory block follows the injected clock, from when the consume was sent", async () => {
   const clock = await clocks(client);

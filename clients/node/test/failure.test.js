@@ -4,9 +4,8 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import express from 'express';
 import { rateLimitMiddleware } from '../index.js';
-import { T0_MS, connect, get, limitFields, memoryLogger, serve, startRedis } from './helpers.js';
+import { T0_MS, connect, helloApp, limitFields, memoryLogger, startRedis } from './helpers.js';
 
 const PROBLEM_503 =
   '{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity",' +
@@ -26,11 +25,7 @@ async function scenario(failMode) {
     failMode,
     logger,
   });
-  const app = express();
-  app.use(limit);
-  app.get('/', (req, res) => res.send('hello'));
-  const http = await serve(app);
-  const as = (id) => get(http.url, '/', { 'X-Client-Id': id });
+  const { http, as } = await helloApp(limit);
   const stats = limit.limiter.stats;
   try {
     // Traffic while Redis answers.

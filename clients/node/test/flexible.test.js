@@ -5,22 +5,13 @@
 // PTTLs, so it is compared within the few milliseconds the test takes.
 
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import * as RLF from 'rate-limiter-flexible';
 import { RateLimiterRedis, RateLimiterRes } from '../index.js';
-import { T0_MS, calls, connect, startRedis } from './helpers.js';
+import { T0_MS, calls, serverForFile } from './helpers.js';
 
-let redis;
-let client;
-before(async () => {
-  redis = await startRedis();
-  client = await connect(redis);
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
-});
-after(async () => {
-  await client?.quit();
-  await redis?.stop();
-});
+const { client } = await serverForFile();
+await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
 
 /** Runs one call, returning ['resolved' | 'rejected', fields] or ['error', message]. */
 async function outcome(promise) {

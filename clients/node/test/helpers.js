@@ -1,16 +1,21 @@
 // Real servers for the tests: redis-server ($RATELIMIT_SERVER, default redis-server on PATH)
 // with the module ($RATELIMIT_MODULE, default target/release/libratelimit.so of this checkout)
-// loaded with the debug clock, on a free loopback port, stopped by PID; and HTTP servers on
-// node:http on free loopback ports.
+// loaded with the debug clock, on a free loopback port, stopped by PID (one a test file:
+// serverForFile); HTTP servers on node:http on free loopback ports, and requests to them; the
+// fake clock that moves with the server's; what a refused consume rejects with.
 
+import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { after } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import express from 'express';
 import { createClient } from 'redis';
+import { RateLimiterRes } from '../index.js';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 export const T0_MS = 1_700_000_000_000;
@@ -88,6 +93,21 @@ export async function connect(server, options = {}) {
   return client;
 }
 
+/**
+ * A server and a client on it for every test of a file: started now (a top-level await in the
+ * file), stopped after the file's last test.
+ */
+export async function serverForFile() {
+  const redis = await startRedis();
+  let client;
+  after(async () => {
+    await client?.quit();
+    await redis.stop();
+  });
+  client = await connect(redis);
+  return { redis, client };
+}
+
 /** Calls of a command so far, from INFO commandstats (0 when never called). */
 export async function calls(client, command) {
   const info = await client.sendCommand(['INFO', 'commandstats']);
@@ -105,17 +125,38 @@ export async function serve(handler) {
   };
 }
 
-/** GET `path` with extra headers; resolves { status, headers (lower-case names), body }. */
-export function get(base, urlPath = '/', headers = {}) {
+/**
+ * `method` `path` with extra headers and a body (none by default); resolves { status, headers
+ * (lower-case names), body }.
+ */
+export function request(base, method, urlPath, headers = {}, data = undefined) {
   return new Promise((resolve, reject) => {
-    const req = http.get(`${base}${urlPath}`, { headers, agent: false }, (res) => {
+    const req = http.request(`${base}${urlPath}`, { method, headers, agent: false }, (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (d) => { body += d; });
       res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body }));
     });
     req.on('error', reject);
+    req.end(data);
   });
+}
+
+/** GET `path` with extra headers; resolves { status, headers (lower-case names), body }. */
+export function get(base, urlPath = '/', headers = {}) {
+  return request(base, 'GET', urlPath, headers);
+}
+
+/**
+ * An Express app that answers "hello" on GET / behind `middleware`, served; `as(id)` sends that
+ * GET as the caller `id` (X-Client-Id).
+ */
+export async function helloApp(middleware) {
+  const app = express();
+  app.use(middleware);
+  app.get('/', (req, res) => res.send('hello'));
+  const server = await serve(app);
+  return { http: server, as: (id) => get(server.url, '/', { 'X-Client-Id': id }) };
 }
 
 /** The rate-limit fields of a response, in a fixed order (undefined when absent). */
@@ -151,4 +192,16 @@ export async function clocks(client) {
     },
   };
   return clock;
+}
+
+/** The RateLimiterRes a consume rejects with (an admission or an Error fails the test). */
+export async function refusal(promise) {
+  let res;
+  try {
+    res = await promise;
+  } catch (err) {
+    if (err instanceof RateLimiterRes) return err;
+    throw err;
+  }
+  return assert.fail(`admitted: ${res}`);
 }

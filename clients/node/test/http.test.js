@@ -2,30 +2,24 @@
 // clock frozen: every field of the contract in docs/clients.md, byte for byte.
 
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import express from 'express';
 import { rateLimitMiddleware } from '../index.js';
-import { T0_MS, calls, connect, get, limitFields, memoryLogger, serve, startRedis } from './helpers.js';
+import { T0_MS, calls, clocks, connect, get, helloApp, limitFields, memoryLogger, serve, serverForFile } from './helpers.js';
 
 const PROBLEM_429 =
   '{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",' +
   '"title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,' +
   '"violated-policies":["default"]}';
 
-let redis;
-let client;
-before(async () => {
-  redis = await startRedis();
-  client = await connect(redis);
-});
-after(async () => {
-  await client?.quit();
-  await redis?.stop();
-});
+const { redis, client } = await serverForFile();
 
-/** An Express app limited by `options`, the caller being X-Client-Id. A fake monotonic clock. */
+/**
+ * An Express app limited by `options`, the caller being X-Client-Id; the server's clock set to
+ * T0 and a fake monotonic clock (helpers.js's clocks).
+ */
 async function app(options) {
-  const clock = { ms: 1_000 };
+  const clock = await clocks(client);
   const limit = rateLimitMiddleware({
     client,
     key: (req) => req.get('X-Client-Id') ?? req.ip,
@@ -33,15 +27,11 @@ async function app(options) {
     logger: memoryLogger(),
     ...options,
   });
-  const a = express();
-  a.use(limit);
-  a.get('/', (req, res) => res.send('hello'));
-  const http = await serve(a);
-  return { http, clock, limiter: limit.limiter, as: (id) => get(http.url, '/', { 'X-Client-Id': id }) };
+  const { http, as } = await helloApp(limit);
+  return { http, clock, limiter: limit.limiter, as };
 }
 
 test('GCRA: the burst, the 429 with its problem body, then the denial memory', async () => {
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
   const { http, clock, limiter, as } = await app({
     limit: { algorithm: 'gcra', burst: 5, rate: 10, period: '1m' },
     prefix: 'rl:gcra:',
@@ -98,7 +88,6 @@ test('GCRA: the burst, the 429 with its problem body, then the denial memory', a
 });
 
 test('a request that can never pass: no t, no Retry-After, and not remembered', async () => {
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
   const { http, limiter, as } = await app({
     limit: { algorithm: 'tokenbucket', capacity: 4, refillAmount: 4, refillPeriod: 60_000 },
     name: 'uploads',
@@ -126,7 +115,6 @@ test('a request that can never pass: no t, no Retry-After, and not remembered', 
 });
 
 test('a remembered denial refuses the same cost; another cost is asked', async () => {
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
   const { http, limiter } = await app({
     limit: { algorithm: 'tokenbucket', capacity: 4, refillAmount: 4, refillPeriod: '1m' },
     cost: (req) => Number(req.get('X-Cost')),
@@ -154,7 +142,6 @@ test('a remembered denial refuses the same cost; another cost is asked', async (
 });
 
 test('w is left out when the window is not whole seconds', async () => {
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
   const { http, as } = await app({
     limit: { algorithm: 'slidinglog', limit: 2, window: '1500ms' },
     prefix: 'rl:w:',
@@ -169,7 +156,6 @@ test('w is left out when the window is not whole seconds', async () => {
 });
 
 test('RL.LIMIT: the policy name, "<policy>/<rule>" with several rules, w from each rule', async () => {
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
   await client.sendCommand(['RL.POLICY.SET', 'api', 'GCRA', '2', '2', '1s', 'FIXEDWINDOW', '3', '1m']);
   await client.sendCommand(['RL.POLICY.SET', 'solo', 'SLIDINGWINDOW', '5', '10s']);
   const multi = await app({ limit: { policy: 'api' }, prefix: 'rl:api:' });
@@ -209,7 +195,6 @@ test('RL.LIMIT: the policy name, "<policy>/<rule>" with several rules, w from ea
 });
 
 test('the denial memory is bounded: the oldest goes first', async () => {
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
   const { http, limiter, as } = await app({
     limit: { algorithm: 'fixedwindow', limit: 1, window: '1m' },
     prefix: 'rl:bound:',
@@ -231,7 +216,6 @@ test('the denial memory is bounded: the oldest goes first', async () => {
 });
 
 test('RESP2 clients get the same fields', async () => {
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
   const resp2 = await connect(redis, { RESP: 2 });
   const { http, as } = await app({
     client: resp2,

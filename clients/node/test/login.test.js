@@ -5,12 +5,11 @@
 // services must answer the same story the same way.
 
 import assert from 'node:assert/strict';
-import http from 'node:http';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import express from 'express';
 import * as RLF from 'rate-limiter-flexible';
 import { RateLimiterRedis } from '../index.js';
-import { connect, serve, startRedis } from './helpers.js';
+import { request, serve, serverForFile } from './helpers.js';
 
 const MAX_BY_IP_PER_DAY = 100;
 const MAX_CONSECUTIVE_BY_USER_AND_IP = 3;
@@ -61,32 +60,15 @@ function loginApp(Limiter, client, extra, tag) {
   return app;
 }
 
-function post(base, body) {
-  return new Promise((resolve, reject) => {
-    const data = JSON.stringify(body);
-    const req = http.request(`${base}/login`, {
-      method: 'POST', agent: false,
-      headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(data) },
-    }, (res) => {
-      let text = '';
-      res.on('data', (d) => { text += d; });
-      res.on('end', () => resolve([res.statusCode, res.headers['retry-after'], text]));
-    });
-    req.on('error', reject);
-    req.end(data);
-  });
+/** POST /login with a JSON body; resolves [status, Retry-After, body]. */
+async function post(base, body) {
+  const data = JSON.stringify(body);
+  const res = await request(base, 'POST', '/login',
+    { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(data) }, data);
+  return [res.status, res.headers['retry-after'], res.body];
 }
 
-let redis;
-let client;
-before(async () => {
-  redis = await startRedis();
-  client = await connect(redis);
-});
-after(async () => {
-  await client?.quit();
-  await redis?.stop();
-});
+const { client } = await serverForFile();
 
 test("rate-limiter-flexible's login protection answers the same on both classes", async () => {
   const story = [

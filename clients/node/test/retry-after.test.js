@@ -8,21 +8,11 @@
 // that no key's TTL, which runs in real time, can end under the test.
 
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
-import express from 'express';
-import { RateLimiterRedis, RateLimiterRes, parseReply, rateLimitMiddleware } from '../index.js';
-import { calls, clocks, connect, get, limitFields, memoryLogger, serve, startRedis } from './helpers.js';
+import { test } from 'node:test';
+import { RateLimiterRedis, parseReply, rateLimitMiddleware } from '../index.js';
+import { calls, clocks, helloApp, limitFields, memoryLogger, refusal, serverForFile } from './helpers.js';
 
-let redis;
-let client;
-before(async () => {
-  redis = await startRedis();
-  client = await connect(redis);
-});
-after(async () => {
-  await client?.quit();
-  await redis?.stop();
-});
+const { client } = await serverForFile();
 
 /** The module's answer now for `command` (a key and its parameters), with DRYRUN: nothing written. */
 async function direct(command) {
@@ -40,13 +30,10 @@ async function service(clock, limit, prefix) {
     client, limit: l, prefix, key: (req) => req.get('X-Client-Id'), now: () => clock.ms, logger: memoryLogger(),
   });
   let current = make(limit);
-  const app = express();
-  app.use((req, res, next) => current(req, res, next));
-  app.get('/', (req, res) => res.send('hello'));
-  const http = await serve(app);
+  const { http, as } = await helloApp((req, res, next) => current(req, res, next));
   return {
     http,
-    as: (id) => get(http.url, '/', { 'X-Client-Id': id }),
+    as,
     change: (l) => { current = make(l); },
     get limiter() { return current.limiter; },
   };
@@ -159,18 +146,6 @@ test('middleware: a limit changed to a larger burst admits at once, whatever the
     await svc.http.close();
   }
 });
-
-/** The RateLimiterRes a consume rejects with (an admission or an Error fails the test). */
-async function refusal(promise) {
-  let res;
-  try {
-    res = await promise;
-  } catch (err) {
-    if (err instanceof RateLimiterRes) return err;
-    throw err;
-  }
-  return assert.fail(`admitted: ${res}`);
-}
 
 // rate-limiter-flexible's RateLimiterRedis is RL.TOKENBUCKET key points points duration INTERVAL:
 // every point back at once, `duration` after the window began. The window that began under the
