@@ -1,8 +1,9 @@
 //! RL.CONCURRENCY.ACQUIRE and RL.CONCURRENCY.RELEASE: at most `limit` leases at once.
 
-use super::{admission, Call, Mode};
+use super::admission;
 use crate::args::params;
 use crate::args::syntax::{RL_CONCURRENCY_ACQUIRE, RL_CONCURRENCY_RELEASE};
+use crate::dispatch::{Call, Mode};
 use crate::error::{quote, Error};
 use crate::response::{Admission, Extra, Propagate, Reply, Response};
 use crate::storage::{Key, Stored};

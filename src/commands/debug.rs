@@ -2,9 +2,9 @@
 //! shows the guard at work. Both refuse to run unless the module was loaded with
 //! `debug-clock yes`. They write no key, so they also run on a read-only replica.
 
-use super::Call;
 use crate::args;
 use crate::clock::{self, MAX_DEBUG_MS};
+use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Reply, Response};
 

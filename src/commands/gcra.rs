@@ -1,8 +1,9 @@
 //! RL.GCRA and its redis-cell compatible twin CL.THROTTLE: the same algorithm and state.
 
-use super::{admission, Call};
+use super::admission;
 use crate::args::syntax::{CL_THROTTLE, RL_GCRA};
 use crate::args::{self, params, Options};
+use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
 use algorithms::gcra::Gcra;

@@ -1,8 +1,8 @@
 //! RL.INSPECT: read a key's algorithm, parameters and state without changing them.
 
-use super::Call;
 use crate::args::syntax::RL_INSPECT;
 use crate::clock;
+use crate::dispatch::Call;
 use crate::error::Error;
 use crate::reply::int;
 use crate::response::{Described, Inspection, Reply, Response};

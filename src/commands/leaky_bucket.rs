@@ -1,8 +1,9 @@
 //! RL.LEAKYBUCKET.
 
-use super::{admission, Call};
+use super::admission;
 use crate::args::syntax::RL_LEAKYBUCKET;
 use crate::args::{self, params};
+use crate::dispatch::Call;
 use crate::error::Error;
 use crate::reply::int;
 use crate::response::{Extra, Response};

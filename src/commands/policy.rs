@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
-use super::{admission, Call};
+use super::admission;
 use crate::args::syntax::{RL_LIMIT, RL_POLICY_DEL, RL_POLICY_GET, RL_POLICY_LIST, RL_POLICY_SET};
 use crate::args::{self, rules};
+use crate::dispatch::Call;
 use crate::error::{quote, Error};
 use crate::response::{Extra, Propagate, Reply, Response};
 use crate::storage::policies::{self, Policy, MAX_NAME};

@@ -1,9 +1,9 @@
 //! RL.REFUND: a key gives back units it has taken.
 
 use super::admission::written;
-use super::Call;
 use crate::args::syntax::RL_REFUND;
 use crate::args::{self, MAX_COUNT};
+use crate::dispatch::Call;
 use crate::error::{quote, Error};
 use crate::reply::int;
 use crate::response::{Reply, Response};

@@ -2,9 +2,9 @@
 //! from ordinary clients, whatever their ACL: they carry a clock reading or a raw state,
 //! and a client that could send them could forge any limiter's state.
 
-use super::admission::parse_replay;
-use super::{replayable, Call, Mode};
+use super::replayable;
 use crate::args::syntax::{RL_LOADSTATE, RL_REPLAY};
+use crate::dispatch::{parse_replay, Call, Mode};
 use crate::error::Error;
 use crate::response::{Propagate, Reply, Response};
 use crate::storage::{codec, Key};

@@ -1,8 +1,9 @@
 //! RL.SLIDINGLOG.
 
-use super::{admission, Call, Mode};
+use super::admission;
 use crate::args::syntax::RL_SLIDINGLOG;
 use crate::args::{self, params};
+use crate::dispatch::{Call, Mode};
 use crate::error::Error;
 use crate::response::{Extra, Response};
 use algorithms::sliding_log::SlidingLog;

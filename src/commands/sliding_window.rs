@@ -1,8 +1,9 @@
 //! RL.SLIDINGWINDOW.
 
-use super::{admission, Call};
+use super::admission;
 use crate::args::syntax::RL_SLIDINGWINDOW;
 use crate::args::{self, params};
+use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
 use algorithms::sliding_window::SlidingWindow;

@@ -1,8 +1,9 @@
 //! RL.TOKENBUCKET.
 
-use super::{admission, Call};
+use super::admission;
 use crate::args::syntax::RL_TOKENBUCKET;
 use crate::args::{self, params};
+use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
 use algorithms::token_bucket::TokenBucket;

@@ -1,7 +1,7 @@
 //! RL.TOP: the keys denied most often lately (see [`crate::top`]).
 
-use super::Call;
 use crate::args::{self, syntax::RL_TOP};
+use crate::dispatch::Call;
 use crate::error::{quote, Error};
 use crate::redis::KeyReader;
 use crate::response::{Reply, Response, TopEntry};

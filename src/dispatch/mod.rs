@@ -8,10 +8,15 @@
 //! [`crate::metrics`]), and publishes a client's denial as the keyspace event
 //! `ratelimit.denied`. A command added to the table gets all of it by returning a response.
 
+mod call;
+mod replay_text;
+
 use std::ffi::CStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::commands::{Call, Handler, Mode, ReplayText};
+pub use call::{Call, Handler, Mode};
+pub use replay_text::{parse_replay, ReplayText};
+
 use crate::error::Error;
 use crate::metrics::{Outcome, Stats};
 use crate::redis::{Argv, Ctx, SharedString};
