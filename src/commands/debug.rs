@@ -4,7 +4,7 @@
 
 use crate::args;
 use crate::clock::{self, MAX_DEBUG_MS};
-use crate::dispatch::Call;
+use crate::dispatch::{read_clock, Call};
 use crate::error::Error;
 use crate::response::{Reply, Response};
 
@@ -27,7 +27,7 @@ pub fn rl_debug_clock(call: &Call) -> Result<Response, Error> {
         let Some(offset_ms) = args::offset_ms(a[2]) else {
             return Err(Error::DebugClockUsage);
         };
-        let now_us = i128::from(clock::read().now_us);
+        let now_us = i128::from(read_clock().now_us);
         let target = (now_us + i128::from(offset_ms) * 1000).max(0);
         clock::freeze_at_us(u64::try_from(target).unwrap_or(u64::MAX));
     } else if sub.eq_ignore_ascii_case(b"REAL") && a.len() == 2 {
@@ -36,7 +36,7 @@ pub fn rl_debug_clock(call: &Call) -> Result<Response, Error> {
         return Err(Error::DebugClockUsage);
     }
     Ok(Response::reply(Reply::Int(
-        (clock::read().now_us / 1000) as i64,
+        (read_clock().now_us / 1000) as i64,
     )))
 }
 

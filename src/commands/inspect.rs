@@ -1,8 +1,7 @@
 //! RL.INSPECT: read a key's algorithm, parameters and state without changing them.
 
 use crate::args::syntax::RL_INSPECT;
-use crate::clock;
-use crate::dispatch::Call;
+use crate::dispatch::{read_clock, Call};
 use crate::error::Error;
 use crate::reply::int;
 use crate::response::{Described, Inspection, Reply, Response};
@@ -23,7 +22,7 @@ pub fn rl_inspect(call: &Call) -> Result<Response, Error> {
     let reply = match key.snapshot()? {
         None => Reply::Nil,
         Some(entry) => {
-            let now_us = clock::read().now_us;
+            let now_us = read_clock().now_us;
             let mut fields = named_fields(&entry.value.snapshot(now_us));
             if entry.blocked_until_us > 0 {
                 fields.push(("blocked_until_us", int(entry.blocked_until_us)));

@@ -1,7 +1,7 @@
 //! RL.TOP: the keys denied most often lately (see [`crate::top`]).
 
 use crate::args::{self, syntax::RL_TOP};
-use crate::dispatch::Call;
+use crate::dispatch::{read_clock, Call};
 use crate::error::{quote, Error};
 use crate::redis::KeyReader;
 use crate::response::{Reply, Response, TopEntry};
@@ -33,7 +33,7 @@ pub fn rl_top(call: &Call) -> Result<Response, Error> {
         }
         _ => return Err(RL_TOP.arity()),
     };
-    let entries = crate::top::entries(crate::clock::read().now_us);
+    let entries = crate::top::entries(read_clock().now_us);
     let reader = KeyReader::caller(call.ctx);
     let listed = entries
         .into_iter()

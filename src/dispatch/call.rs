@@ -3,9 +3,17 @@
 
 use std::ffi::CStr;
 
+use crate::clock::{self, Reading};
 use crate::error::Error;
-use crate::redis::{Ctx, RString};
+use crate::redis::{self, Ctx, RString};
 use crate::response::{Propagate, Response};
+
+/// The module's clock, read once now: the server's cached command time where the server has
+/// one (Redis 7.2+), else the system clock; the debug clock when a test froze it.
+#[inline]
+pub fn read_clock() -> Reading {
+    clock::read(redis::cached_micros())
+}
 
 /// A command's handler: a parsed call to what happened.
 pub type Handler = fn(&Call) -> Result<Response, Error>;
@@ -63,7 +71,7 @@ impl<'a> Call<'a> {
     pub fn clock(&self) -> (u64, u64) {
         match self.mode {
             Mode::Live => {
-                let reading = crate::clock::read();
+                let reading = read_clock();
                 (reading.now_us, reading.real_ms)
             }
             Mode::Replay { now_us, .. } => (now_us, 0),

@@ -14,7 +14,7 @@ mod replay_text;
 use std::ffi::CStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-pub use call::{Call, Handler, Mode};
+pub use call::{read_clock, Call, Handler, Mode};
 pub use replay_text::{parse_replay, ReplayText};
 
 use crate::error::Error;
@@ -68,7 +68,7 @@ pub fn run(ctx: Ctx, mut argv: Argv, handler: Handler, stats: &Stats) {
                 // A real denial is also recorded for RL.TOP (O(log S), see crate::top).
                 if let Some(key) = argv.get(1) {
                     if event == DENIED_EVENT && crate::top::enabled() {
-                        crate::top::record(key.bytes(), crate::clock::read().now_us);
+                        crate::top::record(key.bytes(), read_clock().now_us);
                     }
                     ctx.notify_module_event(event, key);
                 }
