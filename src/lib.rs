@@ -34,7 +34,6 @@ mod error;
 mod log;
 mod metrics;
 mod redis;
-mod reply;
 mod response;
 mod storage;
 mod top;

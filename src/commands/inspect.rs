@@ -3,8 +3,7 @@
 use crate::args::syntax::RL_INSPECT;
 use crate::dispatch::{read_clock, Call};
 use crate::error::Error;
-use crate::reply::int;
-use crate::response::{Described, Inspection, Reply, Response};
+use crate::response::{int, Described, Inspection, Reply, Response};
 use crate::storage::{Key, Value};
 use algorithms::Snapshot;
 

@@ -5,8 +5,7 @@ use crate::args::syntax::RL_LEAKYBUCKET;
 use crate::args::{self, params};
 use crate::dispatch::Call;
 use crate::error::Error;
-use crate::reply::int;
-use crate::response::{Extra, Response};
+use crate::response::{int, Extra, Response};
 use algorithms::leaky_bucket::LeakyBucket;
 
 /// `RL.LEAKYBUCKET key capacity leak_amount leak_period [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`

@@ -5,8 +5,7 @@ use crate::args::syntax::RL_REFUND;
 use crate::args::{self, MAX_COUNT};
 use crate::dispatch::Call;
 use crate::error::{quote, Error};
-use crate::reply::int;
-use crate::response::{Reply, Response};
+use crate::response::{int, Reply, Response};
 use crate::storage::Key;
 
 /// `RL.REFUND key units [DRYRUN]`

@@ -20,7 +20,7 @@ pub use replay_text::{parse_replay, ReplayText};
 use crate::error::Error;
 use crate::metrics::{Outcome, Stats};
 use crate::redis::{Argv, Ctx, SharedString};
-use crate::reply;
+use crate::response::render;
 use crate::response::{Propagate, Response};
 
 /// Arguments above this count are read into a vector; below, onto the stack.
@@ -45,7 +45,7 @@ pub fn run(ctx: Ctx, mut argv: Argv, handler: Handler, stats: &Stats) {
             return result.map(|_| (Outcome::Other, None));
         };
         propagate(ctx, &mut argv, response.propagate);
-        reply::render(ctx, &response.reply);
+        render::reply(ctx, &response.reply);
         let event = if response.reply.publishes_denial() {
             Some(DENIED_EVENT)
         } else if response.reply.publishes_shadow_denial() {
@@ -76,11 +76,11 @@ pub fn run(ctx: Ctx, mut argv: Argv, handler: Handler, stats: &Stats) {
         }
         Ok(Err(e)) => {
             stats.error();
-            reply::error(ctx, &e);
+            render::error(ctx, &e);
         }
         Err(_) => {
             stats.error();
-            reply::error(ctx, &Error::Panic);
+            render::error(ctx, &Error::Panic);
         }
     }
 }
