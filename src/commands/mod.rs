@@ -54,7 +54,7 @@ pub struct Command {
     pub handler: Handler,
     /// Its calls, admissions, denials and errors (`INFO ratelimit`).
     pub stats: &'static Stats,
-    entry: CommandHandle,
+    cmd_func: CommandHandle,
 }
 
 /// A table entry: the command, its counters (a static of its own, so that every entry gets
@@ -63,8 +63,8 @@ pub struct Command {
 macro_rules! command {
     ($name:literal, $flags:literal, $acl:expr, $keys:expr, $when:expr, $replayable:expr, $handler:path) => {{
         static STATS: Stats = Stats::new();
-        struct Entry;
-        impl redis::Entry for Entry {
+        struct Func;
+        impl redis::CmdFunc for Func {
             fn run(ctx: Ctx<'_>, argv: Argv<'_>) {
                 crate::dispatch::run(ctx, argv, $handler, &STATS)
             }
@@ -78,7 +78,7 @@ macro_rules! command {
             replayable: $replayable,
             handler: $handler,
             stats: &STATS,
-            entry: redis::entry::<Entry>,
+            cmd_func: redis::cmd_func::<Func>,
         }
     }};
 }
@@ -136,7 +136,7 @@ pub fn register(ctx: Ctx, cell_compat: bool) -> Result<(), String> {
         if !redis::create_command(
             ctx,
             command.name,
-            command.entry,
+            command.cmd_func,
             command.flags,
             command.keys,
         ) {
