@@ -14,6 +14,7 @@ mod gcra;
 mod info;
 mod inspect;
 mod leaky_bucket;
+mod limit;
 mod policy;
 mod refund;
 mod replay;
@@ -113,7 +114,7 @@ pub static COMMANDS: &[Command] = &[
     command!(c"rl.warmup",               c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  warmup::rl_warmup),
     command!(c"rl.concurrency.acquire",  c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  concurrency::rl_concurrency_acquire),
     command!(c"rl.concurrency.release",  c"write fast",           WRITE,       KEY,      When::Always,      true,  concurrency::rl_concurrency_release),
-    command!(c"rl.limit",                c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  policy::rl_limit),
+    command!(c"rl.limit",                c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  limit::rl_limit),
     command!(c"rl.refund",               c"write fast",           WRITE,       KEY,      When::Always,      true,  refund::rl_refund),
     command!(c"rl.policy.set",           c"write deny-oom",       CONFIG,      NO_KEYS,  When::Always,      false, policy::rl_policy_set),
     command!(c"rl.policy.get",           c"readonly fast",        READ_FAST,   NO_KEYS,  When::Always,      false, policy::rl_policy_get),
@@ -263,7 +264,7 @@ mod tests {
                 "ERR COLDFACTOR needs a value: an integer from 2 to 10",
             ),
             (
-                policy::rl_limit,
+                limit::rl_limit,
                 &[b"RL.LIMIT", b"k", b"nope"],
                 "ERR no policy named 'nope': create it with RL.POLICY.SET nope rule [rule ...]",
             ),
