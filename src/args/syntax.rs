@@ -15,8 +15,8 @@
 //! Redis takes is built in `redis::docs`.
 
 use std::ffi::CStr;
-use std::sync::OnceLock;
 
+use super::Cursor;
 use crate::error::Error;
 
 /// What a command does with its key (the first argument), as its key spec tells ACLs,
@@ -36,11 +36,75 @@ pub enum KeyUse {
     Overwrite,
 }
 
+/// A command's name, written once (lower case, as it is registered) and spelt upper case
+/// for the errors and the replication stream; both are made when compiled, by [`name!`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Name {
+    lower: &'static CStr,
+    upper: &'static CStr,
+}
+
+impl Name {
+    /// The name as the command is registered (`rl.gcra`).
+    pub const fn lower(self) -> &'static CStr {
+        self.lower
+    }
+
+    /// The name upper case, as the errors spell it (`RL.GCRA`).
+    pub const fn as_str(self) -> &'static str {
+        match self.upper.to_str() {
+            Ok(text) => text,
+            Err(_) => panic!("a command's name is ASCII"),
+        }
+    }
+
+    /// Made by [`name!`]: `lower` and `upper` are its two spellings, each with its NUL.
+    #[doc(hidden)]
+    pub const fn from_spellings(lower: &'static [u8], upper: &'static [u8]) -> Name {
+        let (Ok(lower), Ok(upper)) = (
+            CStr::from_bytes_with_nul(lower),
+            CStr::from_bytes_with_nul(upper),
+        ) else {
+            panic!("a command's name holds no NUL");
+        };
+        Name { lower, upper }
+    }
+}
+
+impl std::fmt::Display for Name {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `text` upper case, in an array of its length (ASCII: the names are).
+#[doc(hidden)]
+pub const fn ascii_upper<const N: usize>(text: &str) -> [u8; N] {
+    let bytes = text.as_bytes();
+    assert!(bytes.len() == N);
+    let mut upper = [0; N];
+    let mut i = 0;
+    while i < N {
+        upper[i] = bytes[i].to_ascii_uppercase();
+        i += 1;
+    }
+    upper
+}
+
+/// A command's [`Name`] from its lower-case literal: `name!("rl.gcra")`.
+macro_rules! name {
+    ($lower:literal) => {{
+        const LOWER: &str = concat!($lower, "\0");
+        const UPPER: [u8; LOWER.len()] = $crate::args::syntax::ascii_upper(LOWER);
+        $crate::args::syntax::Name::from_spellings(LOWER.as_bytes(), &UPPER)
+    }};
+}
+
 /// One command's syntax and documentation.
 #[derive(Debug)]
 pub struct Syntax {
-    /// The command's name, lowercase, as in the command table.
-    pub name: &'static str,
+    /// The command's name.
+    pub name: Name,
     pub summary: &'static CStr,
     pub complexity: &'static CStr,
     pub key: KeyUse,
@@ -48,26 +112,16 @@ pub struct Syntax {
     /// The arguments a call needs after the command's name (those not optional), the key
     /// included.
     pub required: usize,
+    /// The most arguments a call takes after the name, every optional one given (`None`: no
+    /// bound, an argument repeats).
+    pub most: Option<usize>,
     /// Said after the usage in the arity error (RL.POLICY.SET's example).
     note: &'static str,
-    /// The texts the errors quote, rendered from the arguments when first needed (only an
-    /// error needs them).
-    rendered: OnceLock<Rendered>,
-}
-
-#[derive(Debug)]
-struct Rendered {
-    /// The name upper case, as the errors spell it.
-    command: String,
-    /// The usage after the name.
-    usage: String,
-    /// As a rule of a policy: the arguments after the key, without the admission options.
-    rule: String,
 }
 
 impl Syntax {
     const fn new(
-        name: &'static str,
+        name: Name,
         summary: &'static CStr,
         complexity: &'static CStr,
         key: KeyUse,
@@ -88,8 +142,8 @@ impl Syntax {
             key,
             args,
             required,
+            most: most_words(args),
             note: "",
-            rendered: OnceLock::new(),
         }
     }
 
@@ -98,40 +152,60 @@ impl Syntax {
         self
     }
 
-    fn rendered(&self) -> &Rendered {
-        self.rendered.get_or_init(|| {
-            let mut usage = if self.args.is_empty() {
-                "(no arguments)".to_string()
-            } else {
-                render(self.args)
-            };
-            usage.push_str(self.note);
-            let rule = self.rule_args().map(render_one).collect::<Vec<_>>();
-            Rendered {
-                command: self.name.to_ascii_uppercase(),
-                usage,
-                rule: rule.join(" "),
-            }
-        })
+    /// The usage after the name, as the arity error shows it.
+    fn usage(&self) -> String {
+        let mut usage = if self.args.is_empty() {
+            "(no arguments)".to_string()
+        } else {
+            render(self.args)
+        };
+        usage.push_str(self.note);
+        usage
     }
 
-    /// The error for a call with too few or too many arguments, naming the syntax.
-    pub fn arity(&'static self) -> Error {
-        let rendered = self.rendered();
+    /// A cursor over a call's arguments (`words[0]` is the command's name), after the key
+    /// (the call holds it as a Redis string); the count is not checked.
+    pub fn read<'a>(&'static self, words: &'a [&'a [u8]]) -> Cursor<'a> {
+        let first = match self.key {
+            KeyUse::None => 1,
+            _ => 2,
+        };
+        Cursor::new(words, first, self)
+    }
+
+    /// [`Syntax::read`], when the call has at least the arguments the syntax requires (the
+    /// options that may follow are read by the command); the arity error otherwise.
+    #[inline]
+    pub fn args<'a>(&'static self, words: &'a [&'a [u8]]) -> Result<Cursor<'a>, Error> {
+        if words.len() <= self.required {
+            return Err(self.arity());
+        }
+        Ok(self.read(words))
+    }
+
+    /// [`Syntax::args`], when the call also has no more arguments than the syntax lists.
+    pub fn args_bounded<'a>(&'static self, words: &'a [&'a [u8]]) -> Result<Cursor<'a>, Error> {
+        if self.most.is_some_and(|most| words.len() > most + 1) {
+            return Err(self.arity());
+        }
+        self.args(words)
+    }
+
+    /// The error for a call with too few or too many arguments, naming the syntax (the
+    /// usage is rendered then: only an error needs it).
+    pub fn arity(&self) -> Error {
         Error::Arity {
-            command: &rendered.command,
-            usage: &rendered.usage,
+            command: self.name.as_str(),
+            usage: self.usage(),
         }
     }
 
-    /// The name upper case, as the errors spell it (`RL.GCRA`).
-    pub fn arity_name(&'static self) -> &'static str {
-        &self.rendered().command
-    }
-
     /// The syntax of a policy rule of this algorithm, after its name.
-    pub fn rule_usage(&'static self) -> &'static str {
-        &self.rendered().rule
+    pub fn rule_usage(&self) -> String {
+        self.rule_args()
+            .map(render_one)
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     /// A rule's arguments: the command's, less the key and the options every admission
@@ -164,6 +238,48 @@ impl Syntax {
             _ => None,
         })
     }
+}
+
+/// The most words `args` take (`None`: any number): a token before a value is a word of
+/// its own, a group takes its longest choice or all its members.
+const fn most_words(args: &[Arg]) -> Option<usize> {
+    let mut total = 0;
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        if arg.multiple {
+            return None;
+        }
+        let words = match arg.kind {
+            // The word alone (its token).
+            Kind::Token => Some(1),
+            Kind::OneOf(subargs) => {
+                let mut longest = Some(0);
+                let mut j = 0;
+                while j < subargs.len() {
+                    longest = match (longest, most_words(std::slice::from_ref(&subargs[j]))) {
+                        (Some(a), Some(b)) if b > a => Some(b),
+                        (Some(a), Some(_)) => Some(a),
+                        _ => None,
+                    };
+                    j += 1;
+                }
+                longest
+            }
+            Kind::Block(subargs) => most_words(subargs),
+            Kind::Key | Kind::Integer | Kind::String => Some(1),
+        };
+        let Some(words) = words else {
+            return None;
+        };
+        let before = match (arg.kind, arg.token) {
+            (Kind::Token, _) | (_, None) => 0,
+            (_, Some(_)) => 1,
+        };
+        total += words + before;
+        i += 1;
+    }
+    Some(total)
 }
 
 /// The usage of `args`, as the errors spell it: the names in order, a token before its
@@ -393,7 +509,7 @@ const POLICY_NAME: Arg = string(c"name", c"the policy's name");
 
 #[rustfmt::skip]
 pub static RL_GCRA: Syntax = Syntax::new(
-    "rl.gcra",
+    name!("rl.gcra"),
     c"Admit or deny a request with GCRA: up to burst units at once, then rate units per period, evenly spaced",
     O1,
     KeyUse::Update,
@@ -402,7 +518,7 @@ pub static RL_GCRA: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static CL_THROTTLE: Syntax = Syntax::new(
-    "cl.throttle",
+    name!("cl.throttle"),
     c"Admit or deny a request with GCRA, redis-cell compatible: its arguments, its reply in seconds",
     O1,
     KeyUse::Update,
@@ -411,7 +527,7 @@ pub static CL_THROTTLE: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static RL_TOKENBUCKET: Syntax = Syntax::new(
-    "rl.tokenbucket",
+    name!("rl.tokenbucket"),
     c"Admit or deny a request with a token bucket: capacity tokens, refilled by refill_amount per refill_period",
     O1,
     KeyUse::Update,
@@ -420,7 +536,7 @@ pub static RL_TOKENBUCKET: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static RL_LEAKYBUCKET: Syntax = Syntax::new(
-    "rl.leakybucket",
+    name!("rl.leakybucket"),
     c"Admit or deny a request with a leaky bucket: a queue of capacity units draining at a constant rate; the reply says when to act",
     O1,
     KeyUse::Update,
@@ -429,7 +545,7 @@ pub static RL_LEAKYBUCKET: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static RL_FIXEDWINDOW: Syntax = Syntax::new(
-    "rl.fixedwindow",
+    name!("rl.fixedwindow"),
     c"Admit or deny a request with a fixed window counter, windows aligned to the Unix epoch",
     O1,
     KeyUse::Update,
@@ -438,7 +554,7 @@ pub static RL_FIXEDWINDOW: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static RL_SLIDINGWINDOW: Syntax = Syntax::new(
-    "rl.slidingwindow",
+    name!("rl.slidingwindow"),
     c"Admit or deny a request with a sliding window counter: this window's count plus the previous one's, weighted",
     O1,
     KeyUse::Update,
@@ -447,7 +563,7 @@ pub static RL_SLIDINGWINDOW: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static RL_SLIDINGLOG: Syntax = Syntax::new(
-    "rl.slidinglog",
+    name!("rl.slidinglog"),
     c"Admit or deny a request with a sliding log: exact, it keeps every admitted request still in the window",
     c"O(1) amortized for a key written regularly: O(E) for the E expired entries it drops or skips, and O(COST) more for a denial",
     KeyUse::Update,
@@ -456,7 +572,7 @@ pub static RL_SLIDINGLOG: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static RL_WARMUP: Syntax = Syntax::new(
-    "rl.warmup",
+    name!("rl.warmup"),
     c"Admit or deny a request with Guava's SmoothWarmingUp: after idle, spaced by the cold interval at first, speeding up to rate per period over the warm-up",
     O1,
     KeyUse::Update,
@@ -465,7 +581,7 @@ pub static RL_WARMUP: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static RL_CONCURRENCY_ACQUIRE: Syntax = Syntax::new(
-    "rl.concurrency.acquire",
+    name!("rl.concurrency.acquire"),
     c"Take one of limit leases, held until released or for lease at most; the reply carries the lease's token",
     LEASES_COMPLEXITY,
     KeyUse::Update,
@@ -474,7 +590,7 @@ pub static RL_CONCURRENCY_ACQUIRE: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static RL_CONCURRENCY_RELEASE: Syntax = Syntax::new(
-    "rl.concurrency.release",
+    name!("rl.concurrency.release"),
     c"End a lease taken with RL.CONCURRENCY.ACQUIRE: 1, or 0 when no such lease is held",
     LEASES_COMPLEXITY,
     KeyUse::Remove,
@@ -483,7 +599,7 @@ pub static RL_CONCURRENCY_RELEASE: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static RL_INSPECT: Syntax = Syntax::new(
-    "rl.inspect",
+    name!("rl.inspect"),
     c"Show a limiter key's algorithm, parameters and state, changing nothing",
     c"O(1); O(N) for a sliding log holding N entries; O(log N) for a concurrency key holding N leases",
     KeyUse::Read,
@@ -492,7 +608,7 @@ pub static RL_INSPECT: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static RL_LIMIT: Syntax = Syntax::new(
-    "rl.limit",
+    name!("rl.limit"),
     c"Admit or deny a request against every rule of a policy, all or nothing; the reply is the binding rule's",
     c"O(R) where R is the number of rules in the policy",
     KeyUse::Update,
@@ -501,7 +617,7 @@ pub static RL_LIMIT: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static RL_REFUND: Syntax = Syntax::new(
-    "rl.refund",
+    name!("rl.refund"),
     c"Give back units a key has taken (a request that failed downstream, a cost estimated too high); replies the units given back",
     c"O(1); O(log N) for a sliding log holding N entries; O(R) for a policy key of R rules (O(R log N) with sliding logs)",
     KeyUse::Update,
@@ -514,7 +630,7 @@ pub static RL_REFUND: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static RL_POLICY_SET: Syntax = Syntax::new(
-    "rl.policy.set",
+    name!("rl.policy.set"),
     c"Create or replace a policy: a named list of rules, each an algorithm and its arguments",
     RULES_COMPLEXITY,
     KeyUse::None,
@@ -531,7 +647,7 @@ pub static RL_POLICY_SET: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static RL_POLICY_GET: Syntax = Syntax::new(
-    "rl.policy.get",
+    name!("rl.policy.get"),
     c"Show the rules of a policy",
     RULES_COMPLEXITY,
     KeyUse::None,
@@ -540,7 +656,7 @@ pub static RL_POLICY_GET: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static RL_POLICY_DEL: Syntax = Syntax::new(
-    "rl.policy.del",
+    name!("rl.policy.del"),
     c"Delete a policy",
     RULES_COMPLEXITY,
     KeyUse::None,
@@ -549,7 +665,7 @@ pub static RL_POLICY_DEL: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static RL_POLICY_LIST: Syntax = Syntax::new(
-    "rl.policy.list",
+    name!("rl.policy.list"),
     c"List the names of the policies",
     c"O(P) where P is the number of policies",
     KeyUse::None,
@@ -558,7 +674,7 @@ pub static RL_POLICY_LIST: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static RL_TOP: Syntax = Syntax::new(
-    "rl.top",
+    name!("rl.top"),
     c"List the keys denied most often lately, with their counts and error bounds, those the caller may read",
     c"O(S log S) where S is the summary's size (ratelimit.top-size)",
     KeyUse::None,
@@ -567,7 +683,7 @@ pub static RL_TOP: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static RL_DEBUG_CLOCK: Syntax = Syntax::new(
-    "rl.debug.clock",
+    name!("rl.debug.clock"),
     c"Freeze, move or release the module's clock, for deterministic tests (only with debug-clock yes)",
     O1,
     KeyUse::None,
@@ -580,7 +696,7 @@ pub static RL_DEBUG_CLOCK: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static RL_DEBUG_PANIC: Syntax = Syntax::new(
-    "rl.debug.panic",
+    name!("rl.debug.panic"),
     c"Panic on purpose, to show the guard turns a panic into an error reply (only with debug-clock yes)",
     O1,
     KeyUse::None,
@@ -589,7 +705,7 @@ pub static RL_DEBUG_PANIC: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static RL_REPLAY: Syntax = Syntax::new(
-    "rl.replay",
+    name!("rl.replay"),
     c"Internal: replays an admitted write with the primary's clock reading; accepted only from replication or the AOF",
     c"That of the replayed command",
     KeyUse::Update,
@@ -602,7 +718,7 @@ pub static RL_REPLAY: Syntax = Syntax::new(
 
 #[rustfmt::skip]
 pub static RL_LOADSTATE: Syntax = Syntax::new(
-    "rl.loadstate",
+    name!("rl.loadstate"),
     c"Internal: sets a key's encoded state, as an AOF rewrite writes it; accepted only from replication or the AOF",
     c"O(N) where N is the size of the state",
     KeyUse::Overwrite,
@@ -639,7 +755,7 @@ pub static ALL: [&Syntax; 22] = [
 pub fn find(name: &[u8]) -> Option<&'static Syntax> {
     ALL.iter()
         .copied()
-        .find(|syntax| syntax.name.as_bytes().eq_ignore_ascii_case(name))
+        .find(|syntax| syntax.name.lower().to_bytes().eq_ignore_ascii_case(name))
 }
 
 #[cfg(test)]
@@ -691,6 +807,7 @@ mod tests {
             (&RL_LOADSTATE, "RL.LOADSTATE", "key state"),
         ];
         for (syntax, command, usage) in expected {
+            let usage = usage.to_string();
             assert_eq!(syntax.arity(), Error::Arity { command, usage });
         }
     }
@@ -726,6 +843,25 @@ mod tests {
         assert_eq!(RL_FIXEDWINDOW.required, 3);
         assert_eq!(RL_CONCURRENCY_ACQUIRE.required, 3);
         assert_eq!(RL_LIMIT.required, 2);
-        assert_eq!(find(b"RL.GCRA").map(|s| s.name), Some("rl.gcra"));
+        assert_eq!(find(b"RL.GCRA").map(|s| s.name.lower()), Some(c"rl.gcra"));
+    }
+
+    #[test]
+    fn most_counts_every_optional_word() {
+        let expected = [
+            (&RL_REFUND, Some(3)),
+            (&CL_THROTTLE, Some(5)),
+            (&RL_INSPECT, Some(1)),
+            (&RL_CONCURRENCY_RELEASE, Some(2)),
+            (&RL_POLICY_LIST, Some(0)),
+            (&RL_TOP, Some(2)),
+            (&RL_DEBUG_CLOCK, Some(2)),
+            (&RL_GCRA, Some(10)),
+            (&RL_POLICY_SET, None),
+            (&RL_REPLAY, None),
+        ];
+        for (syntax, most) in expected {
+            assert_eq!(syntax.most, most, "{}", syntax.name);
+        }
     }
 }

@@ -3,22 +3,12 @@
 
 use std::ffi::CStr;
 
-use crate::args::syntax::Syntax;
 use crate::args::Options;
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Admission, Extra, Propagate, Reply, Response};
 use crate::storage::{Key, Request, Variant};
 use algorithms::{Decision, Span};
-
-/// The arguments of an admission command, or, when fewer than its `syntax` requires, the
-/// arity error that shows that syntax.
-pub fn arguments<'a>(call: &Call<'a>, syntax: &'static Syntax) -> Result<&'a [&'a [u8]], Error> {
-    if call.args.len() <= syntax.required {
-        return Err(syntax.arity());
-    }
-    Ok(call.args)
-}
 
 /// What [`run`] decided, before it becomes a reply: the decision, what the algorithm's step
 /// handed back besides it (`aside`: RL.LIMIT's binding rule), and what the dispatcher needs.

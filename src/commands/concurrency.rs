@@ -1,6 +1,5 @@
 //! RL.CONCURRENCY.ACQUIRE and RL.CONCURRENCY.RELEASE: at most `limit` leases at once.
 
-use super::admission;
 use crate::args::params;
 use crate::args::syntax::{RL_CONCURRENCY_ACQUIRE, RL_CONCURRENCY_RELEASE};
 use crate::dispatch::{Call, Mode};
@@ -18,21 +17,24 @@ use algorithms::concurrency::{self, Concurrency, State, MAX_TOKEN};
 /// fields and the token (nil when denied or DRYRUN), then `shadow_denied` with SHADOW (a
 /// would-be denial is answered allowed, with a nil token: no lease was taken).
 pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
-    let a = admission::arguments(call, &RL_CONCURRENCY_ACQUIRE)?;
+    let mut a = RL_CONCURRENCY_ACQUIRE.args(call.args)?;
     // A replica replays what its primary admitted, whatever its own setting says.
     let max = match call.mode {
         Mode::Live => crate::config::concurrency_max_limit(),
         Mode::Replay { .. } => crate::config::CONCURRENCY_LIMIT_CEILING,
     };
-    let params = params::concurrency(&a[2..4], max)?;
+    let params = params::concurrency(a.next_n()?, max)?;
     let (mut id, mut dryrun, mut shadow) = (None, false, false);
-    let mut i = 4;
-    while i < a.len() {
-        if a[i].eq_ignore_ascii_case(b"ID") {
+    loop {
+        let position = a.position();
+        let Some(word) = a.optional() else {
+            break;
+        };
+        if word.eq_ignore_ascii_case(b"ID") {
             if id.is_some() {
                 return Err(Error::OptionTwice { option: "ID" });
             }
-            let Some(token) = a.get(i + 1) else {
+            let Some(token) = a.optional() else {
                 return Err(Error::OptionValue {
                     option: "ID",
                     expected: "a token of 1 to 256 bytes",
@@ -44,24 +46,21 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
                     expected: "a token of 1 to 256 bytes",
                 });
             }
-            id = Some(*token);
-            i += 2;
-        } else if a[i].eq_ignore_ascii_case(b"SHADOW") {
+            id = Some(token);
+        } else if word.eq_ignore_ascii_case(b"SHADOW") {
             if shadow {
                 return Err(Error::OptionTwice { option: "SHADOW" });
             }
             shadow = true;
-            i += 1;
-        } else if a[i].eq_ignore_ascii_case(b"DRYRUN") {
+        } else if word.eq_ignore_ascii_case(b"DRYRUN") {
             if dryrun {
                 return Err(Error::OptionTwice { option: "DRYRUN" });
             }
             dryrun = true;
-            i += 1;
         } else {
             return Err(Error::UnknownOption {
-                position: i,
-                token: quote(a[i]),
+                position,
+                token: quote(word),
                 accepted: "ID token, DRYRUN or SHADOW, each once",
             });
         }
@@ -120,16 +119,13 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
 /// Ends the lease named `token`. Reply: 1, or 0 when no such lease is held (unknown or
 /// already ended), and then nothing changes.
 pub fn rl_concurrency_release(call: &Call) -> Result<Response, Error> {
-    let a = call.args;
-    if a.len() != 3 {
-        return Err(RL_CONCURRENCY_RELEASE.arity());
-    }
+    let token = RL_CONCURRENCY_RELEASE.args_bounded(call.args)?.next()?;
     let (now_us, real_ms) = call.clock();
     let mut key = Key::open(call.ctx, call.key()?, true);
     let Some(stored) = key.whole::<Concurrency>()? else {
         return Ok(Response::reply(Reply::Int(0)));
     };
-    if !concurrency::release(&mut stored.state, a[2], now_us) {
+    if !concurrency::release(&mut stored.state, token, now_us) {
         return Ok(Response::reply(Reply::Int(0)));
     }
     let reset_ms = concurrency::reset_after(&stored.state, now_us).ceil_ms();

@@ -164,7 +164,9 @@ mod tests {
         for doc in DOCS {
             assert!(!seen.contains(&doc.name), "{} twice", doc.name);
             seen.push(doc.name);
-            assert_eq!(doc.name, doc.name.to_lowercase());
+            let name = doc.name.lower().to_str().unwrap();
+            assert_eq!(name, name.to_lowercase());
+            assert_eq!(doc.name.as_str(), name.to_uppercase());
             assert!(!doc.summary.is_empty() && !doc.complexity.is_empty());
             let keys = doc
                 .args
@@ -173,12 +175,12 @@ mod tests {
                 .count();
             if doc.key == KeyUse::None {
                 assert_eq!(keys, 0, "{}", doc.name);
-                check(doc.name, doc.args);
+                check(name, doc.args);
             } else {
                 assert_eq!(keys, 1, "{}", doc.name);
                 assert!(matches!(doc.args[0].kind, Kind::Key), "{}", doc.name);
                 assert!(!doc.args[0].optional && !doc.args[0].multiple);
-                check(doc.name, &doc.args[1..]);
+                check(name, &doc.args[1..]);
             }
             if doc.key != KeyUse::None {
                 let flags = key_flags(doc.key);

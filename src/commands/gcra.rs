@@ -2,7 +2,7 @@
 
 use super::admission;
 use crate::args::syntax::{CL_THROTTLE, RL_GCRA};
-use crate::args::{self, params, Options};
+use crate::args::{params, Options};
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
@@ -14,9 +14,9 @@ use algorithms::gcra::Gcra;
 /// `period / rate`. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`
 /// (a map with a boolean `allowed` for RESP3 clients), and `shadow_denied` with SHADOW.
 pub fn rl_gcra(call: &Call) -> Result<Response, Error> {
-    let a = admission::arguments(call, &RL_GCRA)?;
-    let params = params::gcra(&a[2..5])?;
-    let opts = args::options(&a[5..], 5)?;
+    let mut a = RL_GCRA.args(call.args)?;
+    let params = params::gcra(a.next_n()?)?;
+    let opts = a.options()?;
     Ok(admission::run::<Gcra>(call, c"RL.GCRA", params, opts)?.reply(Extra::None))
 }
 
@@ -25,18 +25,16 @@ pub fn rl_gcra(call: &Call) -> Result<Response, Error> {
 /// redis-cell's command: `count` per `period` seconds with bursts of `max_burst + 1`.
 /// Reply: `[limited, max_burst + 1, remaining, retry_after_s or -1, reset_after_s]`.
 pub fn cl_throttle(call: &Call) -> Result<Response, Error> {
-    let a = call.args;
-    // redis-cell's reply has no room for `shadow_denied`: SHADOW is refused by name rather
-    // than read as a quantity or an extra argument.
-    if a.iter().skip(5).any(|w| w.eq_ignore_ascii_case(b"SHADOW")) {
+    // redis-cell's reply has no room for `shadow_denied`: SHADOW after the required
+    // arguments is refused by name rather than read as a quantity or an extra argument.
+    let after_required = call.args.get(1 + CL_THROTTLE.required..);
+    if after_required.is_some_and(|a| a.iter().any(|w| w.eq_ignore_ascii_case(b"SHADOW"))) {
         return Err(Error::ShadowRefused {
             command: "CL.THROTTLE",
         });
     }
-    if a.len() != 5 && a.len() != 6 {
-        return Err(CL_THROTTLE.arity());
-    }
-    let (params, quantity) = params::throttle(&a[2..])?;
+    let mut a = CL_THROTTLE.args_bounded(call.args)?;
+    let (params, quantity) = params::throttle(a.next_n()?, a.optional())?;
     let opts = Options {
         cost: quantity,
         ..Options::default()

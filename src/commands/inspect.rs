@@ -14,9 +14,7 @@ use algorithms::Snapshot;
 /// the module's clock now, and `blocked_until_us` while a `BLOCK` penalty is set. An RL.LIMIT
 /// key adds `rules`, the same for each rule of the policy it was last written with.
 pub fn rl_inspect(call: &Call) -> Result<Response, Error> {
-    if call.args.len() != 2 {
-        return Err(RL_INSPECT.arity());
-    }
+    RL_INSPECT.args_bounded(call.args)?;
     let mut key = Key::open(call.ctx, call.key()?, false);
     let reply = match key.snapshot()? {
         None => Reply::Nil,

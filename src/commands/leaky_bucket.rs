@@ -1,8 +1,8 @@
 //! RL.LEAKYBUCKET.
 
 use super::admission;
+use crate::args::params;
 use crate::args::syntax::RL_LEAKYBUCKET;
-use crate::args::{self, params};
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{int, Extra, Response};
@@ -14,9 +14,9 @@ use algorithms::leaky_bucket::LeakyBucket;
 /// Reply: the five fields and a sixth, `delay_ms`: how long an admitted request waits for its
 /// turn (0 when the queue was empty), -1 when denied.
 pub fn rl_leakybucket(call: &Call) -> Result<Response, Error> {
-    let a = admission::arguments(call, &RL_LEAKYBUCKET)?;
-    let params = params::leaky_bucket(&a[2..5])?;
-    let opts = args::options(&a[5..], 5)?;
+    let mut a = RL_LEAKYBUCKET.args(call.args)?;
+    let params = params::leaky_bucket(a.next_n()?)?;
+    let opts = a.options()?;
     let decided = admission::run::<LeakyBucket>(call, c"RL.LEAKYBUCKET", params, opts)?;
     let delay_ms = decided
         .decision

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use super::admission;
-use crate::args;
 use crate::args::syntax::RL_LIMIT;
 use crate::dispatch::Call;
 use crate::error::{quote, Error};
@@ -22,9 +21,10 @@ use algorithms::{penalty, Decision};
 /// policy (from 0) as `rule`, then `shadow_denied` with SHADOW (1 when any rule, shadow or
 /// not, would have denied). The policy's counters count the call (`INFO ratelimit`).
 pub fn rl_limit(call: &Call) -> Result<Response, Error> {
-    let a = admission::arguments(call, &RL_LIMIT)?;
-    let opts = args::options(&a[3..], 3)?;
-    let policy = policies::get(a[2]).ok_or_else(|| Error::NoPolicy { name: quote(a[2]) })?;
+    let mut a = RL_LIMIT.args(call.args)?;
+    let name = a.next()?;
+    let opts = a.options()?;
+    let policy = policies::get(name).ok_or_else(|| Error::NoPolicy { name: quote(name) })?;
     let shadow = policy.shadow;
     // The step hands back the binding rule, its decision, the clock reading and the shadow
     // rules that would have refused.

@@ -20,18 +20,15 @@ fn policy_name(a: &[u8]) -> Result<&[u8], Error> {
 ///
 /// Creates or replaces the policy `name`. Reply: OK.
 pub fn rl_policy_set(call: &Call) -> Result<Response, Error> {
-    let a = call.args;
-    if a.len() < 3 {
-        return Err(RL_POLICY_SET.arity());
-    }
-    let name = policy_name(a[1])?;
+    let mut a = RL_POLICY_SET.args(call.args)?;
+    let name = policy_name(a.next()?)?;
     // A replica or the AOF takes what its primary accepted, whatever its own log setting.
     let log_max = if call.ctx.replicated_or_loading() {
         crate::config::SLIDING_LOG_LIMIT_CEILING
     } else {
         crate::config::sliding_log_max_limit()
     };
-    let parsed = rules::parse(&a[2..], 2, log_max)?;
+    let parsed = rules::parse(&mut a, log_max)?;
     policies::set(name, Policy::new(parsed.rules, parsed.shadow, parsed.words));
     Ok(Response::propagating(Reply::Ok, Propagate::Verbatim))
 }
@@ -40,11 +37,8 @@ pub fn rl_policy_set(call: &Call) -> Result<Response, Error> {
 ///
 /// Reply: the policy's rules as words (algorithm names upper case), or nil.
 pub fn rl_policy_get(call: &Call) -> Result<Response, Error> {
-    let a = call.args;
-    if a.len() != 2 {
-        return Err(RL_POLICY_GET.arity());
-    }
-    Ok(Response::reply(match policies::get(a[1]) {
+    let name = RL_POLICY_GET.args_bounded(call.args)?.next()?;
+    Ok(Response::reply(match policies::get(name) {
         Some(policy) => Reply::Strings(policy.words.clone()),
         None => Reply::Nil,
     }))
@@ -55,11 +49,8 @@ pub fn rl_policy_get(call: &Call) -> Result<Response, Error> {
 /// Deletes the policy; keys written under it keep their state (RL.LIMIT with a policy of
 /// the same rules picks it up again). Reply: 1 if it existed, else 0.
 pub fn rl_policy_del(call: &Call) -> Result<Response, Error> {
-    let a = call.args;
-    if a.len() != 2 {
-        return Err(RL_POLICY_DEL.arity());
-    }
-    let deleted = policies::delete(a[1]);
+    let name = RL_POLICY_DEL.args_bounded(call.args)?.next()?;
+    let deleted = policies::delete(name);
     let propagate = if deleted {
         Propagate::Verbatim
     } else {
@@ -75,9 +66,7 @@ pub fn rl_policy_del(call: &Call) -> Result<Response, Error> {
 ///
 /// Reply: the names of every policy, in byte order.
 pub fn rl_policy_list(call: &Call) -> Result<Response, Error> {
-    if call.args.len() != 1 {
-        return Err(RL_POLICY_LIST.arity());
-    }
+    RL_POLICY_LIST.args_bounded(call.args)?;
     let names = policies::all().into_iter().map(|(name, _)| name).collect();
     Ok(Response::reply(Reply::Strings(names)))
 }

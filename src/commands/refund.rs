@@ -19,17 +19,15 @@ use crate::storage::Key;
 /// and propagate nothing. A concurrency key is an error (use RL.CONCURRENCY.RELEASE).
 /// Reply: the units given back (with DRYRUN, what would be).
 pub fn rl_refund(call: &Call) -> Result<Response, Error> {
-    let a = call.args;
-    if !(3..=4).contains(&a.len()) {
-        return Err(RL_REFUND.arity());
-    }
-    let units = args::count(a[2], "units", 0, MAX_COUNT)?;
-    let dryrun = match a.get(3) {
+    let mut a = RL_REFUND.args_bounded(call.args)?;
+    let units = args::count(a.next()?, "units", 0, MAX_COUNT)?;
+    let position = a.position();
+    let dryrun = match a.optional() {
         None => false,
         Some(token) if token.eq_ignore_ascii_case(b"DRYRUN") => true,
         Some(token) => {
             return Err(Error::UnknownOption {
-                position: 3,
+                position,
                 token: quote(token),
                 accepted: "DRYRUN",
             })

@@ -28,20 +28,20 @@ pub fn rl_replay(call: &Call) -> Result<Response, Error> {
     internal_only(call, "RL.REPLAY")?;
     // Counted under RL.REPLAY; a replayed denial publishes no keyspace event (the mode
     // below marks the response).
-    let a = call.args;
-    if a.len() < 3 {
-        return Err(RL_REPLAY.arity());
-    }
+    let mut a = RL_REPLAY.args(call.args)?;
     // Built on the failing branch only: this runs for every write a replica applies.
-    let Some(replayed) = parse_replay(a[2]) else {
+    let Some(replayed) = parse_replay(a.next()?) else {
         return Err(Error::NotReplayable);
     };
     let Some(command) = replayable(replayed.command) else {
         return Err(Error::NotReplayable);
     };
-    let mut args: Vec<&[u8]> = Vec::with_capacity(a.len());
-    args.extend_from_slice(&[replayed.command, a[1], replayed.first_arg]);
-    args.extend_from_slice(&a[3..]);
+    // The replayed call: the command, the key (argument 1, the client's), the first argument
+    // carried, and the others as they came.
+    let key = call.args.get(1).copied().unwrap_or_default();
+    let mut args: Vec<&[u8]> = Vec::with_capacity(call.args.len());
+    args.extend_from_slice(&[replayed.command, key, replayed.first_arg]);
+    args.extend_from_slice(a.rest());
     let inner = Call {
         ctx: call.ctx,
         args: &args,
@@ -60,11 +60,8 @@ pub fn rl_replay(call: &Call) -> Result<Response, Error> {
 /// followed by the key's PEXPIREAT. Reply: OK.
 pub fn rl_loadstate(call: &Call) -> Result<Response, Error> {
     internal_only(call, "RL.LOADSTATE")?;
-    let a = call.args;
-    if a.len() != 3 {
-        return Err(RL_LOADSTATE.arity());
-    }
-    let value = codec::decode(a[2]).map_err(|_| Error::BadState)?;
+    let state = RL_LOADSTATE.args_bounded(call.args)?.next()?;
+    let value = codec::decode(state).map_err(|_| Error::BadState)?;
     let mut key = Key::open(call.ctx, call.key()?, true);
     key.replace(value)?;
     Ok(Response::propagating(Reply::Ok, Propagate::Verbatim))

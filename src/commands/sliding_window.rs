@@ -1,8 +1,8 @@
 //! RL.SLIDINGWINDOW.
 
 use super::admission;
+use crate::args::params;
 use crate::args::syntax::RL_SLIDINGWINDOW;
-use crate::args::{self, params};
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
@@ -14,9 +14,9 @@ use algorithms::sliding_window::SlidingWindow;
 /// it still overlaps the sliding window, plus the current one's, at most `limit`.
 /// Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
 pub fn rl_slidingwindow(call: &Call) -> Result<Response, Error> {
-    let a = admission::arguments(call, &RL_SLIDINGWINDOW)?;
-    let params = params::sliding_window(&a[2..4])?;
-    let opts = args::options(&a[4..], 4)?;
+    let mut a = RL_SLIDINGWINDOW.args(call.args)?;
+    let params = params::sliding_window(a.next_n()?)?;
+    let opts = a.options()?;
     Ok(
         admission::run::<SlidingWindow>(call, c"RL.SLIDINGWINDOW", params, opts)?
             .reply(Extra::None),

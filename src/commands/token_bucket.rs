@@ -1,8 +1,8 @@
 //! RL.TOKENBUCKET.
 
 use super::admission;
+use crate::args::params;
 use crate::args::syntax::RL_TOKENBUCKET;
-use crate::args::{self, params};
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
@@ -14,11 +14,9 @@ use algorithms::token_bucket::TokenBucket;
 /// `refill_period` (continuously, or in whole steps at each period with `INTERVAL`); a request
 /// takes `COST` tokens. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
 pub fn rl_tokenbucket(call: &Call) -> Result<Response, Error> {
-    let a = admission::arguments(call, &RL_TOKENBUCKET)?;
-    let mut params = params::token_bucket(&a[2..5], false)?;
-    let (opts, flags) = args::options_with(
-        &a[5..],
-        5,
+    let mut a = RL_TOKENBUCKET.args(call.args)?;
+    let mut params = params::token_bucket(a.next_n()?, false)?;
+    let (opts, flags) = a.options_with(
         &["INTERVAL"],
         "COST n, ATMOST max, DRYRUN, BLOCK duration, SHADOW or INTERVAL",
     )?;

@@ -18,20 +18,22 @@ const DEFAULT_COUNT: usize = 10;
 /// ACL lets it read are listed; on a server without the ACL functions, none. Not
 /// persisted, not replicated: this server's view of its own clients' denials.
 pub fn rl_top(call: &Call) -> Result<Response, Error> {
-    let a = call.args;
-    let count = match a {
-        [_] => DEFAULT_COUNT,
-        [_, word, k] if word.eq_ignore_ascii_case(b"COUNT") => {
+    let mut a = RL_TOP.read(call.args);
+    let position = a.position();
+    let count = match a.optional() {
+        None => DEFAULT_COUNT,
+        Some(word) if word.eq_ignore_ascii_case(b"COUNT") => {
+            let k = a.next()?;
+            a.finish()?;
             usize::try_from(args::count(k, "COUNT", 1, MAX_COUNT)?).unwrap_or(usize::MAX)
         }
-        [_, word, ..] if !word.eq_ignore_ascii_case(b"COUNT") => {
+        Some(word) => {
             return Err(Error::UnknownOption {
-                position: 1,
+                position,
                 token: quote(word),
                 accepted: "COUNT k",
             })
         }
-        _ => return Err(RL_TOP.arity()),
     };
     let entries = crate::top::entries(read_clock().now_us);
     let reader = KeyReader::caller(call.ctx);

@@ -1,8 +1,8 @@
 //! RL.WARMUP.
 
 use super::admission;
+use crate::args::params;
 use crate::args::syntax::RL_WARMUP;
-use crate::args::{self, params};
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
@@ -16,14 +16,14 @@ use algorithms::warmup::Warmup;
 /// Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`, limit 1, remaining 1
 /// when a request would be admitted now.
 pub fn rl_warmup(call: &Call) -> Result<Response, Error> {
-    let a = admission::arguments(call, &RL_WARMUP)?;
-    let (opts, cold_factor) = args::options_with_value(
-        &a[5..],
-        5,
+    let mut a = RL_WARMUP.args(call.args)?;
+    // Read now, parsed after the options: an unknown option is the error a call sees first.
+    let positional = a.next_n()?;
+    let (opts, cold_factor) = a.options_with_value(
         "COLDFACTOR",
         params::COLD_FACTOR_EXPECTED,
         "COST n, ATMOST max, DRYRUN, BLOCK duration, SHADOW or COLDFACTOR factor",
     )?;
-    let params = params::warmup(&a[2..5], cold_factor)?;
+    let params = params::warmup(positional, cold_factor)?;
     Ok(admission::run::<Warmup>(call, c"RL.WARMUP", params, opts)?.reply(Extra::None))
 }
