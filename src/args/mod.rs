@@ -11,6 +11,7 @@ pub mod rules;
 pub mod syntax;
 
 pub use cursor::Cursor;
+pub use params::Algorithm;
 
 use crate::error::{quote, Error};
 

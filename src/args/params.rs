@@ -4,8 +4,9 @@
 //! ([`super::syntax`]) has them.
 
 use super::syntax::{
-    BUCKET_CAPACITY, BURST, COUNT, LEAK_AMOUNT, LEAK_PERIOD, LEASE, LEASES, LIMIT, MAX_BURST,
-    PERIOD, PERIOD_S, QUANTITY, QUEUE_CAPACITY, RATE, REFILL_AMOUNT, REFILL_PERIOD, WARMUP, WINDOW,
+    Arg, BUCKET_CAPACITY, BURST, COLDFACTOR, COUNT, INTERVAL, LEAK_AMOUNT, LEAK_PERIOD, LEASE,
+    LEASES, LIMIT, MAX_BURST, PERIOD, PERIOD_S, QUANTITY, QUEUE_CAPACITY, RATE, REFILL_AMOUNT,
+    REFILL_PERIOD, WARMUP, WINDOW,
 };
 use super::{count, duration_ms, positive_count, MAX_COUNT, MAX_DURATION_MS};
 use crate::error::Error;
@@ -13,6 +14,26 @@ use algorithms::{
     concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
     warmup,
 };
+
+/// An algorithm as the module's commands run it: the pure algorithm
+/// ([`algorithms::Algorithm`], which names no command) and the command that runs it, as the
+/// errors spell it ("the key holds RL.GCRA state, not RL.TOKENBUCKET") and a policy's rules
+/// take it (`GCRA`). Each command's entry implements it (in `commands`) with its own name.
+pub trait Algorithm: algorithms::Algorithm {
+    /// The command's name upper case (`RL.GCRA`).
+    const NAME: &'static str;
+}
+
+/// GCRA's parameters, as RL.GCRA takes them after its key and a GCRA rule after its name.
+pub const GCRA_PARAMS: &[Arg] = &[BURST, RATE, PERIOD];
+/// The token bucket's, with the flag `INTERVAL`.
+pub const TOKEN_BUCKET_PARAMS: &[Arg] = &[BUCKET_CAPACITY, REFILL_AMOUNT, REFILL_PERIOD, INTERVAL];
+/// The leaky bucket's.
+pub const LEAKY_BUCKET_PARAMS: &[Arg] = &[QUEUE_CAPACITY, LEAK_AMOUNT, LEAK_PERIOD];
+/// The fixed window's, the sliding window's and the sliding log's.
+pub const WINDOW_PARAMS: &[Arg] = &[LIMIT, WINDOW];
+/// Warm-up's, with the option `COLDFACTOR factor`.
+pub const WARMUP_PARAMS: &[Arg] = &[RATE, PERIOD, WARMUP, COLDFACTOR];
 
 /// RL.GCRA's parameters.
 pub fn gcra(&[burst, rate, period]: &[&[u8]; 3]) -> Result<gcra::Params, Error> {

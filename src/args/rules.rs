@@ -1,41 +1,100 @@
-//! The policy grammar: a rule is an algorithm's name and its command's positional
-//! arguments, as the syntax table ([`super::syntax`]) spells them.
+//! The policy grammar: a rule is an algorithm's name (its command's, without `RL.`) and
+//! the parameters its command takes after the key ([`super::params`]).
 
 use std::sync::Arc;
 
-use super::syntax::{
-    Syntax, RL_FIXEDWINDOW, RL_GCRA, RL_LEAKYBUCKET, RL_SLIDINGLOG, RL_SLIDINGWINDOW,
-    RL_TOKENBUCKET, RL_WARMUP,
+use super::params::{
+    self, Algorithm, GCRA_PARAMS, LEAKY_BUCKET_PARAMS, TOKEN_BUCKET_PARAMS, WARMUP_PARAMS,
+    WINDOW_PARAMS,
 };
-use super::{params, Cursor};
+use super::syntax::{render, Arg, Kind};
+use super::Cursor;
 use crate::error::{quote, Error};
+use algorithms::fixed_window::FixedWindow;
+use algorithms::gcra::Gcra;
+use algorithms::leaky_bucket::LeakyBucket;
 use algorithms::policy::{Rule, Rules, MAX_RULES};
+use algorithms::sliding_log::SlidingLog;
+use algorithms::sliding_window::SlidingWindow;
+use algorithms::token_bucket::TokenBucket;
+use algorithms::warmup::Warmup;
 
 /// A rule's parser: its positional arguments, whether its flag (`INTERVAL`) was given, and
 /// the largest SLIDINGLOG limit.
 type Parse = fn(&[&[u8]], bool, u64) -> Result<Rule, Error>;
 
-/// Each algorithm a rule can name: its command's syntax and its parser.
-static RULES: [(&Syntax, Parse); 7] = [
-    (&RL_GCRA, |a, _, _| {
+/// An algorithm a rule can name.
+struct RuleAlgorithm {
+    /// Its command's name (`RL.GCRA`), which the rule takes without `RL.`.
+    command: &'static str,
+    /// The parameters its command takes after the key, which the rule takes after its name.
+    params: &'static [Arg],
+    parse: Parse,
+}
+
+impl RuleAlgorithm {
+    const fn of<A: Algorithm>(params: &'static [Arg], parse: Parse) -> RuleAlgorithm {
+        RuleAlgorithm {
+            command: <A as Algorithm>::NAME,
+            params,
+            parse,
+        }
+    }
+
+    /// The rule's name, as RL.POLICY.GET shows it (`GCRA`).
+    fn name(&self) -> &'static str {
+        self.command.strip_prefix("RL.").unwrap_or(self.command)
+    }
+
+    /// The rule's syntax after its name, as its arity error shows it.
+    fn usage(&self) -> String {
+        render(self.params)
+    }
+
+    /// How many positional arguments the rule takes.
+    fn positional(&self) -> usize {
+        self.params.iter().filter(|a| !a.optional).count()
+    }
+
+    /// The options with a value the rule may add after them (`COLDFACTOR`).
+    fn valued(&self) -> impl Iterator<Item = &'static str> {
+        self.params.iter().filter_map(|a| match a.kind {
+            Kind::Token => None,
+            _ if a.optional => a.token_str,
+            _ => None,
+        })
+    }
+
+    /// The words the rule may add after them (`INTERVAL`).
+    fn flags(&self) -> impl Iterator<Item = &'static str> {
+        self.params.iter().filter_map(|a| match a.kind {
+            Kind::Token if a.optional => a.token_str,
+            _ => None,
+        })
+    }
+}
+
+/// Each algorithm a rule can name.
+static RULES: [RuleAlgorithm; 7] = [
+    RuleAlgorithm::of::<Gcra>(GCRA_PARAMS, |a, _, _| {
         params::gcra(counted(a)?).map(Rule::Gcra)
     }),
-    (&RL_TOKENBUCKET, |a, interval, _| {
+    RuleAlgorithm::of::<TokenBucket>(TOKEN_BUCKET_PARAMS, |a, interval, _| {
         params::token_bucket(counted(a)?, interval).map(Rule::TokenBucket)
     }),
-    (&RL_LEAKYBUCKET, |a, _, _| {
+    RuleAlgorithm::of::<LeakyBucket>(LEAKY_BUCKET_PARAMS, |a, _, _| {
         params::leaky_bucket(counted(a)?).map(Rule::LeakyBucket)
     }),
-    (&RL_FIXEDWINDOW, |a, _, _| {
+    RuleAlgorithm::of::<FixedWindow>(WINDOW_PARAMS, |a, _, _| {
         params::fixed_window(counted(a)?).map(Rule::FixedWindow)
     }),
-    (&RL_SLIDINGWINDOW, |a, _, _| {
+    RuleAlgorithm::of::<SlidingWindow>(WINDOW_PARAMS, |a, _, _| {
         params::sliding_window(counted(a)?).map(Rule::SlidingWindow)
     }),
-    (&RL_SLIDINGLOG, |a, _, log_max| {
+    RuleAlgorithm::of::<SlidingLog>(WINDOW_PARAMS, |a, _, log_max| {
         params::sliding_log(counted(a)?, log_max).map(Rule::SlidingLog)
     }),
-    (&RL_WARMUP, |a, _, _| {
+    RuleAlgorithm::of::<Warmup>(WARMUP_PARAMS, |a, _, _| {
         params::warmup_rule(a).map(Rule::Warmup)
     }),
 ];
@@ -74,9 +133,9 @@ pub fn parse(a: &mut Cursor, log_max: u64) -> Result<Parsed, Error> {
             .get(..3)
             .filter(|prefix| prefix.eq_ignore_ascii_case(b"RL."))
             .map_or(word, |_| &word[3..]);
-        let Some(&(syntax, parse)) = RULES
+        let Some(algorithm) = RULES
             .iter()
-            .find(|(syntax, _)| syntax.name.lower().to_bytes()[3..].eq_ignore_ascii_case(bare))
+            .find(|r| r.name().as_bytes().eq_ignore_ascii_case(bare))
         else {
             return Err(Error::UnknownRule {
                 position,
@@ -86,14 +145,14 @@ pub fn parse(a: &mut Cursor, log_max: u64) -> Result<Parsed, Error> {
         if rules.len() == MAX_RULES {
             return Err(Error::TooManyRules { max: MAX_RULES });
         }
-        let name = &syntax.name.as_str()[3..];
-        let positional = syntax.rule_positional();
+        let name = algorithm.name();
+        let positional = algorithm.positional();
         let mut n = positional;
         // An option with a value (`COLDFACTOR factor`) goes to the parser with the positional
         // arguments; the parser says when its value is missing.
         if a.peek(n).is_some_and(|w| {
-            syntax
-                .rule_valued()
+            algorithm
+                .valued()
                 .any(|v| w.eq_ignore_ascii_case(v.as_bytes()))
         }) {
             n = (n + 2).min(a.remaining());
@@ -101,20 +160,21 @@ pub fn parse(a: &mut Cursor, log_max: u64) -> Result<Parsed, Error> {
         let words = a.take(n).ok_or_else(|| Error::RuleArity {
             position,
             algorithm: name,
-            usage: syntax.rule_usage(),
+            usage: algorithm.usage(),
         })?;
-        let flag = syntax.rule_flags().find(|flag| {
+        let flag = algorithm.flags().find(|flag| {
             a.peek(0)
                 .is_some_and(|w| w.eq_ignore_ascii_case(flag.as_bytes()))
         });
         if flag.is_some() {
             a.optional();
         }
-        let rule = parse(words, flag.is_some(), log_max).map_err(|inner| Error::InRule {
-            position,
-            algorithm: name,
-            inner: Box::new(inner),
-        })?;
+        let rule =
+            (algorithm.parse)(words, flag.is_some(), log_max).map_err(|inner| Error::InRule {
+                position,
+                algorithm: name,
+                inner: Box::new(inner),
+            })?;
         rules.push(rule);
         canonical.push(name.as_bytes().to_vec());
         // The option's word upper case, as the algorithm's name is.
@@ -161,4 +221,36 @@ pub fn parse_saved(words: &[&[u8]], log_max: u64) -> Option<(Rules, u32)> {
     parse(&mut Cursor::over(words), log_max)
         .ok()
         .map(|parsed| (parsed.rules, parsed.shadow))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_take_the_positional_arguments_and_flags() {
+        let expected: [(&str, &str, usize, &[&str]); 7] = [
+            ("GCRA", "burst rate period", 3, &[]),
+            (
+                "TOKENBUCKET",
+                "capacity refill_amount refill_period [INTERVAL]",
+                3,
+                &["INTERVAL"],
+            ),
+            ("LEAKYBUCKET", "capacity leak_amount leak_period", 3, &[]),
+            ("FIXEDWINDOW", "limit window", 2, &[]),
+            ("SLIDINGWINDOW", "limit window", 2, &[]),
+            ("SLIDINGLOG", "limit window", 2, &[]),
+            ("WARMUP", "rate period warmup [COLDFACTOR factor]", 3, &[]),
+        ];
+        for (rule, (name, usage, n, flags)) in RULES.iter().zip(expected) {
+            assert_eq!(rule.name(), name);
+            assert_eq!(rule.usage(), usage, "{name}");
+            assert_eq!(rule.positional(), n, "{name}");
+            assert_eq!(rule.flags().collect::<Vec<_>>(), flags);
+        }
+        let valued = |name| RULES.iter().find(|r| r.name() == name).unwrap().valued();
+        assert_eq!(valued("WARMUP").collect::<Vec<_>>(), ["COLDFACTOR"]);
+        assert_eq!(valued("TOKENBUCKET").count(), 0);
+    }
 }

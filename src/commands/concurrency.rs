@@ -1,12 +1,36 @@
 //! RL.CONCURRENCY.ACQUIRE and RL.CONCURRENCY.RELEASE: at most `limit` leases at once.
 
+use std::ffi::CStr;
+
+use super::{command, Command, When, ONE_KEY, WRITE};
 use crate::args::params;
-use crate::args::syntax::{RL_CONCURRENCY_ACQUIRE, RL_CONCURRENCY_RELEASE};
+use crate::args::syntax::{name, string, KeyUse, DRYRUN, ID, KEY, LEASE, LEASES, SHADOW};
+use crate::args::Algorithm;
 use crate::dispatch::{Call, Mode};
 use crate::error::{quote, Error};
 use crate::response::{Admission, Extra, Propagate, Reply, Response};
 use crate::storage::{Key, Stored};
 use algorithms::concurrency::{self, Concurrency, State, MAX_TOKEN};
+
+const LEASES_COMPLEXITY: &CStr = c"O(log N) where N is the number of leases held on the key, amortised: a write also drops the leases ended since the last one";
+
+pub static RL_CONCURRENCY_ACQUIRE: Command = command! {
+    name: name!("rl.concurrency.acquire"),
+    flags: c"write deny-oom fast",
+    acl: WRITE,
+    keys: ONE_KEY,
+    when: When::Always,
+    replayable: true,
+    summary: c"Take one of limit leases, held until released or for lease at most; the reply carries the lease's token",
+    complexity: LEASES_COMPLEXITY,
+    key: KeyUse::Update,
+    args: &[KEY, LEASES, LEASE, ID, DRYRUN, SHADOW],
+    handler: rl_concurrency_acquire,
+};
+
+impl Algorithm for Concurrency {
+    const NAME: &'static str = RL_CONCURRENCY_ACQUIRE.name().as_str();
+}
 
 /// `RL.CONCURRENCY.ACQUIRE key limit lease [ID token] [DRYRUN] [SHADOW]`
 ///
@@ -17,7 +41,7 @@ use algorithms::concurrency::{self, Concurrency, State, MAX_TOKEN};
 /// fields and the token (nil when denied or DRYRUN), then `shadow_denied` with SHADOW (a
 /// would-be denial is answered allowed, with a nil token: no lease was taken).
 pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
-    let mut a = RL_CONCURRENCY_ACQUIRE.args(call.args)?;
+    let mut a = RL_CONCURRENCY_ACQUIRE.syntax.args(call.args)?;
     // A replica replays what its primary admitted, whatever its own setting says.
     let max = match call.mode {
         Mode::Live => crate::config::concurrency_max_limit(),
@@ -91,7 +115,7 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
     if d.allowed && write {
         let at = call.expire_at(real_ms, d.reset_after.ceil_ms());
         key.expire_at(at);
-        propagate = call.propagation(c"RL.CONCURRENCY.ACQUIRE", now_us, at);
+        propagate = call.propagation(RL_CONCURRENCY_ACQUIRE.replay_name(), now_us, at);
     }
     let token = if write { acquired.token } else { None };
     // SHADOW: a would-be denial takes no lease (token nil: nothing to release) and is
@@ -114,12 +138,29 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
     ))
 }
 
+pub static RL_CONCURRENCY_RELEASE: Command = command! {
+    name: name!("rl.concurrency.release"),
+    flags: c"write fast",
+    acl: WRITE,
+    keys: ONE_KEY,
+    when: When::Always,
+    replayable: true,
+    summary: c"End a lease taken with RL.CONCURRENCY.ACQUIRE: 1, or 0 when no such lease is held",
+    complexity: LEASES_COMPLEXITY,
+    key: KeyUse::Remove,
+    args: &[KEY, string(c"token", c"the token RL.CONCURRENCY.ACQUIRE replied with")],
+    handler: rl_concurrency_release,
+};
+
 /// `RL.CONCURRENCY.RELEASE key token`
 ///
 /// Ends the lease named `token`. Reply: 1, or 0 when no such lease is held (unknown or
 /// already ended), and then nothing changes.
 pub fn rl_concurrency_release(call: &Call) -> Result<Response, Error> {
-    let token = RL_CONCURRENCY_RELEASE.args_bounded(call.args)?.next()?;
+    let token = RL_CONCURRENCY_RELEASE
+        .syntax
+        .args_bounded(call.args)?
+        .next()?;
     let (now_us, real_ms) = call.clock();
     let mut key = Key::open(call.ctx, call.key()?, true);
     let Some(stored) = key.whole::<Concurrency>()? else {
@@ -135,6 +176,6 @@ pub fn rl_concurrency_release(call: &Call) -> Result<Response, Error> {
     } else {
         key.expire_at(at);
     }
-    let propagate = call.propagation(c"RL.CONCURRENCY.RELEASE", now_us, at);
+    let propagate = call.propagation(RL_CONCURRENCY_RELEASE.replay_name(), now_us, at);
     Ok(Response::propagating(Reply::Int(1), propagate))
 }

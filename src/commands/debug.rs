@@ -2,12 +2,27 @@
 //! shows the guard at work. Both refuse to run unless the module was loaded with
 //! `debug-clock yes`. They write no key, so they also run on a read-only replica.
 
+use super::{command, Command, When, NO_KEYS, O1, PRIVILEGED};
 use crate::args;
-use crate::args::syntax::RL_DEBUG_CLOCK;
+use crate::args::syntax::{name, KeyUse, CLOCK_CHANGE};
 use crate::clock::{self, MAX_DEBUG_MS};
 use crate::dispatch::{read_clock, Call};
 use crate::error::Error;
 use crate::response::{Reply, Response};
+
+pub static RL_DEBUG_CLOCK: Command = command! {
+    name: name!("rl.debug.clock"),
+    flags: c"admin fast",
+    acl: PRIVILEGED,
+    keys: NO_KEYS,
+    when: When::Always,
+    replayable: false,
+    summary: c"Freeze, move or release the module's clock, for deterministic tests (only with debug-clock yes)",
+    complexity: O1,
+    key: KeyUse::None,
+    args: &[CLOCK_CHANGE],
+    handler: rl_debug_clock,
+};
 
 /// `RL.DEBUG.CLOCK SET ms | ADVANCE ms | REAL`
 ///
@@ -20,7 +35,7 @@ pub fn rl_debug_clock(call: &Call) -> Result<Response, Error> {
         return Err(Error::DebugClockOff);
     }
     // A subcommand and its value, if any: anything else is the usage error.
-    let mut a = RL_DEBUG_CLOCK.read(call.args);
+    let mut a = RL_DEBUG_CLOCK.syntax.read(call.args);
     let sub = a.optional().unwrap_or_default();
     let value = a.optional();
     let value = match a.finish() {
@@ -47,6 +62,20 @@ pub fn rl_debug_clock(call: &Call) -> Result<Response, Error> {
         (read_clock().now_us / 1000) as i64,
     )))
 }
+
+pub static RL_DEBUG_PANIC: Command = command! {
+    name: name!("rl.debug.panic"),
+    flags: c"admin",
+    acl: PRIVILEGED,
+    keys: NO_KEYS,
+    when: When::Always,
+    replayable: false,
+    summary: c"Panic on purpose, to show the guard turns a panic into an error reply (only with debug-clock yes)",
+    complexity: O1,
+    key: KeyUse::None,
+    args: &[],
+    handler: rl_debug_panic,
+};
 
 /// `RL.DEBUG.PANIC`: panics on purpose, to show that the guard turns a panic into an error
 /// reply and the server lives on.

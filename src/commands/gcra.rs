@@ -1,12 +1,34 @@
 //! RL.GCRA and its redis-cell compatible twin CL.THROTTLE: the same algorithm and state.
 
-use super::admission;
-use crate::args::syntax::{CL_THROTTLE, RL_GCRA};
-use crate::args::{params, Options};
+use super::{admission, command, Command, When, O1, ONE_KEY, WRITE};
+use crate::args::params::{self, GCRA_PARAMS};
+use crate::args::syntax::{
+    admission_args, name, KeyUse, COUNT, KEY, MAX_BURST, PERIOD_S, QUANTITY,
+};
+use crate::args::{Algorithm, Options};
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
 use algorithms::gcra::Gcra;
+
+pub static RL_GCRA: Command = command! {
+    name: name!("rl.gcra"),
+    flags: c"write deny-oom fast",
+    acl: WRITE,
+    keys: ONE_KEY,
+    when: When::Always,
+    replayable: true,
+    summary: c"Admit or deny a request with GCRA: up to burst units at once, then rate units per period, evenly spaced",
+    complexity: O1,
+    key: KeyUse::Update,
+    args: admission_args!(GCRA_PARAMS),
+    handler: rl_gcra,
+};
+
+/// A GCRA key is RL.GCRA's (CL.THROTTLE's too: the same state).
+impl Algorithm for Gcra {
+    const NAME: &'static str = RL_GCRA.name().as_str();
+}
 
 /// `RL.GCRA key burst rate period [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///
@@ -14,11 +36,25 @@ use algorithms::gcra::Gcra;
 /// `period / rate`. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`
 /// (a map with a boolean `allowed` for RESP3 clients), and `shadow_denied` with SHADOW.
 pub fn rl_gcra(call: &Call) -> Result<Response, Error> {
-    let mut a = RL_GCRA.args(call.args)?;
+    let mut a = RL_GCRA.syntax.args(call.args)?;
     let params = params::gcra(a.next_n()?)?;
     let opts = a.options()?;
-    Ok(admission::run::<Gcra>(call, c"RL.GCRA", params, opts)?.reply(Extra::None))
+    Ok(admission::run::<Gcra>(call, RL_GCRA.replay_name(), params, opts)?.reply(Extra::None))
 }
+
+pub static CL_THROTTLE: Command = command! {
+    name: name!("cl.throttle"),
+    flags: c"write deny-oom fast",
+    acl: WRITE,
+    keys: ONE_KEY,
+    when: When::CellCompat,
+    replayable: true,
+    summary: c"Admit or deny a request with GCRA, redis-cell compatible: its arguments, its reply in seconds",
+    complexity: O1,
+    key: KeyUse::Update,
+    args: &[KEY, MAX_BURST, COUNT, PERIOD_S, QUANTITY],
+    handler: cl_throttle,
+};
 
 /// `CL.THROTTLE key max_burst count period [quantity]`
 ///
@@ -27,17 +63,17 @@ pub fn rl_gcra(call: &Call) -> Result<Response, Error> {
 pub fn cl_throttle(call: &Call) -> Result<Response, Error> {
     // redis-cell's reply has no room for `shadow_denied`: SHADOW after the required
     // arguments is refused by name rather than read as a quantity or an extra argument.
-    let after_required = call.args.get(1 + CL_THROTTLE.required..);
+    let after_required = call.args.get(1 + CL_THROTTLE.syntax.required..);
     if after_required.is_some_and(|a| a.iter().any(|w| w.eq_ignore_ascii_case(b"SHADOW"))) {
         return Err(Error::ShadowRefused {
-            command: "CL.THROTTLE",
+            command: CL_THROTTLE.name().as_str(),
         });
     }
-    let mut a = CL_THROTTLE.args_bounded(call.args)?;
+    let mut a = CL_THROTTLE.syntax.args_bounded(call.args)?;
     let (params, quantity) = params::throttle(a.next_n()?, a.optional())?;
     let opts = Options {
         cost: quantity,
         ..Options::default()
     };
-    Ok(admission::run::<Gcra>(call, c"CL.THROTTLE", params, opts)?.redis_cell())
+    Ok(admission::run::<Gcra>(call, CL_THROTTLE.replay_name(), params, opts)?.redis_cell())
 }

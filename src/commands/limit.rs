@@ -2,14 +2,33 @@
 
 use std::sync::Arc;
 
-use super::admission;
-use crate::args::syntax::RL_LIMIT;
+use super::{admission, command, Command, When, ONE_KEY, WRITE};
+use crate::args::syntax::{admission_args, name, string, KeyUse};
+use crate::args::Algorithm;
 use crate::dispatch::Call;
 use crate::error::{quote, Error};
 use crate::response::{Extra, Response};
 use crate::storage::policies;
 use algorithms::policy::{self, Limit, Rules};
 use algorithms::{penalty, Decision};
+
+pub static RL_LIMIT: Command = command! {
+    name: name!("rl.limit"),
+    flags: c"write deny-oom fast",
+    acl: WRITE,
+    keys: ONE_KEY,
+    when: When::Always,
+    replayable: true,
+    summary: c"Admit or deny a request against every rule of a policy, all or nothing; the reply is the binding rule's",
+    complexity: c"O(R) where R is the number of rules in the policy",
+    key: KeyUse::Update,
+    args: admission_args!(&[string(c"policy", c"the name of a policy set with RL.POLICY.SET")]),
+    handler: rl_limit,
+};
+
+impl Algorithm for Limit {
+    const NAME: &'static str = RL_LIMIT.name().as_str();
+}
 
 /// `RL.LIMIT key policy [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///
@@ -21,7 +40,7 @@ use algorithms::{penalty, Decision};
 /// policy (from 0) as `rule`, then `shadow_denied` with SHADOW (1 when any rule, shadow or
 /// not, would have denied). The policy's counters count the call (`INFO ratelimit`).
 pub fn rl_limit(call: &Call) -> Result<Response, Error> {
-    let mut a = RL_LIMIT.args(call.args)?;
+    let mut a = RL_LIMIT.syntax.args(call.args)?;
     let name = a.next()?;
     let opts = a.options()?;
     let policy = policies::get(name).ok_or_else(|| Error::NoPolicy { name: quote(name) })?;
@@ -49,7 +68,7 @@ pub fn rl_limit(call: &Call) -> Result<Response, Error> {
         policy::largest_cost_enforced(rules, shadow, stored, now_us)
     };
     let mut decided =
-        admission::run_with::<Limit, _>(call, c"RL.LIMIT", rules, opts, check, largest)?;
+        admission::run_with::<Limit, _>(call, RL_LIMIT.replay_name(), rules, opts, check, largest)?;
     let (index, mut binding, now_us, shadow_rules) = decided.aside;
     let d = &decided.decision;
     // A BLOCK penalty in force answers for the key instead of the rule.

@@ -1,6 +1,8 @@
 //! RL.TOP: the keys denied most often lately (see [`crate::top`]).
 
-use crate::args::{self, syntax::RL_TOP};
+use super::{command, Command, When, NO_KEYS, READ};
+use crate::args;
+use crate::args::syntax::{integer, name, KeyUse};
 use crate::dispatch::{read_clock, Call};
 use crate::error::{quote, Error};
 use crate::redis::KeyReader;
@@ -10,6 +12,20 @@ use crate::response::{Reply, Response, TopEntry};
 pub const MAX_COUNT: u64 = 100_000;
 const DEFAULT_COUNT: usize = 10;
 
+pub static RL_TOP: Command = command! {
+    name: name!("rl.top"),
+    flags: c"readonly",
+    acl: READ,
+    keys: NO_KEYS,
+    when: When::Always,
+    replayable: false,
+    summary: c"List the keys denied most often lately, with their counts and error bounds, those the caller may read",
+    complexity: c"O(S log S) where S is the summary's size (ratelimit.top-size)",
+    key: KeyUse::None,
+    args: &[integer(c"k", c"how many keys at most, 1 to 100000 (default 10)").after(c"COUNT").optional()],
+    handler: rl_top,
+};
+
 /// `RL.TOP [COUNT k]`
 ///
 /// The `k` (default 10) keys denied most often in the current and the previous period of
@@ -18,7 +34,7 @@ const DEFAULT_COUNT: usize = 10;
 /// ACL lets it read are listed; on a server without the ACL functions, none. Not
 /// persisted, not replicated: this server's view of its own clients' denials.
 pub fn rl_top(call: &Call) -> Result<Response, Error> {
-    let mut a = RL_TOP.read(call.args);
+    let mut a = RL_TOP.syntax.read(call.args);
     let position = a.position();
     let count = match a.optional() {
         None => DEFAULT_COUNT,

@@ -17,6 +17,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 pub use call::{read_clock, Call, Handler, Mode};
 pub use replay_text::{parse_replay, ReplayText};
 
+use crate::args::syntax::{name, Name};
 use crate::error::Error;
 use crate::metrics::{Outcome, Stats};
 use crate::redis::{Argv, Ctx, SharedString};
@@ -31,8 +32,12 @@ const DENIED_EVENT: &CStr = c"ratelimit.denied";
 /// The keyspace event a shadow denial (SHADOW, or a policy's shadow rule) publishes.
 const SHADOW_DENIED_EVENT: &CStr = c"ratelimit.shadow_denied";
 
-/// The internal command that carries a write to replicas and the AOF.
-pub static REPLAY_NAME: SharedString = SharedString::new(c"RL.REPLAY");
+/// The internal command that carries a client's write to replicas and the AOF (its entry is
+/// `commands::replay::RL_REPLAY`, which reads what [`ReplayText`] wrote).
+pub const REPLAY: Name = name!("rl.replay");
+
+/// [`REPLAY`] as the Redis string swapped into the client's argument vector.
+pub static REPLAY_NAME: SharedString = SharedString::new(REPLAY.upper());
 
 /// Runs one call of a command (see the module docs).
 pub fn run(ctx: Ctx, mut argv: Argv, handler: Handler, stats: &Stats) {
