@@ -35,7 +35,7 @@ struct RuleAlgorithm {
 impl RuleAlgorithm {
     const fn of<A: Algorithm>(params: &'static [Arg], parse: Parse) -> RuleAlgorithm {
         RuleAlgorithm {
-            command: <A as Algorithm>::NAME,
+            command: A::NAME,
             params,
             parse,
         }

@@ -308,6 +308,41 @@ mod tests {
         }
     }
 
+    /// The names the errors give a key's algorithm ("the key holds RL.GCRA state, not
+    /// RL.TOKENBUCKET"), byte for byte those the algorithms crate used to spell.
+    #[test]
+    fn each_algorithm_is_named_by_its_command() {
+        use crate::args::Algorithm;
+        use algorithms::{
+            concurrency::Concurrency, fixed_window::FixedWindow, gcra::Gcra,
+            leaky_bucket::LeakyBucket, policy::Limit, sliding_log::SlidingLog,
+            sliding_window::SlidingWindow, token_bucket::TokenBucket, warmup::Warmup,
+        };
+        let names = [
+            Gcra::NAME,
+            TokenBucket::NAME,
+            LeakyBucket::NAME,
+            FixedWindow::NAME,
+            SlidingWindow::NAME,
+            SlidingLog::NAME,
+            Concurrency::NAME,
+            Limit::NAME,
+            Warmup::NAME,
+        ];
+        let expected = [
+            "RL.GCRA",
+            "RL.TOKENBUCKET",
+            "RL.LEAKYBUCKET",
+            "RL.FIXEDWINDOW",
+            "RL.SLIDINGWINDOW",
+            "RL.SLIDINGLOG",
+            "RL.CONCURRENCY.ACQUIRE",
+            "RL.LIMIT",
+            "RL.WARMUP",
+        ];
+        assert_eq!(names, expected);
+    }
+
     #[test]
     fn policy_commands_reply_and_propagate_by_value() {
         let name: &[u8] = b"handler-unit-test";

@@ -9,7 +9,9 @@ use algorithms::sliding_log::{self, SlidingLog};
 use algorithms::sliding_window::SlidingWindow;
 use algorithms::token_bucket::TokenBucket;
 use algorithms::warmup::Warmup;
-use algorithms::{Algorithm, Decision, Snapshot};
+use algorithms::{Algorithm as _, Decision, Snapshot};
+
+use crate::args::Algorithm;
 
 /// The parameters a key was last written with, and its state under them.
 #[derive(Debug, Clone, PartialEq, Eq)]
