@@ -320,7 +320,7 @@ impl Kind {
 const fn text(s: &'static CStr) -> &'static str {
     match s.to_str() {
         Ok(text) => text,
-        Err(_) => panic!("the syntax table is ASCII"),
+        Err(_) => panic!("a syntax is ASCII"),
     }
 }
 

@@ -7,6 +7,10 @@
 //! (RESP2 or RESP3), counts the call in the command's counters (`INFO ratelimit`, see
 //! [`crate::metrics`]), and publishes a client's denial as the keyspace event
 //! `ratelimit.denied`. A command added to the table gets all of it by returning a response.
+//!
+//! It knows no command: a command's entry (`commands`) hands it the handler and the
+//! counters, and the handler gets the [`Call`] (`call.rs`). The one command it names is the
+//! one it propagates a client's write as, [`REPLAY`], with [`ReplayText`] (`replay_text.rs`).
 
 mod call;
 mod replay_text;

@@ -53,8 +53,8 @@ macro_rules! values {
                 }
             }
 
-            /// RL.REFUND: [`Algorithm::refund`] under the parameters the key was written with;
-            /// the units given back (0: nothing changed).
+            /// RL.REFUND: [`algorithms::Algorithm::refund`] under the parameters the key was
+            /// written with; the units given back (0: nothing changed).
             pub fn refund(&mut self, now_us: u64, units: u64) -> u64 {
                 match self {
                     $(Value::$variant(s) => <$algorithm>::refund(&s.params, &mut s.state, now_us, units),)*
