@@ -10,7 +10,7 @@ use crate::error::Error;
 #[derive(Debug, Clone, Copy)]
 pub struct Cursor<'a> {
     words: &'a [&'a [u8]],
-    /// The number of the next argument to read.
+    /// The number of the next argument to read (at most the number of words).
     at: usize,
     /// The syntax a missing or extra argument's error shows (`None`: words of no command).
     syntax: Option<&'static Syntax>,
@@ -22,7 +22,7 @@ impl<'a> Cursor<'a> {
     pub(super) fn new(words: &'a [&'a [u8]], at: usize, syntax: &'static Syntax) -> Cursor<'a> {
         Cursor {
             words,
-            at,
+            at: at.min(words.len()),
             syntax: Some(syntax),
         }
     }
@@ -109,7 +109,7 @@ impl<'a> Cursor<'a> {
     #[inline]
     pub fn rest(&mut self) -> &'a [&'a [u8]] {
         let rest = self.words.get(self.at..).unwrap_or_default();
-        self.at = self.at.max(self.words.len());
+        self.at = self.words.len();
         rest
     }
 

@@ -197,7 +197,10 @@ impl Syntax {
     }
 
     /// The error for a call with too few or too many arguments, naming the syntax (the
-    /// usage is rendered then: only an error needs it).
+    /// usage is rendered then: only an error needs it). Out of line: no request that
+    /// succeeds comes here.
+    #[cold]
+    #[inline(never)]
     pub fn arity(&self) -> Error {
         Error::Arity {
             command: self.name.as_str(),
