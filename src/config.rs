@@ -3,7 +3,7 @@
 //! ratelimit.<name>`, and `ratelimit.<name>` directives in redis.conf).
 //!
 //! Uses only the error texts' quoting: the load arguments are read here, not with the
-//! commands' grammar (`crate::args`), which sits above the settings.
+//! commands' grammar (the `args` room), which sits above the settings.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
