@@ -4,6 +4,9 @@
 //! the server's clock, or, when the module was loaded with `debug-clock yes` and a test froze
 //! it with `RL.DEBUG.CLOCK`, the frozen time. Key expiry always follows the real clock, so a
 //! reading also carries the real time in milliseconds for setting absolute expiry times.
+//!
+//! The server's own clock is handed in by the caller (`redis::cached_micros`, through
+//! `dispatch::Call::clock`): this room knows time, not Redis.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -25,9 +28,11 @@ pub struct Reading {
     pub real_ms: u64,
 }
 
-/// Reads the clock once.
-pub fn read() -> Reading {
-    let real_us = real_now_us();
+/// Reads the clock once. `server_us` is the server's cached command time in µs where the
+/// server has one (Redis 7.2+); without it, the system clock is read (Redis 7.0 has only
+/// millisecond clocks in the module API).
+pub fn read(server_us: Option<u64>) -> Reading {
+    let real_us = server_us.unwrap_or_else(system_now_us);
     let now_us = if FROZEN.load(Ordering::Relaxed) {
         FROZEN_US.load(Ordering::Relaxed)
     } else {
@@ -39,12 +44,8 @@ pub fn read() -> Reading {
     }
 }
 
-/// The server's clock in µs: the cached command time where the server has it (Redis 7.2+),
-/// else the system clock (Redis 7.0 has only millisecond clocks in the module API).
-fn real_now_us() -> u64 {
-    if let Some(us) = crate::redis::cached_micros() {
-        return us;
-    }
+/// The system clock in µs since the Unix epoch.
+fn system_now_us() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))

@@ -2,13 +2,13 @@
 //! set them. `lib.rs` registers the same statics with Redis (`CONFIG SET/GET
 //! ratelimit.<name>`, and `ratelimit.<name>` directives in redis.conf).
 //!
-//! Uses the grammar ([`crate::args`]) and the error texts' quoting; nothing above them.
+//! Uses only the error texts' quoting: the load arguments are read here, not with the
+//! commands' grammar (the `args` room), which sits above the settings.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use redis_module::RedisString;
 
-use crate::args;
 use crate::error::quote;
 
 /// `cell-compat yes|no` (load time only, default yes): register CL.THROTTLE.
@@ -111,10 +111,7 @@ pub(crate) fn apply_load_args(args: &[RedisString]) -> Result<(), String> {
         } else if let Some((name, setting, min, max)) =
             NUMBERS.iter().find(|(n, _, _, _)| n.as_bytes() == name)
         {
-            // Written as Redis writes integers: no sign, no leading zero (docs/commands.md,
-            // Arguments).
-            let n = args::count(value, name, *min, *max)
-                .ok()
+            let n = whole_number(value, *min, *max)
                 .and_then(|n| i64::try_from(n).ok())
                 .ok_or_else(|| {
                     format!(
@@ -145,6 +142,19 @@ pub(crate) fn apply_load_args(args: &[RedisString]) -> Result<(), String> {
     Ok(())
 }
 
+/// A whole number in `min..=max`, written as Redis writes integers: digits only, no sign, no
+/// leading zero (docs/commands.md, Arguments), as the commands read their counts.
+fn whole_number(bytes: &[u8], min: u64, max: u64) -> Option<u64> {
+    let plain = !bytes.is_empty()
+        && bytes.iter().all(u8::is_ascii_digit)
+        && !(bytes.len() > 1 && bytes[0] == b'0');
+    if !plain {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(bytes).ok()?.parse().ok()?;
+    (min..=max).contains(&n).then_some(n)
+}
+
 /// Whether CL.THROTTLE is registered (`cell-compat`).
 pub(crate) fn cell_compat() -> bool {
     CELL_COMPAT.load(Ordering::Relaxed)
@@ -153,4 +163,31 @@ pub(crate) fn cell_compat() -> bool {
 /// Whether the RL.DEBUG commands run (`debug-clock`).
 pub(crate) fn debug_clock() -> bool {
     DEBUG_CLOCK.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_numbers_are_written_as_redis_writes_them() {
+        assert_eq!(whole_number(b"0", 0, 10), Some(0));
+        assert_eq!(whole_number(b"10", 0, 10), Some(10));
+        assert_eq!(whole_number(b"86400", 1, TOP_PERIOD_CEILING), Some(86_400));
+        for bad in [
+            &b""[..],
+            b"11",
+            b"05",
+            b"00",
+            b"+5",
+            b"-1",
+            b" 1",
+            b"1e3",
+            b"1.0",
+            b"18446744073709551616",
+        ] {
+            assert_eq!(whole_number(bad, 0, 10), None, "{bad:?}");
+        }
+        assert_eq!(whole_number(b"0", 1, 10), None);
+    }
 }

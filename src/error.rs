@@ -13,7 +13,7 @@ pub enum Error {
     /// Too few or too many arguments; `usage` is the syntax after the command name.
     Arity {
         command: &'static str,
-        usage: &'static str,
+        usage: String,
     },
     /// A count (burst, rate, COST, ...) that is not an integer in `min..=max`.
     Count {
@@ -68,7 +68,7 @@ pub enum Error {
     RuleArity {
         position: usize,
         algorithm: &'static str,
-        usage: &'static str,
+        usage: String,
     },
     /// A bad argument inside a rule: the argument's own error, and where the rule starts.
     InRule {

@@ -1,25 +1,29 @@
 //! ratelimit: native, atomic rate limiting for Redis.
 //!
-//! The layout, from the inside out; each room uses only rooms above it in this list:
+//! The layout, from the inside out; each room uses only rooms above it in this list (and
+//! none takes anything back from this file):
 //! - [`algorithms`]: the crate ratelimit-algorithms (algorithms/): pure state machines,
 //!   `(params, state, now, cost) -> (decision, state)`, and the limits (largest count,
-//!   longest duration); no Redis, no clock, no I/O, no panics.
+//!   longest duration); no Redis, no clock, no I/O, no panics, and no command names.
 //! - [`error`]: every error text, spelled once (a leaf: it uses only the limits).
-//! - [`args`]: the grammar: counts, durations, options, each algorithm's parameters, the
-//!   policy rules, and the one table of every command's syntax.
+//! - [`args`]: the grammar: counts, durations, options, the cursor a command reads its
+//!   arguments with, each algorithm's parameters, the policy rules, and what a command's
+//!   syntax is made of.
 //! - [`config`]: the settings and the load arguments.
+//! - [`clock`]: the one place time enters (the server's clock is handed in).
 //! - [`redis`]: the one room that calls the Redis module API, behind safe types tied to the
-//!   lifetime of what Redis lent (a context, a key, a stream); it lowers the syntax table to
-//!   COMMAND DOCS.
-//! - [`clock`], [`log`], [`compat`], [`metrics`]: the one place time enters, the server log,
-//!   the API fallbacks, and the counters.
-//! - [`response`], [`reply`]: what a handler returns, and its rendering (RESP2/RESP3).
+//!   lifetime of what Redis lent (a context, a key, a stream); it lowers a command's syntax
+//!   to COMMAND DOCS.
+//! - [`log`], [`compat`], [`metrics`]: the server log, the API fallbacks, and the counters.
+//! - [`response`]: what a handler returns, and its rendering (RESP2/RESP3).
 //! - [`storage`]: the data type and the only code that opens keys or sets expiry.
-//! - [`commands`]: parse, then storage, algorithm, storage; each returns a [`response`]. The
-//!   command table, COMMAND DOCS from the syntax table, and the INFO sections.
-//! - [`dispatch`]: runs a command behind the panic guard and does what its response says:
-//!   propagates, renders it ([`reply`]), counts it ([`metrics`]), publishes a denial. (The
-//!   command table's entry points call it: the one step back up the list.)
+//! - [`top`]: RL.TOP's summary of the keys denied most.
+//! - [`dispatch`]: one call of a command ([`dispatch::Call`]) and its running: behind the
+//!   panic guard, then what its response says: propagates (RL.REPLAY's text), renders it,
+//!   counts it ([`metrics`]), publishes a denial.
+//! - [`commands`]: one entry per command (name, flags, syntax, handler...) and its handler:
+//!   parse, then storage, algorithm, storage; each returns a [`response`]. COMMAND DOCS from
+//!   the entries, and the INFO sections.
 //!
 //! This file holds the registration only: the `redis_module!` table, the load hook and the
 //! module options.
@@ -34,7 +38,6 @@ mod error;
 mod log;
 mod metrics;
 mod redis;
-mod reply;
 mod response;
 mod storage;
 mod top;

@@ -1,6 +1,6 @@
 //! Per-command counters; `commands::info` shows them in `INFO ratelimit`.
 //!
-//! Every entry of the command table owns one [`Stats`]; the dispatcher (`crate::dispatch`)
+//! Every command's entry (`commands`) owns one [`Stats`]; the dispatcher (`crate::dispatch`)
 //! counts each call in it: `calls` always, then `errors` for an error reply (a caught panic
 //! included), or `admitted`/`denied` for a decision that took effect, which it reads off the
 //! handler's response (`Reply::outcome`): a call that only previews (DRYRUN, COST 0) counts

@@ -317,7 +317,6 @@ pub struct Concurrency;
 impl Algorithm for Concurrency {
     type Params = Params;
     type State = State;
-    const NAME: &'static str = "RL.CONCURRENCY.ACQUIRE";
 
     /// An acquisition with a generated token (the commands call [`acquire`] itself, which
     /// also takes the caller's token and answers the lease's).

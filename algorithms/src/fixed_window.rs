@@ -89,7 +89,6 @@ pub struct FixedWindow;
 impl Algorithm for FixedWindow {
     type Params = Params;
     type State = State;
-    const NAME: &'static str = "RL.FIXEDWINDOW";
 
     fn check(
         params: &Params,

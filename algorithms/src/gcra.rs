@@ -128,7 +128,6 @@ pub struct Gcra;
 impl Algorithm for Gcra {
     type Params = Params;
     type State = State;
-    const NAME: &'static str = "RL.GCRA";
 
     fn check(
         params: &Params,

@@ -50,7 +50,6 @@ pub struct LeakyBucket;
 impl Algorithm for LeakyBucket {
     type Params = Params;
     type State = State;
-    const NAME: &'static str = "RL.LEAKYBUCKET";
 
     fn check(
         params: &Params,

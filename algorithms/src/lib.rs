@@ -143,9 +143,6 @@ pub trait Algorithm {
     type Params: Clone + PartialEq + std::fmt::Debug;
     type State: Clone + PartialEq + std::fmt::Debug;
 
-    /// The command name, as error texts name it.
-    const NAME: &'static str;
-
     /// Decides a request of `cost` units at `now_us`.
     ///
     /// `stored` is the key's previous parameters and state (`None`: a fresh key). When they

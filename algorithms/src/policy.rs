@@ -423,7 +423,6 @@ pub fn largest_cost_enforced(
 impl Algorithm for Limit {
     type Params = Rules;
     type State = Vec<RuleState>;
-    const NAME: &'static str = "RL.LIMIT";
 
     fn check(
         params: &Rules,

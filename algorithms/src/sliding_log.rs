@@ -804,7 +804,6 @@ pub struct SlidingLog;
 impl Algorithm for SlidingLog {
     type Params = Params;
     type State = State;
-    const NAME: &'static str = "RL.SLIDINGLOG";
 
     fn check(
         params: &Params,

@@ -226,7 +226,6 @@ pub struct SlidingWindow;
 impl Algorithm for SlidingWindow {
     type Params = Params;
     type State = State;
-    const NAME: &'static str = "RL.SLIDINGWINDOW";
 
     fn check(
         params: &Params,

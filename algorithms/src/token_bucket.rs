@@ -243,7 +243,6 @@ pub struct TokenBucket;
 impl Algorithm for TokenBucket {
     type Params = Params;
     type State = State;
-    const NAME: &'static str = "RL.TOKENBUCKET";
 
     fn check(
         params: &Params,

@@ -322,7 +322,6 @@ fn decide(params: &Params, before: &State, after: &State, now: u128, allowed: bo
 impl Algorithm for Warmup {
     type Params = Params;
     type State = State;
-    const NAME: &'static str = "RL.WARMUP";
 
     fn check(
         params: &Params,

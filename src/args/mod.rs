@@ -1,12 +1,17 @@
 //! The argument grammar shared by every command: counts, durations with units, the
-//! options `COST n`, `ATMOST n`, `DRYRUN` and `BLOCK duration`; each algorithm's parameters
-//! ([`params`]), the policy rules ([`rules`]), and every command's syntax ([`syntax`]).
-//! Pure functions over byte slices; no Redis types. Uses only the algorithms (their types
-//! and limits) and the error texts.
+//! options `COST n`, `ATMOST n`, `DRYRUN` and `BLOCK duration`; the [`Cursor`] a command
+//! reads its arguments with; each algorithm's parameters ([`params`]), the policy rules
+//! ([`rules`]), and what a command's syntax is made of ([`syntax`]). Pure functions over
+//! byte slices; no Redis types. Uses only the algorithms (their types and limits) and the
+//! error texts.
 
+mod cursor;
 pub mod params;
 pub mod rules;
 pub mod syntax;
+
+pub use cursor::Cursor;
+pub use params::Algorithm;
 
 use crate::error::{quote, Error};
 
@@ -134,39 +139,6 @@ impl Default for Options {
 
 const ACCEPTED_OPTIONS: &str = "COST n, ATMOST max, DRYRUN, BLOCK duration or SHADOW";
 
-/// Parses `[COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]` in any order, case-insensitive. `first_position` is
-/// the
-/// argument number of `rest[0]` (the key being argument 1), used in error texts.
-pub fn options(rest: &[&[u8]], first_position: usize) -> Result<Options, Error> {
-    options_with(rest, first_position, &[], ACCEPTED_OPTIONS).map(|(opts, _)| opts)
-}
-
-/// Like [`options`], and also accepts the command's own `flags` (e.g. `INTERVAL`), each at
-/// most once; bit `i` of the returned mask is set when `flags[i]` was given. `accepted`
-/// lists every option for the error text.
-pub fn options_with(
-    rest: &[&[u8]],
-    first_position: usize,
-    flags: &[&'static str],
-    accepted: &'static str,
-) -> Result<(Options, u32), Error> {
-    parse_options(rest, first_position, flags, None, accepted).map(|(opts, mask, _)| (opts, mask))
-}
-
-/// Like [`options`], and also accepts the command's own option `word` followed by a value
-/// (RL.WARMUP's `COLDFACTOR factor`), at most once; returns the value's bytes when given, for the
-/// command to parse. `accepted` lists every option for the error text.
-pub fn options_with_value<'a>(
-    rest: &[&'a [u8]],
-    first_position: usize,
-    word: &'static str,
-    expected: &'static str,
-    accepted: &'static str,
-) -> Result<(Options, Option<&'a [u8]>), Error> {
-    parse_options(rest, first_position, &[], Some((word, expected)), accepted)
-        .map(|(opts, _, value)| (opts, value))
-}
-
 /// The value after the option `option` at `rest[i]`: an error naming it when it was `given`
 /// already, or when no value follows (`expected` says what it must be).
 #[inline]
@@ -187,7 +159,8 @@ fn option_value<'a>(
 }
 
 /// The options, the command's flags, and its one option with a value (`valued`: its word
-/// and what its value must be, for the error when it is missing).
+/// and what its value must be, for the error when it is missing); `first_position` is the
+/// argument number of `rest[0]` (the key being argument 1), for the error texts.
 fn parse_options<'a>(
     rest: &[&'a [u8]],
     first_position: usize,
@@ -276,6 +249,34 @@ fn parse_options<'a>(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// [`Cursor::options`] of `rest`, `first_position` the argument number of `rest[0]`.
+    fn options(rest: &[&[u8]], first_position: usize) -> Result<Options, Error> {
+        parse_options(rest, first_position, &[], None, ACCEPTED_OPTIONS).map(|(opts, _, _)| opts)
+    }
+
+    /// [`Cursor::options_with`] of `rest`.
+    fn options_with(
+        rest: &[&[u8]],
+        first_position: usize,
+        flags: &[&'static str],
+        accepted: &'static str,
+    ) -> Result<(Options, u32), Error> {
+        parse_options(rest, first_position, flags, None, accepted)
+            .map(|(opts, mask, _)| (opts, mask))
+    }
+
+    /// [`Cursor::options_with_value`] of `rest`.
+    fn options_with_value<'a>(
+        rest: &[&'a [u8]],
+        first_position: usize,
+        word: &'static str,
+        expected: &'static str,
+        accepted: &'static str,
+    ) -> Result<(Options, Option<&'a [u8]>), Error> {
+        parse_options(rest, first_position, &[], Some((word, expected)), accepted)
+            .map(|(opts, _, value)| (opts, value))
+    }
 
     #[test]
     fn durations_with_and_without_units() {

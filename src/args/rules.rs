@@ -1,64 +1,131 @@
-//! The policy grammar: a rule is an algorithm's name and its command's positional
-//! arguments, as the syntax table ([`super::syntax`]) spells them.
+//! The policy grammar: a rule is an algorithm's name (its command's, without `RL.`) and
+//! the parameters its command takes after the key ([`super::params`]).
 
 use std::sync::Arc;
 
-use super::params;
-use super::syntax::{
-    Syntax, RL_FIXEDWINDOW, RL_GCRA, RL_LEAKYBUCKET, RL_POLICY_SET, RL_SLIDINGLOG,
-    RL_SLIDINGWINDOW, RL_TOKENBUCKET, RL_WARMUP,
+use super::params::{
+    self, Algorithm, GCRA_PARAMS, LEAKY_BUCKET_PARAMS, TOKEN_BUCKET_PARAMS, WARMUP_PARAMS,
+    WINDOW_PARAMS,
 };
+use super::syntax::{render, Arg, Kind};
+use super::Cursor;
 use crate::error::{quote, Error};
+use algorithms::fixed_window::FixedWindow;
+use algorithms::gcra::Gcra;
+use algorithms::leaky_bucket::LeakyBucket;
 use algorithms::policy::{Rule, Rules, MAX_RULES};
+use algorithms::sliding_log::SlidingLog;
+use algorithms::sliding_window::SlidingWindow;
+use algorithms::token_bucket::TokenBucket;
+use algorithms::warmup::Warmup;
 
 /// A rule's parser: its positional arguments, whether its flag (`INTERVAL`) was given, and
 /// the largest SLIDINGLOG limit.
 type Parse = fn(&[&[u8]], bool, u64) -> Result<Rule, Error>;
 
-/// Each algorithm a rule can name: its command's syntax and its parser.
-static RULES: [(&Syntax, Parse); 7] = [
-    (&RL_GCRA, |a, _, _| params::gcra(a).map(Rule::Gcra)),
-    (&RL_TOKENBUCKET, |a, interval, _| {
-        params::token_bucket(a, interval).map(Rule::TokenBucket)
+/// An algorithm a rule can name.
+struct RuleAlgorithm {
+    /// Its command's name (`RL.GCRA`), which the rule takes without `RL.`.
+    command: &'static str,
+    /// The parameters its command takes after the key, which the rule takes after its name.
+    params: &'static [Arg],
+    parse: Parse,
+}
+
+impl RuleAlgorithm {
+    const fn of<A: Algorithm>(params: &'static [Arg], parse: Parse) -> RuleAlgorithm {
+        RuleAlgorithm {
+            command: A::NAME,
+            params,
+            parse,
+        }
+    }
+
+    /// The rule's name, as RL.POLICY.GET shows it (`GCRA`).
+    fn name(&self) -> &'static str {
+        self.command.strip_prefix("RL.").unwrap_or(self.command)
+    }
+
+    /// The rule's syntax after its name, as its arity error shows it.
+    fn usage(&self) -> String {
+        render(self.params)
+    }
+
+    /// How many positional arguments the rule takes.
+    fn positional(&self) -> usize {
+        self.params.iter().filter(|a| !a.optional).count()
+    }
+
+    /// The options with a value the rule may add after them (`COLDFACTOR`).
+    fn valued(&self) -> impl Iterator<Item = &'static str> {
+        self.params.iter().filter_map(|a| match a.kind {
+            Kind::Token => None,
+            _ if a.optional => a.token_str,
+            _ => None,
+        })
+    }
+
+    /// The words the rule may add after them (`INTERVAL`).
+    fn flags(&self) -> impl Iterator<Item = &'static str> {
+        self.params.iter().filter_map(|a| match a.kind {
+            Kind::Token if a.optional => a.token_str,
+            _ => None,
+        })
+    }
+}
+
+/// Each algorithm a rule can name.
+static RULES: [RuleAlgorithm; 7] = [
+    RuleAlgorithm::of::<Gcra>(GCRA_PARAMS, |a, _, _| {
+        params::gcra(counted(a)?).map(Rule::Gcra)
     }),
-    (&RL_LEAKYBUCKET, |a, _, _| {
-        params::leaky_bucket(a).map(Rule::LeakyBucket)
+    RuleAlgorithm::of::<TokenBucket>(TOKEN_BUCKET_PARAMS, |a, interval, _| {
+        params::token_bucket(counted(a)?, interval).map(Rule::TokenBucket)
     }),
-    (&RL_FIXEDWINDOW, |a, _, _| {
-        params::fixed_window(a).map(Rule::FixedWindow)
+    RuleAlgorithm::of::<LeakyBucket>(LEAKY_BUCKET_PARAMS, |a, _, _| {
+        params::leaky_bucket(counted(a)?).map(Rule::LeakyBucket)
     }),
-    (&RL_SLIDINGWINDOW, |a, _, _| {
-        params::sliding_window(a).map(Rule::SlidingWindow)
+    RuleAlgorithm::of::<FixedWindow>(WINDOW_PARAMS, |a, _, _| {
+        params::fixed_window(counted(a)?).map(Rule::FixedWindow)
     }),
-    (&RL_SLIDINGLOG, |a, _, log_max| {
-        params::sliding_log(a, log_max).map(Rule::SlidingLog)
+    RuleAlgorithm::of::<SlidingWindow>(WINDOW_PARAMS, |a, _, _| {
+        params::sliding_window(counted(a)?).map(Rule::SlidingWindow)
     }),
-    (&RL_WARMUP, |a, _, _| {
+    RuleAlgorithm::of::<SlidingLog>(WINDOW_PARAMS, |a, _, log_max| {
+        params::sliding_log(counted(a)?, log_max).map(Rule::SlidingLog)
+    }),
+    RuleAlgorithm::of::<Warmup>(WARMUP_PARAMS, |a, _, _| {
         params::warmup_rule(a).map(Rule::Warmup)
     }),
 ];
 
-/// Parses rules: each an algorithm name (`GCRA` or `RL.GCRA`, any case) and its positional
-/// arguments, then its option with a value if given (`COLDFACTOR factor` for WARMUP), then the
-/// words its command takes alone (`INTERVAL` for TOKENBUCKET).
-/// `first_position` is the argument number of `words[0]`, for error texts; `log_max` bounds
-/// a SLIDINGLOG limit. Returns the rules and their words as RL.POLICY.GET shows them (the
-/// algorithm upper case).
-pub fn parse(words: &[&[u8]], first_position: usize, log_max: u64) -> Result<Parsed, Error> {
+/// A rule's positional arguments, which [`parse`] counted before handing them over (a
+/// different count is a bug).
+fn counted<'a, 'b, const N: usize>(a: &'b [&'a [u8]]) -> Result<&'b [&'a [u8]; N], Error> {
+    a.try_into().map_err(|_| Error::Panic)
+}
+
+/// Parses the rest of the arguments as rules: each an algorithm name (`GCRA` or `RL.GCRA`,
+/// any case) and its positional arguments, then its option with a value if given
+/// (`COLDFACTOR factor` for WARMUP), then the words its command takes alone (`INTERVAL` for
+/// TOKENBUCKET). `log_max` bounds a SLIDINGLOG limit. Returns the rules and their words as
+/// RL.POLICY.GET shows them (the algorithm upper case); the cursor's arity error when there
+/// is no rule.
+pub fn parse(a: &mut Cursor, log_max: u64) -> Result<Parsed, Error> {
     let mut rules = Vec::new();
-    let mut canonical = Vec::with_capacity(words.len());
+    let mut canonical = Vec::with_capacity(a.remaining());
     let mut shadow = 0u32;
-    let mut i = 0;
-    while i < words.len() {
-        let mut position = first_position + i;
-        let mut word = words[i];
+    loop {
+        let mut position = a.position();
+        let Some(mut word) = a.optional() else {
+            break;
+        };
         if word.eq_ignore_ascii_case(b"SHADOW") {
-            let Some(&next) = words.get(i + 1) else {
+            let Some(next) = a.optional() else {
                 return Err(Error::ShadowWithoutRule { position });
             };
             shadow |= 1 << rules.len().min(MAX_RULES);
             canonical.push(b"SHADOW".to_vec());
-            i += 1;
             position += 1;
             word = next;
         }
@@ -66,9 +133,9 @@ pub fn parse(words: &[&[u8]], first_position: usize, log_max: u64) -> Result<Par
             .get(..3)
             .filter(|prefix| prefix.eq_ignore_ascii_case(b"RL."))
             .map_or(word, |_| &word[3..]);
-        let Some(&(syntax, parse)) = RULES
+        let Some(algorithm) = RULES
             .iter()
-            .find(|(syntax, _)| syntax.name.as_bytes()[3..].eq_ignore_ascii_case(bare))
+            .find(|r| r.name().as_bytes().eq_ignore_ascii_case(bare))
         else {
             return Err(Error::UnknownRule {
                 position,
@@ -78,50 +145,54 @@ pub fn parse(words: &[&[u8]], first_position: usize, log_max: u64) -> Result<Par
         if rules.len() == MAX_RULES {
             return Err(Error::TooManyRules { max: MAX_RULES });
         }
-        let name = &syntax.arity_name()[3..];
-        let positional = syntax.rule_positional();
+        let name = algorithm.name();
+        let positional = algorithm.positional();
         let mut n = positional;
         // An option with a value (`COLDFACTOR factor`) goes to the parser with the positional
         // arguments; the parser says when its value is missing.
-        if words.get(i + 1 + n).is_some_and(|w| {
-            syntax
-                .rule_valued()
+        if a.peek(n).is_some_and(|w| {
+            algorithm
+                .valued()
                 .any(|v| w.eq_ignore_ascii_case(v.as_bytes()))
         }) {
-            n = (n + 2).min(words.len() - i - 1);
+            n = (n + 2).min(a.remaining());
         }
-        let a = words
-            .get(i + 1..i + 1 + n)
-            .ok_or_else(|| Error::RuleArity {
-                position,
-                algorithm: name,
-                usage: syntax.rule_usage(),
-            })?;
-        let flag = syntax.rule_flags().find(|flag| {
-            words
-                .get(i + 1 + n)
-                .is_some_and(|w| w.eq_ignore_ascii_case(flag.as_bytes()))
-        });
-        let rule = parse(a, flag.is_some(), log_max).map_err(|inner| Error::InRule {
+        let words = a.take(n).ok_or_else(|| Error::RuleArity {
             position,
             algorithm: name,
-            inner: Box::new(inner),
+            usage: algorithm.usage(),
         })?;
+        let flag = algorithm.flags().find(|flag| {
+            a.peek(0)
+                .is_some_and(|w| w.eq_ignore_ascii_case(flag.as_bytes()))
+        });
+        if flag.is_some() {
+            a.optional();
+        }
+        let rule =
+            (algorithm.parse)(words, flag.is_some(), log_max).map_err(|inner| Error::InRule {
+                position,
+                algorithm: name,
+                inner: Box::new(inner),
+            })?;
         rules.push(rule);
         canonical.push(name.as_bytes().to_vec());
         // The option's word upper case, as the algorithm's name is.
-        canonical.extend(a.iter().enumerate().map(|(j, w)| match j == positional {
-            true => w.to_ascii_uppercase(),
-            false => w.to_vec(),
-        }));
-        i += 1 + n;
+        canonical.extend(
+            words
+                .iter()
+                .enumerate()
+                .map(|(j, w)| match j == positional {
+                    true => w.to_ascii_uppercase(),
+                    false => w.to_vec(),
+                }),
+        );
         if let Some(flag) = flag {
             canonical.push(flag.as_bytes().to_vec());
-            i += 1;
         }
     }
     if rules.is_empty() {
-        return Err(RL_POLICY_SET.arity());
+        return Err(a.arity());
     }
     if shadow.count_ones() as usize == rules.len() {
         return Err(Error::OnlyShadowRules);
@@ -147,7 +218,39 @@ pub struct Parsed {
 /// largest SLIDINGLOG limit any setting allows (a saved policy was valid when it was set).
 /// The marks are words of the policy, so the saved form is the one it always was.
 pub fn parse_saved(words: &[&[u8]], log_max: u64) -> Option<(Rules, u32)> {
-    parse(words, 0, log_max)
+    parse(&mut Cursor::over(words), log_max)
         .ok()
         .map(|parsed| (parsed.rules, parsed.shadow))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_take_the_positional_arguments_and_flags() {
+        let expected: [(&str, &str, usize, &[&str]); 7] = [
+            ("GCRA", "burst rate period", 3, &[]),
+            (
+                "TOKENBUCKET",
+                "capacity refill_amount refill_period [INTERVAL]",
+                3,
+                &["INTERVAL"],
+            ),
+            ("LEAKYBUCKET", "capacity leak_amount leak_period", 3, &[]),
+            ("FIXEDWINDOW", "limit window", 2, &[]),
+            ("SLIDINGWINDOW", "limit window", 2, &[]),
+            ("SLIDINGLOG", "limit window", 2, &[]),
+            ("WARMUP", "rate period warmup [COLDFACTOR factor]", 3, &[]),
+        ];
+        for (rule, (name, usage, n, flags)) in RULES.iter().zip(expected) {
+            assert_eq!(rule.name(), name);
+            assert_eq!(rule.usage(), usage, "{name}");
+            assert_eq!(rule.positional(), n, "{name}");
+            assert_eq!(rule.flags().collect::<Vec<_>>(), flags);
+        }
+        let valued = |name| RULES.iter().find(|r| r.name() == name).unwrap().valued();
+        assert_eq!(valued("WARMUP").collect::<Vec<_>>(), ["COLDFACTOR"]);
+        assert_eq!(valued("TOKENBUCKET").count(), 0);
+    }
 }

@@ -1,22 +1,20 @@
-//! Every command's syntax, written once: its arguments with their names and types, its
-//! summary and complexity, and what it does with its key.
-//!
-//! This one table drives
+//! What a command's syntax is made of: its [`Name`], its arguments with their names and
+//! types, its summary and complexity, and what it does with its key. Each command's entry
+//! (`commands`) holds its [`Syntax`], written once, which drives
 //! - the wrong-number-of-arguments errors ([`Syntax::arity`], [`Syntax::required`]): the
 //!   usage after the command name is rendered from the arguments;
+//! - the [`Cursor`] the command reads its arguments with ([`Syntax::args`]);
 //! - `COMMAND DOCS` and `COMMAND INFO` (`commands::docs` hands each entry to `redis::docs`,
-//!   which lowers it for Redis);
-//! - the policy grammar (`args::rules`): a rule takes its algorithm command's positional
-//!   arguments and flags, and its arity error shows them;
-//! - the names the parameter parsers (`args::params`) give a bad argument in its error.
+//!   which lowers it for Redis).
 //!
-//! The table is written for every command of the module, including those the command table
-//! may not register (CL.THROTTLE with `cell-compat no`). No Redis types here: the raw form
-//! Redis takes is built in `redis::docs`.
+//! The arguments shared by several commands are here: the key, the options every admission
+//! command takes, and each algorithm's parameters, which the parameter parsers
+//! (`args::params`) name in their errors and a policy's rules (`args::rules`) take. No Redis
+//! types here: the raw form Redis takes is built in `redis::docs`.
 
 use std::ffi::CStr;
-use std::sync::OnceLock;
 
+use super::Cursor;
 use crate::error::Error;
 
 /// What a command does with its key (the first argument), as its key spec tells ACLs,
@@ -36,11 +34,81 @@ pub enum KeyUse {
     Overwrite,
 }
 
+/// A command's name, written once (lower case, as it is registered) and spelt upper case
+/// for the errors and the replication stream; both are made when compiled, by [`name!`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Name {
+    lower: &'static CStr,
+    upper: &'static CStr,
+}
+
+impl Name {
+    /// The name as the command is registered (`rl.gcra`).
+    pub const fn lower(self) -> &'static CStr {
+        self.lower
+    }
+
+    /// The name upper case (`RL.GCRA`), as RL.REPLAY carries it.
+    pub const fn upper(self) -> &'static CStr {
+        self.upper
+    }
+
+    /// The name upper case, as the errors spell it (`RL.GCRA`).
+    pub const fn as_str(self) -> &'static str {
+        match self.upper.to_str() {
+            Ok(text) => text,
+            Err(_) => panic!("a command's name is ASCII"),
+        }
+    }
+
+    /// Made by [`name!`]: `lower` and `upper` are its two spellings, each with its NUL.
+    #[doc(hidden)]
+    pub const fn from_spellings(lower: &'static [u8], upper: &'static [u8]) -> Name {
+        let (Ok(lower), Ok(upper)) = (
+            CStr::from_bytes_with_nul(lower),
+            CStr::from_bytes_with_nul(upper),
+        ) else {
+            panic!("a command's name holds no NUL");
+        };
+        Name { lower, upper }
+    }
+}
+
+impl std::fmt::Display for Name {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `text` upper case, in an array of its length (ASCII: the names are).
+#[doc(hidden)]
+pub const fn ascii_upper<const N: usize>(text: &str) -> [u8; N] {
+    let bytes = text.as_bytes();
+    assert!(bytes.len() == N);
+    let mut upper = [0; N];
+    let mut i = 0;
+    while i < N {
+        upper[i] = bytes[i].to_ascii_uppercase();
+        i += 1;
+    }
+    upper
+}
+
+/// A command's [`Name`] from its lower-case literal: `name!("rl.gcra")`.
+macro_rules! name {
+    ($lower:literal) => {{
+        const LOWER: &str = concat!($lower, "\0");
+        const UPPER: [u8; LOWER.len()] = $crate::args::syntax::ascii_upper(LOWER);
+        $crate::args::syntax::Name::from_spellings(LOWER.as_bytes(), &UPPER)
+    }};
+}
+pub(crate) use name;
+
 /// One command's syntax and documentation.
 #[derive(Debug)]
 pub struct Syntax {
-    /// The command's name, lowercase, as in the command table.
-    pub name: &'static str,
+    /// The command's name.
+    pub name: Name,
     pub summary: &'static CStr,
     pub complexity: &'static CStr,
     pub key: KeyUse,
@@ -48,26 +116,16 @@ pub struct Syntax {
     /// The arguments a call needs after the command's name (those not optional), the key
     /// included.
     pub required: usize,
+    /// The most arguments a call takes after the name, every optional one given (`None`: no
+    /// bound, an argument repeats).
+    pub most: Option<usize>,
     /// Said after the usage in the arity error (RL.POLICY.SET's example).
     note: &'static str,
-    /// The texts the errors quote, rendered from the arguments when first needed (only an
-    /// error needs them).
-    rendered: OnceLock<Rendered>,
-}
-
-#[derive(Debug)]
-struct Rendered {
-    /// The name upper case, as the errors spell it.
-    command: String,
-    /// The usage after the name.
-    usage: String,
-    /// As a rule of a policy: the arguments after the key, without the admission options.
-    rule: String,
 }
 
 impl Syntax {
-    const fn new(
-        name: &'static str,
+    pub const fn new(
+        name: Name,
         summary: &'static CStr,
         complexity: &'static CStr,
         key: KeyUse,
@@ -88,88 +146,115 @@ impl Syntax {
             key,
             args,
             required,
+            most: most_words(args),
             note: "",
-            rendered: OnceLock::new(),
         }
     }
 
-    const fn note(mut self, note: &'static str) -> Syntax {
+    /// `note` is said after the usage in the arity error.
+    pub const fn note(mut self, note: &'static str) -> Syntax {
         self.note = note;
         self
     }
 
-    fn rendered(&self) -> &Rendered {
-        self.rendered.get_or_init(|| {
-            let mut usage = if self.args.is_empty() {
-                "(no arguments)".to_string()
-            } else {
-                render(self.args)
-            };
-            usage.push_str(self.note);
-            let rule = self.rule_args().map(render_one).collect::<Vec<_>>();
-            Rendered {
-                command: self.name.to_ascii_uppercase(),
-                usage,
-                rule: rule.join(" "),
-            }
-        })
+    /// The usage after the name, as the arity error shows it.
+    fn usage(&self) -> String {
+        let mut usage = if self.args.is_empty() {
+            "(no arguments)".to_string()
+        } else {
+            render(self.args)
+        };
+        usage.push_str(self.note);
+        usage
     }
 
-    /// The error for a call with too few or too many arguments, naming the syntax.
-    pub fn arity(&'static self) -> Error {
-        let rendered = self.rendered();
+    /// A cursor over a call's arguments (`words[0]` is the command's name), after the key
+    /// (the call holds it as a Redis string); the count is not checked.
+    pub fn read<'a>(&'static self, words: &'a [&'a [u8]]) -> Cursor<'a> {
+        let first = match self.key {
+            KeyUse::None => 1,
+            _ => 2,
+        };
+        Cursor::new(words, first, self)
+    }
+
+    /// [`Syntax::read`], when the call has at least the arguments the syntax requires (the
+    /// options that may follow are read by the command); the arity error otherwise.
+    #[inline]
+    pub fn args<'a>(&'static self, words: &'a [&'a [u8]]) -> Result<Cursor<'a>, Error> {
+        if words.len() <= self.required {
+            return Err(self.arity());
+        }
+        Ok(self.read(words))
+    }
+
+    /// [`Syntax::args`], when the call also has no more arguments than the syntax lists.
+    pub fn args_bounded<'a>(&'static self, words: &'a [&'a [u8]]) -> Result<Cursor<'a>, Error> {
+        if self.most.is_some_and(|most| words.len() > most + 1) {
+            return Err(self.arity());
+        }
+        self.args(words)
+    }
+
+    /// The error for a call with too few or too many arguments, naming the syntax (the
+    /// usage is rendered then: only an error needs it). Out of line: no request that
+    /// succeeds comes here.
+    #[cold]
+    #[inline(never)]
+    pub fn arity(&self) -> Error {
         Error::Arity {
-            command: &rendered.command,
-            usage: &rendered.usage,
+            command: self.name.as_str(),
+            usage: self.usage(),
         }
     }
+}
 
-    /// The name upper case, as the errors spell it (`RL.GCRA`).
-    pub fn arity_name(&'static self) -> &'static str {
-        &self.rendered().command
+/// The most words `args` take (`None`: any number): a token before a value is a word of
+/// its own, a group takes its longest choice or all its members.
+const fn most_words(args: &[Arg]) -> Option<usize> {
+    let mut total = 0;
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        if arg.multiple {
+            return None;
+        }
+        let words = match arg.kind {
+            // The word alone (its token).
+            Kind::Token => Some(1),
+            Kind::OneOf(subargs) => {
+                let mut longest = Some(0);
+                let mut j = 0;
+                while j < subargs.len() {
+                    longest = match (longest, most_words(std::slice::from_ref(&subargs[j]))) {
+                        (Some(a), Some(b)) if b > a => Some(b),
+                        (Some(a), Some(_)) => Some(a),
+                        _ => None,
+                    };
+                    j += 1;
+                }
+                longest
+            }
+            Kind::Block(subargs) => most_words(subargs),
+            Kind::Key | Kind::Integer | Kind::String => Some(1),
+        };
+        let Some(words) = words else {
+            return None;
+        };
+        let before = match (arg.kind, arg.token) {
+            (Kind::Token, _) | (_, None) => 0,
+            (_, Some(_)) => 1,
+        };
+        total += words + before;
+        i += 1;
     }
-
-    /// The syntax of a policy rule of this algorithm, after its name.
-    pub fn rule_usage(&'static self) -> &'static str {
-        &self.rendered().rule
-    }
-
-    /// A rule's arguments: the command's, less the key and the options every admission
-    /// command takes.
-    fn rule_args(&self) -> impl Iterator<Item = &'static Arg> {
-        self.args.iter().filter(|a| {
-            !matches!(a.kind, Kind::Key)
-                && ![COST.name, DRYRUN.name, BLOCK.name, SHADOW.name].contains(&a.name)
-        })
-    }
-
-    /// How many positional arguments a rule of this algorithm takes.
-    pub fn rule_positional(&self) -> usize {
-        self.rule_args().filter(|a| !a.optional).count()
-    }
-
-    /// The options with a value a rule of this algorithm may add after them (`COLDFACTOR`).
-    pub fn rule_valued(&self) -> impl Iterator<Item = &'static str> {
-        self.rule_args().filter_map(|a| match a.kind {
-            Kind::Token => None,
-            _ if a.optional => a.token_str,
-            _ => None,
-        })
-    }
-
-    /// The words a rule of this algorithm may add after them (`INTERVAL`).
-    pub fn rule_flags(&self) -> impl Iterator<Item = &'static str> {
-        self.rule_args().filter_map(|a| match a.kind {
-            Kind::Token if a.optional => a.token_str,
-            _ => None,
-        })
-    }
+    Some(total)
 }
 
 /// The usage of `args`, as the errors spell it: the names in order, a token before its
 /// value (`COST n`), an optional argument in brackets, a repeated one followed by
 /// `[name ...]`.
-fn render(args: &[Arg]) -> String {
+pub fn render(args: &[Arg]) -> String {
     args.iter().map(render_one).collect::<Vec<_>>().join(" ")
 }
 
@@ -204,7 +289,8 @@ pub struct Arg {
     pub kind: Kind,
     /// The word before the value (`COST`), or the whole argument for a [`Kind::Token`].
     pub token: Option<&'static CStr>,
-    token_str: Option<&'static str>,
+    /// The same, as the errors name it.
+    pub token_str: Option<&'static str>,
     pub summary: &'static CStr,
     pub optional: bool,
     pub multiple: bool,
@@ -237,11 +323,11 @@ impl Kind {
 const fn text(s: &'static CStr) -> &'static str {
     match s.to_str() {
         Ok(text) => text,
-        Err(_) => panic!("the syntax table is ASCII"),
+        Err(_) => panic!("a syntax is ASCII"),
     }
 }
 
-const fn arg(name: &'static CStr, kind: Kind, summary: &'static CStr) -> Arg {
+pub const fn arg(name: &'static CStr, kind: Kind, summary: &'static CStr) -> Arg {
     Arg {
         name,
         name_str: text(name),
@@ -254,44 +340,45 @@ const fn arg(name: &'static CStr, kind: Kind, summary: &'static CStr) -> Arg {
     }
 }
 
-const fn integer(name: &'static CStr, summary: &'static CStr) -> Arg {
+pub const fn integer(name: &'static CStr, summary: &'static CStr) -> Arg {
     arg(name, Kind::Integer, summary)
 }
 
-const fn string(name: &'static CStr, summary: &'static CStr) -> Arg {
+pub const fn string(name: &'static CStr, summary: &'static CStr) -> Arg {
     arg(name, Kind::String, summary)
 }
 
 /// A word alone, like `DRYRUN`, named after it in lowercase.
-const fn token(name: &'static CStr, word: &'static CStr, summary: &'static CStr) -> Arg {
+pub const fn token(name: &'static CStr, word: &'static CStr, summary: &'static CStr) -> Arg {
     arg(name, Kind::Token, summary).after(word)
 }
 
 impl Arg {
-    const fn after(mut self, word: &'static CStr) -> Arg {
+    /// The word before the value (`COST n`).
+    pub const fn after(mut self, word: &'static CStr) -> Arg {
         self.token = Some(word);
         self.token_str = Some(text(word));
         self
     }
 
-    const fn optional(mut self) -> Arg {
+    pub const fn optional(mut self) -> Arg {
         self.optional = true;
         self
     }
 
-    const fn multiple(mut self) -> Arg {
+    pub const fn multiple(mut self) -> Arg {
         self.multiple = true;
         self
     }
 }
 
-const KEY: Arg = arg(c"key", Kind::Key, c"the limiter's key");
-const DURATION: &CStr =
+pub const KEY: Arg = arg(c"key", Kind::Key, c"the limiter's key");
+pub const DURATION: &CStr =
     c"a duration from 1ms to 10 years: an integer with an optional unit ms, s, m, h or d (a bare number is ms)";
 
 /// The options every admission command takes. `COST n` or `ATMOST n`, one of the two: how
 /// many units the request takes.
-const COST: Arg = arg(
+pub const COST: Arg = arg(
     c"amount",
     Kind::OneOf(&[
         integer(
@@ -308,19 +395,19 @@ const COST: Arg = arg(
     c"how many units the request takes",
 )
 .optional();
-const DRYRUN: Arg = token(
+pub const DRYRUN: Arg = token(
     c"dryrun",
     c"DRYRUN",
     c"reply as if the request were made; write and propagate nothing",
 )
 .optional();
-const BLOCK: Arg = string(
+pub const BLOCK: Arg = string(
     c"duration",
     c"a penalty: if this request is denied, the key refuses every request for this duration",
 )
 .after(c"BLOCK")
 .optional();
-const SHADOW: Arg = token(
+pub const SHADOW: Arg = token(
     c"shadow",
     c"SHADOW",
     c"decide and count, but answer a denial as admitted with shadow_denied 1, writing nothing and starting no BLOCK",
@@ -383,349 +470,99 @@ pub const COLDFACTOR: Arg = integer(
 .after(c"COLDFACTOR")
 .optional();
 
-/// The positional arguments of the window algorithms, then the options.
-const WINDOW_ARGS: &[Arg] = &[KEY, LIMIT, WINDOW, COST, DRYRUN, BLOCK, SHADOW];
-
-const O1: &CStr = c"O(1)";
-const LEASES_COMPLEXITY: &CStr = c"O(log N) where N is the number of leases held on the key, amortised: a write also drops the leases ended since the last one";
-const RULES_COMPLEXITY: &CStr = c"O(R) where R is the number of rules";
-const POLICY_NAME: Arg = string(c"name", c"the policy's name");
-
-#[rustfmt::skip]
-pub static RL_GCRA: Syntax = Syntax::new(
-    "rl.gcra",
-    c"Admit or deny a request with GCRA: up to burst units at once, then rate units per period, evenly spaced",
-    O1,
-    KeyUse::Update,
-    &[KEY, BURST, RATE, PERIOD, COST, DRYRUN, BLOCK, SHADOW],
+/// RL.DEBUG.CLOCK's one argument: one of three changes to the clock.
+pub const CLOCK_CHANGE: Arg = arg(
+    c"change",
+    Kind::OneOf(&[
+        integer(
+            c"ms",
+            c"freeze the clock at ms since the Unix epoch, 0 to 253402300799999",
+        )
+        .after(c"SET"),
+        string(
+            c"offset",
+            c"move the clock by ms or a duration, negative to move it back, and freeze it",
+        )
+        .after(c"ADVANCE"),
+        token(
+            c"real",
+            c"REAL",
+            c"let the clock run with the server's clock again",
+        ),
+    ]),
+    c"how to change the clock",
 );
 
-#[rustfmt::skip]
-pub static CL_THROTTLE: Syntax = Syntax::new(
-    "cl.throttle",
-    c"Admit or deny a request with GCRA, redis-cell compatible: its arguments, its reply in seconds",
-    O1,
-    KeyUse::Update,
-    &[KEY, MAX_BURST, COUNT, PERIOD_S, QUANTITY],
-);
+/// The options every admission command takes after its parameters, in any order.
+pub const ADMISSION_OPTIONS: [Arg; 4] = [COST, DRYRUN, BLOCK, SHADOW];
 
-#[rustfmt::skip]
-pub static RL_TOKENBUCKET: Syntax = Syntax::new(
-    "rl.tokenbucket",
-    c"Admit or deny a request with a token bucket: capacity tokens, refilled by refill_amount per refill_period",
-    O1,
-    KeyUse::Update,
-    &[KEY, BUCKET_CAPACITY, REFILL_AMOUNT, REFILL_PERIOD, INTERVAL, COST, DRYRUN, BLOCK, SHADOW],
-);
-
-#[rustfmt::skip]
-pub static RL_LEAKYBUCKET: Syntax = Syntax::new(
-    "rl.leakybucket",
-    c"Admit or deny a request with a leaky bucket: a queue of capacity units draining at a constant rate; the reply says when to act",
-    O1,
-    KeyUse::Update,
-    &[KEY, QUEUE_CAPACITY, LEAK_AMOUNT, LEAK_PERIOD, COST, DRYRUN, BLOCK, SHADOW],
-);
-
-#[rustfmt::skip]
-pub static RL_FIXEDWINDOW: Syntax = Syntax::new(
-    "rl.fixedwindow",
-    c"Admit or deny a request with a fixed window counter, windows aligned to the Unix epoch",
-    O1,
-    KeyUse::Update,
-    WINDOW_ARGS,
-);
-
-#[rustfmt::skip]
-pub static RL_SLIDINGWINDOW: Syntax = Syntax::new(
-    "rl.slidingwindow",
-    c"Admit or deny a request with a sliding window counter: this window's count plus the previous one's, weighted",
-    O1,
-    KeyUse::Update,
-    WINDOW_ARGS,
-);
-
-#[rustfmt::skip]
-pub static RL_SLIDINGLOG: Syntax = Syntax::new(
-    "rl.slidinglog",
-    c"Admit or deny a request with a sliding log: exact, it keeps every admitted request still in the window",
-    c"O(1) amortized for a key written regularly: O(E) for the E expired entries it drops or skips, and O(COST) more for a denial",
-    KeyUse::Update,
-    WINDOW_ARGS,
-);
-
-#[rustfmt::skip]
-pub static RL_WARMUP: Syntax = Syntax::new(
-    "rl.warmup",
-    c"Admit or deny a request with Guava's SmoothWarmingUp: after idle, spaced by the cold interval at first, speeding up to rate per period over the warm-up",
-    O1,
-    KeyUse::Update,
-    &[KEY, RATE, PERIOD, WARMUP, COLDFACTOR, COST, DRYRUN, BLOCK, SHADOW],
-);
-
-#[rustfmt::skip]
-pub static RL_CONCURRENCY_ACQUIRE: Syntax = Syntax::new(
-    "rl.concurrency.acquire",
-    c"Take one of limit leases, held until released or for lease at most; the reply carries the lease's token",
-    LEASES_COMPLEXITY,
-    KeyUse::Update,
-    &[KEY, LEASES, LEASE, ID, DRYRUN, SHADOW],
-);
-
-#[rustfmt::skip]
-pub static RL_CONCURRENCY_RELEASE: Syntax = Syntax::new(
-    "rl.concurrency.release",
-    c"End a lease taken with RL.CONCURRENCY.ACQUIRE: 1, or 0 when no such lease is held",
-    LEASES_COMPLEXITY,
-    KeyUse::Remove,
-    &[KEY, string(c"token", c"the token RL.CONCURRENCY.ACQUIRE replied with")],
-);
-
-#[rustfmt::skip]
-pub static RL_INSPECT: Syntax = Syntax::new(
-    "rl.inspect",
-    c"Show a limiter key's algorithm, parameters and state, changing nothing",
-    c"O(1); O(N) for a sliding log holding N entries; O(log N) for a concurrency key holding N leases",
-    KeyUse::Read,
-    &[KEY],
-);
-
-#[rustfmt::skip]
-pub static RL_LIMIT: Syntax = Syntax::new(
-    "rl.limit",
-    c"Admit or deny a request against every rule of a policy, all or nothing; the reply is the binding rule's",
-    c"O(R) where R is the number of rules in the policy",
-    KeyUse::Update,
-    &[KEY, string(c"policy", c"the name of a policy set with RL.POLICY.SET"), COST, DRYRUN, BLOCK, SHADOW],
-);
-
-#[rustfmt::skip]
-pub static RL_REFUND: Syntax = Syntax::new(
-    "rl.refund",
-    c"Give back units a key has taken (a request that failed downstream, a cost estimated too high); replies the units given back",
-    c"O(1); O(log N) for a sliding log holding N entries; O(R) for a policy key of R rules (O(R log N) with sliding logs)",
-    KeyUse::Update,
-    &[
-        KEY,
-        integer(c"units", c"units to give back, 0 to 10^12"),
-        token(c"dryrun", c"DRYRUN", c"reply what would be given back; write and propagate nothing").optional(),
-    ],
-);
-
-#[rustfmt::skip]
-pub static RL_POLICY_SET: Syntax = Syntax::new(
-    "rl.policy.set",
-    c"Create or replace a policy: a named list of rules, each an algorithm and its arguments",
-    RULES_COMPLEXITY,
-    KeyUse::None,
-    &[
-        POLICY_NAME,
-        arg(c"rule", Kind::Block(&[
-            token(c"shadow", c"SHADOW", c"a shadow rule: checked and counted, but it never denies").optional(),
-            string(c"algorithm", c"an algorithm, as its command is named without RL. (gcra, tokenbucket, ...)"),
-            string(c"argument", c"the algorithm's positional arguments, as its command takes them after the key").multiple(),
-        ]), c"an algorithm and its arguments").multiple(),
-    ],
-)
-.note(", each rule an algorithm and its arguments, as in GCRA 10 10 1s FIXEDWINDOW 5000 1d (SHADOW before a rule: checked and counted, never denying)");
-
-#[rustfmt::skip]
-pub static RL_POLICY_GET: Syntax = Syntax::new(
-    "rl.policy.get",
-    c"Show the rules of a policy",
-    RULES_COMPLEXITY,
-    KeyUse::None,
-    &[POLICY_NAME],
-);
-
-#[rustfmt::skip]
-pub static RL_POLICY_DEL: Syntax = Syntax::new(
-    "rl.policy.del",
-    c"Delete a policy",
-    RULES_COMPLEXITY,
-    KeyUse::None,
-    &[POLICY_NAME],
-);
-
-#[rustfmt::skip]
-pub static RL_POLICY_LIST: Syntax = Syntax::new(
-    "rl.policy.list",
-    c"List the names of the policies",
-    c"O(P) where P is the number of policies",
-    KeyUse::None,
-    &[],
-);
-
-#[rustfmt::skip]
-pub static RL_TOP: Syntax = Syntax::new(
-    "rl.top",
-    c"List the keys denied most often lately, with their counts and error bounds, those the caller may read",
-    c"O(S log S) where S is the summary's size (ratelimit.top-size)",
-    KeyUse::None,
-    &[integer(c"k", c"how many keys at most, 1 to 100000 (default 10)").after(c"COUNT").optional()],
-);
-
-#[rustfmt::skip]
-pub static RL_DEBUG_CLOCK: Syntax = Syntax::new(
-    "rl.debug.clock",
-    c"Freeze, move or release the module's clock, for deterministic tests (only with debug-clock yes)",
-    O1,
-    KeyUse::None,
-    &[arg(c"change", Kind::OneOf(&[
-        integer(c"ms", c"freeze the clock at ms since the Unix epoch, 0 to 253402300799999").after(c"SET"),
-        string(c"offset", c"move the clock by ms or a duration, negative to move it back, and freeze it").after(c"ADVANCE"),
-        token(c"real", c"REAL", c"let the clock run with the server's clock again"),
-    ]), c"how to change the clock")],
-);
-
-#[rustfmt::skip]
-pub static RL_DEBUG_PANIC: Syntax = Syntax::new(
-    "rl.debug.panic",
-    c"Panic on purpose, to show the guard turns a panic into an error reply (only with debug-clock yes)",
-    O1,
-    KeyUse::None,
-    &[],
-);
-
-#[rustfmt::skip]
-pub static RL_REPLAY: Syntax = Syntax::new(
-    "rl.replay",
-    c"Internal: replays an admitted write with the primary's clock reading; accepted only from replication or the AOF",
-    c"That of the replayed command",
-    KeyUse::Update,
-    &[
-        KEY,
-        string(c"now_us:expire_at_ms:command:arg", c"the primary's clock reading, the key's expiry, the command and its first argument after the key"),
-        string(c"arg", c"the command's other arguments").optional().multiple(),
-    ],
-);
-
-#[rustfmt::skip]
-pub static RL_LOADSTATE: Syntax = Syntax::new(
-    "rl.loadstate",
-    c"Internal: sets a key's encoded state, as an AOF rewrite writes it; accepted only from replication or the AOF",
-    c"O(N) where N is the size of the state",
-    KeyUse::Overwrite,
-    &[KEY, string(c"state", c"the encoded state")],
-);
-
-/// The syntax of every command of the module.
-pub static ALL: [&Syntax; 22] = [
-    &RL_GCRA,
-    &CL_THROTTLE,
-    &RL_TOKENBUCKET,
-    &RL_LEAKYBUCKET,
-    &RL_FIXEDWINDOW,
-    &RL_SLIDINGWINDOW,
-    &RL_SLIDINGLOG,
-    &RL_WARMUP,
-    &RL_CONCURRENCY_ACQUIRE,
-    &RL_CONCURRENCY_RELEASE,
-    &RL_INSPECT,
-    &RL_LIMIT,
-    &RL_REFUND,
-    &RL_POLICY_SET,
-    &RL_POLICY_GET,
-    &RL_POLICY_DEL,
-    &RL_POLICY_LIST,
-    &RL_TOP,
-    &RL_DEBUG_CLOCK,
-    &RL_DEBUG_PANIC,
-    &RL_REPLAY,
-    &RL_LOADSTATE,
-];
-
-/// The syntax of the command named `name` (any case).
-pub fn find(name: &[u8]) -> Option<&'static Syntax> {
-    ALL.iter()
-        .copied()
-        .find(|syntax| syntax.name.as_bytes().eq_ignore_ascii_case(name))
+/// An admission command's arguments: the key, the algorithm's `params` (or RL.LIMIT's
+/// policy), then [`ADMISSION_OPTIONS`]; `N` is their count (see [`admission_args!`]).
+pub const fn admission<const N: usize>(params: &[Arg]) -> [Arg; N] {
+    assert!(N == 1 + params.len() + ADMISSION_OPTIONS.len());
+    let mut args = [KEY; N];
+    let mut i = 0;
+    while i < params.len() {
+        args[1 + i] = params[i];
+        i += 1;
+    }
+    let mut j = 0;
+    while j < ADMISSION_OPTIONS.len() {
+        args[1 + params.len() + j] = ADMISSION_OPTIONS[j];
+        j += 1;
+    }
+    args
 }
+
+/// [`admission`] as a `&'static [Arg]`, counted when compiled: `admission_args!(params)`.
+macro_rules! admission_args {
+    ($params:expr) => {{
+        const PARAMS: &[$crate::args::syntax::Arg] = $params;
+        const ARGS: [$crate::args::syntax::Arg;
+            1 + PARAMS.len() + $crate::args::syntax::ADMISSION_OPTIONS.len()] =
+            $crate::args::syntax::admission(PARAMS);
+        &ARGS
+    }};
+}
+pub(crate) use admission_args;
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The usage texts the arity errors showed when each command spelled its own; the
-    /// integration tests assert a few of them through a server, this pins them all.
     #[test]
-    fn usages_render_as_they_were_written() {
-        let expected = [
-            (&RL_GCRA, "RL.GCRA", "key burst rate period [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"),
-            (&CL_THROTTLE, "CL.THROTTLE", "key max_burst count period [quantity]"),
-            (
-                &RL_TOKENBUCKET,
-                "RL.TOKENBUCKET",
-                "key capacity refill_amount refill_period [INTERVAL] [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]",
-            ),
-            (
-                &RL_LEAKYBUCKET,
-                "RL.LEAKYBUCKET",
-                "key capacity leak_amount leak_period [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]",
-            ),
-            (&RL_FIXEDWINDOW, "RL.FIXEDWINDOW", "key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"),
-            (&RL_SLIDINGWINDOW, "RL.SLIDINGWINDOW", "key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"),
-            (&RL_SLIDINGLOG, "RL.SLIDINGLOG", "key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"),
-            (
-                &RL_WARMUP,
-                "RL.WARMUP",
-                "key rate period warmup [COLDFACTOR factor] [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]",
-            ),
-            (&RL_CONCURRENCY_ACQUIRE, "RL.CONCURRENCY.ACQUIRE", "key limit lease [ID token] [DRYRUN] [SHADOW]"),
-            (&RL_CONCURRENCY_RELEASE, "RL.CONCURRENCY.RELEASE", "key token"),
-            (&RL_INSPECT, "RL.INSPECT", "key"),
-            (&RL_REFUND, "RL.REFUND", "key units [DRYRUN]"),
-            (&RL_LIMIT, "RL.LIMIT", "key policy [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"),
-            (
-                &RL_POLICY_SET,
-                "RL.POLICY.SET",
-                "name [SHADOW] algorithm argument [argument ...] [[SHADOW] algorithm argument [argument ...] ...], \
-                 each rule an algorithm and its arguments, as in GCRA 10 10 1s FIXEDWINDOW 5000 1d \
-                 (SHADOW before a rule: checked and counted, never denying)",
-            ),
-            (&RL_POLICY_GET, "RL.POLICY.GET", "name"),
-            (&RL_POLICY_DEL, "RL.POLICY.DEL", "name"),
-            (&RL_POLICY_LIST, "RL.POLICY.LIST", "(no arguments)"),
-            (&RL_TOP, "RL.TOP", "[COUNT k]"),
-            (&RL_REPLAY, "RL.REPLAY", "key now_us:expire_at_ms:command:arg [arg ...]"),
-            (&RL_LOADSTATE, "RL.LOADSTATE", "key state"),
-        ];
-        for (syntax, command, usage) in expected {
-            assert_eq!(syntax.arity(), Error::Arity { command, usage });
-        }
+    fn a_name_is_spelt_both_ways_from_one_literal() {
+        const NAME: Name = name!("rl.concurrency.acquire");
+        assert_eq!(NAME.lower(), c"rl.concurrency.acquire");
+        assert_eq!(NAME.upper(), c"RL.CONCURRENCY.ACQUIRE");
+        assert_eq!(NAME.as_str(), "RL.CONCURRENCY.ACQUIRE");
+        assert_eq!(NAME.to_string(), "RL.CONCURRENCY.ACQUIRE");
     }
 
     #[test]
-    fn rules_take_the_positional_arguments_and_flags() {
-        let expected: [(&'static Syntax, &str, usize, &[&str]); 7] = [
-            (&RL_GCRA, "burst rate period", 3, &[]),
-            (
-                &RL_TOKENBUCKET,
-                "capacity refill_amount refill_period [INTERVAL]",
-                3,
-                &["INTERVAL"],
-            ),
-            (&RL_LEAKYBUCKET, "capacity leak_amount leak_period", 3, &[]),
-            (&RL_FIXEDWINDOW, "limit window", 2, &[]),
-            (&RL_SLIDINGWINDOW, "limit window", 2, &[]),
-            (&RL_SLIDINGLOG, "limit window", 2, &[]),
-            (&RL_WARMUP, "rate period warmup [COLDFACTOR factor]", 3, &[]),
-        ];
-        for (syntax, usage, n, flags) in expected {
-            assert_eq!(syntax.rule_usage(), usage, "{}", syntax.name);
-            assert_eq!(syntax.rule_positional(), n, "{}", syntax.name);
-            assert_eq!(syntax.rule_flags().collect::<Vec<_>>(), flags);
-        }
-        assert_eq!(RL_WARMUP.rule_valued().collect::<Vec<_>>(), ["COLDFACTOR"]);
-        assert_eq!(RL_TOKENBUCKET.rule_valued().count(), 0);
+    fn an_admission_command_takes_the_key_its_parameters_then_the_options() {
+        let args: &[Arg] = admission_args!(&[BURST, RATE, PERIOD]);
+        let names: Vec<&str> = args.iter().map(|a| a.name_str).collect();
+        assert_eq!(
+            names,
+            ["key", "burst", "rate", "period", "amount", "dryrun", "duration", "shadow"]
+        );
+        assert!(matches!(args[0].kind, Kind::Key));
     }
 
     #[test]
-    fn required_counts_the_arguments_that_are_not_optional() {
-        assert_eq!(RL_GCRA.required, 4);
-        assert_eq!(RL_FIXEDWINDOW.required, 3);
-        assert_eq!(RL_CONCURRENCY_ACQUIRE.required, 3);
-        assert_eq!(RL_LIMIT.required, 2);
-        assert_eq!(find(b"RL.GCRA").map(|s| s.name), Some("rl.gcra"));
+    fn most_counts_every_optional_word() {
+        const ONE_OF: Arg = arg(c"change", Kind::OneOf(&[BURST.after(c"SET"), SHADOW]), c"x");
+        let cases: [(&[Arg], Option<usize>); 6] = [
+            (&[], Some(0)),
+            (&[KEY, BURST], Some(2)),
+            (&[KEY, BURST, QUANTITY, DRYRUN], Some(4)),
+            (&[KEY, COST, BLOCK], Some(5)),
+            (&[ONE_OF], Some(2)),
+            (&[KEY, RATE.multiple()], None),
+        ];
+        for (args, most) in cases {
+            assert_eq!(most_words(args), most, "{args:?}");
+        }
     }
 }

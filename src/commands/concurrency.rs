@@ -1,12 +1,36 @@
 //! RL.CONCURRENCY.ACQUIRE and RL.CONCURRENCY.RELEASE: at most `limit` leases at once.
 
-use super::{admission, Call, Mode};
+use std::ffi::CStr;
+
+use super::{command, Command, When, ONE_KEY, WRITE};
 use crate::args::params;
-use crate::args::syntax::{RL_CONCURRENCY_ACQUIRE, RL_CONCURRENCY_RELEASE};
+use crate::args::syntax::{name, string, KeyUse, DRYRUN, ID, KEY, LEASE, LEASES, SHADOW};
+use crate::args::Algorithm;
+use crate::dispatch::{Call, Mode};
 use crate::error::{quote, Error};
 use crate::response::{Admission, Extra, Propagate, Reply, Response};
 use crate::storage::{Key, Stored};
 use algorithms::concurrency::{self, Concurrency, State, MAX_TOKEN};
+
+const LEASES_COMPLEXITY: &CStr = c"O(log N) where N is the number of leases held on the key, amortised: a write also drops the leases ended since the last one";
+
+pub static RL_CONCURRENCY_ACQUIRE: Command = command! {
+    name: name!("rl.concurrency.acquire"),
+    flags: c"write deny-oom fast",
+    acl: WRITE,
+    keys: ONE_KEY,
+    when: When::Always,
+    replayable: true,
+    summary: c"Take one of limit leases, held until released or for lease at most; the reply carries the lease's token",
+    complexity: LEASES_COMPLEXITY,
+    key: KeyUse::Update,
+    args: &[KEY, LEASES, LEASE, ID, DRYRUN, SHADOW],
+    handler: rl_concurrency_acquire,
+};
+
+impl Algorithm for Concurrency {
+    const NAME: &'static str = RL_CONCURRENCY_ACQUIRE.name().as_str();
+}
 
 /// `RL.CONCURRENCY.ACQUIRE key limit lease [ID token] [DRYRUN] [SHADOW]`
 ///
@@ -17,21 +41,24 @@ use algorithms::concurrency::{self, Concurrency, State, MAX_TOKEN};
 /// fields and the token (nil when denied or DRYRUN), then `shadow_denied` with SHADOW (a
 /// would-be denial is answered allowed, with a nil token: no lease was taken).
 pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
-    let a = admission::arguments(call, &RL_CONCURRENCY_ACQUIRE)?;
+    let mut a = RL_CONCURRENCY_ACQUIRE.syntax.args(call.args)?;
     // A replica replays what its primary admitted, whatever its own setting says.
     let max = match call.mode {
         Mode::Live => crate::config::concurrency_max_limit(),
         Mode::Replay { .. } => crate::config::CONCURRENCY_LIMIT_CEILING,
     };
-    let params = params::concurrency(&a[2..4], max)?;
+    let params = params::concurrency(a.next_n()?, max)?;
     let (mut id, mut dryrun, mut shadow) = (None, false, false);
-    let mut i = 4;
-    while i < a.len() {
-        if a[i].eq_ignore_ascii_case(b"ID") {
+    loop {
+        let position = a.position();
+        let Some(word) = a.optional() else {
+            break;
+        };
+        if word.eq_ignore_ascii_case(b"ID") {
             if id.is_some() {
                 return Err(Error::OptionTwice { option: "ID" });
             }
-            let Some(token) = a.get(i + 1) else {
+            let Some(token) = a.optional() else {
                 return Err(Error::OptionValue {
                     option: "ID",
                     expected: "a token of 1 to 256 bytes",
@@ -43,24 +70,21 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
                     expected: "a token of 1 to 256 bytes",
                 });
             }
-            id = Some(*token);
-            i += 2;
-        } else if a[i].eq_ignore_ascii_case(b"SHADOW") {
+            id = Some(token);
+        } else if word.eq_ignore_ascii_case(b"SHADOW") {
             if shadow {
                 return Err(Error::OptionTwice { option: "SHADOW" });
             }
             shadow = true;
-            i += 1;
-        } else if a[i].eq_ignore_ascii_case(b"DRYRUN") {
+        } else if word.eq_ignore_ascii_case(b"DRYRUN") {
             if dryrun {
                 return Err(Error::OptionTwice { option: "DRYRUN" });
             }
             dryrun = true;
-            i += 1;
         } else {
             return Err(Error::UnknownOption {
-                position: i,
-                token: quote(a[i]),
+                position,
+                token: quote(word),
                 accepted: "ID token, DRYRUN or SHADOW, each once",
             });
         }
@@ -91,7 +115,7 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
     if d.allowed && write {
         let at = call.expire_at(real_ms, d.reset_after.ceil_ms());
         key.expire_at(at);
-        propagate = call.propagation(c"RL.CONCURRENCY.ACQUIRE", now_us, at);
+        propagate = call.propagation(RL_CONCURRENCY_ACQUIRE.replay_name(), now_us, at);
     }
     let token = if write { acquired.token } else { None };
     // SHADOW: a would-be denial takes no lease (token nil: nothing to release) and is
@@ -114,21 +138,35 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
     ))
 }
 
+pub static RL_CONCURRENCY_RELEASE: Command = command! {
+    name: name!("rl.concurrency.release"),
+    flags: c"write fast",
+    acl: WRITE,
+    keys: ONE_KEY,
+    when: When::Always,
+    replayable: true,
+    summary: c"End a lease taken with RL.CONCURRENCY.ACQUIRE: 1, or 0 when no such lease is held",
+    complexity: LEASES_COMPLEXITY,
+    key: KeyUse::Remove,
+    args: &[KEY, string(c"token", c"the token RL.CONCURRENCY.ACQUIRE replied with")],
+    handler: rl_concurrency_release,
+};
+
 /// `RL.CONCURRENCY.RELEASE key token`
 ///
 /// Ends the lease named `token`. Reply: 1, or 0 when no such lease is held (unknown or
 /// already ended), and then nothing changes.
 pub fn rl_concurrency_release(call: &Call) -> Result<Response, Error> {
-    let a = call.args;
-    if a.len() != 3 {
-        return Err(RL_CONCURRENCY_RELEASE.arity());
-    }
+    let token = RL_CONCURRENCY_RELEASE
+        .syntax
+        .args_bounded(call.args)?
+        .next()?;
     let (now_us, real_ms) = call.clock();
     let mut key = Key::open(call.ctx, call.key()?, true);
     let Some(stored) = key.whole::<Concurrency>()? else {
         return Ok(Response::reply(Reply::Int(0)));
     };
-    if !concurrency::release(&mut stored.state, a[2], now_us) {
+    if !concurrency::release(&mut stored.state, token, now_us) {
         return Ok(Response::reply(Reply::Int(0)));
     }
     let reset_ms = concurrency::reset_after(&stored.state, now_us).ceil_ms();
@@ -138,6 +176,6 @@ pub fn rl_concurrency_release(call: &Call) -> Result<Response, Error> {
     } else {
         key.expire_at(at);
     }
-    let propagate = call.propagation(c"RL.CONCURRENCY.RELEASE", now_us, at);
+    let propagate = call.propagation(RL_CONCURRENCY_RELEASE.replay_name(), now_us, at);
     Ok(Response::propagating(Reply::Int(1), propagate))
 }

@@ -2,11 +2,27 @@
 //! shows the guard at work. Both refuse to run unless the module was loaded with
 //! `debug-clock yes`. They write no key, so they also run on a read-only replica.
 
-use super::Call;
+use super::{command, Command, When, NO_KEYS, O1, PRIVILEGED};
 use crate::args;
+use crate::args::syntax::{name, KeyUse, CLOCK_CHANGE};
 use crate::clock::{self, MAX_DEBUG_MS};
+use crate::dispatch::{read_clock, Call};
 use crate::error::Error;
 use crate::response::{Reply, Response};
+
+pub static RL_DEBUG_CLOCK: Command = command! {
+    name: name!("rl.debug.clock"),
+    flags: c"admin fast",
+    acl: PRIVILEGED,
+    keys: NO_KEYS,
+    when: When::Always,
+    replayable: false,
+    summary: c"Freeze, move or release the module's clock, for deterministic tests (only with debug-clock yes)",
+    complexity: O1,
+    key: KeyUse::None,
+    args: &[CLOCK_CHANGE],
+    handler: rl_debug_clock,
+};
 
 /// `RL.DEBUG.CLOCK SET ms | ADVANCE ms | REAL`
 ///
@@ -18,27 +34,48 @@ pub fn rl_debug_clock(call: &Call) -> Result<Response, Error> {
     if !clock::debug_enabled() {
         return Err(Error::DebugClockOff);
     }
-    let a = call.args;
-    let sub = a.get(1).copied().unwrap_or_default();
-    if sub.eq_ignore_ascii_case(b"SET") && a.len() == 3 {
-        let ms = args::count(a[2], "ms", 0, MAX_DEBUG_MS).map_err(|_| Error::DebugClockUsage)?;
-        clock::freeze_at_us(ms * 1000);
-    } else if sub.eq_ignore_ascii_case(b"ADVANCE") && a.len() == 3 {
-        let Some(offset_ms) = args::offset_ms(a[2]) else {
-            return Err(Error::DebugClockUsage);
-        };
-        let now_us = i128::from(clock::read().now_us);
-        let target = (now_us + i128::from(offset_ms) * 1000).max(0);
-        clock::freeze_at_us(u64::try_from(target).unwrap_or(u64::MAX));
-    } else if sub.eq_ignore_ascii_case(b"REAL") && a.len() == 2 {
-        clock::thaw();
-    } else {
-        return Err(Error::DebugClockUsage);
+    // A subcommand and its value, if any: anything else is the usage error.
+    let mut a = RL_DEBUG_CLOCK.syntax.read(call.args);
+    let sub = a.optional().unwrap_or_default();
+    let value = a.optional();
+    let value = match a.finish() {
+        Ok(()) => value,
+        Err(_) => return Err(Error::DebugClockUsage),
+    };
+    match value {
+        Some(ms) if sub.eq_ignore_ascii_case(b"SET") => {
+            let ms = args::count(ms, "ms", 0, MAX_DEBUG_MS).map_err(|_| Error::DebugClockUsage)?;
+            clock::freeze_at_us(ms * 1000);
+        }
+        Some(offset) if sub.eq_ignore_ascii_case(b"ADVANCE") => {
+            let Some(offset_ms) = args::offset_ms(offset) else {
+                return Err(Error::DebugClockUsage);
+            };
+            let now_us = i128::from(read_clock().now_us);
+            let target = (now_us + i128::from(offset_ms) * 1000).max(0);
+            clock::freeze_at_us(u64::try_from(target).unwrap_or(u64::MAX));
+        }
+        None if sub.eq_ignore_ascii_case(b"REAL") => clock::thaw(),
+        _ => return Err(Error::DebugClockUsage),
     }
     Ok(Response::reply(Reply::Int(
-        (clock::read().now_us / 1000) as i64,
+        (read_clock().now_us / 1000) as i64,
     )))
 }
+
+pub static RL_DEBUG_PANIC: Command = command! {
+    name: name!("rl.debug.panic"),
+    flags: c"admin",
+    acl: PRIVILEGED,
+    keys: NO_KEYS,
+    when: When::Always,
+    replayable: false,
+    summary: c"Panic on purpose, to show the guard turns a panic into an error reply (only with debug-clock yes)",
+    complexity: O1,
+    key: KeyUse::None,
+    args: &[],
+    handler: rl_debug_panic,
+};
 
 /// `RL.DEBUG.PANIC`: panics on purpose, to show that the guard turns a panic into an error
 /// reply and the server lives on.

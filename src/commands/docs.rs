@@ -2,14 +2,14 @@
 //! every argument with its type, and the key spec. `redis-cli` builds its argument hints from
 //! this, as for built-in commands.
 //!
-//! What it says comes from the syntax table (`args::syntax`), which also renders the arity
-//! errors and drives the policy grammar. [`describe`] hands one entry to Redis right after the
-//! command is created, through the room's `redis::docs`, which lowers it to what
-//! `RedisModule_SetCommandInfo` takes.
+//! What it says comes from the command's syntax, in its entry (`args::syntax` has what a
+//! syntax is made of), which also renders the arity errors. [`describe`] hands it to Redis
+//! right after the command is created, through the room's `redis::docs`, which lowers it to
+//! what `RedisModule_SetCommandInfo` takes.
 //!
-//! Nothing here can stop the module from loading: a command without an entry, a server
-//! without `RedisModule_SetCommandInfo` (before Redis 7.0), or an entry Redis refuses is
-//! logged, and the command works as before, only without docs.
+//! Nothing here can stop the module from loading: a server without
+//! `RedisModule_SetCommandInfo` (before Redis 7.0), or an entry Redis refuses, is logged,
+//! and the command works as before, only without docs.
 //!
 //! The arity is always -1 ("at least the name"): Redis then never answers a wrong argument
 //! count itself, and every command keeps its own error, which names its syntax. (An arity of
@@ -21,11 +21,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::Command;
-use crate::args::syntax::find;
 use crate::redis::{self, Ctx};
 
 /// The module version that introduced the commands: all of them come with the first release,
-/// the version of `Cargo.toml` (which `MODULE LIST` shows as [`crate::MODULE_VERSION`]).
+/// the version of `Cargo.toml` (which `MODULE LIST` shows, as a number).
 const SINCE: &CStr =
     match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
         Ok(since) => since,
@@ -39,8 +38,6 @@ const ARITY: c_int = -1;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Described,
-    /// The table has no entry for the command (a bug: a unit test checks for it).
-    NoDocs,
     /// The server has no `RedisModule_SetCommandInfo` (before Redis 7.0).
     NoApi,
     /// Redis refused the entry (it logs why), or something failed here.
@@ -55,13 +52,9 @@ static NO_API_LOGGED: AtomicBool = AtomicBool::new(false);
 pub fn describe(ctx: Ctx, command: &Command) -> Outcome {
     let outcome = catch_unwind(AssertUnwindSafe(|| set_info(ctx, command)));
     let outcome = outcome.unwrap_or(Outcome::Refused);
-    let name = command.name.to_string_lossy();
+    let name = command.name().lower().to_string_lossy();
     match outcome {
         Outcome::Described => {}
-        Outcome::NoDocs => log(
-            ctx,
-            &format!("ratelimit: no COMMAND DOCS entry for {name}: it loads without docs"),
-        ),
         Outcome::NoApi => {
             if !NO_API_LOGGED.swap(true, Ordering::Relaxed) {
                 log(
@@ -80,10 +73,8 @@ pub fn describe(ctx: Ctx, command: &Command) -> Outcome {
 }
 
 fn set_info(ctx: Ctx, command: &Command) -> Outcome {
-    let Some(doc) = find(command.name.to_bytes()) else {
-        return Outcome::NoDocs;
-    };
-    match redis::docs::set_command_docs(ctx, command.name, doc, SINCE, ARITY) {
+    let name = command.name().lower();
+    match redis::docs::set_command_docs(ctx, name, &command.syntax, SINCE, ARITY) {
         None => Outcome::NoApi,
         Some(true) => Outcome::Described,
         Some(false) => Outcome::Refused,
@@ -101,25 +92,29 @@ mod tests {
 
     use super::super::{When, COMMANDS, NO_KEYS};
     use super::*;
-    use crate::args::syntax::{Arg, KeyUse, Kind, ALL as DOCS};
+    use crate::args::syntax::{Arg, KeyUse, Kind};
     use crate::redis::docs::key_flags;
 
+    /// A command's docs, its arity error and RL.REPLAY's text name it as it is registered.
     #[test]
-    fn every_command_has_docs() {
+    fn every_command_is_documented_under_its_own_name() {
         for command in COMMANDS {
-            let name = command.name.to_str().unwrap();
-            assert!(
-                find(name.as_bytes()).is_some(),
-                "{name} has no entry in DOCS"
-            );
+            let name = command.name().lower().to_str().unwrap();
+            assert!(!command.syntax.summary.is_empty(), "{name}");
+            let upper = name.to_ascii_uppercase();
+            assert_eq!(command.replay_name().to_str(), Ok(upper.as_str()));
+            match command.syntax.arity() {
+                crate::error::Error::Arity { command, .. } => assert_eq!(command, upper),
+                other => panic!("{name}: {other:?}"),
+            }
         }
     }
 
     #[test]
     fn the_key_spec_agrees_with_the_command_table() {
         for command in COMMANDS {
-            let name = command.name.to_str().unwrap();
-            let doc = find(name.as_bytes()).unwrap();
+            let name = command.name().lower().to_str().unwrap();
+            let doc = &command.syntax;
             let flags = command.flags.to_str().unwrap();
             let expected = if command.keys == NO_KEYS {
                 vec![KeyUse::None]
@@ -161,10 +156,12 @@ mod tests {
             }
         }
         let mut seen = Vec::new();
-        for doc in DOCS {
+        for doc in COMMANDS.iter().map(|c| &c.syntax) {
             assert!(!seen.contains(&doc.name), "{} twice", doc.name);
             seen.push(doc.name);
-            assert_eq!(doc.name, doc.name.to_lowercase());
+            let name = doc.name.lower().to_str().unwrap();
+            assert_eq!(name, name.to_lowercase());
+            assert_eq!(doc.name.as_str(), name.to_uppercase());
             assert!(!doc.summary.is_empty() && !doc.complexity.is_empty());
             let keys = doc
                 .args
@@ -173,12 +170,12 @@ mod tests {
                 .count();
             if doc.key == KeyUse::None {
                 assert_eq!(keys, 0, "{}", doc.name);
-                check(doc.name, doc.args);
+                check(name, doc.args);
             } else {
                 assert_eq!(keys, 1, "{}", doc.name);
                 assert!(matches!(doc.args[0].kind, Kind::Key), "{}", doc.name);
                 assert!(!doc.args[0].optional && !doc.args[0].multiple);
-                check(doc.name, &doc.args[1..]);
+                check(name, &doc.args[1..]);
             }
             if doc.key != KeyUse::None {
                 let flags = key_flags(doc.key);

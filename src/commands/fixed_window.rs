@@ -1,19 +1,42 @@
 //! RL.FIXEDWINDOW.
 
-use super::{admission, Call};
-use crate::args::syntax::RL_FIXEDWINDOW;
-use crate::args::{self, params};
+use super::{admission, command, Command, When, O1, ONE_KEY, WRITE};
+use crate::args::params::{self, WINDOW_PARAMS};
+use crate::args::syntax::{admission_args, name, KeyUse};
+use crate::args::Algorithm;
+use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
 use algorithms::fixed_window::FixedWindow;
+
+pub static RL_FIXEDWINDOW: Command = command! {
+    name: name!("rl.fixedwindow"),
+    flags: c"write deny-oom fast",
+    acl: WRITE,
+    keys: ONE_KEY,
+    when: When::Always,
+    replayable: true,
+    summary: c"Admit or deny a request with a fixed window counter, windows aligned to the Unix epoch",
+    complexity: O1,
+    key: KeyUse::Update,
+    args: admission_args!(WINDOW_PARAMS),
+    handler: rl_fixedwindow,
+};
+
+impl Algorithm for FixedWindow {
+    const NAME: &'static str = RL_FIXEDWINDOW.name().as_str();
+}
 
 /// `RL.FIXEDWINDOW key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///
 /// At most `limit` units per window, windows aligned to multiples of `window` since the Unix
 /// epoch. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
 pub fn rl_fixedwindow(call: &Call) -> Result<Response, Error> {
-    let a = admission::arguments(call, &RL_FIXEDWINDOW)?;
-    let params = params::fixed_window(&a[2..4])?;
-    let opts = args::options(&a[4..], 4)?;
-    Ok(admission::run::<FixedWindow>(call, c"RL.FIXEDWINDOW", params, opts)?.reply(Extra::None))
+    let mut a = RL_FIXEDWINDOW.syntax.args(call.args)?;
+    let params = params::fixed_window(a.next_n()?)?;
+    let opts = a.options()?;
+    Ok(
+        admission::run::<FixedWindow>(call, RL_FIXEDWINDOW.replay_name(), params, opts)?
+            .reply(Extra::None),
+    )
 }

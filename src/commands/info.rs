@@ -90,7 +90,7 @@ fn write_info(info: &Info) {
         if !command.stats.is_registered() {
             continue;
         }
-        info.begin_dict(command.name);
+        info.begin_dict(command.name().lower());
         for (name, value) in FIELDS.iter().zip(command.stats.values()) {
             info.field(name, value);
         }

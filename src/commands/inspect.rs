@@ -1,13 +1,26 @@
 //! RL.INSPECT: read a key's algorithm, parameters and state without changing them.
 
-use super::Call;
-use crate::args::syntax::RL_INSPECT;
-use crate::clock;
+use super::{command, Command, When, ONE_KEY, READ_FAST};
+use crate::args::syntax::{name, KeyUse, KEY};
+use crate::dispatch::{read_clock, Call};
 use crate::error::Error;
-use crate::reply::int;
-use crate::response::{Described, Inspection, Reply, Response};
+use crate::response::{int, Described, Inspection, Reply, Response};
 use crate::storage::{Key, Value};
 use algorithms::Snapshot;
+
+pub static RL_INSPECT: Command = command! {
+    name: name!("rl.inspect"),
+    flags: c"readonly fast",
+    acl: READ_FAST,
+    keys: ONE_KEY,
+    when: When::Always,
+    replayable: false,
+    summary: c"Show a limiter key's algorithm, parameters and state, changing nothing",
+    complexity: c"O(1); O(N) for a sliding log holding N entries; O(log N) for a concurrency key holding N leases",
+    key: KeyUse::Read,
+    args: &[KEY],
+    handler: rl_inspect,
+};
 
 /// `RL.INSPECT key`
 ///
@@ -16,14 +29,12 @@ use algorithms::Snapshot;
 /// the module's clock now, and `blocked_until_us` while a `BLOCK` penalty is set. An RL.LIMIT
 /// key adds `rules`, the same for each rule of the policy it was last written with.
 pub fn rl_inspect(call: &Call) -> Result<Response, Error> {
-    if call.args.len() != 2 {
-        return Err(RL_INSPECT.arity());
-    }
+    RL_INSPECT.syntax.args_bounded(call.args)?;
     let mut key = Key::open(call.ctx, call.key()?, false);
     let reply = match key.snapshot()? {
         None => Reply::Nil,
         Some(entry) => {
-            let now_us = clock::read().now_us;
+            let now_us = read_clock().now_us;
             let mut fields = named_fields(&entry.value.snapshot(now_us));
             if entry.blocked_until_us > 0 {
                 fields.push(("blocked_until_us", int(entry.blocked_until_us)));

@@ -1,12 +1,31 @@
 //! RL.LEAKYBUCKET.
 
-use super::{admission, Call};
-use crate::args::syntax::RL_LEAKYBUCKET;
-use crate::args::{self, params};
+use super::{admission, command, Command, When, O1, ONE_KEY, WRITE};
+use crate::args::params::{self, LEAKY_BUCKET_PARAMS};
+use crate::args::syntax::{admission_args, name, KeyUse};
+use crate::args::Algorithm;
+use crate::dispatch::Call;
 use crate::error::Error;
-use crate::reply::int;
-use crate::response::{Extra, Response};
+use crate::response::{int, Extra, Response};
 use algorithms::leaky_bucket::LeakyBucket;
+
+pub static RL_LEAKYBUCKET: Command = command! {
+    name: name!("rl.leakybucket"),
+    flags: c"write deny-oom fast",
+    acl: WRITE,
+    keys: ONE_KEY,
+    when: When::Always,
+    replayable: true,
+    summary: c"Admit or deny a request with a leaky bucket: a queue of capacity units draining at a constant rate; the reply says when to act",
+    complexity: O1,
+    key: KeyUse::Update,
+    args: admission_args!(LEAKY_BUCKET_PARAMS),
+    handler: rl_leakybucket,
+};
+
+impl Algorithm for LeakyBucket {
+    const NAME: &'static str = RL_LEAKYBUCKET.name().as_str();
+}
 
 /// `RL.LEAKYBUCKET key capacity leak_amount leak_period [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///
@@ -14,10 +33,10 @@ use algorithms::leaky_bucket::LeakyBucket;
 /// Reply: the five fields and a sixth, `delay_ms`: how long an admitted request waits for its
 /// turn (0 when the queue was empty), -1 when denied.
 pub fn rl_leakybucket(call: &Call) -> Result<Response, Error> {
-    let a = admission::arguments(call, &RL_LEAKYBUCKET)?;
-    let params = params::leaky_bucket(&a[2..5])?;
-    let opts = args::options(&a[5..], 5)?;
-    let decided = admission::run::<LeakyBucket>(call, c"RL.LEAKYBUCKET", params, opts)?;
+    let mut a = RL_LEAKYBUCKET.syntax.args(call.args)?;
+    let params = params::leaky_bucket(a.next_n()?)?;
+    let opts = a.options()?;
+    let decided = admission::run::<LeakyBucket>(call, RL_LEAKYBUCKET.replay_name(), params, opts)?;
     let delay_ms = decided
         .decision
         .delay

@@ -2,8 +2,13 @@
 //! dispatcher ([`crate::dispatch`]) renders it, counts it, publishes a denial and propagates
 //! the write. No handler writes a reply or calls Redis itself.
 //!
-//! Every command is registered through [`register`] from one table, [`COMMANDS`], whose
-//! entries run their handler through [`crate::dispatch::run`].
+//! Each command is one entry, a [`Command`] written with [`command!`] above its handler:
+//! its name (once), flags, ACL categories, key positions, when it is registered, whether
+//! RL.REPLAY may replay it, its syntax (COMMAND DOCS, the arity errors, the cursor its
+//! handler reads its arguments with) and its handler. [`register`] registers every entry of
+//! [`COMMANDS`]; each runs its handler through [`crate::dispatch::run`].
+//!
+//! [`Response`]: crate::response::Response
 
 mod admission;
 mod concurrency;
@@ -14,6 +19,7 @@ mod gcra;
 mod info;
 mod inspect;
 mod leaky_bucket;
+mod limit;
 mod policy;
 mod refund;
 mod replay;
@@ -28,85 +34,11 @@ use std::os::raw::c_int;
 
 pub use info::{info, on_resetstat};
 
-use crate::error::Error;
+use crate::args::syntax::{Name, Syntax};
+use crate::dispatch::Handler;
 use crate::log;
 use crate::metrics::Stats;
-use crate::redis::{self, Argv, CommandHandle, Ctx, RString};
-use crate::response::{Propagate, Response};
-pub use admission::ReplayText;
-
-/// A command's handler: a parsed call to what happened.
-pub type Handler = fn(&Call) -> Result<Response, Error>;
-
-/// How a command runs: for a client, or replayed from the replication stream or the AOF
-/// with the primary's clock reading and the key's absolute expiry time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Live,
-    Replay { now_us: u64, expire_at_ms: u64 },
-}
-
-/// One call of a command.
-pub struct Call<'a> {
-    pub ctx: Ctx<'a>,
-    /// The arguments as the command sees them: `[name, key, ...]`.
-    pub args: &'a [&'a [u8]],
-    /// The key argument as a Redis string (`None` when the call has no key).
-    pub key: Option<RString<'a>>,
-    pub mode: Mode,
-}
-
-impl<'a> Call<'a> {
-    /// The key argument (every keyed command checks its arity first, so a missing key is
-    /// a bug).
-    pub fn key(&self) -> Result<RString<'a>, Error> {
-        // Not `ok_or`: that would build and drop an error on every call.
-        match self.key {
-            Some(key) => Ok(key),
-            None => Err(Error::Panic),
-        }
-    }
-
-    /// Whether RL.REPLAY runs this call (a write of the primary or the AOF).
-    pub fn replayed(&self) -> bool {
-        matches!(self.mode, Mode::Replay { .. })
-    }
-
-    /// How a write of this call reaches replicas and the AOF: a client's as RL.REPLAY with
-    /// the clock reading `now_us` and the key's expiry; a replayed one passed on verbatim.
-    pub fn propagation(&self, command: &'static CStr, now_us: u64, expire_at_ms: u64) -> Propagate {
-        match self.mode {
-            Mode::Live => Propagate::Replay {
-                command,
-                now_us,
-                expire_at_ms,
-            },
-            Mode::Replay { .. } => Propagate::Verbatim,
-        }
-    }
-
-    /// The clock reading decisions use, and the real time in ms that expiry counts from: the
-    /// module's clock for a client's call; the primary's reading when replayed (which also
-    /// carries the absolute expiry, see [`Call::expire_at`]).
-    pub fn clock(&self) -> (u64, u64) {
-        match self.mode {
-            Mode::Live => {
-                let reading = crate::clock::read();
-                (reading.now_us, reading.real_ms)
-            }
-            Mode::Replay { now_us, .. } => (now_us, 0),
-        }
-    }
-
-    /// When a key written by this call expires: `reset_ms` after `real_ms` (from
-    /// [`Call::clock`]), or the primary's absolute expiry when replayed.
-    pub fn expire_at(&self, real_ms: u64, reset_ms: u64) -> u64 {
-        match self.mode {
-            Mode::Live => real_ms.saturating_add(reset_ms),
-            Mode::Replay { expire_at_ms, .. } => expire_at_ms,
-        }
-    }
-}
+use crate::redis::{self, CommandHandle, Ctx};
 
 /// When a command is registered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,8 +48,10 @@ pub enum When {
     CellCompat,
 }
 
+/// One command of the module: everything about it, in one entry (see [`command!`]).
 pub struct Command {
-    pub name: &'static CStr,
+    /// Its name, summary, complexity, key use and arguments.
+    pub syntax: Syntax,
     pub flags: &'static CStr,
     /// Its ACL categories on Redis 7.2 and later.
     pub acl: &'static CStr,
@@ -129,23 +63,49 @@ pub struct Command {
     pub handler: Handler,
     /// Its calls, admissions, denials and errors (`INFO ratelimit`).
     pub stats: &'static Stats,
-    entry: CommandHandle,
+    cmd_func: CommandHandle,
 }
 
-/// A table entry: the command, its counters (a static of its own, so that every entry gets
-/// them, whatever is added to the table), and the `extern "C"` entry point that runs its
-/// handler through the dispatcher.
+impl Command {
+    pub const fn name(&self) -> Name {
+        self.syntax.name
+    }
+
+    /// Its name as RL.REPLAY carries a write of it to replicas and the AOF (upper case).
+    pub const fn replay_name(&self) -> &'static CStr {
+        self.syntax.name.upper()
+    }
+}
+
+/// A command's entry: its fields, in this order, with its syntax's (`summary`,
+/// `complexity`, `key`, `args`, and `note` if any) among them; the entry gets its counters
+/// (a static of its own, so that no entry can lack them) and the `extern "C"` function that
+/// runs its handler through the dispatcher.
 macro_rules! command {
-    ($name:literal, $flags:literal, $acl:expr, $keys:expr, $when:expr, $replayable:expr, $handler:path) => {{
-        static STATS: Stats = Stats::new();
-        struct Entry;
-        impl redis::Entry for Entry {
-            fn run(ctx: Ctx<'_>, argv: Argv<'_>) {
-                crate::dispatch::run(ctx, argv, $handler, &STATS)
+    (
+        name: $name:expr,
+        flags: $flags:expr,
+        acl: $acl:expr,
+        keys: $keys:expr,
+        when: $when:expr,
+        replayable: $replayable:expr,
+        summary: $summary:expr,
+        complexity: $complexity:expr,
+        key: $key:expr,
+        args: $args:expr,
+        $(note: $note:expr,)?
+        handler: $handler:path $(,)?
+    ) => {{
+        static STATS: $crate::metrics::Stats = $crate::metrics::Stats::new();
+        struct Func;
+        impl $crate::redis::CmdFunc for Func {
+            fn run(ctx: $crate::redis::Ctx<'_>, argv: $crate::redis::Argv<'_>) {
+                $crate::dispatch::run(ctx, argv, $handler, &STATS)
             }
         }
-        Command {
-            name: $name,
+        $crate::commands::Command {
+            syntax: $crate::args::syntax::Syntax::new($name, $summary, $complexity, $key, $args)
+                $(.note($note))?,
             flags: $flags,
             acl: $acl,
             keys: $keys,
@@ -153,12 +113,14 @@ macro_rules! command {
             replayable: $replayable,
             handler: $handler,
             stats: &STATS,
-            entry: redis::entry::<Entry>,
+            cmd_func: $crate::redis::cmd_func::<Func>,
         }
     }};
 }
+use command;
 
-const KEY: (c_int, c_int, c_int) = (1, 1, 1);
+/// The key is the first argument: first, last, step.
+const ONE_KEY: (c_int, c_int, c_int) = (1, 1, 1);
 const NO_KEYS: (c_int, c_int, c_int) = (0, 0, 0);
 
 /// ACL categories (Redis 7.2 and later). They are set, not implied by the flags: on Redis 8.2
@@ -174,32 +136,33 @@ const CONFIG: &CStr = c"admin dangerous";
 /// The debug clock and the internal commands.
 const PRIVILEGED: &CStr = c"admin dangerous";
 
-/// Every command of the module: name, flags, ACL categories, key positions, when it is
-/// registered, whether RL.REPLAY may replay it, and its handler.
-#[rustfmt::skip]
-pub static COMMANDS: &[Command] = &[
-    command!(c"rl.gcra",                 c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  gcra::rl_gcra),
-    command!(c"cl.throttle",             c"write deny-oom fast",  WRITE,       KEY,      When::CellCompat,  true,  gcra::cl_throttle),
-    command!(c"rl.tokenbucket",          c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  token_bucket::rl_tokenbucket),
-    command!(c"rl.leakybucket",          c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  leaky_bucket::rl_leakybucket),
-    command!(c"rl.fixedwindow",          c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  fixed_window::rl_fixedwindow),
-    command!(c"rl.slidingwindow",        c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  sliding_window::rl_slidingwindow),
-    command!(c"rl.slidinglog",           c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  sliding_log::rl_slidinglog),
-    command!(c"rl.warmup",               c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  warmup::rl_warmup),
-    command!(c"rl.concurrency.acquire",  c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  concurrency::rl_concurrency_acquire),
-    command!(c"rl.concurrency.release",  c"write fast",           WRITE,       KEY,      When::Always,      true,  concurrency::rl_concurrency_release),
-    command!(c"rl.limit",                c"write deny-oom fast",  WRITE,       KEY,      When::Always,      true,  policy::rl_limit),
-    command!(c"rl.refund",               c"write fast",           WRITE,       KEY,      When::Always,      true,  refund::rl_refund),
-    command!(c"rl.policy.set",           c"write deny-oom",       CONFIG,      NO_KEYS,  When::Always,      false, policy::rl_policy_set),
-    command!(c"rl.policy.get",           c"readonly fast",        READ_FAST,   NO_KEYS,  When::Always,      false, policy::rl_policy_get),
-    command!(c"rl.policy.del",           c"write fast",           CONFIG,      NO_KEYS,  When::Always,      false, policy::rl_policy_del),
-    command!(c"rl.policy.list",          c"readonly",             READ,        NO_KEYS,  When::Always,      false, policy::rl_policy_list),
-    command!(c"rl.top",                  c"readonly",             READ,        NO_KEYS,  When::Always,      false, top::rl_top),
-    command!(c"rl.inspect",              c"readonly fast",        READ_FAST,   KEY,      When::Always,      false, inspect::rl_inspect),
-    command!(c"rl.debug.clock",          c"admin fast",           PRIVILEGED,  NO_KEYS,  When::Always,      false, debug::rl_debug_clock),
-    command!(c"rl.debug.panic",          c"admin",                PRIVILEGED,  NO_KEYS,  When::Always,      false, debug::rl_debug_panic),
-    command!(c"rl.replay",               c"write",                PRIVILEGED,  KEY,      When::Always,      false, replay::rl_replay),
-    command!(c"rl.loadstate",            c"write",                PRIVILEGED,  KEY,      When::Always,      false, replay::rl_loadstate),
+/// The complexity of most commands.
+const O1: &CStr = c"O(1)";
+
+/// Every command of the module, in the order they are registered (and listed by INFO).
+pub static COMMANDS: [&Command; 22] = [
+    &gcra::RL_GCRA,
+    &gcra::CL_THROTTLE,
+    &token_bucket::RL_TOKENBUCKET,
+    &leaky_bucket::RL_LEAKYBUCKET,
+    &fixed_window::RL_FIXEDWINDOW,
+    &sliding_window::RL_SLIDINGWINDOW,
+    &sliding_log::RL_SLIDINGLOG,
+    &warmup::RL_WARMUP,
+    &concurrency::RL_CONCURRENCY_ACQUIRE,
+    &concurrency::RL_CONCURRENCY_RELEASE,
+    &limit::RL_LIMIT,
+    &refund::RL_REFUND,
+    &policy::RL_POLICY_SET,
+    &policy::RL_POLICY_GET,
+    &policy::RL_POLICY_DEL,
+    &policy::RL_POLICY_LIST,
+    &top::RL_TOP,
+    &inspect::RL_INSPECT,
+    &debug::RL_DEBUG_CLOCK,
+    &debug::RL_DEBUG_PANIC,
+    &replay::RL_REPLAY,
+    &replay::RL_LOADSTATE,
 ];
 
 /// Registers the commands of [`COMMANDS`]; `cell_compat` decides CL.THROTTLE.
@@ -208,14 +171,9 @@ pub fn register(ctx: Ctx, cell_compat: bool) -> Result<(), String> {
         if command.when == When::CellCompat && !cell_compat {
             continue;
         }
-        if !redis::create_command(
-            ctx,
-            command.name,
-            command.entry,
-            command.flags,
-            command.keys,
-        ) {
-            return Err(format!("could not register {:?}", command.name));
+        let name = command.name().lower();
+        if !redis::create_command(ctx, name, command.cmd_func, command.flags, command.keys) {
+            return Err(format!("could not register {name:?}"));
         }
         command.stats.registered();
         set_acl_categories(ctx, command);
@@ -230,8 +188,9 @@ pub fn register(ctx: Ctx, cell_compat: bool) -> Result<(), String> {
 /// (the function is absent): grant the commands by name. A failure here is logged, not
 /// fatal: the command works, it just sits in no category.
 fn set_acl_categories(ctx: Ctx, command: &Command) {
-    if redis::set_acl_categories(ctx, command.name, command.acl) == Some(false) {
-        let message = format!("no ACL categories for {:?}", command.name);
+    let name = command.name().lower();
+    if redis::set_acl_categories(ctx, name, command.acl) == Some(false) {
+        let message = format!("no ACL categories for {name:?}");
         log::log(Some(ctx), log::Level::Warning, &message);
     }
 }
@@ -240,7 +199,8 @@ fn set_acl_categories(ctx: Ctx, command: &Command) {
 pub fn replayable(name: &[u8]) -> Option<&'static Command> {
     COMMANDS
         .iter()
-        .find(|c| c.replayable && c.name.to_bytes().eq_ignore_ascii_case(name))
+        .copied()
+        .find(|c| c.replayable && c.name().lower().to_bytes().eq_ignore_ascii_case(name))
 }
 
 /// Handlers without a server: a call's arguments in, a [`Response`] out. The context is
@@ -249,7 +209,9 @@ pub fn replayable(name: &[u8]) -> Option<&'static Command> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::response::Reply;
+    use crate::dispatch::{Call, Mode};
+    use crate::error::Error;
+    use crate::response::{Propagate, Reply};
 
     fn call<'a>(args: &'a [&'a [u8]]) -> Call<'a> {
         Call {
@@ -262,6 +224,123 @@ mod tests {
 
     fn words(items: &[&str]) -> Reply {
         Reply::Strings(items.iter().map(|w| w.as_bytes().to_vec()).collect())
+    }
+
+    /// The usage texts the arity errors showed when each command spelled its own; the
+    /// integration tests assert a few of them through a server, this pins them all.
+    #[test]
+    fn usages_render_as_they_were_written() {
+        let expected = [
+            (&gcra::RL_GCRA, "RL.GCRA", "key burst rate period [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"),
+            (&gcra::CL_THROTTLE, "CL.THROTTLE", "key max_burst count period [quantity]"),
+            (
+                &token_bucket::RL_TOKENBUCKET,
+                "RL.TOKENBUCKET",
+                "key capacity refill_amount refill_period [INTERVAL] [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]",
+            ),
+            (
+                &leaky_bucket::RL_LEAKYBUCKET,
+                "RL.LEAKYBUCKET",
+                "key capacity leak_amount leak_period [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]",
+            ),
+            (&fixed_window::RL_FIXEDWINDOW, "RL.FIXEDWINDOW", "key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"),
+            (&sliding_window::RL_SLIDINGWINDOW, "RL.SLIDINGWINDOW", "key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"),
+            (&sliding_log::RL_SLIDINGLOG, "RL.SLIDINGLOG", "key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"),
+            (
+                &warmup::RL_WARMUP,
+                "RL.WARMUP",
+                "key rate period warmup [COLDFACTOR factor] [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]",
+            ),
+            (&concurrency::RL_CONCURRENCY_ACQUIRE, "RL.CONCURRENCY.ACQUIRE", "key limit lease [ID token] [DRYRUN] [SHADOW]"),
+            (&concurrency::RL_CONCURRENCY_RELEASE, "RL.CONCURRENCY.RELEASE", "key token"),
+            (&inspect::RL_INSPECT, "RL.INSPECT", "key"),
+            (&refund::RL_REFUND, "RL.REFUND", "key units [DRYRUN]"),
+            (&limit::RL_LIMIT, "RL.LIMIT", "key policy [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"),
+            (
+                &policy::RL_POLICY_SET,
+                "RL.POLICY.SET",
+                "name [SHADOW] algorithm argument [argument ...] [[SHADOW] algorithm argument [argument ...] ...], \
+                 each rule an algorithm and its arguments, as in GCRA 10 10 1s FIXEDWINDOW 5000 1d \
+                 (SHADOW before a rule: checked and counted, never denying)",
+            ),
+            (&policy::RL_POLICY_GET, "RL.POLICY.GET", "name"),
+            (&policy::RL_POLICY_DEL, "RL.POLICY.DEL", "name"),
+            (&policy::RL_POLICY_LIST, "RL.POLICY.LIST", "(no arguments)"),
+            (&top::RL_TOP, "RL.TOP", "[COUNT k]"),
+            (&replay::RL_REPLAY, "RL.REPLAY", "key now_us:expire_at_ms:command:arg [arg ...]"),
+            (&replay::RL_LOADSTATE, "RL.LOADSTATE", "key state"),
+        ];
+        for (entry, command, usage) in expected {
+            let usage = usage.to_string();
+            assert_eq!(entry.syntax.arity(), Error::Arity { command, usage });
+        }
+    }
+
+    #[test]
+    fn required_counts_the_arguments_that_are_not_optional() {
+        assert_eq!(gcra::RL_GCRA.syntax.required, 4);
+        assert_eq!(fixed_window::RL_FIXEDWINDOW.syntax.required, 3);
+        assert_eq!(concurrency::RL_CONCURRENCY_ACQUIRE.syntax.required, 3);
+        assert_eq!(limit::RL_LIMIT.syntax.required, 2);
+        assert_eq!(
+            replayable(b"RL.GCRA").map(|c| c.name().lower()),
+            Some(c"rl.gcra")
+        );
+        assert!(replayable(b"RL.POLICY.SET").is_none());
+    }
+
+    #[test]
+    fn most_counts_every_optional_word() {
+        let expected = [
+            (&refund::RL_REFUND, Some(3)),
+            (&gcra::CL_THROTTLE, Some(5)),
+            (&inspect::RL_INSPECT, Some(1)),
+            (&concurrency::RL_CONCURRENCY_RELEASE, Some(2)),
+            (&policy::RL_POLICY_LIST, Some(0)),
+            (&top::RL_TOP, Some(2)),
+            (&debug::RL_DEBUG_CLOCK, Some(2)),
+            (&gcra::RL_GCRA, Some(10)),
+            (&policy::RL_POLICY_SET, None),
+            (&replay::RL_REPLAY, None),
+        ];
+        for (entry, most) in expected {
+            assert_eq!(entry.syntax.most, most, "{}", entry.name());
+        }
+    }
+
+    /// The names the errors give a key's algorithm ("the key holds RL.GCRA state, not
+    /// RL.TOKENBUCKET"), byte for byte those the algorithms crate used to spell.
+    #[test]
+    fn each_algorithm_is_named_by_its_command() {
+        use crate::args::Algorithm;
+        use algorithms::{
+            concurrency::Concurrency, fixed_window::FixedWindow, gcra::Gcra,
+            leaky_bucket::LeakyBucket, policy::Limit, sliding_log::SlidingLog,
+            sliding_window::SlidingWindow, token_bucket::TokenBucket, warmup::Warmup,
+        };
+        let names = [
+            Gcra::NAME,
+            TokenBucket::NAME,
+            LeakyBucket::NAME,
+            FixedWindow::NAME,
+            SlidingWindow::NAME,
+            SlidingLog::NAME,
+            Concurrency::NAME,
+            Limit::NAME,
+            Warmup::NAME,
+        ];
+        let expected = [
+            "RL.GCRA",
+            "RL.TOKENBUCKET",
+            "RL.LEAKYBUCKET",
+            "RL.FIXEDWINDOW",
+            "RL.SLIDINGWINDOW",
+            "RL.SLIDINGLOG",
+            "RL.CONCURRENCY.ACQUIRE",
+            "RL.LIMIT",
+            "RL.WARMUP",
+        ];
+        assert_eq!(names, expected);
     }
 
     #[test]
@@ -337,7 +416,7 @@ mod tests {
                 "ERR COLDFACTOR needs a value: an integer from 2 to 10",
             ),
             (
-                policy::rl_limit,
+                limit::rl_limit,
                 &[b"RL.LIMIT", b"k", b"nope"],
                 "ERR no policy named 'nope': create it with RL.POLICY.SET nope rule [rule ...]",
             ),

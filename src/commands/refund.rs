@@ -1,13 +1,31 @@
 //! RL.REFUND: a key gives back units it has taken.
 
 use super::admission::written;
-use super::Call;
-use crate::args::syntax::RL_REFUND;
+use super::{command, Command, When, ONE_KEY, WRITE};
+use crate::args::syntax::{integer, name, token, KeyUse, KEY};
 use crate::args::{self, MAX_COUNT};
+use crate::dispatch::Call;
 use crate::error::{quote, Error};
-use crate::reply::int;
-use crate::response::{Reply, Response};
+use crate::response::{int, Reply, Response};
 use crate::storage::Key;
+
+pub static RL_REFUND: Command = command! {
+    name: name!("rl.refund"),
+    flags: c"write fast",
+    acl: WRITE,
+    keys: ONE_KEY,
+    when: When::Always,
+    replayable: true,
+    summary: c"Give back units a key has taken (a request that failed downstream, a cost estimated too high); replies the units given back",
+    complexity: c"O(1); O(log N) for a sliding log holding N entries; O(R) for a policy key of R rules (O(R log N) with sliding logs)",
+    key: KeyUse::Update,
+    args: &[
+        KEY,
+        integer(c"units", c"units to give back, 0 to 10^12"),
+        token(c"dryrun", c"DRYRUN", c"reply what would be given back; write and propagate nothing").optional(),
+    ],
+    handler: rl_refund,
+};
 
 /// `RL.REFUND key units [DRYRUN]`
 ///
@@ -20,17 +38,15 @@ use crate::storage::Key;
 /// and propagate nothing. A concurrency key is an error (use RL.CONCURRENCY.RELEASE).
 /// Reply: the units given back (with DRYRUN, what would be).
 pub fn rl_refund(call: &Call) -> Result<Response, Error> {
-    let a = call.args;
-    if !(3..=4).contains(&a.len()) {
-        return Err(RL_REFUND.arity());
-    }
-    let units = args::count(a[2], "units", 0, MAX_COUNT)?;
-    let dryrun = match a.get(3) {
+    let mut a = RL_REFUND.syntax.args_bounded(call.args)?;
+    let units = args::count(a.next()?, "units", 0, MAX_COUNT)?;
+    let position = a.position();
+    let dryrun = match a.optional() {
         None => false,
         Some(token) if token.eq_ignore_ascii_case(b"DRYRUN") => true,
         Some(token) => {
             return Err(Error::UnknownOption {
-                position: 3,
+                position,
                 token: quote(token),
                 accepted: "DRYRUN",
             })
@@ -49,7 +65,7 @@ pub fn rl_refund(call: &Call) -> Result<Response, Error> {
     let propagate = written(
         call,
         &mut key,
-        c"RL.REFUND",
+        RL_REFUND.replay_name(),
         now_us,
         real_ms,
         refunded.reset_after,

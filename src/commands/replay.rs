@@ -2,9 +2,9 @@
 //! from ordinary clients, whatever their ACL: they carry a clock reading or a raw state,
 //! and a client that could send them could forge any limiter's state.
 
-use super::admission::parse_replay;
-use super::{replayable, Call, Mode};
-use crate::args::syntax::{RL_LOADSTATE, RL_REPLAY};
+use super::{command, replayable, Command, When, ONE_KEY, PRIVILEGED};
+use crate::args::syntax::{name, string, KeyUse, KEY};
+use crate::dispatch::{self, parse_replay, Call, Mode};
 use crate::error::Error;
 use crate::response::{Propagate, Reply, Response};
 use crate::storage::{codec, Key};
@@ -17,6 +17,25 @@ fn internal_only(call: &Call, command: &'static str) -> Result<(), Error> {
     Ok(())
 }
 
+pub static RL_REPLAY: Command = command! {
+    // The name the dispatcher propagates a client's write as.
+    name: dispatch::REPLAY,
+    flags: c"write",
+    acl: PRIVILEGED,
+    keys: ONE_KEY,
+    when: When::Always,
+    replayable: false,
+    summary: c"Internal: replays an admitted write with the primary's clock reading; accepted only from replication or the AOF",
+    complexity: c"That of the replayed command",
+    key: KeyUse::Update,
+    args: &[
+        KEY,
+        string(c"now_us:expire_at_ms:command:arg", c"the primary's clock reading, the key's expiry, the command and its first argument after the key"),
+        string(c"arg", c"the command's other arguments").optional().multiple(),
+    ],
+    handler: rl_replay,
+};
+
 /// `RL.REPLAY key now_us:expire_at_ms:command:arg arg...` (internal)
 ///
 /// Runs the admission command `command key arg arg...` with the primary's clock reading
@@ -25,23 +44,23 @@ fn internal_only(call: &Call, command: &'static str) -> Result<(), Error> {
 /// the primary can send this with the client's own argument count (see
 /// `crate::dispatch`). Reply: whatever the replayed command replies.
 pub fn rl_replay(call: &Call) -> Result<Response, Error> {
-    internal_only(call, "RL.REPLAY")?;
+    internal_only(call, RL_REPLAY.name().as_str())?;
     // Counted under RL.REPLAY; a replayed denial publishes no keyspace event (the mode
     // below marks the response).
-    let a = call.args;
-    if a.len() < 3 {
-        return Err(RL_REPLAY.arity());
-    }
+    let mut a = RL_REPLAY.syntax.args(call.args)?;
     // Built on the failing branch only: this runs for every write a replica applies.
-    let Some(replayed) = parse_replay(a[2]) else {
+    let Some(replayed) = parse_replay(a.next()?) else {
         return Err(Error::NotReplayable);
     };
     let Some(command) = replayable(replayed.command) else {
         return Err(Error::NotReplayable);
     };
-    let mut args: Vec<&[u8]> = Vec::with_capacity(a.len());
-    args.extend_from_slice(&[replayed.command, a[1], replayed.first_arg]);
-    args.extend_from_slice(&a[3..]);
+    // The replayed call: the command, the key (argument 1, the client's), the first argument
+    // carried, and the others as they came.
+    let key = call.args.get(1).copied().unwrap_or_default();
+    let mut args: Vec<&[u8]> = Vec::with_capacity(call.args.len());
+    args.extend_from_slice(&[replayed.command, key, replayed.first_arg]);
+    args.extend_from_slice(a.rest());
     let inner = Call {
         ctx: call.ctx,
         args: &args,
@@ -54,17 +73,28 @@ pub fn rl_replay(call: &Call) -> Result<Response, Error> {
     (command.handler)(&inner)
 }
 
+pub static RL_LOADSTATE: Command = command! {
+    name: name!("rl.loadstate"),
+    flags: c"write",
+    acl: PRIVILEGED,
+    keys: ONE_KEY,
+    when: When::Always,
+    replayable: false,
+    summary: c"Internal: sets a key's encoded state, as an AOF rewrite writes it; accepted only from replication or the AOF",
+    complexity: c"O(N) where N is the size of the state",
+    key: KeyUse::Overwrite,
+    args: &[KEY, string(c"state", c"the encoded state")],
+    handler: rl_loadstate,
+};
+
 /// `RL.LOADSTATE key state` (internal)
 ///
 /// Sets the key's state from its encoding; the AOF rewrite emits it for every limiter key,
 /// followed by the key's PEXPIREAT. Reply: OK.
 pub fn rl_loadstate(call: &Call) -> Result<Response, Error> {
-    internal_only(call, "RL.LOADSTATE")?;
-    let a = call.args;
-    if a.len() != 3 {
-        return Err(RL_LOADSTATE.arity());
-    }
-    let value = codec::decode(a[2]).map_err(|_| Error::BadState)?;
+    internal_only(call, RL_LOADSTATE.name().as_str())?;
+    let state = RL_LOADSTATE.syntax.args_bounded(call.args)?.next()?;
+    let value = codec::decode(state).map_err(|_| Error::BadState)?;
     let mut key = Key::open(call.ctx, call.key()?, true);
     key.replace(value)?;
     Ok(Response::propagating(Reply::Ok, Propagate::Verbatim))

@@ -1,11 +1,31 @@
 //! RL.SLIDINGLOG.
 
-use super::{admission, Call, Mode};
-use crate::args::syntax::RL_SLIDINGLOG;
-use crate::args::{self, params};
+use super::{admission, command, Command, When, ONE_KEY, WRITE};
+use crate::args::params::{self, WINDOW_PARAMS};
+use crate::args::syntax::{admission_args, name, KeyUse};
+use crate::args::Algorithm;
+use crate::dispatch::{Call, Mode};
 use crate::error::Error;
 use crate::response::{Extra, Response};
 use algorithms::sliding_log::SlidingLog;
+
+pub static RL_SLIDINGLOG: Command = command! {
+    name: name!("rl.slidinglog"),
+    flags: c"write deny-oom fast",
+    acl: WRITE,
+    keys: ONE_KEY,
+    when: When::Always,
+    replayable: true,
+    summary: c"Admit or deny a request with a sliding log: exact, it keeps every admitted request still in the window",
+    complexity: c"O(1) amortized for a key written regularly: O(E) for the E expired entries it drops or skips, and O(COST) more for a denial",
+    key: KeyUse::Update,
+    args: admission_args!(WINDOW_PARAMS),
+    handler: rl_slidinglog,
+};
+
+impl Algorithm for SlidingLog {
+    const NAME: &'static str = RL_SLIDINGLOG.name().as_str();
+}
 
 /// `RL.SLIDINGLOG key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///
@@ -14,13 +34,16 @@ use algorithms::sliding_log::SlidingLog;
 /// a few bytes per admitted unit. Reply: `[allowed, limit, remaining, retry_after_ms,
 /// reset_after_ms]`.
 pub fn rl_slidinglog(call: &Call) -> Result<Response, Error> {
-    let a = admission::arguments(call, &RL_SLIDINGLOG)?;
+    let mut a = RL_SLIDINGLOG.syntax.args(call.args)?;
     // A replica replays what its primary admitted, whatever its own setting says.
     let max = match call.mode {
         Mode::Live => crate::config::sliding_log_max_limit(),
         Mode::Replay { .. } => crate::config::SLIDING_LOG_LIMIT_CEILING,
     };
-    let params = params::sliding_log(&a[2..4], max)?;
-    let opts = args::options(&a[4..], 4)?;
-    Ok(admission::run::<SlidingLog>(call, c"RL.SLIDINGLOG", params, opts)?.reply(Extra::None))
+    let params = params::sliding_log(a.next_n()?, max)?;
+    let opts = a.options()?;
+    Ok(
+        admission::run::<SlidingLog>(call, RL_SLIDINGLOG.replay_name(), params, opts)?
+            .reply(Extra::None),
+    )
 }

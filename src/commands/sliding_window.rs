@@ -1,11 +1,31 @@
 //! RL.SLIDINGWINDOW.
 
-use super::{admission, Call};
-use crate::args::syntax::RL_SLIDINGWINDOW;
-use crate::args::{self, params};
+use super::{admission, command, Command, When, O1, ONE_KEY, WRITE};
+use crate::args::params::{self, WINDOW_PARAMS};
+use crate::args::syntax::{admission_args, name, KeyUse};
+use crate::args::Algorithm;
+use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
 use algorithms::sliding_window::SlidingWindow;
+
+pub static RL_SLIDINGWINDOW: Command = command! {
+    name: name!("rl.slidingwindow"),
+    flags: c"write deny-oom fast",
+    acl: WRITE,
+    keys: ONE_KEY,
+    when: When::Always,
+    replayable: true,
+    summary: c"Admit or deny a request with a sliding window counter: this window's count plus the previous one's, weighted",
+    complexity: O1,
+    key: KeyUse::Update,
+    args: admission_args!(WINDOW_PARAMS),
+    handler: rl_slidingwindow,
+};
+
+impl Algorithm for SlidingWindow {
+    const NAME: &'static str = RL_SLIDINGWINDOW.name().as_str();
+}
 
 /// `RL.SLIDINGWINDOW key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///
@@ -13,11 +33,11 @@ use algorithms::sliding_window::SlidingWindow;
 /// it still overlaps the sliding window, plus the current one's, at most `limit`.
 /// Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
 pub fn rl_slidingwindow(call: &Call) -> Result<Response, Error> {
-    let a = admission::arguments(call, &RL_SLIDINGWINDOW)?;
-    let params = params::sliding_window(&a[2..4])?;
-    let opts = args::options(&a[4..], 4)?;
+    let mut a = RL_SLIDINGWINDOW.syntax.args(call.args)?;
+    let params = params::sliding_window(a.next_n()?)?;
+    let opts = a.options()?;
     Ok(
-        admission::run::<SlidingWindow>(call, c"RL.SLIDINGWINDOW", params, opts)?
+        admission::run::<SlidingWindow>(call, RL_SLIDINGWINDOW.replay_name(), params, opts)?
             .reply(Extra::None),
     )
 }

@@ -1,11 +1,31 @@
 //! RL.TOKENBUCKET.
 
-use super::{admission, Call};
-use crate::args::syntax::RL_TOKENBUCKET;
-use crate::args::{self, params};
+use super::{admission, command, Command, When, O1, ONE_KEY, WRITE};
+use crate::args::params::{self, TOKEN_BUCKET_PARAMS};
+use crate::args::syntax::{admission_args, name, KeyUse};
+use crate::args::Algorithm;
+use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
 use algorithms::token_bucket::TokenBucket;
+
+pub static RL_TOKENBUCKET: Command = command! {
+    name: name!("rl.tokenbucket"),
+    flags: c"write deny-oom fast",
+    acl: WRITE,
+    keys: ONE_KEY,
+    when: When::Always,
+    replayable: true,
+    summary: c"Admit or deny a request with a token bucket: capacity tokens, refilled by refill_amount per refill_period",
+    complexity: O1,
+    key: KeyUse::Update,
+    args: admission_args!(TOKEN_BUCKET_PARAMS),
+    handler: rl_tokenbucket,
+};
+
+impl Algorithm for TokenBucket {
+    const NAME: &'static str = RL_TOKENBUCKET.name().as_str();
+}
 
 /// `RL.TOKENBUCKET key capacity refill_amount refill_period [INTERVAL] [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///
@@ -13,14 +33,15 @@ use algorithms::token_bucket::TokenBucket;
 /// `refill_period` (continuously, or in whole steps at each period with `INTERVAL`); a request
 /// takes `COST` tokens. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
 pub fn rl_tokenbucket(call: &Call) -> Result<Response, Error> {
-    let a = admission::arguments(call, &RL_TOKENBUCKET)?;
-    let mut params = params::token_bucket(&a[2..5], false)?;
-    let (opts, flags) = args::options_with(
-        &a[5..],
-        5,
+    let mut a = RL_TOKENBUCKET.syntax.args(call.args)?;
+    let mut params = params::token_bucket(a.next_n()?, false)?;
+    let (opts, flags) = a.options_with(
         &["INTERVAL"],
         "COST n, ATMOST max, DRYRUN, BLOCK duration, SHADOW or INTERVAL",
     )?;
     params.interval = flags & 1 != 0;
-    Ok(admission::run::<TokenBucket>(call, c"RL.TOKENBUCKET", params, opts)?.reply(Extra::None))
+    Ok(
+        admission::run::<TokenBucket>(call, RL_TOKENBUCKET.replay_name(), params, opts)?
+            .reply(Extra::None),
+    )
 }

@@ -1,7 +1,9 @@
 //! RL.TOP: the keys denied most often lately (see [`crate::top`]).
 
-use super::Call;
-use crate::args::{self, syntax::RL_TOP};
+use super::{command, Command, When, NO_KEYS, READ};
+use crate::args;
+use crate::args::syntax::{integer, name, KeyUse};
+use crate::dispatch::{read_clock, Call};
 use crate::error::{quote, Error};
 use crate::redis::KeyReader;
 use crate::response::{Reply, Response, TopEntry};
@@ -9,6 +11,20 @@ use crate::response::{Reply, Response, TopEntry};
 /// The most entries RL.TOP lists.
 pub const MAX_COUNT: u64 = 100_000;
 const DEFAULT_COUNT: usize = 10;
+
+pub static RL_TOP: Command = command! {
+    name: name!("rl.top"),
+    flags: c"readonly",
+    acl: READ,
+    keys: NO_KEYS,
+    when: When::Always,
+    replayable: false,
+    summary: c"List the keys denied most often lately, with their counts and error bounds, those the caller may read",
+    complexity: c"O(S log S) where S is the summary's size (ratelimit.top-size)",
+    key: KeyUse::None,
+    args: &[integer(c"k", c"how many keys at most, 1 to 100000 (default 10)").after(c"COUNT").optional()],
+    handler: rl_top,
+};
 
 /// `RL.TOP [COUNT k]`
 ///
@@ -18,22 +34,24 @@ const DEFAULT_COUNT: usize = 10;
 /// ACL lets it read are listed; on a server without the ACL functions, none. Not
 /// persisted, not replicated: this server's view of its own clients' denials.
 pub fn rl_top(call: &Call) -> Result<Response, Error> {
-    let a = call.args;
-    let count = match a {
-        [_] => DEFAULT_COUNT,
-        [_, word, k] if word.eq_ignore_ascii_case(b"COUNT") => {
+    let mut a = RL_TOP.syntax.read(call.args);
+    let position = a.position();
+    let count = match a.optional() {
+        None => DEFAULT_COUNT,
+        Some(word) if word.eq_ignore_ascii_case(b"COUNT") => {
+            let k = a.next()?;
+            a.finish()?;
             usize::try_from(args::count(k, "COUNT", 1, MAX_COUNT)?).unwrap_or(usize::MAX)
         }
-        [_, word, ..] if !word.eq_ignore_ascii_case(b"COUNT") => {
+        Some(word) => {
             return Err(Error::UnknownOption {
-                position: 1,
+                position,
                 token: quote(word),
                 accepted: "COUNT k",
             })
         }
-        _ => return Err(RL_TOP.arity()),
     };
-    let entries = crate::top::entries(crate::clock::read().now_us);
+    let entries = crate::top::entries(read_clock().now_us);
     let reader = KeyReader::caller(call.ctx);
     let listed = entries
         .into_iter()

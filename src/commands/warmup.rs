@@ -1,11 +1,31 @@
 //! RL.WARMUP.
 
-use super::{admission, Call};
-use crate::args::syntax::RL_WARMUP;
-use crate::args::{self, params};
+use super::{admission, command, Command, When, O1, ONE_KEY, WRITE};
+use crate::args::params::{self, WARMUP_PARAMS};
+use crate::args::syntax::{admission_args, name, KeyUse};
+use crate::args::Algorithm;
+use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
 use algorithms::warmup::Warmup;
+
+pub static RL_WARMUP: Command = command! {
+    name: name!("rl.warmup"),
+    flags: c"write deny-oom fast",
+    acl: WRITE,
+    keys: ONE_KEY,
+    when: When::Always,
+    replayable: true,
+    summary: c"Admit or deny a request with Guava's SmoothWarmingUp: after idle, spaced by the cold interval at first, speeding up to rate per period over the warm-up",
+    complexity: O1,
+    key: KeyUse::Update,
+    args: admission_args!(WARMUP_PARAMS),
+    handler: rl_warmup,
+};
+
+impl Algorithm for Warmup {
+    const NAME: &'static str = RL_WARMUP.name().as_str();
+}
 
 /// `RL.WARMUP key rate period warmup [COLDFACTOR factor] [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///
@@ -15,14 +35,14 @@ use algorithms::warmup::Warmup;
 /// Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`, limit 1, remaining 1
 /// when a request would be admitted now.
 pub fn rl_warmup(call: &Call) -> Result<Response, Error> {
-    let a = admission::arguments(call, &RL_WARMUP)?;
-    let (opts, cold_factor) = args::options_with_value(
-        &a[5..],
-        5,
+    let mut a = RL_WARMUP.syntax.args(call.args)?;
+    // Read now, parsed after the options: an unknown option is the error a call sees first.
+    let positional = a.next_n()?;
+    let (opts, cold_factor) = a.options_with_value(
         "COLDFACTOR",
         params::COLD_FACTOR_EXPECTED,
         "COST n, ATMOST max, DRYRUN, BLOCK duration, SHADOW or COLDFACTOR factor",
     )?;
-    let params = params::warmup(&a[2..5], cold_factor)?;
-    Ok(admission::run::<Warmup>(call, c"RL.WARMUP", params, opts)?.reply(Extra::None))
+    let params = params::warmup(positional, cold_factor)?;
+    Ok(admission::run::<Warmup>(call, RL_WARMUP.replay_name(), params, opts)?.reply(Extra::None))
 }

@@ -8,7 +8,7 @@ use redis_module::raw;
 
 use super::Ctx;
 
-/// An `extern "C"` command entry point (see [`super::entry`]).
+/// An `extern "C"` command entry point (see [`super::cmd_func`]).
 pub type CommandHandle =
     extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
 

@@ -497,27 +497,27 @@ impl<'a> Argv<'a> {
     }
 }
 
-/// What a command entry point runs: the table gives each command a type implementing it,
-/// and [`entry`] is the `extern "C"` function Redis calls.
-pub trait Entry {
+/// A command as Redis runs it: the command table gives each command a type implementing it,
+/// and [`cmd_func`] is the `extern "C"` function Redis calls (its `RedisModuleCmdFunc`).
+pub trait CmdFunc {
     fn run(ctx: Ctx<'_>, argv: Argv<'_>);
 }
 
-/// The `extern "C"` entry point of the command `E` (registered with [`create_command`]).
-pub extern "C" fn entry<E: Entry>(
+/// The `extern "C"` function of the command `F` (registered with [`create_command`]).
+pub extern "C" fn cmd_func<F: CmdFunc>(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
 ) -> c_int {
     // SAFETY: Redis calls a command's entry point with its live context and `argc` live
-    // strings in `argv`, all valid until it returns; neither escapes `E::run`.
+    // strings in `argv`, all valid until it returns; neither escapes `F::run`.
     if let Some(ctx) = unsafe { Ctx::from_raw(ctx) } {
         let len = if argv.is_null() {
             0
         } else {
             usize::try_from(argc).unwrap_or(0)
         };
-        E::run(
+        F::run(
             ctx,
             Argv {
                 ptr: argv,

@@ -9,7 +9,9 @@ use algorithms::sliding_log::{self, SlidingLog};
 use algorithms::sliding_window::SlidingWindow;
 use algorithms::token_bucket::TokenBucket;
 use algorithms::warmup::Warmup;
-use algorithms::{Algorithm, Decision, Snapshot};
+use algorithms::{Algorithm as _, Decision, Snapshot};
+
+use crate::args::Algorithm;
 
 /// The parameters a key was last written with, and its state under them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,8 +53,8 @@ macro_rules! values {
                 }
             }
 
-            /// RL.REFUND: [`Algorithm::refund`] under the parameters the key was written with;
-            /// the units given back (0: nothing changed).
+            /// RL.REFUND: [`algorithms::Algorithm::refund`] under the parameters the key was
+            /// written with; the units given back (0: nothing changed).
             pub fn refund(&mut self, now_us: u64, units: u64) -> u64 {
                 match self {
                     $(Value::$variant(s) => <$algorithm>::refund(&s.params, &mut s.state, now_us, units),)*

@@ -1,14 +1,14 @@
-//! Renders a [`Reply`]: the five-field admission reply (an array for RESP2 clients, a map
-//! with a boolean `allowed` for RESP3 clients), redis-cell's array, RL.INSPECT's map, the
-//! plain replies, and errors.
+//! Renders a [`Reply`] to the client: the five-field admission reply (an array for RESP2
+//! clients, a map with a boolean `allowed` for RESP3 clients), redis-cell's array,
+//! RL.INSPECT's map, the plain replies, and errors.
 //!
 //! Written straight to the reply buffer through the room's reply writers: no reply vectors.
 
 use std::ffi::CString;
 
+use super::{int, Admission, Described, Extra, Inspection, Reply};
 use crate::error::Error;
 use crate::redis::Ctx;
-use crate::response::{Admission, Described, Extra, Inspection, Reply};
 use algorithms::{Decision, Span};
 
 /// The field names of the admission reply, in order.
@@ -20,11 +20,6 @@ pub const FIELDS: [&str; 5] = [
     "reset_after_ms",
 ];
 
-/// Clamps to the i64 range of a RESP integer.
-pub fn int(x: u64) -> i64 {
-    i64::try_from(x).unwrap_or(i64::MAX)
-}
-
 /// Seconds the way redis-cell reports them: the whole milliseconds (rounded down), then up
 /// to the next whole second if any millisecond is left over.
 fn redis_cell_seconds(span: Span) -> u64 {
@@ -33,7 +28,7 @@ fn redis_cell_seconds(span: Span) -> u64 {
 }
 
 /// Writes `reply` to the client.
-pub fn render(ctx: Ctx, reply: &Reply) {
+pub fn reply(ctx: Ctx, reply: &Reply) {
     match reply {
         Reply::Admission(a) => admission(ctx, a),
         Reply::RedisCell(a) => redis_cell(ctx, &a.decision),
@@ -197,13 +192,5 @@ mod tests {
         assert_eq!(redis_cell_seconds(Span::from_us(1_000_400)), 1);
         assert_eq!(redis_cell_seconds(Span::from_us(1_001_000)), 2);
         assert_eq!(redis_cell_seconds(Span::ZERO), 0);
-    }
-
-    #[test]
-    fn int_clamps_to_a_resp_integer() {
-        assert_eq!(int(0), 0);
-        assert_eq!(int(i64::MAX as u64), i64::MAX);
-        assert_eq!(int(i64::MAX as u64 + 1), i64::MAX);
-        assert_eq!(int(u64::MAX), i64::MAX);
     }
 }

@@ -1,5 +1,5 @@
 //! What a command's handler returns: what happened, as a value. The dispatcher
-//! (`crate::dispatch`) renders it (RESP2 or RESP3, see `crate::reply`), counts it in the
+//! (`crate::dispatch`) renders it (RESP2 or RESP3, see [`render`]), counts it in the
 //! command's `INFO ratelimit` counters, publishes a client's denial as a keyspace event, and
 //! propagates the write it says to propagate. Counting and publishing are derived here, from
 //! the value alone, so a command cannot forget them and they can be tested without a server.
@@ -7,10 +7,17 @@
 //! Nothing here allocates for an admission: the decision and its extra field sit in the
 //! value (a lease token is the one the algorithm already made).
 
+pub mod render;
+
 use std::ffi::CStr;
 
 use crate::metrics::Outcome;
 use algorithms::Decision;
+
+/// Clamps to the i64 range of a RESP integer.
+pub fn int(x: u64) -> i64 {
+    i64::try_from(x).unwrap_or(i64::MAX)
+}
 
 /// A handler's result: the reply, and what to propagate to replicas and the AOF.
 #[derive(Debug, PartialEq, Eq)]
@@ -258,6 +265,14 @@ mod tests {
             assert_eq!(other.outcome(), Outcome::Other);
             assert!(!other.publishes_denial());
         }
+    }
+
+    #[test]
+    fn int_clamps_to_a_resp_integer() {
+        assert_eq!(int(0), 0);
+        assert_eq!(int(i64::MAX as u64), i64::MAX);
+        assert_eq!(int(i64::MAX as u64 + 1), i64::MAX);
+        assert_eq!(int(u64::MAX), i64::MAX);
     }
 
     #[test]

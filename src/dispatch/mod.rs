@@ -7,15 +7,25 @@
 //! (RESP2 or RESP3), counts the call in the command's counters (`INFO ratelimit`, see
 //! [`crate::metrics`]), and publishes a client's denial as the keyspace event
 //! `ratelimit.denied`. A command added to the table gets all of it by returning a response.
+//!
+//! It knows no command: a command's entry (`commands`) hands it the handler and the
+//! counters, and the handler gets the [`Call`] (`call.rs`). The one command it names is the
+//! one it propagates a client's write as, [`REPLAY`], with [`ReplayText`] (`replay_text.rs`).
+
+mod call;
+mod replay_text;
 
 use std::ffi::CStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::commands::{Call, Handler, Mode, ReplayText};
+pub use call::{read_clock, Call, Handler, Mode};
+pub use replay_text::{parse_replay, ReplayText};
+
+use crate::args::syntax::{name, Name};
 use crate::error::Error;
 use crate::metrics::{Outcome, Stats};
 use crate::redis::{Argv, Ctx, SharedString};
-use crate::reply;
+use crate::response::render;
 use crate::response::{Propagate, Response};
 
 /// Arguments above this count are read into a vector; below, onto the stack.
@@ -26,8 +36,12 @@ const DENIED_EVENT: &CStr = c"ratelimit.denied";
 /// The keyspace event a shadow denial (SHADOW, or a policy's shadow rule) publishes.
 const SHADOW_DENIED_EVENT: &CStr = c"ratelimit.shadow_denied";
 
-/// The internal command that carries a write to replicas and the AOF.
-pub static REPLAY_NAME: SharedString = SharedString::new(c"RL.REPLAY");
+/// The internal command that carries a client's write to replicas and the AOF (its entry is
+/// `commands::replay::RL_REPLAY`, which reads what [`ReplayText`] wrote).
+pub const REPLAY: Name = name!("rl.replay");
+
+/// [`REPLAY`] as the Redis string swapped into the client's argument vector.
+pub static REPLAY_NAME: SharedString = SharedString::new(REPLAY.upper());
 
 /// Runs one call of a command (see the module docs).
 pub fn run(ctx: Ctx, mut argv: Argv, handler: Handler, stats: &Stats) {
@@ -40,7 +54,7 @@ pub fn run(ctx: Ctx, mut argv: Argv, handler: Handler, stats: &Stats) {
             return result.map(|_| (Outcome::Other, None));
         };
         propagate(ctx, &mut argv, response.propagate);
-        reply::render(ctx, &response.reply);
+        render::reply(ctx, &response.reply);
         let event = if response.reply.publishes_denial() {
             Some(DENIED_EVENT)
         } else if response.reply.publishes_shadow_denial() {
@@ -63,7 +77,7 @@ pub fn run(ctx: Ctx, mut argv: Argv, handler: Handler, stats: &Stats) {
                 // A real denial is also recorded for RL.TOP (O(log S), see crate::top).
                 if let Some(key) = argv.get(1) {
                     if event == DENIED_EVENT && crate::top::enabled() {
-                        crate::top::record(key.bytes(), crate::clock::read().now_us);
+                        crate::top::record(key.bytes(), read_clock().now_us);
                     }
                     ctx.notify_module_event(event, key);
                 }
@@ -71,11 +85,11 @@ pub fn run(ctx: Ctx, mut argv: Argv, handler: Handler, stats: &Stats) {
         }
         Ok(Err(e)) => {
             stats.error();
-            reply::error(ctx, &e);
+            render::error(ctx, &e);
         }
         Err(_) => {
             stats.error();
-            reply::error(ctx, &Error::Panic);
+            render::error(ctx, &Error::Panic);
         }
     }
 }

@@ -1,0 +1,92 @@
+//! RL.LIMIT: a key checked against every rule of a policy (see `policy.rs`), all or nothing.
+
+use std::sync::Arc;
+
+use super::{admission, command, Command, When, ONE_KEY, WRITE};
+use crate::args::syntax::{admission_args, name, string, KeyUse};
+use crate::args::Algorithm;
+use crate::dispatch::Call;
+use crate::error::{quote, Error};
+use crate::response::{Extra, Response};
+use crate::storage::policies;
+use algorithms::policy::{self, Limit, Rules};
+use algorithms::{penalty, Decision};
+
+pub static RL_LIMIT: Command = command! {
+    name: name!("rl.limit"),
+    flags: c"write deny-oom fast",
+    acl: WRITE,
+    keys: ONE_KEY,
+    when: When::Always,
+    replayable: true,
+    summary: c"Admit or deny a request against every rule of a policy, all or nothing; the reply is the binding rule's",
+    complexity: c"O(R) where R is the number of rules in the policy",
+    key: KeyUse::Update,
+    args: admission_args!(&[string(c"policy", c"the name of a policy set with RL.POLICY.SET")]),
+    handler: rl_limit,
+};
+
+impl Algorithm for Limit {
+    const NAME: &'static str = RL_LIMIT.name().as_str();
+}
+
+/// `RL.LIMIT key policy [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
+///
+/// Checks the request against every rule of the policy, with each rule's state in `key`:
+/// admitted only if every rule admits it, and then every rule counts it; if any refuses,
+/// nothing changes. A shadow rule (`SHADOW` before it in the policy) is checked too but
+/// never refuses; it counts the request only when it admits it itself. Reply: the binding
+/// rule's `[allowed, limit, remaining, retry_after_ms, reset_after_ms]` and its index in the
+/// policy (from 0) as `rule`, then `shadow_denied` with SHADOW (1 when any rule, shadow or
+/// not, would have denied). The policy's counters count the call (`INFO ratelimit`).
+pub fn rl_limit(call: &Call) -> Result<Response, Error> {
+    let mut a = RL_LIMIT.syntax.args(call.args)?;
+    let name = a.next()?;
+    let opts = a.options()?;
+    let policy = policies::get(name).ok_or_else(|| Error::NoPolicy { name: quote(name) })?;
+    let shadow = policy.shadow;
+    // The step hands back the binding rule, its decision, the clock reading and the shadow
+    // rules that would have refused.
+    let check = |rules: &Rules,
+                 stored: Option<(&Rules, &mut Vec<policy::RuleState>)>,
+                 now_us: u64,
+                 cost: u64,
+                 write: bool| {
+        let stored = stored.map(|(old, states)| (&old[..], states));
+        let (outcome, fresh) = policy::step_shadow(rules, shadow, stored, now_us, cost, write);
+        let binding: (usize, Decision, u64, u32) = (
+            outcome.binding,
+            outcome.binding_decision,
+            now_us,
+            outcome.shadow_denied,
+        );
+        (outcome.decision, fresh, binding)
+    };
+    let rules = Arc::clone(&policy.rules);
+    // ATMOST grants what every enforced rule admits: a shadow rule never limits it.
+    let largest = |rules: &Rules, stored: Option<(&Rules, &Vec<policy::RuleState>)>, now_us| {
+        policy::largest_cost_enforced(rules, shadow, stored, now_us)
+    };
+    let mut decided =
+        admission::run_with::<Limit, _>(call, RL_LIMIT.replay_name(), rules, opts, check, largest)?;
+    let (index, mut binding, now_us, shadow_rules) = decided.aside;
+    let d = &decided.decision;
+    // A BLOCK penalty in force answers for the key instead of the rule.
+    let penalty = d.allowed != binding.allowed || d.retry_after != binding.retry_after;
+    if penalty {
+        let left = d.retry_after.map_or(0, |span| span.ceil_us());
+        penalty::apply(&mut binding, now_us.saturating_add(left), now_us);
+    }
+    // The reply is the binding rule's; the counters and the event go by it too, as they
+    // did by the reply before (it agrees with the key's decision on `allowed`).
+    let enforced_admits = binding.allowed;
+    decided.decision = binding;
+    // A shadow rule's refusal counts only where it would have changed the answer.
+    let shadow_rules = if enforced_admits { shadow_rules } else { 0 };
+    decided.shadow_rule_denied = shadow_rules != 0;
+    let response = decided.reply(Extra::Rule(i64::try_from(index).unwrap_or(i64::MAX)));
+    let outcome = response.reply.outcome();
+    let denied_by = (!enforced_admits && !penalty).then_some(index);
+    policy.stats.count(outcome, denied_by, shadow_rules);
+    Ok(response)
+}
