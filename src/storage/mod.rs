@@ -16,6 +16,7 @@
 
 pub mod codec;
 pub mod compact;
+pub mod interner;
 pub mod policies;
 pub mod value;
 
@@ -34,7 +35,8 @@ use crate::redis::{Ctx, Digest, Holds, Io, RString, RawKey};
 use algorithms::policy::{Rules, MAX_RULES};
 use algorithms::{penalty, Decision, Span};
 pub use codec::Entry;
-use compact::{interner, Bases, Cell, Interned};
+use compact::{Bases, Cell, Interned};
+use interner::interner;
 pub use value::{Stored, Value, Variant};
 
 /// The RDB encoding version of the data type (`encver`): the blob inside carries its own
