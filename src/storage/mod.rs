@@ -34,7 +34,7 @@ use crate::error::Error;
 use crate::redis::{Ctx, Digest, Holds, Io, RString, RawKey};
 use algorithms::policy::{Rules, MAX_RULES};
 use algorithms::{penalty, Decision, Span};
-pub use codec::Entry;
+pub use codec::Record;
 use compact::{Bases, Cell, Interned};
 use interner::interner;
 pub use value::{Stored, Value, Variant};
@@ -79,7 +79,7 @@ fn raw_type() -> *mut raw::RedisModuleType {
 
 /// The tag in a value pointer's two low bits (heap blocks are at least 8-byte aligned).
 const TAG: usize = 3;
-/// A `Box<Entry>`.
+/// A `Box<Record>`.
 const WHOLE: usize = 0;
 /// A `Box<Cell>`.
 const COMPACT: usize = 1;
@@ -96,7 +96,7 @@ enum Repr<'a> {
     Inline(u64),
     Compact(&'a mut Cell),
     Rules(&'a mut [u64]),
-    Whole(&'a mut Entry),
+    Whole(&'a mut Record),
 }
 
 /// # Safety
@@ -104,7 +104,7 @@ enum Repr<'a> {
 unsafe fn repr<'a>(ptr: *mut c_void) -> Repr<'a> {
     let addr = ptr as usize;
     match addr & TAG {
-        WHOLE => Repr::Whole(&mut *ptr.cast::<Entry>()),
+        WHOLE => Repr::Whole(&mut *ptr.cast::<Record>()),
         INLINE => Repr::Inline(addr as u64),
         COMPACT => Repr::Compact(&mut *((addr & !TAG) as *mut Cell)),
         _ => {
@@ -134,67 +134,67 @@ unsafe fn free_rules_block(addr: usize) {
     drop(Box::from_raw(ptr::slice_from_raw_parts_mut(block, len + 1)));
 }
 
-/// A value pointer for `entry`, in the smallest form that holds it exactly: an inline word,
-/// a block of rule words (a policy), a 16-byte cell, else the whole entry (a sliding log, a
+/// A value pointer for `record`, in the smallest form that holds it exactly: an inline word,
+/// a block of rule words (a policy), a 16-byte cell, else the whole record (a sliding log, a
 /// concurrency limiter, a key under a block, a state too large for the others).
-fn into_raw(entry: Entry) -> *mut c_void {
-    if entry.blocked_until_us == 0 {
+fn into_raw(record: Record) -> *mut c_void {
+    if record.blocked_until_us == 0 {
         let mut table = interner();
-        if let Some(word) = compact::pack_word(&entry.value, None, &mut table) {
+        if let Some(word) = compact::pack_word(&record.value, None, &mut table) {
             return (word as usize | INLINE) as *mut c_void;
         }
-        if let Value::Limit(s) = &entry.value {
+        if let Value::Limit(s) = &record.value {
             if let Some(words) = compact::pack_rules(&s.params, &s.state, &[], &mut table) {
                 return rules_block(&words);
             }
         }
-        let base = compact::cell_base(&entry.value);
-        if let Some((params, state)) = compact::pack(&entry.value, base) {
+        let base = compact::cell_base(&record.value);
+        if let Some((params, state)) = compact::pack(&record.value, base) {
             let id = table.acquire(Interned { params, base });
             let cell = Box::into_raw(Box::new(Cell::new(id, state)));
             return (cell as usize | COMPACT) as *mut c_void;
         }
     }
-    Box::into_raw(Box::new(entry)).cast::<c_void>()
+    Box::into_raw(Box::new(record)).cast::<c_void>()
 }
 
 /// The value behind a pointer (unpacked from a packed form), or `None` for a packed form
-/// whose entry is gone (which would be a bug).
+/// whose slot is gone (which would be a bug).
 ///
 /// # Safety
 /// As for [`repr`].
-unsafe fn value_of<'a>(ptr: *mut c_void) -> Option<Cow<'a, Entry>> {
-    entry_of(repr(ptr))
+unsafe fn value_of<'a>(ptr: *mut c_void) -> Option<Cow<'a, Record>> {
+    record_of(repr(ptr))
 }
 
 /// The value a [`Repr`] holds (unpacked from a packed form), or `None` for a packed form
-/// whose entry is gone (which would be a bug).
-fn entry_of(repr: Repr<'_>) -> Option<Cow<'_, Entry>> {
+/// whose slot is gone (which would be a bug).
+fn record_of(repr: Repr<'_>) -> Option<Cow<'_, Record>> {
     match repr {
-        Repr::Whole(entry) => Some(Cow::Borrowed(entry)),
-        packed => unpacked(&packed).map(|value| Cow::Owned(Entry::new(value))),
+        Repr::Whole(record) => Some(Cow::Borrowed(record)),
+        packed => unpacked(&packed).map(|value| Cow::Owned(Record::new(value))),
     }
 }
 
-/// The value a packed form stands for (`None` for a whole entry, or an entry gone).
+/// The value a packed form stands for (`None` for a whole record, or a slot gone).
 fn unpacked(repr: &Repr<'_>) -> Option<Value> {
-    unpacked_with_entry(repr, None, &mut [0; MAX_RULES]).map(|(value, _)| value)
+    unpacked_and_held(repr, None, &mut [0; MAX_RULES]).map(|(value, _)| value)
 }
 
 /// What a read of a packed form keeps so that writing the key back in the same form needs
-/// no lock of the table (the common write): the entry an inline word or a cell names (a
-/// copy); for a policy key read under the rules it was written with, those rules (their
-/// entries' bases go to the caller's [`Bases`]).
+/// no lock of the table (the common write): the interned parameters an inline word or a
+/// cell names (a copy of its slot); for a policy key read under the rules it was written
+/// with, those rules (their slots' bases go to the caller's [`Bases`]).
 enum Held {
     Nothing,
-    Entry(Interned),
+    Interned(Interned),
     Rules(Rules),
 }
 
 /// [`unpacked`], and what [`Held`] keeps for writing it back. `requested` is the policy a
 /// request names, for a policy key (RL.LIMIT): when the key's words hold exactly its rules,
-/// the value shares them instead of a copy, and `bases` gets their entries' bases.
-fn unpacked_with_entry(
+/// the value shares them instead of a copy, and `bases` gets their slots' bases.
+fn unpacked_and_held(
     repr: &Repr<'_>,
     requested: Option<&Rules>,
     bases: &mut Bases,
@@ -202,13 +202,16 @@ fn unpacked_with_entry(
     let table = interner();
     match repr {
         Repr::Inline(word) => {
-            let entry = *table.get(compact::word_parts(*word).0)?;
-            Some((compact::unpack_word(&entry, *word), Held::Entry(entry)))
+            let interned = *table.get(compact::word_parts(*word).0)?;
+            Some((
+                compact::unpack_word(&interned, *word),
+                Held::Interned(interned),
+            ))
         }
         Repr::Compact(cell) => {
-            let entry = *table.get(cell.params)?;
-            let value = compact::unpack(&entry, cell.state());
-            Some((value, Held::Entry(entry)))
+            let interned = *table.get(cell.params)?;
+            let value = compact::unpack(&interned, cell.state());
+            Some((value, Held::Interned(interned)))
         }
         Repr::Rules(words) => {
             if let Some(rules) = requested {
@@ -248,7 +251,7 @@ unsafe fn free_raw(ptr: *mut c_void) {
             drop(table);
             free_rules_block(addr);
         }
-        Repr::Whole(entry) => drop(Box::from_raw(entry as *mut Entry)),
+        Repr::Whole(record) => drop(Box::from_raw(record as *mut Record)),
     }
 }
 
@@ -336,7 +339,7 @@ unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
                 Repr::Inline(_) => 0,
                 Repr::Compact(_) => size_class(std::mem::size_of::<Cell>()),
                 Repr::Rules(words) => size_class((words.len() + 1) * 8),
-                Repr::Whole(entry) => entry.value.memory() + std::mem::size_of::<u64>(),
+                Repr::Whole(record) => record.value.memory() + std::mem::size_of::<u64>(),
             }
     })
     .unwrap_or(0)
@@ -380,7 +383,7 @@ unsafe extern "C" fn copy(
             }
             rules_block(words)
         }
-        Repr::Whole(entry) => Box::into_raw(Box::new(entry.clone())).cast::<c_void>(),
+        Repr::Whole(record) => Box::into_raw(Box::new(record.clone())).cast::<c_void>(),
     }))
     .unwrap_or(ptr::null_mut())
 }
@@ -487,10 +490,10 @@ impl<'a> Key<'a> {
     }
 
     /// A copy of the key's value (`None`: no key), for reading it whole (RL.INSPECT).
-    pub fn snapshot(&mut self) -> Result<Option<Entry>, Error> {
+    pub fn snapshot(&mut self) -> Result<Option<Record>, Error> {
         match self.stored()? {
             None => Ok(None),
-            Some(repr) => entry_of(repr)
+            Some(repr) => record_of(repr)
                 .map(|v| Some(v.into_owned()))
                 .ok_or(Error::Panic),
         }
@@ -546,7 +549,7 @@ impl<'a> Key<'a> {
                     params: params.clone(),
                     state,
                 };
-                self.set(into_raw(Entry::new(A::wrap(stored))));
+                self.set(into_raw(Record::new(A::wrap(stored))));
                 return Ok((decision, true, aside));
             }
             return Ok((decision, false, aside));
@@ -555,12 +558,12 @@ impl<'a> Key<'a> {
         // open; nothing else touches it during the command, and what `repr` borrows is not
         // used after the key's value is replaced (`set`, `replace_value`).
         match unsafe { repr(ptr) } {
-            Repr::Whole(entry) => {
-                let name = entry.value.algorithm_name();
-                let Some(stored) = A::get_mut(&mut entry.value) else {
+            Repr::Whole(record) => {
+                let name = record.value.algorithm_name();
+                let Some(stored) = A::get_mut(&mut record.value) else {
                     return other(name);
                 };
-                let blocked = entry.blocked_until_us;
+                let blocked = record.blocked_until_us;
                 if blocked > now_us {
                     let (mut decision, _, aside) =
                         step(Some((&stored.params, &mut stored.state)), false);
@@ -573,21 +576,21 @@ impl<'a> Key<'a> {
                     stored.params = params.clone();
                     if blocked != 0 {
                         // The block is over: the key takes the smallest form it fits again
-                        // (the whole entry is freed as it is swapped out).
+                        // (the whole record is freed as it is swapped out).
                         let kept =
-                            matches!(entry.value, Value::SlidingLog(_) | Value::Concurrency(_));
+                            matches!(record.value, Value::SlidingLog(_) | Value::Concurrency(_));
                         if !kept {
-                            let value = entry.value.clone();
-                            self.swap(into_raw(Entry::new(value)));
+                            let value = record.value.clone();
+                            self.swap(into_raw(Record::new(value)));
                             return Ok((decision, true, aside));
                         }
-                        entry.blocked_until_us = 0;
+                        record.blocked_until_us = 0;
                     }
                     return Ok((decision, true, aside));
                 }
                 match penalty::starts(&decision, cost, write, block_ms, now_us) {
                     Some(until) => {
-                        entry.blocked_until_us = until;
+                        record.blocked_until_us = until;
                         penalty::apply(&mut decision, until, now_us);
                         Ok((decision, true, aside))
                     }
@@ -598,7 +601,7 @@ impl<'a> Key<'a> {
                 let requested = A::policy_rules(params);
                 let mut bases = [0; MAX_RULES];
                 let (mut value, held) =
-                    unpacked_with_entry(&packed, requested, &mut bases).ok_or(Error::Panic)?;
+                    unpacked_and_held(&packed, requested, &mut bases).ok_or(Error::Panic)?;
                 let name = value.algorithm_name();
                 let Some(stored) = A::get_mut(&mut value) else {
                     return other(name);
@@ -606,11 +609,11 @@ impl<'a> Key<'a> {
                 let (mut decision, _, aside) =
                     step(Some((&stored.params, &mut stored.state)), write);
                 if !(decision.allowed && write) {
-                    // A block keeps the whole entry (a packed form has no room for it).
+                    // A block keeps the whole record (a packed form has no room for it).
                     return match penalty::starts(&decision, cost, write, block_ms, now_us) {
                         Some(until) => {
                             penalty::apply(&mut decision, until, now_us);
-                            self.swap(into_raw(Entry {
+                            self.swap(into_raw(Record {
                                 value,
                                 blocked_until_us: until,
                             }));
@@ -647,20 +650,20 @@ impl<'a> Key<'a> {
         // SAFETY: as in `decide`: a pointer this module made, alive while the key is open;
         // what `repr` borrows is not used after the key's value is replaced.
         let refunded = match unsafe { repr(ptr) } {
-            Repr::Whole(entry) => {
-                if matches!(entry.value, Value::Concurrency(_)) {
+            Repr::Whole(record) => {
+                if matches!(record.value, Value::Concurrency(_)) {
                     return Err(Error::RefundLease);
                 }
                 let mut copy;
                 let value = if write {
-                    &mut entry.value
+                    &mut record.value
                 } else {
-                    copy = entry.value.clone();
+                    copy = record.value.clone();
                     &mut copy
                 };
                 let given = value.refund(now_us, units);
                 let mut now = value.view_now(now_us);
-                penalty::apply(&mut now, entry.blocked_until_us, now_us);
+                penalty::apply(&mut now, record.blocked_until_us, now_us);
                 Refunded {
                     given,
                     reset_after: now.reset_after,
@@ -670,7 +673,7 @@ impl<'a> Key<'a> {
                 // A packed form holds no block and no concurrency limiter.
                 let mut bases = [0; MAX_RULES];
                 let (mut value, held) =
-                    unpacked_with_entry(&packed, None, &mut bases).ok_or(Error::Panic)?;
+                    unpacked_and_held(&packed, None, &mut bases).ok_or(Error::Panic)?;
                 let given = value.refund(now_us, units);
                 let reset_after = value.view_now(now_us).reset_after;
                 if write && given > 0 {
@@ -688,21 +691,21 @@ impl<'a> Key<'a> {
     }
 
     /// Stores `value` in place of the packed form `old`: in the same form when it still fits
-    /// (keeping its table entries when it can), else in whatever form [`into_raw`] picks.
-    /// `held` and `bases` are what the read of `old` kept ([`unpacked_with_entry`]).
+    /// (keeping its table slots when it can), else in whatever form [`into_raw`] picks.
+    /// `held` and `bases` are what the read of `old` kept ([`unpacked_and_held`]).
     fn repack(&mut self, mut old: Repr<'_>, held: &Held, bases: &Bases, value: Value) {
-        // The common writes: the same form and entries, no lock.
+        // The common writes: the same form and slots, no lock.
         match (&mut old, held, &value) {
-            (Repr::Inline(word), Held::Entry(entry), _) => {
+            (Repr::Inline(word), Held::Interned(interned), _) => {
                 let id = compact::word_parts(*word).0;
-                if let Some(new) = compact::refit(&value, id, entry) {
+                if let Some(new) = compact::refit(&value, id, interned) {
                     self.replace_word(new);
                     return;
                 }
             }
-            (Repr::Compact(cell), Held::Entry(entry), _) if !compact::fits_inline(&value) => {
-                if let Some((params, state)) = compact::pack(&value, entry.base) {
-                    if params == entry.params {
+            (Repr::Compact(cell), Held::Interned(interned), _) if !compact::fits_inline(&value) => {
+                if let Some((params, state)) = compact::pack(&value, interned.base) {
+                    if params == interned.params {
                         **cell = Cell::new(cell.params, state);
                         return;
                     }
@@ -739,11 +742,11 @@ impl<'a> Key<'a> {
                     self.swap((word as usize | INLINE) as *mut c_void);
                     return;
                 }
-                // The cell's entry when it still holds the state (the same parameters, and
-                // a warm-up schedule still within its epoch), else the entry it takes anew.
-                let kept = table.get(cell.params).and_then(|entry| {
-                    let (params, state) = compact::pack(&value, entry.base)?;
-                    (params == entry.params).then_some(state)
+                // The cell's slot when it still holds the state (the same parameters, and
+                // a warm-up schedule still within its epoch), else the slot it takes anew.
+                let kept = table.get(cell.params).and_then(|interned| {
+                    let (params, state) = compact::pack(&value, interned.base)?;
+                    (params == interned.params).then_some(state)
                 });
                 if let Some(state) = kept {
                     *cell = Cell::new(cell.params, state);
@@ -781,7 +784,7 @@ impl<'a> Key<'a> {
         }
         // No longer fits its form: the old one is freed as it is swapped out.
         drop(table);
-        self.swap(into_raw(Entry::new(value)));
+        self.swap(into_raw(Record::new(value)));
     }
 
     /// The key's state for an algorithm whose values never pack (the concurrency limiter),
@@ -793,7 +796,7 @@ impl<'a> Key<'a> {
             return Ok(None);
         };
         let value: &mut Value = match repr {
-            Repr::Whole(entry) => &mut entry.value,
+            Repr::Whole(record) => &mut record.value,
             packed => {
                 // A packed value is another algorithm's: name it in the error.
                 let value = unpacked(&packed).ok_or(Error::Panic)?;
@@ -812,18 +815,18 @@ impl<'a> Key<'a> {
 
     /// Creates the key with `stored` (it did not exist).
     pub fn create<A: Variant>(&mut self, stored: Stored<A>) {
-        self.set(into_raw(Entry::new(A::wrap(stored))));
+        self.set(into_raw(Record::new(A::wrap(stored))));
     }
 
-    /// Replaces the key's value with `entry` (RL.LOADSTATE); WRONGTYPE for another type.
-    pub fn replace(&mut self, entry: Entry) -> Result<(), Error> {
+    /// Replaces the key's value with `record` (RL.LOADSTATE); WRONGTYPE for another type.
+    pub fn replace(&mut self, record: Record) -> Result<(), Error> {
         self.raw_value()?;
-        self.set(into_raw(entry));
+        self.set(into_raw(record));
         Ok(())
     }
 
     /// Replaces the key's inline word with `word`, keeping the key and its expiry; the old
-    /// value, a word too, needs nothing freed (its entry's reference is the caller's).
+    /// value, a word too, needs nothing freed (its slot's reference is the caller's).
     fn replace_word(&mut self, word: u64) {
         self.modified = true;
         let word = (word as usize | INLINE) as *mut c_void;
