@@ -9,6 +9,8 @@
 //! - [`Io`], [`Digest`], [`Info`] (in `io.rs`): what the data type's callbacks and the INFO
 //!   callback are handed;
 //! - command registration, ACL categories and command info (in `command.rs`);
+//! - [`KeyReader`] (in `acl.rs`): the calling user's key permissions;
+//! - [`watch_resetstat`] (in `filter.rs`): the command filter that sees `CONFIG RESETSTAT`;
 //! - the server's clock, and whether the optional, newer functions exist.
 //!
 //! The functions every supported server has (Redis 7.0 on) are checked once at load by
@@ -28,6 +30,7 @@
 mod acl;
 mod command;
 pub mod docs;
+mod filter;
 mod io;
 mod key;
 
@@ -40,8 +43,9 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw;
 
-pub use acl::{soon, watch_resetstat, KeyReader};
+pub use acl::KeyReader;
 pub use command::{create_command, set_acl_categories, CommandHandle};
+pub use filter::{soon, watch_resetstat};
 pub use io::{Digest, Info, Io};
 pub use key::{Holds, RawKey};
 
