@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw;
 
-use super::Ctx;
+use super::{Ctx, Timer};
 
 /// What the command filter calls when a client sends `CONFIG RESETSTAT`, before the server
 /// runs (or refuses) it.
@@ -38,11 +38,11 @@ pub fn watch_resetstat(ctx: Ctx, on_resetstat: fn()) -> bool {
     }
 }
 
-/// Runs `callback` from the event loop at once, outside any command (the filter's timer).
-pub fn soon(callback: raw::RedisModuleTimerProc) -> bool {
+/// Runs `T` from the event loop at once, outside any command (the filter's timer).
+pub fn soon<T: Timer>() -> bool {
     let ctx = DETACHED.load(Ordering::Relaxed);
     // SAFETY: the detached context lives as long as the module.
-    unsafe { Ctx::from_raw(ctx) }.is_some_and(|ctx| ctx.timer(0, callback))
+    unsafe { Ctx::from_raw(ctx) }.is_some_and(|ctx| ctx.timer::<T>(0))
 }
 
 fn filter_word(fctx: *mut raw::RedisModuleCommandFilterCtx, pos: c_int, word: &[u8]) -> bool {
