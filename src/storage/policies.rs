@@ -16,8 +16,6 @@
 //! reference) once, so it sees the old policy or the new one, never a mix.
 
 use std::collections::BTreeMap;
-use std::os::raw::c_int;
-use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -199,68 +197,50 @@ pub fn flush_pending(ctx: Ctx) {
     }
 }
 
-/// Writes every policy before the keys of an RDB: the count, then each name, word count and
-/// words.
-pub unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
-    if when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
-        return;
-    }
-    // SAFETY: the stream Redis passed to this callback.
-    let Some(io) = Io::from_raw(rdb) else {
-        return;
-    };
-    let _ = catch_unwind(|| {
-        let policies = all();
-        io.save_unsigned(policies.len() as u64);
-        for (name, policy) in policies {
-            io.save_bytes(&name);
-            io.save_unsigned(policy.words.len() as u64);
-            for word in &policy.words {
-                io.save_bytes(word);
-            }
+/// Writes every policy before the keys of an RDB (the data type's `aux_save`): the count,
+/// then each name, word count and words.
+pub fn write_aux(io: Io) {
+    let policies = all();
+    io.save_unsigned(policies.len() as u64);
+    for (name, policy) in policies {
+        io.save_bytes(&name);
+        io.save_unsigned(policy.words.len() as u64);
+        for word in &policy.words {
+            io.save_bytes(word);
         }
-    });
+    }
 }
 
-/// Reads what [`aux_save`] wrote and replaces the server's policies with it, all at once
-/// (or, during a `repl-diskless-load swapdb` sync, when the sync completes: see
-/// [`AsyncLoad`]). Anything that does not read or parse fails the load, with a line in
-/// the server's log that says why; the policies held stay as they were.
-pub unsafe extern "C" fn aux_load(
-    rdb: *mut raw::RedisModuleIO,
-    encver: c_int,
-    when: c_int,
-) -> c_int {
-    const ERR: c_int = raw::REDISMODULE_ERR as c_int;
-    // SAFETY: the stream Redis passed to this callback.
-    let Some(rdb) = Io::from_raw(rdb) else {
-        return ERR;
-    };
-    if encver != super::ENCODING_VERSION || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+/// Reads what [`write_aux`] wrote (the data type's `aux_load`; `known`: of this encoding
+/// version, before the keys) and replaces the server's policies with it, all at once (or,
+/// during a `repl-diskless-load swapdb` sync, when the sync completes: see [`AsyncLoad`]).
+/// Anything that does not read or parse fails the load, with a line in the server's log that
+/// says why; the policies held stay as they were.
+pub fn read_aux(rdb: Io, known: bool) -> Result<(), ()> {
+    if !known {
         log_io_error(
             rdb,
             "policies of an unknown encoding version or place in the file",
         );
-        return ERR;
+        return Err(());
     }
-    catch_unwind(|| match read_policies(rdb) {
+    match read_policies(rdb) {
         Ok(loaded) => {
             if ASYNC_LOADING.load(Ordering::Relaxed) {
                 *staged() = Some(loaded);
             } else {
                 replace_all(loaded);
             }
-            raw::REDISMODULE_OK as c_int
+            Ok(())
         }
         Err(why) => {
             log_io_error(rdb, why);
-            ERR
+            Err(())
         }
-    })
-    .unwrap_or(ERR)
+    }
 }
 
-/// The policies [`aux_save`] wrote, or what is wrong with them.
+/// The policies [`write_aux`] wrote, or what is wrong with them.
 fn read_policies(rdb: Io) -> Result<Table, &'static str> {
     const SHORT: &str = "policies cut short (a short read)";
     let mut loaded = Table::new();
