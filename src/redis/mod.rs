@@ -26,8 +26,14 @@
 //! (`RedisModule_SetAbsExpire`, the event, timer and server-info functions), are looked up
 //! where used and never unwrapped.
 //!
-//! Every `unsafe` block of the module outside the data type's `extern "C"` callbacks is in
-//! this room, each with the reason it is sound.
+//! Unsafe code is in this room and in two files of `storage` only: `storage/pointer.rs`, the
+//! value pointer of a key of the data type (its forms, their allocation and freeing, the slot
+//! that lends it to an open key), and `storage/data_type.rs`, the data type's `extern "C"`
+//! callbacks, which take what Redis hands them. Every other callback (the commands, timers,
+//! server events, the command filter) is an `extern "C"` trampoline here around a safe
+//! function. Each `unsafe` block says why it is sound (`// SAFETY:`); lib.rs denies
+//! `unsafe_op_in_unsafe_fn`, so an `unsafe fn` needs its blocks too, and the algorithms crate
+//! forbids unsafe code.
 
 mod acl;
 mod command;

@@ -1,6 +1,6 @@
 //! An open key of the data type, for the commands: its state read and written back in
-//! whatever form holds it ([`super::pointer`]), its expiry, its deletion. No unsafe code:
-//! the key's value is reached through a [`Slot`] only.
+//! whatever form holds it ([`super::pointer`]), its expiry, its deletion. Safe code only:
+//! the key's value is reached through a [`Slot`].
 
 use std::sync::Arc;
 

@@ -4,14 +4,15 @@
 //! - [`Key`] (in `key.rs`): an open key, as the commands read and write it; safe code only;
 //! - `pointer.rs`: the value pointer Redis holds for a key, in one of four forms (an
 //!   inline word, a block of rule words, a 16-byte cell, a whole [`codec::Record`]), and
-//!   every unsafe block that looks behind it;
+//!   all the code that looks behind it;
 //! - [`RL_TYPE`] (in `data_type.rs`): the data type and its `extern "C"` callbacks (RDB, AOF
 //!   rewrite, memory usage, digest, free, copy, the policies' aux data);
 //! - [`codec`]: the versioned byte encoding of a record; [`compact`] and [`interner`]: the
 //!   packed forms and the table of interned parameters they refer to; [`value`]: what an
 //!   algorithm's key holds; [`policies`]: the policies, their persistence and propagation.
 //!
-//! Unsafe code is in `pointer.rs` and `data_type.rs` only.
+//! Of storage, only `pointer.rs` and `data_type.rs` hold code the compiler cannot check (see
+//! the rule in `crate::redis`).
 
 pub mod codec;
 pub mod compact;
