@@ -27,6 +27,12 @@
 //!
 //! This file holds the registration only: the `redis_module!` table, the load hook and the
 //! module options.
+//!
+//! Unsafe code is in [`redis`], and in storage's value pointer and data-type callbacks
+//! (`storage/pointer.rs`, `storage/data_type.rs`) only; every operation it does is in an
+//! `unsafe` block with its `// SAFETY:` reason, also inside an `unsafe fn`.
+
+#![deny(unsafe_op_in_unsafe_fn)]
 
 mod args;
 mod clock;

@@ -6,6 +6,9 @@
 //! has no dependencies), reads a clock or allocates per call, and no input makes it panic:
 //! arithmetic saturates. How a decision or a [`Snapshot`] becomes a reply is the module's.
 
+// Plain arithmetic on values: no unsafe code belongs here, and the compiler keeps it out.
+#![forbid(unsafe_code)]
+
 pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;

@@ -3,11 +3,10 @@
 //! table's usage, through the room's [`Info`] (no raw call here); and CONFIG RESETSTAT.
 
 use std::ffi::CString;
-use std::os::raw::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use redis_module::{raw, InfoContext};
+use redis_module::InfoContext;
 
 use super::COMMANDS;
 use crate::redis::{self, Ctx, Info};
@@ -55,9 +54,9 @@ pub fn info(ctx: &InfoContext, _for_crash_report: bool) {
 }
 
 /// `# ratelimit_memory`: what the interned parameter table holds (see
-/// `storage::compact::Interner`): distinct sets, slots, and the bytes they take.
+/// `storage::interner::Interner`): distinct sets, slots, and the bytes they take.
 fn write_memory(info: &Info) {
-    let usage = crate::storage::compact::interner().usage();
+    let usage = crate::storage::interner::interner().usage();
     if !info.section(c"memory") {
         return;
     }
@@ -172,18 +171,19 @@ pub fn on_resetstat() {
     }
     policies::for_each(|name, policy| t.policies.push((name.to_vec(), policy.stats.take())));
     drop(guard);
-    if !redis::soon(Some(on_timer)) {
+    if !redis::soon::<ConfirmReset>() {
         // No timer: keep the reset (the filter saw the command; nothing can check it).
         *taken() = None;
     }
 }
 
-unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    // SAFETY: the context Redis passed to this callback.
-    let Some(ctx) = Ctx::from_raw(ctx) else {
-        return;
-    };
-    let _ = catch_unwind(|| confirm(ctx));
+/// The timer [`on_resetstat`] sets: [`confirm`].
+struct ConfirmReset;
+
+impl redis::Timer for ConfirmReset {
+    fn fire(ctx: Ctx<'_>) {
+        confirm(ctx);
+    }
 }
 
 /// Whether the server ran CONFIG RESETSTAT: its own statistics of that subcommand then read

@@ -66,9 +66,12 @@ pub(super) unsafe fn set_command_info(
     name: &CStr,
     info: &raw::RedisModuleCommandInfo,
 ) -> Option<bool> {
-    let set = raw::RedisModule_SetCommandInfo?;
+    // SAFETY: reads a pointer set once at load.
+    let set = unsafe { raw::RedisModule_SetCommandInfo }?;
     let Some(handle) = command(ctx, name) else {
         return Some(false);
     };
-    Some(set(handle, info) == raw::REDISMODULE_OK as c_int)
+    // SAFETY: a handle of this module's command; every pointer in `info` is valid for the
+    // call (the caller's promise), and Redis copies what it keeps.
+    Some(unsafe { set(handle, info) } == raw::REDISMODULE_OK as c_int)
 }

@@ -9,6 +9,10 @@
 //! - [`Io`], [`Digest`], [`Info`] (in `io.rs`): what the data type's callbacks and the INFO
 //!   callback are handed;
 //! - command registration, ACL categories and command info (in `command.rs`);
+//! - [`KeyReader`] (in `acl.rs`): the calling user's key permissions;
+//! - [`watch_resetstat`] (in `filter.rs`): the command filter that sees `CONFIG RESETSTAT`;
+//! - [`Timer`] and [`ServerEvent`] (in `events.rs`): timers and server events, each a safe
+//!   handler behind an `extern "C"` trampoline, as the commands are behind [`entry`];
 //! - the server's clock, and whether the optional, newer functions exist.
 //!
 //! The functions every supported server has (Redis 7.0 on) are checked once at load by
@@ -22,12 +26,20 @@
 //! (`RedisModule_SetAbsExpire`, the event, timer and server-info functions), are looked up
 //! where used and never unwrapped.
 //!
-//! Every `unsafe` block of the module outside the data type's `extern "C"` callbacks is in
-//! this room, each with the reason it is sound.
+//! Unsafe code is in this room and in two files of `storage` only: `storage/pointer.rs`, the
+//! value pointer of a key of the data type (its forms, their allocation and freeing, the slot
+//! that lends it to an open key), and `storage/data_type.rs`, the data type's `extern "C"`
+//! callbacks, which take what Redis hands them. Every other callback (the commands, timers,
+//! server events, the command filter) is an `extern "C"` trampoline here around a safe
+//! function. Each `unsafe` block says why it is sound (`// SAFETY:`); lib.rs denies
+//! `unsafe_op_in_unsafe_fn`, so an `unsafe fn` needs its blocks too, and the algorithms crate
+//! forbids unsafe code.
 
 mod acl;
 mod command;
 pub mod docs;
+mod events;
+mod filter;
 mod io;
 mod key;
 
@@ -40,8 +52,10 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw;
 
-pub use acl::{soon, watch_resetstat, KeyReader};
+pub use acl::KeyReader;
 pub use command::{create_command, set_acl_categories, CommandHandle};
+pub use events::{ServerEvent, Timer};
+pub use filter::{soon, watch_resetstat};
 pub use io::{Digest, Info, Io};
 pub use key::{Holds, RawKey};
 
@@ -287,31 +301,6 @@ impl<'a> Ctx<'a> {
             if let Some(set) = raw::RedisModule_SetModuleOptions {
                 set(self.raw(), options as c_int);
             }
-        }
-    }
-
-    /// Subscribes `callback` to a server event; whether the server accepted it.
-    pub fn subscribe(self, event: u64, callback: raw::RedisModuleEventCallback) -> bool {
-        let event = raw::RedisModuleEvent {
-            id: event,
-            dataver: 1,
-        };
-        // SAFETY: the load hook's context; the callback is a `'static` function.
-        unsafe {
-            raw::RedisModule_SubscribeToServerEvent.is_some_and(|subscribe| {
-                subscribe(self.raw(), event, callback) == raw::REDISMODULE_OK as c_int
-            })
-        }
-    }
-
-    /// Runs `callback` from the event loop after `ms`; whether a timer was set.
-    pub fn timer(self, ms: i64, callback: raw::RedisModuleTimerProc) -> bool {
-        // SAFETY: a live context; the callback is a `'static` function and gets no data.
-        unsafe {
-            raw::RedisModule_CreateTimer.is_some_and(|create| {
-                create(self.raw(), ms, callback, std::ptr::null_mut());
-                true
-            })
         }
     }
 
@@ -651,6 +640,18 @@ pub fn check_api() -> Result<(), &'static str> {
 mod tests {
     use super::*;
 
+    /// A timer and an event handler that do nothing.
+    struct Nothing;
+
+    impl Timer for Nothing {
+        fn fire(_: Ctx<'_>) {}
+    }
+
+    impl ServerEvent for Nothing {
+        const EVENT: u64 = 0;
+        fn fired(_: Ctx<'_>, _: u64) {}
+    }
+
     /// A unit test has no server, so no API pointer is set: the same as a server lacking
     /// every function. The load is refused naming one, nothing panics, and the calls that
     /// look their pointer up do nothing.
@@ -663,7 +664,7 @@ mod tests {
         assert_eq!(ctx.flags(), 0);
         assert!(!ctx.resp3() && !ctx.replicated_or_loading() && !ctx.aof_on());
         assert_eq!(ctx.server_info_signed(c"persistence", c"x"), None);
-        assert!(!ctx.timer(0, None) && !ctx.subscribe(0, None));
+        assert!(!ctx.timer::<Nothing>(0) && !ctx.subscribe::<Nothing>());
         ctx.reply_error(c"ERR nothing to reply to");
         ctx.log(c"notice", c"nowhere to log");
         ctx.replicate(c"RL.POLICY.SET", &[b"p", b"GCRA", b"1", b"1", b"1s"]);

@@ -1,4 +1,5 @@
-//! The byte encoding of a [`Value`], used for the RDB, the AOF rewrite and the digest.
+//! The byte encoding of a key's [`Record`] (its [`Value`] and its block), used for the RDB,
+//! the AOF rewrite and the digest.
 //!
 //! Layout (little-endian): one byte of encoding version, one byte naming the algorithm, then
 //! that algorithm's parameters and state, field by field. Decoding checks everything: the
@@ -34,28 +35,28 @@ const LIMIT: u8 = 8;
 /// RL.WARMUP (also a rule of an RL.LIMIT value).
 const WARMUP: u8 = 9;
 
-/// A key's whole value: its algorithm's parameters and state, and until when a penalty
-/// blocks it (0: not blocked).
+/// Everything a key of the data type holds: its [`Value`] (an algorithm's parameters and
+/// state), and until when a penalty blocks it (0: not blocked).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
+pub struct Record {
     pub value: Value,
     pub blocked_until_us: u64,
 }
 
-impl Entry {
-    pub fn new(value: Value) -> Entry {
-        Entry {
+impl Record {
+    pub fn new(value: Value) -> Record {
+        Record {
             value,
             blocked_until_us: 0,
         }
     }
 }
 
-pub fn encode(entry: &Entry) -> Vec<u8> {
+pub fn encode(record: &Record) -> Vec<u8> {
     let mut w = Writer(Vec::with_capacity(72));
     w.u8(VERSION);
-    encode_value(&mut w, &entry.value);
-    w.u64(entry.blocked_until_us);
+    encode_value(&mut w, &record.value);
+    w.u64(record.blocked_until_us);
     w.0
 }
 
@@ -135,7 +136,7 @@ fn encode_value(w: &mut Writer, value: &Value) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DecodeError;
 
-pub fn decode(bytes: &[u8]) -> Result<Entry, DecodeError> {
+pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     let mut r = Reader(bytes);
     let version = r.u8()?;
     if version != 1 && version != 2 {
@@ -146,7 +147,7 @@ pub fn decode(bytes: &[u8]) -> Result<Entry, DecodeError> {
     if !r.0.is_empty() {
         return Err(DecodeError);
     }
-    Ok(Entry {
+    Ok(Record {
         value,
         blocked_until_us,
     })
@@ -507,7 +508,7 @@ mod tests {
     #[test]
     fn every_algorithm_round_trips() {
         for v in samples() {
-            let e = Entry {
+            let e = Record {
                 value: v.clone(),
                 blocked_until_us: 7,
             };
@@ -518,7 +519,7 @@ mod tests {
     #[test]
     fn rejects_bad_blobs() {
         for v in samples() {
-            let good = encode(&Entry::new(v.clone()));
+            let good = encode(&Record::new(v.clone()));
             assert_eq!(decode(&good[..good.len() - 1]), Err(DecodeError), "{v:?}");
             let mut long = good.clone();
             long.push(0);
@@ -531,7 +532,7 @@ mod tests {
             zero[2..10].copy_from_slice(&0u64.to_le_bytes());
             assert_eq!(decode(&zero), Err(DecodeError), "{v:?}");
         }
-        let mut tag = encode(&Entry::new(samples()[0].clone()));
+        let mut tag = encode(&Record::new(samples()[0].clone()));
         tag[1] = 200;
         assert_eq!(decode(&tag), Err(DecodeError));
         assert_eq!(decode(&[]), Err(DecodeError));
@@ -541,17 +542,17 @@ mod tests {
     #[test]
     fn version_1_still_decodes() {
         for v in samples() {
-            let mut bytes = encode(&Entry::new(v.clone()));
+            let mut bytes = encode(&Record::new(v.clone()));
             bytes[0] = 1;
             bytes.truncate(bytes.len() - 8);
-            assert_eq!(decode(&bytes), Ok(Entry::new(v)));
+            assert_eq!(decode(&bytes), Ok(Record::new(v)));
         }
     }
 
     #[test]
     fn a_sliding_log_must_be_consistent() {
         let log = &samples()[5];
-        let good = encode(&Entry::new(log.clone()));
+        let good = encode(&Record::new(log.clone()));
         // A total that disagrees with the entries.
         let total_at = 2 + 16 + 16;
         let mut bad_total = good.clone();
@@ -571,7 +572,7 @@ mod tests {
 
     #[test]
     fn a_limit_holds_1_to_16_rules_of_the_six_rate_algorithms() {
-        let good = encode(&Entry::new(limit_sample()));
+        let good = encode(&Record::new(limit_sample()));
         // No rules, or more than a policy holds.
         for count in [0u64, 17, u64::MAX] {
             let mut bad = good.clone();
@@ -588,10 +589,10 @@ mod tests {
         };
         // A rule that is itself an RL.LIMIT (which could nest without end), or a lease set.
         assert_eq!(one_rule(&good), Err(DecodeError));
-        let leases = encode(&Entry::new(samples()[6].clone()));
+        let leases = encode(&Record::new(samples()[6].clone()));
         assert_eq!(one_rule(&leases), Err(DecodeError));
         // A rate algorithm's rule decodes.
-        let gcra = encode(&Entry::new(samples()[0].clone()));
+        let gcra = encode(&Record::new(samples()[0].clone()));
         assert!(one_rule(&gcra).is_ok());
     }
 
@@ -610,7 +611,7 @@ mod tests {
             },
             state,
         });
-        let good = encode(&Entry::new(value.clone()));
+        let good = encode(&Record::new(value.clone()));
         // Two records of 17 bytes (end, length, one byte of token), then the 8-byte block.
         let records = good.len() - 8 - 34..good.len() - 8;
         let (first, second) = good[records.clone()].split_at(17);
@@ -629,7 +630,7 @@ mod tests {
         if let Value::TokenBucket(s) = &mut v {
             s.state.scaled_tokens = 4 * 60_000_000 + 1;
         }
-        assert_eq!(decode(&encode(&Entry::new(v))), Err(DecodeError));
+        assert_eq!(decode(&encode(&Record::new(v))), Err(DecodeError));
     }
 
     #[test]
@@ -641,13 +642,13 @@ mod tests {
                 s.params.cold_factor = cold_factor;
                 s.state.stored = stored;
             }
-            assert_eq!(decode(&encode(&Entry::new(v))), Err(DecodeError));
+            assert_eq!(decode(&encode(&Record::new(v))), Err(DecodeError));
         }
         let mut cold = good.clone();
         if let Value::Warmup(s) = &mut cold {
             s.state.stored = 800_000_000;
         }
-        assert!(decode(&encode(&Entry::new(cold))).is_ok());
+        assert!(decode(&encode(&Record::new(cold))).is_ok());
     }
 
     proptest! {
@@ -660,7 +661,7 @@ mod tests {
 
         #[test]
         fn mutated_blobs_decode_or_fail_without_panic(which in 0usize..9, at in any::<usize>(), byte in any::<u8>()) {
-            let mut bytes = encode(&Entry::new(samples()[which].clone()));
+            let mut bytes = encode(&Record::new(samples()[which].clone()));
             let i = at % bytes.len();
             bytes[i] = byte;
             if let Ok(e) = decode(&bytes) {
@@ -675,7 +676,7 @@ mod tests {
                 params: gcra::Params { burst, rate, period_ms },
                 state: gcra::State { tat },
             });
-            let e = Entry::new(v);
+            let e = Record::new(v);
             prop_assert_eq!(decode(&encode(&e)), Ok(e));
         }
     }

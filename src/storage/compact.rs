@@ -1,21 +1,22 @@
-//! The packed forms of a limiter key, and the table of interned parameters they refer to.
+//! The packed forms of a limiter key; the table of interned parameters they refer to is
+//! [`super::interner`].
 //!
 //! A Redis key already costs about 117 bytes (`SET key <integer> PX <ms>`: its dict entry,
 //! name, object, expiry entry and buckets) and a module value adds a 16-byte wrapper, so
 //! anything we allocate per key costs on top of that. Most keys of a limiter share their
 //! parameters and hold a state of a few integers, so:
 //!
-//! - parameters are interned with an epoch ([`Interned`]): a table holds each distinct pair
-//!   once, counted by reference, and a key holds its index;
+//! - parameters are interned with an epoch ([`Interned`]): a table ([`Interner`]) holds each
+//!   distinct pair once, counted by reference, and a key holds its index;
 //! - an **inline word** ([`pack_word`]) holds a 16-bit index and 46 bits of state, the state's
-//!   time measured from the entry's epoch: the word is the value pointer itself (tagged in its
+//!   time measured from the slot's epoch: the word is the value pointer itself (tagged in its
 //!   low bits by the storage layer), with no allocation;
 //! - a policy's rules pack as one such word each ([`pack_rules`]), in one block;
-//! - a state too large for a word packs into a 16-byte [`Cell`] (a 32-bit index of an entry
+//! - a state too large for a word packs into a 16-byte [`Cell`] (a 32-bit index of a slot
 //!   and 96 bits: a GCRA or leaky-bucket TAT at most about 2^92 until the year 4000 at the
 //!   largest rate, a token bucket's fixed-point tokens (42 bits) and update time (54 bits), a
-//!   window's index (42 bits) and counts, all under an entry of epoch 0; a warm-up key's stored
-//!   permits and schedule side by side, the schedule from its entry's epoch when it needs one,
+//!   window's index (42 bits) and counts, all under a slot of epoch 0; a warm-up key's stored
+//!   permits and schedule side by side, the schedule from its slot's epoch when it needs one,
 //!   see [`cell_base`]).
 //!
 //! A state that fits none (a huge token bucket, counts past 2^27 in a sliding window, a
@@ -26,13 +27,6 @@
 //! into an anchor (the part that moves with time) and a rest ([`Packs`], and its line in
 //! `packing!`), and the anchor's bits in [`anchor_bits`]; the storage layer needs nothing
 //! more. A kind left out keeps the whole value.
-//!
-//! The table is behind a mutex: Redis may free values on its lazy-free thread (FLUSHALL
-//! ASYNC), which releases their entries.
-
-use std::collections::{BTreeSet, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::Mutex;
 
 use algorithms::fixed_window::{self, FixedWindow};
 use algorithms::gcra::{self, Gcra};
@@ -43,6 +37,7 @@ use algorithms::token_bucket::{self, TokenBucket};
 use algorithms::warmup::{self, Warmup};
 use algorithms::Algorithm;
 
+use super::interner::Interner;
 use super::value::{Stored, Value};
 
 /// The parameters of every algorithm that packs.
@@ -58,7 +53,7 @@ pub enum Params {
 
 /// What the table interns: a parameter set and an epoch, the base that the anchor of an inline
 /// state (its time, in the state's own unit) is measured from. A [`Cell`] holds an absolute
-/// state, under an entry of base 0.
+/// state, under a slot of base 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Interned {
     pub params: Params,
@@ -95,7 +90,7 @@ fn fits(x: u128, bits: u32) -> bool {
 }
 
 /// Packs `value`'s state into 96 bits with its parameters, measured from `base` (the base
-/// of the cell's entry: 0 but for a warm-up key, see [`cell_base`]), or `None` when it cannot
+/// of the cell's slot: 0 but for a warm-up key, see [`cell_base`]), or `None` when it cannot
 /// be.
 pub fn pack(value: &Value, base: u128) -> Option<(Params, u128)> {
     if base != 0 && !matches!(value, Value::Warmup(_)) {
@@ -131,7 +126,7 @@ pub fn pack(value: &Value, base: u128) -> Option<(Params, u128)> {
         }
         Value::Warmup(s) => {
             // The stored permits in the low bits that the most a key stores needs, the
-            // schedule (`next_free`, from the entry's base) in the bits left: both exact, or
+            // schedule (`next_free`, from the slot's base) in the bits left: both exact, or
             // no cell.
             let sb = warmup_stored_bits(&s.params);
             let stored = s.state.stored;
@@ -143,7 +138,7 @@ pub fn pack(value: &Value, base: u128) -> Option<(Params, u128)> {
     }
 }
 
-/// The base of the entry a new cell for `value` takes. 0 (one entry for every key of a
+/// The base of the slot a new cell for `value` takes. 0 (one slot for every key of a
 /// parameter set), but for a warm-up key whose schedule is past the bits its stored permits
 /// leave (at 1,000 a minute warming up in a minute, 57 bits, and now is about 2^61 ticks): its
 /// epoch, the schedule rounded down to a quarter of the span those bits cover, as an inline
@@ -177,10 +172,10 @@ fn warmup_stored_bits(params: &warmup::Params) -> u32 {
     128 - params.max_stored().leading_zeros()
 }
 
-/// The value a cell's packed state stands for, with `entry` the entry it names (the inverse
+/// The value a cell's packed state stands for, with `interned` the slot it names (the inverse
 /// of [`pack`]).
-pub fn unpack(entry: &Interned, state: u128) -> Value {
-    let Interned { params, base } = entry;
+pub fn unpack(interned: &Interned, state: u128) -> Value {
+    let Interned { params, base } = interned;
     let low = |bits: u32| (state & ((1u128 << bits) - 1)) as u64;
     match *params {
         Params::Gcra(params) => Value::Gcra(Stored {
@@ -235,8 +230,8 @@ pub fn unpack(entry: &Interned, state: u128) -> Value {
     }
 }
 
-/// Bits of an inline word that name its table entry: the entries numbered below 2^16 can be
-/// used inline; a key whose entry is numbered higher falls back to a [`Cell`].
+/// Bits of an inline word that name its table slot: the slots numbered below 2^16 can be
+/// used inline; a key whose slot is numbered higher falls back to a [`Cell`].
 pub const INDEX_BITS: u32 = 16;
 /// Bits of an inline word that hold the state: 64, less the two bits of the pointer's tag and
 /// the index.
@@ -245,13 +240,13 @@ pub const PAYLOAD_BITS: u32 = 64 - 2 - INDEX_BITS;
 const INDEX_SHIFT: u32 = 2;
 const PAYLOAD_SHIFT: u32 = INDEX_SHIFT + INDEX_BITS;
 
-/// An inline word of entry `id` and `payload` (the tag's bits left clear).
+/// An inline word of slot `id` and `payload` (the tag's bits left clear).
 #[inline]
 pub fn word(id: u32, payload: u64) -> u64 {
     (payload << PAYLOAD_SHIFT) | (u64::from(id) << INDEX_SHIFT)
 }
 
-/// The entry and the payload of an inline word.
+/// The slot and the payload of an inline word.
 #[inline]
 pub fn word_parts(word: u64) -> (u32, u64) {
     (
@@ -260,7 +255,7 @@ pub fn word_parts(word: u64) -> (u32, u64) {
     )
 }
 
-/// The bits of a payload that hold the anchor, measured from the entry's base; the rest of the
+/// The bits of a payload that hold the anchor, measured from the slot's base; the rest of the
 /// state takes the bits below. Chosen so that an epoch spans far longer than a key of usual
 /// parameters lives: a GCRA TAT 2^46 units of 1/rate µs (about 80 days at 10 per period, 70
 /// s at 10^6), a token bucket's update time 2^30 µs (18 minutes), 2^14 fixed windows, 2^10
@@ -524,27 +519,27 @@ pub fn fits_inline(value: &Value) -> bool {
     split(value).is_some()
 }
 
-/// The anchor and the rest an inline word holds, with `entry` the entry its index names.
+/// The anchor and the rest an inline word holds, with `interned` the slot its index names.
 #[inline]
-fn anchor_and_rest(entry: &Interned, word: u64) -> (u128, u64) {
+fn anchor_and_rest(interned: &Interned, word: u64) -> (u128, u64) {
     let (_, payload) = word_parts(word);
-    let rest_bits = PAYLOAD_BITS - anchor_bits(&entry.params);
+    let rest_bits = PAYLOAD_BITS - anchor_bits(&interned.params);
     let offset = u128::from(payload >> rest_bits);
     let rest = payload & ((1u64 << rest_bits) - 1);
-    (entry.base.saturating_add(offset), rest)
+    (interned.base.saturating_add(offset), rest)
 }
 
-/// The value an inline word stands for, with `entry` the entry its index names.
-pub fn unpack_word(entry: &Interned, word: u64) -> Value {
-    let (anchor, rest) = anchor_and_rest(entry, word);
-    join(&entry.params, anchor, rest)
+/// The value an inline word stands for, with `interned` the slot its index names.
+pub fn unpack_word(interned: &Interned, word: u64) -> Value {
+    let (anchor, rest) = anchor_and_rest(interned, word);
+    join(&interned.params, anchor, rest)
 }
 
 /// `value` as an inline word (tag bits clear), or `None` when it does not fit one exactly.
 ///
-/// `old` is the entry the key's word used so far: kept when it is the same parameters and the
+/// `old` is the slot the key's word used so far: kept when it is the same parameters and the
 /// anchor still fits above its base (no reference taken, and none to give back); otherwise
-/// the word takes a reference to the entry of the anchor's epoch, and the caller releases
+/// the word takes a reference to the slot of the anchor's epoch, and the caller releases
 /// `old`'s when it stores the new word.
 pub fn pack_word(value: &Value, old: Option<u32>, table: &mut Interner) -> Option<u64> {
     pack_parts(split(value)?, old, table)
@@ -559,7 +554,7 @@ fn pack_parts(
     if let Some(id) = old {
         let kept = table
             .get(id)
-            .and_then(|entry| refit_parts((params, anchor, rest), id, entry));
+            .and_then(|interned| refit_parts((params, anchor, rest), id, interned));
         if kept.is_some() {
             return kept;
         }
@@ -569,7 +564,7 @@ fn pack_parts(
     let p = payload(&params, anchor, rest, base)?;
     let id = table.acquire(Interned { params, base });
     if id >> INDEX_BITS != 0 || Some(id) == old {
-        // Past the ids a word holds; or the entry `old` already holds (an anchor that moved
+        // Past the ids a word holds; or the slot `old` already holds (an anchor that moved
         // back under its base cannot come here with the same base, but a reference taken
         // twice would never be given back).
         table.release(id);
@@ -578,23 +573,23 @@ fn pack_parts(
     Some(word(id, p))
 }
 
-/// `value` as an inline word of entry `id`, which is `entry`, when it is of the same
-/// parameters and its anchor fits above the entry's base: no table needed (the common
-/// write of a key, which keeps its entry).
-pub fn refit(value: &Value, id: u32, entry: &Interned) -> Option<u64> {
-    refit_parts(split(value)?, id, entry)
+/// `value` as an inline word of slot `id`, which is `interned`, when it is of the same
+/// parameters and its anchor fits above the slot's base: no table needed (the common
+/// write of a key, which keeps its slot).
+pub fn refit(value: &Value, id: u32, interned: &Interned) -> Option<u64> {
+    refit_parts(split(value)?, id, interned)
 }
 
 /// [`refit`] of a state already split.
 fn refit_parts(
     (params, anchor, rest): (Params, u128, u64),
     id: u32,
-    entry: &Interned,
+    interned: &Interned,
 ) -> Option<u64> {
-    if params != entry.params {
+    if params != interned.params {
         return None;
     }
-    payload(&params, anchor, rest, entry.base).map(|p| word(id, p))
+    payload(&params, anchor, rest, interned.base).map(|p| word(id, p))
 }
 
 /// The payload of an anchor and a rest above `base`, when the anchor fits.
@@ -607,7 +602,7 @@ fn payload(params: &Params, anchor: u128, rest: u64, base: u128) -> Option<u64> 
 
 /// The words of a policy's rules (each as [`pack_word`] packs a key of the rule's algorithm),
 /// or `None` when one does not fit (then no reference is left taken). `old` are the key's
-/// words so far: a rule keeps the entry of the word at its place when it can.
+/// words so far: a rule keeps the slot of the word at its place when it can.
 pub fn pack_rules(
     rules: &[Rule],
     states: &[RuleState],
@@ -657,9 +652,9 @@ pub fn unpack_rules(words: &[u64], table: &Interner) -> Option<Value> {
     let mut rules = Vec::with_capacity(words.len());
     let mut states = Vec::with_capacity(words.len());
     for &w in words {
-        let entry = table.get(word_parts(w).0)?;
-        let (anchor, rest) = anchor_and_rest(entry, w);
-        let (rule, state) = join_rule(&entry.params, anchor, rest);
+        let interned = table.get(word_parts(w).0)?;
+        let (anchor, rest) = anchor_and_rest(interned, w);
+        let (rule, state) = join_rule(&interned.params, anchor, rest);
         rules.push(rule);
         states.push(state);
     }
@@ -669,12 +664,12 @@ pub fn unpack_rules(words: &[u64], table: &Interner) -> Option<Value> {
     }))
 }
 
-/// The entries' bases of a policy key's words, as [`rule_states`] read them.
+/// The slots' bases of a policy key's words, as [`rule_states`] read them.
 pub type Bases = [u128; MAX_RULES];
 
-/// The states of a policy key's words when each word's entry holds the rule at its place in
+/// The states of a policy key's words when each word's slot holds the rule at its place in
 /// `rules` (the policy a request names, unchanged since the key was written: the usual call),
-/// with each entry's base in `bases`, so that [`refit_rules`] writes them back without the
+/// with each slot's base in `bases`, so that [`refit_rules`] writes them back without the
 /// table. `None` when the rules differ in any way.
 pub fn rule_states(
     words: &[u64],
@@ -688,15 +683,15 @@ pub fn rule_states(
     let mut states = SPARE.take();
     states.reserve(words.len());
     for ((&w, rule), base) in words.iter().zip(rules).zip(bases.iter_mut()) {
-        let entry = table.get(word_parts(w).0)?;
-        if !is_rule(&entry.params, rule) {
+        let interned = table.get(word_parts(w).0)?;
+        if !is_rule(&interned.params, rule) {
             states.clear();
             SPARE.set(states);
             return None;
         }
-        *base = entry.base;
-        let (anchor, rest) = anchor_and_rest(entry, w);
-        states.push(join_rule(&entry.params, anchor, rest).1);
+        *base = interned.base;
+        let (anchor, rest) = anchor_and_rest(interned, w);
+        states.push(join_rule(&interned.params, anchor, rest).1);
     }
     Some(states)
 }
@@ -719,9 +714,9 @@ pub fn recycle(value: Value) {
     }
 }
 
-/// Writes `states` of `rules` into `words` in place, each word keeping its entry, when
+/// Writes `states` of `rules` into `words` in place, each word keeping its slot, when
 /// [`rule_states`] read `words` under these `rules` with `bases` and every new state still
-/// fits above its entry's base; returns whether it did (else `words` are unchanged).
+/// fits above its slot's base; returns whether it did (else `words` are unchanged).
 pub fn refit_rules(words: &mut [u64], rules: &[Rule], states: &[RuleState], bases: &Bases) -> bool {
     let n = words.len();
     if rules.len() != n || states.len() != n || n > MAX_RULES {
@@ -740,168 +735,6 @@ pub fn refit_rules(words: &mut [u64], rules: &[Rule], states: &[RuleState], base
     }
     words.copy_from_slice(&new[..n]);
     true
-}
-
-/// FNV-1a: parameters are a few integers, and a siphash per new key is not needed here.
-#[derive(Default)]
-struct Fnv(u64);
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for &b in bytes {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        self.0 = h;
-    }
-}
-
-/// Interned parameters: each distinct set once, with the number of keys that hold it.
-///
-/// A set that no key holds any more is released, and so is the memory it took: a freed id
-/// is reused lowest first, the slots past the highest id in use are dropped, and the table
-/// and the map give their spare capacity back once they are a quarter full. So the table
-/// holds as many slots as the highest id in use, and each call costs O(log n) amortized
-/// (the rare shrink copies what is left, paid for by the releases before it).
-#[derive(Default)]
-pub struct Interner {
-    ids: HashMap<Interned, u32, BuildHasherDefault<Fnv>>,
-    entries: Vec<Option<(Interned, u64)>>,
-    /// Free ids below `entries.len()`, taken lowest first.
-    free: BTreeSet<u32>,
-}
-
-/// What the table holds, for `INFO ratelimit`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Usage {
-    /// Distinct parameter sets held.
-    pub params: usize,
-    /// Slots in the table (the highest id in use, plus one).
-    pub slots: usize,
-    /// Bytes the table, the map and the free list take (their capacity, estimated).
-    pub bytes: usize,
-}
-
-impl Interner {
-    /// The id of `params`, taking one reference to it.
-    pub fn acquire(&mut self, params: Interned) -> u32 {
-        if let Some(&id) = self.ids.get(&params) {
-            if let Some(Some((_, refs))) = self.entries.get_mut(id as usize) {
-                *refs += 1;
-            }
-            return id;
-        }
-        let id = match self.free.pop_first() {
-            Some(id) => {
-                self.entries[id as usize] = Some((params, 1));
-                id
-            }
-            None => {
-                self.entries.push(Some((params, 1)));
-                (self.entries.len() - 1) as u32
-            }
-        };
-        self.ids.insert(params, id);
-        id
-    }
-
-    /// One more reference to `id` (a copied key).
-    pub fn retain(&mut self, id: u32) {
-        if let Some(Some((_, refs))) = self.entries.get_mut(id as usize) {
-            *refs += 1;
-        }
-    }
-
-    /// Drops one reference to `id`; the entry goes when no key holds it, and with it the
-    /// memory nothing uses any more.
-    pub fn release(&mut self, id: u32) {
-        let Some(slot) = self.entries.get_mut(id as usize) else {
-            return;
-        };
-        let Some((params, refs)) = slot else {
-            return;
-        };
-        *refs -= 1;
-        if *refs > 0 {
-            return;
-        }
-        self.ids.remove(params);
-        *slot = None;
-        self.free.insert(id);
-        // Slots past the highest id in use go (each slot is dropped once per push).
-        while let Some(None) = self.entries.last() {
-            self.entries.pop();
-        }
-        let len = self.entries.len() as u32;
-        if self.free.last().is_some_and(|&last| last >= len) {
-            let _ = self.free.split_off(&len);
-        }
-        if self.entries.len() * 4 < self.entries.capacity() {
-            self.entries.shrink_to(self.entries.len() * 2);
-        }
-        if self.ids.len() * 4 < self.ids.capacity() {
-            self.ids.shrink_to(self.ids.len() * 2);
-        }
-    }
-
-    pub fn get(&self, id: u32) -> Option<&Interned> {
-        self.entries
-            .get(id as usize)?
-            .as_ref()
-            .map(|(params, _)| params)
-    }
-
-    /// Distinct parameter sets held.
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.ids.len()
-    }
-
-    /// The references to `id` (0: not in use).
-    #[cfg(test)]
-    pub fn refs(&self, id: u32) -> u64 {
-        match self.entries.get(id as usize) {
-            Some(Some((_, refs))) => *refs,
-            _ => 0,
-        }
-    }
-
-    pub fn usage(&self) -> Usage {
-        use std::mem::size_of;
-        // The map's buckets and a control byte each, at 8/7 of its capacity; a B-tree node
-        // of the free list holds up to 11 ids in about 64 bytes.
-        let map = (self.ids.capacity() * 8 / 7) * (size_of::<(Interned, u32)>() + 1);
-        Usage {
-            params: self.ids.len(),
-            slots: self.entries.len(),
-            bytes: self.entries.capacity() * size_of::<Option<(Interned, u64)>>()
-                + map
-                + self.free.len().div_ceil(11) * 64,
-        }
-    }
-}
-
-/// The module's one table.
-pub static INTERNER: Mutex<Interner> = Mutex::new(Interner {
-    ids: HashMap::with_hasher(BuildHasherDefault::new()),
-    entries: Vec::new(),
-    free: BTreeSet::new(),
-});
-
-/// The table, also after a panic elsewhere left the lock poisoned (its data stays valid:
-/// every method leaves it consistent before it could panic).
-pub fn interner() -> std::sync::MutexGuard<'static, Interner> {
-    INTERNER
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]
@@ -973,17 +806,17 @@ mod tests {
         let v = gcra(10, NOW_US * 10);
         let w = pack_word(&v, None, &mut t).unwrap();
         let (id, payload) = word_parts(w);
-        let entry = *t.get(id).unwrap();
+        let interned = *t.get(id).unwrap();
         // The base is the TAT rounded down to 2^44 units; the payload, the TAT above it.
-        assert_eq!(entry.base, (NOW_US * 10) >> 44 << 44);
-        assert_eq!(u128::from(payload), NOW_US * 10 - entry.base);
-        // A second key of the same parameters an hour later shares the entry.
+        assert_eq!(interned.base, (NOW_US * 10) >> 44 << 44);
+        assert_eq!(u128::from(payload), NOW_US * 10 - interned.base);
+        // A second key of the same parameters an hour later shares the slot.
         let later = gcra(10, (NOW_US + 3_600_000_000) * 10);
         assert_eq!(word_parts(pack_word(&later, None, &mut t).unwrap()).0, id);
         assert_eq!(t.refs(id), 2);
         // Past the epoch's span (2^46 units, 81 days at this rate), the key moves to a new
-        // one, and its old entry is the caller's to release.
-        let far = gcra(10, entry.base + (1 << 46));
+        // one, and its old slot is the caller's to release.
+        let far = gcra(10, interned.base + (1 << 46));
         let moved = pack_word(&far, Some(id), &mut t).unwrap();
         assert_ne!(word_parts(moved).0, id);
         assert_eq!(unpack_word(t.get(word_parts(moved).0).unwrap(), moved), far);
@@ -1024,19 +857,22 @@ mod tests {
         });
         let w = pack_word(&v, None, &mut t).unwrap();
         let (id, payload) = word_parts(w);
-        let entry = *t.get(id).unwrap();
+        let interned = *t.get(id).unwrap();
         // The base: the schedule rounded down to 2^36 ticks; the payload, the schedule above
         // it and the deficit (2) in the 8 bits below.
-        assert_eq!(entry.base, fresh.next_free >> 36 << 36);
-        assert_eq!(u128::from(payload), (fresh.next_free - entry.base) << 8 | 2);
-        assert_eq!(unpack_word(&entry, w), v);
+        assert_eq!(interned.base, fresh.next_free >> 36 << 36);
+        assert_eq!(
+            u128::from(payload),
+            (fresh.next_free - interned.base) << 8 | 2
+        );
+        assert_eq!(unpack_word(&interned, w), v);
         // Past the epoch's span (2^38 ticks, 7.6 hours at 10 an hour), a new epoch.
-        let far = warmup(10, max - 10 * scale, entry.base + (1 << 38));
+        let far = warmup(10, max - 10 * scale, interned.base + (1 << 38));
         let moved = pack_word(&far, Some(id), &mut t).unwrap();
         assert_ne!(word_parts(moved).0, id);
         assert_eq!(unpack_word(t.get(word_parts(moved).0).unwrap(), moved), far);
-        // Within it, the same entry.
-        let near = warmup(10, max, entry.base + (1 << 38) - 1);
+        // Within it, the same slot.
+        let near = warmup(10, max, interned.base + (1 << 38) - 1);
         assert_eq!(
             word_parts(pack_word(&near, Some(id), &mut t).unwrap()).0,
             id
@@ -1076,7 +912,7 @@ mod tests {
         assert!(pack(&warmup(10, max, (1 << 57) - 1), 0).is_some());
         assert_eq!(pack(&warmup(10, max, 1 << 57), 0), None);
         assert_eq!(pack(&warmup(10, 1 << 39, 0), 0), None);
-        // Past them, a new cell's entry takes an epoch: the schedule from a multiple of 2^55.
+        // Past them, a new cell's slot takes an epoch: the schedule from a multiple of 2^55.
         let late = warmup(10, max - 1, (1 << 57) + 12345);
         assert_eq!(cell_base(&late), 1 << 57);
         let (p, bits) = pack(&late, 1 << 57).unwrap();
@@ -1230,13 +1066,13 @@ mod tests {
             (&*s.params, &s.state),
             (&rules[..], &states(NOW_US * 100, 1))
         );
-        // Written again within the epochs: the same entries, no new references.
+        // Written again within the epochs: the same slots, no new references.
         let again = pack_rules(&rules, &states(NOW_US * 100 + 7, 2), &words, &mut t).unwrap();
         release_replaced(&words, &again, &mut t);
         let ids = |w: &[u64]| w.iter().map(|&w| word_parts(w).0).collect::<Vec<_>>();
         assert_eq!(ids(&again), ids(&words));
         assert!(ids(&words).iter().all(|&id| t.refs(id) == 1));
-        // The GCRA rule past its epoch: a new entry for it, the old one given back.
+        // The GCRA rule past its epoch: a new slot for it, the old one given back.
         let far = states((((NOW_US * 100) >> 44) << 44) + (1 << 46), 3);
         let moved = pack_rules(&rules, &far, &again, &mut t).unwrap();
         release_replaced(&again, &moved, &mut t);
@@ -1300,7 +1136,7 @@ mod tests {
             rule_states(&words, &rules[..1], &t, &mut [0; MAX_RULES]),
             None
         );
-        // Written back: the same entries, the words the whole pack gives.
+        // Written back: the same slots, the words the whole pack gives.
         let next = states(NOW_US * 100 + 5, 2);
         let expected = pack_rules(&rules, &next, &words, &mut t).unwrap();
         assert!(refit_rules(&mut words, &rules, &next, &bases));
@@ -1352,75 +1188,6 @@ mod tests {
         assert!(words.iter().all(|&w| t.refs(word_parts(w).0) == 1));
     }
 
-    #[test]
-    fn the_interner_counts_references() {
-        let mut t = Interner::default();
-        let a = at0(Params::Gcra(gcra::Params {
-            burst: 1,
-            rate: 2,
-            period_ms: 3,
-        }));
-        let b = at0(Params::Gcra(gcra::Params {
-            burst: 1,
-            rate: 2,
-            period_ms: 4,
-        }));
-        let ia = t.acquire(a);
-        assert_eq!(t.acquire(a), ia);
-        let ib = t.acquire(b);
-        assert_ne!(ia, ib);
-        t.retain(ib);
-        t.release(ia);
-        assert_eq!(t.get(ia), Some(&a));
-        t.release(ia);
-        assert_eq!((t.get(ia), t.len()), (None, 1));
-        // The freed slot is reused.
-        let c = at0(Params::Gcra(gcra::Params {
-            burst: 9,
-            rate: 9,
-            period_ms: 9,
-        }));
-        assert_eq!(t.acquire(c), ia);
-        t.release(ib);
-        t.release(ib);
-        t.release(ib); // one too many: ignored
-        assert_eq!(t.len(), 1);
-    }
-
-    #[test]
-    fn the_interner_gives_back_what_nothing_uses() {
-        let mut t = Interner::default();
-        let set = |n: u64| {
-            at0(Params::Gcra(gcra::Params {
-                burst: 1,
-                rate: n,
-                period_ms: 1000,
-            }))
-        };
-        let ids: Vec<u32> = (1..=50_000).map(|n| t.acquire(set(n))).collect();
-        let full = t.usage();
-        assert_eq!((full.params, full.slots), (50_000, 50_000));
-        // The last one stays: the table keeps slots up to it, no more.
-        for &id in &ids[..49_999] {
-            t.release(id);
-        }
-        assert_eq!((t.usage().params, t.usage().slots), (1, 50_000));
-        // A new set takes the lowest free id.
-        assert_eq!(t.acquire(set(0)), 0);
-        t.release(0);
-        t.release(ids[49_999]);
-        let empty = t.usage();
-        assert_eq!((empty.params, empty.slots), (0, 0));
-        assert_eq!(empty.bytes, 0, "{full:?} then {empty:?}");
-        // Released in any order, all of it goes too.
-        let ids: Vec<u32> = (1..=1000).map(|n| t.acquire(set(n))).collect();
-        for &id in ids.iter().step_by(2).chain(ids.iter().skip(1).step_by(2)) {
-            t.release(id);
-        }
-        assert_eq!(t.usage().slots, 0);
-        assert_eq!(t.usage().bytes, 0);
-    }
-
     fn round_trips(v: Value) -> Result<(), TestCaseError> {
         if let Some((params, bits)) = pack(&v, 0) {
             prop_assert!(fits(bits, STATE_BITS));
@@ -1429,8 +1196,8 @@ mod tests {
         inline_round_trips(&v)
     }
 
-    /// An inline word, made fresh or against an entry the key held, stands for exactly `v`,
-    /// and holds one reference to its entry.
+    /// An inline word, made fresh or against a slot the key held, stands for exactly `v`,
+    /// and holds one reference to its slot.
     fn inline_round_trips(v: &Value) -> Result<(), TestCaseError> {
         let mut t = Interner::default();
         let Some((params, anchor, _)) = split(v) else {
@@ -1442,10 +1209,10 @@ mod tests {
         prop_assert_eq!(w & 3, 0, "the tag's bits are clear");
         prop_assert_eq!(unpack_word(t.get(id).unwrap(), w), v.clone());
         prop_assert_eq!(t.refs(id), 1);
-        // Packed again against its own entry: the same word, no reference taken.
+        // Packed again against its own slot: the same word, no reference taken.
         prop_assert_eq!(pack_word(v, Some(id), &mut t), Some(w));
         prop_assert_eq!(t.refs(id), 1);
-        // Against an entry of the same parameters at another base (the key's older epoch):
+        // Against a slot of the same parameters at another base (the key's older epoch):
         // kept if the anchor fits above its base, else a new epoch's reference is taken.
         let bases = [
             0,
@@ -1462,7 +1229,7 @@ mod tests {
             prop_assert_eq!(
                 t.refs(old),
                 before,
-                "the old entry's references are the caller's"
+                "the old slot's references are the caller's"
             );
             if id2 != old {
                 prop_assert!(anchor < base || (anchor - base) >> anchor_bits(&params) != 0);

@@ -16,8 +16,6 @@
 //! reference) once, so it sees the old policy or the new one, never a mix.
 
 use std::collections::BTreeMap;
-use std::os::raw::{c_int, c_void};
-use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -26,7 +24,7 @@ use redis_module::raw;
 use crate::args::rules;
 use crate::config::SLIDING_LOG_LIMIT_CEILING;
 use crate::metrics::PolicyStats;
-use crate::redis::{Ctx, Io};
+use crate::redis::{Ctx, Io, ServerEvent, Timer};
 use algorithms::policy::Rules;
 
 /// The longest policy name, in bytes.
@@ -123,8 +121,8 @@ pub fn all() -> Vec<(Vec<u8>, Arc<Policy>)> {
 /// Subscribes to fork events (see the module documentation). A server without the event
 /// API still persists policies in the RDB and the AOF preamble; that is logged.
 pub fn init(ctx: Ctx) {
-    ctx.subscribe(raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD, Some(on_async_load));
-    if !ctx.subscribe(raw::REDISMODULE_EVENT_FORK_CHILD, Some(on_fork)) {
+    ctx.subscribe::<AsyncLoad>();
+    if !ctx.subscribe::<Fork>() {
         crate::log::log(
             Some(ctx),
             crate::log::Level::Warning,
@@ -143,17 +141,12 @@ static PENDING: AtomicBool = AtomicBool::new(false);
 /// reach the new AOF before the policies it needs). Not from the event itself: it fires
 /// inside the command that forked (BGREWRITEAOF, BGSAVE), and propagating from there would
 /// propagate that command too.
-unsafe extern "C" fn on_fork(
-    ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    subevent: u64,
-    _data: *mut c_void,
-) {
-    // SAFETY: the context Redis passed to this callback.
-    let Some(ctx) = Ctx::from_raw(ctx) else {
-        return;
-    };
-    let _ = catch_unwind(|| {
+struct Fork;
+
+impl ServerEvent for Fork {
+    const EVENT: u64 = raw::REDISMODULE_EVENT_FORK_CHILD;
+
+    fn fired(ctx: Ctx<'_>, subevent: u64) {
         if subevent != raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
             return;
         }
@@ -161,9 +154,9 @@ unsafe extern "C" fn on_fork(
             return;
         }
         if !PENDING.swap(true, Ordering::Relaxed) {
-            ctx.timer(0, Some(on_timer));
+            ctx.timer::<Repropagate>(0);
         }
-    });
+    }
 }
 
 /// Whether the child just forked is an AOF rewrite, not an RDB save (BGSAVE, a replica's
@@ -179,15 +172,16 @@ fn aof_rewrite_in_progress(ctx: Ctx) -> bool {
         .is_none_or(|in_progress| in_progress != 0)
 }
 
-unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    // SAFETY: the context Redis passed to this callback.
-    let Some(ctx) = Ctx::from_raw(ctx) else {
-        return;
-    };
-    let _ = catch_unwind(|| flush_pending(ctx));
+/// The timer [`Fork`] sets: [`flush_pending`].
+struct Repropagate;
+
+impl Timer for Repropagate {
+    fn fire(ctx: Ctx<'_>) {
+        flush_pending(ctx);
+    }
 }
 
-/// Propagates every policy as RL.POLICY.SET if a fork asked for it (see [`on_fork`]); a
+/// Propagates every policy as RL.POLICY.SET if a fork asked for it (see [`Fork`]); a
 /// single atomic load otherwise. `ctx` is a context that may propagate (a command's or a
 /// timer's).
 pub fn flush_pending(ctx: Ctx) {
@@ -203,68 +197,50 @@ pub fn flush_pending(ctx: Ctx) {
     }
 }
 
-/// Writes every policy before the keys of an RDB: the count, then each name, word count and
-/// words.
-pub unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
-    if when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
-        return;
-    }
-    // SAFETY: the stream Redis passed to this callback.
-    let Some(io) = Io::from_raw(rdb) else {
-        return;
-    };
-    let _ = catch_unwind(|| {
-        let policies = all();
-        io.save_unsigned(policies.len() as u64);
-        for (name, policy) in policies {
-            io.save_bytes(&name);
-            io.save_unsigned(policy.words.len() as u64);
-            for word in &policy.words {
-                io.save_bytes(word);
-            }
+/// Writes every policy before the keys of an RDB (the data type's `aux_save`): the count,
+/// then each name, word count and words.
+pub fn write_aux(io: Io) {
+    let policies = all();
+    io.save_unsigned(policies.len() as u64);
+    for (name, policy) in policies {
+        io.save_bytes(&name);
+        io.save_unsigned(policy.words.len() as u64);
+        for word in &policy.words {
+            io.save_bytes(word);
         }
-    });
+    }
 }
 
-/// Reads what [`aux_save`] wrote and replaces the server's policies with it, all at once
-/// (or, during a `repl-diskless-load swapdb` sync, when the sync completes: see
-/// [`on_async_load`]). Anything that does not read or parse fails the load, with a line in
-/// the server's log that says why; the policies held stay as they were.
-pub unsafe extern "C" fn aux_load(
-    rdb: *mut raw::RedisModuleIO,
-    encver: c_int,
-    when: c_int,
-) -> c_int {
-    const ERR: c_int = raw::REDISMODULE_ERR as c_int;
-    // SAFETY: the stream Redis passed to this callback.
-    let Some(rdb) = Io::from_raw(rdb) else {
-        return ERR;
-    };
-    if encver != super::ENCODING_VERSION || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+/// Reads what [`write_aux`] wrote (the data type's `aux_load`; `known`: of this encoding
+/// version, before the keys) and replaces the server's policies with it, all at once (or,
+/// during a `repl-diskless-load swapdb` sync, when the sync completes: see [`AsyncLoad`]).
+/// Anything that does not read or parse fails the load, with a line in the server's log that
+/// says why; the policies held stay as they were.
+pub fn read_aux(rdb: Io, known: bool) -> Result<(), ()> {
+    if !known {
         log_io_error(
             rdb,
             "policies of an unknown encoding version or place in the file",
         );
-        return ERR;
+        return Err(());
     }
-    catch_unwind(|| match read_policies(rdb) {
+    match read_policies(rdb) {
         Ok(loaded) => {
             if ASYNC_LOADING.load(Ordering::Relaxed) {
                 *staged() = Some(loaded);
             } else {
                 replace_all(loaded);
             }
-            raw::REDISMODULE_OK as c_int
+            Ok(())
         }
         Err(why) => {
             log_io_error(rdb, why);
-            ERR
+            Err(())
         }
-    })
-    .unwrap_or(ERR)
+    }
 }
 
-/// The policies [`aux_save`] wrote, or what is wrong with them.
+/// The policies [`write_aux`] wrote, or what is wrong with them.
 fn read_policies(rdb: Io) -> Result<Table, &'static str> {
     const SHORT: &str = "policies cut short (a short read)";
     let mut loaded = Table::new();
@@ -309,26 +285,29 @@ fn staged() -> MutexGuard<'static, Option<Table>> {
     STAGED.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-unsafe extern "C" fn on_async_load(
-    _ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    subevent: u64,
-    _data: *mut c_void,
-) {
-    let _ = catch_unwind(|| match subevent {
-        raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_STARTED => {
-            *staged() = None;
-            ASYNC_LOADING.store(true, Ordering::Relaxed);
-        }
-        raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_COMPLETED => {
-            ASYNC_LOADING.store(false, Ordering::Relaxed);
-            if let Some(loaded) = staged().take() {
-                replace_all(loaded);
+/// A `repl-diskless-load swapdb` sync: started (policies loaded from now on wait),
+/// completed (they replace the server's), or aborted (they are dropped).
+struct AsyncLoad;
+
+impl ServerEvent for AsyncLoad {
+    const EVENT: u64 = raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD;
+
+    fn fired(_ctx: Ctx<'_>, subevent: u64) {
+        match subevent {
+            raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_STARTED => {
+                *staged() = None;
+                ASYNC_LOADING.store(true, Ordering::Relaxed);
+            }
+            raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_COMPLETED => {
+                ASYNC_LOADING.store(false, Ordering::Relaxed);
+                if let Some(loaded) = staged().take() {
+                    replace_all(loaded);
+                }
+            }
+            _ => {
+                ASYNC_LOADING.store(false, Ordering::Relaxed);
+                *staged() = None;
             }
         }
-        _ => {
-            ASYNC_LOADING.store(false, Ordering::Relaxed);
-            *staged() = None;
-        }
-    });
+    }
 }
