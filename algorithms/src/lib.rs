@@ -12,7 +12,7 @@ pub mod gcra;
 pub mod leaky_bucket;
 pub mod limits;
 pub mod penalty;
-pub mod policy;
+pub mod rule_set;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;
@@ -117,7 +117,7 @@ pub enum Snapshot {
     SlidingLog(sliding_log::Snapshot),
     Warmup(warmup::Snapshot),
     Concurrency(concurrency::Snapshot),
-    Limit(policy::Snapshot),
+    Limit(rule_set::Snapshot),
 }
 
 impl Snapshot {

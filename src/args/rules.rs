@@ -9,7 +9,7 @@ use super::syntax::{
     RL_SLIDINGWINDOW, RL_TOKENBUCKET, RL_WARMUP,
 };
 use crate::error::{quote, Error};
-use algorithms::policy::{Rule, Rules, MAX_RULES};
+use algorithms::rule_set::{Rule, Rules, MAX_RULES};
 
 /// A rule's parser: its positional arguments, whether its flag (`INTERVAL`) was given, and
 /// the largest SLIDINGLOG limit.

@@ -9,7 +9,7 @@ use crate::args::{self, rules};
 use crate::error::{quote, Error};
 use crate::response::{Extra, Propagate, Reply, Response};
 use crate::storage::policies::{self, Policy, MAX_NAME};
-use algorithms::policy::{self, Limit, Rules};
+use algorithms::rule_set::{self as policy, Limit, Rules};
 use algorithms::{penalty, Decision};
 
 fn policy_name(a: &[u8]) -> Result<&[u8], Error> {

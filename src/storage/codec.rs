@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use algorithms::limits::{MAX_COUNT, MAX_DURATION_MS};
 use algorithms::{
-    concurrency, fixed_window, gcra, leaky_bucket, policy, sliding_log, sliding_window,
+    concurrency, fixed_window, gcra, leaky_bucket, rule_set as policy, sliding_log, sliding_window,
     token_bucket, warmup,
 };
 

@@ -31,7 +31,7 @@ use redis_module::raw;
 
 use crate::error::Error;
 use crate::redis::{Ctx, Digest, Holds, Io, RString, RawKey};
-use algorithms::policy::{Rules, MAX_RULES};
+use algorithms::rule_set::{Rules, MAX_RULES};
 use algorithms::{penalty, Decision, Span};
 pub use codec::Entry;
 use compact::{interner, Bases, Cell, Interned};

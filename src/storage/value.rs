@@ -4,7 +4,7 @@ use algorithms::concurrency::{self, Concurrency};
 use algorithms::fixed_window::FixedWindow;
 use algorithms::gcra::Gcra;
 use algorithms::leaky_bucket::LeakyBucket;
-use algorithms::policy::{self, Limit, Rule, RuleState};
+use algorithms::rule_set::{self as policy, Limit, Rule, RuleState};
 use algorithms::sliding_log::{self, SlidingLog};
 use algorithms::sliding_window::SlidingWindow;
 use algorithms::token_bucket::TokenBucket;

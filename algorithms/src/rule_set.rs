@@ -1,8 +1,9 @@
-//! RL.LIMIT: several rules checked at once against the state of one key, all or nothing.
+//! The rule set behind RL.LIMIT: several rules checked at once against the state of one key,
+//! all or nothing.
 //!
-//! A policy is a list of rules, each an admission algorithm with its parameters
-//! ("10 per second, 300 per minute, 5000 per day"). The key keeps one state per rule, in the
-//! order of the rules it was last written with. A request:
+//! A rule set (a policy, as RL.POLICY.SET names one) is a list of rules, each an admission
+//! algorithm with its parameters ("10 per second, 300 per minute, 5000 per day"). The key
+//! keeps one state per rule, in the order of the rules it was last written with. A request:
 //!
 //! - is checked by every rule, each on a copy of its state;
 //! - is admitted only if every rule admits it; then (when it writes) every rule's new state
