@@ -306,25 +306,8 @@ mod tests {
         #[test]
         fn dryrun_decides_like_the_real_request_and_changes_nothing(p in any_params(),
                 gaps in proptest::collection::vec((0u64..2_000_000, 0u64..4), 1..30), cost in 0u64..25) {
-            let mut key: Key<LeakyBucket> = None;
-            let mut at = 0;
-            for (gap, c) in gaps {
-                at += gap;
-                step::<LeakyBucket>(&p, &mut key, T0 + at, c);
-            }
-            let dry = peek::<LeakyBucket>(&p, &key, T0 + at, cost);
-            prop_assert_eq!(step::<LeakyBucket>(&p, &mut key, T0 + at, cost), dry);
-        }
-
-        /// The documented promise (docs/algorithms.md, Changing parameters): at one instant, any
-        /// sequence of parameter sets admits in total at most
-        /// the largest capacity among them, whatever the queue held before.
-        #[test]
-        fn one_instant_admits_at_most_the_largest_capacity(
-            history in proptest::collection::vec((any_params(), 0u64..3_000_000, 0u64..6), 0..20),
-            sets in proptest::collection::vec((any_params(), 0u64..6), 1..40),
-        ) {
-            testing::one_instant_admits_at_most_the_largest::<LeakyBucket>(&history, &sets, T0, |p| p.capacity)?;
+            let (key, at) = testing::after_gaps::<LeakyBucket>(&p, &gaps, T0);
+            testing::dryrun_decides_like_the_real_request::<LeakyBucket>(&p, &key, at, cost)?;
         }
 
         #[test]
@@ -332,28 +315,16 @@ mod tests {
                                 now in any::<u64>(), tat in any::<u128>(), cost in any::<u64>()) {
             let p = params(capacity, amount, period);
             let q = params(1, 1, 1);
-            let (d, _) = LeakyBucket::check(&p, Some((&q, &mut State { tat })), now, cost, true);
-            let _ = (d.delay.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
-            let _ = LeakyBucket::snapshot(&p, &State { tat }, now);
+            testing::never_panics::<LeakyBucket>(&p, &[&q], &State { tat }, now, cost, true);
         }
     }
 
-    // ATMOST and RL.REFUND, as every algorithm states them.
-    testing::atmost_and_refund_properties!(
-        LeakyBucket,
-        params: any_params(),
-        t0: T0,
-        bound: 21,
-        later_within: 5_000_000,
-        later_too: |_| true,
-    );
-
-    // Issue 22: one schedule for every reply, across parameter changes.
-    testing::one_schedule_property!(
-        LeakyBucket,
-        params: any_params(),
-        t0: T0,
-        long_gap: 60_000_000,
-        later_within: 5_000_000,
-    );
+    testing::properties! {
+        LeakyBucket, t0: T0, limit: |p| p.capacity;
+        // Whatever the queue held before.
+        one_instant_admits_at_most_the_largest_limit(any_params());
+        largest_cost_is_what_a_dryrun_admits(any_params(), bound: 21);
+        refund_gives_back_exactly(any_params(), later_within: 5_000_000, later_too: |_| true);
+        one_schedule_for_every_reply(any_params(), long_gap: 60_000_000, later_within: 5_000_000);
+    }
 }

@@ -1106,11 +1106,8 @@ mod tests {
     }
 
     // Issue 22: one schedule for every reply, across policy changes.
-    testing::one_schedule_property!(
-        Limit,
-        params: policy_strategy(),
-        t0: T0,
-        long_gap: 60_000_000,
-        later_within: 20_000_000,
-    );
+    testing::properties! {
+        Limit, t0: T0;
+        one_schedule_for_every_reply(policy_strategy(), long_gap: 60_000_000, later_within: 20_000_000);
+    }
 }

@@ -240,32 +240,6 @@ pub fn one_schedule<A: Algorithm>(
     Ok(())
 }
 
-/// [`one_schedule`] as a property test of an algorithm: expands, in its test module, to
-/// `one_schedule_for_every_reply`, over three parameter sets drawn from `$params`.
-macro_rules! one_schedule_property {
-    (
-        $algorithm:ty,
-        params: $params:expr,
-        t0: $t0:expr,
-        long_gap: $long_gap:expr,
-        later_within: $later_within:expr $(,)?
-    ) => {
-        proptest::proptest! {
-            /// Issue 22: every reply's retry_after and reset_after are what later calls
-            /// find, across parameter changes, DRYRUN, ATMOST and refunds.
-            #[test]
-            fn one_schedule_for_every_reply(
-                pool in proptest::collection::vec($params, 3),
-                ops in $crate::testing::ops(3, $long_gap),
-                later in 0u64..$later_within,
-            ) {
-                $crate::testing::one_schedule::<$algorithm>(&pool, &ops, $t0, later)?;
-            }
-        }
-    };
-}
-pub(crate) use one_schedule_property;
-
 /// A decision as the reply shows it: allowed, limit, remaining, retry_after_ms (-1 when
 /// never), reset_after_ms.
 pub fn summary(d: &Decision) -> (bool, u64, u64, i64, u64) {
@@ -440,21 +414,266 @@ pub fn refund_of_more_than_was_taken<A: Algorithm>(
     Ok(())
 }
 
-/// The ATMOST and RL.REFUND properties, stated once for every algorithm: expands, in an
-/// algorithm's test module, to the two property tests `largest_cost_is_what_a_dryrun_admits`
-/// and `refund_gives_back_exactly`. The algorithm says only what differs: its parameter
-/// strategy, its start instant, the search bound for ATMOST (above any limit the strategy
-/// draws), how far `later` instants reach (past a window, for the window algorithms), and
-/// when a full refund must decide as a missing key at `later` instants too.
-macro_rules! atmost_and_refund_properties {
-    (
-        $algorithm:ty,
-        params: $params:expr,
-        t0: $t0:expr,
-        bound: $bound:expr,
-        later_within: $later_within:expr,
-        later_too: $later_too:expr $(,)?
-    ) => {
+/// Requests `(µs since the previous request, cost)` that make a key's history: up to three
+/// seconds apart, of up to five units.
+pub fn any_requests() -> impl proptest::strategy::Strategy<Value = Vec<(u64, u64)>> {
+    proptest::collection::vec((0u64..3_000_000, 0u64..6), 1..60)
+}
+
+/// A window algorithm's parameters, made by `params(limit, window_ms)`: limits up to 20,
+/// windows of 1 ms to 10 s.
+pub fn window_params<P: std::fmt::Debug>(
+    params: fn(u64, u64) -> P,
+) -> impl proptest::strategy::Strategy<Value = P> {
+    use proptest::prelude::*;
+    (1u64..=20, 1u64..=10_000).prop_map(move |(l, w)| params(l, w))
+}
+
+/// A window algorithm's parameters for a key whose parameters change: short windows, and
+/// aligned hours and days.
+pub fn changing_window_params<P: std::fmt::Debug>(
+    params: fn(u64, u64) -> P,
+) -> impl proptest::strategy::Strategy<Value = P> {
+    use proptest::prelude::*;
+    let window = prop_oneof![
+        1u64..=10_000,
+        Just(3_600_000),
+        Just(86_400_000),
+        Just(7_000)
+    ];
+    (1u64..=20, window).prop_map(move |(l, w)| params(l, w))
+}
+
+/// `remaining` more units fit right now, and not one more: on `key` as it is, and after a
+/// request of `cost` units (which writes when admitted), whose own `remaining` (at most its
+/// `limit`) is then what a request of no units finds.
+pub fn remaining_is_what_fits_now<A: Algorithm>(
+    params: &A::Params,
+    key: &Key<A>,
+    now_us: u64,
+    cost: u64,
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    use proptest::{prop_assert, prop_assert_eq};
+    let now = peek::<A>(params, key, now_us, 0);
+    if now.remaining > 0 {
+        prop_assert!(peek::<A>(params, key, now_us, now.remaining).allowed);
+    }
+    prop_assert!(!peek::<A>(params, key, now_us, now.remaining + 1).allowed);
+    let mut after = key.clone();
+    let d = step::<A>(params, &mut after, now_us, cost);
+    if d.remaining > 0 {
+        prop_assert!(peek::<A>(params, &after, now_us, d.remaining).allowed);
+    }
+    prop_assert!(!peek::<A>(params, &after, now_us, d.remaining + 1).allowed);
+    prop_assert!(d.remaining <= d.limit);
+    if d.allowed {
+        prop_assert_eq!(peek::<A>(params, &after, now_us, 0).remaining, d.remaining);
+    }
+    Ok(())
+}
+
+/// A denial on a key stored under other parameters (`key` as they left it) under `params`:
+/// its `retry_after` is exact ([`retry_after_is_exact`]) and no earlier instant (`probe` µs
+/// after now, modulo the wait) admits the request; its `reset_after` is when the key is
+/// fresh (`limit` units remain) and stays so (`probe` µs later too), and a microsecond
+/// before, it is not.
+pub fn a_denial_after_a_parameter_change_is_exact<A: Algorithm>(
+    params: &A::Params,
+    key: &Key<A>,
+    now_us: u64,
+    cost: u64,
+    probe_us: u64,
+    limit: u64,
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    use proptest::{prop_assert, prop_assert_eq};
+    retry_after_is_exact::<A>(params, key, now_us, cost, limit)?;
+    let d = peek::<A>(params, key, now_us, cost);
+    if d.allowed {
+        return Ok(());
+    }
+    if let Some(retry) = d.retry_after {
+        let us = retry.ceil_us();
+        prop_assert!(!peek::<A>(params, key, now_us + probe_us % us, cost).allowed);
+    }
+    let reset = d.reset_after.ceil_us();
+    for t in [now_us + reset, now_us + reset + probe_us] {
+        prop_assert_eq!(peek::<A>(params, key, t, 0).remaining, limit);
+    }
+    if reset > 0 {
+        prop_assert!(peek::<A>(params, key, now_us + reset - 1, 0).remaining < limit);
+    }
+    Ok(())
+}
+
+/// A DRYRUN (a check that does not write) decides as the real request does: the same
+/// inputs give the same decision, the real request (which writes when admitted) gets it
+/// too, and the key it writes then says what the reply said (`remaining`, `reset_after`).
+/// `peek` and `step` assert that a call that writes nothing changes nothing. Returns the key
+/// as the real request left it.
+pub fn dryrun_decides_like_the_real_request<A: Algorithm>(
+    params: &A::Params,
+    key: &Key<A>,
+    now_us: u64,
+    cost: u64,
+) -> Result<Key<A>, proptest::test_runner::TestCaseError> {
+    use proptest::prop_assert_eq;
+    let dry = peek::<A>(params, key, now_us, cost);
+    prop_assert_eq!(dry, peek::<A>(params, key, now_us, cost));
+    let mut real = key.clone();
+    prop_assert_eq!(step::<A>(params, &mut real, now_us, cost), dry);
+    if dry.allowed && cost > 0 {
+        let after = peek::<A>(params, &real, now_us, 0);
+        prop_assert_eq!(
+            (after.remaining, after.reset_after),
+            (dry.remaining, dry.reset_after)
+        );
+    }
+    Ok(real)
+}
+
+/// No input makes an algorithm panic or wrap: a request of `cost` at `now_us` under
+/// `params` on `state` as stored under each of `stored`, and on a fresh key, every span of
+/// the replies rounded, and the snapshots of the state before and after.
+pub fn never_panics<A: Algorithm>(
+    params: &A::Params,
+    stored: &[&A::Params],
+    state: &A::State,
+    now_us: u64,
+    cost: u64,
+    write: bool,
+) {
+    let rounded = |d: Decision| {
+        let spans = [d.retry_after, Some(d.reset_after), d.delay];
+        spans.map(|s| s.map(|s| (s.ceil_ms(), s.floor_ms(), s.ceil_us())))
+    };
+    for own in stored {
+        let mut s = state.clone();
+        let (d, _) = A::check(params, Some((own, &mut s)), now_us, cost, write);
+        rounded(d);
+        rounded(A::snapshot(own, &s, now_us).now());
+    }
+    rounded(A::check(params, None, now_us, cost, write).0);
+    rounded(A::snapshot(params, state, now_us).now());
+}
+
+/// Issue 22's table, for an algorithm of a count, an amount and a period
+/// (`params(count, amount, period_ms)`: GCRA's burst and rate, a token bucket's capacity and
+/// refill): three requests of one unit at `t0_us` empty a key of 3 per 3 s under 1 per 3 s
+/// (or 3), and one more under 3 per 3 s (or 1) at that instant is refused for 3000 ms (or
+/// 1000), the key fresh three times as long after; refused a second and a microsecond before
+/// then, and admitted then. Before, the reply converted the key once and assumed the new
+/// parameters from then on: 1000 ms said for the first, admitted at 3000; 3000 for the
+/// second, admitted at 1000.
+pub fn issue_22_table<A: Algorithm>(params: fn(u64, u64, u64) -> A::Params, t0_us: u64) {
+    for (before, after, retry_ms) in [(1, 3, 3000), (3, 1, 1000)] {
+        let (before, after) = (params(3, before, 3000), params(3, after, 3000));
+        let key = key_after::<A>(&before, t0_us, &[(0, 1), (0, 1), (0, 1)]);
+        let d = peek::<A>(&after, &key, t0_us, 1);
+        assert_eq!(summary(&d), (false, 3, 0, retry_ms as i64, 3 * retry_ms));
+        let us = retry_ms * 1000;
+        assert!(!peek::<A>(&after, &key, t0_us + us - 1000, 1).allowed);
+        assert!(!peek::<A>(&after, &key, t0_us + us - 1, 1).allowed);
+        assert!(peek::<A>(&after, &key, t0_us + us, 1).allowed);
+    }
+}
+
+/// The properties the algorithms share, stated once: in an algorithm's test module,
+/// `properties! { Algorithm, t0: T0, limit: |p| p.limit; property(params); ... }` expands
+/// each property named to the property test of that name, over parameters drawn from its
+/// strategy, from the instant `t0`; `limit` (the units a fresh key admits at once) is needed
+/// by the properties that name it. The properties, and what else they take:
+/// - `retry_after_is_exact(params)` ([`retry_after_is_exact`]; uses `limit`);
+/// - `retry_after_is_exact_after_a_parameter_change(params)`
+///   ([`a_denial_after_a_parameter_change_is_exact`]; uses `limit`);
+/// - `remaining_is_what_fits_now(params)` ([`remaining_is_what_fits_now`]);
+/// - `fresh_again_after_reset_after(params)` ([`fresh_again_after_reset_after`]; uses
+///   `limit`);
+/// - `one_instant_admits_at_most_the_largest_limit(params)`
+///   ([`one_instant_admits_at_most_the_largest`]; uses `limit`);
+/// - `largest_cost_is_what_a_dryrun_admits(params, bound: n)`: ATMOST, searched up to `n`
+///   (above any limit the strategy draws);
+/// - `refund_gives_back_exactly(params, later_within: µs, later_too: |p| ...)`: RL.REFUND,
+///   later instants reaching `later_within` (past a window, for the window algorithms), and
+///   when a full refund must decide as a missing key at them too;
+/// - `one_schedule_for_every_reply(params, long_gap: µs, later_within: µs)` ([`one_schedule`]).
+macro_rules! properties {
+    (@retry_after_is_exact $algorithm:ty, $t0:expr, [$limit:expr], $params:expr) => {
+        proptest::proptest! {
+            /// retry_after is the least whole number of ms after which the request is
+            /// admitted.
+            #[test]
+            fn retry_after_is_exact(
+                p in $params, gaps in $crate::testing::any_requests(), cost in 1u64..25,
+            ) {
+                let limit: fn(&<$algorithm as $crate::Algorithm>::Params) -> u64 = $limit;
+                let (key, at) = $crate::testing::after_gaps::<$algorithm>(&p, &gaps, $t0);
+                $crate::testing::retry_after_is_exact::<$algorithm>(&p, &key, at, cost, limit(&p))?;
+            }
+        }
+    };
+    (@retry_after_is_exact_after_a_parameter_change $algorithm:ty, $t0:expr, [$limit:expr], $params:expr) => {
+        proptest::proptest! {
+            /// After a parameter change, retry_after is still the least time after which
+            /// the request is admitted (no earlier instant sampled admits it), and
+            /// reset_after when the key is fresh, the stored state being what it is.
+            #[test]
+            fn retry_after_is_exact_after_a_parameter_change(
+                q in $params, p in $params, gaps in $crate::testing::any_requests(),
+                later in 0u64..5_000_000, cost in 1u64..25, probe in 0u64..1_000_000,
+            ) {
+                let limit: fn(&<$algorithm as $crate::Algorithm>::Params) -> u64 = $limit;
+                let (key, at) = $crate::testing::after_gaps::<$algorithm>(&q, &gaps, $t0);
+                $crate::testing::a_denial_after_a_parameter_change_is_exact::<$algorithm>(
+                    &p, &key, at + later, cost, probe, limit(&p),
+                )?;
+            }
+        }
+    };
+    (@remaining_is_what_fits_now $algorithm:ty, $t0:expr, [$($limit:expr)?], $params:expr) => {
+        proptest::proptest! {
+            /// `remaining` more units fit right now, and not one more; after a request too.
+            #[test]
+            fn remaining_is_what_fits_now(
+                p in $params, gaps in $crate::testing::any_requests(), cost in 0u64..6,
+            ) {
+                let (key, at) = $crate::testing::after_gaps::<$algorithm>(&p, &gaps, $t0);
+                $crate::testing::remaining_is_what_fits_now::<$algorithm>(&p, &key, at, cost)?;
+            }
+        }
+    };
+    (@fresh_again_after_reset_after $algorithm:ty, $t0:expr, [$limit:expr], $params:expr) => {
+        proptest::proptest! {
+            /// At now + reset_after the key is fresh, and stays so; a microsecond earlier it
+            /// is not.
+            #[test]
+            fn fresh_again_after_reset_after(
+                p in $params, gaps in $crate::testing::any_requests(), later in 0u64..100_000_000,
+            ) {
+                let limit: fn(&<$algorithm as $crate::Algorithm>::Params) -> u64 = $limit;
+                let (key, at) = $crate::testing::after_gaps::<$algorithm>(&p, &gaps, $t0);
+                $crate::testing::fresh_again_after_reset_after::<$algorithm>(
+                    &p, &key, at, later, limit(&p),
+                )?;
+            }
+        }
+    };
+    (@one_instant_admits_at_most_the_largest_limit $algorithm:ty, $t0:expr, [$limit:expr], $params:expr) => {
+        proptest::proptest! {
+            /// The documented promise (docs/algorithms.md, Changing parameters): at one
+            /// instant, requests under any sequence of parameter sets admit in total at most
+            /// the largest limit among them, whatever the key held before.
+            #[test]
+            fn one_instant_admits_at_most_the_largest_limit(
+                history in proptest::collection::vec(($params, 0u64..3_000_000, 0u64..6), 0..20),
+                sets in proptest::collection::vec(($params, 0u64..6), 1..40),
+            ) {
+                $crate::testing::one_instant_admits_at_most_the_largest::<$algorithm>(
+                    &history, &sets, $t0, $limit,
+                )?;
+            }
+        }
+    };
+    (@largest_cost_is_what_a_dryrun_admits $algorithm:ty, $t0:expr, [$($limit:expr)?], $params:expr, bound: $bound:expr $(,)?) => {
         proptest::proptest! {
             /// ATMOST: the grant is the largest COST a DRYRUN at the same instant admits,
             /// with the key's parameters and after a change to others.
@@ -472,7 +691,10 @@ macro_rules! atmost_and_refund_properties {
                     &p, &key, at + more, $bound,
                 )?;
             }
-
+        }
+    };
+    (@refund_gives_back_exactly $algorithm:ty, $t0:expr, [$($limit:expr)?], $params:expr, later_within: $later_within:expr, later_too: $later_too:expr $(,)?) => {
+        proptest::proptest! {
             /// RL.REFUND: admit n, give back k <= n, and exactly k more are admitted at that
             /// instant (all n: the key decides as before, then and later); giving back more
             /// than was taken gives back what was taken and leaves the key fresh, never
@@ -499,8 +721,28 @@ macro_rules! atmost_and_refund_properties {
             }
         }
     };
+    (@one_schedule_for_every_reply $algorithm:ty, $t0:expr, [$($limit:expr)?], $params:expr, long_gap: $long_gap:expr, later_within: $later_within:expr $(,)?) => {
+        proptest::proptest! {
+            /// Issue 22: every reply's retry_after and reset_after are what later calls
+            /// find, across parameter changes, DRYRUN, ATMOST and refunds.
+            #[test]
+            fn one_schedule_for_every_reply(
+                pool in proptest::collection::vec($params, 3),
+                ops in $crate::testing::ops(3, $long_gap),
+                later in 0u64..$later_within,
+            ) {
+                $crate::testing::one_schedule::<$algorithm>(&pool, &ops, $t0, later)?;
+            }
+        }
+    };
+    ($algorithm:ty, t0: $t0:expr, limit: $limit:expr; $($property:ident($($args:tt)*);)*) => {
+        $($crate::testing::properties!(@$property $algorithm, $t0, [$limit], $($args)*);)*
+    };
+    ($algorithm:ty, t0: $t0:expr; $($property:ident($($args:tt)*);)*) => {
+        $($crate::testing::properties!(@$property $algorithm, $t0, [], $($args)*);)*
+    };
 }
-pub(crate) use atmost_and_refund_properties;
+pub(crate) use properties;
 
 /// A check that does not write (DRYRUN): asserts that it changes nothing.
 pub fn peek<A: Algorithm>(params: &A::Params, key: &Key<A>, now_us: u64, cost: u64) -> Decision {

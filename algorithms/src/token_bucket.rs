@@ -605,21 +605,10 @@ mod tests {
     }
 
     /// Issue 22's table, for the token bucket: emptied under one set of parameters, then
-    /// asked under another, the denial says when the conversion made then admits. Before,
-    /// 1000 ms was said for the first, admitted at 3000; 3000 for the second, admitted at 1000.
+    /// asked under another, the denial says when the conversion made then admits.
     #[test]
     fn a_denial_under_new_parameters_says_when_the_request_fits() {
-        for (before, after, retry_ms) in [
-            (params(3, 1, 3000), params(3, 3, 3000), 3000),
-            (params(3, 3, 3000), params(3, 1, 3000), 1000),
-        ] {
-            let key = key_after(&before, &[(0, 1), (0, 1), (0, 1)]);
-            let d = peek::<TokenBucket>(&after, &key, T0, 1);
-            assert_eq!(summary(&d), (false, 3, 0, retry_ms, 3 * retry_ms as u64));
-            let us = retry_ms as u64 * 1000;
-            assert!(!peek::<TokenBucket>(&after, &key, T0 + us - 1, 1).allowed);
-            assert!(peek::<TokenBucket>(&after, &key, T0 + us, 1).allowed);
-        }
+        testing::issue_22_table::<TokenBucket>(params, T0);
     }
 
     #[test]
@@ -734,11 +723,6 @@ mod tests {
         })
     }
 
-    fn any_requests() -> impl Strategy<Value = Vec<(u64, u64)>> {
-        // (µs since the previous request, cost)
-        proptest::collection::vec((0u64..3_000_000, 0u64..6), 1..60)
-    }
-
     /// Absolute request times (µs since T0) from gaps.
     fn timeline(gaps: &[(u64, u64)]) -> Vec<(u64, u64)> {
         let mut at = 0;
@@ -763,7 +747,7 @@ mod tests {
         /// (t1 - t0).
         #[test]
         fn continuous_never_more_than_capacity_plus_refill(
-            p in any_params(), gaps in any_requests(),
+            p in any_params(), gaps in testing::any_requests(),
         ) {
             let p = Params { interval: false, ..p };
             let requests = timeline(&gaps);
@@ -820,7 +804,7 @@ mod tests {
         /// boundaries (anchor + k × period, k >= 1) in (t0, t1].
         #[test]
         fn interval_never_more_than_capacity_plus_refills(
-            p in any_params(), gaps in any_requests(),
+            p in any_params(), gaps in testing::any_requests(),
         ) {
             let p = Params { interval: true, ..p };
             let requests = timeline(&gaps);
@@ -848,30 +832,10 @@ mod tests {
             }
         }
 
-        /// retry_after is the least whole number of ms after which the request is admitted.
-        #[test]
-        fn retry_after_is_exact(p in any_params(), gaps in any_requests(), cost in 1u64..25) {
-            let (key, at) = history(&p, &gaps);
-            testing::retry_after_is_exact::<TokenBucket>(&p, &key, T0 + at, cost, p.capacity)?;
-        }
-
-        /// `remaining` more units fit right now, and not one more; after an admitted request
-        /// too.
-        #[test]
-        fn remaining_is_what_fits_now(p in any_params(), gaps in any_requests(), cost in 0u64..6) {
-            let (mut key, at) = history(&p, &gaps);
-            let d = step::<TokenBucket>(&p, &mut key, T0 + at, cost);
-            if d.remaining > 0 {
-                prop_assert!(peek::<TokenBucket>(&p, &key, T0 + at, d.remaining).allowed);
-            }
-            prop_assert!(!peek::<TokenBucket>(&p, &key, T0 + at, d.remaining + 1).allowed);
-            prop_assert!(d.remaining <= d.limit);
-        }
-
         /// At now + reset_after the bucket is full (a cost-0 look shows remaining == limit),
         /// and a microsecond earlier it is not.
         #[test]
-        fn reset_after_is_when_it_is_full(p in any_params(), gaps in any_requests()) {
+        fn reset_after_is_when_it_is_full(p in any_params(), gaps in testing::any_requests()) {
             let (key, at) = history(&p, &gaps);
             let d = peek::<TokenBucket>(&p, &key, T0 + at, 0);
             let us = d.reset_after.ceil_us();
@@ -898,15 +862,9 @@ mod tests {
                 updated_us: T0 + updated,
             };
             let key: Key<TokenBucket> = Some((q, state));
-            let dry = peek::<TokenBucket>(&p, &key, T0 + now, cost);
-            prop_assert_eq!(dry, peek::<TokenBucket>(&p, &key, T0 + now, cost));
-            let mut real = key;
-            prop_assert_eq!(step::<TokenBucket>(&p, &mut real, T0 + now, cost), dry);
+            testing::dryrun_decides_like_the_real_request::<TokenBucket>(&p, &key, T0 + now, cost)?;
             // A fresh key too.
-            let fresh: Key<TokenBucket> = None;
-            let dry = peek::<TokenBucket>(&p, &fresh, T0 + now, cost);
-            let mut real = fresh;
-            prop_assert_eq!(step::<TokenBucket>(&p, &mut real, T0 + now, cost), dry);
+            testing::dryrun_decides_like_the_real_request::<TokenBucket>(&p, &None, T0 + now, cost)?;
         }
 
         /// A parameter change never adds tokens: right after it, no more fit than under the
@@ -914,7 +872,7 @@ mod tests {
         /// under any parameters (the storage layer lets it expire when full).
         #[test]
         fn a_parameter_change_never_adds_tokens(
-            p in any_params(), q in any_params(), gaps in any_requests(), later in 0u64..5_000_000,
+            p in any_params(), q in any_params(), gaps in testing::any_requests(), later in 0u64..5_000_000,
         ) {
             let (key, at) = history(&q, &gaps);
             // (A key that was never written is fresh under any parameters.)
@@ -929,18 +887,6 @@ mod tests {
         }
 
         /// Extreme parameters (corrupted ones too), states, times and costs never panic.
-        /// The documented promise (docs/algorithms.md, Changing parameters): at one instant,
-        /// requests under any sequence of parameter sets admit in
-        /// total at most the largest capacity among them, whatever the key held before (tokens are
-        /// clamped, never added).
-        #[test]
-        fn one_instant_admits_at_most_the_largest_capacity(
-            history in proptest::collection::vec((any_params(), 0u64..3_000_000, 0u64..6), 0..20),
-            sets in proptest::collection::vec((any_params(), 0u64..6), 1..40),
-        ) {
-            testing::one_instant_admits_at_most_the_largest::<TokenBucket>(&history, &sets, T0, |p| p.capacity)?;
-        }
-
         #[test]
         fn extremes_never_panic(
             capacity in any::<u64>(), amount in any::<u64>(), period in any::<u64>(),
@@ -950,14 +896,8 @@ mod tests {
         ) {
             let p = Params { capacity, refill_amount: amount, refill_period_ms: period, interval };
             let q = Params { capacity: old.0, refill_amount: old.1, refill_period_ms: old.2, interval: old.3 };
-            for stored in [q, p] {
-                let mut state = State { scaled_tokens: tokens, updated_us: updated };
-                let (d, _) = TokenBucket::check(&p, Some((&stored, &mut state)), now, cost, write);
-                let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
-                let _ = TokenBucket::snapshot(&stored, &state, now).now().reset_after.ceil_ms();
-            }
-            let (d, _) = TokenBucket::check(&p, None, now, cost, write);
-            let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
+            let state = State { scaled_tokens: tokens, updated_us: updated };
+            testing::never_panics::<TokenBucket>(&p, &[&q, &p], &state, now, cost, write);
         }
 
         /// Valid extremes: the largest counts and periods that parse stay exact enough that
@@ -976,24 +916,17 @@ mod tests {
         }
     }
 
-    // ATMOST and RL.REFUND, as every algorithm states them; after a full refund an INTERVAL
-    // bucket keeps the phase its admission gave it, which a missing key does not have, so
-    // only continuous buckets must decide as the missing key at later instants.
-    testing::atmost_and_refund_properties!(
-        TokenBucket,
-        params: any_params(),
-        t0: T0,
-        bound: 21,
-        later_within: 5_000_000,
-        later_too: |p| !p.interval,
-    );
-
-    // Issue 22: one schedule for every reply, across parameter changes.
-    testing::one_schedule_property!(
-        TokenBucket,
-        params: any_params(),
-        t0: T0,
-        long_gap: 60_000_000,
-        later_within: 5_000_000,
-    );
+    testing::properties! {
+        TokenBucket, t0: T0, limit: |p| p.capacity;
+        retry_after_is_exact(any_params());
+        remaining_is_what_fits_now(any_params());
+        // Tokens are clamped to the new capacity, never added.
+        one_instant_admits_at_most_the_largest_limit(any_params());
+        largest_cost_is_what_a_dryrun_admits(any_params(), bound: 21);
+        // After a full refund an INTERVAL bucket keeps the phase its admission gave it, which
+        // a missing key does not have: only a continuous bucket decides as the missing key
+        // at later instants.
+        refund_gives_back_exactly(any_params(), later_within: 5_000_000, later_too: |p| !p.interval);
+        one_schedule_for_every_reply(any_params(), long_gap: 60_000_000, later_within: 5_000_000);
+    }
 }

@@ -307,40 +307,14 @@ proptest! {
     #[test]
     fn retry_after_is_exact(p in any_params(), gaps in any_gaps(), cost in 0u64..25) {
         let (key, now) = key_from(&p, &gaps);
-        let d = peek::<SlidingLog>(&p, &key, now, cost);
-        match (d.allowed, d.retry_after) {
-            (true, retry) => prop_assert_eq!(retry, Some(Span::ZERO)),
-            (false, None) => prop_assert!(cost > p.limit),
-            (false, Some(retry)) => {
-                let ms = retry.ceil_ms();
-                prop_assert!(ms >= 1);
-                let later = peek::<SlidingLog>(&p, &key, now + ms * 1000, cost);
-                prop_assert!(later.allowed, "not admitted after retry_after {} ms", ms);
-                let earlier = peek::<SlidingLog>(&p, &key, now + (ms - 1) * 1000, cost);
-                prop_assert!(!earlier.allowed, "already admitted at {} ms", ms - 1);
-                // And to the µs.
-                let us = retry.ceil_us();
-                prop_assert!(peek::<SlidingLog>(&p, &key, now + us, cost).allowed);
-                prop_assert!(!peek::<SlidingLog>(&p, &key, now + us - 1, cost).allowed);
-            }
-        }
+        testing::retry_after_is_exact::<SlidingLog>(&p, &key, now, cost, p.limit)?;
     }
 
     /// `remaining` more units fit right now, and not one more.
     #[test]
     fn remaining_is_what_fits_now(p in any_params(), gaps in any_gaps()) {
         let (key, now) = key_from(&p, &gaps);
-        let d = peek::<SlidingLog>(&p, &key, now, 0);
-        if d.remaining > 0 {
-            prop_assert!(peek::<SlidingLog>(&p, &key, now, d.remaining).allowed);
-        }
-        prop_assert!(!peek::<SlidingLog>(&p, &key, now, d.remaining + 1).allowed);
-        // After an admitted request, its own `remaining` is what is left.
-        let mut real = key.clone();
-        let d = step::<SlidingLog>(&p, &mut real, now, 1);
-        if d.allowed {
-            prop_assert_eq!(peek::<SlidingLog>(&p, &real, now, 0).remaining, d.remaining);
-        }
+        testing::remaining_is_what_fits_now::<SlidingLog>(&p, &key, now, 1)?;
     }
 
     /// At now + reset_after, the key is fresh again.
@@ -367,25 +341,10 @@ proptest! {
     ) {
         let (key, now) = key_from(&q, &gaps);
         let now = now + p.window_us() / 1000 * later;
-        let dry = peek::<SlidingLog>(&p, &key, now, cost);
-        prop_assert_eq!(dry, peek::<SlidingLog>(&p, &key, now, cost));
-        let mut real = key;
-        prop_assert_eq!(step::<SlidingLog>(&p, &mut real, now, cost), dry);
+        let real = testing::dryrun_decides_like_the_real_request::<SlidingLog>(&p, &key, now, cost)?;
         if let Some((_, s)) = &real {
             prop_assert!(is_valid(s));
         }
-    }
-
-    /// The documented promise (docs/algorithms.md, Changing parameters): at one instant,
-    /// requests under any sequence of parameter sets admit in
-    /// total at most the largest limit among them, whatever the key held before: every entry
-    /// made at this instant is in any window.
-    #[test]
-    fn one_instant_admits_at_most_the_largest_limit(
-        history in proptest::collection::vec((any_params(), 0u64..3_000_000, 0u64..6), 0..20),
-        sets in proptest::collection::vec((any_params(), 0u64..6), 1..40),
-    ) {
-        testing::one_instant_admits_at_most_the_largest::<SlidingLog>(&history, &sets, T0, |p| p.limit)?;
     }
 
     /// Extreme parameters, times, costs and states (broken ones too) never panic.
@@ -427,21 +386,11 @@ proptest! {
     }
 }
 
-// ATMOST and RL.REFUND, as every algorithm states them.
-testing::atmost_and_refund_properties!(
-    SlidingLog,
-    params: any_params(),
-    t0: T0,
-    bound: 21,
-    later_within: 20_000_000,
-    later_too: |_| true,
-);
-
-// Issue 22: one schedule for every reply, across parameter changes.
-testing::one_schedule_property!(
-    SlidingLog,
-    params: any_params(),
-    t0: T0,
-    long_gap: 60_000_000,
-    later_within: 20_000_000,
-);
+testing::properties! {
+    SlidingLog, t0: T0, limit: |p| p.limit;
+    // Every entry made at this instant is in any window.
+    one_instant_admits_at_most_the_largest_limit(any_params());
+    largest_cost_is_what_a_dryrun_admits(any_params(), bound: 21);
+    refund_gives_back_exactly(any_params(), later_within: 20_000_000, later_too: |_| true);
+    one_schedule_for_every_reply(any_params(), long_gap: 60_000_000, later_within: 20_000_000);
+}
