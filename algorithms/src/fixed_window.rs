@@ -35,7 +35,7 @@
 //! a replica whose clock is behind) has not ended either: its count carries into now's
 //! window in the same way, never in the caller's favour.
 //!
-//! The window arithmetic ([`window_us`], [`window_start`]) is shared with RL.SLIDINGWINDOW.
+//! The window arithmetic (`window_us`, `window_start`) is shared with RL.SLIDINGWINDOW.
 
 use super::{keep, Algorithm, Decision, Span};
 
@@ -51,10 +51,12 @@ pub(super) fn window_start(t_us: u128, window_us: u128) -> u128 {
     t_us - t_us % window_us.max(1)
 }
 
+/// RL.FIXEDWINDOW's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
     /// Units admitted per aligned window.
     pub limit: u64,
+    /// The window's length.
     pub window_ms: u64,
 }
 
@@ -83,6 +85,7 @@ fn counting(stored: &Params, state: &State, now_us: u64) -> u64 {
     }
 }
 
+/// RL.FIXEDWINDOW's algorithm: [`Algorithm::check`] on a window's count.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FixedWindow;
 
@@ -181,14 +184,17 @@ impl Algorithm for FixedWindow {
 /// A key's parameters and state as of one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Snapshot {
+    /// The parameters the key was written with.
     pub params: Params,
-    /// The stored window's start and count (as stored, even once the window is over).
+    /// The stored window's start (as stored, even once the window is over).
     pub window_start_us: u64,
+    /// The stored window's count (as stored, even once the window is over).
     pub count: u64,
     /// The key as a request of no units would see it.
     pub now: Decision,
 }
 
+/// The key's parameters and state as of `now_us` (RL.INSPECT).
 pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
     Snapshot {
         params: *params,

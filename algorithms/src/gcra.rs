@@ -19,7 +19,7 @@
 //!
 //! Changing parameters: the TAT stands for units taken, `(TAT - now) / T` intervals still
 //! owed, and those carry over: under new parameters the key owes the same units, each one new
-//! interval long ([`State::converted`], rounded up). So at one instant, requests under any
+//! interval long (`State::converted`, rounded up). So at one instant, requests under any
 //! sequence of parameter sets admit in total at most the largest burst among them.
 //!
 //! Until a request under the new parameters is admitted, nothing is written: the key keeps
@@ -35,12 +35,14 @@
 
 use super::{keep, Algorithm, Decision, Span};
 
+/// RL.GCRA's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
     /// Units admitted at once from a fresh key (the limit).
     pub burst: u64,
     /// Units that refill per period.
     pub rate: u64,
+    /// The period `rate` is counted over.
     pub period_ms: u64,
 }
 
@@ -64,6 +66,7 @@ impl Params {
     }
 }
 
+/// What a key stores: one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct State {
     /// The theoretical arrival time, in units of 1/rate µs since the Unix epoch.
@@ -122,6 +125,30 @@ impl Schedule<'_> {
     }
 }
 
+/// RL.GCRA's algorithm: [`Algorithm::check`] on a key's TAT.
+///
+/// # Example
+///
+/// Four a minute with a burst of four (the manual's worked example): four units at once are
+/// admitted, and a fifth is told to come back in 15 s, when one emission interval has been
+/// paid off; the key is fresh again a minute after the burst.
+///
+/// ```
+/// use ratelimit_algorithms::gcra::{Gcra, Params};
+/// use ratelimit_algorithms::Algorithm;
+///
+/// let params = Params { burst: 4, rate: 4, period_ms: 60_000 };
+/// let t0 = 1_700_000_000_000_000; // µs since the Unix epoch
+/// let (four, state) = Gcra::check(&params, None, t0, 4, true);
+/// assert_eq!((four.allowed, four.remaining), (true, 0));
+///
+/// let mut state = state.expect("an admitted request makes the key's state");
+/// let (fifth, _) = Gcra::check(&params, Some((&params, &mut state)), t0, 1, true);
+/// assert!(!fifth.allowed);
+/// // Kept in units of 1/rate µs, as exact spans; a reply shows them in whole ms.
+/// assert_eq!(fifth.retry_after.map(|s| s.ceil_ms()), Some(15_000));
+/// assert_eq!(fifth.reset_after.ceil_ms(), 60_000);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gcra;
 
@@ -264,6 +291,7 @@ fn changed(
 /// A key's parameters and state as of one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Snapshot {
+    /// The parameters the key was written with.
     pub params: Params,
     /// The TAT in whole µs since the Unix epoch, rounded up.
     pub tat_us: u64,
@@ -271,6 +299,7 @@ pub struct Snapshot {
     pub now: Decision,
 }
 
+/// The key's parameters and TAT as of `now_us` (RL.INSPECT).
 pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
     Snapshot {
         params: *params,

@@ -9,25 +9,27 @@
 //! The state is the time the queue will be empty, the same single instant GCRA keeps as its
 //! TAT, and the admission test is GCRA's: with the queue holding `ceil((TAT - now) / T)`
 //! units, `cost` more fit when `max(TAT, now) - now + cost × T <= capacity × T` (the two
-//! agree because `capacity - cost` is a whole number). So the arithmetic is
-//! [`gcra`](super::gcra)'s, exact in units of `1/leak_amount` µs, and this file adds what
-//! differs: the delay. A request's turn starts when everything queued before it has left,
-//! `max(TAT, now)`; the delay is that minus now (zero when the queue was empty).
+//! agree because `capacity - cost` is a whole number). So the arithmetic is [`gcra`]'s,
+//! exact in units of `1/leak_amount` µs, and this file adds what differs: the delay. A
+//! request's turn starts when everything queued before it has left, `max(TAT, now)`; the
+//! delay is that minus now (zero when the queue was empty).
 //!
 //! Parameters that change keep the units queued, as GCRA keeps the units its TAT owes: the
-//! drain time is converted through the emission interval ([`gcra::State::converted`]), so
+//! drain time is converted through the emission interval (`gcra::State::converted`), so
 //! the units already queued drain at the new rate from now on, each a new interval long, and
 //! a smaller capacity may deny until the queue has drained below it.
 
 use super::gcra::{self, Gcra};
 use super::{Algorithm, Decision, Span};
 
+/// RL.LEAKYBUCKET's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
     /// The most units the queue holds, the one being served included.
     pub capacity: u64,
     /// Units that leave per period.
     pub leak_amount: u64,
+    /// The period `leak_amount` is counted over.
     pub leak_period_ms: u64,
 }
 
@@ -44,6 +46,7 @@ impl Params {
 /// When the queue will be empty: GCRA's TAT, in units of 1/leak_amount µs.
 pub type State = gcra::State;
 
+/// RL.LEAKYBUCKET's algorithm: GCRA's admission, and each admitted request's `delay`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeakyBucket;
 
@@ -100,6 +103,7 @@ impl Algorithm for LeakyBucket {
 /// A key's parameters and state as of one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Snapshot {
+    /// The parameters the key was written with.
     pub params: Params,
     /// When the queue is empty, whole µs since the Unix epoch, rounded up.
     pub empty_at_us: u64,
@@ -109,6 +113,7 @@ pub struct Snapshot {
     pub now: Decision,
 }
 
+/// The key's parameters and queue as of `now_us` (RL.INSPECT).
 pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
     let now = LeakyBucket::view_now(params, state, now_us);
     Snapshot {

@@ -1,10 +1,57 @@
 //! The rate-limit algorithms of the ratelimit Redis module: pure state machines.
 //!
-//! Each algorithm takes its parameters, the key's stored parameters and state (or none for
-//! a fresh key), one clock reading in microseconds and a cost, and returns a [`Decision`]
-//! and the state to store if the request is admitted. Nothing here knows Redis (the crate
-//! has no dependencies), reads a clock or allocates per call, and no input makes it panic:
-//! arithmetic saturates. How a decision or a [`Snapshot`] becomes a reply is the module's.
+//! Every algorithm is one step, `(params, state, now, cost) -> (decision, state)`: its
+//! [`Algorithm::check`] takes
+//! - the request's parameters (what the command's arguments say);
+//! - the key's stored parameters and state, `None` for a fresh key (stored parameters that
+//!   differ from the request's carry the state over, never in the caller's favour);
+//! - one clock reading, `now_us`, in microseconds since the Unix epoch (the module's:
+//!   nothing here reads a clock);
+//! - the request's `cost` in units, and `write`: whether an admitted request counts (the
+//!   module clears it for DRYRUN and COST 0);
+//!
+//! and returns a [`Decision`] (what the reply says) and the state. Only an admitted request
+//! that writes changes the state: a stored state in place, a fresh key's returned as the
+//! state to store. A refusal, or a call that does not write, leaves it exactly as it was,
+//! so that a primary and its replicas (which see only the writes) hold the same bytes. The
+//! same key gives the largest cost admitted now ([`Algorithm::largest_cost`], ATMOST), takes
+//! a refund ([`Algorithm::refund`], RL.REFUND) and shows itself as a typed [`Snapshot`]
+//! (RL.INSPECT).
+//!
+//! Nothing here knows Redis (the crate has no dependencies), reads a clock or allocates per
+//! call, and no input makes it panic: arithmetic saturates. How a decision or a snapshot
+//! becomes a reply is the module's.
+//!
+//! ```
+//! use ratelimit_algorithms::fixed_window::{FixedWindow, Params};
+//! use ratelimit_algorithms::{Algorithm, Span};
+//!
+//! let params = Params { limit: 2, window_ms: 60_000 }; // two a minute
+//! let t0 = 1_699_927_200_000_000; // 2023-11-14 02:00:00 UTC, in µs
+//!
+//! // A fresh key: the request is admitted, and the state to store comes back.
+//! let (first, fresh) = FixedWindow::check(&params, None, t0, 1, true);
+//! assert_eq!((first.allowed, first.remaining), (true, 1));
+//! let mut state = fresh.expect("an admitted request that writes makes a state");
+//!
+//! // A stored key is updated in place.
+//! let (second, none) = FixedWindow::check(&params, Some((&params, &mut state)), t0, 1, true);
+//! assert_eq!((second.allowed, second.remaining, none), (true, 0, None));
+//!
+//! // A refusal says when the same request is admitted, and changes nothing.
+//! let before = state;
+//! let later = t0 + 20_000_000;
+//! let (third, _) = FixedWindow::check(&params, Some((&params, &mut state)), later, 1, true);
+//! assert_eq!(third.retry_after, Some(Span::from_us(40_000_000)));
+//! assert_eq!(state, before);
+//! ```
+//!
+//! The algorithms, a module each: [`gcra`], [`token_bucket`], [`leaky_bucket`],
+//! [`fixed_window`], [`sliding_window`], [`sliding_log`], [`warmup`], [`concurrency`]; and
+//! [`rule_set`], a policy's rules at once (RL.LIMIT), [`penalty`], the BLOCK option, and
+//! [`limits`], the ranges the arithmetic is exact over.
+
+#![warn(missing_docs)]
 
 pub mod concurrency;
 pub mod fixed_window;
@@ -30,6 +77,8 @@ pub struct Span {
 }
 
 impl Span {
+    /// No time at all: the `retry_after` of an admitted request, the `reset_after` of a
+    /// fresh key.
     pub const ZERO: Span = Span { num: 0, den: 1 };
 
     /// `num / den` microseconds; a zero `den` is taken as 1.
@@ -40,10 +89,12 @@ impl Span {
         }
     }
 
+    /// A whole number of microseconds.
     pub fn from_us(us: u64) -> Span {
         Span::new(u128::from(us), 1)
     }
 
+    /// Whether the span is no time at all.
     pub fn is_zero(&self) -> bool {
         self.num == 0
     }
@@ -91,6 +142,7 @@ fn saturate(x: u128) -> u64 {
 /// What an admission command answers (the reply, README.md), before it becomes a reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
+    /// Whether the request is admitted.
     pub allowed: bool,
     /// The most units a fresh key admits at once.
     pub limit: u64,
@@ -109,14 +161,23 @@ pub struct Decision {
 /// [`Algorithm::snapshot`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Snapshot {
+    /// RL.GCRA's key.
     Gcra(gcra::Snapshot),
+    /// RL.TOKENBUCKET's key.
     TokenBucket(token_bucket::Snapshot),
+    /// RL.LEAKYBUCKET's key.
     LeakyBucket(leaky_bucket::Snapshot),
+    /// RL.FIXEDWINDOW's key.
     FixedWindow(fixed_window::Snapshot),
+    /// RL.SLIDINGWINDOW's key.
     SlidingWindow(sliding_window::Snapshot),
+    /// RL.SLIDINGLOG's key.
     SlidingLog(sliding_log::Snapshot),
+    /// RL.WARMUP's key.
     Warmup(warmup::Snapshot),
+    /// RL.CONCURRENCY.ACQUIRE's key.
     Concurrency(concurrency::Snapshot),
+    /// RL.LIMIT's key: a policy's rules at once.
     Limit(rule_set::Snapshot),
 }
 
@@ -140,7 +201,9 @@ impl Snapshot {
 /// An algorithm's pure step. `Params` are what the command's arguments give; `State` is
 /// what the key stores between calls.
 pub trait Algorithm {
+    /// The parameters a request names (a command's arguments, or a policy's rules).
     type Params: Clone + PartialEq + std::fmt::Debug;
+    /// What a key stores between calls, besides the parameters it was written with.
     type State: Clone + PartialEq + std::fmt::Debug;
 
     /// The command name, as error texts name it.

@@ -54,7 +54,7 @@
 //! nothing either: the first entry in the window is found by a search over the words that
 //! gallops from the front then halves (O(log expired words): O(1) while the key is written
 //! regularly, O(log entries) after a long idle time), and the units before it come from the
-//! ring's index, which keeps, every [`STRIDE`] words, the units and requests before that
+//! ring's index, which keeps, every 64 words (`STRIDE`), the units and requests before that
 //! word (16 bytes per 64 words). A denial's `retry_after` finds the entry that makes room
 //! the same way: a binary search over the index, then fewer than `STRIDE` words. So does
 //! the admitted write's drop of the expired prefix, which the deque then drains in O(1)
@@ -101,10 +101,12 @@ use ring::{entry_at, is_cost_word, word, OFFSET_MASK};
 pub use regrid::unit_for;
 pub use ring::{heap_bytes, is_valid, State, FLAG, MAX_LIMIT};
 
+/// RL.SLIDINGLOG's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
     /// Units admitted in any window-long interval.
     pub limit: u64,
+    /// The window's length.
     pub window_ms: u64,
 }
 
@@ -195,6 +197,7 @@ fn retry_after(
     Some(Span::new(at.saturating_sub(now_us), 1))
 }
 
+/// RL.SLIDINGLOG's algorithm: [`Algorithm::check`] on the log of what was admitted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlidingLog;
 
@@ -389,20 +392,24 @@ fn decide(
 /// A key's parameters and state as of one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Snapshot {
+    /// The parameters the key was written with.
     pub params: Params,
     /// The limit as the log applies it (see the module doc for values above 2^31 - 1).
     pub limit: u64,
-    /// Requests the log holds, and the units of those still in the window.
+    /// Requests the log holds.
     pub entries: u64,
+    /// The units of those still in the window.
     pub active: u64,
-    /// When the oldest and the newest request the log holds were admitted, µs since the
-    /// Unix epoch (0 when the log is empty).
+    /// When the oldest request the log holds was admitted, µs since the Unix epoch (0 when
+    /// the log is empty).
     pub oldest_us: u64,
+    /// When the newest was (0 when the log is empty).
     pub newest_us: u64,
     /// The key as a request of no units would see it.
     pub now: Decision,
 }
 
+/// The key's parameters and log as of `now_us` (RL.INSPECT).
 pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
     let window_us = u128::from(params.window_us());
     let time = |offset: Option<u32>| {

@@ -59,10 +59,12 @@
 use super::fixed_window::{window_start, window_us};
 use super::{keep, Algorithm, Decision, Span};
 
+/// RL.SLIDINGWINDOW's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
     /// Units admitted per window length (estimated over the sliding window).
     pub limit: u64,
+    /// The window's length.
     pub window_ms: u64,
 }
 
@@ -220,6 +222,7 @@ fn current(held: &Counts, now: u128) -> Segment {
         .unwrap_or(segments[2])
 }
 
+/// RL.SLIDINGWINDOW's algorithm: [`Algorithm::check`] on two windows' counts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlidingWindow;
 
@@ -434,15 +437,19 @@ fn check_new_window(
 /// A key's parameters and state as of one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Snapshot {
+    /// The parameters the key was written with.
     pub params: Params,
-    /// The stored current window's start, and the counts of it and the one before.
+    /// The stored current window's start.
     pub window_start_us: u64,
+    /// The stored current window's count.
     pub current: u64,
+    /// The count of the window before it.
     pub previous: u64,
     /// The key as a request of no units would see it.
     pub now: Decision,
 }
 
+/// The key's parameters and counts as of `now_us` (RL.INSPECT).
 pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
     Snapshot {
         params: *params,

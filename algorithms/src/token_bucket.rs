@@ -81,6 +81,7 @@
 
 use super::{keep, Algorithm, Decision, Span};
 
+/// RL.TOKENBUCKET's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
     /// The most tokens the bucket holds, and the limit: a fresh key starts full.
@@ -237,6 +238,33 @@ impl State {
     }
 }
 
+/// RL.TOKENBUCKET's algorithm: [`Algorithm::check`] on the tokens a key holds.
+///
+/// # Example
+///
+/// A bucket of ten refilled one a second, emptied at once: 2.5 s later two whole tokens
+/// are back, so a request of three is refused for the half second until the third, and one
+/// of two is admitted. (With `interval` the tokens would come back a whole second's worth at
+/// a time, on the second after the bucket's first request.)
+///
+/// ```
+/// use ratelimit_algorithms::token_bucket::{Params, TokenBucket};
+/// use ratelimit_algorithms::{Algorithm, Span};
+///
+/// let params = Params { capacity: 10, refill_amount: 1, refill_period_ms: 1000, interval: false };
+/// let t0 = 1_700_000_000_000_000; // µs since the Unix epoch
+/// let (empty, state) = TokenBucket::check(&params, None, t0, 10, true);
+/// assert_eq!((empty.allowed, empty.remaining), (true, 0));
+///
+/// let mut state = state.expect("an admitted request makes the key's state");
+/// let later = t0 + 2_500_000;
+/// let (three, _) = TokenBucket::check(&params, Some((&params, &mut state)), later, 3, true);
+/// assert_eq!((three.allowed, three.remaining), (false, 2));
+/// assert_eq!(three.retry_after, Some(Span::from_us(500_000)));
+///
+/// let (two, _) = TokenBucket::check(&params, Some((&params, &mut state)), later, 2, true);
+/// assert_eq!((two.allowed, two.remaining), (true, 0));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenBucket;
 
@@ -391,6 +419,7 @@ fn changed(
 /// A key's parameters and state as of one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Snapshot {
+    /// The parameters the key was written with.
     pub params: Params,
     /// Whole tokens stored (as of `updated_us`, not refilled to now).
     pub tokens: u64,
@@ -400,6 +429,7 @@ pub struct Snapshot {
     pub now: Decision,
 }
 
+/// The key's parameters and tokens as of `now_us` (RL.INSPECT).
 pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
     let tokens = state.scaled_tokens / params.period_us();
     Snapshot {

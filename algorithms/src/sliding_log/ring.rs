@@ -23,10 +23,10 @@ pub const MAX_LIMIT: u64 = OFFSET_MASK as u64;
 ///   `2..=MAX_LIMIT` (a request of that cost).
 /// - An entry's time is `base_us + (word & !FLAG) × unit_us` µs since the Unix epoch; the
 ///   times never decrease from front to back.
-/// - `unit_us` is a power of two. An admitted write leaves it at least [`unit_for`] the
-///   window: that unit, or a coarser one an earlier window needed (see the module doc);
-///   after a change to a window that needs a coarser unit, it is the old one until the next
-///   admitted write re-encodes the ring.
+/// - `unit_us` is a power of two. An admitted write leaves it at least
+///   [`unit_for`](super::unit_for) the window: that unit, or a coarser one an earlier window
+///   needed (see the module doc); after a change to a window that needs a coarser unit, it
+///   is the old one until the next admitted write re-encodes the ring.
 /// - `total` is the sum of the entries' costs (1 for an unflagged word).
 ///
 /// An empty ring (`total` 0) is a fresh key; `base_us` then does not matter.
@@ -37,9 +37,13 @@ pub const MAX_LIMIT: u64 = OFFSET_MASK as u64;
 /// the words).
 #[derive(Debug, Clone)]
 pub struct State {
+    /// The entries, oldest first: a timestamp word, and a cost word after a flagged one.
     pub words: VecDeque<u32>,
+    /// The instant offsets count from, µs since the Unix epoch.
     pub base_us: u64,
+    /// The unit of an offset, in µs.
     pub unit_us: u64,
+    /// The units of all the entries.
     pub total: u64,
     /// Boxed: a state sits inside every stored value's enum (a policy key holds one per rule),
     /// so its size is paid by every kind of key; the index is paid only by logs.
