@@ -41,9 +41,12 @@ bench: test-deps build
 	clients/python/.venv/bin/python scripts/bench_clients_python.py
 	node scripts/bench_clients_node.mjs
 
+# Formatting, clippy with every warning an error, and the docs with every rustdoc warning an
+# error (a broken intra-doc link, a link to a private item).
 lint: deps
 	cargo fmt --all -- --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 
 clean:
 	cargo clean

@@ -27,12 +27,16 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Algorithm, Decision, Span};
 
+/// RL.CONCURRENCY.ACQUIRE's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
+    /// The most leases held at once.
     pub limit: u64,
+    /// How long a lease lasts unless it is released (or renewed) first.
     pub lease_ms: u64,
 }
 
+/// The leases a key holds, and how many tokens it has generated.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct State {
     /// When each lease ends, µs since the Unix epoch, by token.
@@ -150,6 +154,7 @@ pub const MAX_TOKEN: usize = 256;
 /// What an acquisition answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Acquired {
+    /// The reply's fields.
     pub decision: Decision,
     /// The lease's token, when admitted.
     pub token: Option<Vec<u8>>,
@@ -311,6 +316,7 @@ pub fn heap_bytes(state: &State) -> usize {
     trees + (state.token_bytes + leases * 8) * 2
 }
 
+/// RL.CONCURRENCY.ACQUIRE as an [`Algorithm`]: one lease a request, whatever its cost.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Concurrency;
 
@@ -361,14 +367,17 @@ impl Algorithm for Concurrency {
 /// A key's parameters and state as of one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Snapshot {
+    /// The parameters the key was written with.
     pub params: Params,
-    /// Leases held now (up to the limit), and tokens issued so far.
+    /// Leases held now (up to the limit).
     pub held: u64,
+    /// Tokens generated on the key so far.
     pub issued: u64,
     /// The key as an acquisition would see it, without taking a lease.
     pub now: Decision,
 }
 
+/// The key's parameters and leases as of `now_us` (RL.INSPECT).
 pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
     let now = decision(params, held(state, now_us, None), now_us, true);
     Snapshot {

@@ -35,7 +35,7 @@
 //! a replica whose clock is behind) has not ended either: its count carries into now's
 //! window in the same way, never in the caller's favour.
 //!
-//! The window arithmetic ([`window_us`], [`window_start`]) is shared with RL.SLIDINGWINDOW.
+//! The window arithmetic (`window_us`, `window_start`) is shared with RL.SLIDINGWINDOW.
 
 use super::{keep, Algorithm, Decision, Span};
 
@@ -51,10 +51,12 @@ pub(super) fn window_start(t_us: u128, window_us: u128) -> u128 {
     t_us - t_us % window_us.max(1)
 }
 
+/// RL.FIXEDWINDOW's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
     /// Units admitted per aligned window.
     pub limit: u64,
+    /// The window's length.
     pub window_ms: u64,
 }
 
@@ -83,6 +85,7 @@ fn counting(stored: &Params, state: &State, now_us: u64) -> u64 {
     }
 }
 
+/// RL.FIXEDWINDOW's algorithm: [`Algorithm::check`] on a window's count.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FixedWindow;
 
@@ -180,14 +183,17 @@ impl Algorithm for FixedWindow {
 /// A key's parameters and state as of one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Snapshot {
+    /// The parameters the key was written with.
     pub params: Params,
-    /// The stored window's start and count (as stored, even once the window is over).
+    /// The stored window's start (as stored, even once the window is over).
     pub window_start_us: u64,
+    /// The stored window's count (as stored, even once the window is over).
     pub count: u64,
     /// The key as a request of no units would see it.
     pub now: Decision,
 }
 
+/// The key's parameters and state as of `now_us` (RL.INSPECT).
 pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
     Snapshot {
         params: *params,
@@ -360,35 +366,17 @@ mod tests {
     }
 
     fn any_params() -> impl Strategy<Value = Params> {
-        (1u64..=20, 1u64..=10_000).prop_map(|(l, w)| params(l, w))
+        testing::window_params(params)
     }
 
-    /// Parameters for a key whose parameters change: short windows and aligned hours and days.
     fn changing_params() -> impl Strategy<Value = Params> {
-        let window = prop_oneof![
-            1u64..=10_000,
-            Just(3_600_000),
-            Just(86_400_000),
-            Just(7_000)
-        ];
-        (1u64..=20, window).prop_map(|(l, w)| params(l, w))
-    }
-
-    fn any_requests() -> impl Strategy<Value = Vec<(u64, u64)>> {
-        // (µs since the previous request, cost)
-        proptest::collection::vec((0u64..3_000_000, 0u64..6), 1..60)
-    }
-
-    /// A key after random requests, and the time of the last one (µs since T2).
-    fn history(p: &Params, gaps: &[(u64, u64)]) -> (Key<FixedWindow>, u64) {
-        let (key, at) = testing::after_gaps::<FixedWindow>(p, gaps, T2);
-        (key, at - T2)
+        testing::changing_window_params(params)
     }
 
     proptest! {
         /// In every aligned window, at most `limit` units are admitted.
         #[test]
-        fn never_more_than_limit_per_aligned_window(p in any_params(), gaps in any_requests()) {
+        fn never_more_than_limit_per_aligned_window(p in any_params(), gaps in testing::any_requests()) {
             let mut at = 0;
             let mut key: Key<FixedWindow> = None;
             let mut per_window: HashMap<u128, u64> = HashMap::new();
@@ -404,45 +392,9 @@ mod tests {
             }
         }
 
-        /// retry_after is the least whole number of ms after which the request is admitted.
-        #[test]
-        fn retry_after_is_exact(p in any_params(), gaps in any_requests(), cost in 1u64..25) {
-            let (key, at) = history(&p, &gaps);
-            testing::retry_after_is_exact::<FixedWindow>(&p, &key, T2 + at, cost, p.limit)?;
-        }
-
-        /// After a parameter change, retry_after is still the least time (in µs) after
-        /// which the request is admitted, the stored state being what it is.
-        #[test]
-        fn retry_after_is_exact_after_a_parameter_change(
-            q in any_params(), p in any_params(), gaps in any_requests(),
-            later in 0u64..5_000_000, cost in 1u64..25,
-        ) {
-            let (key, at) = history(&q, &gaps);
-            let now = T2 + at + later;
-            let d = peek::<FixedWindow>(&p, &key, now, cost);
-            if let (false, Some(retry)) = (d.allowed, d.retry_after) {
-                let us = retry.ceil_us();
-                prop_assert!(us >= 1);
-                prop_assert!(peek::<FixedWindow>(&p, &key, now + us, cost).allowed);
-                prop_assert!(!peek::<FixedWindow>(&p, &key, now + us - 1, cost).allowed);
-            }
-        }
-
-        /// `remaining` more units fit right now, and not one more.
-        #[test]
-        fn remaining_is_what_fits_now(p in any_params(), gaps in any_requests()) {
-            let (key, at) = history(&p, &gaps);
-            let now = peek::<FixedWindow>(&p, &key, T2 + at, 0);
-            if now.remaining > 0 {
-                prop_assert!(peek::<FixedWindow>(&p, &key, T2 + at, now.remaining).allowed);
-            }
-            prop_assert!(!peek::<FixedWindow>(&p, &key, T2 + at, now.remaining + 1).allowed);
-        }
-
         /// The same inputs give the same decision; without `write` (DRYRUN, COST 0) or when
-        /// denied, the state is untouched (`peek` and `step` assert it); with it, a request
-        /// decides as its dry run said, and the key it writes agrees with the reply.
+        /// denied, the state is untouched; with it, a request decides as its dry run said,
+        /// and the key it writes agrees with the reply.
         #[test]
         fn dryrun_decides_like_the_real_request_and_changes_nothing(
             p in any_params(), q in any_params(), start_off in 0u64..100, count in 0u64..25,
@@ -450,37 +402,7 @@ mod tests {
         ) {
             let start = T2 + start_off * q.window_ms * 1000;
             let key: Key<FixedWindow> = Some((q, State { window_start_us: start, count }));
-            let dry = peek::<FixedWindow>(&p, &key, T2 + now, cost);
-            prop_assert_eq!(dry, peek::<FixedWindow>(&p, &key, T2 + now, cost));
-            let mut real = key;
-            prop_assert_eq!(step::<FixedWindow>(&p, &mut real, T2 + now, cost), dry);
-            // What an admitted request reports is what the key it writes says.
-            if dry.allowed && cost > 0 {
-                let after = peek::<FixedWindow>(&p, &real, T2 + now, 0);
-                prop_assert_eq!((after.remaining, after.reset_after), (dry.remaining, dry.reset_after));
-            }
-        }
-
-        /// At now + reset_after the key is fresh, and stays so; a microsecond earlier it
-        /// is not.
-        #[test]
-        fn fresh_again_after_reset_after(
-            p in any_params(), gaps in any_requests(), later in 0u64..100_000_000,
-        ) {
-            let (key, at) = history(&p, &gaps);
-            testing::fresh_again_after_reset_after::<FixedWindow>(&p, &key, T2 + at, later, p.limit)?;
-        }
-
-        /// The documented promise (docs/algorithms.md, Changing parameters): at one instant,
-        /// requests under any sequence of parameter sets admit in
-        /// total at most the largest limit among them, whatever the key held before: windows of
-        /// different lengths that all contain now, and the count carries.
-        #[test]
-        fn one_instant_admits_at_most_the_largest_limit(
-            history in proptest::collection::vec((changing_params(), 0u64..3_000_000, 0u64..6), 0..20),
-            sets in proptest::collection::vec((changing_params(), 0u64..6), 1..40),
-        ) {
-            testing::one_instant_admits_at_most_the_largest::<FixedWindow>(&history, &sets, T2, |p| p.limit)?;
+            testing::dryrun_decides_like_the_real_request::<FixedWindow>(&p, &key, T2 + now, cost)?;
         }
 
         /// Any parameters, states, times and costs: no panic, no wrap.
@@ -492,33 +414,20 @@ mod tests {
             let p = params(limit, window_ms);
             let q = params(old_limit, old_window_ms);
             let state = State { window_start_us, count };
-            for stored in [&q, &p] {
-                let mut s = state;
-                let (d, _) = FixedWindow::check(&p, Some((stored, &mut s)), now, cost, write);
-                let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
-            }
-            let (d, _) = FixedWindow::check(&p, None, now, cost, write);
-            let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
-            let _ = FixedWindow::snapshot(&p, &state, now);
+            testing::never_panics::<FixedWindow>(&p, &[&q, &p], &state, now, cost, write);
         }
     }
 
-    // ATMOST and RL.REFUND, as every algorithm states them.
-    testing::atmost_and_refund_properties!(
-        FixedWindow,
-        params: changing_params(),
-        t0: T2,
-        bound: 21,
-        later_within: 20_000_000,
-        later_too: |_| true,
-    );
-
-    // Issue 22: one schedule for every reply, across parameter changes.
-    testing::one_schedule_property!(
-        FixedWindow,
-        params: changing_params(),
-        t0: T2,
-        long_gap: 60_000_000,
-        later_within: 20_000_000,
-    );
+    testing::properties! {
+        FixedWindow, t0: T2, limit: |p| p.limit;
+        retry_after_is_exact(any_params());
+        retry_after_is_exact_after_a_parameter_change(any_params());
+        remaining_is_what_fits_now(any_params());
+        fresh_again_after_reset_after(any_params());
+        // Windows of different lengths that all contain now, and the count carries.
+        one_instant_admits_at_most_the_largest_limit(changing_params());
+        largest_cost_is_what_a_dryrun_admits(changing_params(), bound: 21);
+        refund_gives_back_exactly(changing_params(), later_within: 20_000_000, later_too: |_| true);
+        one_schedule_for_every_reply(changing_params(), long_gap: 60_000_000, later_within: 20_000_000);
+    }
 }

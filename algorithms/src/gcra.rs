@@ -19,7 +19,7 @@
 //!
 //! Changing parameters: the TAT stands for units taken, `(TAT - now) / T` intervals still
 //! owed, and those carry over: under new parameters the key owes the same units, each one new
-//! interval long ([`State::converted`], rounded up). So at one instant, requests under any
+//! interval long (`State::converted`, rounded up). So at one instant, requests under any
 //! sequence of parameter sets admit in total at most the largest burst among them.
 //!
 //! Until a request under the new parameters is admitted, nothing is written: the key keeps
@@ -35,12 +35,14 @@
 
 use super::{keep, Algorithm, Decision, Span};
 
+/// RL.GCRA's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
     /// Units admitted at once from a fresh key (the limit).
     pub burst: u64,
     /// Units that refill per period.
     pub rate: u64,
+    /// The period `rate` is counted over.
     pub period_ms: u64,
 }
 
@@ -64,6 +66,7 @@ impl Params {
     }
 }
 
+/// What a key stores: one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct State {
     /// The theoretical arrival time, in units of 1/rate µs since the Unix epoch.
@@ -122,6 +125,30 @@ impl Schedule<'_> {
     }
 }
 
+/// RL.GCRA's algorithm: [`Algorithm::check`] on a key's TAT.
+///
+/// # Example
+///
+/// Four a minute with a burst of four (the manual's worked example): four units at once are
+/// admitted, and a fifth is told to come back in 15 s, when one emission interval has been
+/// paid off; the key is fresh again a minute after the burst.
+///
+/// ```
+/// use ratelimit_algorithms::gcra::{Gcra, Params};
+/// use ratelimit_algorithms::Algorithm;
+///
+/// let params = Params { burst: 4, rate: 4, period_ms: 60_000 };
+/// let t0 = 1_700_000_000_000_000; // µs since the Unix epoch
+/// let (four, state) = Gcra::check(&params, None, t0, 4, true);
+/// assert_eq!((four.allowed, four.remaining), (true, 0));
+///
+/// let mut state = state.expect("an admitted request makes the key's state");
+/// let (fifth, _) = Gcra::check(&params, Some((&params, &mut state)), t0, 1, true);
+/// assert!(!fifth.allowed);
+/// // Kept in units of 1/rate µs, as exact spans; a reply shows them in whole ms.
+/// assert_eq!(fifth.retry_after.map(|s| s.ceil_ms()), Some(15_000));
+/// assert_eq!(fifth.reset_after.ceil_ms(), 60_000);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gcra;
 
@@ -263,6 +290,7 @@ fn changed(
 /// A key's parameters and state as of one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Snapshot {
+    /// The parameters the key was written with.
     pub params: Params,
     /// The TAT in whole µs since the Unix epoch, rounded up.
     pub tat_us: u64,
@@ -270,6 +298,7 @@ pub struct Snapshot {
     pub now: Decision,
 }
 
+/// The key's parameters and TAT as of `now_us` (RL.INSPECT).
 pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
     Snapshot {
         params: *params,
@@ -442,23 +471,10 @@ mod tests {
     }
 
     /// Issue 22's table: a denial under new parameters says when the same request is admitted,
-    /// as later calls convert the key at their own instants. Before, the reply converted the
-    /// key once and assumed the new parameters from then on: 1000 ms said for the first,
-    /// admitted at 3000; 3000 said for the second, admitted at 1000.
+    /// as later calls convert the key at their own instants.
     #[test]
     fn a_denial_under_new_parameters_says_when_the_request_fits() {
-        for (before, after, retry_ms) in [
-            (params(3, 1, 3000), params(3, 3, 3000), 3000),
-            (params(3, 3, 3000), params(3, 1, 3000), 1000),
-        ] {
-            let key = key_after(&before, &[(0, 1), (0, 1), (0, 1)]);
-            let d = peek::<Gcra>(&after, &key, T0, 1);
-            assert_eq!(summary(&d), (false, 3, 0, retry_ms, 3 * retry_ms as u64));
-            let ms = retry_ms as u64 * 1000;
-            assert!(!peek::<Gcra>(&after, &key, T0 + ms - 1000, 1).allowed);
-            assert!(!peek::<Gcra>(&after, &key, T0 + ms - 1, 1).allowed);
-            assert!(peek::<Gcra>(&after, &key, T0 + ms, 1).allowed);
-        }
+        testing::issue_22_table::<Gcra>(params, T0);
     }
 
     #[test]
@@ -483,15 +499,10 @@ mod tests {
         (1u64..=20, 1u64..=2_000, 1u64..=10_000).prop_map(|(b, r, p)| params(b, r, p))
     }
 
-    fn any_requests() -> impl Strategy<Value = Vec<(u64, u64)>> {
-        // (µs since the previous request, cost)
-        proptest::collection::vec((0u64..3_000_000, 0u64..6), 1..60)
-    }
-
     proptest! {
         /// Never more than `burst + elapsed / T` units admitted, counting from the first request.
         #[test]
-        fn never_more_than_burst_plus_elapsed_over_t(p in any_params(), gaps in any_requests()) {
+        fn never_more_than_burst_plus_elapsed_over_t(p in any_params(), gaps in testing::any_requests()) {
             let mut at = 0;
             let requests: Vec<_> = gaps.iter().map(|&(gap, cost)| { at += gap; (at, cost) }).collect();
             let decisions = replay(&p, &requests);
@@ -507,58 +518,15 @@ mod tests {
             }
         }
 
-        /// retry_after is the least whole number of ms after which the request is admitted.
-        #[test]
-        fn retry_after_is_exact(p in any_params(), gaps in any_requests(), cost in 1u64..25) {
-            let mut at = 0;
-            let mut key: Key<Gcra> = None;
-            for (gap, c) in gaps {
-                at += gap;
-                step::<Gcra>(&p, &mut key, T0 + at, c);
-            }
-            testing::retry_after_is_exact::<Gcra>(&p, &key, T0 + at, cost, p.burst)?;
-        }
-
-        /// `remaining` more unit requests fit right now, and not one more.
-        #[test]
-        fn remaining_is_what_fits_now(p in any_params(), gaps in any_requests()) {
-            let mut at = 0;
-            let mut key: Key<Gcra> = None;
-            for (gap, cost) in gaps {
-                at += gap;
-                step::<Gcra>(&p, &mut key, T0 + at, cost);
-            }
-            let now = peek::<Gcra>(&p, &key, T0 + at, 0);
-            if now.remaining > 0 {
-                prop_assert!(peek::<Gcra>(&p, &key, T0 + at, now.remaining).allowed);
-            }
-            prop_assert!(!peek::<Gcra>(&p, &key, T0 + at, now.remaining + 1).allowed);
-        }
-
         /// The same inputs give the same decision; without `write` (DRYRUN, COST 0) or when
-        /// denied, the state is untouched (`peek` and `step` assert it); with it, a request
-        /// decides as its dry run said.
+        /// denied, the state is untouched; with it, a request decides as its dry run said.
         #[test]
         fn dryrun_decides_like_the_real_request_and_changes_nothing(
             p in any_params(), q in any_params(), tat_off in 0u64..10_000_000,
             now in 0u64..20_000_000, cost in 0u64..30,
         ) {
             let key: Key<Gcra> = Some((q, State { tat: u128::from(T0 + tat_off) * u128::from(q.rate) }));
-            let dry = peek::<Gcra>(&p, &key, T0 + now, cost);
-            prop_assert_eq!(dry, peek::<Gcra>(&p, &key, T0 + now, cost));
-            let mut real = key;
-            prop_assert_eq!(step::<Gcra>(&p, &mut real, T0 + now, cost), dry);
-        }
-
-        /// The documented promise (docs/algorithms.md, Changing parameters): at one instant,
-        /// requests under any sequence of parameter sets admit in
-        /// total at most the largest burst among them, whatever the key held before.
-        #[test]
-        fn one_instant_admits_at_most_the_largest_burst(
-            history in proptest::collection::vec((any_params(), 0u64..3_000_000, 0u64..6), 0..20),
-            sets in proptest::collection::vec((any_params(), 0u64..6), 1..40),
-        ) {
-            testing::one_instant_admits_at_most_the_largest::<Gcra>(&history, &sets, T0, |p| p.burst)?;
+            testing::dryrun_decides_like_the_real_request::<Gcra>(&p, &key, T0 + now, cost)?;
         }
 
         /// Across time, with the parameters changing: never more than the largest burst plus
@@ -597,28 +565,17 @@ mod tests {
                                 tat in any::<u128>(), cost in any::<u64>()) {
             let p = params(burst, rate, period);
             let q = params(1, 1, 1);
-            let (d, _) = Gcra::check(&p, Some((&q, &mut State { tat })), now, cost, true);
-            let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
-            let _ = Gcra::snapshot(&p, &State { tat }, now);
+            testing::never_panics::<Gcra>(&p, &[&q], &State { tat }, now, cost, true);
         }
     }
 
-    // ATMOST and RL.REFUND, as every algorithm states them.
-    testing::atmost_and_refund_properties!(
-        Gcra,
-        params: any_params(),
-        t0: T0,
-        bound: 21,
-        later_within: 5_000_000,
-        later_too: |_| true,
-    );
-
-    // Issue 22: one schedule for every reply, across parameter changes.
-    testing::one_schedule_property!(
-        Gcra,
-        params: any_params(),
-        t0: T0,
-        long_gap: 60_000_000,
-        later_within: 5_000_000,
-    );
+    testing::properties! {
+        Gcra, t0: T0, limit: |p| p.burst;
+        retry_after_is_exact(any_params());
+        remaining_is_what_fits_now(any_params());
+        one_instant_admits_at_most_the_largest_limit(any_params());
+        largest_cost_is_what_a_dryrun_admits(any_params(), bound: 21);
+        refund_gives_back_exactly(any_params(), later_within: 5_000_000, later_too: |_| true);
+        one_schedule_for_every_reply(any_params(), long_gap: 60_000_000, later_within: 5_000_000);
+    }
 }

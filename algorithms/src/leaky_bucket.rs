@@ -9,25 +9,27 @@
 //! The state is the time the queue will be empty, the same single instant GCRA keeps as its
 //! TAT, and the admission test is GCRA's: with the queue holding `ceil((TAT - now) / T)`
 //! units, `cost` more fit when `max(TAT, now) - now + cost × T <= capacity × T` (the two
-//! agree because `capacity - cost` is a whole number). So the arithmetic is
-//! [`gcra`](super::gcra)'s, exact in units of `1/leak_amount` µs, and this file adds what
-//! differs: the delay. A request's turn starts when everything queued before it has left,
-//! `max(TAT, now)`; the delay is that minus now (zero when the queue was empty).
+//! agree because `capacity - cost` is a whole number). So the arithmetic is [`gcra`]'s,
+//! exact in units of `1/leak_amount` µs, and this file adds what differs: the delay. A
+//! request's turn starts when everything queued before it has left, `max(TAT, now)`; the
+//! delay is that minus now (zero when the queue was empty).
 //!
 //! Parameters that change keep the units queued, as GCRA keeps the units its TAT owes: the
-//! drain time is converted through the emission interval ([`gcra::State::converted`]), so
+//! drain time is converted through the emission interval (`gcra::State::converted`), so
 //! the units already queued drain at the new rate from now on, each a new interval long, and
 //! a smaller capacity may deny until the queue has drained below it.
 
 use super::gcra::{self, Gcra};
 use super::{Algorithm, Decision, Span};
 
+/// RL.LEAKYBUCKET's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
     /// The most units the queue holds, the one being served included.
     pub capacity: u64,
     /// Units that leave per period.
     pub leak_amount: u64,
+    /// The period `leak_amount` is counted over.
     pub leak_period_ms: u64,
 }
 
@@ -44,6 +46,7 @@ impl Params {
 /// When the queue will be empty: GCRA's TAT, in units of 1/leak_amount µs.
 pub type State = gcra::State;
 
+/// RL.LEAKYBUCKET's algorithm: GCRA's admission, and each admitted request's `delay`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeakyBucket;
 
@@ -99,6 +102,7 @@ impl Algorithm for LeakyBucket {
 /// A key's parameters and state as of one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Snapshot {
+    /// The parameters the key was written with.
     pub params: Params,
     /// When the queue is empty, whole µs since the Unix epoch, rounded up.
     pub empty_at_us: u64,
@@ -108,6 +112,7 @@ pub struct Snapshot {
     pub now: Decision,
 }
 
+/// The key's parameters and queue as of `now_us` (RL.INSPECT).
 pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
     let now = LeakyBucket::view_now(params, state, now_us);
     Snapshot {
@@ -305,25 +310,8 @@ mod tests {
         #[test]
         fn dryrun_decides_like_the_real_request_and_changes_nothing(p in any_params(),
                 gaps in proptest::collection::vec((0u64..2_000_000, 0u64..4), 1..30), cost in 0u64..25) {
-            let mut key: Key<LeakyBucket> = None;
-            let mut at = 0;
-            for (gap, c) in gaps {
-                at += gap;
-                step::<LeakyBucket>(&p, &mut key, T0 + at, c);
-            }
-            let dry = peek::<LeakyBucket>(&p, &key, T0 + at, cost);
-            prop_assert_eq!(step::<LeakyBucket>(&p, &mut key, T0 + at, cost), dry);
-        }
-
-        /// The documented promise (docs/algorithms.md, Changing parameters): at one instant, any
-        /// sequence of parameter sets admits in total at most
-        /// the largest capacity among them, whatever the queue held before.
-        #[test]
-        fn one_instant_admits_at_most_the_largest_capacity(
-            history in proptest::collection::vec((any_params(), 0u64..3_000_000, 0u64..6), 0..20),
-            sets in proptest::collection::vec((any_params(), 0u64..6), 1..40),
-        ) {
-            testing::one_instant_admits_at_most_the_largest::<LeakyBucket>(&history, &sets, T0, |p| p.capacity)?;
+            let (key, at) = testing::after_gaps::<LeakyBucket>(&p, &gaps, T0);
+            testing::dryrun_decides_like_the_real_request::<LeakyBucket>(&p, &key, at, cost)?;
         }
 
         #[test]
@@ -331,28 +319,16 @@ mod tests {
                                 now in any::<u64>(), tat in any::<u128>(), cost in any::<u64>()) {
             let p = params(capacity, amount, period);
             let q = params(1, 1, 1);
-            let (d, _) = LeakyBucket::check(&p, Some((&q, &mut State { tat })), now, cost, true);
-            let _ = (d.delay.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
-            let _ = LeakyBucket::snapshot(&p, &State { tat }, now);
+            testing::never_panics::<LeakyBucket>(&p, &[&q], &State { tat }, now, cost, true);
         }
     }
 
-    // ATMOST and RL.REFUND, as every algorithm states them.
-    testing::atmost_and_refund_properties!(
-        LeakyBucket,
-        params: any_params(),
-        t0: T0,
-        bound: 21,
-        later_within: 5_000_000,
-        later_too: |_| true,
-    );
-
-    // Issue 22: one schedule for every reply, across parameter changes.
-    testing::one_schedule_property!(
-        LeakyBucket,
-        params: any_params(),
-        t0: T0,
-        long_gap: 60_000_000,
-        later_within: 5_000_000,
-    );
+    testing::properties! {
+        LeakyBucket, t0: T0, limit: |p| p.capacity;
+        // Whatever the queue held before.
+        one_instant_admits_at_most_the_largest_limit(any_params());
+        largest_cost_is_what_a_dryrun_admits(any_params(), bound: 21);
+        refund_gives_back_exactly(any_params(), later_within: 5_000_000, later_too: |_| true);
+        one_schedule_for_every_reply(any_params(), long_gap: 60_000_000, later_within: 5_000_000);
+    }
 }

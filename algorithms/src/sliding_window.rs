@@ -59,10 +59,12 @@
 use super::fixed_window::{window_start, window_us};
 use super::{keep, Algorithm, Decision, Span};
 
+/// RL.SLIDINGWINDOW's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
     /// Units admitted per window length (estimated over the sliding window).
     pub limit: u64,
+    /// The window's length.
     pub window_ms: u64,
 }
 
@@ -220,6 +222,7 @@ fn current(held: &Counts, now: u128) -> Segment {
         .unwrap_or(segments[2])
 }
 
+/// RL.SLIDINGWINDOW's algorithm: [`Algorithm::check`] on two windows' counts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlidingWindow;
 
@@ -433,15 +436,19 @@ fn check_new_window(
 /// A key's parameters and state as of one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Snapshot {
+    /// The parameters the key was written with.
     pub params: Params,
-    /// The stored current window's start, and the counts of it and the one before.
+    /// The stored current window's start.
     pub window_start_us: u64,
+    /// The stored current window's count.
     pub current: u64,
+    /// The count of the window before it.
     pub previous: u64,
     /// The key as a request of no units would see it.
     pub now: Decision,
 }
 
+/// The key's parameters and counts as of `now_us` (RL.INSPECT).
 pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
     Snapshot {
         params: *params,
@@ -627,36 +634,18 @@ mod tests {
     }
 
     fn any_params() -> impl Strategy<Value = Params> {
-        (1u64..=20, 1u64..=10_000).prop_map(|(l, w)| params(l, w))
+        testing::window_params(params)
     }
 
-    /// Parameters for a key whose parameters change: short windows and aligned hours and days.
     fn changing_params() -> impl Strategy<Value = Params> {
-        let window = prop_oneof![
-            1u64..=10_000,
-            Just(3_600_000),
-            Just(86_400_000),
-            Just(7_000)
-        ];
-        (1u64..=20, window).prop_map(|(l, w)| params(l, w))
-    }
-
-    fn any_requests() -> impl Strategy<Value = Vec<(u64, u64)>> {
-        // (µs since the previous request, cost)
-        proptest::collection::vec((0u64..3_000_000, 0u64..6), 1..60)
-    }
-
-    /// A key after random requests, and the time of the last one (µs since T2).
-    fn history(p: &Params, gaps: &[(u64, u64)]) -> (Key<SlidingWindow>, u64) {
-        let (key, at) = testing::after_gaps::<SlidingWindow>(p, gaps, T2);
-        (key, at - T2)
+        testing::changing_window_params(params)
     }
 
     proptest! {
         /// After an admission the estimate is at most the limit, and in every aligned
         /// window at most `limit` units are admitted.
         #[test]
-        fn never_more_than_limit(p in any_params(), gaps in any_requests()) {
+        fn never_more_than_limit(p in any_params(), gaps in testing::any_requests()) {
             let mut at = 0;
             let mut key: Key<SlidingWindow> = None;
             let mut per_window: HashMap<u128, u64> = HashMap::new();
@@ -680,57 +669,19 @@ mod tests {
             }
         }
 
-        /// retry_after is the least whole number of ms after which the request is admitted.
-        #[test]
-        fn retry_after_is_exact(p in any_params(), gaps in any_requests(), cost in 1u64..25) {
-            let (key, at) = history(&p, &gaps);
-            testing::retry_after_is_exact::<SlidingWindow>(&p, &key, T2 + at, cost, p.limit)?;
-        }
-
         /// The estimate never rises while nothing is admitted (so waiting never hurts),
         /// across window rolls too.
         #[test]
         fn the_estimate_never_rises_with_time(
-            p in any_params(), gaps in any_requests(), steps in proptest::collection::vec(0u64..2_000_000, 1..20),
+            p in any_params(), gaps in testing::any_requests(), steps in proptest::collection::vec(0u64..2_000_000, 1..20),
         ) {
-            let (key, at) = history(&p, &gaps);
-            let mut t = T2 + at;
+            let (key, mut t) = testing::after_gaps::<SlidingWindow>(&p, &gaps, T2);
             let mut remaining = peek::<SlidingWindow>(&p, &key, t, 0).remaining;
             for dt in steps {
                 t += dt;
                 let now = peek::<SlidingWindow>(&p, &key, t, 0).remaining;
                 prop_assert!(now >= remaining);
                 remaining = now;
-            }
-        }
-
-        /// After a parameter change the estimate need not fall steadily, but retry_after is
-        /// still the least time (in µs) after which the request is admitted: admitted then,
-        /// and not a microsecond earlier nor at any earlier whole millisecond sampled.
-        #[test]
-        fn retry_after_is_exact_after_a_parameter_change(
-            q in any_params(), p in any_params(), gaps in any_requests(),
-            later in 0u64..5_000_000, cost in 1u64..25, probe in 0u64..1_000_000,
-        ) {
-            let (key, at) = history(&q, &gaps);
-            let now = T2 + at + later;
-            let d = peek::<SlidingWindow>(&p, &key, now, cost);
-            if let (false, Some(retry)) = (d.allowed, d.retry_after) {
-                let us = retry.ceil_us();
-                prop_assert!(us >= 1);
-                prop_assert!(peek::<SlidingWindow>(&p, &key, now + us, cost).allowed);
-                prop_assert!(!peek::<SlidingWindow>(&p, &key, now + us - 1, cost).allowed);
-                prop_assert!(!peek::<SlidingWindow>(&p, &key, now + probe % us, cost).allowed);
-            }
-            // reset_after too: fresh then, and from then on.
-            let reset = d.reset_after.ceil_us();
-            if !d.allowed {
-                for t in [now + reset, now + reset + probe] {
-                    prop_assert_eq!(peek::<SlidingWindow>(&p, &key, t, 0).remaining, p.limit);
-                }
-                if reset > 0 {
-                    prop_assert!(peek::<SlidingWindow>(&p, &key, now + reset - 1, 0).remaining < p.limit);
-                }
             }
         }
 
@@ -744,8 +695,8 @@ mod tests {
             gaps in proptest::collection::vec((0u64..3_000, 0u64..4), 1..12),
             later in 0u64..3_000, cost in 1u64..5,
         ) {
-            let (key, at) = history(&q, &gaps);
-            let now = T2 + at + later;
+            let (key, at) = testing::after_gaps::<SlidingWindow>(&q, &gaps, T2);
+            let now = at + later;
             let d = peek::<SlidingWindow>(&p, &key, now, cost);
             if let (false, Some(retry)) = (d.allowed, d.retry_after) {
                 let us = retry.ceil_us();
@@ -765,20 +716,9 @@ mod tests {
             }
         }
 
-        /// `remaining` more units fit right now, and not one more.
-        #[test]
-        fn remaining_is_what_fits_now(p in any_params(), gaps in any_requests()) {
-            let (key, at) = history(&p, &gaps);
-            let now = peek::<SlidingWindow>(&p, &key, T2 + at, 0);
-            if now.remaining > 0 {
-                prop_assert!(peek::<SlidingWindow>(&p, &key, T2 + at, now.remaining).allowed);
-            }
-            prop_assert!(!peek::<SlidingWindow>(&p, &key, T2 + at, now.remaining + 1).allowed);
-        }
-
         /// The same inputs give the same decision; without `write` (DRYRUN, COST 0) or when
-        /// denied, the state is untouched (`peek` and `step` assert it); with it, a request
-        /// decides as its dry run said, and the key it writes agrees with the reply.
+        /// denied, the state is untouched; with it, a request decides as its dry run said,
+        /// and the key it writes agrees with the reply.
         #[test]
         fn dryrun_decides_like_the_real_request_and_changes_nothing(
             p in any_params(), q in any_params(), start_off in 0u64..100, current in 0u64..25,
@@ -786,37 +726,7 @@ mod tests {
         ) {
             let start = T2 + start_off * q.window_ms * 1000;
             let key: Key<SlidingWindow> = Some((q, State { window_start_us: start, current, previous }));
-            let dry = peek::<SlidingWindow>(&p, &key, T2 + now, cost);
-            prop_assert_eq!(dry, peek::<SlidingWindow>(&p, &key, T2 + now, cost));
-            let mut real = key;
-            prop_assert_eq!(step::<SlidingWindow>(&p, &mut real, T2 + now, cost), dry);
-            // What an admitted request reports is what the key it writes says.
-            if dry.allowed && cost > 0 {
-                let after = peek::<SlidingWindow>(&p, &real, T2 + now, 0);
-                prop_assert_eq!((after.remaining, after.reset_after), (dry.remaining, dry.reset_after));
-            }
-        }
-
-        /// At now + reset_after the key is fresh, and stays so; a microsecond earlier it
-        /// is not.
-        #[test]
-        fn fresh_again_after_reset_after(
-            p in any_params(), gaps in any_requests(), later in 0u64..100_000_000,
-        ) {
-            let (key, at) = history(&p, &gaps);
-            testing::fresh_again_after_reset_after::<SlidingWindow>(&p, &key, T2 + at, later, p.limit)?;
-        }
-
-        /// The documented promise (docs/algorithms.md, Changing parameters): at one instant,
-        /// requests under any sequence of parameter sets admit in
-        /// total at most the largest limit among them, whatever the key held before: the counts
-        /// carry, and the previous count only ever weighs on the estimate.
-        #[test]
-        fn one_instant_admits_at_most_the_largest_limit(
-            history in proptest::collection::vec((changing_params(), 0u64..3_000_000, 0u64..6), 0..20),
-            sets in proptest::collection::vec((changing_params(), 0u64..6), 1..40),
-        ) {
-            testing::one_instant_admits_at_most_the_largest::<SlidingWindow>(&history, &sets, T2, |p| p.limit)?;
+            testing::dryrun_decides_like_the_real_request::<SlidingWindow>(&p, &key, T2 + now, cost)?;
         }
 
         /// Any parameters, states, times and costs: no panic, no wrap.
@@ -829,33 +739,21 @@ mod tests {
             let p = params(limit, window_ms);
             let q = params(old_limit, old_window_ms);
             let state = State { window_start_us, current, previous };
-            for stored in [&q, &p] {
-                let mut s = state;
-                let (d, _) = SlidingWindow::check(&p, Some((stored, &mut s)), now, cost, write);
-                let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
-            }
-            let (d, _) = SlidingWindow::check(&p, None, now, cost, write);
-            let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
-            let _ = SlidingWindow::snapshot(&p, &state, now);
+            testing::never_panics::<SlidingWindow>(&p, &[&q, &p], &state, now, cost, write);
         }
     }
 
-    // ATMOST and RL.REFUND, as every algorithm states them.
-    testing::atmost_and_refund_properties!(
-        SlidingWindow,
-        params: changing_params(),
-        t0: T2,
-        bound: 21,
-        later_within: 20_000_000,
-        later_too: |_| true,
-    );
-
-    // Issue 22: one schedule for every reply, across parameter changes.
-    testing::one_schedule_property!(
-        SlidingWindow,
-        params: changing_params(),
-        t0: T2,
-        long_gap: 60_000_000,
-        later_within: 20_000_000,
-    );
+    testing::properties! {
+        SlidingWindow, t0: T2, limit: |p| p.limit;
+        retry_after_is_exact(any_params());
+        // The estimate need not fall steadily after a change; the times said are still exact.
+        retry_after_is_exact_after_a_parameter_change(any_params());
+        remaining_is_what_fits_now(any_params());
+        fresh_again_after_reset_after(any_params());
+        // The counts carry, and the previous count only ever weighs on the estimate.
+        one_instant_admits_at_most_the_largest_limit(changing_params());
+        largest_cost_is_what_a_dryrun_admits(changing_params(), bound: 21);
+        refund_gives_back_exactly(changing_params(), later_within: 20_000_000, later_too: |_| true);
+        one_schedule_for_every_reply(changing_params(), long_gap: 60_000_000, later_within: 20_000_000);
+    }
 }

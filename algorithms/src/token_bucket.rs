@@ -81,6 +81,7 @@
 
 use super::{keep, Algorithm, Decision, Span};
 
+/// RL.TOKENBUCKET's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
     /// The most tokens the bucket holds, and the limit: a fresh key starts full.
@@ -237,6 +238,33 @@ impl State {
     }
 }
 
+/// RL.TOKENBUCKET's algorithm: [`Algorithm::check`] on the tokens a key holds.
+///
+/// # Example
+///
+/// A bucket of ten refilled one a second, emptied at once: 2.5 s later two whole tokens
+/// are back, so a request of three is refused for the half second until the third, and one
+/// of two is admitted. (With `interval` the tokens would come back a whole second's worth at
+/// a time, on the second after the bucket's first request.)
+///
+/// ```
+/// use ratelimit_algorithms::token_bucket::{Params, TokenBucket};
+/// use ratelimit_algorithms::{Algorithm, Span};
+///
+/// let params = Params { capacity: 10, refill_amount: 1, refill_period_ms: 1000, interval: false };
+/// let t0 = 1_700_000_000_000_000; // µs since the Unix epoch
+/// let (empty, state) = TokenBucket::check(&params, None, t0, 10, true);
+/// assert_eq!((empty.allowed, empty.remaining), (true, 0));
+///
+/// let mut state = state.expect("an admitted request makes the key's state");
+/// let later = t0 + 2_500_000;
+/// let (three, _) = TokenBucket::check(&params, Some((&params, &mut state)), later, 3, true);
+/// assert_eq!((three.allowed, three.remaining), (false, 2));
+/// assert_eq!(three.retry_after, Some(Span::from_us(500_000)));
+///
+/// let (two, _) = TokenBucket::check(&params, Some((&params, &mut state)), later, 2, true);
+/// assert_eq!((two.allowed, two.remaining), (true, 0));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenBucket;
 
@@ -390,6 +418,7 @@ fn changed(
 /// A key's parameters and state as of one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Snapshot {
+    /// The parameters the key was written with.
     pub params: Params,
     /// Whole tokens stored (as of `updated_us`, not refilled to now).
     pub tokens: u64,
@@ -399,6 +428,7 @@ pub struct Snapshot {
     pub now: Decision,
 }
 
+/// The key's parameters and tokens as of `now_us` (RL.INSPECT).
 pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
     let tokens = state.scaled_tokens / params.period_us();
     Snapshot {
@@ -604,21 +634,10 @@ mod tests {
     }
 
     /// Issue 22's table, for the token bucket: emptied under one set of parameters, then
-    /// asked under another, the denial says when the conversion made then admits. Before,
-    /// 1000 ms was said for the first, admitted at 3000; 3000 for the second, admitted at 1000.
+    /// asked under another, the denial says when the conversion made then admits.
     #[test]
     fn a_denial_under_new_parameters_says_when_the_request_fits() {
-        for (before, after, retry_ms) in [
-            (params(3, 1, 3000), params(3, 3, 3000), 3000),
-            (params(3, 3, 3000), params(3, 1, 3000), 1000),
-        ] {
-            let key = key_after(&before, &[(0, 1), (0, 1), (0, 1)]);
-            let d = peek::<TokenBucket>(&after, &key, T0, 1);
-            assert_eq!(summary(&d), (false, 3, 0, retry_ms, 3 * retry_ms as u64));
-            let us = retry_ms as u64 * 1000;
-            assert!(!peek::<TokenBucket>(&after, &key, T0 + us - 1, 1).allowed);
-            assert!(peek::<TokenBucket>(&after, &key, T0 + us, 1).allowed);
-        }
+        testing::issue_22_table::<TokenBucket>(params, T0);
     }
 
     #[test]
@@ -733,11 +752,6 @@ mod tests {
         })
     }
 
-    fn any_requests() -> impl Strategy<Value = Vec<(u64, u64)>> {
-        // (µs since the previous request, cost)
-        proptest::collection::vec((0u64..3_000_000, 0u64..6), 1..60)
-    }
-
     /// Absolute request times (µs since T0) from gaps.
     fn timeline(gaps: &[(u64, u64)]) -> Vec<(u64, u64)> {
         let mut at = 0;
@@ -762,7 +776,7 @@ mod tests {
         /// (t1 - t0).
         #[test]
         fn continuous_never_more_than_capacity_plus_refill(
-            p in any_params(), gaps in any_requests(),
+            p in any_params(), gaps in testing::any_requests(),
         ) {
             let p = Params { interval: false, ..p };
             let requests = timeline(&gaps);
@@ -819,7 +833,7 @@ mod tests {
         /// boundaries (anchor + k × period, k >= 1) in (t0, t1].
         #[test]
         fn interval_never_more_than_capacity_plus_refills(
-            p in any_params(), gaps in any_requests(),
+            p in any_params(), gaps in testing::any_requests(),
         ) {
             let p = Params { interval: true, ..p };
             let requests = timeline(&gaps);
@@ -847,30 +861,10 @@ mod tests {
             }
         }
 
-        /// retry_after is the least whole number of ms after which the request is admitted.
-        #[test]
-        fn retry_after_is_exact(p in any_params(), gaps in any_requests(), cost in 1u64..25) {
-            let (key, at) = history(&p, &gaps);
-            testing::retry_after_is_exact::<TokenBucket>(&p, &key, T0 + at, cost, p.capacity)?;
-        }
-
-        /// `remaining` more units fit right now, and not one more; after an admitted request
-        /// too.
-        #[test]
-        fn remaining_is_what_fits_now(p in any_params(), gaps in any_requests(), cost in 0u64..6) {
-            let (mut key, at) = history(&p, &gaps);
-            let d = step::<TokenBucket>(&p, &mut key, T0 + at, cost);
-            if d.remaining > 0 {
-                prop_assert!(peek::<TokenBucket>(&p, &key, T0 + at, d.remaining).allowed);
-            }
-            prop_assert!(!peek::<TokenBucket>(&p, &key, T0 + at, d.remaining + 1).allowed);
-            prop_assert!(d.remaining <= d.limit);
-        }
-
         /// At now + reset_after the bucket is full (a cost-0 look shows remaining == limit),
         /// and a microsecond earlier it is not.
         #[test]
-        fn reset_after_is_when_it_is_full(p in any_params(), gaps in any_requests()) {
+        fn reset_after_is_when_it_is_full(p in any_params(), gaps in testing::any_requests()) {
             let (key, at) = history(&p, &gaps);
             let d = peek::<TokenBucket>(&p, &key, T0 + at, 0);
             let us = d.reset_after.ceil_us();
@@ -897,15 +891,9 @@ mod tests {
                 updated_us: T0 + updated,
             };
             let key: Key<TokenBucket> = Some((q, state));
-            let dry = peek::<TokenBucket>(&p, &key, T0 + now, cost);
-            prop_assert_eq!(dry, peek::<TokenBucket>(&p, &key, T0 + now, cost));
-            let mut real = key;
-            prop_assert_eq!(step::<TokenBucket>(&p, &mut real, T0 + now, cost), dry);
+            testing::dryrun_decides_like_the_real_request::<TokenBucket>(&p, &key, T0 + now, cost)?;
             // A fresh key too.
-            let fresh: Key<TokenBucket> = None;
-            let dry = peek::<TokenBucket>(&p, &fresh, T0 + now, cost);
-            let mut real = fresh;
-            prop_assert_eq!(step::<TokenBucket>(&p, &mut real, T0 + now, cost), dry);
+            testing::dryrun_decides_like_the_real_request::<TokenBucket>(&p, &None, T0 + now, cost)?;
         }
 
         /// A parameter change never adds tokens: right after it, no more fit than under the
@@ -913,7 +901,7 @@ mod tests {
         /// under any parameters (the storage layer lets it expire when full).
         #[test]
         fn a_parameter_change_never_adds_tokens(
-            p in any_params(), q in any_params(), gaps in any_requests(), later in 0u64..5_000_000,
+            p in any_params(), q in any_params(), gaps in testing::any_requests(), later in 0u64..5_000_000,
         ) {
             let (key, at) = history(&q, &gaps);
             // (A key that was never written is fresh under any parameters.)
@@ -928,18 +916,6 @@ mod tests {
         }
 
         /// Extreme parameters (corrupted ones too), states, times and costs never panic.
-        /// The documented promise (docs/algorithms.md, Changing parameters): at one instant,
-        /// requests under any sequence of parameter sets admit in
-        /// total at most the largest capacity among them, whatever the key held before (tokens are
-        /// clamped, never added).
-        #[test]
-        fn one_instant_admits_at_most_the_largest_capacity(
-            history in proptest::collection::vec((any_params(), 0u64..3_000_000, 0u64..6), 0..20),
-            sets in proptest::collection::vec((any_params(), 0u64..6), 1..40),
-        ) {
-            testing::one_instant_admits_at_most_the_largest::<TokenBucket>(&history, &sets, T0, |p| p.capacity)?;
-        }
-
         #[test]
         fn extremes_never_panic(
             capacity in any::<u64>(), amount in any::<u64>(), period in any::<u64>(),
@@ -949,14 +925,8 @@ mod tests {
         ) {
             let p = Params { capacity, refill_amount: amount, refill_period_ms: period, interval };
             let q = Params { capacity: old.0, refill_amount: old.1, refill_period_ms: old.2, interval: old.3 };
-            for stored in [q, p] {
-                let mut state = State { scaled_tokens: tokens, updated_us: updated };
-                let (d, _) = TokenBucket::check(&p, Some((&stored, &mut state)), now, cost, write);
-                let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
-                let _ = TokenBucket::snapshot(&stored, &state, now).now().reset_after.ceil_ms();
-            }
-            let (d, _) = TokenBucket::check(&p, None, now, cost, write);
-            let _ = (d.retry_after.map(|s| s.ceil_ms()), d.reset_after.ceil_ms());
+            let state = State { scaled_tokens: tokens, updated_us: updated };
+            testing::never_panics::<TokenBucket>(&p, &[&q, &p], &state, now, cost, write);
         }
 
         /// Valid extremes: the largest counts and periods that parse stay exact enough that
@@ -975,24 +945,17 @@ mod tests {
         }
     }
 
-    // ATMOST and RL.REFUND, as every algorithm states them; after a full refund an INTERVAL
-    // bucket keeps the phase its admission gave it, which a missing key does not have, so
-    // only continuous buckets must decide as the missing key at later instants.
-    testing::atmost_and_refund_properties!(
-        TokenBucket,
-        params: any_params(),
-        t0: T0,
-        bound: 21,
-        later_within: 5_000_000,
-        later_too: |p| !p.interval,
-    );
-
-    // Issue 22: one schedule for every reply, across parameter changes.
-    testing::one_schedule_property!(
-        TokenBucket,
-        params: any_params(),
-        t0: T0,
-        long_gap: 60_000_000,
-        later_within: 5_000_000,
-    );
+    testing::properties! {
+        TokenBucket, t0: T0, limit: |p| p.capacity;
+        retry_after_is_exact(any_params());
+        remaining_is_what_fits_now(any_params());
+        // Tokens are clamped to the new capacity, never added.
+        one_instant_admits_at_most_the_largest_limit(any_params());
+        largest_cost_is_what_a_dryrun_admits(any_params(), bound: 21);
+        // After a full refund an INTERVAL bucket keeps the phase its admission gave it, which
+        // a missing key does not have: only a continuous bucket decides as the missing key
+        // at later instants.
+        refund_gives_back_exactly(any_params(), later_within: 5_000_000, later_too: |p| !p.interval);
+        one_schedule_for_every_reply(any_params(), long_gap: 60_000_000, later_within: 5_000_000);
+    }
 }

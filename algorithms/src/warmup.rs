@@ -53,10 +53,12 @@ use super::gcra;
 use super::limits::MAX_COUNT;
 use super::{keep, Algorithm, Decision, Span};
 
+/// RL.WARMUP's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
     /// Permits per period at the stable rate.
     pub rate: u64,
+    /// The period `rate` is counted over.
     pub period_ms: u64,
     /// How long the limiter takes to go from cold to the stable rate (and back when idle).
     pub warmup_ms: u64,
@@ -137,6 +139,7 @@ impl Params {
     }
 }
 
+/// What a key stores: how cold it is, and when the next request may be admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct State {
     /// Stored permits, scaled by [`Params::scale`] (at most [`Params::max_stored`]).
@@ -294,6 +297,7 @@ fn mul_wide(a: u128, b: u128) -> (u128, u128) {
     (hi, lo)
 }
 
+/// RL.WARMUP's algorithm: Guava's `SmoothWarmingUp`, in exact integers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Warmup;
 
@@ -441,6 +445,7 @@ pub fn refund(params: &Params, state: &mut State, now_us: u64, units: u64) -> u6
 /// A key's parameters and state as of one instant (brought up to it: cool-down included).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Snapshot {
+    /// The parameters the key was written with.
     pub params: Params,
     /// Stored permits, scaled: permits = `stored / scale`.
     pub stored: u128,
@@ -458,6 +463,7 @@ pub struct Snapshot {
     pub now: Decision,
 }
 
+/// The key's parameters and state as of `now_us`, cooled down to it (RL.INSPECT).
 pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
     let at = State::at(params, Some((params, state)), now_us);
     let micro = |scaled: u128| {

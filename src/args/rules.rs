@@ -13,7 +13,7 @@ use crate::error::{quote, Error};
 use algorithms::fixed_window::FixedWindow;
 use algorithms::gcra::Gcra;
 use algorithms::leaky_bucket::LeakyBucket;
-use algorithms::policy::{Rule, Rules, MAX_RULES};
+use algorithms::rule_set::{Rule, Rules, MAX_RULES};
 use algorithms::sliding_log::SlidingLog;
 use algorithms::sliding_window::SlidingWindow;
 use algorithms::token_bucket::TokenBucket;

@@ -9,7 +9,7 @@ use crate::dispatch::Call;
 use crate::error::{quote, Error};
 use crate::response::{Extra, Response};
 use crate::storage::policies;
-use algorithms::policy::{self, Limit, Rules};
+use algorithms::rule_set::{self, Limit, Rules};
 use algorithms::{penalty, Decision};
 
 pub static RL_LIMIT: Command = command! {
@@ -48,12 +48,12 @@ pub fn rl_limit(call: &Call) -> Result<Response, Error> {
     // The step hands back the binding rule, its decision, the clock reading and the shadow
     // rules that would have refused.
     let check = |rules: &Rules,
-                 stored: Option<(&Rules, &mut Vec<policy::RuleState>)>,
+                 stored: Option<(&Rules, &mut Vec<rule_set::RuleState>)>,
                  now_us: u64,
                  cost: u64,
                  write: bool| {
         let stored = stored.map(|(old, states)| (&old[..], states));
-        let (outcome, fresh) = policy::step_shadow(rules, shadow, stored, now_us, cost, write);
+        let (outcome, fresh) = rule_set::step_shadow(rules, shadow, stored, now_us, cost, write);
         let binding: (usize, Decision, u64, u32) = (
             outcome.binding,
             outcome.binding_decision,
@@ -64,8 +64,8 @@ pub fn rl_limit(call: &Call) -> Result<Response, Error> {
     };
     let rules = Arc::clone(&policy.rules);
     // ATMOST grants what every enforced rule admits: a shadow rule never limits it.
-    let largest = |rules: &Rules, stored: Option<(&Rules, &Vec<policy::RuleState>)>, now_us| {
-        policy::largest_cost_enforced(rules, shadow, stored, now_us)
+    let largest = |rules: &Rules, stored: Option<(&Rules, &Vec<rule_set::RuleState>)>, now_us| {
+        rule_set::largest_cost_enforced(rules, shadow, stored, now_us)
     };
     let mut decided =
         admission::run_with::<Limit, _>(call, RL_LIMIT.replay_name(), rules, opts, check, largest)?;

@@ -315,7 +315,7 @@ mod tests {
         use crate::args::Algorithm;
         use algorithms::{
             concurrency::Concurrency, fixed_window::FixedWindow, gcra::Gcra,
-            leaky_bucket::LeakyBucket, policy::Limit, sliding_log::SlidingLog,
+            leaky_bucket::LeakyBucket, rule_set::Limit, sliding_log::SlidingLog,
             sliding_window::SlidingWindow, token_bucket::TokenBucket, warmup::Warmup,
         };
         let names = [

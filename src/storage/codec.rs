@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use algorithms::limits::{MAX_COUNT, MAX_DURATION_MS};
 use algorithms::{
-    concurrency, fixed_window, gcra, leaky_bucket, policy, sliding_log, sliding_window,
+    concurrency, fixed_window, gcra, leaky_bucket, rule_set, sliding_log, sliding_window,
     token_bucket, warmup,
 };
 
@@ -289,7 +289,7 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
         }
         LIMIT => {
             let count = r.u64()?;
-            if !(1..=policy::MAX_RULES as u64).contains(&count) {
+            if !(1..=rule_set::MAX_RULES as u64).contains(&count) {
                 return Err(DecodeError);
             }
             let mut rules = Vec::with_capacity(count as usize);

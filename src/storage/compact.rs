@@ -31,7 +31,7 @@
 use algorithms::fixed_window::{self, FixedWindow};
 use algorithms::gcra::{self, Gcra};
 use algorithms::leaky_bucket::{self, LeakyBucket};
-use algorithms::policy::{Rule, RuleState, MAX_RULES};
+use algorithms::rule_set::{Rule, RuleState, MAX_RULES};
 use algorithms::sliding_window::{self, SlidingWindow};
 use algorithms::token_bucket::{self, TokenBucket};
 use algorithms::warmup::{self, Warmup};
@@ -1035,7 +1035,7 @@ mod tests {
 
     #[test]
     fn a_policy_packs_one_word_per_rule() {
-        use algorithms::policy::{Rule, RuleState};
+        use algorithms::rule_set::{Rule, RuleState};
         let mut t = Interner::default();
         let rules = [
             Rule::Gcra(gcra::Params {
@@ -1092,7 +1092,7 @@ mod tests {
 
     #[test]
     fn a_policy_key_read_under_its_own_rules_is_written_back_in_place() {
-        use algorithms::policy::{Rule, RuleState};
+        use algorithms::rule_set::{Rule, RuleState};
         let mut t = Interner::default();
         let rules = [
             Rule::Gcra(gcra::Params {
@@ -1153,7 +1153,7 @@ mod tests {
 
     #[test]
     fn a_warmup_rule_packs_in_a_policy_as_a_key_does() {
-        use algorithms::policy::{Rule, RuleState};
+        use algorithms::rule_set::{Rule, RuleState};
         let mut t = Interner::default();
         let params = warmup_params(10);
         let rules = [

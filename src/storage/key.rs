@@ -11,7 +11,7 @@ use super::pointer::{Held, Owned, Repr, Slot};
 use super::value::{Stored, Value, Variant};
 use crate::error::Error;
 use crate::redis::{Ctx, RString};
-use algorithms::policy::MAX_RULES;
+use algorithms::rule_set::MAX_RULES;
 use algorithms::{penalty, Decision, Span};
 
 /// What a request brings besides its algorithm's parameters.

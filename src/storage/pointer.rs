@@ -24,7 +24,7 @@ use std::os::raw::c_void;
 use std::ptr;
 use std::sync::Arc;
 
-use algorithms::policy::{Rules, MAX_RULES};
+use algorithms::rule_set::{Rules, MAX_RULES};
 
 use super::codec::Record;
 use super::compact::{self, Bases, Cell, Interned};

@@ -25,7 +25,7 @@ use crate::args::rules;
 use crate::config::SLIDING_LOG_LIMIT_CEILING;
 use crate::metrics::PolicyStats;
 use crate::redis::{Ctx, Io, ServerEvent, Timer};
-use algorithms::policy::Rules;
+use algorithms::rule_set::Rules;
 
 /// The longest policy name, in bytes.
 pub const MAX_NAME: usize = 256;
@@ -249,7 +249,7 @@ fn read_policies(rdb: Io) -> Result<Table, &'static str> {
         let name = rdb.load_bytes().map_err(|_| SHORT)?;
         let n = rdb.load_unsigned().map_err(|_| SHORT)?;
         // A rule has at most five words; never allocate for a number alone.
-        if n > 5 * algorithms::policy::MAX_RULES as u64 {
+        if n > 5 * algorithms::rule_set::MAX_RULES as u64 {
             return Err("a policy with more words than its rules can have");
         }
         let mut words: Vec<Vec<u8>> = Vec::new();

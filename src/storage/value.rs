@@ -4,7 +4,7 @@ use algorithms::concurrency::{self, Concurrency};
 use algorithms::fixed_window::FixedWindow;
 use algorithms::gcra::Gcra;
 use algorithms::leaky_bucket::LeakyBucket;
-use algorithms::policy::{self, Limit, Rule, RuleState};
+use algorithms::rule_set::{self, Limit, Rule, RuleState};
 use algorithms::sliding_log::{self, SlidingLog};
 use algorithms::sliding_window::SlidingWindow;
 use algorithms::token_bucket::TokenBucket;
@@ -26,7 +26,7 @@ pub trait Variant: Algorithm + Sized {
     fn wrap(stored: Stored<Self>) -> Value;
     /// A policy's rules, when these are RL.LIMIT's parameters (the storage layer reads a
     /// policy key's words against them); `None` for every other algorithm.
-    fn policy_rules(params: &Self::Params) -> Option<&policy::Rules>;
+    fn policy_rules(params: &Self::Params) -> Option<&rule_set::Rules>;
 }
 
 /// Declares [`Value`] with one variant per algorithm, and what each variant needs.
@@ -93,7 +93,7 @@ macro_rules! values {
                     Value::$variant(stored)
                 }
 
-                fn policy_rules(params: &Self::Params) -> Option<&policy::Rules> {
+                fn policy_rules(params: &Self::Params) -> Option<&rule_set::Rules> {
                     // Resolved when compiled: `Some` for RL.LIMIT's rules only.
                     (params as &dyn std::any::Any).downcast_ref()
                 }
@@ -120,7 +120,7 @@ impl Value {
         let heap = match self {
             Value::SlidingLog(s) => sliding_log::heap_bytes(&s.state),
             Value::Concurrency(s) => concurrency::heap_bytes(&s.state),
-            Value::Limit(s) => policy::heap_bytes(&s.params, &s.state),
+            Value::Limit(s) => rule_set::heap_bytes(&s.params, &s.state),
             _ => 0,
         };
         std::mem::size_of::<Value>() + heap

@@ -510,13 +510,8 @@ proptest! {
     fn retry_after_is_exact(p in small_params(),
                             gaps in proptest::collection::vec((0u64..3_000_000, 0u64..6), 1..40),
                             cost in 1u64..25) {
-        let mut at = 0;
-        let mut key: Key<Warmup> = None;
-        for (gap, c) in gaps {
-            at += gap;
-            step::<Warmup>(&p, &mut key, T0 + at, c);
-        }
-        testing::retry_after_is_exact::<Warmup>(&p, &key, T0 + at, cost, u64::MAX)?;
+        let (key, at) = testing::after_gaps::<Warmup>(&p, &gaps, T0);
+        testing::retry_after_is_exact::<Warmup>(&p, &key, at, cost, u64::MAX)?;
     }
 
     #[test]
@@ -529,9 +524,7 @@ proptest! {
             next_free: u128::from(T0 + nf_off) * u128::from(q.rate),
         };
         let key: Key<Warmup> = Some((q, state));
-        let dry = peek::<Warmup>(&p, &key, T0 + now, cost);
-        let mut real = key;
-        prop_assert_eq!(step::<Warmup>(&p, &mut real, T0 + now, cost), dry);
+        testing::dryrun_decides_like_the_real_request::<Warmup>(&p, &key, T0 + now, cost)?;
     }
 
     /// The limit is 1: at one instant, under any sequence of parameter sets, requests of one
@@ -605,14 +598,10 @@ proptest! {
     }
 }
 
-// Issue 22: one schedule for every reply, across parameter changes.
-testing::one_schedule_property!(
-    Warmup,
-    params: small_params(),
-    t0: T0,
-    long_gap: 60_000_000,
-    later_within: 20_000_000,
-);
+testing::properties! {
+    Warmup, t0: T0;
+    one_schedule_for_every_reply(small_params(), long_gap: 60_000_000, later_within: 20_000_000);
+}
 
 /// Issue 22's table, for the warm-up: a key made to refuse under one rate, then asked under
 /// another. Before, the reply converted the time owed once and assumed the new rate from then

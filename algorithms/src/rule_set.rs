@@ -1,8 +1,9 @@
-//! RL.LIMIT: several rules checked at once against the state of one key, all or nothing.
+//! The rule set behind RL.LIMIT: several rules checked at once against the state of one key,
+//! all or nothing.
 //!
-//! A policy is a list of rules, each an admission algorithm with its parameters
-//! ("10 per second, 300 per minute, 5000 per day"). The key keeps one state per rule, in the
-//! order of the rules it was last written with. A request:
+//! A rule set (a policy, as RL.POLICY.SET names one) is a list of rules, each an admission
+//! algorithm with its parameters ("10 per second, 300 per minute, 5000 per day"). The key
+//! keeps one state per rule, in the order of the rules it was last written with. A request:
 //!
 //! - is checked by every rule, each on a copy of its state;
 //! - is admitted only if every rule admits it; then (when it writes) every rule's new state
@@ -12,7 +13,7 @@
 //!   rule that can never admit the cost binds first). Ties go to the earlier rule.
 //!
 //! When a policy changes, each rule of the new policy takes the state of a rule of the same
-//! algorithm the key holds, if any ([`matches()`]: identical rules first, then a rule over the
+//! algorithm the key holds, if any (`matches`: identical rules first, then a rule over the
 //! same period or window, then in order), and carries it over to its new parameters as its
 //! algorithm does for a key (docs/algorithms.md: never in the caller's favour). Only a rule with no
 //! state of its algorithm left starts fresh; the state of a rule no longer in the policy is
@@ -39,13 +40,15 @@ macro_rules! rules {
         /// One rule of a policy: an algorithm and its parameters.
         #[derive(Debug, Clone, PartialEq, Eq)]
         pub enum Rule {
-            $($variant($module::Params),)*
+            $(#[doc = concat!("A ", $kind, " rule, with its parameters.")]
+            $variant($module::Params),)*
         }
 
         /// The state one rule keeps in a key.
         #[derive(Debug, Clone, PartialEq, Eq)]
         pub enum RuleState {
-            $($variant(<$algorithm as Algorithm>::State),)*
+            $(#[doc = concat!("The state of a ", $kind, " rule.")]
+            $variant(<$algorithm as Algorithm>::State),)*
         }
 
         impl Rule {
@@ -147,8 +150,9 @@ pub struct Outcome {
     /// The request as a whole: the binding rule's decision, but `reset_after` is the longest
     /// of all the rules' (the key lives until every rule is fresh again).
     pub decision: Decision,
-    /// The binding rule's index in the policy, and its own decision.
+    /// The binding rule's index in the policy.
     pub binding: usize,
+    /// The binding rule's own decision.
     pub binding_decision: Decision,
     /// Bit `i` set: rule `i` is a shadow rule that refused the request (see [`step_shadow`]).
     pub shadow_denied: u32,
@@ -232,6 +236,35 @@ impl Rule {
 /// sliding log. (A check without `write` decides as the real request would: each
 /// algorithm's `dryrun_decides_like_the_real_request` property.) Only if all admit does each
 /// count the request.
+///
+/// # Example
+///
+/// Ten a second and three a minute: three units are admitted at once; a fourth fits the
+/// first rule but not the second, so the policy refuses it, binding on the minute's rule
+/// (the wait is the rest of the minute), and no rule counts it.
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use ratelimit_algorithms::rule_set::{step, Rule, Rules};
+/// use ratelimit_algorithms::{fixed_window, gcra};
+///
+/// let rules: Rules = Arc::from(vec![
+///     Rule::Gcra(gcra::Params { burst: 10, rate: 10, period_ms: 1000 }),
+///     Rule::FixedWindow(fixed_window::Params { limit: 3, window_ms: 60_000 }),
+/// ]);
+/// let t0 = 1_699_927_200_000_000; // a round minute, µs since the Unix epoch
+/// let (three, states) = step(&rules, None, t0, 3, true);
+/// assert!(three.decision.allowed);
+///
+/// let mut states = states.expect("an admitted request makes the key's states");
+/// let before = states.clone();
+/// let (fourth, _) = step(&rules, Some((&rules[..], &mut states)), t0, 1, true);
+/// assert!(!fourth.decision.allowed);
+/// assert_eq!(fourth.binding, 1);
+/// assert_eq!(fourth.decision.retry_after.map(|s| s.ceil_ms()), Some(60_000));
+/// assert_eq!(states, before);
+/// ```
 pub fn step(
     rules: &[Rule],
     stored: Option<(&[Rule], &mut Vec<RuleState>)>,
@@ -1104,11 +1137,8 @@ mod tests {
     }
 
     // Issue 22: one schedule for every reply, across policy changes.
-    testing::one_schedule_property!(
-        Limit,
-        params: policy_strategy(),
-        t0: T0,
-        long_gap: 60_000_000,
-        later_within: 20_000_000,
-    );
+    testing::properties! {
+        Limit, t0: T0;
+        one_schedule_for_every_reply(policy_strategy(), long_gap: 60_000_000, later_within: 20_000_000);
+    }
 }
