@@ -588,3 +588,40 @@ fn rl_top_lists_only_the_keys_the_caller_may_read() {
     assert_eq!(r1.cmd(&["AUTH", "r1", "pw"]), ok());
     assert_eq!(top(&mut r1, &[]), ["rl:t2:bob 3 0"]);
 }
+
+/// A rule is counted as the one that denied only when its own decision stood: a refusal that
+/// a BLOCK answered (one this request started, or one in force) is the block's, whatever the
+/// block's length. Before RL.LIMIT carried the block it applied, it guessed it by comparing
+/// the key's reply with the rule's, and counted the rule when they happened to agree (a
+/// block ending when the rule's window does).
+#[test]
+fn a_refusal_a_block_answered_is_not_the_rules() {
+    let server = Server::start();
+    let mut c = server.client();
+    // A whole minute: the window starts now.
+    c.clock_set(1_800_000_000_000);
+    assert_eq!(c.cmd(&split("RL.POLICY.SET wall FIXEDWINDOW 1 1m")), ok());
+    let limit = ["RL.LIMIT", "door", "wall"];
+    let blocked = ["RL.LIMIT", "door", "wall", "BLOCK", "1m"];
+    assert_eq!(c.cmd(&limit).ints(), [1, 1, 0, 0, 60_000, 0]);
+    // The block ends when the window does: the reply is the rule's as well as the block's.
+    assert_eq!(c.cmd(&blocked).ints(), [0, 1, 0, 60_000, 60_000, 0]);
+    c.clock_advance(1_000);
+    assert_eq!(c.cmd(&limit).ints(), [0, 1, 0, 59_000, 59_000, 0]);
+    assert_eq!(
+        info_line(&mut c, "rulestats", "wall.0").unwrap(),
+        "shadow=0,denied=0"
+    );
+    // Over, both: the rule's own refusal counts.
+    c.clock_advance(59_000);
+    assert_eq!(c.cmd(&limit).ints(), [1, 1, 0, 0, 60_000, 0]);
+    assert_eq!(c.cmd(&limit).ints(), [0, 1, 0, 60_000, 60_000, 0]);
+    assert_eq!(
+        info_line(&mut c, "rulestats", "wall.0").unwrap(),
+        "shadow=0,denied=1"
+    );
+    assert_eq!(
+        info_line(&mut c, "policystats", "wall").unwrap(),
+        "calls=5,admitted=2,denied=3,shadow_denied=0"
+    );
+}

@@ -7,14 +7,20 @@ use crate::args::Options;
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Admission, Extra, Propagate, Reply, Response};
-use crate::storage::{Key, Request, Variant};
+use crate::storage::{Key, Request, Updated, Variant};
 use algorithms::{Decision, Span};
 
 /// What [`run`] decided, before it becomes a reply: the decision, what the algorithm's step
-/// handed back besides it (`aside`: RL.LIMIT's binding rule), and what the dispatcher needs.
+/// handed back besides it (`aside`: RL.LIMIT's binding rule), the clock reading and the
+/// BLOCK it was decided with, and what the dispatcher needs.
 pub struct Decided<T = ()> {
     pub decision: Decision,
     pub aside: T,
+    /// The clock reading every decision of the call used.
+    pub now_us: u64,
+    /// The end of the BLOCK penalty that answered for the key (one in force, or one this
+    /// request started), on the clock of `now_us`; `None` when the algorithm's decision stands.
+    pub blocked_until_us: Option<u64>,
     /// `ATMOST n`: the units granted.
     granted: Option<u64>,
     preview: bool,
@@ -134,22 +140,27 @@ pub fn run_with<A: Variant, T>(
         // SHADOW never starts a BLOCK (one already in force still answers).
         block_ms: opts.block_ms.filter(|_| !opts.shadow),
     };
-    let (decision, wrote, aside, granted) = match opts.atmost {
+    let (updated, granted) = match opts.atmost {
         None => {
-            let (decision, wrote, aside) =
-                key.update::<A, T>(&params, request, |stored, write| {
-                    check(&params, stored, now_us, opts.cost, write)
-                })?;
-            (decision, wrote, aside, None)
+            let updated = key.update::<A, T>(&params, request, |stored, write| {
+                check(&params, stored, now_us, opts.cost, write)
+            })?;
+            (updated, None)
         }
         Some(atmost) => {
-            let (decision, wrote, aside, grant) =
+            let (updated, grant) =
                 update_at_most::<A, T>(&mut key, &params, request, atmost, check, largest)?;
             // A blocked key refuses whatever the algorithm would grant.
-            let granted = if decision.allowed { grant } else { 0 };
-            (decision, wrote, aside, Some(granted))
+            let granted = if updated.decision.allowed { grant } else { 0 };
+            (updated, Some(granted))
         }
     };
+    let Updated {
+        decision,
+        wrote,
+        aside,
+        blocked_until_us,
+    } = updated;
     let propagate = if wrote {
         written(call, &mut key, name, now_us, real_ms, decision.reset_after)
     } else {
@@ -158,6 +169,8 @@ pub fn run_with<A: Variant, T>(
     Ok(Decided {
         decision,
         aside,
+        now_us,
+        blocked_until_us,
         granted,
         preview: !write,
         replayed: call.replayed(),
@@ -205,13 +218,13 @@ fn update_at_most<A: Variant, T>(
         bool,
     ) -> (Decision, Option<A::State>, T),
     largest: impl FnOnce(&A::Params, Option<(&A::Params, &A::State)>, u64) -> u64,
-) -> Result<(Decision, bool, T, u64), Error> {
+) -> Result<(Updated<T>, u64), Error> {
     let now_us = request.now_us;
     let mut grant = 0;
-    let (decision, wrote, aside) = key.update::<A, T>(params, request, |stored, write| {
+    let updated = key.update::<A, T>(params, request, |stored, write| {
         let stored_ref = stored.as_ref().map(|(p, s)| (*p, &**s));
         grant = largest(params, stored_ref, now_us).min(atmost);
         check(params, stored, now_us, grant.max(1), write)
     })?;
-    Ok((decision, wrote, aside, grant))
+    Ok((updated, grant))
 }

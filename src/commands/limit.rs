@@ -9,8 +9,8 @@ use crate::dispatch::Call;
 use crate::error::{quote, Error};
 use crate::response::{Extra, Response};
 use crate::storage::policies;
-use algorithms::rule_set::{self, Limit, Rules};
-use algorithms::{penalty, Decision};
+use algorithms::penalty;
+use algorithms::rule_set::{self, Limit, Outcome, Rules};
 
 pub static RL_LIMIT: Command = command! {
     name: name!("rl.limit"),
@@ -45,8 +45,8 @@ pub fn rl_limit(call: &Call) -> Result<Response, Error> {
     let opts = a.options()?;
     let policy = policies::get(name).ok_or_else(|| Error::NoPolicy { name: quote(name) })?;
     let shadow = policy.shadow;
-    // The step hands back the binding rule, its decision, the clock reading and the shadow
-    // rules that would have refused.
+    // The step hands back the rules' outcome: the binding rule, its own decision, and the
+    // shadow rules that would have refused.
     let check = |rules: &Rules,
                  stored: Option<(&Rules, &mut Vec<rule_set::RuleState>)>,
                  now_us: u64,
@@ -54,13 +54,7 @@ pub fn rl_limit(call: &Call) -> Result<Response, Error> {
                  write: bool| {
         let stored = stored.map(|(old, states)| (&old[..], states));
         let (outcome, fresh) = rule_set::step_shadow(rules, shadow, stored, now_us, cost, write);
-        let binding: (usize, Decision, u64, u32) = (
-            outcome.binding,
-            outcome.binding_decision,
-            now_us,
-            outcome.shadow_denied,
-        );
-        (outcome.decision, fresh, binding)
+        (outcome.decision, fresh, outcome)
     };
     let rules = Arc::clone(&policy.rules);
     // ATMOST grants what every enforced rule admits: a shadow rule never limits it.
@@ -69,13 +63,17 @@ pub fn rl_limit(call: &Call) -> Result<Response, Error> {
     };
     let mut decided =
         admission::run_with::<Limit, _>(call, RL_LIMIT.replay_name(), rules, opts, check, largest)?;
-    let (index, mut binding, now_us, shadow_rules) = decided.aside;
-    let d = &decided.decision;
-    // A BLOCK penalty in force answers for the key instead of the rule.
-    let penalty = d.allowed != binding.allowed || d.retry_after != binding.retry_after;
-    if penalty {
-        let left = d.retry_after.map_or(0, |span| span.ceil_us());
-        penalty::apply(&mut binding, now_us.saturating_add(left), now_us);
+    let Outcome {
+        binding: index,
+        binding_decision: mut binding,
+        shadow_denied: shadow_rules,
+        ..
+    } = decided.aside;
+    // A BLOCK penalty (in force, or started by this request) answers for the key, and so for
+    // the binding rule too.
+    let blocked = decided.blocked_until_us.is_some();
+    if let Some(until_us) = decided.blocked_until_us {
+        penalty::apply(&mut binding, until_us, decided.now_us);
     }
     // The reply is the binding rule's; the counters and the event go by it too, as they
     // did by the reply before (it agrees with the key's decision on `allowed`).
@@ -86,7 +84,9 @@ pub fn rl_limit(call: &Call) -> Result<Response, Error> {
     decided.shadow_rule_denied = shadow_rules != 0;
     let response = decided.reply(Extra::Rule(i64::try_from(index).unwrap_or(i64::MAX)));
     let outcome = response.reply.outcome();
-    let denied_by = (!enforced_admits && !penalty).then_some(index);
+    // A rule is counted as the one that denied only when its own decision stood: a denial a
+    // block answered is the block's.
+    let denied_by = (!enforced_admits && !blocked).then_some(index);
     policy.stats.count(outcome, denied_by, shadow_rules);
     Ok(response)
 }

@@ -25,6 +25,44 @@ pub struct Request {
     pub block_ms: Option<u64>,
 }
 
+/// What [`Key::update`] did: the decision, whether the key changed, what the algorithm's step
+/// handed back besides the decision, and the BLOCK that answered for the key, if any.
+#[derive(Debug, Clone, Copy)]
+pub struct Updated<T> {
+    /// The key's decision, a block's refusal included.
+    pub decision: Decision,
+    /// The key changed (a new state, or a block started), so it must expire anew and propagate.
+    pub wrote: bool,
+    /// What the step handed back besides its decision (RL.LIMIT's binding rule).
+    pub aside: T,
+    /// The end of the BLOCK penalty applied to [`Updated::decision`] (µs on the clock the
+    /// request was decided with): one in force, or one this request started. `None` when the
+    /// algorithm's own decision stands.
+    pub blocked_until_us: Option<u64>,
+}
+
+impl<T> Updated<T> {
+    /// The algorithm's decision stands: no block answered.
+    fn decided(decision: Decision, wrote: bool, aside: T) -> Updated<T> {
+        Updated {
+            decision,
+            wrote,
+            aside,
+            blocked_until_us: None,
+        }
+    }
+
+    /// A block until `until_us` answered for the key.
+    fn blocked(decision: Decision, wrote: bool, aside: T, until_us: u64) -> Updated<T> {
+        Updated {
+            decision,
+            wrote,
+            aside,
+            blocked_until_us: Some(until_us),
+        }
+    }
+}
+
 /// What RL.REFUND did to a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Refunded {
@@ -91,17 +129,18 @@ impl<'a> Key<'a> {
     /// algorithms' contract), and anything else it hands back (`T`, returned as is: RL.LIMIT's
     /// binding rule). When the request writes and is admitted, the key then holds
     /// `params` and the new state. A blocked key refuses everything until its block ends; a
-    /// denied request may start a block ([`penalty`]). Returns the decision, whether the
-    /// key changed (and so must expire anew and propagate). A key holding another
-    /// algorithm's state is an error naming both; nothing changes on any error.
+    /// denied request may start a block ([`penalty`]). Returns what happened ([`Updated`]):
+    /// the decision, whether the key changed (and so must expire anew and propagate), and
+    /// the block that answered, if one did. A key holding another algorithm's state is an
+    /// error naming both; nothing changes on any error.
     pub fn update<A: Variant, T>(
         &mut self,
         params: &A::Params,
         request: Request,
         step: impl FnOnce(Option<(&A::Params, &mut A::State)>, bool) -> (Decision, Option<A::State>, T),
-    ) -> Result<(Decision, bool, T), Error> {
+    ) -> Result<Updated<T>, Error> {
         let outcome = self.decide::<A, T>(params, request, step);
-        if let Ok((_, true, _)) = outcome {
+        if let Ok(Updated { wrote: true, .. }) = outcome {
             self.modified = true;
         }
         outcome
@@ -113,7 +152,7 @@ impl<'a> Key<'a> {
         params: &A::Params,
         request: Request,
         step: impl FnOnce(Option<(&A::Params, &mut A::State)>, bool) -> (Decision, Option<A::State>, T),
-    ) -> Result<(Decision, bool, T), Error> {
+    ) -> Result<Updated<T>, Error> {
         let Request {
             now_us,
             cost,
@@ -136,9 +175,9 @@ impl<'a> Key<'a> {
                     state,
                 };
                 self.set(Owned::new(Record::new(A::wrap(stored))));
-                return Ok((decision, true, aside));
+                return Ok(Updated::decided(decision, true, aside));
             }
-            return Ok((decision, false, aside));
+            return Ok(Updated::decided(decision, false, aside));
         };
         match lent.repr() {
             Repr::Whole(record) => {
@@ -151,7 +190,7 @@ impl<'a> Key<'a> {
                     let (mut decision, _, aside) =
                         step(Some((&stored.params, &mut stored.state)), false);
                     penalty::apply(&mut decision, blocked, now_us);
-                    return Ok((decision, false, aside));
+                    return Ok(Updated::blocked(decision, false, aside, blocked));
                 }
                 let (mut decision, _, aside) =
                     step(Some((&stored.params, &mut stored.state)), write);
@@ -165,19 +204,19 @@ impl<'a> Key<'a> {
                         if !kept {
                             let value = record.value.clone();
                             self.swap(Owned::new(Record::new(value)));
-                            return Ok((decision, true, aside));
+                            return Ok(Updated::decided(decision, true, aside));
                         }
                         record.blocked_until_us = 0;
                     }
-                    return Ok((decision, true, aside));
+                    return Ok(Updated::decided(decision, true, aside));
                 }
                 match penalty::starts(&decision, cost, write, block_ms, now_us) {
                     Some(until) => {
                         record.blocked_until_us = until;
                         penalty::apply(&mut decision, until, now_us);
-                        Ok((decision, true, aside))
+                        Ok(Updated::blocked(decision, true, aside, until))
                     }
-                    None => Ok((decision, false, aside)),
+                    None => Ok(Updated::decided(decision, false, aside)),
                 }
             }
             packed => {
@@ -199,11 +238,11 @@ impl<'a> Key<'a> {
                                 value,
                                 blocked_until_us: until,
                             }));
-                            Ok((decision, true, aside))
+                            Ok(Updated::blocked(decision, true, aside, until))
                         }
                         None => {
                             compact::recycle(value);
-                            Ok((decision, false, aside))
+                            Ok(Updated::decided(decision, false, aside))
                         }
                     };
                 }
@@ -211,7 +250,7 @@ impl<'a> Key<'a> {
                 if let Some(new) = repack(packed, &held, &bases, value) {
                     self.store(new);
                 }
-                Ok((decision, true, aside))
+                Ok(Updated::decided(decision, true, aside))
             }
         }
     }

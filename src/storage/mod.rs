@@ -24,5 +24,5 @@ pub mod policies;
 pub mod value;
 
 pub use data_type::{count_key_overhead, RL_TYPE};
-pub use key::{Key, Request};
+pub use key::{Key, Request, Updated};
 pub use value::{Stored, Value, Variant};

@@ -25,13 +25,17 @@ pub trait Variant: Algorithm + Sized {
     fn get_mut(value: &mut Value) -> Option<&mut Stored<Self>>;
     fn wrap(stored: Stored<Self>) -> Value;
     /// A policy's rules, when these are RL.LIMIT's parameters (the storage layer reads a
-    /// policy key's words against them); `None` for every other algorithm.
-    fn policy_rules(params: &Self::Params) -> Option<&rule_set::Rules>;
+    /// policy key's words against them); `None` for every other algorithm (the variant
+    /// marked `policy_rules` in the `values!` table says otherwise).
+    #[inline(always)]
+    fn policy_rules(_params: &Self::Params) -> Option<&rule_set::Rules> {
+        None
+    }
 }
 
 /// Declares [`Value`] with one variant per algorithm, and what each variant needs.
 macro_rules! values {
-    ($($variant:ident($algorithm:ty) = $kind:literal;)*) => {
+    ($($variant:ident($algorithm:ty) = $kind:literal $(, $rules:ident)?;)*) => {
         /// The value of a key of the module's data type.
         #[derive(Debug, Clone, PartialEq, Eq)]
         pub enum Value {
@@ -93,10 +97,13 @@ macro_rules! values {
                     Value::$variant(stored)
                 }
 
-                fn policy_rules(params: &Self::Params) -> Option<&rule_set::Rules> {
-                    // Resolved when compiled: `Some` for RL.LIMIT's rules only.
-                    (params as &dyn std::any::Any).downcast_ref()
-                }
+                // RL.LIMIT's parameters are its policy's rules.
+                $(
+                    #[inline(always)]
+                    fn $rules(params: &Self::Params) -> Option<&rule_set::Rules> {
+                        Some(params)
+                    }
+                )?
             }
         )*
     };
@@ -110,7 +117,7 @@ values! {
     SlidingWindow(SlidingWindow) = "slidingwindow";
     SlidingLog(SlidingLog) = "slidinglog";
     Concurrency(Concurrency) = "concurrency";
-    Limit(Limit) = "limit";
+    Limit(Limit) = "limit", policy_rules;
     Warmup(Warmup) = "warmup";
 }
 
