@@ -1,7 +1,7 @@
 //! Timers and server events: what the module runs outside any command. Each handler is a
 //! safe function, the one method of a type implementing [`Timer`] or [`ServerEvent`]; the
 //! `extern "C"` function Redis calls is a trampoline here, generic over that type (as
-//! [`super::entry`] is for the commands), which holds the raw pointers, the panic guard and
+//! [`super::cmd_func`] is for the commands), which holds the raw pointers, the panic guard and
 //! the reason it is sound.
 
 use std::os::raw::{c_int, c_void};

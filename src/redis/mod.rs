@@ -12,7 +12,7 @@
 //! - [`KeyReader`] (in `acl.rs`): the calling user's key permissions;
 //! - [`watch_resetstat`] (in `filter.rs`): the command filter that sees `CONFIG RESETSTAT`;
 //! - [`Timer`] and [`ServerEvent`] (in `events.rs`): timers and server events, each a safe
-//!   handler behind an `extern "C"` trampoline, as the commands are behind [`entry`];
+//!   handler behind an `extern "C"` trampoline, as the commands are behind [`cmd_func`];
 //! - the server's clock, and whether the optional, newer functions exist.
 //!
 //! The functions every supported server has (Redis 7.0 on) are checked once at load by
