@@ -54,9 +54,9 @@ pub fn info(ctx: &InfoContext, _for_crash_report: bool) {
 }
 
 /// `# ratelimit_memory`: what the interned parameter table holds (see
-/// `storage::interner::Interner`): distinct sets, slots, and the bytes they take.
+/// `storage::compact::Interner`): distinct sets, slots, and the bytes they take.
 fn write_memory(info: &Info) {
-    let usage = crate::storage::interner::interner().usage();
+    let usage = crate::storage::compact::interner().usage();
     if !info.section(c"memory") {
         return;
     }

@@ -28,6 +28,8 @@
 //! `packing!`), and the anchor's bits in [`anchor_bits`]; the storage layer needs nothing
 //! more. A kind left out keeps the whole value.
 
+use std::sync::{Mutex, MutexGuard};
+
 use algorithms::fixed_window::{self, FixedWindow};
 use algorithms::gcra::{self, Gcra};
 use algorithms::leaky_bucket::{self, LeakyBucket};
@@ -37,7 +39,7 @@ use algorithms::token_bucket::{self, TokenBucket};
 use algorithms::warmup::{self, Warmup};
 use algorithms::Algorithm;
 
-use super::interner::Interner;
+use super::interner;
 use super::value::{Stored, Value};
 
 /// The parameters of every algorithm that packs.
@@ -58,6 +60,21 @@ pub enum Params {
 pub struct Interned {
     pub params: Params,
     pub base: u128,
+}
+
+/// The table of parameter sets the packed forms refer to.
+pub type Interner = interner::Interner<Interned>;
+
+/// The module's one table. Behind a mutex: Redis may free values on its lazy-free thread
+/// (FLUSHALL ASYNC), which releases their slots.
+static INTERNER: Mutex<Interner> = Mutex::new(Interner::new());
+
+/// The table, also after a panic elsewhere left the lock poisoned (its data stays valid:
+/// every method leaves it consistent before it could panic).
+pub fn interner() -> MutexGuard<'static, Interner> {
+    INTERNER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A key's compact value: interned parameters and a packed state. 16 bytes.
@@ -802,7 +819,7 @@ mod tests {
 
     #[test]
     fn an_inline_word_is_one_of_a_key_of_usual_parameters() {
-        let mut t = Interner::default();
+        let mut t = Interner::new();
         let v = gcra(10, NOW_US * 10);
         let w = pack_word(&v, None, &mut t).unwrap();
         let (id, payload) = word_parts(w);
@@ -843,7 +860,7 @@ mod tests {
     fn a_fresh_warmup_key_is_one_word_and_keeps_its_epoch_until_it_must_move() {
         use algorithms::warmup::Warmup;
         use algorithms::Algorithm;
-        let mut t = Interner::default();
+        let mut t = Interner::new();
         let params = warmup_params(10);
         let (max, scale) = (params.max_stored(), params.scale());
         // A fresh key after one request of cost 2: exactly two permits below cold.
@@ -961,7 +978,7 @@ mod tests {
 
     #[test]
     fn what_an_inline_word_cannot_hold_exactly_is_not_packed_into_one() {
-        let mut t = Interner::default();
+        let mut t = Interner::new();
         // A rate whose epoch would span less than about a second.
         assert_eq!(
             pack_word(&gcra(MAX_INLINE_RATE + 1, NOW_US), None, &mut t),
@@ -1015,7 +1032,7 @@ mod tests {
 
     #[test]
     fn past_the_ids_a_word_holds_keys_take_cells() {
-        let mut t = Interner::default();
+        let mut t = Interner::new();
         let ids: Vec<u32> = (1..=1u64 << INDEX_BITS)
             .map(|rate| word_parts(pack_word(&gcra(rate, NOW_US), None, &mut t).unwrap()).0)
             .collect();
@@ -1036,7 +1053,7 @@ mod tests {
     #[test]
     fn a_policy_packs_one_word_per_rule() {
         use algorithms::rule_set::{Rule, RuleState};
-        let mut t = Interner::default();
+        let mut t = Interner::new();
         let rules = [
             Rule::Gcra(gcra::Params {
                 burst: 100,
@@ -1093,7 +1110,7 @@ mod tests {
     #[test]
     fn a_policy_key_read_under_its_own_rules_is_written_back_in_place() {
         use algorithms::rule_set::{Rule, RuleState};
-        let mut t = Interner::default();
+        let mut t = Interner::new();
         let rules = [
             Rule::Gcra(gcra::Params {
                 burst: 100,
@@ -1154,7 +1171,7 @@ mod tests {
     #[test]
     fn a_warmup_rule_packs_in_a_policy_as_a_key_does() {
         use algorithms::rule_set::{Rule, RuleState};
-        let mut t = Interner::default();
+        let mut t = Interner::new();
         let params = warmup_params(10);
         let rules = [
             Rule::Warmup(params),
@@ -1199,7 +1216,7 @@ mod tests {
     /// An inline word, made fresh or against a slot the key held, stands for exactly `v`,
     /// and holds one reference to its slot.
     fn inline_round_trips(v: &Value) -> Result<(), TestCaseError> {
-        let mut t = Interner::default();
+        let mut t = Interner::new();
         let Some((params, anchor, _)) = split(v) else {
             prop_assert_eq!(pack_word(v, None, &mut t), None);
             return Ok(());

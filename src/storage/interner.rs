@@ -1,15 +1,10 @@
-//! The table of interned parameters that the packed forms ([`super::compact`]) refer to:
-//! each distinct [`Interned`] set (parameters and an epoch) once, in a numbered slot, with
-//! the number of keys that hold it. A key's inline word or cell holds the slot's id.
-//!
-//! The table is behind a mutex: Redis may free values on its lazy-free thread (FLUSHALL
-//! ASYNC), which releases their slots.
+//! A table of interned values, each distinct value once in a numbered slot, with the number
+//! of holders: the packed forms ([`super::compact`]) keep their parameter sets (parameters
+//! and an epoch) in one, and a key's inline word or cell holds the slot's id. The table
+//! knows nothing of what it holds; `compact` owns the module's one table.
 
 use std::collections::{BTreeSet, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::Mutex;
-
-use super::compact::Interned;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 /// FNV-1a: parameters are a few integers, and a siphash per new key is not needed here.
 #[derive(Default)]
@@ -33,18 +28,18 @@ impl Hasher for Fnv {
     }
 }
 
-/// Interned parameters: each distinct set once, with the number of keys that hold it.
+/// Interned values (the module's: parameter sets): each distinct one once, with the number
+/// of keys that hold it.
 ///
 /// A set that no key holds any more is released, and so is the memory it took: a freed id
 /// is reused lowest first, the slots past the highest id in use are dropped, and the table
 /// and the map give their spare capacity back once they are a quarter full. So the table
 /// holds as many slots as the highest id in use, and each call costs O(log n) amortized
 /// (the rare shrink copies what is left, paid for by the releases before it).
-#[derive(Default)]
-pub struct Interner {
-    ids: HashMap<Interned, u32, BuildHasherDefault<Fnv>>,
-    /// Slot `id` holds the set of that id and the keys that hold it (`None`: free).
-    slots: Vec<Option<(Interned, u64)>>,
+pub struct Interner<T> {
+    ids: HashMap<T, u32, BuildHasherDefault<Fnv>>,
+    /// Slot `id` holds the value of that id and the keys that hold it (`None`: free).
+    slots: Vec<Option<(T, u64)>>,
     /// Free ids below `slots.len()`, taken lowest first.
     free: BTreeSet<u32>,
 }
@@ -60,9 +55,20 @@ pub struct Usage {
     pub bytes: usize,
 }
 
-impl Interner {
+impl<T> Interner<T> {
+    /// An empty table.
+    pub const fn new() -> Interner<T> {
+        Interner {
+            ids: HashMap::with_hasher(BuildHasherDefault::new()),
+            slots: Vec::new(),
+            free: BTreeSet::new(),
+        }
+    }
+}
+
+impl<T: Hash + Eq + Copy> Interner<T> {
     /// The id of `params`, taking one reference to it.
-    pub fn acquire(&mut self, params: Interned) -> u32 {
+    pub fn acquire(&mut self, params: T) -> u32 {
         if let Some(&id) = self.ids.get(&params) {
             if let Some(Some((_, refs))) = self.slots.get_mut(id as usize) {
                 *refs += 1;
@@ -122,7 +128,7 @@ impl Interner {
         }
     }
 
-    pub fn get(&self, id: u32) -> Option<&Interned> {
+    pub fn get(&self, id: u32) -> Option<&T> {
         self.slots
             .get(id as usize)?
             .as_ref()
@@ -148,55 +154,31 @@ impl Interner {
         use std::mem::size_of;
         // The map's buckets and a control byte each, at 8/7 of its capacity; a B-tree node
         // of the free list holds up to 11 ids in about 64 bytes.
-        let map = (self.ids.capacity() * 8 / 7) * (size_of::<(Interned, u32)>() + 1);
+        let map = (self.ids.capacity() * 8 / 7) * (size_of::<(T, u32)>() + 1);
         Usage {
             params: self.ids.len(),
             slots: self.slots.len(),
-            bytes: self.slots.capacity() * size_of::<Option<(Interned, u64)>>()
+            bytes: self.slots.capacity() * size_of::<Option<(T, u64)>>()
                 + map
                 + self.free.len().div_ceil(11) * 64,
         }
     }
 }
 
-/// The module's one table.
-pub static INTERNER: Mutex<Interner> = Mutex::new(Interner {
-    ids: HashMap::with_hasher(BuildHasherDefault::new()),
-    slots: Vec::new(),
-    free: BTreeSet::new(),
-});
-
-/// The table, also after a panic elsewhere left the lock poisoned (its data stays valid:
-/// every method leaves it consistent before it could panic).
-pub fn interner() -> std::sync::MutexGuard<'static, Interner> {
-    INTERNER
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::compact::Params;
-    use algorithms::gcra;
 
-    fn at0(params: Params) -> Interned {
-        Interned { params, base: 0 }
+    /// A value of three integers, as a parameter set is.
+    fn set(burst: u64, rate: u64, period_ms: u64) -> (u64, u64, u64) {
+        (burst, rate, period_ms)
     }
 
     #[test]
     fn the_interner_counts_references() {
-        let mut t = Interner::default();
-        let a = at0(Params::Gcra(gcra::Params {
-            burst: 1,
-            rate: 2,
-            period_ms: 3,
-        }));
-        let b = at0(Params::Gcra(gcra::Params {
-            burst: 1,
-            rate: 2,
-            period_ms: 4,
-        }));
+        let mut t = Interner::new();
+        let a = set(1, 2, 3);
+        let b = set(1, 2, 4);
         let ia = t.acquire(a);
         assert_eq!(t.acquire(a), ia);
         let ib = t.acquire(b);
@@ -207,11 +189,7 @@ mod tests {
         t.release(ia);
         assert_eq!((t.get(ia), t.len()), (None, 1));
         // The freed slot is reused.
-        let c = at0(Params::Gcra(gcra::Params {
-            burst: 9,
-            rate: 9,
-            period_ms: 9,
-        }));
+        let c = set(9, 9, 9);
         assert_eq!(t.acquire(c), ia);
         t.release(ib);
         t.release(ib);
@@ -221,15 +199,9 @@ mod tests {
 
     #[test]
     fn the_interner_gives_back_what_nothing_uses() {
-        let mut t = Interner::default();
-        let set = |n: u64| {
-            at0(Params::Gcra(gcra::Params {
-                burst: 1,
-                rate: n,
-                period_ms: 1000,
-            }))
-        };
-        let ids: Vec<u32> = (1..=50_000).map(|n| t.acquire(set(n))).collect();
+        let mut t = Interner::new();
+        let nth = |n: u64| set(1, n, 1000);
+        let ids: Vec<u32> = (1..=50_000).map(|n| t.acquire(nth(n))).collect();
         let full = t.usage();
         assert_eq!((full.params, full.slots), (50_000, 50_000));
         // The last one stays: the table keeps slots up to it, no more.
@@ -238,14 +210,14 @@ mod tests {
         }
         assert_eq!((t.usage().params, t.usage().slots), (1, 50_000));
         // A new set takes the lowest free id.
-        assert_eq!(t.acquire(set(0)), 0);
+        assert_eq!(t.acquire(nth(0)), 0);
         t.release(0);
         t.release(ids[49_999]);
         let empty = t.usage();
         assert_eq!((empty.params, empty.slots), (0, 0));
         assert_eq!(empty.bytes, 0, "{full:?} then {empty:?}");
         // Released in any order, all of it goes too.
-        let ids: Vec<u32> = (1..=1000).map(|n| t.acquire(set(n))).collect();
+        let ids: Vec<u32> = (1..=1000).map(|n| t.acquire(nth(n))).collect();
         for &id in ids.iter().step_by(2).chain(ids.iter().skip(1).step_by(2)) {
             t.release(id);
         }

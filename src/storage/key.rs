@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use super::codec::Record;
+use super::compact::interner;
 use super::compact::{self, Bases, Cell, Interned};
-use super::interner::interner;
+use super::data_type::raw_type;
 use super::pointer::{Held, Owned, Repr, Slot};
 use super::value::{Stored, Value, Variant};
 use crate::error::Error;
@@ -98,7 +99,7 @@ impl<'a> Key<'a> {
     /// (see [`Slot::open`]).
     pub fn open(ctx: Ctx<'a>, name: RString<'a>, write: bool) -> Key<'a> {
         Key {
-            slot: Slot::open(ctx, name, write),
+            slot: Slot::open(ctx, name, write, raw_type()),
             modified: false,
         }
     }

@@ -17,7 +17,7 @@
 pub mod codec;
 pub mod compact;
 mod data_type;
-pub mod interner;
+mod interner;
 mod key;
 mod pointer;
 pub mod policies;

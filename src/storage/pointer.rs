@@ -24,12 +24,13 @@ use std::os::raw::c_void;
 use std::ptr;
 use std::sync::Arc;
 
+use redis_module::raw;
+
 use algorithms::rule_set::{Rules, MAX_RULES};
 
 use super::codec::Record;
+use super::compact::interner;
 use super::compact::{self, Bases, Cell, Interned};
-use super::data_type::raw_type;
-use super::interner::interner;
 use super::value::{Stored, Value};
 use crate::error::Error;
 use crate::redis::{Ctx, Holds, RString, RawKey};
@@ -292,17 +293,27 @@ impl<'s> Lent<'s> {
 /// lent outlives it. Closed (through its [`RawKey`]) when dropped.
 pub struct Slot<'a> {
     raw: RawKey<'a>,
+    /// The module's data type (the data type's room hands it in, so that this one needs
+    /// nothing from it).
+    ty: *mut raw::RedisModuleType,
     /// What [`Slot::ptr`] found (`Some(None)`: no key), until the value is set, replaced or
     /// deleted here: [`Slot::prefetch`] reads it first, the update again.
     read: Option<Option<*mut c_void>>,
 }
 
 impl<'a> Slot<'a> {
-    /// Opens `name` for reading, or for reading and writing. A command opens a key once:
-    /// two slots of one key open at a time would lend its value twice (no command does).
-    pub fn open(ctx: Ctx<'a>, name: RString<'a>, write: bool) -> Slot<'a> {
+    /// Opens `name`, a key of the data type `ty` or none, for reading, or for reading and
+    /// writing. A command opens a key once: two slots of one key open at a time would lend
+    /// its value twice (no command does).
+    pub fn open(
+        ctx: Ctx<'a>,
+        name: RString<'a>,
+        write: bool,
+        ty: *mut raw::RedisModuleType,
+    ) -> Slot<'a> {
         Slot {
             raw: ctx.open_key(name, write),
+            ty,
             read: None,
         }
     }
@@ -316,7 +327,7 @@ impl<'a> Slot<'a> {
         }
         let read = match self.raw.holds() {
             Holds::Nothing => None,
-            Holds::Module(ty) if ty == raw_type() => Some(self.raw.value()),
+            Holds::Module(ty) if ty == self.ty => Some(self.raw.value()),
             _ => return Err(Error::WrongType),
         };
         self.read = Some(read);
@@ -363,7 +374,7 @@ impl<'a> Slot<'a> {
     pub fn set(&mut self, value: Owned) {
         let ptr = value.into_raw();
         self.read = Some(Some(ptr));
-        self.raw.set_value(raw_type(), ptr);
+        self.raw.set_value(self.ty, ptr);
     }
 
     /// Replaces the value of a key that holds one of ours with `value` (another form of it),
@@ -373,7 +384,7 @@ impl<'a> Slot<'a> {
     pub fn swap(&mut self, value: Owned) {
         let ptr = value.into_raw();
         self.read = Some(Some(ptr));
-        let old = self.raw.replace_value(raw_type(), ptr);
+        let old = self.raw.replace_value(self.ty, ptr);
         // SAFETY: Redis hands back the value it held, of our type (else null), and no longer
         // owns it; nothing borrowed from it lives (a `Repr` borrows this slot).
         unsafe { free_raw(old) };
@@ -385,7 +396,7 @@ impl<'a> Slot<'a> {
     pub fn replace_word(&mut self, word: u64) {
         let word = Owned::word(word).into_raw();
         self.read = Some(Some(word));
-        self.raw.replace_value(raw_type(), word);
+        self.raw.replace_value(self.ty, word);
     }
 
     /// Expires the key at `at_ms`, an absolute time on the real clock (ms since the epoch).
