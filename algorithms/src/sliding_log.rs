@@ -93,13 +93,15 @@
 mod index;
 mod regrid;
 mod ring;
+mod words;
 
 use super::{Algorithm, Decision, Span};
 use regrid::{admit, plan, Plan};
-use ring::{entry_at, is_cost_word, word, OFFSET_MASK};
+use words::{entry_at, is_cost_word, word, OFFSET_MASK};
 
 pub use regrid::unit_for;
-pub use ring::{heap_bytes, is_valid, State, FLAG, MAX_LIMIT};
+pub use ring::{heap_bytes, is_valid, State};
+pub use words::{FLAG, MAX_LIMIT};
 
 /// RL.SLIDINGLOG's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use super::ring::{entry_at, is_cost_word, Entries};
+use super::words::{entry_at, is_cost_word, Entries};
 
 /// Words between two checkpoints of the [`Index`].
 pub(super) const STRIDE: u64 = 64;
@@ -178,8 +178,8 @@ impl Index {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sliding_log::ring::words_read;
     use crate::sliding_log::tests::{params, state, S, T0};
+    use crate::sliding_log::words::words_read;
     use crate::sliding_log::*;
     use crate::testing::{self, peek, step, Key};
     use proptest::prelude::*;

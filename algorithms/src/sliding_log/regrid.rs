@@ -4,7 +4,8 @@
 //! and Changing parameters).
 
 use super::index::Index;
-use super::ring::{State, FLAG, MAX_OFFSET, OFFSET_MASK};
+use super::ring::State;
+use super::words::{FLAG, MAX_OFFSET, OFFSET_MASK};
 use super::{Params, Scan};
 
 /// Offsets a window may span, at most: `window_us / unit_us < 2^WINDOW_BITS`.
