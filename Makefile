@@ -25,7 +25,8 @@ run: build
 servers:
 	@bash scripts/servers.sh
 
-# Unit and property tests, then the integration tests against each server in turn (Debian's
+# The lints (as `make lint`: rustfmt, clippy and rustdoc with warnings denied), the unit,
+# property and doc tests, then the integration tests against each server in turn (Debian's
 # Redis 7.0, Redis 8.2, Valkey 8.1), real processes that the tests start on free loopback
 # ports and stop themselves.
 test: test-deps build servers

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make test: the unit and property tests of both crates (the algorithms and the module) once,
+# make test: the lints (rustfmt, clippy, rustdoc, as `make lint`), then the unit, property and
+# doc tests of both crates (the algorithms and the module) once,
 # then every integration test (the module's; the algorithms crate has none) against each
 # server users run, in turn: Debian's Redis 7.0 (redis-server on PATH), then Redis 8.2 and
 # Valkey 8.1 as scripts/servers.sh unpacked them. The tests start each server themselves
@@ -15,7 +16,15 @@ servers=(
 )
 
 failed=()
+# The compiler's and the linters' rules first (what `make lint` runs): formatting, clippy with
+# every warning an error (the crates' own lint attributes: no undocumented unsafe block, no
+# public item of the algorithms crate without docs...), and the docs without a broken link.
+cargo fmt --all -- --check || failed+=("rustfmt")
+cargo clippy --release --workspace --all-targets -- -D warnings || failed+=("clippy")
+RUSTDOCFLAGS="-D warnings" cargo doc -p ratelimit-algorithms --no-deps || failed+=("docs (algorithms)")
+RUSTDOCFLAGS="-D warnings" cargo doc -p ratelimit --no-deps --document-private-items || failed+=("docs (module)")
 cargo test --release --workspace --lib || failed+=("unit and property tests")
+cargo test --release -p ratelimit-algorithms --doc || failed+=("doc tests")
 summary=()
 for server in "${servers[@]}"; do
   version=$("$server" --version | grep -o -E '^(Redis|Valkey) server v=[0-9.]+' | sed 's/ server v=/ /')

@@ -33,6 +33,9 @@
 //! `unsafe` block with its `// SAFETY:` reason, also inside an `unsafe fn`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
+// Every unsafe block says why it is sound, every unsafe fn what its caller must hold (clippy,
+// which `make lint` and `make test` run with warnings denied).
+#![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 // A cdylib: its only public API is the one Redis loads. Its docs are the map of its private
 // rooms, built with `--document-private-items` (`make lint`), so they link to private items.
 #![allow(rustdoc::private_intra_doc_links)]
