@@ -98,9 +98,17 @@ export class RateLimit {
           ? `${durationMs(limit[p], `limit.${p}`)}`
           : `${count(limit[p], `limit.${p}`)}`,
       );
+      const { valued } = algorithm;
+      if (valued && limit[valued.name] !== undefined) {
+        const value = count(limit[valued.name], `limit.${valued.name}`, valued.min);
+        if (value > valued.max) {
+          throw new TypeError(`invalid limit.${valued.name}: expected an integer from ${valued.min} to ${valued.max}; got ${value}`);
+        }
+        this.args.push(valued.word, `${value}`);
+      }
       if (algorithm.flag && limit[algorithm.flag]) this.args.push(algorithm.flag.toUpperCase());
       this.concurrent = Boolean(algorithm.concurrent);
-      this.windowSeconds = this.concurrent ? undefined : wholeSeconds(durationMs(limit[algorithm.window]));
+      this.windowSeconds = algorithm.window === undefined ? undefined : wholeSeconds(durationMs(limit[algorithm.window]));
     }
   }
 
@@ -109,16 +117,19 @@ export class RateLimit {
     return `${this.prefix}${key}`;
   }
 
-  // One RL.POLICY.GET for all the requests that need it (read again after a failure).
+  // One RL.POLICY.GET for all the requests that need it. A failure (Redis's, or a reply the
+  // package cannot read: no such policy, a rule it does not know) is not kept: the request
+  // fails as configured, and the next one reads the policy again.
   #policyWindows() {
     if (this.windows === undefined) {
-      this.windows = this.client.sendCommand(['RL.POLICY.GET', this.policy]).then(
-        (flat) => (Array.isArray(flat) ? policyWindows(flat) : []),
-        (error) => {
-          this.windows = undefined;
-          throw error;
-        },
-      );
+      const pending = this.client.sendCommand(['RL.POLICY.GET', this.policy]).then((flat) => {
+        if (!Array.isArray(flat)) throw new Error(`no policy named ${JSON.stringify(this.policy)} (RL.POLICY.GET)`);
+        return policyWindows(flat);
+      });
+      this.windows = pending;
+      pending.catch(() => {
+        if (this.windows === pending) this.windows = undefined;
+      });
     }
     return this.windows;
   }
@@ -134,8 +145,10 @@ export class RateLimit {
     }
     const [windows, raw] = await Promise.all([this.#policyWindows(), this.client.sendCommand(args)]);
     const reply = parseReply(raw, 'rule');
-    const rule = reply.rule ?? 0;
-    const name = windows.length > 1 ? `${this.name}/${rule}` : this.name;
+    const { rule } = reply;
+    // A rule past those read: the policy has grown on the server since; read it again next time.
+    if (rule >= windows.length && this.windows !== undefined) this.windows = undefined;
+    const name = windows.length > 1 || rule > 0 ? `${this.name}/${rule}` : this.name;
     return { ...reply, name, windowSeconds: windows[rule] };
   }
 
