@@ -23,6 +23,8 @@ export type Limit =
   | { algorithm: 'tokenbucket'; capacity: number; refillAmount: number; refillPeriod: Duration; interval?: boolean }
   | { algorithm: 'leakybucket'; capacity: number; leakAmount: number; leakPeriod: Duration }
   | { algorithm: 'fixedwindow' | 'slidingwindow' | 'slidinglog'; limit: number; window: Duration }
+  /** Guava's SmoothWarmingUp: `rate` per `period` once warm, `coldFactor` (2 to 10, default 3) times slower after idle. */
+  | { algorithm: 'warmup'; rate: number; period: Duration; warmup: Duration; coldFactor?: number }
   /** Requests in flight: a lease per admitted request, released when its response ends. */
   | { algorithm: 'concurrency'; limit: number; lease: Duration }
   | { policy: string };

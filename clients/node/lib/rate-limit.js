@@ -23,9 +23,9 @@ function withTimeout(promise, ms) {
 
 /**
  * One limit: `{ algorithm: 'gcra', burst, rate, period }` (or tokenbucket, leakybucket,
- * fixedwindow, slidingwindow, slidinglog with their own parameters) or `{ policy: 'name' }` for
- * RL.LIMIT. `check(key, cost)` resolves to a decision; it never rejects on a Redis failure
- * (the decision then says `failed` and whether the request passes).
+ * fixedwindow, slidingwindow, slidinglog, warmup, concurrency with their own parameters) or
+ * `{ policy: 'name' }` for RL.LIMIT. `check(key, cost)` resolves to a decision; it never rejects
+ * on a Redis failure (the decision then says `failed` and whether the request passes).
  */
 export class RateLimit {
   constructor(options = {}) {
@@ -100,9 +100,11 @@ export class RateLimit {
       );
       const { valued } = algorithm;
       if (valued && limit[valued.name] !== undefined) {
-        const value = count(limit[valued.name], `limit.${valued.name}`, valued.min);
-        if (value > valued.max) {
-          throw new TypeError(`invalid limit.${valued.name}: expected an integer from ${valued.min} to ${valued.max}; got ${value}`);
+        const value = limit[valued.name];
+        if (!Number.isSafeInteger(value) || value < valued.min || value > valued.max) {
+          throw new TypeError(
+            `invalid limit.${valued.name}: expected an integer from ${valued.min} to ${valued.max}; got ${String(value)}`,
+          );
         }
         this.args.push(valued.word, `${value}`);
       }

@@ -45,6 +45,7 @@ const maybe: Promise<RateLimiterRes | null> = limiter.get('ip');
 const fake = { ms: 0 };
 new RateLimiterRedis({ storeClient: client, points: 5, inMemoryBlockOnConsumed: 6, now: () => fake.ms });
 rateLimitMiddleware({ client, limit: { policy: 'api' }, now: () => fake.ms });
+rateLimitMiddleware({ client, limit: { algorithm: 'warmup', rate: 10, period: '1s', warmup: '10s', coldFactor: 3 } });
 // @ts-expect-error: the window's parameters are numbers or durations, not booleans
 rateLimitMiddleware({ client, limit: { algorithm: 'gcra', burst: true, rate: 1, period: 1 } });
 
