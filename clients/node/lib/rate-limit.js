@@ -69,6 +69,7 @@ export class RateLimit {
       failures: 0, // Redis errors and timeouts
       failOpen: 0, // requests passed because Redis failed
       failClosed: 0, // requests refused because Redis failed
+      shadowDenied: 0, // requests with `shadow` the limit would have refused (passed, not admitted)
       releaseFailures: 0, // concurrency leases not given back (they end by themselves)
     };
 
@@ -136,17 +137,27 @@ export class RateLimit {
     return this.windows;
   }
 
-  async #ask(key, cost) {
+  async #ask(key, cost, atMost, shadow) {
     const args = [this.command, this.redisKey(key), ...this.args];
-    if (cost !== 1 && !this.concurrent) args.push('COST', String(cost));
+    const extras = [];
+    if (atMost !== undefined) {
+      args.push('ATMOST', String(atMost));
+      extras.push('granted');
+    } else if (cost !== 1 && !this.concurrent) {
+      args.push('COST', String(cost));
+    }
+    if (shadow) {
+      args.push('SHADOW');
+      extras.push('shadow_denied');
+    }
     if (this.policy === undefined) {
-      const reply = parseReply(await this.client.sendCommand(args), this.sixth);
+      const reply = parseReply(await this.client.sendCommand(args), this.sixth, extras);
       const decision = { ...reply, name: this.name, windowSeconds: this.windowSeconds };
       if (this.concurrent) decision.concurrent = true;
       return decision;
     }
     const [windows, raw] = await Promise.all([this.#policyWindows(), this.client.sendCommand(args)]);
-    const reply = parseReply(raw, 'rule');
+    const reply = parseReply(raw, 'rule', extras);
     const { rule } = reply;
     // A rule past those read: the policy has grown on the server since; read it again next time.
     if (rule >= windows.length && this.windows !== undefined) this.windows = undefined;
@@ -157,13 +168,25 @@ export class RateLimit {
   /**
    * The decision for one request of `key` costing `cost` units: `{ allowed, name, limit,
    * remaining, retryAfterMs, resetAfterMs, windowSeconds, local }`, or when Redis failed
-   * `{ failed: true, allowed, error }` (allowed per failMode).
+   * `{ failed: true, allowed, error }` (allowed per failMode). Options, per call:
+   * `atMost`: instead of `cost`, as many units as the key allows now, up to `atMost` (ATMOST;
+   * the decision's `granted` says how many; refused when none); `shadow`: the limit is checked
+   * and counted but never refuses (SHADOW; the decision's `shadowDenied` says whether it would
+   * have). Neither is answered from the denial memory nor remembered.
    */
-  async check(key, cost = 1) {
+  async check(key, cost = 1, options = {}) {
+    const { atMost, shadow = false } = options;
     count(cost, 'cost', 0);
+    if (atMost !== undefined) {
+      count(atMost, 'atMost');
+      if (this.concurrent) throw new TypeError('invalid atMost: a concurrency limit takes one lease per request');
+      if (cost !== 1) throw new TypeError('invalid atMost: give cost or atMost, not both');
+    }
+    if (typeof shadow !== 'boolean') throw new TypeError(`invalid shadow: expected true or false; got ${String(shadow)}`);
+    const plain = atMost === undefined && !shadow;
     const memoryKey = String(key);
     const now = this.now();
-    const remembered = this.memory.lookup(memoryKey, cost, now);
+    const remembered = plain ? this.memory.lookup(memoryKey, cost, now) : undefined;
     if (remembered !== undefined) {
       this.stats.denied += 1;
       this.stats.deniedLocally += 1;
@@ -179,7 +202,7 @@ export class RateLimit {
     this.stats.calls += 1;
     let decision;
     try {
-      decision = await withTimeout(this.#ask(key, cost), this.timeout);
+      decision = await withTimeout(this.#ask(key, cost, atMost, shadow), this.timeout);
     } catch (error) {
       this.stats.failures += 1;
       const passes = this.failMode === 'open';
@@ -191,7 +214,9 @@ export class RateLimit {
       );
       return { failed: true, allowed: passes, error };
     }
-    if (decision.allowed) {
+    if (decision.shadowDenied) {
+      this.stats.shadowDenied += 1;
+    } else if (decision.allowed) {
       this.stats.admitted += 1;
     } else {
       this.stats.denied += 1;
@@ -202,7 +227,8 @@ export class RateLimit {
       // lease can be released before its retry time) and policies (RL.POLICY.SET can change
       // a policy's rules on the server at any time, unseen by this process, and a denial
       // remembered under the old rules would refuse what the new ones admit).
-      if (!this.concurrent && this.policy === undefined) this.memory.remember(memoryKey, decision, cost, now);
+      // Nor a denial of `atMost` (no cost of its own to match) or under `shadow`.
+      if (plain && !this.concurrent && this.policy === undefined) this.memory.remember(memoryKey, decision, cost, now);
     }
     return { ...decision, local: false };
   }

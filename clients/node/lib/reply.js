@@ -10,11 +10,13 @@ const unexpected = (what) => new Error(`unexpected reply from the module: ${what
  * [allowed, limit, remaining, retry_after_ms, reset_after_ms, ...], RESP3 a map (an object or a
  * Map, as node-redis's type mapping gives it) with `allowed` a boolean. `sixth` names the field
  * the command adds after the five (`rule` for RL.LIMIT, `delay_ms` for RL.LEAKYBUCKET, `token`
- * for RL.CONCURRENCY.ACQUIRE). A reply of another shape (other fields, more or fewer, `allowed`
- * neither 0 nor 1) throws: the module said something the package cannot read.
+ * for RL.CONCURRENCY.ACQUIRE); `extras` the fields its options add after that, in order
+ * (`granted` for ATMOST, `shadow_denied` for SHADOW). A reply of another shape (other fields,
+ * more or fewer, `allowed` neither 0 nor 1) throws: the module said something the package
+ * cannot read.
  */
-export function parseReply(reply, sixth) {
-  const names = sixth ? [...FIVE, sixth] : FIVE;
+export function parseReply(reply, sixth, extras = []) {
+  const names = sixth ? [...FIVE, sixth, ...extras] : [...FIVE, ...extras];
   let r;
   if (Array.isArray(reply)) {
     if (reply.length !== names.length) {
@@ -46,7 +48,9 @@ export function parseReply(reply, sixth) {
   if (sixth === 'rule') out.rule = Number(r.rule);
   if (sixth === 'delay_ms') out.delayMs = Number(r.delay_ms);
   if (sixth === 'token' && r.token != null) out.token = String(r.token);
-  for (const k of ['limit', 'remaining', 'retryAfterMs', 'resetAfterMs', 'rule', 'delayMs']) {
+  if (extras.includes('granted')) out.granted = Number(r.granted);
+  if (extras.includes('shadow_denied')) out.shadowDenied = Number(r.shadow_denied) === 1;
+  for (const k of ['limit', 'remaining', 'retryAfterMs', 'resetAfterMs', 'rule', 'delayMs', 'granted']) {
     if (Object.hasOwn(out, k) && !Number.isFinite(out[k])) throw unexpected(`${k} is not a number`);
   }
   return out;
