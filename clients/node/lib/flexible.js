@@ -44,9 +44,11 @@ export class RateLimiterRedis {
       if (opts[o]) throw new Error(`${o} is not supported by ratelimit-redis-module's RateLimiterRedis`);
     }
     this.client = opts.storeClient;
+    // points 0 admits nothing, as there: the module has no bucket of 0, so nothing is stored and
+    // every consume of a point or more is refused in the process.
     this.points = opts.points === undefined ? 4 : opts.points;
-    if (!Number.isSafeInteger(this.points) || this.points < 1 || this.points > MAX_COUNT) {
-      throw new Error('points must be an integer from 1 to 10^12');
+    if (!Number.isSafeInteger(this.points) || this.points < 0 || this.points > MAX_COUNT) {
+      throw new Error('points must be an integer from 0 to 10^12');
     }
     this.duration = opts.duration === undefined ? 1 : opts.duration;
     if (typeof this.duration !== 'number' || !Number.isFinite(this.duration) || this.duration < 0) {
@@ -171,6 +173,10 @@ export class RateLimiterRedis {
   consume(key, points = 1, options = {}) {
     return this.#insured('consume', [key, points, options], async () => {
       points = this.#checkPoints(points);
+      if (this.points === 0) {
+        if (points > 0) throw new RateLimiterRes(0, this.#ms(this.periodMs), points, false);
+        return new RateLimiterRes(0, 0, 0, false);
+      }
       const rlKey = this.getKey(key);
       const now = this.now();
       if (this.inMemoryBlockOnConsumed > 0) {
@@ -214,6 +220,7 @@ export class RateLimiterRedis {
   /** The key's state, or null when it has taken nothing in its window. */
   get(key, options = {}) {
     return this.#insured('get', [key, options], async () => {
+      if (this.points === 0) return null;
       const r = await this.#send(this.#command(key, 'COST', '0', 'DRYRUN'));
       if (r.allowed && r.resetAfterMs === 0) return null;
       return this.#res(r, 0, true);
@@ -236,6 +243,7 @@ export class RateLimiterRedis {
   reward(key, points = 1, options = {}) {
     return this.#insured('reward', [key, points, options], async () => {
       points = this.#checkPoints(points);
+      if (this.points === 0) return new RateLimiterRes(0, 0, 0, false);
       const [, state] = await this.#multi([
         ['RL.REFUND', this.getKey(key), String(points)],
         this.#command(key, 'COST', '0', 'DRYRUN'),
@@ -251,6 +259,7 @@ export class RateLimiterRedis {
   penalty(key, points = 1, options = {}) {
     return this.#insured('penalty', [key, points, options], async () => {
       points = this.#checkPoints(points);
+      if (this.points === 0) return new RateLimiterRes(0, 0, 0, false);
       let want = points;
       let r = await this.#send(this.#command(key, 'COST', String(want)));
       // Refused: take what is left instead (twice at most, should another client take it first).
@@ -272,6 +281,7 @@ export class RateLimiterRedis {
         throw new Error('secDuration must be a non-negative number of seconds');
       }
       const ms = Math.round(secDuration * 1000);
+      if (this.points === 0) return new RateLimiterRes(0, ms >= 1 ? ms : -1, 1, false);
       const blockMs = ms >= 1 ? Math.min(ms, MAX_DURATION_MS) : MAX_DURATION_MS;
       // Taking all the points refuses at once when the window has taken any, starting the
       // block; on a fresh window the first takes them all and the second starts it.

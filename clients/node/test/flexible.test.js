@@ -239,3 +239,25 @@ test('options rate-limiter-flexible has and the module cannot honour are refused
   assert.throws(() => new RateLimiterRedis({ points: 5 }), /storeClient is not set/);
   assert.throws(() => new RateLimiterRedis({ storeClient: client, points: 1.5 }), /points must be an integer/);
 });
+
+test('points 0 admits nothing: every consume is refused, without a round trip', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { ours, theirs } = pair({ points: 0, duration: 10 }, 'zero');
+  const before = await calls(client, 'RL.TOKENBUCKET');
+  for (const cost of [1, 3]) {
+    const mine = await outcome(ours.consume('z', cost));
+    assert.deepEqual(mine, ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: cost, isFirstInDuration: false }]);
+    // (There a refusal that starts a window says isFirstInDuration; ours, stored nowhere, never.)
+    const their = await outcome(theirs.consume(`z${cost}`, cost));
+    same(mine, ['rejected', { ...their[1], isFirstInDuration: false }], `consume ${cost} of 0 points`);
+  }
+  // Nothing stored: get says null, penalty and reward change nothing, block refuses no more.
+  assert.equal(await ours.get('z'), null);
+  assert.deepEqual((await ours.penalty('z', 2)).toJSON(), { remainingPoints: 0, msBeforeNext: 0, consumedPoints: 0, isFirstInDuration: false });
+  assert.deepEqual((await ours.reward('z', 2)).toJSON(), { remainingPoints: 0, msBeforeNext: 0, consumedPoints: 0, isFirstInDuration: false });
+  assert.deepEqual((await ours.block('z', 5)).toJSON(), { remainingPoints: 0, msBeforeNext: 5000, consumedPoints: 1, isFirstInDuration: false });
+  assert.equal(await calls(client, 'RL.TOKENBUCKET'), before);
+  // A consume of nothing takes nothing, and passes.
+  assert.deepEqual((await ours.consume('z', 0)).toJSON(), { remainingPoints: 0, msBeforeNext: 0, consumedPoints: 0, isFirstInDuration: false });
+  assert.throws(() => new RateLimiterRedis({ storeClient: client, points: -1 }), /^Error: points must be an integer from 0 to 10\^12$/);
+});
