@@ -116,11 +116,11 @@ export class RateLimiterRedis {
     return ['RL.TOKENBUCKET', this.getKey(key), String(this.points), String(this.points), `${this.periodMs}`, 'INTERVAL', ...options];
   }
 
-  async #send(args) {
+  async #send(args, extras) {
     if (this.rejectIfRedisNotReady && this.client.isReady === false) {
       throw new Error('Redis connection is not ready');
     }
-    return parseReply(await this.client.sendCommand(args));
+    return parseReply(await this.client.sendCommand(args), undefined, extras);
   }
 
   async #multi(commands) {
@@ -165,6 +165,28 @@ export class RateLimiterRedis {
     }
   }
 
+  // A consume of more than `points`, which no window can hold: there it is counted, so the
+  // window is used up and every consume is refused until it ends (or, with blockDuration, the
+  // key is blocked). The same here: ATMOST takes the points the window has left, and with
+  // blockDuration a consume of all the points, refused since none are left, starts the block.
+  // The refusal as RateLimiterRes: msBeforeNext to the window's end or the block's,
+  // consumedPoints what the window held plus what was asked.
+  async #overPoints(key, points, block) {
+    const take = this.#command(key, 'ATMOST', String(this.points), ...block);
+    let taken;
+    let ms;
+    if (block.length > 0) {
+      const [first, second] = await this.#multi([take, this.#command(key, 'COST', String(this.points), ...block)]);
+      taken = parseReply(first, undefined, ['granted']);
+      ms = parseReply(second).retryAfterMs;
+    } else {
+      taken = await this.#send(take, ['granted']);
+      ms = taken.allowed ? taken.resetAfterMs : taken.retryAfterMs;
+    }
+    const held = taken.limit - taken.remaining - taken.granted;
+    return new RateLimiterRes(0, this.#ms(ms), held + points, false);
+  }
+
   /**
    * Takes `points` (default 1). Resolves with a RateLimiterRes when admitted; rejects with a
    * RateLimiterRes when refused (the window is full, or the key is blocked), with an Error when
@@ -183,28 +205,33 @@ export class RateLimiterRedis {
         const blocked = this.inMemoryBlocked.lookup(rlKey, 0, now);
         if (blocked !== undefined) throw new RateLimiterRes(0, Math.ceil(blocked.until - now));
       }
-      const extra = [];
-      if (points !== 1) extra.push('COST', String(points));
-      if (this.blockDuration > 0) extra.push('BLOCK', `${Math.max(1, Math.round(this.msBlockDuration))}ms`);
-      const r = await this.#send(this.#command(key, ...extra));
+      const block = this.blockDuration > 0 ? ['BLOCK', `${Math.max(1, Math.round(this.msBlockDuration))}ms`] : [];
       let res;
-      if (r.allowed) {
-        const consumed = r.limit - r.remaining;
-        res = new RateLimiterRes(r.remaining, this.#ms(r.resetAfterMs), consumed, consumed === points);
+      let refused;
+      if (points > this.points) {
+        res = await this.#overPoints(key, points, block);
+        refused = true;
       } else {
-        // Refused: what the window holds plus what was asked (more than points), as
-        // rate-limiter-flexible counts it; the state itself took nothing.
-        const ms = r.retryAfterMs >= 0 ? r.retryAfterMs : this.#ms(r.resetAfterMs);
-        res = new RateLimiterRes(0, ms, r.limit - r.remaining + points, false);
+        const r = await this.#send(this.#command(key, ...(points !== 1 ? ['COST', String(points)] : []), ...block));
+        refused = !r.allowed;
+        if (r.allowed) {
+          const consumed = r.limit - r.remaining;
+          res = new RateLimiterRes(r.remaining, this.#ms(r.resetAfterMs), consumed, consumed === points);
+        } else {
+          // Refused: what the window holds plus what was asked (more than points), as
+          // rate-limiter-flexible counts it; the state itself took nothing.
+          const ms = r.retryAfterMs >= 0 ? r.retryAfterMs : this.#ms(r.resetAfterMs);
+          res = new RateLimiterRes(0, ms, r.limit - r.remaining + points, false);
+        }
       }
       const inMemory = this.inMemoryBlockOnConsumed > 0 && res.consumedPoints >= this.inMemoryBlockOnConsumed;
       if (inMemory && !(this.inMemoryBlockDuration > 0)) {
         this.#blockInMemory(rlKey, res.msBeforeNext, now);
-      } else if (inMemory && !r.allowed) {
+      } else if (inMemory && refused) {
         res.msBeforeNext = this.inMemoryBlockDuration * 1000;
         this.#blockInMemory(rlKey, res.msBeforeNext, now);
       }
-      if (!r.allowed) throw res;
+      if (refused) throw res;
       if (this.execEvenly && res.msBeforeNext > 0 && !res.isFirstInDuration) {
         // Spread: the time left shared by the points left and this one (+2), at least
         // execEvenlyMinDelayMs per point consumed; msBeforeNext counts the wait as spent.

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as RLF from 'rate-limiter-flexible';
 import { RateLimiterRedis, RateLimiterRes } from '../index.js';
-import { T0_MS, calls, serverForFile } from './helpers.js';
+import { T0_MS, calls, refusal, serverForFile } from './helpers.js';
 
 const { client } = await serverForFile();
 await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
@@ -260,4 +260,56 @@ test('points 0 admits nothing: every consume is refused, without a round trip', 
   // A consume of nothing takes nothing, and passes.
   assert.deepEqual((await ours.consume('z', 0)).toJSON(), { remainingPoints: 0, msBeforeNext: 0, consumedPoints: 0, isFirstInDuration: false });
   assert.throws(() => new RateLimiterRedis({ storeClient: client, points: -1 }), /^Error: points must be an integer from 0 to 10\^12$/);
+});
+
+test('a cost above points uses the window up: refused to its end, or blocked for blockDuration', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  // (There the consume that starts a window says isFirstInDuration, refused or not; ours never
+  // does for a refusal. And there each refused consume adds to the count: the second
+  // refusal's consumedPoints is 4 there, 3 here, the module counting no refusal.)
+  const firstOfTheirs = (o) => ['rejected', { ...o[1], isFirstInDuration: false }];
+  const { ours, theirs } = pair({ points: 2, duration: 10 }, 'over');
+  const mine = await outcome(ours.consume('fresh', 3));
+  assert.deepEqual(mine, ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 3, isFirstInDuration: false }]);
+  same(mine, firstOfTheirs(await outcome(theirs.consume('fresh', 3))), 'a cost above points on a fresh key');
+  const next = await outcome(ours.consume('fresh'));
+  assert.deepEqual(next, ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 3, isFirstInDuration: false }]);
+  const theirNext = await outcome(theirs.consume('fresh'));
+  same(next, ['rejected', { ...theirNext[1], consumedPoints: 3 }], 'the next consume, in the used window');
+  // A key that has taken a point: the point left is taken too.
+  same(await outcome(ours.consume('used')), await outcome(theirs.consume('used')), 'a first point');
+  const over = await outcome(ours.consume('used', 3));
+  assert.deepEqual(over, ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 4, isFirstInDuration: false }]);
+  same(over, await outcome(theirs.consume('used', 3)), 'a cost above points on a key that has taken some');
+  assert.deepEqual((await ours.get('used')).toJSON(), { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 2, isFirstInDuration: false });
+  // The window ends: every point is back.
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '10000']);
+  assert.equal((await ours.consume('fresh')).remainingPoints, 1);
+
+  // With blockDuration: blocked, as there; once the block is over the key is fresh again.
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const blocking = pair({ points: 2, duration: 10, blockDuration: 30 }, 'overblock');
+  const blocked = await outcome(blocking.ours.consume('b', 3));
+  assert.deepEqual(blocked, ['rejected', { remainingPoints: 0, msBeforeNext: 30_000, consumedPoints: 3, isFirstInDuration: false }]);
+  same(blocked, firstOfTheirs(await outcome(blocking.theirs.consume('b', 3))), 'a cost above points with blockDuration');
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '29999']);
+  assert.equal((await refusal(blocking.ours.consume('b'))).msBeforeNext, 1);
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '1']);
+  assert.deepEqual((await blocking.ours.consume('b')).toJSON(), { remainingPoints: 1, msBeforeNext: 10_000, consumedPoints: 1, isFirstInDuration: true });
+
+  // With inMemoryBlockOnConsumed: blocked in the process until the window ends.
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const clock = { ms: 0 };
+  const inMemory = new RateLimiterRedis({
+    storeClient: client, points: 1, duration: 5, inMemoryBlockOnConsumed: 1, keyPrefix: 'ours-overmem', now: () => clock.ms,
+  });
+  assert.equal((await refusal(inMemory.consume('m', 2))).msBeforeNext, 5000);
+  const before = await calls(client, 'RL.TOKENBUCKET');
+  clock.ms = 4999;
+  assert.equal((await refusal(inMemory.consume('m'))).msBeforeNext, 1);
+  assert.equal(await calls(client, 'RL.TOKENBUCKET'), before, 'refused in the process');
+
+  // duration 0: the window never ends.
+  const never = new RateLimiterRedis({ storeClient: client, points: 2, duration: 0, keyPrefix: 'ours-overnever' });
+  assert.deepEqual((await refusal(never.consume('n', 3))).toJSON(), { remainingPoints: 0, msBeforeNext: -1, consumedPoints: 3, isFirstInDuration: false });
 });
