@@ -132,15 +132,18 @@ export class RateLimiterRedis {
     return multi.exec();
   }
 
+  // msBeforeNext: -1 for "never", as rate-limiter-flexible says of a key without expiry. The
+  // class's "never" (duration 0, block(key, 0)) is the module's longest duration, 10 years, and
+  // nothing else comes near it: a wait of more than half of that is never.
   #ms(ms) {
-    return this.duration === 0 ? -1 : ms;
+    return ms > MAX_DURATION_MS / 2 ? -1 : ms;
   }
 
   // The state as RateLimiterRes: `consumedPoints` is what the window has taken; in a block
   // (a probe at COST 0 refused) it is points + 1, as rate-limiter-flexible's block stores it.
   #res(r, changed, probe = false) {
     if (probe && !r.allowed) {
-      return new RateLimiterRes(0, r.retryAfterMs, this.points + 1, false);
+      return new RateLimiterRes(0, this.#ms(r.retryAfterMs), this.points + 1, false);
     }
     const consumed = r.limit - r.remaining;
     return new RateLimiterRes(r.remaining, this.#ms(r.resetAfterMs), consumed, changed > 0 && consumed === changed);
@@ -220,8 +223,7 @@ export class RateLimiterRedis {
         } else {
           // Refused: what the window holds plus what was asked (more than points), as
           // rate-limiter-flexible counts it; the state itself took nothing.
-          const ms = r.retryAfterMs >= 0 ? r.retryAfterMs : this.#ms(r.resetAfterMs);
-          res = new RateLimiterRes(0, ms, r.limit - r.remaining + points, false);
+          res = new RateLimiterRes(0, this.#ms(r.retryAfterMs), r.limit - r.remaining + points, false);
         }
       }
       const inMemory = this.inMemoryBlockOnConsumed > 0 && res.consumedPoints >= this.inMemoryBlockOnConsumed;

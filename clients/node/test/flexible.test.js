@@ -313,3 +313,26 @@ test('a cost above points uses the window up: refused to its end, or blocked for
   const never = new RateLimiterRedis({ storeClient: client, points: 2, duration: 0, keyPrefix: 'ours-overnever' });
   assert.deepEqual((await refusal(never.consume('n', 3))).toJSON(), { remainingPoints: 0, msBeforeNext: -1, consumedPoints: 3, isFirstInDuration: false });
 });
+
+test('never: block(key, 0) and duration 0 say msBeforeNext -1, in get and in refusals', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { ours, theirs } = pair({ points: 1, duration: 1 }, 'forever');
+  same(await outcome(ours.block('k', 0)), await outcome(theirs.block('k', 0)), 'block(key, 0)');
+  // A year later, still blocked, for ever.
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', `${365 * 86_400_000}`]);
+  const got = await outcome(ours.get('k'));
+  assert.deepEqual(got, ['resolved', { remainingPoints: 0, msBeforeNext: -1, consumedPoints: 2, isFirstInDuration: false }]);
+  same(got, await outcome(theirs.get('k')), 'get in a block for ever');
+  const refused = await outcome(ours.consume('k'));
+  assert.deepEqual(refused, ['rejected', { remainingPoints: 0, msBeforeNext: -1, consumedPoints: 2, isFirstInDuration: false }]);
+  // (There the refused point is counted, 3, and its script gives the key, which had no expiry,
+  // the window's: msBeforeNext 1000, and the block for ever ends a second later. Not here.)
+  const theirRefusal = await outcome(theirs.consume('k'));
+  assert.deepEqual([theirRefusal[0], theirRefusal[1].consumedPoints], ['rejected', 3]);
+
+  const never = pair({ points: 2, duration: 0 }, 'never');
+  for (let i = 0; i < 2; i++) same(await outcome(never.ours.consume('n')), await outcome(never.theirs.consume('n')), `consume ${i}`);
+  const full = await outcome(never.ours.consume('n'));
+  assert.deepEqual(full, ['rejected', { remainingPoints: 0, msBeforeNext: -1, consumedPoints: 3, isFirstInDuration: false }]);
+  same(full, await outcome(never.theirs.consume('n')), 'a consume over the points of a window that never ends');
+});
