@@ -113,7 +113,24 @@ export class RateLimiterRedis {
   }
 
   #command(key, ...options) {
-    return ['RL.TOKENBUCKET', this.getKey(key), String(this.points), String(this.points), `${this.periodMs}`, 'INTERVAL', ...options];
+    return this.#commandFor(key, this.periodMs, ...options);
+  }
+
+  #commandFor(key, periodMs, ...options) {
+    return ['RL.TOKENBUCKET', this.getKey(key), String(this.points), String(this.points), `${periodMs}`, 'INTERVAL', ...options];
+  }
+
+  // options.customDuration: the window's seconds for this call (0: never), as there, where it is
+  // the expiry of a key the call creates. Here it is the call's period: the length of a window
+  // the call starts; a window in progress is converted to it as the module converts a key whose
+  // parameters change, at the first admitted call (the same duration as before, on a fresh key).
+  #periodFor(options) {
+    const seconds = options?.customDuration;
+    if (seconds === undefined || seconds === null) return this.periodMs;
+    if (typeof seconds !== 'number' || !(seconds >= 0)) {
+      throw new Error('options.customDuration must be a non-negative number of seconds');
+    }
+    return seconds === 0 ? MAX_DURATION_MS : durationMs(Math.max(1, Math.round(seconds * 1000)), 'customDuration');
   }
 
   async #send(args, extras) {
@@ -174,12 +191,12 @@ export class RateLimiterRedis {
   // blockDuration a consume of all the points, refused since none are left, starts the block.
   // The refusal as RateLimiterRes: msBeforeNext to the window's end or the block's,
   // consumedPoints what the window held plus what was asked.
-  async #overPoints(key, points, block) {
-    const take = this.#command(key, 'ATMOST', String(this.points), ...block);
+  async #overPoints(key, points, block, periodMs) {
+    const take = this.#commandFor(key, periodMs, 'ATMOST', String(this.points), ...block);
     let taken;
     let ms;
     if (block.length > 0) {
-      const [first, second] = await this.#multi([take, this.#command(key, 'COST', String(this.points), ...block)]);
+      const [first, second] = await this.#multi([take, this.#commandFor(key, periodMs, 'COST', String(this.points), ...block)]);
       taken = parseReply(first, undefined, ['granted']);
       ms = parseReply(second).retryAfterMs;
     } else {
@@ -208,14 +225,16 @@ export class RateLimiterRedis {
         const blocked = this.inMemoryBlocked.lookup(rlKey, 0, now);
         if (blocked !== undefined) throw new RateLimiterRes(0, Math.ceil(blocked.until - now));
       }
+      const periodMs = this.#periodFor(options);
       const block = this.blockDuration > 0 ? ['BLOCK', `${Math.max(1, Math.round(this.msBlockDuration))}ms`] : [];
       let res;
       let refused;
       if (points > this.points) {
-        res = await this.#overPoints(key, points, block);
+        res = await this.#overPoints(key, points, block, periodMs);
         refused = true;
       } else {
-        const r = await this.#send(this.#command(key, ...(points !== 1 ? ['COST', String(points)] : []), ...block));
+        const cost = points !== 1 ? ['COST', String(points)] : [];
+        const r = await this.#send(this.#commandFor(key, periodMs, ...cost, ...block));
         refused = !r.allowed;
         if (r.allowed) {
           const consumed = r.limit - r.remaining;
@@ -289,12 +308,13 @@ export class RateLimiterRedis {
     return this.#insured('penalty', [key, points, options], async () => {
       points = this.#checkPoints(points);
       if (this.points === 0) return new RateLimiterRes(0, 0, 0, false);
+      const periodMs = this.#periodFor(options);
       let want = points;
-      let r = await this.#send(this.#command(key, 'COST', String(want)));
+      let r = await this.#send(this.#commandFor(key, periodMs, 'COST', String(want)));
       // Refused: take what is left instead (twice at most, should another client take it first).
       for (let i = 0; i < 2 && !r.allowed && r.remaining > 0; i++) {
         want = Math.min(want, r.remaining);
-        r = await this.#send(this.#command(key, 'COST', String(want)));
+        r = await this.#send(this.#commandFor(key, periodMs, 'COST', String(want)));
       }
       return this.#res(r, r.allowed ? want : 0);
     });

@@ -336,3 +336,31 @@ test('never: block(key, 0) and duration 0 say msBeforeNext -1, in get and in ref
   assert.deepEqual(full, ['rejected', { remainingPoints: 0, msBeforeNext: -1, consumedPoints: 3, isFirstInDuration: false }]);
   same(full, await outcome(never.theirs.consume('n')), 'a consume over the points of a window that never ends');
 });
+
+test('options.customDuration is the length of the window the call starts (0: never)', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { ours, theirs } = pair({ points: 2, duration: 5 }, 'custom');
+  for (const [key, customDuration, ms] of [['one', 1, 1000], ['half', 0.5, 500], ['never', 0, -1]]) {
+    const mine = await outcome(ours.consume(key, 1, { customDuration }));
+    assert.deepEqual(mine, ['resolved', { remainingPoints: 1, msBeforeNext: ms, consumedPoints: 1, isFirstInDuration: true }], key);
+    // (There fractions of a second are dropped, as for duration: 0.5 is no expiry at all.)
+    if (key !== 'half') same(mine, await outcome(theirs.consume(key, 1, { customDuration })), `customDuration ${customDuration}`);
+  }
+  // The window is that long: its points come back a second after it began.
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '999']);
+  assert.equal((await refusal(ours.consume('one', 2, { customDuration: 1 }))).msBeforeNext, 1);
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '1']);
+  assert.equal((await ours.consume('one', 2, { customDuration: 1 })).remainingPoints, 0);
+  // penalty takes it too (rate-limiter-flexible's ExpressBruteFlexible does).
+  assert.deepEqual((await ours.penalty('pen', 1, { customDuration: 3 })).toJSON(),
+    { remainingPoints: 1, msBeforeNext: 3000, consumedPoints: 1, isFirstInDuration: true });
+  // The insurance limiter gets the options as they were given.
+  await client.set('ours-custom-broken:k', 'x');
+  const insured = new RateLimiterRedis({
+    storeClient: client, points: 1, duration: 2, keyPrefix: 'ours-custom-broken',
+    insuranceLimiter: new RateLimiterRedis({ storeClient: client, points: 2, duration: 3, keyPrefix: 'ours-custom-insurance' }),
+  });
+  assert.deepEqual((await insured.consume('k', 1, { customDuration: 1 })).toJSON(),
+    { remainingPoints: 1, msBeforeNext: 1000, consumedPoints: 1, isFirstInDuration: true });
+  await assert.rejects(ours.consume('bad', 1, { customDuration: -1 }), /^Error: options\.customDuration must be a non-negative number of seconds$/);
+});
