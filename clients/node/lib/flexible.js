@@ -133,17 +133,25 @@ export class RateLimiterRedis {
     return seconds === 0 ? MAX_DURATION_MS : durationMs(Math.max(1, Math.round(seconds * 1000)), 'customDuration');
   }
 
+  // rejectIfRedisNotReady: a command is not sent, and the call rejects at once, unless the client
+  // says it is ready: node-redis's isReady (a boolean since node-redis 4, a function before), or
+  // failing that its isOpen (false once the client is closed).
+  #checkReady() {
+    if (!this.rejectIfRedisNotReady) return;
+    const { isReady, isOpen } = this.client;
+    let ready = isOpen !== false;
+    if (typeof isReady === 'function') ready = Boolean(isReady.call(this.client));
+    else if (typeof isReady === 'boolean') ready = isReady;
+    if (!ready) throw new Error('Redis connection is not ready');
+  }
+
   async #send(args, extras) {
-    if (this.rejectIfRedisNotReady && this.client.isReady === false) {
-      throw new Error('Redis connection is not ready');
-    }
+    this.#checkReady();
     return parseReply(await this.client.sendCommand(args), undefined, extras);
   }
 
   async #multi(commands) {
-    if (this.rejectIfRedisNotReady && this.client.isReady === false) {
-      throw new Error('Redis connection is not ready');
-    }
+    this.#checkReady();
     const multi = this.client.multi();
     for (const args of commands) multi.addCommand(args);
     return multi.exec();

@@ -8,9 +8,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as RLF from 'rate-limiter-flexible';
 import { RateLimiterRedis, RateLimiterRes } from '../index.js';
-import { T0_MS, calls, refusal, serverForFile } from './helpers.js';
+import { T0_MS, calls, connect, refusal, serverForFile } from './helpers.js';
 
-const { client } = await serverForFile();
+const { redis, client } = await serverForFile();
 await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
 
 /** Runs one call, returning ['resolved' | 'rejected', fields] or ['error', message]. */
@@ -363,4 +363,30 @@ test('options.customDuration is the length of the window the call starts (0: nev
   assert.deepEqual((await insured.consume('k', 1, { customDuration: 1 })).toJSON(),
     { remainingPoints: 1, msBeforeNext: 1000, consumedPoints: 1, isFirstInDuration: true });
   await assert.rejects(ours.consume('bad', 1, { customDuration: -1 }), /^Error: options\.customDuration must be a non-negative number of seconds$/);
+});
+
+test('rejectIfRedisNotReady: a client that says it is not ready gets no command', async () => {
+  // node-redis 4 and 5 say it with isReady (false while connecting) and isOpen (false once
+  // closed), older ones with an isReady() function.
+  for (const [what, shape] of [
+    ['isReady false', { isReady: false, isOpen: true }],
+    ['isReady() false', { isReady: () => false }],
+    ['isOpen false', { isOpen: false }],
+  ]) {
+    let sent = 0;
+    const storeClient = { ...shape, sendCommand: async () => { sent += 1; }, multi: () => { sent += 1; } };
+    const limiter = new RateLimiterRedis({ storeClient, points: 2, duration: 1, rejectIfRedisNotReady: true });
+    for (const call of [() => limiter.consume('k'), () => limiter.get('k'), () => limiter.reward('k'), () => limiter.block('k', 1)]) {
+      await assert.rejects(call(), /^Error: Redis connection is not ready$/, what);
+    }
+    assert.equal(sent, 0, what);
+  }
+  // A closed node-redis client, really.
+  const closed = await connect(redis);
+  await closed.quit();
+  const limiter = new RateLimiterRedis({ storeClient: closed, points: 2, duration: 1, rejectIfRedisNotReady: true });
+  await assert.rejects(limiter.consume('k'), /^Error: Redis connection is not ready$/);
+  // Ready: sent.
+  const ready = new RateLimiterRedis({ storeClient: client, points: 2, duration: 1, rejectIfRedisNotReady: true, keyPrefix: 'ours-ready' });
+  assert.equal((await ready.consume('k')).remainingPoints, 1);
 });
