@@ -23,6 +23,8 @@ export type Limit =
   | { algorithm: 'tokenbucket'; capacity: number; refillAmount: number; refillPeriod: Duration; interval?: boolean }
   | { algorithm: 'leakybucket'; capacity: number; leakAmount: number; leakPeriod: Duration }
   | { algorithm: 'fixedwindow' | 'slidingwindow' | 'slidinglog'; limit: number; window: Duration }
+  /** Guava's SmoothWarmingUp: `rate` per `period` once warm, `coldFactor` (2 to 10, default 3) times slower after idle. */
+  | { algorithm: 'warmup'; rate: number; period: Duration; warmup: Duration; coldFactor?: number }
   /** Requests in flight: a lease per admitted request, released when its response ends. */
   | { algorithm: 'concurrency'; limit: number; lease: Duration }
   | { policy: string };
@@ -71,6 +73,10 @@ export interface Decision {
   rule?: number;
   /** For RL.LEAKYBUCKET: the time until this request's turn. */
   delayMs?: number;
+  /** For a call with `atMost`: the units granted (0 when refused). */
+  granted?: number;
+  /** For a call with `shadow`: the limit would have refused this request (it is answered allowed). */
+  shadowDenied?: boolean;
   /** For a concurrency limit: the lease's token, and that the limit counts requests in flight. */
   token?: string;
   concurrent?: boolean;
@@ -93,14 +99,24 @@ export interface RateLimitStats {
   failures: number;
   failOpen: number;
   failClosed: number;
+  /** Requests checked with `shadow` that the limit would have refused (passed, not admitted). */
+  shadowDenied: number;
   releaseFailures: number;
+}
+
+/** The options of one call. */
+export interface CheckOptions {
+  /** Instead of a cost: as many units as the key allows now, up to this (ATMOST; not for concurrency). */
+  atMost?: number;
+  /** Checked and counted, never refused (SHADOW): the decision says `shadowDenied`. */
+  shadow?: boolean;
 }
 
 export class RateLimit {
   constructor(options: RateLimitOptions);
   readonly stats: RateLimitStats;
   redisKey(key: string): string;
-  check(key: string, cost?: number): Promise<Decision | Failure>;
+  check(key: string, cost?: number, options?: CheckOptions): Promise<Decision | Failure>;
   /** Gives back an admitted concurrency decision's lease; never rejects. */
   release(key: string, decision: Decision): Promise<void>;
 }
@@ -112,6 +128,8 @@ export interface MiddlewareOptions extends Partial<RateLimitOptions> {
   key?: (req: IncomingMessage & { ip?: string }) => string;
   /** Units this request costs; default 1. */
   cost?: (req: IncomingMessage) => number;
+  /** Check every request (true) or those it says with SHADOW: counted, answered in the fields, never refused. */
+  shadow?: boolean | ((req: IncomingMessage) => boolean);
 }
 
 export type Middleware = ((
@@ -128,7 +146,11 @@ export const UNAVAILABLE_BODY: string;
 export const QUOTA_EXCEEDED_TYPE: string;
 export const REDUCED_CAPACITY_TYPE: string;
 export function durationMs(value: Duration, what?: string): number;
-export function parseReply(reply: unknown, sixth?: 'rule' | 'delay_ms' | 'token'): Omit<Decision, 'name' | 'windowSeconds' | 'local'>;
+export function parseReply(
+  reply: unknown,
+  sixth?: 'rule' | 'delay_ms' | 'token',
+  extras?: ReadonlyArray<'granted' | 'shadow_denied'>,
+): Omit<Decision, 'name' | 'windowSeconds' | 'local'>;
 export function policyWindows(flat: ReadonlyArray<string | Buffer>): Array<number | undefined>;
 
 /** rate-limiter-flexible's RateLimiterRes. */

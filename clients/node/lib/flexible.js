@@ -44,9 +44,11 @@ export class RateLimiterRedis {
       if (opts[o]) throw new Error(`${o} is not supported by ratelimit-redis-module's RateLimiterRedis`);
     }
     this.client = opts.storeClient;
+    // points 0 admits nothing, as there: the module has no bucket of 0, so nothing is stored and
+    // every consume of a point or more is refused in the process.
     this.points = opts.points === undefined ? 4 : opts.points;
-    if (!Number.isSafeInteger(this.points) || this.points < 1 || this.points > MAX_COUNT) {
-      throw new Error('points must be an integer from 1 to 10^12');
+    if (!Number.isSafeInteger(this.points) || this.points < 0 || this.points > MAX_COUNT) {
+      throw new Error('points must be an integer from 0 to 10^12');
     }
     this.duration = opts.duration === undefined ? 1 : opts.duration;
     if (typeof this.duration !== 'number' || !Number.isFinite(this.duration) || this.duration < 0) {
@@ -111,34 +113,62 @@ export class RateLimiterRedis {
   }
 
   #command(key, ...options) {
-    return ['RL.TOKENBUCKET', this.getKey(key), String(this.points), String(this.points), `${this.periodMs}`, 'INTERVAL', ...options];
+    return this.#commandFor(key, this.periodMs, ...options);
   }
 
-  async #send(args) {
-    if (this.rejectIfRedisNotReady && this.client.isReady === false) {
-      throw new Error('Redis connection is not ready');
+  #commandFor(key, periodMs, ...options) {
+    return ['RL.TOKENBUCKET', this.getKey(key), String(this.points), String(this.points), `${periodMs}`, 'INTERVAL', ...options];
+  }
+
+  // options.customDuration: the window's seconds for this call (0: never), as there, where it is
+  // the expiry of a key the call creates. Here it is the call's period: the length of a window
+  // the call starts; a window in progress is converted to it as the module converts a key whose
+  // parameters change, at the first admitted call (the same duration as before, on a fresh key).
+  #periodFor(options) {
+    const seconds = options?.customDuration;
+    if (seconds === undefined || seconds === null) return this.periodMs;
+    if (typeof seconds !== 'number' || !(seconds >= 0)) {
+      throw new Error('options.customDuration must be a non-negative number of seconds');
     }
-    return parseReply(await this.client.sendCommand(args));
+    return seconds === 0 ? MAX_DURATION_MS : durationMs(Math.max(1, Math.round(seconds * 1000)), 'customDuration');
+  }
+
+  // rejectIfRedisNotReady: a command is not sent, and the call rejects at once, unless the client
+  // says it is ready: node-redis's isReady (a boolean since node-redis 4, a function before), or
+  // failing that its isOpen (false once the client is closed).
+  #checkReady() {
+    if (!this.rejectIfRedisNotReady) return;
+    const { isReady, isOpen } = this.client;
+    let ready = isOpen !== false;
+    if (typeof isReady === 'function') ready = Boolean(isReady.call(this.client));
+    else if (typeof isReady === 'boolean') ready = isReady;
+    if (!ready) throw new Error('Redis connection is not ready');
+  }
+
+  async #send(args, extras) {
+    this.#checkReady();
+    return parseReply(await this.client.sendCommand(args), undefined, extras);
   }
 
   async #multi(commands) {
-    if (this.rejectIfRedisNotReady && this.client.isReady === false) {
-      throw new Error('Redis connection is not ready');
-    }
+    this.#checkReady();
     const multi = this.client.multi();
     for (const args of commands) multi.addCommand(args);
     return multi.exec();
   }
 
+  // msBeforeNext: -1 for "never", as rate-limiter-flexible says of a key without expiry. The
+  // class's "never" (duration 0, block(key, 0)) is the module's longest duration, 10 years, and
+  // nothing else comes near it: a wait of more than half of that is never.
   #ms(ms) {
-    return this.duration === 0 ? -1 : ms;
+    return ms > MAX_DURATION_MS / 2 ? -1 : ms;
   }
 
   // The state as RateLimiterRes: `consumedPoints` is what the window has taken; in a block
   // (a probe at COST 0 refused) it is points + 1, as rate-limiter-flexible's block stores it.
   #res(r, changed, probe = false) {
     if (probe && !r.allowed) {
-      return new RateLimiterRes(0, r.retryAfterMs, this.points + 1, false);
+      return new RateLimiterRes(0, this.#ms(r.retryAfterMs), this.points + 1, false);
     }
     const consumed = r.limit - r.remaining;
     return new RateLimiterRes(r.remaining, this.#ms(r.resetAfterMs), consumed, changed > 0 && consumed === changed);
@@ -163,6 +193,28 @@ export class RateLimiterRedis {
     }
   }
 
+  // A consume of more than `points`, which no window can hold: there it is counted, so the
+  // window is used up and every consume is refused until it ends (or, with blockDuration, the
+  // key is blocked). The same here: ATMOST takes the points the window has left, and with
+  // blockDuration a consume of all the points, refused since none are left, starts the block.
+  // The refusal as RateLimiterRes: msBeforeNext to the window's end or the block's,
+  // consumedPoints what the window held plus what was asked.
+  async #overPoints(key, points, block, periodMs) {
+    const take = this.#commandFor(key, periodMs, 'ATMOST', String(this.points), ...block);
+    let taken;
+    let ms;
+    if (block.length > 0) {
+      const [first, second] = await this.#multi([take, this.#commandFor(key, periodMs, 'COST', String(this.points), ...block)]);
+      taken = parseReply(first, undefined, ['granted']);
+      ms = parseReply(second).retryAfterMs;
+    } else {
+      taken = await this.#send(take, ['granted']);
+      ms = taken.allowed ? taken.resetAfterMs : taken.retryAfterMs;
+    }
+    const held = taken.limit - taken.remaining - taken.granted;
+    return new RateLimiterRes(0, this.#ms(ms), held + points, false);
+  }
+
   /**
    * Takes `points` (default 1). Resolves with a RateLimiterRes when admitted; rejects with a
    * RateLimiterRes when refused (the window is full, or the key is blocked), with an Error when
@@ -171,34 +223,44 @@ export class RateLimiterRedis {
   consume(key, points = 1, options = {}) {
     return this.#insured('consume', [key, points, options], async () => {
       points = this.#checkPoints(points);
+      if (this.points === 0) {
+        if (points > 0) throw new RateLimiterRes(0, this.#ms(this.periodMs), points, false);
+        return new RateLimiterRes(0, 0, 0, false);
+      }
       const rlKey = this.getKey(key);
       const now = this.now();
       if (this.inMemoryBlockOnConsumed > 0) {
         const blocked = this.inMemoryBlocked.lookup(rlKey, 0, now);
         if (blocked !== undefined) throw new RateLimiterRes(0, Math.ceil(blocked.until - now));
       }
-      const extra = [];
-      if (points !== 1) extra.push('COST', String(points));
-      if (this.blockDuration > 0) extra.push('BLOCK', `${Math.max(1, Math.round(this.msBlockDuration))}ms`);
-      const r = await this.#send(this.#command(key, ...extra));
+      const periodMs = this.#periodFor(options);
+      const block = this.blockDuration > 0 ? ['BLOCK', `${Math.max(1, Math.round(this.msBlockDuration))}ms`] : [];
       let res;
-      if (r.allowed) {
-        const consumed = r.limit - r.remaining;
-        res = new RateLimiterRes(r.remaining, this.#ms(r.resetAfterMs), consumed, consumed === points);
+      let refused;
+      if (points > this.points) {
+        res = await this.#overPoints(key, points, block, periodMs);
+        refused = true;
       } else {
-        // Refused: what the window holds plus what was asked (more than points), as
-        // rate-limiter-flexible counts it; the state itself took nothing.
-        const ms = r.retryAfterMs >= 0 ? r.retryAfterMs : this.#ms(r.resetAfterMs);
-        res = new RateLimiterRes(0, ms, r.limit - r.remaining + points, false);
+        const cost = points !== 1 ? ['COST', String(points)] : [];
+        const r = await this.#send(this.#commandFor(key, periodMs, ...cost, ...block));
+        refused = !r.allowed;
+        if (r.allowed) {
+          const consumed = r.limit - r.remaining;
+          res = new RateLimiterRes(r.remaining, this.#ms(r.resetAfterMs), consumed, consumed === points);
+        } else {
+          // Refused: what the window holds plus what was asked (more than points), as
+          // rate-limiter-flexible counts it; the state itself took nothing.
+          res = new RateLimiterRes(0, this.#ms(r.retryAfterMs), r.limit - r.remaining + points, false);
+        }
       }
       const inMemory = this.inMemoryBlockOnConsumed > 0 && res.consumedPoints >= this.inMemoryBlockOnConsumed;
       if (inMemory && !(this.inMemoryBlockDuration > 0)) {
         this.#blockInMemory(rlKey, res.msBeforeNext, now);
-      } else if (inMemory && !r.allowed) {
+      } else if (inMemory && refused) {
         res.msBeforeNext = this.inMemoryBlockDuration * 1000;
         this.#blockInMemory(rlKey, res.msBeforeNext, now);
       }
-      if (!r.allowed) throw res;
+      if (refused) throw res;
       if (this.execEvenly && res.msBeforeNext > 0 && !res.isFirstInDuration) {
         // Spread: the time left shared by the points left and this one (+2), at least
         // execEvenlyMinDelayMs per point consumed; msBeforeNext counts the wait as spent.
@@ -214,6 +276,7 @@ export class RateLimiterRedis {
   /** The key's state, or null when it has taken nothing in its window. */
   get(key, options = {}) {
     return this.#insured('get', [key, options], async () => {
+      if (this.points === 0) return null;
       const r = await this.#send(this.#command(key, 'COST', '0', 'DRYRUN'));
       if (r.allowed && r.resetAfterMs === 0) return null;
       return this.#res(r, 0, true);
@@ -236,6 +299,7 @@ export class RateLimiterRedis {
   reward(key, points = 1, options = {}) {
     return this.#insured('reward', [key, points, options], async () => {
       points = this.#checkPoints(points);
+      if (this.points === 0) return new RateLimiterRes(0, 0, 0, false);
       const [, state] = await this.#multi([
         ['RL.REFUND', this.getKey(key), String(points)],
         this.#command(key, 'COST', '0', 'DRYRUN'),
@@ -251,12 +315,14 @@ export class RateLimiterRedis {
   penalty(key, points = 1, options = {}) {
     return this.#insured('penalty', [key, points, options], async () => {
       points = this.#checkPoints(points);
+      if (this.points === 0) return new RateLimiterRes(0, 0, 0, false);
+      const periodMs = this.#periodFor(options);
       let want = points;
-      let r = await this.#send(this.#command(key, 'COST', String(want)));
+      let r = await this.#send(this.#commandFor(key, periodMs, 'COST', String(want)));
       // Refused: take what is left instead (twice at most, should another client take it first).
       for (let i = 0; i < 2 && !r.allowed && r.remaining > 0; i++) {
         want = Math.min(want, r.remaining);
-        r = await this.#send(this.#command(key, 'COST', String(want)));
+        r = await this.#send(this.#commandFor(key, periodMs, 'COST', String(want)));
       }
       return this.#res(r, r.allowed ? want : 0);
     });
@@ -272,6 +338,7 @@ export class RateLimiterRedis {
         throw new Error('secDuration must be a non-negative number of seconds');
       }
       const ms = Math.round(secDuration * 1000);
+      if (this.points === 0) return new RateLimiterRes(0, ms >= 1 ? ms : -1, 1, false);
       const blockMs = ms >= 1 ? Math.min(ms, MAX_DURATION_MS) : MAX_DURATION_MS;
       // Taking all the points refuses at once when the window has taken any, starting the
       // block; on a fresh window the first takes them all and the second starts it.

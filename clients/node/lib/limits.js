@@ -42,7 +42,10 @@ export function wholeSeconds(ms) {
 }
 
 // For each algorithm: its positional parameters (the option names the application writes), which
-// of them are durations, and the one whose length is the `w` of RateLimit-Policy.
+// of them are durations, the one whose length is the `w` of RateLimit-Policy (none for a warm-up,
+// whose `limit` is 1 request spaced by an interval that changes as it warms), its flag
+// (`INTERVAL`) and its option with a value (`COLDFACTOR factor`). A policy's rules are these
+// algorithms too (concurrency excepted), so RL.POLICY.GET's reply is read with the same table.
 export const ALGORITHMS = {
   gcra: { command: 'RL.GCRA', params: ['burst', 'rate', 'period'], window: 'period' },
   tokenbucket: {
@@ -60,39 +63,48 @@ export const ALGORITHMS = {
   fixedwindow: { command: 'RL.FIXEDWINDOW', params: ['limit', 'window'], window: 'window' },
   slidingwindow: { command: 'RL.SLIDINGWINDOW', params: ['limit', 'window'], window: 'window' },
   slidinglog: { command: 'RL.SLIDINGLOG', params: ['limit', 'window'], window: 'window' },
+  warmup: {
+    command: 'RL.WARMUP',
+    params: ['rate', 'period', 'warmup'],
+    valued: { name: 'coldFactor', word: 'COLDFACTOR', min: 2, max: 10 },
+  },
   // Requests in flight: a lease per admitted request, released when its response ends.
   concurrency: { command: 'RL.CONCURRENCY.ACQUIRE', params: ['limit', 'lease'], sixth: 'token', concurrent: true },
 };
-export const DURATION_PARAMS = new Set(['period', 'refillPeriod', 'leakPeriod', 'window', 'lease']);
-
-// RL.POLICY.GET's flat reply, rule by rule: the number of arguments after each algorithm's name.
-const RULE_ARITY = { GCRA: 3, TOKENBUCKET: 3, LEAKYBUCKET: 3, FIXEDWINDOW: 2, SLIDINGWINDOW: 2, SLIDINGLOG: 2 };
-const RULE_WINDOW_INDEX = { GCRA: 2, TOKENBUCKET: 2, LEAKYBUCKET: 2, FIXEDWINDOW: 1, SLIDINGWINDOW: 1, SLIDINGLOG: 1 };
+export const DURATION_PARAMS = new Set(['period', 'refillPeriod', 'leakPeriod', 'window', 'lease', 'warmup']);
 
 /**
  * The window in whole seconds of each rule in RL.POLICY.GET's reply (undefined where it is not
- * a whole number of seconds), in the policy's order.
+ * a whole number of seconds, and for a WARMUP rule), in the policy's order, shadow rules
+ * included. A rule the package does not know, or a rule cut short, throws: the package would
+ * otherwise misread every rule after it.
  */
 export function policyWindows(flat) {
   const words = flat.map((w) => (Buffer.isBuffer(w) ? w.toString() : String(w)));
   const windows = [];
   let i = 0;
   while (i < words.length) {
-    let name = words[i].toUpperCase();
-    if (name === 'SHADOW') name = words[++i]?.toUpperCase();
-    name = name?.replace(/^RL\./, '');
-    const arity = RULE_ARITY[name];
-    if (arity === undefined) throw new Error(`unexpected rule in RL.POLICY.GET's reply: ${words[i]}`);
-    const args = words.slice(i + 1, i + 1 + arity);
+    if (words[i].toUpperCase() === 'SHADOW') i += 1;
+    const word = words[i];
+    const name = word?.toLowerCase().replace(/^rl\./, '');
+    const rule = Object.hasOwn(ALGORITHMS, name) && !ALGORITHMS[name].concurrent ? ALGORITHMS[name] : undefined;
+    if (rule === undefined) throw new Error(`unexpected rule in RL.POLICY.GET's reply: ${word ?? 'nothing after SHADOW'}`);
+    const args = words.slice(i + 1, i + 1 + rule.params.length);
+    if (args.length < rule.params.length) {
+      throw new Error(`unexpected rule in RL.POLICY.GET's reply: ${word} with ${args.length} arguments`);
+    }
     let w;
-    try {
-      w = wholeSeconds(durationMs(args[RULE_WINDOW_INDEX[name]]));
-    } catch {
-      w = undefined;
+    if (rule.window !== undefined) {
+      try {
+        w = wholeSeconds(durationMs(args[rule.params.indexOf(rule.window)]));
+      } catch {
+        w = undefined;
+      }
     }
     windows.push(w);
-    i += 1 + arity;
-    if (name === 'TOKENBUCKET' && words[i]?.toUpperCase() === 'INTERVAL') i += 1;
+    i += 1 + rule.params.length;
+    if (rule.valued && words[i]?.toUpperCase() === rule.valued.word) i += 2;
+    if (rule.flag && words[i]?.toUpperCase() === rule.flag.toUpperCase()) i += 1;
   }
   return windows;
 }

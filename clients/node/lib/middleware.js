@@ -14,19 +14,22 @@ function send(res, status, body) {
 /**
  * Express/Connect middleware (also a plain node:http handler's first step): checks one limit
  * per request, sets the fields, answers 429 when refused and 503 when Redis fails closed.
- * Options: those of RateLimit, plus `key(req)` (default: the remote address) and
- * `cost(req)` (default 1). The returned function has the RateLimit as `.limiter`.
+ * Options: those of RateLimit, plus `key(req)` (default: the remote address),
+ * `cost(req)` (default 1) and `shadow` (true, or `shadow(req)`: the limit is checked, counted
+ * and answered in the fields, but never refuses). The returned function has the RateLimit as
+ * `.limiter`.
  */
 export function rateLimitMiddleware(options = {}) {
   const limiter = options.limiter ?? new RateLimit(options);
   const keyOf = options.key ?? ((req) => req.ip ?? req.socket?.remoteAddress ?? 'unknown');
   const costOf = options.cost ?? (() => 1);
+  const shadowOf = (req) => Boolean(typeof options.shadow === 'function' ? options.shadow(req) : options.shadow);
   const middleware = (req, res, next) => {
     let pending;
     let key;
     try {
       key = keyOf(req);
-      pending = limiter.check(key, costOf(req));
+      pending = limiter.check(key, costOf(req), { shadow: shadowOf(req) });
     } catch (error) {
       next(error);
       return;

@@ -23,9 +23,9 @@ function withTimeout(promise, ms) {
 
 /**
  * One limit: `{ algorithm: 'gcra', burst, rate, period }` (or tokenbucket, leakybucket,
- * fixedwindow, slidingwindow, slidinglog with their own parameters) or `{ policy: 'name' }` for
- * RL.LIMIT. `check(key, cost)` resolves to a decision; it never rejects on a Redis failure
- * (the decision then says `failed` and whether the request passes).
+ * fixedwindow, slidingwindow, slidinglog, warmup, concurrency with their own parameters) or
+ * `{ policy: 'name' }` for RL.LIMIT. `check(key, cost)` resolves to a decision; it never rejects
+ * on a Redis failure (the decision then says `failed` and whether the request passes).
  */
 export class RateLimit {
   constructor(options = {}) {
@@ -69,6 +69,7 @@ export class RateLimit {
       failures: 0, // Redis errors and timeouts
       failOpen: 0, // requests passed because Redis failed
       failClosed: 0, // requests refused because Redis failed
+      shadowDenied: 0, // requests with `shadow` the limit would have refused (passed, not admitted)
       releaseFailures: 0, // concurrency leases not given back (they end by themselves)
     };
 
@@ -98,9 +99,19 @@ export class RateLimit {
           ? `${durationMs(limit[p], `limit.${p}`)}`
           : `${count(limit[p], `limit.${p}`)}`,
       );
+      const { valued } = algorithm;
+      if (valued && limit[valued.name] !== undefined) {
+        const value = limit[valued.name];
+        if (!Number.isSafeInteger(value) || value < valued.min || value > valued.max) {
+          throw new TypeError(
+            `invalid limit.${valued.name}: expected an integer from ${valued.min} to ${valued.max}; got ${String(value)}`,
+          );
+        }
+        this.args.push(valued.word, `${value}`);
+      }
       if (algorithm.flag && limit[algorithm.flag]) this.args.push(algorithm.flag.toUpperCase());
       this.concurrent = Boolean(algorithm.concurrent);
-      this.windowSeconds = this.concurrent ? undefined : wholeSeconds(durationMs(limit[algorithm.window]));
+      this.windowSeconds = algorithm.window === undefined ? undefined : wholeSeconds(durationMs(limit[algorithm.window]));
     }
   }
 
@@ -109,46 +120,73 @@ export class RateLimit {
     return `${this.prefix}${key}`;
   }
 
-  // One RL.POLICY.GET for all the requests that need it (read again after a failure).
+  // One RL.POLICY.GET for all the requests that need it. A failure (Redis's, or a reply the
+  // package cannot read: no such policy, a rule it does not know) is not kept: the request
+  // fails as configured, and the next one reads the policy again.
   #policyWindows() {
     if (this.windows === undefined) {
-      this.windows = this.client.sendCommand(['RL.POLICY.GET', this.policy]).then(
-        (flat) => (Array.isArray(flat) ? policyWindows(flat) : []),
-        (error) => {
-          this.windows = undefined;
-          throw error;
-        },
-      );
+      const pending = this.client.sendCommand(['RL.POLICY.GET', this.policy]).then((flat) => {
+        if (!Array.isArray(flat)) throw new Error(`no policy named ${JSON.stringify(this.policy)} (RL.POLICY.GET)`);
+        return policyWindows(flat);
+      });
+      this.windows = pending;
+      pending.catch(() => {
+        if (this.windows === pending) this.windows = undefined;
+      });
     }
     return this.windows;
   }
 
-  async #ask(key, cost) {
+  async #ask(key, cost, atMost, shadow) {
     const args = [this.command, this.redisKey(key), ...this.args];
-    if (cost !== 1 && !this.concurrent) args.push('COST', String(cost));
+    const extras = [];
+    if (atMost !== undefined) {
+      args.push('ATMOST', String(atMost));
+      extras.push('granted');
+    } else if (cost !== 1 && !this.concurrent) {
+      args.push('COST', String(cost));
+    }
+    if (shadow) {
+      args.push('SHADOW');
+      extras.push('shadow_denied');
+    }
     if (this.policy === undefined) {
-      const reply = parseReply(await this.client.sendCommand(args), this.sixth);
+      const reply = parseReply(await this.client.sendCommand(args), this.sixth, extras);
       const decision = { ...reply, name: this.name, windowSeconds: this.windowSeconds };
       if (this.concurrent) decision.concurrent = true;
       return decision;
     }
     const [windows, raw] = await Promise.all([this.#policyWindows(), this.client.sendCommand(args)]);
-    const reply = parseReply(raw, 'rule');
-    const rule = reply.rule ?? 0;
-    const name = windows.length > 1 ? `${this.name}/${rule}` : this.name;
+    const reply = parseReply(raw, 'rule', extras);
+    const { rule } = reply;
+    // A rule past those read: the policy has grown on the server since; read it again next time.
+    if (rule >= windows.length && this.windows !== undefined) this.windows = undefined;
+    const name = windows.length > 1 || rule > 0 ? `${this.name}/${rule}` : this.name;
     return { ...reply, name, windowSeconds: windows[rule] };
   }
 
   /**
    * The decision for one request of `key` costing `cost` units: `{ allowed, name, limit,
    * remaining, retryAfterMs, resetAfterMs, windowSeconds, local }`, or when Redis failed
-   * `{ failed: true, allowed, error }` (allowed per failMode).
+   * `{ failed: true, allowed, error }` (allowed per failMode). Options, per call:
+   * `atMost`: instead of `cost`, as many units as the key allows now, up to `atMost` (ATMOST;
+   * the decision's `granted` says how many; refused when none); `shadow`: the limit is checked
+   * and counted but never refuses (SHADOW; the decision's `shadowDenied` says whether it would
+   * have). Neither is answered from the denial memory nor remembered.
    */
-  async check(key, cost = 1) {
+  async check(key, cost = 1, options = {}) {
+    const { atMost, shadow = false } = options;
     count(cost, 'cost', 0);
+    if (atMost !== undefined) {
+      count(atMost, 'atMost');
+      if (this.concurrent) throw new TypeError('invalid atMost: a concurrency limit takes one lease per request');
+      if (cost !== 1) throw new TypeError('invalid atMost: give cost or atMost, not both');
+    }
+    if (typeof shadow !== 'boolean') throw new TypeError(`invalid shadow: expected true or false; got ${String(shadow)}`);
+    const plain = atMost === undefined && !shadow;
     const memoryKey = String(key);
     const now = this.now();
-    const remembered = this.memory.lookup(memoryKey, cost, now);
+    const remembered = plain ? this.memory.lookup(memoryKey, cost, now) : undefined;
     if (remembered !== undefined) {
       this.stats.denied += 1;
       this.stats.deniedLocally += 1;
@@ -164,7 +202,7 @@ export class RateLimit {
     this.stats.calls += 1;
     let decision;
     try {
-      decision = await withTimeout(this.#ask(key, cost), this.timeout);
+      decision = await withTimeout(this.#ask(key, cost, atMost, shadow), this.timeout);
     } catch (error) {
       this.stats.failures += 1;
       const passes = this.failMode === 'open';
@@ -176,7 +214,9 @@ export class RateLimit {
       );
       return { failed: true, allowed: passes, error };
     }
-    if (decision.allowed) {
+    if (decision.shadowDenied) {
+      this.stats.shadowDenied += 1;
+    } else if (decision.allowed) {
       this.stats.admitted += 1;
     } else {
       this.stats.denied += 1;
@@ -187,7 +227,8 @@ export class RateLimit {
       // lease can be released before its retry time) and policies (RL.POLICY.SET can change
       // a policy's rules on the server at any time, unseen by this process, and a denial
       // remembered under the old rules would refuse what the new ones admit).
-      if (!this.concurrent && this.policy === undefined) this.memory.remember(memoryKey, decision, cost, now);
+      // Nor a denial of `atMost` (no cost of its own to match) or under `shadow`.
+      if (plain && !this.concurrent && this.policy === undefined) this.memory.remember(memoryKey, decision, cost, now);
     }
     return { ...decision, local: false };
   }

@@ -1,42 +1,57 @@
 // The module's reply to an admission command, in either protocol, as the package's decision
 // fields.
 
+const FIVE = ['allowed', 'limit', 'remaining', 'retry_after_ms', 'reset_after_ms'];
+
+const unexpected = (what) => new Error(`unexpected reply from the module: ${what}`);
+
 /**
  * The reply of an admission command, in either protocol: RESP2 is an array
  * [allowed, limit, remaining, retry_after_ms, reset_after_ms, ...], RESP3 a map (an object or a
  * Map, as node-redis's type mapping gives it) with `allowed` a boolean. `sixth` names the field
- * the command adds after the five (`rule` for RL.LIMIT, `delay_ms` for RL.LEAKYBUCKET).
+ * the command adds after the five (`rule` for RL.LIMIT, `delay_ms` for RL.LEAKYBUCKET, `token`
+ * for RL.CONCURRENCY.ACQUIRE); `extras` the fields its options add after that, in order
+ * (`granted` for ATMOST, `shadow_denied` for SHADOW). A reply of another shape (other fields,
+ * more or fewer, `allowed` neither 0 nor 1) throws: the module said something the package
+ * cannot read.
  */
-export function parseReply(reply, sixth) {
+export function parseReply(reply, sixth, extras = []) {
+  const names = sixth ? [...FIVE, sixth, ...extras] : [...FIVE, ...extras];
   let r;
   if (Array.isArray(reply)) {
-    r = {
-      allowed: reply[0],
-      limit: reply[1],
-      remaining: reply[2],
-      retry_after_ms: reply[3],
-      reset_after_ms: reply[4],
-    };
-    if (sixth) r[sixth] = reply[5];
+    if (reply.length !== names.length) {
+      throw unexpected(`${reply.length} fields where ${names.length} were expected (${names.join(', ')})`);
+    }
+    r = Object.fromEntries(names.map((name, i) => [name, reply[i]]));
   } else if (reply instanceof Map) {
     r = Object.fromEntries(reply);
   } else if (reply !== null && typeof reply === 'object') {
     r = reply;
   } else {
-    throw new Error(`unexpected reply from the module: ${String(reply)}`);
+    throw unexpected(String(reply));
+  }
+  const keys = Object.keys(r);
+  if (keys.length !== names.length || !names.every((name) => Object.hasOwn(r, name))) {
+    throw unexpected(`the fields ${keys.join(', ')} where ${names.join(', ')} were expected`);
+  }
+  const allowed = r.allowed === true || r.allowed === false ? r.allowed : Number(r.allowed);
+  if (allowed !== true && allowed !== false && allowed !== 0 && allowed !== 1) {
+    throw unexpected(`allowed is ${String(r.allowed)}`);
   }
   const out = {
-    allowed: r.allowed === true || Number(r.allowed) === 1,
+    allowed: allowed === true || allowed === 1,
     limit: Number(r.limit),
     remaining: Number(r.remaining),
     retryAfterMs: Number(r.retry_after_ms),
     resetAfterMs: Number(r.reset_after_ms),
   };
-  if (sixth === 'rule' && r.rule !== undefined) out.rule = Number(r.rule);
-  if (sixth === 'delay_ms' && r.delay_ms !== undefined) out.delayMs = Number(r.delay_ms);
+  if (sixth === 'rule') out.rule = Number(r.rule);
+  if (sixth === 'delay_ms') out.delayMs = Number(r.delay_ms);
   if (sixth === 'token' && r.token != null) out.token = String(r.token);
-  for (const k of ['limit', 'remaining', 'retryAfterMs', 'resetAfterMs']) {
-    if (!Number.isFinite(out[k])) throw new Error(`unexpected reply from the module: no ${k}`);
+  if (extras.includes('granted')) out.granted = Number(r.granted);
+  if (extras.includes('shadow_denied')) out.shadowDenied = Number(r.shadow_denied) === 1;
+  for (const k of ['limit', 'remaining', 'retryAfterMs', 'resetAfterMs', 'rule', 'delayMs', 'granted']) {
+    if (Object.hasOwn(out, k) && !Number.isFinite(out[k])) throw unexpected(`${k} is not a number`);
   }
   return out;
 }

@@ -8,9 +8,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as RLF from 'rate-limiter-flexible';
 import { RateLimiterRedis, RateLimiterRes } from '../index.js';
-import { T0_MS, calls, serverForFile } from './helpers.js';
+import { T0_MS, calls, connect, refusal, serverForFile } from './helpers.js';
 
-const { client } = await serverForFile();
+const { redis, client } = await serverForFile();
 await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
 
 /** Runs one call, returning ['resolved' | 'rejected', fields] or ['error', message]. */
@@ -238,4 +238,155 @@ test('options rate-limiter-flexible has and the module cannot honour are refused
   }
   assert.throws(() => new RateLimiterRedis({ points: 5 }), /storeClient is not set/);
   assert.throws(() => new RateLimiterRedis({ storeClient: client, points: 1.5 }), /points must be an integer/);
+});
+
+test('points 0 admits nothing: every consume is refused, without a round trip', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { ours, theirs } = pair({ points: 0, duration: 10 }, 'zero');
+  const before = await calls(client, 'RL.TOKENBUCKET');
+  for (const cost of [1, 3]) {
+    const mine = await outcome(ours.consume('z', cost));
+    assert.deepEqual(mine, ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: cost, isFirstInDuration: false }]);
+    // (There a refusal that starts a window says isFirstInDuration; ours, stored nowhere, never.)
+    const their = await outcome(theirs.consume(`z${cost}`, cost));
+    same(mine, ['rejected', { ...their[1], isFirstInDuration: false }], `consume ${cost} of 0 points`);
+  }
+  // Nothing stored: get says null, penalty and reward change nothing, block refuses no more.
+  assert.equal(await ours.get('z'), null);
+  assert.deepEqual((await ours.penalty('z', 2)).toJSON(), { remainingPoints: 0, msBeforeNext: 0, consumedPoints: 0, isFirstInDuration: false });
+  assert.deepEqual((await ours.reward('z', 2)).toJSON(), { remainingPoints: 0, msBeforeNext: 0, consumedPoints: 0, isFirstInDuration: false });
+  assert.deepEqual((await ours.block('z', 5)).toJSON(), { remainingPoints: 0, msBeforeNext: 5000, consumedPoints: 1, isFirstInDuration: false });
+  assert.equal(await calls(client, 'RL.TOKENBUCKET'), before);
+  // A consume of nothing takes nothing, and passes.
+  assert.deepEqual((await ours.consume('z', 0)).toJSON(), { remainingPoints: 0, msBeforeNext: 0, consumedPoints: 0, isFirstInDuration: false });
+  assert.throws(() => new RateLimiterRedis({ storeClient: client, points: -1 }), /^Error: points must be an integer from 0 to 10\^12$/);
+});
+
+test('a cost above points uses the window up: refused to its end, or blocked for blockDuration', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  // (There the consume that starts a window says isFirstInDuration, refused or not; ours never
+  // does for a refusal. And there each refused consume adds to the count: the second
+  // refusal's consumedPoints is 4 there, 3 here, the module counting no refusal.)
+  const firstOfTheirs = (o) => ['rejected', { ...o[1], isFirstInDuration: false }];
+  const { ours, theirs } = pair({ points: 2, duration: 10 }, 'over');
+  const mine = await outcome(ours.consume('fresh', 3));
+  assert.deepEqual(mine, ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 3, isFirstInDuration: false }]);
+  same(mine, firstOfTheirs(await outcome(theirs.consume('fresh', 3))), 'a cost above points on a fresh key');
+  const next = await outcome(ours.consume('fresh'));
+  assert.deepEqual(next, ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 3, isFirstInDuration: false }]);
+  const theirNext = await outcome(theirs.consume('fresh'));
+  same(next, ['rejected', { ...theirNext[1], consumedPoints: 3 }], 'the next consume, in the used window');
+  // A key that has taken a point: the point left is taken too.
+  same(await outcome(ours.consume('used')), await outcome(theirs.consume('used')), 'a first point');
+  const over = await outcome(ours.consume('used', 3));
+  assert.deepEqual(over, ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 4, isFirstInDuration: false }]);
+  same(over, await outcome(theirs.consume('used', 3)), 'a cost above points on a key that has taken some');
+  assert.deepEqual((await ours.get('used')).toJSON(), { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 2, isFirstInDuration: false });
+  // The window ends: every point is back.
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '10000']);
+  assert.equal((await ours.consume('fresh')).remainingPoints, 1);
+
+  // With blockDuration: blocked, as there; once the block is over the key is fresh again.
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const blocking = pair({ points: 2, duration: 10, blockDuration: 30 }, 'overblock');
+  const blocked = await outcome(blocking.ours.consume('b', 3));
+  assert.deepEqual(blocked, ['rejected', { remainingPoints: 0, msBeforeNext: 30_000, consumedPoints: 3, isFirstInDuration: false }]);
+  same(blocked, firstOfTheirs(await outcome(blocking.theirs.consume('b', 3))), 'a cost above points with blockDuration');
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '29999']);
+  assert.equal((await refusal(blocking.ours.consume('b'))).msBeforeNext, 1);
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '1']);
+  assert.deepEqual((await blocking.ours.consume('b')).toJSON(), { remainingPoints: 1, msBeforeNext: 10_000, consumedPoints: 1, isFirstInDuration: true });
+
+  // With inMemoryBlockOnConsumed: blocked in the process until the window ends.
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const clock = { ms: 0 };
+  const inMemory = new RateLimiterRedis({
+    storeClient: client, points: 1, duration: 5, inMemoryBlockOnConsumed: 1, keyPrefix: 'ours-overmem', now: () => clock.ms,
+  });
+  assert.equal((await refusal(inMemory.consume('m', 2))).msBeforeNext, 5000);
+  const before = await calls(client, 'RL.TOKENBUCKET');
+  clock.ms = 4999;
+  assert.equal((await refusal(inMemory.consume('m'))).msBeforeNext, 1);
+  assert.equal(await calls(client, 'RL.TOKENBUCKET'), before, 'refused in the process');
+
+  // duration 0: the window never ends.
+  const never = new RateLimiterRedis({ storeClient: client, points: 2, duration: 0, keyPrefix: 'ours-overnever' });
+  assert.deepEqual((await refusal(never.consume('n', 3))).toJSON(), { remainingPoints: 0, msBeforeNext: -1, consumedPoints: 3, isFirstInDuration: false });
+});
+
+test('never: block(key, 0) and duration 0 say msBeforeNext -1, in get and in refusals', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { ours, theirs } = pair({ points: 1, duration: 1 }, 'forever');
+  same(await outcome(ours.block('k', 0)), await outcome(theirs.block('k', 0)), 'block(key, 0)');
+  // A year later, still blocked, for ever.
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', `${365 * 86_400_000}`]);
+  const got = await outcome(ours.get('k'));
+  assert.deepEqual(got, ['resolved', { remainingPoints: 0, msBeforeNext: -1, consumedPoints: 2, isFirstInDuration: false }]);
+  same(got, await outcome(theirs.get('k')), 'get in a block for ever');
+  const refused = await outcome(ours.consume('k'));
+  assert.deepEqual(refused, ['rejected', { remainingPoints: 0, msBeforeNext: -1, consumedPoints: 2, isFirstInDuration: false }]);
+  // (There the refused point is counted, 3, and its script gives the key, which had no expiry,
+  // the window's: msBeforeNext 1000, and the block for ever ends a second later. Not here.)
+  const theirRefusal = await outcome(theirs.consume('k'));
+  assert.deepEqual([theirRefusal[0], theirRefusal[1].consumedPoints], ['rejected', 3]);
+
+  const never = pair({ points: 2, duration: 0 }, 'never');
+  for (let i = 0; i < 2; i++) same(await outcome(never.ours.consume('n')), await outcome(never.theirs.consume('n')), `consume ${i}`);
+  const full = await outcome(never.ours.consume('n'));
+  assert.deepEqual(full, ['rejected', { remainingPoints: 0, msBeforeNext: -1, consumedPoints: 3, isFirstInDuration: false }]);
+  same(full, await outcome(never.theirs.consume('n')), 'a consume over the points of a window that never ends');
+});
+
+test('options.customDuration is the length of the window the call starts (0: never)', async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const { ours, theirs } = pair({ points: 2, duration: 5 }, 'custom');
+  for (const [key, customDuration, ms] of [['one', 1, 1000], ['half', 0.5, 500], ['never', 0, -1]]) {
+    const mine = await outcome(ours.consume(key, 1, { customDuration }));
+    assert.deepEqual(mine, ['resolved', { remainingPoints: 1, msBeforeNext: ms, consumedPoints: 1, isFirstInDuration: true }], key);
+    // (There fractions of a second are dropped, as for duration: 0.5 is no expiry at all.)
+    if (key !== 'half') same(mine, await outcome(theirs.consume(key, 1, { customDuration })), `customDuration ${customDuration}`);
+  }
+  // The window is that long: its points come back a second after it began.
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '999']);
+  assert.equal((await refusal(ours.consume('one', 2, { customDuration: 1 }))).msBeforeNext, 1);
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '1']);
+  assert.equal((await ours.consume('one', 2, { customDuration: 1 })).remainingPoints, 0);
+  // penalty takes it too (rate-limiter-flexible's ExpressBruteFlexible does).
+  assert.deepEqual((await ours.penalty('pen', 1, { customDuration: 3 })).toJSON(),
+    { remainingPoints: 1, msBeforeNext: 3000, consumedPoints: 1, isFirstInDuration: true });
+  // The insurance limiter gets the options as they were given.
+  await client.set('ours-custom-broken:k', 'x');
+  const insured = new RateLimiterRedis({
+    storeClient: client, points: 1, duration: 2, keyPrefix: 'ours-custom-broken',
+    insuranceLimiter: new RateLimiterRedis({ storeClient: client, points: 2, duration: 3, keyPrefix: 'ours-custom-insurance' }),
+  });
+  assert.deepEqual((await insured.consume('k', 1, { customDuration: 1 })).toJSON(),
+    { remainingPoints: 1, msBeforeNext: 1000, consumedPoints: 1, isFirstInDuration: true });
+  await assert.rejects(ours.consume('bad', 1, { customDuration: -1 }), /^Error: options\.customDuration must be a non-negative number of seconds$/);
+});
+
+test('rejectIfRedisNotReady: a client that says it is not ready gets no command', async () => {
+  // node-redis 4 and 5 say it with isReady (false while connecting) and isOpen (false once
+  // closed), older ones with an isReady() function.
+  for (const [what, shape] of [
+    ['isReady false', { isReady: false, isOpen: true }],
+    ['isReady() false', { isReady: () => false }],
+    ['isOpen false', { isOpen: false }],
+  ]) {
+    let sent = 0;
+    const storeClient = { ...shape, sendCommand: async () => { sent += 1; }, multi: () => { sent += 1; } };
+    const limiter = new RateLimiterRedis({ storeClient, points: 2, duration: 1, rejectIfRedisNotReady: true });
+    for (const call of [() => limiter.consume('k'), () => limiter.get('k'), () => limiter.reward('k'), () => limiter.block('k', 1)]) {
+      await assert.rejects(call(), /^Error: Redis connection is not ready$/, what);
+    }
+    assert.equal(sent, 0, what);
+  }
+  // A closed node-redis client, really.
+  const closed = await connect(redis);
+  await closed.quit();
+  const limiter = new RateLimiterRedis({ storeClient: closed, points: 2, duration: 1, rejectIfRedisNotReady: true });
+  await assert.rejects(limiter.consume('k'), /^Error: Redis connection is not ready$/);
+  // Ready: sent.
+  const ready = new RateLimiterRedis({ storeClient: client, points: 2, duration: 1, rejectIfRedisNotReady: true, keyPrefix: 'ours-ready' });
+  assert.equal((await ready.consume('k')).remainingPoints, 1);
 });

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import express from 'express';
-import { rateLimitMiddleware } from '../index.js';
+import { parseReply, rateLimitMiddleware } from '../index.js';
 import { T0_MS, calls, clocks, connect, get, helloApp, limitFields, memoryLogger, serve, serverForFile } from './helpers.js';
 
 const PROBLEM_429 =
@@ -282,5 +282,45 @@ test('concurrency: a lease per request in flight, given back when its response e
     assert.equal(limit.limiter.stats.releaseFailures, 0);
   } finally {
     await http.close();
+  }
+});
+
+test('RL.WARMUP: limit 1, spaced by the cold interval after idle; COLDFACTOR; no w', async () => {
+  const { http, clock, limiter, as } = await app({
+    limit: { algorithm: 'warmup', rate: 10, period: '1s', warmup: '10s' },
+    prefix: 'rl:warm:',
+  });
+  const colder = await app({
+    limit: { algorithm: 'warmup', rate: 10, period: '1s', warmup: '10s', coldFactor: 5 },
+    prefix: 'rl:warm5:',
+  });
+  try {
+    // docs/commands.md's session: admitted, then 298 ms to wait (reset 398 ms).
+    assert.deepEqual(limitFields(await as('gil')), [200, '"default";q=1', '"default";r=0;t=1', '1', '0', '1', undefined]);
+    assert.deepEqual(limitFields(await as('gil')), [429, '"default";q=1', '"default";r=0;t=1', '1', '0', '1', '1']);
+    // A denial of its own algorithm is remembered: the third is refused without a round trip.
+    const before = await calls(client, 'RL.WARMUP');
+    assert.equal((await as('gil')).status, 429);
+    assert.equal(await calls(client, 'RL.WARMUP'), before);
+    assert.equal(limiter.stats.deniedLocally, 1);
+    // 298 ms later the memory lets go and the module admits.
+    clock.ms += 298;
+    await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '298']);
+    assert.equal((await as('gil')).status, 200);
+    // COLDFACTOR 5: the same as the command with it, on a twin key.
+    for (let i = 0; i < 2; i++) {
+      const res = await colder.as('hal');
+      const d = parseReply(await client.sendCommand(['RL.WARMUP', 'rl:warm5-direct:hal', '10', '1s', '10s', 'COLDFACTOR', '5']));
+      assert.deepEqual(limitFields(res).slice(0, 6), [d.allowed ? 200 : 429, '"default";q=1', `"default";r=0;t=${Math.ceil((d.allowed ? d.resetAfterMs : d.retryAfterMs) / 1000)}`,
+        '1', '0', `${Math.ceil(d.resetAfterMs / 1000)}`]);
+      assert.equal(res.status, i === 0 ? 200 : 429);
+    }
+  } finally {
+    await http.close();
+    await colder.http.close();
+  }
+  for (const coldFactor of [1, 11, 2.5]) {
+    assert.throws(() => rateLimitMiddleware({ client, limit: { algorithm: 'warmup', rate: 10, period: '1s', warmup: '10s', coldFactor } }),
+      new RegExp(`^TypeError: invalid limit\\.coldFactor: expected an integer from 2 to 10; got ${coldFactor}$`));
   }
 });

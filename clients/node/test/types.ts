@@ -27,6 +27,8 @@ async function check(): Promise<Array<[string, string]>> {
   const d = await policy.check('user:1', 2);
   if (d.failed) return [];
   const decision: Decision = d;
+  const partial = await policy.check('user:1', 1, { atMost: 10, shadow: true });
+  if (!partial.failed && partial.shadowDenied) return [['granted', String(partial.granted ?? 0)]];
   return rateLimitHeaders(decision);
 }
 
@@ -44,7 +46,8 @@ const maybe: Promise<RateLimiterRes | null> = limiter.get('ip');
 // The in-memory blocks' clock, injectable as the middleware's is.
 const fake = { ms: 0 };
 new RateLimiterRedis({ storeClient: client, points: 5, inMemoryBlockOnConsumed: 6, now: () => fake.ms });
-rateLimitMiddleware({ client, limit: { policy: 'api' }, now: () => fake.ms });
+rateLimitMiddleware({ client, limit: { policy: 'api' }, now: () => fake.ms, shadow: (req) => req.headers['x-shadow'] === '1' });
+rateLimitMiddleware({ client, limit: { algorithm: 'warmup', rate: 10, period: '1s', warmup: '10s', coldFactor: 3 } });
 // @ts-expect-error: the window's parameters are numbers or durations, not booleans
 rateLimitMiddleware({ client, limit: { algorithm: 'gcra', burst: true, rate: 1, period: 1 } });
 
