@@ -18,16 +18,21 @@ export interface RedisStoreClientLike extends RedisClientLike {
 /** A duration: milliseconds, or the module's grammar ("1500", "90s", "1m", "24h", "7d"). */
 export type Duration = number | string;
 
+/** A penalty (BLOCK): a refused request blocks the key for this long. */
+export interface Block {
+  block?: Duration;
+}
+
 export type Limit =
-  | { algorithm: 'gcra'; burst: number; rate: number; period: Duration }
-  | { algorithm: 'tokenbucket'; capacity: number; refillAmount: number; refillPeriod: Duration; interval?: boolean }
-  | { algorithm: 'leakybucket'; capacity: number; leakAmount: number; leakPeriod: Duration }
-  | { algorithm: 'fixedwindow' | 'slidingwindow' | 'slidinglog'; limit: number; window: Duration }
+  | ({ algorithm: 'gcra'; burst: number; rate: number; period: Duration } & Block)
+  | ({ algorithm: 'tokenbucket'; capacity: number; refillAmount: number; refillPeriod: Duration; interval?: boolean } & Block)
+  | ({ algorithm: 'leakybucket'; capacity: number; leakAmount: number; leakPeriod: Duration } & Block)
+  | ({ algorithm: 'fixedwindow' | 'slidingwindow' | 'slidinglog'; limit: number; window: Duration } & Block)
   /** Guava's SmoothWarmingUp: `rate` per `period` once warm, `coldFactor` (2 to 10, default 3) times slower after idle. */
-  | { algorithm: 'warmup'; rate: number; period: Duration; warmup: Duration; coldFactor?: number }
+  | ({ algorithm: 'warmup'; rate: number; period: Duration; warmup: Duration; coldFactor?: number } & Block)
   /** Requests in flight: a lease per admitted request, released when its response ends. */
-  | { algorithm: 'concurrency'; limit: number; lease: Duration }
-  | { policy: string };
+  | { algorithm: 'concurrency'; limit: number; lease: Duration; block?: never }
+  | ({ policy: string } & Block);
 
 export interface Logger {
   warn(message: string): void;
@@ -110,6 +115,15 @@ export interface CheckOptions {
   atMost?: number;
   /** Checked and counted, never refused (SHADOW): the decision says `shadowDenied`. */
   shadow?: boolean;
+  /** The decision the call would get, nothing written (DRYRUN); counted in `stats.calls` only. */
+  dryRun?: boolean;
+  /** A concurrency lease's own token, 1 to 256 bytes (ID): the same token renews its lease. */
+  id?: string;
+}
+
+export interface RefundOptions {
+  /** Says how many units would be given back, writing nothing (DRYRUN). */
+  dryRun?: boolean;
 }
 
 export class RateLimit {
@@ -119,6 +133,8 @@ export class RateLimit {
   check(key: string, cost?: number, options?: CheckOptions): Promise<Decision | Failure>;
   /** Gives back an admitted concurrency decision's lease; never rejects. */
   release(key: string, decision: Decision): Promise<void>;
+  /** Gives back up to `units` the key has taken (RL.REFUND): the units given back; rejects when Redis fails. */
+  refund(key: string, units: number, options?: RefundOptions): Promise<number>;
 }
 
 export interface MiddlewareOptions extends Partial<RateLimitOptions> {

@@ -28,6 +28,11 @@ export class DenialMemory {
     return cost === e.cost ? e : undefined;
   }
 
+  /** Forgets `key`'s denial: something gave units back to it (RateLimit's refund). */
+  forget(key) {
+    this.entries.delete(key);
+  }
+
   remember(key, decision, cost, now) {
     if (this.max <= 0 || decision.retryAfterMs < 0) return;
     this.entries.delete(key);

@@ -24,8 +24,9 @@ function withTimeout(promise, ms) {
 /**
  * One limit: `{ algorithm: 'gcra', burst, rate, period }` (or tokenbucket, leakybucket,
  * fixedwindow, slidingwindow, slidinglog, warmup, concurrency with their own parameters) or
- * `{ policy: 'name' }` for RL.LIMIT. `check(key, cost)` resolves to a decision; it never rejects
- * on a Redis failure (the decision then says `failed` and whether the request passes).
+ * `{ policy: 'name' }` for RL.LIMIT, either with `block` (a penalty duration: BLOCK; not for
+ * concurrency). `check(key, cost)` resolves to a decision; it never rejects on a Redis failure
+ * (the decision then says `failed` and whether the request passes).
  */
 export class RateLimit {
   constructor(options = {}) {
@@ -83,6 +84,7 @@ export class RateLimit {
       this.sixth = 'rule';
       this.args = [this.policy];
       this.windows = undefined; // the promise of RL.POLICY.GET's windows, once
+      this.concurrent = false;
     } else {
       const algorithm = ALGORITHMS[String(limit.algorithm).toLowerCase()];
       if (algorithm === undefined) {
@@ -113,6 +115,13 @@ export class RateLimit {
       this.concurrent = Boolean(algorithm.concurrent);
       this.windowSeconds = algorithm.window === undefined ? undefined : wholeSeconds(durationMs(limit[algorithm.window]));
     }
+    // A penalty: a refused request blocks the key for this long (BLOCK; RL.CONCURRENCY.ACQUIRE
+    // has none). Kept apart from `args`, which are the limit's own words (a policy rule's too).
+    this.block = [];
+    if (limit.block !== undefined) {
+      if (this.concurrent) throw new TypeError('invalid limit.block: a concurrency limit has no block');
+      this.block = ['BLOCK', `${durationMs(limit.block, 'limit.block')}`];
+    }
   }
 
   /** The key in Redis for an application key. */
@@ -137,8 +146,8 @@ export class RateLimit {
     return this.windows;
   }
 
-  async #ask(key, cost, atMost, shadow) {
-    const args = [this.command, this.redisKey(key), ...this.args];
+  async #ask(key, cost, { atMost, shadow, dryRun, id }) {
+    const args = [this.command, this.redisKey(key), ...this.args, ...this.block];
     const extras = [];
     if (atMost !== undefined) {
       args.push('ATMOST', String(atMost));
@@ -146,6 +155,8 @@ export class RateLimit {
     } else if (cost !== 1 && !this.concurrent) {
       args.push('COST', String(cost));
     }
+    if (id !== undefined) args.push('ID', id);
+    if (dryRun) args.push('DRYRUN');
     if (shadow) {
       args.push('SHADOW');
       extras.push('shadow_denied');
@@ -172,10 +183,12 @@ export class RateLimit {
    * `atMost`: instead of `cost`, as many units as the key allows now, up to `atMost` (ATMOST;
    * the decision's `granted` says how many; refused when none); `shadow`: the limit is checked
    * and counted but never refuses (SHADOW; the decision's `shadowDenied` says whether it would
-   * have). Neither is answered from the denial memory nor remembered.
+   * have); `dryRun`: the decision the call would get, nothing written (DRYRUN; counted in
+   * `stats.calls` only); `id`: a concurrency lease's own token (ID; the same token renews its
+   * lease). None is answered from the denial memory nor remembered.
    */
   async check(key, cost = 1, options = {}) {
-    const { atMost, shadow = false } = options;
+    const { atMost, shadow = false, dryRun = false, id } = options;
     count(cost, 'cost', 0);
     if (atMost !== undefined) {
       count(atMost, 'atMost');
@@ -183,7 +196,14 @@ export class RateLimit {
       if (cost !== 1) throw new TypeError('invalid atMost: give cost or atMost, not both');
     }
     if (typeof shadow !== 'boolean') throw new TypeError(`invalid shadow: expected true or false; got ${String(shadow)}`);
-    const plain = atMost === undefined && !shadow;
+    if (typeof dryRun !== 'boolean') throw new TypeError(`invalid dryRun: expected true or false; got ${String(dryRun)}`);
+    if (id !== undefined) {
+      if (!this.concurrent) throw new TypeError('invalid id: only a concurrency limit names its leases');
+      if (typeof id !== 'string' || id.length === 0 || Buffer.byteLength(id) > 256) {
+        throw new TypeError(`invalid id: expected a string of 1 to 256 bytes; got ${String(id)}`);
+      }
+    }
+    const plain = atMost === undefined && !shadow && !dryRun;
     const memoryKey = String(key);
     const now = this.now();
     const remembered = plain ? this.memory.lookup(memoryKey, cost, now) : undefined;
@@ -202,7 +222,7 @@ export class RateLimit {
     this.stats.calls += 1;
     let decision;
     try {
-      decision = await withTimeout(this.#ask(key, cost, atMost, shadow), this.timeout);
+      decision = await withTimeout(this.#ask(key, cost, { atMost, shadow, dryRun, id }), this.timeout);
     } catch (error) {
       this.stats.failures += 1;
       const passes = this.failMode === 'open';
@@ -214,6 +234,8 @@ export class RateLimit {
       );
       return { failed: true, allowed: passes, error };
     }
+    // A preview is a call only, as the module counts it: nothing admitted, refused or watched.
+    if (dryRun) return { ...decision, local: false };
     if (decision.shadowDenied) {
       this.stats.shadowDenied += 1;
     } else if (decision.allowed) {
@@ -231,6 +253,29 @@ export class RateLimit {
       if (plain && !this.concurrent && this.policy === undefined) this.memory.remember(memoryKey, decision, cost, now);
     }
     return { ...decision, local: false };
+  }
+
+  /**
+   * Gives back up to `units` of what `key` has taken (RL.REFUND; `dryRun`: says how many it
+   * would, writing nothing): for a request that failed downstream, or whose cost was estimated
+   * too high. Resolves to the units given back; rejects when Redis fails or does not answer
+   * within the timeout (nothing is decided here, so there is nothing to fail open or closed).
+   * A denial of `key` remembered by this limit is forgotten once units are given back.
+   */
+  async refund(key, units, options = {}) {
+    const { dryRun = false } = options;
+    count(units, 'units', 0);
+    if (typeof dryRun !== 'boolean') throw new TypeError(`invalid dryRun: expected true or false; got ${String(dryRun)}`);
+    if (this.concurrent) throw new TypeError('invalid refund: a concurrency limit gives its leases back with release');
+    const args = ['RL.REFUND', this.redisKey(key), String(units)];
+    if (dryRun) args.push('DRYRUN');
+    const reply = await withTimeout(this.client.sendCommand(args), this.timeout);
+    const given = Number(reply);
+    if (typeof reply !== 'number' || !Number.isSafeInteger(given) || given < 0) {
+      throw new Error(`unexpected reply from the module: RL.REFUND answered ${String(reply)}`);
+    }
+    if (given > 0 && !dryRun) this.memory.forget(String(key));
+    return given;
   }
 
   /**

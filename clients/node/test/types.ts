@@ -29,6 +29,8 @@ async function check(): Promise<Array<[string, string]>> {
   const decision: Decision = d;
   const partial = await policy.check('user:1', 1, { atMost: 10, shadow: true });
   if (!partial.failed && partial.shadowDenied) return [['granted', String(partial.granted ?? 0)]];
+  const given: number = await policy.refund('user:1', 2, { dryRun: true });
+  if (given > 0) await policy.check('user:1', 1, { dryRun: true });
   return rateLimitHeaders(decision);
 }
 
@@ -48,6 +50,11 @@ const fake = { ms: 0 };
 new RateLimiterRedis({ storeClient: client, points: 5, inMemoryBlockOnConsumed: 6, now: () => fake.ms });
 rateLimitMiddleware({ client, limit: { policy: 'api' }, now: () => fake.ms, shadow: (req) => req.headers['x-shadow'] === '1' });
 rateLimitMiddleware({ client, limit: { algorithm: 'warmup', rate: 10, period: '1s', warmup: '10s', coldFactor: 3 } });
+rateLimitMiddleware({ client, limit: { policy: 'api', block: '1m' } });
+const leases = new RateLimit({ client, limit: { algorithm: 'concurrency', limit: 2, lease: '30s' } });
+leases.check('jobs', 1, { id: 'worker-7' }).then((d) => (d.failed ? undefined : leases.release('jobs', d)));
+// @ts-expect-error: a concurrency limit has no block
+rateLimitMiddleware({ client, limit: { algorithm: 'concurrency', limit: 2, lease: '30s', block: '1m' } });
 // @ts-expect-error: the window's parameters are numbers or durations, not booleans
 rateLimitMiddleware({ client, limit: { algorithm: 'gcra', burst: true, rate: 1, period: 1 } });
 
