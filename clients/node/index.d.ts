@@ -146,6 +146,8 @@ export interface MiddlewareOptions extends Partial<RateLimitOptions> {
   cost?: (req: IncomingMessage) => number;
   /** Check every request (true) or those it says with SHADOW: counted, answered in the fields, never refused. */
   shadow?: boolean | ((req: IncomingMessage) => boolean);
+  /** Requests that pass unlimited, with no round trip and no fields (health checks, internal callers). */
+  skip?: (req: IncomingMessage & { ip?: string }, res: ServerResponse) => boolean | Promise<boolean>;
 }
 
 export type Middleware = ((

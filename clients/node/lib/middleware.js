@@ -15,16 +15,21 @@ function send(res, status, body) {
  * Express/Connect middleware (also a plain node:http handler's first step): checks one limit
  * per request, sets the fields, answers 429 when refused and 503 when Redis fails closed.
  * Options: those of RateLimit, plus `key(req)` (default: the remote address),
- * `cost(req)` (default 1) and `shadow` (true, or `shadow(req)`: the limit is checked, counted
- * and answered in the fields, but never refuses). The returned function has the RateLimit as
- * `.limiter`.
+ * `cost(req)` (default 1), `shadow` (true, or `shadow(req)`: the limit is checked, counted
+ * and answered in the fields, but never refuses) and `skip(req, res)` (true, or a promise of
+ * true: the request passes unlimited, with no round trip and no fields; health checks, internal
+ * callers). The returned function has the RateLimit as `.limiter`.
  */
 export function rateLimitMiddleware(options = {}) {
   const limiter = options.limiter ?? new RateLimit(options);
   const keyOf = options.key ?? ((req) => req.ip ?? req.socket?.remoteAddress ?? 'unknown');
   const costOf = options.cost ?? (() => 1);
   const shadowOf = (req) => Boolean(typeof options.shadow === 'function' ? options.shadow(req) : options.shadow);
-  const middleware = (req, res, next) => {
+  const { skip } = options;
+  if (skip !== undefined && typeof skip !== 'function') {
+    throw new TypeError(`invalid skip: expected a function (req, res) => boolean; got ${String(skip)}`);
+  }
+  const limit = (req, res, next) => {
     let pending;
     let key;
     try {
@@ -48,6 +53,30 @@ export function rateLimitMiddleware(options = {}) {
         if (d.allowed) next();
         else send(res, 429, quotaExceededBody(d.name));
       },
+      (error) => next(error),
+    );
+  };
+  // skip's answer, a boolean or a promise of one; a skip that throws or rejects is the
+  // application's error (next(error)), not a reason to limit or to pass.
+  const middleware = (req, res, next) => {
+    if (skip === undefined) {
+      limit(req, res, next);
+      return;
+    }
+    let skipped;
+    try {
+      skipped = skip(req, res);
+    } catch (error) {
+      next(error);
+      return;
+    }
+    if (typeof skipped?.then !== 'function') {
+      if (skipped) next();
+      else limit(req, res, next);
+      return;
+    }
+    Promise.resolve(skipped).then(
+      (yes) => (yes ? next() : limit(req, res, next)),
       (error) => next(error),
     );
   };

@@ -18,6 +18,7 @@ const limit = rateLimitMiddleware({
   key: (req) => String(req.headers['x-client-id'] ?? req.ip),
   failMode: 'closed',
   timeout: 50,
+  skip: (req, res) => req.url === '/health' || res.headersSent,
 });
 app.use(limit);
 const failures: number = limit.limiter.stats.failures;
@@ -51,6 +52,7 @@ new RateLimiterRedis({ storeClient: client, points: 5, inMemoryBlockOnConsumed: 
 rateLimitMiddleware({ client, limit: { policy: 'api' }, now: () => fake.ms, shadow: (req) => req.headers['x-shadow'] === '1' });
 rateLimitMiddleware({ client, limit: { algorithm: 'warmup', rate: 10, period: '1s', warmup: '10s', coldFactor: 3 } });
 rateLimitMiddleware({ client, limit: { policy: 'api', block: '1m' } });
+rateLimitMiddleware({ client, limit: { policy: 'api' }, skip: async (req) => req.headers['x-internal'] === '1' });
 const leases = new RateLimit({ client, limit: { algorithm: 'concurrency', limit: 2, lease: '30s' } });
 leases.check('jobs', 1, { id: 'worker-7' }).then((d) => (d.failed ? undefined : leases.release('jobs', d)));
 // @ts-expect-error: a concurrency limit has no block
