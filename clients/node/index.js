@@ -13,6 +13,8 @@
 //   by the module, so that its users switch by changing one constructor.
 // - limits.js: the module's durations (durationMs), each algorithm's command and parameters,
 //   and a policy's windows (policyWindows); reply.js: the module's reply (parseReply).
+// - reconnect.js: reconnectStrategy, node-redis's reconnect strategy that suits a limiter on
+//   the request path (back within 100 ms of Redis).
 //
 // The package imports no other package: the application passes its own node-redis client.
 
@@ -28,3 +30,4 @@ export {
 export { RateLimit } from './lib/rate-limit.js';
 export { rateLimitMiddleware } from './lib/middleware.js';
 export { RateLimiterRedis, RateLimiterRes } from './lib/flexible.js';
+export { reconnectStrategy } from './lib/reconnect.js';

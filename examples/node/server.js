@@ -12,10 +12,16 @@
 
 import http from 'node:http';
 import { createClient } from 'redis';
-import { rateLimitMiddleware } from 'ratelimit-redis-module';
+import { rateLimitMiddleware, reconnectStrategy } from 'ratelimit-redis-module';
 
-// disableOfflineQueue: while Redis is unreachable a command fails at once instead of waiting.
-const db = createClient({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', RESP: 3, disableOfflineQueue: true });
+// disableOfflineQueue: while Redis is unreachable a command fails at once instead of waiting;
+// reconnectStrategy: the package's, back within 100 ms of Redis (node-redis's own waits up to 2.2 s).
+const db = createClient({
+  url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+  RESP: 3,
+  disableOfflineQueue: true,
+  socket: { reconnectStrategy },
+});
 db.on('error', (err) => console.error('redis:', err.message));
 await db.connect();
 

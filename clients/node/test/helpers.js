@@ -33,14 +33,17 @@ function freePort() {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/** A redis-server child process with the module; `stop()`, `pause()`, `resume()` by PID. */
-export async function startRedis() {
+/**
+ * A redis-server child process with the module; `stop()`, `pause()`, `resume()` by PID. On a
+ * free port, or on `port` (a server started again where one was stopped).
+ */
+export async function startRedis({ port: wanted } = {}) {
   const binary = process.env.RATELIMIT_SERVER || 'redis-server';
   const module = process.env.RATELIMIT_MODULE || path.join(ROOT, 'target/release/libratelimit.so');
   if (!existsSync(module)) throw new Error(`${module} is missing: run cargo build --release first`);
   const dir = mkdtempSync(path.join(tmpdir(), 'rl-node-'));
   for (let attempt = 0; attempt < 5; attempt++) {
-    const port = await freePort();
+    const port = wanted ?? (await freePort());
     const child = spawn(
       binary,
       ['--port', `${port}`, '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no',
@@ -80,7 +83,7 @@ export async function startRedis() {
       await sleep(25);
     }
     if (!exited) process.kill(child.pid, 'SIGKILL');
-    if (!/Address already in use/.test(stderr)) throw new Error(`${binary} did not start: ${stderr}`);
+    if (wanted !== undefined || !/Address already in use/.test(stderr)) throw new Error(`${binary} did not start: ${stderr}`);
   }
   throw new Error(`${binary} found no free port`);
 }

@@ -7,10 +7,11 @@ import {
   RateLimiterRes,
   rateLimitHeaders,
   rateLimitMiddleware,
+  reconnectStrategy,
   type Decision,
 } from 'ratelimit-redis-module';
 
-const client = createClient({ RESP: 3 });
+const client = createClient({ RESP: 3, disableOfflineQueue: true, socket: { reconnectStrategy } });
 const app = express();
 const limit = rateLimitMiddleware({
   client,
