@@ -1,36 +1,56 @@
-// The complete Express app of docs/clients.md runs as written (its Redis URL and port put to
-// this test's), and answers with the fields the page describes.
+// docs/clients.md's Node.js install and complete Express app, as a new user meets them: in a
+// fresh folder, the page's install commands as written (the package's path put in; npm's
+// cache first, which npm ci filled), then the page's app saved as app.js and started with
+// node there (its Redis URL and port put to this test's). It answers with the fields the page
+// describes.
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync, lstatSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { ROOT, T0_MS, connect, get, limitFields, startRedis } from './helpers.js';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
+const pkg = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
-function docsApp() {
+/** The code block of the Node.js part's section `heading` in docs/clients.md. */
+function docsBlock(heading, lang = '') {
   const page = readFileSync(path.join(ROOT, 'docs/clients.md'), 'utf8');
-  const m = /### A complete Express app\n\n```js\n([\s\S]*?)```/.exec(page);
-  assert.ok(m, 'docs/clients.md has "### A complete Express app" and its js block');
+  const node = page.slice(page.indexOf('## Node.js'));
+  const m = new RegExp(`### ${heading}\\n[\\s\\S]*?\`\`\`${lang}\\n([\\s\\S]*?)\`\`\``).exec(node);
+  assert.ok(m, `docs/clients.md has "### ${heading}" and its ${lang || 'plain'} block in its Node.js part`);
   return m[1];
 }
 
-test("docs/clients.md's complete Express app runs and limits", async () => {
+/** The page's install commands, run in `dir`. */
+function install(dir) {
+  for (const line of docsBlock('Install').trim().split('\n')) {
+    const [npm, ...args] = line.replace('./path/to/ratelimit/clients/node', pkg).split(' ');
+    assert.equal(npm, 'npm', line);
+    const quiet = args[0] === 'install' ? ['--prefer-offline', '--no-audit', '--no-fund'] : [];
+    execFileSync('npm', [...args, ...quiet, '--loglevel=error'], { cwd: dir, encoding: 'utf8' });
+  }
+}
+
+test("docs/clients.md's install and complete Express app, in a fresh folder, run and limit", async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'rl-node-docs-'));
+  install(dir);
+  // The package linked, its peer and express installed beside it, the app an ES module.
+  assert.ok(lstatSync(path.join(dir, 'node_modules/ratelimit-redis-module')).isSymbolicLink());
+  for (const name of ['redis', 'express']) assert.ok(existsSync(path.join(dir, `node_modules/${name}/package.json`)), name);
+  assert.equal(JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')).type, 'module');
   const redis = await startRedis();
   const client = await connect(redis);
   await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
-  // The page's app, inside this package so that its import of the package's own name resolves.
-  const file = path.join(here, '.docs-app.mjs');
   const listen = "app.listen(8080, '127.0.0.1');";
-  const source = docsApp();
+  const source = docsBlock('A complete Express app', 'js');
   assert.ok(source.includes(listen) && source.includes('redis://127.0.0.1:6379'));
-  writeFileSync(file, source
+  writeFileSync(path.join(dir, 'app.js'), source
     .replace('redis://127.0.0.1:6379', redis.url)
     .replace(listen, "const s = app.listen(0, '127.0.0.1', () => console.log(s.address().port));"));
-  const child = spawn(process.execPath, [file], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['app.js'], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr.on('data', (d) => { stderr += d; });
   try {
@@ -53,7 +73,7 @@ test("docs/clients.md's complete Express app runs and limits", async () => {
     assert.deepEqual([stats.admitted, stats.denied, stats.failures], [5, 1, 0]);
   } finally {
     child.kill('SIGKILL');
-    rmSync(file, { force: true });
+    rmSync(dir, { recursive: true, force: true });
     await client.quit();
     await redis.stop();
   }
