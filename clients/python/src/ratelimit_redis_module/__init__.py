@@ -28,8 +28,10 @@ from .limits import (
     FixedWindow,
     LeakyBucket,
     Limit,
+    RULE_KINDS,
     Policy,
     Rule,
+    RuleKind,
     SlidingLog,
     SlidingWindow,
     TokenBucket,
@@ -43,7 +45,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncGuard", "AsyncRateLimiter", "Concurrency", "Decision", "DenialMemory", "Duration", "FixedWindow",
     "GCRA", "Guard", "LeakyBucket", "Limit", "PROBLEM_JSON", "Policy", "RateLimitMiddleware",
-    "RateLimiter", "Rule", "SlidingLog", "SlidingWindow", "Stats", "TokenBucket",
+    "RateLimiter", "Rule", "RULE_KINDS", "RuleKind", "SlidingLog", "SlidingWindow", "Stats", "TokenBucket",
     "UNAVAILABLE_BODY", "Verdict", "client_ip", "duration_ms", "header", "parse_decision",
     "parse_rules", "quota_exceeded_body", "rate_limit_headers", "user",
 ]

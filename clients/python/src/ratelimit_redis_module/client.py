@@ -68,7 +68,11 @@ def _rule_words(rules: tuple[Limit | Rule, ...]) -> list[str]:
 
 
 def _parse_rules_reply(reply: Any) -> list[Rule] | None:
-    return None if reply is None else parse_rules([_text(w) for w in reply])
+    if reply is None:
+        return None
+    if not isinstance(reply, (list, tuple)):
+        raise ValueError(f"unexpected reply to RL.POLICY.GET: {reply!r}")
+    return parse_rules([_text(w) for w in reply])
 
 
 def _is_cluster(client: Any) -> bool:
@@ -191,7 +195,12 @@ class RateLimiter:
 
     def policy_get(self, name: str) -> list[Rule] | None:
         """``RL.POLICY.GET``: the policy's rules, or None when there is no such policy (on a
-        cluster, as the client's default node has it)."""
+        cluster, as the client's default node has it).
+
+        Raises:
+            ValueError: the reply holds a rule the package cannot read (see
+                :func:`~ratelimit_redis_module.parse_rules`).
+        """
         reply = self.client.execute_command("RL.POLICY.GET", name, **_keyless(self.client))
         return _parse_rules_reply(reply)
 

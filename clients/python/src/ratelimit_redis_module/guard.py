@@ -344,8 +344,13 @@ class _GuardBase:
         if setup.policy is None or rules is None:
             return setup.name, setup.window_s
         rule = decision.rule if decision.rule is not None else 0
-        name = setup.name if len(rules) <= 1 else f"{setup.name}/{rule}"
-        return name, _whole_seconds(rules[rule].window_ms() if 0 <= rule < len(rules) else None)
+        name = setup.name if len(rules) <= 1 and rule == 0 else f"{setup.name}/{rule}"
+        if not 0 <= rule < len(rules):
+            # A rule past those read: the policy has grown on the server since. Its window is
+            # not known; the next check reads the policy again.
+            setup.rules = None
+            return name, None
+        return name, _whole_seconds(rules[rule].window_ms())
 
     def _decided(self, setup: _Setup, redis_key: str, cost: int, decision: Decision, sent: float) -> Verdict:
         self.stats.round_trips += 1
@@ -370,12 +375,15 @@ class _GuardBase:
             what = f"no answer within {round(self._timeout_s * 1000)} ms"
         else:
             what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        # A reply the package cannot read (a rule kind it does not know, a field too many) is
+        # the package's failure, not Redis's: said so, and handled alike.
+        failed = "reply not understood" if isinstance(error, ValueError) else "unavailable"
         if self.fail_open:
             self.stats.fail_open += 1
-            logger.warning("rate limiter unavailable (%s); failing open: request let through", what)
+            logger.warning("rate limiter %s (%s); failing open: request let through", failed, what)
             return Verdict(True, 200, [], b"", None, "failure")
         self.stats.fail_closed += 1
-        logger.warning("rate limiter unavailable (%s); failing closed: request refused with 503", what)
+        logger.warning("rate limiter %s (%s); failing closed: request refused with 503", failed, what)
         return Verdict(False, 503, [], UNAVAILABLE_BODY, None, "failure")
 
 
