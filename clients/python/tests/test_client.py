@@ -3,6 +3,7 @@ command with COST, RESP2 and RESP3 alike, sync and asyncio."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -19,6 +20,8 @@ from ratelimit_redis_module import (
     Rule,
     SlidingLog,
     TokenBucket,
+    Warmup,
+    parse_decision,
 )
 
 MIDNIGHT_MS = 1_699_920_000_000  # 2023-11-14T00:00:00Z
@@ -145,5 +148,40 @@ async def test_asyncio_refund(server: Server) -> None:
         assert await rl.refund("r", 1) == 1
         assert await rl.sliding_log("r", 3, "1m") == d(1, 3, 0, 0, 60000)
         assert await rl.refund("missing", 1) == 0
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("options", CLIENTS)
+def test_warmup_as_the_manual_shows_it_and_as_the_command_answers(server: Server, options: dict[str, Any]) -> None:
+    """docs/commands.md's session: from idle, at 10 a second with a 10 s warm-up, spaced by
+    the cold interval (398 ms); then COLDFACTOR 5, request by request as RL.WARMUP answers
+    on a twin key."""
+    rl = RateLimiter(server.client(**options))
+    assert rl.warmup("api:search", 10, "1s", "10s") == d(1, 1, 0, 0, 398)
+    assert rl.warmup("api:search", 10, "1s", "10s") == d(0, 1, 0, 298, 398)
+    limit = Warmup(10, "1s", timedelta(seconds=10), cold_factor=5)
+    assert limit.args() == ["10", "1s", "10000", "COLDFACTOR", "5"] and limit.window_ms() is None
+    answers = []
+    with server.client() as c:
+        for _ in range(8):
+            direct = parse_decision(c.execute_command("RL.WARMUP", "twin", "10", "1s", "10s", "COLDFACTOR", "5"))
+            answers.append(rl.check(limit, "cf5"))
+            assert answers[-1] == direct
+            server.advance(250)
+    assert {a.allowed for a in answers} == {True, False}
+    # As a policy's rule.
+    rl.policy_set("warm", Warmup(10, "1s", "10s", 3), FixedWindow(5000, "1h"))
+    assert rl.policy_get("warm") == [
+        Rule("WARMUP", ("10", "1s", "10s", "COLDFACTOR", "3")), Rule("FIXEDWINDOW", ("5000", "1h")),
+    ]
+
+
+async def test_asyncio_warmup(server: Server) -> None:
+    client = redis.asyncio.Redis(host="127.0.0.1", port=server.port, protocol=3)
+    rl = AsyncRateLimiter(client)
+    try:
+        assert await rl.warmup("api:search", 10, "1s", "10s", cold_factor=3) == d(1, 1, 0, 0, 398)
+        assert await rl.check(Warmup(10, "1s", "10s"), "api:search") == d(0, 1, 0, 298, 398)
     finally:
         await client.aclose()

@@ -24,6 +24,7 @@ from ratelimit_redis_module import (
     RateLimitMiddleware,
     SlidingLog,
     Stats,
+    Warmup,
     client_ip,
     header,
     quota_exceeded_body,
@@ -149,6 +150,15 @@ def test_policy_names_the_binding_rule(server: Server, serve: Any) -> None:
     solo = serve(app_for(server, limit=Policy("solo"), key=header("x-client-id")))
     who = {"X-Client-Id": "gina"}
     assert solo.get(headers=who) == (200, PLAIN + limited("solo", 2, 60, 1, 60, 60), b"hello")
+
+
+def test_warmup_says_q_1_and_no_window(server: Server, serve: Any) -> None:
+    """A warm-up admits one request at a time, spaced by an interval that changes as it warms:
+    q=1 and no w; from idle at 10 a second, 398 ms to the next one, then 298 ms to wait."""
+    http = serve(app_for(server, limit=Warmup(10, "1s", "10s"), key=header("x-client-id")))
+    who = {"X-Client-Id": "wendy"}
+    assert http.get(headers=who) == (200, PLAIN + limited("default", 1, None, 0, 1, 1), b"hello")
+    assert http.get(headers=who) == (429, refused(QUOTA_BODY, "default", 1, None, 1, 1), QUOTA_BODY)
 
 
 def test_client_ip_is_the_default_key_and_no_key_means_no_limit(server: Server, serve: Any) -> None:

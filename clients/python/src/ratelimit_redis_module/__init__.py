@@ -35,6 +35,7 @@ from .limits import (
     SlidingLog,
     SlidingWindow,
     TokenBucket,
+    Warmup,
     duration_ms,
     parse_rules,
 )
@@ -46,6 +47,6 @@ __all__ = [
     "AsyncGuard", "AsyncRateLimiter", "Concurrency", "Decision", "DenialMemory", "Duration", "FixedWindow",
     "GCRA", "Guard", "LeakyBucket", "Limit", "PROBLEM_JSON", "Policy", "RateLimitMiddleware",
     "RateLimiter", "Rule", "RULE_KINDS", "RuleKind", "SlidingLog", "SlidingWindow", "Stats", "TokenBucket",
-    "UNAVAILABLE_BODY", "Verdict", "client_ip", "duration_ms", "header", "parse_decision",
+    "UNAVAILABLE_BODY", "Verdict", "Warmup", "client_ip", "duration_ms", "header", "parse_decision",
     "parse_rules", "quota_exceeded_body", "rate_limit_headers", "user",
 ]

@@ -89,7 +89,8 @@ class RateLimitMiddleware:
     Args:
         app: the ASGI application.
         redis: a :class:`redis.asyncio.Redis` or :class:`redis.asyncio.cluster.RedisCluster`.
-        limit: one algorithm's parameters (``GCRA(5, 10, "1m")``...), ``Policy("api")``, or
+        limit: one algorithm's parameters (``GCRA(5, 10, "1m")``, ``Warmup(10, "1s", "10s")``...),
+            ``Policy("api")``, or
             ``Concurrency(limit, lease)`` (requests in flight: the lease is released when the
             application is done with the request).
         key: the caller's identity: :func:`client_ip` (the default), :func:`header`,

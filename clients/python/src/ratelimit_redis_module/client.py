@@ -21,6 +21,7 @@ from .limits import (
     SlidingLog,
     SlidingWindow,
     TokenBucket,
+    Warmup,
     _arg,
     parse_rules,
 )
@@ -175,6 +176,14 @@ class RateLimiter:
         """``RL.SLIDINGLOG``."""
         return self.check(SlidingLog(limit, window), key, **options)
 
+    def warmup(
+        self, key: str | bytes, rate: int, period: Duration, warmup: Duration, cold_factor: int | None = None,
+        **options: Any,
+    ) -> Decision:
+        """``RL.WARMUP``: ``rate`` per ``period`` once warm, slower after idle (``COLDFACTOR``
+        times the spacing, falling back over ``warmup``)."""
+        return self.check(Warmup(rate, period, warmup, cold_factor), key, **options)
+
     def limit(self, key: str | bytes, policy: str, **options: Any) -> Decision:
         """``RL.LIMIT``: every rule of ``policy``; the decision's ``rule`` is the binding one."""
         return self.check(Policy(policy), key, **options)
@@ -259,6 +268,13 @@ class AsyncRateLimiter:
     async def sliding_log(self, key: str | bytes, limit: int, window: Duration, **options: Any) -> Decision:
         """``RL.SLIDINGLOG``."""
         return await self.check(SlidingLog(limit, window), key, **options)
+
+    async def warmup(
+        self, key: str | bytes, rate: int, period: Duration, warmup: Duration, cold_factor: int | None = None,
+        **options: Any,
+    ) -> Decision:
+        """``RL.WARMUP``."""
+        return await self.check(Warmup(rate, period, warmup, cold_factor), key, **options)
 
     async def limit(self, key: str | bytes, policy: str, **options: Any) -> Decision:
         """``RL.LIMIT``."""

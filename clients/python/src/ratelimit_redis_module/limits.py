@@ -16,6 +16,7 @@ __all__ = [
     "FixedWindow",
     "SlidingWindow",
     "SlidingLog",
+    "Warmup",
     "Policy",
     "Concurrency",
     "Rule",
@@ -164,6 +165,28 @@ class SlidingLog(_Window):
     """``RL.SLIDINGLOG key limit window``: exact, one entry per admitted request."""
 
     command: ClassVar[str] = "RL.SLIDINGLOG"
+
+
+@dataclass(frozen=True, slots=True)
+class Warmup:
+    """``RL.WARMUP key rate period warmup [COLDFACTOR factor]``: Guava's SmoothWarmingUp. Once
+    warm, one request per ``period / rate``; after idle the spacing starts at ``cold_factor``
+    times that (2 to 10; None: the module's default, 3) and falls back over ``warmup``. Its
+    ``limit`` is 1, and it has no fixed window (RateLimit-Policy has no ``w``)."""
+
+    rate: int
+    period: Duration
+    warmup: Duration
+    cold_factor: int | None = None
+    command: ClassVar[str] = "RL.WARMUP"
+    extra: ClassVar[str | None] = None
+
+    def args(self) -> list[str]:
+        words = [str(self.rate), _arg(self.period), _arg(self.warmup)]
+        return words if self.cold_factor is None else words + ["COLDFACTOR", str(self.cold_factor)]
+
+    def window_ms(self) -> int | None:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
