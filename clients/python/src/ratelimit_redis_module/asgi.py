@@ -30,6 +30,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 KeyFunc = Callable[[Scope], Union[str, None]]
 #: A cost in units, or a function of the scope that gives it.
 CostFunc = Union[int, Callable[[Scope], int]]
+#: True or False for every request, or a function of the scope saying which requests.
+ScopeFlag = Union[bool, Callable[[Scope], bool]]
 
 
 def client_ip(scope: Mapping[str, Any]) -> str | None:
@@ -98,6 +100,10 @@ class RateLimitMiddleware:
         name: the limit's name in the headers (default ``"default"``, or the policy's name).
         prefix: prepended to the identity to make the Redis key (default ``"rl:http:"``).
         cost: units per request, or a function of the scope giving them.
+        shadow: True, or a function of the scope saying which requests: the limit is checked
+            with ``SHADOW``, counted and answered in the headers, but never refuses (a new
+            limit watched on live traffic before it is enforced; ``stats.shadow_denied``
+            counts the requests it would have refused).
         timeout: seconds Redis has to answer (default 0.05).
         fail_open: let requests through when Redis fails (default) instead of answering 503.
         max_remembered: how many denials to remember locally (default 10,000; 0: none).
@@ -116,6 +122,7 @@ class RateLimitMiddleware:
         name: str | None = None,
         prefix: str = "rl:http:",
         cost: CostFunc = 1,
+        shadow: ScopeFlag = False,
         timeout: float = 0.05,
         fail_open: bool = True,
         max_remembered: int = 10_000,
@@ -134,6 +141,7 @@ class RateLimitMiddleware:
         self.guard = guard
         self.key = key
         self.cost = cost
+        self.shadow = shadow
 
     @property
     def stats(self) -> Stats:
@@ -149,7 +157,8 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         cost = self.cost(scope) if callable(self.cost) else self.cost
-        verdict = await self.guard.check(identity, cost)
+        shadow = self.shadow(scope) if callable(self.shadow) else self.shadow
+        verdict = await self.guard.check(identity, cost, shadow=bool(shadow))
         extra = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in verdict.headers]
         if not verdict.allowed:
             await send({

@@ -30,29 +30,43 @@ from .reply import Decision, _text, parse_decision
 __all__ = ["RateLimiter", "AsyncRateLimiter"]
 
 
-def _options(cost: int, dryrun: bool, block: Duration | None) -> list[str]:
-    words = [] if cost == 1 else ["COST", str(cost)]
+def _options(cost: int, at_most: int | None, dryrun: bool, block: Duration | None, shadow: bool) -> list[str]:
+    if at_most is None:
+        words = [] if cost == 1 else ["COST", str(cost)]
+    elif cost != 1:
+        raise ValueError("give cost or at_most, not both: COST takes exactly cost units, ATMOST as many as allowed")
+    else:
+        words = ["ATMOST", str(at_most)]
     if dryrun:
         words.append("DRYRUN")
     if block is not None:
         words += ["BLOCK", _arg(block)]
+    if shadow:
+        words.append("SHADOW")
     return words
 
 
-def _check_args(limit: Limit, key: str | bytes, cost: int, dryrun: bool, block: Duration | None) -> list[Any]:
+def _check_args(
+    limit: Limit, key: str | bytes, cost: int, at_most: int | None, dryrun: bool, block: Duration | None,
+    shadow: bool,
+) -> list[Any]:
     if isinstance(limit, Concurrency):
-        if cost != 1 or block is not None:
-            raise ValueError("a concurrency limit takes one lease per request: no cost, no block")
-        return [limit.command, key, *limit.args(), *(["DRYRUN"] if dryrun else [])]
-    return [limit.command, key, *limit.args(), *_options(cost, dryrun, block)]
+        if cost != 1 or at_most is not None or block is not None:
+            raise ValueError("a concurrency limit takes one lease per request: no cost, no at_most, no block")
+        return _acquire_args(key, limit.limit, limit.lease, None, dryrun, shadow)
+    return [limit.command, key, *limit.args(), *_options(cost, at_most, dryrun, block, shadow)]
 
 
-def _acquire_args(key: str | bytes, limit: int, lease: Duration, token: str | None, dryrun: bool) -> list[Any]:
+def _acquire_args(
+    key: str | bytes, limit: int, lease: Duration, token: str | None, dryrun: bool, shadow: bool
+) -> list[Any]:
     words: list[Any] = ["RL.CONCURRENCY.ACQUIRE", key, str(limit), _arg(lease)]
     if token is not None:
         words += ["ID", token]
     if dryrun:
         words.append("DRYRUN")
+    if shadow:
+        words.append("SHADOW")
     return words
 
 
@@ -141,11 +155,15 @@ class RateLimiter:
         self.client = _prepare(client, asynchronous=False)
 
     def check(
-        self, limit: Limit, key: str | bytes, *, cost: int = 1, dryrun: bool = False, block: Duration | None = None
+        self, limit: Limit, key: str | bytes, *, cost: int = 1, at_most: int | None = None, dryrun: bool = False,
+        block: Duration | None = None, shadow: bool = False,
     ) -> Decision:
-        """Run ``limit``'s command on ``key`` with ``COST``, ``DRYRUN`` and ``BLOCK``."""
-        reply = self.client.execute_command(*_check_args(limit, key, cost, dryrun, block))
-        return parse_decision(reply, limit.extra)
+        """Run ``limit``'s command on ``key`` with its options: ``COST cost`` (units the
+        request takes), or ``ATMOST at_most`` (as many as the key allows now, up to
+        ``at_most``: the decision's ``granted``), ``DRYRUN``, ``BLOCK block`` and ``SHADOW``
+        (a would-be denial answered allowed, the decision's ``shadow_denied`` saying so)."""
+        reply = self.client.execute_command(*_check_args(limit, key, cost, at_most, dryrun, block, shadow))
+        return parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
 
     def gcra(self, key: str | bytes, burst: int, rate: int, period: Duration, **options: Any) -> Decision:
         """``RL.GCRA``: ``burst`` at once, then ``rate`` per ``period``."""
@@ -189,18 +207,23 @@ class RateLimiter:
         return self.check(Policy(policy), key, **options)
 
     def acquire(
-        self, key: str | bytes, limit: int, lease: Duration, *, token: str | None = None, dryrun: bool = False
+        self, key: str | bytes, limit: int, lease: Duration, *, token: str | None = None, dryrun: bool = False,
+        shadow: bool = False,
     ) -> Decision:
-        """``RL.CONCURRENCY.ACQUIRE``: one of ``limit`` leases; the decision's ``token`` names it."""
-        return parse_decision(self.client.execute_command(*_acquire_args(key, limit, lease, token, dryrun)), "token")
+        """``RL.CONCURRENCY.ACQUIRE``: one of ``limit`` leases; the decision's ``token`` names it
+        (``ID token``: a lease of that name, which the same token renews). With ``shadow``, a
+        would-be denial takes no lease and is answered allowed, with no token."""
+        reply = self.client.execute_command(*_acquire_args(key, limit, lease, token, dryrun, shadow))
+        return parse_decision(reply, "token", shadow=shadow)
 
     def release(self, key: str | bytes, token: str) -> bool:
         """``RL.CONCURRENCY.RELEASE``: True when the lease was held and is now released."""
         return bool(self.client.execute_command("RL.CONCURRENCY.RELEASE", key, token))
 
-    def refund(self, key: str | bytes, units: int) -> int:
-        """``RL.REFUND``: give back up to ``units`` the key has taken; returns the units given back."""
-        return int(self.client.execute_command("RL.REFUND", key, str(units)))
+    def refund(self, key: str | bytes, units: int, *, dryrun: bool = False) -> int:
+        """``RL.REFUND``: give back up to ``units`` the key has taken; returns the units given
+        back (with ``dryrun``, those it would give back, giving nothing)."""
+        return int(self.client.execute_command("RL.REFUND", key, str(units), *(["DRYRUN"] if dryrun else [])))
 
     def policy_get(self, name: str) -> list[Rule] | None:
         """``RL.POLICY.GET``: the policy's rules, or None when there is no such policy (on a
@@ -234,11 +257,12 @@ class AsyncRateLimiter:
         self.client = _prepare(client, asynchronous=True)
 
     async def check(
-        self, limit: Limit, key: str | bytes, *, cost: int = 1, dryrun: bool = False, block: Duration | None = None
+        self, limit: Limit, key: str | bytes, *, cost: int = 1, at_most: int | None = None, dryrun: bool = False,
+        block: Duration | None = None, shadow: bool = False,
     ) -> Decision:
-        """Run ``limit``'s command on ``key`` with ``COST``, ``DRYRUN`` and ``BLOCK``."""
-        reply = await self.client.execute_command(*_check_args(limit, key, cost, dryrun, block))
-        return parse_decision(reply, limit.extra)
+        """Run ``limit``'s command on ``key`` with its options (see :meth:`RateLimiter.check`)."""
+        reply = await self.client.execute_command(*_check_args(limit, key, cost, at_most, dryrun, block, shadow))
+        return parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
 
     async def gcra(self, key: str | bytes, burst: int, rate: int, period: Duration, **options: Any) -> Decision:
         """``RL.GCRA``."""
@@ -281,19 +305,20 @@ class AsyncRateLimiter:
         return await self.check(Policy(policy), key, **options)
 
     async def acquire(
-        self, key: str | bytes, limit: int, lease: Duration, *, token: str | None = None, dryrun: bool = False
+        self, key: str | bytes, limit: int, lease: Duration, *, token: str | None = None, dryrun: bool = False,
+        shadow: bool = False,
     ) -> Decision:
         """``RL.CONCURRENCY.ACQUIRE``."""
-        reply = await self.client.execute_command(*_acquire_args(key, limit, lease, token, dryrun))
-        return parse_decision(reply, "token")
+        reply = await self.client.execute_command(*_acquire_args(key, limit, lease, token, dryrun, shadow))
+        return parse_decision(reply, "token", shadow=shadow)
 
     async def release(self, key: str | bytes, token: str) -> bool:
         """``RL.CONCURRENCY.RELEASE``."""
         return bool(await self.client.execute_command("RL.CONCURRENCY.RELEASE", key, token))
 
-    async def refund(self, key: str | bytes, units: int) -> int:
+    async def refund(self, key: str | bytes, units: int, *, dryrun: bool = False) -> int:
         """``RL.REFUND``: returns the units given back."""
-        return int(await self.client.execute_command("RL.REFUND", key, str(units)))
+        return int(await self.client.execute_command("RL.REFUND", key, str(units), *(["DRYRUN"] if dryrun else [])))
 
     async def policy_get(self, name: str) -> list[Rule] | None:
         """``RL.POLICY.GET``."""

@@ -111,6 +111,8 @@ class Stats:
         failures: checks that Redis did not answer in time (timeout, refused connection, error).
         fail_open: of those, requests let through without a limit.
         fail_closed: of those, requests refused with 503.
+        shadow_denied: requests checked with ``shadow`` that the limit would have refused
+            (let through, counted here and not in ``admitted``).
     """
 
     round_trips: int = 0
@@ -120,6 +122,7 @@ class Stats:
     failures: int = 0
     fail_open: int = 0
     fail_closed: int = 0
+    shadow_denied: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,10 +355,16 @@ class _GuardBase:
             return name, None
         return name, _whole_seconds(rules[rule].window_ms())
 
-    def _decided(self, setup: _Setup, redis_key: str, cost: int, decision: Decision, sent: float) -> Verdict:
+    def _decided(
+        self, setup: _Setup, redis_key: str, cost: int, decision: Decision, sent: float, plain: bool
+    ) -> Verdict:
         self.stats.round_trips += 1
         name, window_s = self._named(setup, decision)
         headers = rate_limit_headers(name, decision, window_s, setup.concurrent)
+        if decision.shadow_denied:
+            # Let through as the module answered it; nothing was written.
+            self.stats.shadow_denied += 1
+            return Verdict(True, 200, headers, b"", decision, "redis", decision.token)
         if decision.allowed:
             self.stats.admitted += 1
             # The key was written: what was remembered of it says nothing exact any more.
@@ -364,8 +373,9 @@ class _GuardBase:
         self.stats.denied += 1
         # Not remembered: a concurrency denial (a lease may be released before its retry time),
         # nor a policy's (RL.POLICY.SET, from anywhere, changes its rules unseen: a denial
-        # remembered under the old ones would refuse what the new ones admit).
-        if not setup.concurrent and setup.policy is None:
+        # remembered under the old ones would refuse what the new ones admit), nor a denial of
+        # ``at_most`` (no cost of its own for a later request to match).
+        if plain and not setup.concurrent and setup.policy is None:
             self.memory.remember(redis_key, decision, cost, name, window_s, params=setup.params, sent=sent)
         return Verdict(False, 429, headers, quota_exceeded_body(name), decision, "redis")
 
@@ -424,21 +434,34 @@ class Guard(_GuardBase):
         )
         self.limiter = RateLimiter(client)
 
-    def check(self, identity: str, cost: int = 1) -> Verdict:
-        """Check one request of ``identity`` costing ``cost`` units."""
+    def check(self, identity: str, cost: int = 1, *, at_most: int | None = None, shadow: bool = False) -> Verdict:
+        """Check one request of ``identity`` costing ``cost`` units.
+
+        Args:
+            at_most: instead of ``cost``, take as many units as the key allows now, up to
+                ``at_most`` (``ATMOST``; the decision's ``granted`` says how many; refused
+                when none).
+            shadow: check and count, but never refuse (``SHADOW``): a request the limit would
+                refuse is let through, its decision's ``shadow_denied`` saying so (counted in
+                ``stats.shadow_denied``); a concurrency limit then takes no lease.
+
+        Neither is answered from the denial memory, nor remembered.
+        """
         setup = self._setup
         redis_key = self.prefix + identity
-        remembered = self._recall(setup, redis_key, cost)
-        if remembered is not None:
-            return remembered
+        plain = at_most is None and not shadow
+        if plain:
+            remembered = self._recall(setup, redis_key, cost)
+            if remembered is not None:
+                return remembered
         try:
             if setup.policy is not None and setup.rules is None:
                 setup.rules = self.limiter.policy_get(setup.policy)
             sent = self.memory.clock()
-            decision = self.limiter.check(setup.limit, redis_key, cost=cost)
+            decision = self.limiter.check(setup.limit, redis_key, cost=cost, at_most=at_most, shadow=shadow)
         except _FAILURES as error:
             return self._failed(error)
-        return self._decided(setup, redis_key, cost, decision, sent)
+        return self._decided(setup, redis_key, cost, decision, sent, plain)
 
     def release(self, identity: str, lease: str) -> None:
         """Give back the lease a :class:`Verdict` of a concurrency limit holds (a failure is
@@ -479,25 +502,34 @@ class AsyncGuard(_GuardBase):
         self.timeout = timeout
         self._timeout_s = timeout
 
-    async def _ask(self, setup: _Setup, redis_key: str, cost: int) -> tuple[Decision, float]:
+    async def _ask(
+        self, setup: _Setup, redis_key: str, cost: int, at_most: int | None, shadow: bool
+    ) -> tuple[Decision, float]:
         """The module's decision, and the clock's reading when its request was sent."""
         if setup.policy is not None and setup.rules is None:
             setup.rules = await self.limiter.policy_get(setup.policy)
         sent = self.memory.clock()
-        return await self.limiter.check(setup.limit, redis_key, cost=cost), sent
+        return await self.limiter.check(setup.limit, redis_key, cost=cost, at_most=at_most, shadow=shadow), sent
 
-    async def check(self, identity: str, cost: int = 1) -> Verdict:
-        """Check one request of ``identity`` costing ``cost`` units."""
+    async def check(
+        self, identity: str, cost: int = 1, *, at_most: int | None = None, shadow: bool = False
+    ) -> Verdict:
+        """Check one request of ``identity`` costing ``cost`` units (``at_most`` and
+        ``shadow``: see :meth:`Guard.check`)."""
         setup = self._setup
         redis_key = self.prefix + identity
-        remembered = self._recall(setup, redis_key, cost)
-        if remembered is not None:
-            return remembered
+        plain = at_most is None and not shadow
+        if plain:
+            remembered = self._recall(setup, redis_key, cost)
+            if remembered is not None:
+                return remembered
         try:
-            decision, sent = await asyncio.wait_for(self._ask(setup, redis_key, cost), self.timeout)
+            decision, sent = await asyncio.wait_for(
+                self._ask(setup, redis_key, cost, at_most, shadow), self.timeout
+            )
         except _FAILURES as error:
             return self._failed(error)
-        return self._decided(setup, redis_key, cost, decision, sent)
+        return self._decided(setup, redis_key, cost, decision, sent, plain)
 
     async def release(self, identity: str, lease: str) -> None:
         """Give back the lease a :class:`Verdict` of a concurrency limit holds (a failure is
