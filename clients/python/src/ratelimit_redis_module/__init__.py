@@ -9,7 +9,7 @@
 """
 
 from .asgi import RateLimitMiddleware, client_ip, header, user
-from .client import AsyncRateLimiter, RateLimiter
+from .client import ADMISSION_OPTIONS, COMMANDS, LEFT_OUT, AsyncRateLimiter, Counterpart, RateLimiter
 from .guard import (
     PROBLEM_JSON,
     UNAVAILABLE_BODY,
@@ -44,6 +44,7 @@ from .reply import Decision, parse_decision
 __version__ = "0.1.0"
 
 __all__ = [
+    "ADMISSION_OPTIONS", "COMMANDS", "Counterpart", "LEFT_OUT",
     "AsyncGuard", "AsyncRateLimiter", "Concurrency", "Decision", "DenialMemory", "Duration", "FixedWindow",
     "GCRA", "Guard", "LeakyBucket", "Limit", "PROBLEM_JSON", "Policy", "RateLimitMiddleware",
     "RateLimiter", "Rule", "RULE_KINDS", "RuleKind", "SlidingLog", "SlidingWindow", "Stats", "TokenBucket",

@@ -7,7 +7,7 @@ node that owns the key's slot. Replies are parsed alike from RESP2 (arrays) and 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from .limits import (
     GCRA,
@@ -27,7 +27,54 @@ from .limits import (
 )
 from .reply import Decision, _text, parse_decision
 
-__all__ = ["RateLimiter", "AsyncRateLimiter"]
+__all__ = ["RateLimiter", "AsyncRateLimiter", "COMMANDS", "LEFT_OUT", "ADMISSION_OPTIONS", "Counterpart"]
+
+
+class Counterpart(NamedTuple):
+    """What the package has for one of the module's commands."""
+
+    #: The package's names for it: methods (of :class:`RateLimiter` and its asyncio twin)
+    #: and limit classes.
+    api: str
+    #: The option words (COMMAND DOCS's tokens) the package can send with it.
+    options: frozenset[str]
+
+
+#: The options every admission command takes after its parameters.
+ADMISSION_OPTIONS = frozenset({"COST", "ATMOST", "DRYRUN", "BLOCK", "SHADOW"})
+
+#: The module's commands the package covers, each with its counterpart. The parity test
+#: (tests/test_parity.py) reads COMMAND DOCS from a real server with the module and fails
+#: when a command or an option has no counterpart here (or here and not in the package), so
+#: that the next one cannot be forgotten.
+COMMANDS: dict[str, Counterpart] = {
+    "RL.GCRA": Counterpart("gcra, GCRA", ADMISSION_OPTIONS),
+    "RL.TOKENBUCKET": Counterpart("token_bucket, TokenBucket (interval: INTERVAL)", ADMISSION_OPTIONS | {"INTERVAL"}),
+    "RL.LEAKYBUCKET": Counterpart("leaky_bucket, LeakyBucket", ADMISSION_OPTIONS),
+    "RL.FIXEDWINDOW": Counterpart("fixed_window, FixedWindow", ADMISSION_OPTIONS),
+    "RL.SLIDINGWINDOW": Counterpart("sliding_window, SlidingWindow", ADMISSION_OPTIONS),
+    "RL.SLIDINGLOG": Counterpart("sliding_log, SlidingLog", ADMISSION_OPTIONS),
+    "RL.WARMUP": Counterpart("warmup, Warmup (cold_factor: COLDFACTOR)", ADMISSION_OPTIONS | {"COLDFACTOR"}),
+    "RL.LIMIT": Counterpart("limit, Policy", ADMISSION_OPTIONS),
+    "RL.CONCURRENCY.ACQUIRE": Counterpart("acquire (token: ID), Concurrency", frozenset({"ID", "DRYRUN", "SHADOW"})),
+    "RL.CONCURRENCY.RELEASE": Counterpart("release", frozenset()),
+    "RL.REFUND": Counterpart("refund", frozenset({"DRYRUN"})),
+    "RL.POLICY.SET": Counterpart("policy_set (a Rule's shadow: SHADOW)", frozenset({"SHADOW"})),
+    "RL.POLICY.GET": Counterpart("policy_get, parse_rules", frozenset()),
+    "RL.POLICY.DEL": Counterpart("policy_del", frozenset()),
+    "RL.POLICY.LIST": Counterpart("policy_list", frozenset()),
+}
+
+#: The module's commands the package leaves out, each with the reason.
+LEFT_OUT: dict[str, str] = {
+    "CL.THROTTLE": "redis-cell's command and reply, for redis-cell's clients; RL.GCRA is the same limit",
+    "RL.INSPECT": "an operator's view of a key's state (redis-cli, or the client's execute_command)",
+    "RL.TOP": "an operator's view of the keys denied most (redis-cli, or the client's execute_command)",
+    "RL.DEBUG.CLOCK": "for tests only, on a server started with debug-clock yes",
+    "RL.DEBUG.PANIC": "for tests only, on a server started with debug-clock yes",
+    "RL.REPLAY": "internal: accepted only from replication or the AOF",
+    "RL.LOADSTATE": "internal: accepted only from replication or the AOF",
+}
 
 
 def _options(cost: int, at_most: int | None, dryrun: bool, block: Duration | None, shadow: bool) -> list[str]:
@@ -88,6 +135,17 @@ def _parse_rules_reply(reply: Any) -> list[Rule] | None:
     if not isinstance(reply, (list, tuple)):
         raise ValueError(f"unexpected reply to RL.POLICY.GET: {reply!r}")
     return parse_rules([_text(w) for w in reply])
+
+
+def _any_of(reply: Any) -> bool:
+    # A cluster client answers a command sent to several nodes with a reply per node.
+    return any(bool(r) for r in reply.values()) if isinstance(reply, dict) else bool(reply)
+
+
+def _names(reply: Any) -> list[str]:
+    if not isinstance(reply, (list, tuple)):
+        raise ValueError(f"unexpected reply to RL.POLICY.LIST: {reply!r}")
+    return [_text(name) for name in reply]
 
 
 def _is_cluster(client: Any) -> bool:
@@ -247,6 +305,17 @@ class RateLimiter:
         else:
             self.client.execute_command(*words)
 
+    def policy_del(self, name: str) -> bool:
+        """``RL.POLICY.DEL``: True when there was such a policy (on a cluster client, on every
+        primary: True when any had it)."""
+        if _is_cluster(self.client):
+            return _any_of(self.client.execute_command("RL.POLICY.DEL", name, target_nodes=self.client.get_primaries()))
+        return bool(self.client.execute_command("RL.POLICY.DEL", name))
+
+    def policy_list(self) -> list[str]:
+        """``RL.POLICY.LIST``: the names of the policies (on a cluster, the default node's)."""
+        return _names(self.client.execute_command("RL.POLICY.LIST", **_keyless(self.client)))
+
 
 class AsyncRateLimiter:
     """The module's commands on an asyncio redis-py client (:class:`redis.asyncio.Redis` or
@@ -332,3 +401,14 @@ class AsyncRateLimiter:
             await self.client.execute_command(*words, target_nodes=self.client.get_primaries())
         else:
             await self.client.execute_command(*words)
+
+    async def policy_del(self, name: str) -> bool:
+        """``RL.POLICY.DEL``; on a cluster client, on every primary."""
+        if _is_cluster(self.client):
+            primaries = self.client.get_primaries()
+            return _any_of(await self.client.execute_command("RL.POLICY.DEL", name, target_nodes=primaries))
+        return bool(await self.client.execute_command("RL.POLICY.DEL", name))
+
+    async def policy_list(self) -> list[str]:
+        """``RL.POLICY.LIST``."""
+        return _names(await self.client.execute_command("RL.POLICY.LIST", **_keyless(self.client)))
