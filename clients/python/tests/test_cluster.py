@@ -97,3 +97,33 @@ def test_guard_names_policy_rules_on_cluster(cluster: list[Server]) -> None:
         assert verdict.headers[:2] == [("ratelimit-policy", '"two/1";q=3;w=60'), ("ratelimit", '"two/1";r=2;t=40')]
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+async def test_a_fresh_client_sets_and_deletes_a_policy_on_every_primary_and_lists_one_nodes(
+    cluster: list[Server], asynchronous: bool
+) -> None:
+    name = f"gone-{asynchronous}"
+    if asynchronous:
+        client: Any = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=cluster[0].port)
+        rl: Any = AsyncRateLimiter(client)
+    else:
+        client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster[0].port)
+        rl = RateLimiter(client)
+
+    async def run(result: Any) -> Any:
+        return await result if asynchronous else result
+
+    try:
+        # The client's first command: an asyncio cluster client knows its nodes only after one.
+        await run(rl.policy_set(name, GCRA(2, 2, "1s")))
+        for node in cluster:
+            assert RateLimiter(node.client()).policy_get(name) == [Rule("GCRA", ("2", "2", "1s"))]
+        assert name in await run(rl.policy_list())
+        assert await run(rl.policy_del(name)) is True
+        for node in cluster:
+            assert RateLimiter(node.client()).policy_get(name) is None
+        assert await run(rl.policy_del(name)) is False
+        assert name not in await run(rl.policy_list())
+    finally:
+        await run(client.aclose() if asynchronous else client.close())

@@ -394,18 +394,24 @@ class AsyncRateLimiter:
         reply = await self.client.execute_command("RL.POLICY.GET", name, **_keyless(self.client))
         return _parse_rules_reply(reply)
 
+    async def _primaries(self) -> Any:
+        # An asyncio cluster client learns the cluster's nodes at its first command: until
+        # then it knows only its startup node, and a policy would reach that node alone.
+        await self.client.initialize()
+        return self.client.get_primaries()
+
     async def policy_set(self, name: str, *rules: Limit | Rule) -> None:
         """``RL.POLICY.SET``; on a cluster client, on every primary."""
         words = ["RL.POLICY.SET", name, *_rule_words(rules)]
         if _is_cluster(self.client):
-            await self.client.execute_command(*words, target_nodes=self.client.get_primaries())
+            await self.client.execute_command(*words, target_nodes=await self._primaries())
         else:
             await self.client.execute_command(*words)
 
     async def policy_del(self, name: str) -> bool:
         """``RL.POLICY.DEL``; on a cluster client, on every primary."""
         if _is_cluster(self.client):
-            primaries = self.client.get_primaries()
+            primaries = await self._primaries()
             return _any_of(await self.client.execute_command("RL.POLICY.DEL", name, target_nodes=primaries))
         return bool(await self.client.execute_command("RL.POLICY.DEL", name))
 
