@@ -194,11 +194,17 @@ class Http:
             time.sleep(0.01)
 
     def get(self, path: str = "/", headers: dict[str, str] | None = None) -> tuple[int, list[tuple[str, str]], bytes]:
-        """One request on a new connection: the status, the headers (names lower case, in
-        order, without Date and Server) and the body."""
+        """One GET on a new connection: the status, the headers (names lower case, in order,
+        without Date and Server) and the body."""
+        return self.request("GET", path, headers)
+
+    def request(
+        self, method: str, path: str = "/", headers: dict[str, str] | None = None
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        """One request of any method, answered as :meth:`get` answers."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
         try:
-            conn.request("GET", path, headers=headers or {})
+            conn.request(method, path, headers=headers or {})
             resp = conn.getresponse()
             body = resp.read()
             fields = [(k.lower(), v) for k, v in resp.getheaders() if k.lower() not in ("date", "server")]

@@ -13,12 +13,12 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Awaitable, Callable, Mapping, MutableMapping, Union
+from typing import Any, Awaitable, Callable, Iterable, Mapping, MutableMapping, TypeVar, Union
 
 from .guard import PROBLEM_JSON, AsyncGuard, Stats
 from .limits import Limit
 
-__all__ = ["RateLimitMiddleware", "KeyFunc", "client_ip", "header", "user"]
+__all__ = ["RateLimitMiddleware", "KeyFunc", "client_ip", "exempt", "header", "user"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -32,6 +32,60 @@ KeyFunc = Callable[[Scope], Union[str, None]]
 CostFunc = Union[int, Callable[[Scope], int]]
 #: True or False for every request, or a function of the scope saying which requests.
 ScopeFlag = Union[bool, Callable[[Scope], bool]]
+#: A function of the scope: True for a request the middleware lets through untouched.
+SkipFunc = Callable[[Scope], bool]
+
+_Exempted = TypeVar("_Exempted")
+_EXEMPT = "__ratelimit_exempt__"
+# How many endpoints `exempt` has marked: until one is, no route is looked up.
+_marked = 0
+
+
+def exempt(endpoint: _Exempted) -> _Exempted:
+    """Mark a route's endpoint, or an ASGI app to be mounted, as exempt from
+    :class:`RateLimitMiddleware`, as slowapi's ``@limiter.exempt`` does: its requests pass
+    untouched, with no check, no headers and no round trip (health checks, metrics, internal
+    callers). Above or below the route's decorator::
+
+        @app.get("/health")
+        @exempt
+        async def health() -> dict: ...
+
+        app.mount("/internal", exempt(internal_app))
+
+    The middleware finds the route the way Starlette's router will (a Starlette or FastAPI
+    application, mounts included): the first route whose path and method match. Elsewhere, use
+    the middleware's ``skip``.
+    """
+    global _marked
+    try:
+        setattr(endpoint, _EXEMPT, True)
+    except (AttributeError, TypeError):
+        raise TypeError(f"cannot mark {endpoint!r} as exempt: it takes no attributes") from None
+    _marked += 1
+    return endpoint
+
+
+def _is_exempt(thing: Any) -> bool:
+    return getattr(thing, _EXEMPT, False) is True
+
+
+def _exempt_route(routes: Iterable[Any], scope: Scope) -> bool:
+    """Whether the route Starlette's router would pick for ``scope`` (the first that matches
+    it fully, in a mount the first of its routes) is marked exempt."""
+    for route in routes:
+        matches = getattr(route, "matches", None)
+        if matches is None:
+            continue
+        match, child = matches(scope)
+        if getattr(match, "name", None) != "FULL":
+            continue
+        if _is_exempt(route) or _is_exempt(child.get("endpoint")):
+            return True
+        # A mount: the route its own router will pick, in the scope the mount hands it.
+        inner = getattr(route, "routes", None)
+        return _exempt_route(inner, {**scope, **child}) if inner else False
+    return False
 
 
 def client_ip(scope: Mapping[str, Any]) -> str | None:
@@ -100,6 +154,9 @@ class RateLimitMiddleware:
         name: the limit's name in the headers (default ``"default"``, or the policy's name).
         prefix: prepended to the identity to make the Redis key (default ``"rl:http:"``).
         cost: units per request, or a function of the scope giving them.
+        skip: a function of the scope, True for a request to let through untouched (no
+            check, no headers, no round trip), as express-rate-limit's ``skip``; see also
+            :func:`exempt`, to mark a route.
         shadow: True, or a function of the scope saying which requests: the limit is checked
             with ``SHADOW``, counted and answered in the headers, but never refuses (a new
             limit watched on live traffic before it is enforced; ``stats.shadow_denied``
@@ -122,6 +179,7 @@ class RateLimitMiddleware:
         name: str | None = None,
         prefix: str = "rl:http:",
         cost: CostFunc = 1,
+        skip: SkipFunc | None = None,
         shadow: ScopeFlag = False,
         timeout: float = 0.05,
         fail_open: bool = True,
@@ -142,14 +200,28 @@ class RateLimitMiddleware:
         self.key = key
         self.cost = cost
         self.shadow = shadow
+        self.skip = skip
 
     @property
     def stats(self) -> Stats:
         """The counters: round trips, admitted, denied, remembered, failures..."""
         return self.guard.stats
 
+    def _skipped(self, scope: Scope) -> bool:
+        if self.skip is not None and self.skip(scope):
+            return True
+        if not _marked:
+            return False
+        # The application being served: Starlette puts itself in the scope before its
+        # middleware runs; this middleware may also wrap it directly.
+        for app in (scope.get("app"), self.app):
+            routes = getattr(getattr(app, "router", None), "routes", None)
+            if routes is not None:
+                return _exempt_route(routes, scope)
+        return False
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or self._skipped(scope):
             await self.app(scope, receive, send)
             return
         identity = self.key(scope)
