@@ -47,20 +47,33 @@ class Server:
     def __init__(self, directory: Path, extra: list[str] | None = None) -> None:
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.extra = extra or []
         for _ in range(5):
             self.port = free_port()
-            self.proc = subprocess.Popen(
-                [
-                    server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
-                    "--dir", str(self.dir), "--logfile", "redis.log", "--save", "",
-                    "--appendonly", "no", "--loadmodule", module_path(), "debug-clock", "yes",
-                    *(extra or []),
-                ],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )
+            self._spawn()
             if self._wait_ready():
                 return
         raise RuntimeError(f"redis-server did not start; log:\n{self.log()}")
+
+    def _spawn(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+                "--dir", str(self.dir), "--logfile", "redis.log", "--save", "",
+                "--appendonly", "no", "--loadmodule", module_path(), "debug-clock", "yes",
+                *self.extra,
+            ],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+
+    def restart(self, ms: int = T0_MS) -> None:
+        """Start it again, stopped or not, on the same port (its keys gone: nothing is
+        saved), the debug clock frozen at ``ms``."""
+        self.stop()
+        self._spawn()
+        if not self._wait_ready():
+            raise RuntimeError(f"redis-server did not start again on port {self.port}; log:\n{self.log()}")
+        self.freeze(ms)
 
     def _wait_ready(self) -> bool:
         deadline = time.monotonic() + 15

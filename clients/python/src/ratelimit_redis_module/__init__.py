@@ -9,7 +9,16 @@
 """
 
 from .asgi import RateLimitMiddleware, client_ip, exempt, header, user
-from .client import ADMISSION_OPTIONS, COMMANDS, LEFT_OUT, AsyncRateLimiter, Counterpart, RateLimiter
+from .client import (
+    ADMISSION_OPTIONS,
+    COMMANDS,
+    LEFT_OUT,
+    AsyncRateLimiter,
+    Counterpart,
+    RateLimiter,
+    async_client_from_url,
+    client_from_url,
+)
 from .guard import (
     PROBLEM_JSON,
     UNAVAILABLE_BODY,
@@ -48,6 +57,6 @@ __all__ = [
     "AsyncGuard", "AsyncRateLimiter", "Concurrency", "Decision", "DenialMemory", "Duration", "FixedWindow",
     "GCRA", "Guard", "LeakyBucket", "Limit", "PROBLEM_JSON", "Policy", "RateLimitMiddleware",
     "RateLimiter", "Rule", "RULE_KINDS", "RuleKind", "SlidingLog", "SlidingWindow", "Stats", "TokenBucket",
-    "UNAVAILABLE_BODY", "Verdict", "Warmup", "client_ip", "duration_ms", "exempt", "header", "parse_decision",
+    "UNAVAILABLE_BODY", "Verdict", "Warmup", "async_client_from_url", "client_from_url", "client_ip", "duration_ms", "exempt", "header", "parse_decision",
     "parse_rules", "quota_exceeded_body", "rate_limit_headers", "user",
 ]

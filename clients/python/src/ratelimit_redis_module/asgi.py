@@ -4,7 +4,7 @@
 
     app.add_middleware(
         RateLimitMiddleware,
-        redis=redis.asyncio.Redis(),
+        redis="redis://127.0.0.1:6379",   # or async_client_from_url(...)
         limit=GCRA(burst=5, rate=10, period="1m"),
         key=header("x-client-id"),
     )
@@ -144,7 +144,12 @@ class RateLimitMiddleware:
 
     Args:
         app: the ASGI application.
-        redis: a :class:`redis.asyncio.Redis` or :class:`redis.asyncio.cluster.RedisCluster`.
+        redis: a Redis URL (``"redis://127.0.0.1:6379"``: the middleware makes its client with
+            :func:`~ratelimit_redis_module.async_client_from_url`, which fails at once while
+            Redis refuses connections and recovers as soon as it is back), or a
+            :class:`redis.asyncio.Redis` or :class:`redis.asyncio.cluster.RedisCluster` (best
+            made with that function: redis-py's default client has every request pay the
+            whole ``timeout`` while Redis refuses connections).
         limit: one algorithm's parameters (``GCRA(5, 10, "1m")``, ``Warmup(10, "1s", "10s")``...),
             ``Policy("api")``, or
             ``Concurrency(limit, lease)`` (requests in flight: the lease is released when the

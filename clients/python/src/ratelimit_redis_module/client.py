@@ -9,6 +9,14 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
 from .limits import (
     GCRA,
     Concurrency,
@@ -27,7 +35,67 @@ from .limits import (
 )
 from .reply import Decision, _text, parse_decision
 
-__all__ = ["RateLimiter", "AsyncRateLimiter", "COMMANDS", "LEFT_OUT", "ADMISSION_OPTIONS", "Counterpart"]
+__all__ = [
+    "RateLimiter",
+    "AsyncRateLimiter",
+    "client_from_url",
+    "async_client_from_url",
+    "COMMANDS",
+    "LEFT_OUT",
+    "ADMISSION_OPTIONS",
+    "Counterpart",
+]
+
+# What client_from_url and async_client_from_url set, and why: a limiter sits on the request
+# path, where a request must not wait for Redis longer than its timeout. redis-py's own default
+# retries a failed command 10 times with exponential back-off (10 ms to 1 s, jittered): while
+# Redis refuses connections, a check then lasts until the guard's timeout (the asyncio guard:
+# every request pays its 50 ms) or for seconds (the sync guard, whose only bound is each
+# attempt's socket timeout), and when Redis is back the first request still waits out a
+# back-off. With no retry at all, the first request after a restart fails on its pooled
+# connection, which the old server closed. One retry, at once, on a connection error only: a
+# refused connection fails in well under a millisecond on the same host, a stale connection is
+# replaced at once, and a timeout is not paid twice.
+
+
+def client_from_url(
+    url: str = "redis://127.0.0.1:6379", *, timeout: float = 0.05, cluster: bool = False, **options: Any
+) -> redis.Redis | redis.cluster.RedisCluster:
+    """A synchronous redis-py client set for a limiter on the request path (for
+    :class:`RateLimiter` and :class:`~ratelimit_redis_module.Guard`): ``timeout`` seconds
+    to connect and to answer (default 0.05), and one retry, at once, on a connection error
+    only, where redis-py's default retries 10 times with back-off (see the manual's Clients
+    page: a check then lasts seconds while Redis refuses connections). So a check fails fast
+    while Redis is down (fail open or closed) and succeeds as soon as it is back. ``cluster``
+    makes a :class:`redis.cluster.RedisCluster`; ``options`` go to redis-py as they are and
+    override these settings."""
+    settings: dict[str, Any] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
+        **options,
+    }
+    if cluster:
+        return redis.cluster.RedisCluster.from_url(url, **settings)
+    return redis.Redis.from_url(url, **settings)
+
+
+def async_client_from_url(
+    url: str = "redis://127.0.0.1:6379", *, timeout: float = 0.05, cluster: bool = False, **options: Any
+) -> redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster:
+    """An asyncio redis-py client set for a limiter on the request path (for
+    :class:`AsyncRateLimiter`, :class:`~ratelimit_redis_module.AsyncGuard` and the
+    middleware), as :func:`client_from_url` sets its sync twin: with redis-py's default, every
+    request pays the whole guard timeout while Redis refuses connections."""
+    settings: dict[str, Any] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": AsyncRetry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
+        **options,
+    }
+    if cluster:
+        return redis.asyncio.cluster.RedisCluster.from_url(url, **settings)
+    return redis.asyncio.Redis.from_url(url, **settings)
 
 
 class Counterpart(NamedTuple):

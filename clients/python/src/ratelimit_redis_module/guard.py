@@ -14,7 +14,7 @@ from typing import Any, Callable, Hashable
 
 import redis
 
-from .client import AsyncRateLimiter, RateLimiter
+from .client import AsyncRateLimiter, RateLimiter, async_client_from_url, client_from_url
 from .limits import Concurrency, Limit, Policy, Rule
 from .reply import Decision
 
@@ -109,6 +109,10 @@ class Stats:
         denied: requests refused by Redis (429).
         remembered: requests refused from the local denial memory: round trips saved.
         failures: checks that Redis did not answer in time (timeout, refused connection, error).
+        timeouts: of those, checks that got no answer within the timeout (the asyncio guard's
+            ``timeout``, the sync client's socket timeout): each cost the whole timeout. A
+            failure that is not one ended sooner (a refused connection, with a client of
+            :func:`~ratelimit_redis_module.async_client_from_url`: at once).
         fail_open: of those, requests let through without a limit.
         fail_closed: of those, requests refused with 503.
         shadow_denied: requests checked with ``shadow`` that the limit would have refused
@@ -120,6 +124,7 @@ class Stats:
     denied: int = 0
     remembered: int = 0
     failures: int = 0
+    timeouts: int = 0
     fail_open: int = 0
     fail_closed: int = 0
     shadow_denied: int = 0
@@ -381,6 +386,8 @@ class _GuardBase:
 
     def _failed(self, error: BaseException) -> Verdict:
         self.stats.failures += 1
+        if isinstance(error, (asyncio.TimeoutError, redis.TimeoutError)):
+            self.stats.timeouts += 1
         if isinstance(error, asyncio.TimeoutError):
             what = f"no answer within {round(self._timeout_s * 1000)} ms"
         else:
@@ -405,8 +412,11 @@ class Guard(_GuardBase):
     framework): call :meth:`check` with the caller's identity, then answer as the verdict says.
 
     Args:
-        client: a :class:`redis.Redis` or :class:`redis.cluster.RedisCluster`. Its
-            ``socket_timeout`` is the time Redis has to answer (e.g. 0.05).
+        client: a :class:`redis.Redis` or :class:`redis.cluster.RedisCluster`, best made with
+            :func:`~ratelimit_redis_module.client_from_url` (a URL here makes one): its
+            ``socket_timeout`` is the time Redis has to answer (e.g. 0.05), and it fails at
+            once while Redis refuses connections, where redis-py's default client retries
+            with back-off for seconds.
         limit: one algorithm's parameters (``GCRA(5, 10, "1m")``...) or ``Policy("api")``.
         name: the limit's name in the headers (default ``"default"``; for a policy, its name,
             and ``"<policy>/<rule>"`` for the binding rule of a policy of several rules).
@@ -432,7 +442,7 @@ class Guard(_GuardBase):
             limit, name=name, prefix=prefix, fail_open=fail_open, max_remembered=max_remembered,
             stats=stats, clock=clock,
         )
-        self.limiter = RateLimiter(client)
+        self.limiter = RateLimiter(client_from_url(client) if isinstance(client, str) else client)
 
     def check(self, identity: str, cost: int = 1, *, at_most: int | None = None, shadow: bool = False) -> Verdict:
         """Check one request of ``identity`` costing ``cost`` units.
@@ -477,6 +487,10 @@ class AsyncGuard(_GuardBase):
     uses. The arguments are :class:`Guard`'s, and:
 
     Args:
+        client: a :class:`redis.asyncio.Redis` or :class:`redis.asyncio.cluster.RedisCluster`,
+            best made with :func:`~ratelimit_redis_module.async_client_from_url` (a URL here
+            makes one, with ``timeout``): with redis-py's default client, every check pays
+            the whole ``timeout`` while Redis refuses connections.
         timeout: seconds Redis has to answer a check (default 0.05); past it the request
             fails open or closed.
     """
@@ -498,6 +512,8 @@ class AsyncGuard(_GuardBase):
             limit, name=name, prefix=prefix, fail_open=fail_open, max_remembered=max_remembered,
             stats=stats, clock=clock,
         )
+        if isinstance(client, str):
+            client = async_client_from_url(client, timeout=timeout)
         self.limiter = AsyncRateLimiter(client)
         self.timeout = timeout
         self._timeout_s = timeout
