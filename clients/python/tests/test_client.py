@@ -267,7 +267,8 @@ def test_every_limit_with_every_option_answers_as_its_command(server: Server, li
                     continue
                 words = [limit.command, "twin", *limit.args()]
                 if concurrent:
-                    words += (["DRYRUN"] if options.get("dryrun") else []) + (["SHADOW"] if options.get("shadow") else [])
+                    words += ["DRYRUN"] if options.get("dryrun") else []
+                    words += ["SHADOW"] if options.get("shadow") else []
                 else:
                     words += (["COST", str(options["cost"])] if "cost" in options else [])
                     words += (["ATMOST", str(options["at_most"])] if "at_most" in options else [])

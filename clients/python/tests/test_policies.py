@@ -137,8 +137,10 @@ def test_a_reply_with_a_field_the_package_does_not_know_is_a_failure(
         assert stats.fail_closed == 1
         wrapped.rewrite = None
         assert http.get(headers={"X-Client-Id": f"o{protocol}"})[0] == 200
-    assert warnings_of(caplog)[0].startswith("rate limiter reply not understood (ValueError: unexpected reply: 7 fields, "
-                                             "expected 6: [1, 5, 4, 0, 200, 0, 1]); failing closed")
+    assert warnings_of(caplog)[0].startswith(
+        "rate limiter reply not understood (ValueError: unexpected reply: 7 fields, expected 6: "
+        "[1, 5, 4, 0, 200, 0, 1]); failing closed"
+    )
     assert warnings_of(caplog)[1].startswith("rate limiter reply not understood (ValueError: unexpected reply: "
                                              "the fields novel too in ")
     assert len(warnings_of(caplog)) == 2

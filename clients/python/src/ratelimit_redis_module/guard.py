@@ -113,8 +113,8 @@ class Stats:
             ``timeout``, the sync client's socket timeout): each cost the whole timeout. A
             failure that is not one ended sooner (a refused connection, with a client of
             :func:`~ratelimit_redis_module.async_client_from_url`: at once).
-        fail_open: of those, requests let through without a limit.
-        fail_closed: of those, requests refused with 503.
+        fail_open: of the failures, requests let through without a limit.
+        fail_closed: of the failures, requests refused with 503.
         shadow_denied: requests checked with ``shadow`` that the limit would have refused
             (let through, counted here and not in ``admitted``).
     """
