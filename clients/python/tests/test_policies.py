@@ -59,6 +59,8 @@ def hello(client: Any, policy: str, **options: Any) -> tuple[FastAPI, Stats]:
         return PlainTextResponse("hello")
 
     stats = Stats()
+    # What is checked is each reply's reading: a slow first connection must not fail a request.
+    options.setdefault("timeout", 1.0)
     app.add_middleware(RateLimitMiddleware, redis=client, limit=Policy(policy),
                        key=lambda scope: dict(scope["headers"]).get(b"x-client-id", b"").decode() or None,
                        prefix=f"rl:policy:{policy}:", stats=stats, **options)
