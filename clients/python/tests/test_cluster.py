@@ -10,7 +10,17 @@ import redis.asyncio.cluster
 import redis.cluster
 
 from conftest import Server
-from ratelimit_redis_module import GCRA, AsyncGuard, AsyncRateLimiter, Decision, FixedWindow, RateLimiter, Rule
+from ratelimit_redis_module import (
+    GCRA,
+    AsyncGuard,
+    AsyncRateLimiter,
+    Decision,
+    FixedWindow,
+    RateLimiter,
+    Rule,
+    async_client_from_url,
+    client_from_url,
+)
 
 
 def owner(nodes: list[Server], slot: int) -> Server:
@@ -97,3 +107,51 @@ def test_guard_names_policy_rules_on_cluster(cluster: list[Server]) -> None:
         assert verdict.headers[:2] == [("ratelimit-policy", '"two/1";q=3;w=60'), ("ratelimit", '"two/1";r=2;t=40')]
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+async def test_a_fresh_client_sets_and_deletes_a_policy_on_every_primary_and_lists_one_nodes(
+    cluster: list[Server], asynchronous: bool
+) -> None:
+    name = f"gone-{asynchronous}"
+    if asynchronous:
+        client: Any = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=cluster[0].port)
+        rl: Any = AsyncRateLimiter(client)
+    else:
+        client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster[0].port)
+        rl = RateLimiter(client)
+
+    async def run(result: Any) -> Any:
+        return await result if asynchronous else result
+
+    try:
+        # The client's first command: an asyncio cluster client knows its nodes only after one.
+        await run(rl.policy_set(name, GCRA(2, 2, "1s")))
+        for node in cluster:
+            assert RateLimiter(node.client()).policy_get(name) == [Rule("GCRA", ("2", "2", "1s"))]
+        assert name in await run(rl.policy_list())
+        assert await run(rl.policy_del(name)) is True
+        for node in cluster:
+            assert RateLimiter(node.client()).policy_get(name) is None
+        assert await run(rl.policy_del(name)) is False
+        assert name not in await run(rl.policy_list())
+    finally:
+        await run(client.aclose() if asynchronous else client.close())
+
+
+async def test_the_packages_cluster_clients_route_by_key(cluster: list[Server]) -> None:
+    """client_from_url and async_client_from_url with cluster=True: RedisCluster clients with
+    the limiter's settings (timeouts, one retry at once), routing by key as any other."""
+    sync_client: Any = client_from_url(f"redis://127.0.0.1:{cluster[1].port}", cluster=True)
+    async_client: Any = async_client_from_url(f"redis://127.0.0.1:{cluster[2].port}", cluster=True)
+    try:
+        assert isinstance(sync_client, redis.cluster.RedisCluster)
+        assert isinstance(async_client, redis.asyncio.cluster.RedisCluster)
+        rl, arl = RateLimiter(sync_client), AsyncRateLimiter(async_client)
+        for key in keys_on_every_node(cluster, "factory:"):
+            assert rl.gcra(key, 2, 1, "1s", cost=2) == Decision(True, 2, 0, 0, 2000)
+            assert await arl.gcra(key, 2, 1, "1s") == Decision(False, 2, 0, 1000, 2000)
+            assert stored_on_owner(cluster, key)
+    finally:
+        sync_client.close()
+        await async_client.aclose()

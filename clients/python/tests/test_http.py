@@ -24,6 +24,7 @@ from ratelimit_redis_module import (
     RateLimitMiddleware,
     SlidingLog,
     Stats,
+    Warmup,
     client_ip,
     header,
     quota_exceeded_body,
@@ -149,6 +150,53 @@ def test_policy_names_the_binding_rule(server: Server, serve: Any) -> None:
     solo = serve(app_for(server, limit=Policy("solo"), key=header("x-client-id")))
     who = {"X-Client-Id": "gina"}
     assert solo.get(headers=who) == (200, PLAIN + limited("solo", 2, 60, 1, 60, 60), b"hello")
+
+
+def test_warmup_says_q_1_and_no_window(server: Server, serve: Any) -> None:
+    """A warm-up admits one request at a time, spaced by an interval that changes as it warms:
+    q=1 and no w; from idle at 10 a second, 398 ms to the next one, then 298 ms to wait."""
+    http = serve(app_for(server, limit=Warmup(10, "1s", "10s"), key=header("x-client-id")))
+    who = {"X-Client-Id": "wendy"}
+    assert http.get(headers=who) == (200, PLAIN + limited("default", 1, None, 0, 1, 1), b"hello")
+    assert http.get(headers=who) == (429, refused(QUOTA_BODY, "default", 1, None, 1, 1), QUOTA_BODY)
+
+
+def test_shadow_checks_and_counts_but_never_refuses(server: Server, serve: Any) -> None:
+    """With ``shadow`` (here: the requests with X-Shadow), a request the limit would refuse is
+    let through with the denial's fields, counted in stats.shadow_denied, writing nothing;
+    it is neither answered from the denial memory nor remembered."""
+    stats = Stats()
+    http = serve(app_for(server, limit=GCRA(2, 2, "1m"), key=header("x-client-id"), stats=stats,
+                         shadow=lambda scope: (b"x-shadow", b"1") in scope["headers"]))
+    who, watched = {"X-Client-Id": "sam"}, {"X-Client-Id": "sam", "X-Shadow": "1"}
+    assert http.get(headers=who) == (200, PLAIN + limited("default", 2, 60, 1, 30, 30), b"hello")
+    assert http.get(headers=who) == (200, PLAIN + limited("default", 2, 60, 0, 60, 60), b"hello")
+    assert http.get(headers=watched) == (200, PLAIN + limited("default", 2, 60, 0, 60, 60), b"hello")
+    assert (stats.admitted, stats.shadow_denied, stats.denied) == (2, 1, 0)
+    # The shadow request wrote nothing: the next is refused for the same 30 s, and remembered.
+    assert http.get(headers=who) == (429, refused(QUOTA_BODY, "default", 2, 60, 30, 60), QUOTA_BODY)
+    calls = server.calls("rl.gcra")
+    assert http.get(headers=watched) == (200, PLAIN + limited("default", 2, 60, 0, 60, 60), b"hello")
+    assert server.calls("rl.gcra") == calls + 1
+    assert http.get(headers=who) == (429, refused(QUOTA_BODY, "default", 2, 60, 30, 60), QUOTA_BODY)
+    assert server.calls("rl.gcra") == calls + 1
+    assert (stats.admitted, stats.shadow_denied, stats.denied, stats.remembered) == (2, 2, 1, 1)
+
+
+def test_guard_grants_at_most_what_the_key_allows(server: Server) -> None:
+    """``at_most``: the decision's ``granted``; a grant of nothing is refused, not remembered
+    (a later request has a cost of its own)."""
+    from ratelimit_redis_module import Guard
+
+    guard = Guard(server.client(), GCRA(5, 1, "1m"), name="batch")
+    v = guard.check("q", at_most=3)
+    assert (v.status, v.decision and v.decision.granted, v.headers) == (200, 3, limited("batch", 5, 60, 2, 180, 180))
+    v = guard.check("q", at_most=3)
+    assert (v.status, v.decision and v.decision.granted, v.headers) == (200, 2, limited("batch", 5, 60, 0, 300, 300))
+    v = guard.check("q", at_most=3)
+    assert (v.status, v.decision and v.decision.granted) == (429, 0)
+    assert v.headers == limited("batch", 5, 60, 0, 60, 300) + [("retry-after", "60")]
+    assert [guard.check("q").source for _ in range(2)] == ["redis", "memory"]
 
 
 def test_client_ip_is_the_default_key_and_no_key_means_no_limit(server: Server, serve: Any) -> None:

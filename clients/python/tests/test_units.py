@@ -41,6 +41,32 @@ def test_parse_resp2_and_resp3_alike() -> None:
         parse_decision([1, b"x", 1, 0, 0])
 
 
+def test_parse_the_fields_atmost_and_shadow_add_in_the_modules_order() -> None:
+    assert parse_decision([1, 5, 2, 0, 180000, 3], granted=True) == Decision(True, 5, 2, 0, 180000, granted=3)
+    assert parse_decision([1, 3, 0, 1000, 3000, -1, 0, 1], "delay_ms", granted=True, shadow=True) == Decision(
+        True, 3, 0, 1000, 3000, delay_ms=-1, granted=0, shadow_denied=True
+    )
+    assert parse_decision({b"allowed": True, b"limit": 1, b"remaining": 0, b"retry_after_ms": 30000,
+                           b"reset_after_ms": 30000, b"token": None, b"shadow_denied": 1}, "token", shadow=True) == (
+        Decision(True, 1, 0, 30000, 30000, token=None, shadow_denied=True)
+    )
+    # The shape the arguments call for, exactly: a field missing, one too many, a flag not 0 or 1.
+    with pytest.raises(ValueError, match="unexpected reply: 5 fields, expected 6"):
+        parse_decision([1, 5, 2, 0, 180000], granted=True)
+    with pytest.raises(ValueError, match="unexpected reply: 6 fields, expected 5"):
+        parse_decision([1, 5, 2, 0, 180000, 0])
+    with pytest.raises(ValueError, match="no shadow_denied in"):
+        parse_decision({"allowed": 1, "limit": 1, "remaining": 1, "retry_after_ms": 0, "reset_after_ms": 0},
+                       shadow=True)
+    with pytest.raises(ValueError, match="the fields granted too in"):
+        parse_decision({"allowed": 1, "limit": 1, "remaining": 1, "retry_after_ms": 0, "reset_after_ms": 0,
+                        "granted": 1})
+    with pytest.raises(ValueError, match="allowed is 2, not 0 or 1"):
+        parse_decision([2, 5, 2, 0, 180000])
+    with pytest.raises(ValueError, match="shadow_denied is b'yes', not an integer"):
+        parse_decision([1, 5, 2, 0, 180000, b"yes"], shadow=True)
+
+
 def test_headers_round_seconds_up() -> None:
     admitted = rate_limit_headers("default", Decision(True, 5, 4, 0, 1), 60)
     assert admitted == [

@@ -5,11 +5,25 @@
 - :class:`Guard` / :class:`AsyncGuard`: a limit applied to HTTP requests in any framework:
   a :class:`Verdict` with the RateLimit headers, the 429 body, the local denial memory, and
   fail open or closed.
-- :class:`RateLimitMiddleware`: the same as ASGI middleware for Starlette and FastAPI.
+- :class:`RateLimitMiddleware`: the same as ASGI middleware for Starlette and FastAPI
+  (:func:`exempt` and ``skip`` leave requests alone).
+- :func:`client_from_url` / :func:`async_client_from_url`: redis-py clients set for the
+  request path (they fail at once while Redis refuses connections).
+- :data:`COMMANDS`, :data:`LEFT_OUT`, :data:`RULE_KINDS`: what the package covers of the
+  module's commands and policy rules, and what it leaves out.
 """
 
-from .asgi import RateLimitMiddleware, client_ip, header, user
-from .client import AsyncRateLimiter, RateLimiter
+from .asgi import RateLimitMiddleware, client_ip, exempt, header, user
+from .client import (
+    ADMISSION_OPTIONS,
+    COMMANDS,
+    LEFT_OUT,
+    AsyncRateLimiter,
+    Counterpart,
+    RateLimiter,
+    async_client_from_url,
+    client_from_url,
+)
 from .guard import (
     PROBLEM_JSON,
     UNAVAILABLE_BODY,
@@ -28,11 +42,14 @@ from .limits import (
     FixedWindow,
     LeakyBucket,
     Limit,
+    RULE_KINDS,
     Policy,
     Rule,
+    RuleKind,
     SlidingLog,
     SlidingWindow,
     TokenBucket,
+    Warmup,
     duration_ms,
     parse_rules,
 )
@@ -41,9 +58,10 @@ from .reply import Decision, parse_decision
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncGuard", "AsyncRateLimiter", "Concurrency", "Decision", "DenialMemory", "Duration", "FixedWindow",
-    "GCRA", "Guard", "LeakyBucket", "Limit", "PROBLEM_JSON", "Policy", "RateLimitMiddleware",
-    "RateLimiter", "Rule", "SlidingLog", "SlidingWindow", "Stats", "TokenBucket",
-    "UNAVAILABLE_BODY", "Verdict", "client_ip", "duration_ms", "header", "parse_decision",
-    "parse_rules", "quota_exceeded_body", "rate_limit_headers", "user",
+    "ADMISSION_OPTIONS", "AsyncGuard", "AsyncRateLimiter", "COMMANDS", "Concurrency", "Counterpart",
+    "Decision", "DenialMemory", "Duration", "FixedWindow", "GCRA", "Guard", "LEFT_OUT", "LeakyBucket",
+    "Limit", "PROBLEM_JSON", "Policy", "RULE_KINDS", "RateLimitMiddleware", "RateLimiter", "Rule",
+    "RuleKind", "SlidingLog", "SlidingWindow", "Stats", "TokenBucket", "UNAVAILABLE_BODY", "Verdict",
+    "Warmup", "async_client_from_url", "client_from_url", "client_ip", "duration_ms", "exempt", "header",
+    "parse_decision", "parse_rules", "quota_exceeded_body", "rate_limit_headers", "user",
 ]

@@ -4,7 +4,7 @@
 
     app.add_middleware(
         RateLimitMiddleware,
-        redis=redis.asyncio.Redis(),
+        redis="redis://127.0.0.1:6379",   # or async_client_from_url(...)
         limit=GCRA(burst=5, rate=10, period="1m"),
         key=header("x-client-id"),
     )
@@ -13,12 +13,12 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Awaitable, Callable, Mapping, MutableMapping, Union
+from typing import Any, Awaitable, Callable, Iterable, Mapping, MutableMapping, TypeVar, Union
 
 from .guard import PROBLEM_JSON, AsyncGuard, Stats
 from .limits import Limit
 
-__all__ = ["RateLimitMiddleware", "KeyFunc", "client_ip", "header", "user"]
+__all__ = ["RateLimitMiddleware", "KeyFunc", "client_ip", "exempt", "header", "user"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -30,6 +30,62 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 KeyFunc = Callable[[Scope], Union[str, None]]
 #: A cost in units, or a function of the scope that gives it.
 CostFunc = Union[int, Callable[[Scope], int]]
+#: True or False for every request, or a function of the scope saying which requests.
+ScopeFlag = Union[bool, Callable[[Scope], bool]]
+#: A function of the scope: True for a request the middleware lets through untouched.
+SkipFunc = Callable[[Scope], bool]
+
+_Exempted = TypeVar("_Exempted")
+_EXEMPT = "__ratelimit_exempt__"
+# How many endpoints `exempt` has marked: until one is, no route is looked up.
+_marked = 0
+
+
+def exempt(endpoint: _Exempted) -> _Exempted:
+    """Mark a route's endpoint, or an ASGI app to be mounted, as exempt from
+    :class:`RateLimitMiddleware`, as slowapi's ``@limiter.exempt`` does: its requests pass
+    untouched, with no check, no headers and no round trip (health checks, metrics, internal
+    callers). Above or below the route's decorator::
+
+        @app.get("/health")
+        @exempt
+        async def health() -> dict: ...
+
+        app.mount("/internal", exempt(internal_app))
+
+    The middleware finds the route the way Starlette's router will (a Starlette or FastAPI
+    application, mounts included): the first route whose path and method match. Elsewhere, use
+    the middleware's ``skip``.
+    """
+    global _marked
+    try:
+        setattr(endpoint, _EXEMPT, True)
+    except (AttributeError, TypeError):
+        raise TypeError(f"cannot mark {endpoint!r} as exempt: it takes no attributes") from None
+    _marked += 1
+    return endpoint
+
+
+def _is_exempt(thing: Any) -> bool:
+    return getattr(thing, _EXEMPT, False) is True
+
+
+def _exempt_route(routes: Iterable[Any], scope: Scope) -> bool:
+    """Whether the route Starlette's router would pick for ``scope`` (the first that matches
+    it fully, in a mount the first of its routes) is marked exempt."""
+    for route in routes:
+        matches = getattr(route, "matches", None)
+        if matches is None:
+            continue
+        match, child = matches(scope)
+        if getattr(match, "name", None) != "FULL":
+            continue
+        if _is_exempt(route) or _is_exempt(child.get("endpoint")):
+            return True
+        # A mount: the route its own router will pick, in the scope the mount hands it.
+        inner = getattr(route, "routes", None)
+        return _exempt_route(inner, {**scope, **child}) if inner else False
+    return False
 
 
 def client_ip(scope: Mapping[str, Any]) -> str | None:
@@ -88,8 +144,14 @@ class RateLimitMiddleware:
 
     Args:
         app: the ASGI application.
-        redis: a :class:`redis.asyncio.Redis` or :class:`redis.asyncio.cluster.RedisCluster`.
-        limit: one algorithm's parameters (``GCRA(5, 10, "1m")``...), ``Policy("api")``, or
+        redis: a Redis URL (``"redis://127.0.0.1:6379"``: the middleware makes its client with
+            :func:`~ratelimit_redis_module.async_client_from_url`, which fails at once while
+            Redis refuses connections and recovers as soon as it is back), or a
+            :class:`redis.asyncio.Redis` or :class:`redis.asyncio.cluster.RedisCluster` (best
+            made with that function: redis-py's default client has every request pay the
+            whole ``timeout`` while Redis refuses connections).
+        limit: one algorithm's parameters (``GCRA(5, 10, "1m")``, ``Warmup(10, "1s", "10s")``...),
+            ``Policy("api")``, or
             ``Concurrency(limit, lease)`` (requests in flight: the lease is released when the
             application is done with the request).
         key: the caller's identity: :func:`client_ip` (the default), :func:`header`,
@@ -97,6 +159,13 @@ class RateLimitMiddleware:
         name: the limit's name in the headers (default ``"default"``, or the policy's name).
         prefix: prepended to the identity to make the Redis key (default ``"rl:http:"``).
         cost: units per request, or a function of the scope giving them.
+        skip: a function of the scope, True for a request to let through untouched (no
+            check, no headers, no round trip), as express-rate-limit's ``skip``; see also
+            :func:`exempt`, to mark a route.
+        shadow: True, or a function of the scope saying which requests: the limit is checked
+            with ``SHADOW``, counted and answered in the headers, but never refuses (a new
+            limit watched on live traffic before it is enforced; ``stats.shadow_denied``
+            counts the requests it would have refused).
         timeout: seconds Redis has to answer (default 0.05).
         fail_open: let requests through when Redis fails (default) instead of answering 503.
         max_remembered: how many denials to remember locally (default 10,000; 0: none).
@@ -115,6 +184,8 @@ class RateLimitMiddleware:
         name: str | None = None,
         prefix: str = "rl:http:",
         cost: CostFunc = 1,
+        skip: SkipFunc | None = None,
+        shadow: ScopeFlag = False,
         timeout: float = 0.05,
         fail_open: bool = True,
         max_remembered: int = 10_000,
@@ -133,14 +204,29 @@ class RateLimitMiddleware:
         self.guard = guard
         self.key = key
         self.cost = cost
+        self.shadow = shadow
+        self.skip = skip
 
     @property
     def stats(self) -> Stats:
         """The counters: round trips, admitted, denied, remembered, failures..."""
         return self.guard.stats
 
+    def _skipped(self, scope: Scope) -> bool:
+        if self.skip is not None and self.skip(scope):
+            return True
+        if not _marked:
+            return False
+        # The application being served: Starlette puts itself in the scope before its
+        # middleware runs; this middleware may also wrap it directly.
+        for app in (scope.get("app"), self.app):
+            routes = getattr(getattr(app, "router", None), "routes", None)
+            if routes is not None:
+                return _exempt_route(routes, scope)
+        return False
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or self._skipped(scope):
             await self.app(scope, receive, send)
             return
         identity = self.key(scope)
@@ -148,7 +234,8 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         cost = self.cost(scope) if callable(self.cost) else self.cost
-        verdict = await self.guard.check(identity, cost)
+        shadow = self.shadow(scope) if callable(self.shadow) else self.shadow
+        verdict = await self.guard.check(identity, cost, shadow=bool(shadow))
         extra = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in verdict.headers]
         if not verdict.allowed:
             await send({

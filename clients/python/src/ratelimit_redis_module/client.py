@@ -7,7 +7,15 @@ node that owns the key's slot. Replies are parsed alike from RESP2 (arrays) and 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .limits import (
     GCRA,
@@ -21,37 +29,159 @@ from .limits import (
     SlidingLog,
     SlidingWindow,
     TokenBucket,
+    Warmup,
     _arg,
     parse_rules,
 )
 from .reply import Decision, _text, parse_decision
 
-__all__ = ["RateLimiter", "AsyncRateLimiter"]
+__all__ = [
+    "RateLimiter",
+    "AsyncRateLimiter",
+    "client_from_url",
+    "async_client_from_url",
+    "COMMANDS",
+    "LEFT_OUT",
+    "ADMISSION_OPTIONS",
+    "Counterpart",
+]
+
+# What client_from_url and async_client_from_url set, and why: a limiter sits on the request
+# path, where a request must not wait for Redis longer than its timeout. redis-py's own default
+# retries a failed command 10 times with exponential back-off (10 ms to 1 s, jittered): while
+# Redis refuses connections, a check then lasts until the guard's timeout (the asyncio guard:
+# every request pays its 50 ms) or for seconds (the sync guard, whose only bound is each
+# attempt's socket timeout), and when Redis is back the first request still waits out a
+# back-off. With no retry at all, the first request after a restart fails on its pooled
+# connection, which the old server closed. One retry, at once, on a connection error only: a
+# refused connection fails in well under a millisecond on the same host, a stale connection is
+# replaced at once, and a timeout is not paid twice.
 
 
-def _options(cost: int, dryrun: bool, block: Duration | None) -> list[str]:
-    words = [] if cost == 1 else ["COST", str(cost)]
+def client_from_url(
+    url: str = "redis://127.0.0.1:6379", *, timeout: float = 0.05, cluster: bool = False, **options: Any
+) -> redis.Redis | redis.cluster.RedisCluster:
+    """A synchronous redis-py client set for a limiter on the request path (for
+    :class:`RateLimiter` and :class:`~ratelimit_redis_module.Guard`): ``timeout`` seconds
+    to connect and to answer (default 0.05), and one retry, at once, on a connection error
+    only, where redis-py's default retries 10 times with back-off (see the manual's Clients
+    page: a check then lasts seconds while Redis refuses connections). So a check fails fast
+    while Redis is down (fail open or closed) and succeeds as soon as it is back. ``cluster``
+    makes a :class:`redis.cluster.RedisCluster`; ``options`` go to redis-py as they are and
+    override these settings."""
+    settings: dict[str, Any] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
+        **options,
+    }
+    if cluster:
+        return redis.cluster.RedisCluster.from_url(url, **settings)
+    return redis.Redis.from_url(url, **settings)
+
+
+def async_client_from_url(
+    url: str = "redis://127.0.0.1:6379", *, timeout: float = 0.05, cluster: bool = False, **options: Any
+) -> redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster:
+    """An asyncio redis-py client set for a limiter on the request path (for
+    :class:`AsyncRateLimiter`, :class:`~ratelimit_redis_module.AsyncGuard` and the
+    middleware), as :func:`client_from_url` sets its sync twin: with redis-py's default, every
+    request pays the whole guard timeout while Redis refuses connections."""
+    settings: dict[str, Any] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": AsyncRetry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
+        **options,
+    }
+    if cluster:
+        return redis.asyncio.cluster.RedisCluster.from_url(url, **settings)
+    return redis.asyncio.Redis.from_url(url, **settings)
+
+
+class Counterpart(NamedTuple):
+    """What the package has for one of the module's commands."""
+
+    #: The package's names for it: methods (of :class:`RateLimiter` and its asyncio twin)
+    #: and limit classes.
+    api: str
+    #: The option words (COMMAND DOCS's tokens) the package can send with it.
+    options: frozenset[str]
+
+
+#: The options every admission command takes after its parameters.
+ADMISSION_OPTIONS = frozenset({"COST", "ATMOST", "DRYRUN", "BLOCK", "SHADOW"})
+
+#: The module's commands the package covers, each with its counterpart. The parity test
+#: (tests/test_parity.py) reads COMMAND DOCS from a real server with the module and fails
+#: when a command or an option has no counterpart here (or here and not in the package), so
+#: that the next one cannot be forgotten.
+COMMANDS: dict[str, Counterpart] = {
+    "RL.GCRA": Counterpart("gcra, GCRA", ADMISSION_OPTIONS),
+    "RL.TOKENBUCKET": Counterpart("token_bucket, TokenBucket (interval: INTERVAL)", ADMISSION_OPTIONS | {"INTERVAL"}),
+    "RL.LEAKYBUCKET": Counterpart("leaky_bucket, LeakyBucket", ADMISSION_OPTIONS),
+    "RL.FIXEDWINDOW": Counterpart("fixed_window, FixedWindow", ADMISSION_OPTIONS),
+    "RL.SLIDINGWINDOW": Counterpart("sliding_window, SlidingWindow", ADMISSION_OPTIONS),
+    "RL.SLIDINGLOG": Counterpart("sliding_log, SlidingLog", ADMISSION_OPTIONS),
+    "RL.WARMUP": Counterpart("warmup, Warmup (cold_factor: COLDFACTOR)", ADMISSION_OPTIONS | {"COLDFACTOR"}),
+    "RL.LIMIT": Counterpart("limit, Policy", ADMISSION_OPTIONS),
+    "RL.CONCURRENCY.ACQUIRE": Counterpart("acquire (token: ID), Concurrency", frozenset({"ID", "DRYRUN", "SHADOW"})),
+    "RL.CONCURRENCY.RELEASE": Counterpart("release", frozenset()),
+    "RL.REFUND": Counterpart("refund", frozenset({"DRYRUN"})),
+    "RL.POLICY.SET": Counterpart("policy_set (a Rule's shadow: SHADOW)", frozenset({"SHADOW"})),
+    "RL.POLICY.GET": Counterpart("policy_get, parse_rules", frozenset()),
+    "RL.POLICY.DEL": Counterpart("policy_del", frozenset()),
+    "RL.POLICY.LIST": Counterpart("policy_list", frozenset()),
+}
+
+#: The module's commands the package leaves out, each with the reason.
+LEFT_OUT: dict[str, str] = {
+    "CL.THROTTLE": "redis-cell's command and reply, for redis-cell's clients; RL.GCRA is the same limit",
+    "RL.INSPECT": "an operator's view of a key's state (redis-cli, or the client's execute_command)",
+    "RL.TOP": "an operator's view of the keys denied most (redis-cli, or the client's execute_command)",
+    "RL.DEBUG.CLOCK": "for tests only, on a server started with debug-clock yes",
+    "RL.DEBUG.PANIC": "for tests only, on a server started with debug-clock yes",
+    "RL.REPLAY": "internal: accepted only from replication or the AOF",
+    "RL.LOADSTATE": "internal: accepted only from replication or the AOF",
+}
+
+
+def _options(cost: int, at_most: int | None, dryrun: bool, block: Duration | None, shadow: bool) -> list[str]:
+    if at_most is None:
+        words = [] if cost == 1 else ["COST", str(cost)]
+    elif cost != 1:
+        raise ValueError("give cost or at_most, not both: COST takes exactly cost units, ATMOST as many as allowed")
+    else:
+        words = ["ATMOST", str(at_most)]
     if dryrun:
         words.append("DRYRUN")
     if block is not None:
         words += ["BLOCK", _arg(block)]
+    if shadow:
+        words.append("SHADOW")
     return words
 
 
-def _check_args(limit: Limit, key: str | bytes, cost: int, dryrun: bool, block: Duration | None) -> list[Any]:
+def _check_args(
+    limit: Limit, key: str | bytes, cost: int, at_most: int | None, dryrun: bool, block: Duration | None,
+    shadow: bool,
+) -> list[Any]:
     if isinstance(limit, Concurrency):
-        if cost != 1 or block is not None:
-            raise ValueError("a concurrency limit takes one lease per request: no cost, no block")
-        return [limit.command, key, *limit.args(), *(["DRYRUN"] if dryrun else [])]
-    return [limit.command, key, *limit.args(), *_options(cost, dryrun, block)]
+        if cost != 1 or at_most is not None or block is not None:
+            raise ValueError("a concurrency limit takes one lease per request: no cost, no at_most, no block")
+        return _acquire_args(key, limit.limit, limit.lease, None, dryrun, shadow)
+    return [limit.command, key, *limit.args(), *_options(cost, at_most, dryrun, block, shadow)]
 
 
-def _acquire_args(key: str | bytes, limit: int, lease: Duration, token: str | None, dryrun: bool) -> list[Any]:
+def _acquire_args(
+    key: str | bytes, limit: int, lease: Duration, token: str | None, dryrun: bool, shadow: bool
+) -> list[Any]:
     words: list[Any] = ["RL.CONCURRENCY.ACQUIRE", key, str(limit), _arg(lease)]
     if token is not None:
         words += ["ID", token]
     if dryrun:
         words.append("DRYRUN")
+    if shadow:
+        words.append("SHADOW")
     return words
 
 
@@ -68,7 +198,22 @@ def _rule_words(rules: tuple[Limit | Rule, ...]) -> list[str]:
 
 
 def _parse_rules_reply(reply: Any) -> list[Rule] | None:
-    return None if reply is None else parse_rules([_text(w) for w in reply])
+    if reply is None:
+        return None
+    if not isinstance(reply, (list, tuple)):
+        raise ValueError(f"unexpected reply to RL.POLICY.GET: {reply!r}")
+    return parse_rules([_text(w) for w in reply])
+
+
+def _any_of(reply: Any) -> bool:
+    # A cluster client answers a command sent to several nodes with a reply per node.
+    return any(bool(r) for r in reply.values()) if isinstance(reply, dict) else bool(reply)
+
+
+def _names(reply: Any) -> list[str]:
+    if not isinstance(reply, (list, tuple)):
+        raise ValueError(f"unexpected reply to RL.POLICY.LIST: {reply!r}")
+    return [_text(name) for name in reply]
 
 
 def _is_cluster(client: Any) -> bool:
@@ -136,11 +281,15 @@ class RateLimiter:
         self.client = _prepare(client, asynchronous=False)
 
     def check(
-        self, limit: Limit, key: str | bytes, *, cost: int = 1, dryrun: bool = False, block: Duration | None = None
+        self, limit: Limit, key: str | bytes, *, cost: int = 1, at_most: int | None = None, dryrun: bool = False,
+        block: Duration | None = None, shadow: bool = False,
     ) -> Decision:
-        """Run ``limit``'s command on ``key`` with ``COST``, ``DRYRUN`` and ``BLOCK``."""
-        reply = self.client.execute_command(*_check_args(limit, key, cost, dryrun, block))
-        return parse_decision(reply, limit.extra)
+        """Run ``limit``'s command on ``key`` with its options: ``COST cost`` (units the
+        request takes), or ``ATMOST at_most`` (as many as the key allows now, up to
+        ``at_most``: the decision's ``granted``), ``DRYRUN``, ``BLOCK block`` and ``SHADOW``
+        (a would-be denial answered allowed, the decision's ``shadow_denied`` saying so)."""
+        reply = self.client.execute_command(*_check_args(limit, key, cost, at_most, dryrun, block, shadow))
+        return parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
 
     def gcra(self, key: str | bytes, burst: int, rate: int, period: Duration, **options: Any) -> Decision:
         """``RL.GCRA``: ``burst`` at once, then ``rate`` per ``period``."""
@@ -171,27 +320,45 @@ class RateLimiter:
         """``RL.SLIDINGLOG``."""
         return self.check(SlidingLog(limit, window), key, **options)
 
+    def warmup(
+        self, key: str | bytes, rate: int, period: Duration, warmup: Duration, cold_factor: int | None = None,
+        **options: Any,
+    ) -> Decision:
+        """``RL.WARMUP``: ``rate`` per ``period`` once warm, slower after idle (``COLDFACTOR``
+        times the spacing, falling back over ``warmup``)."""
+        return self.check(Warmup(rate, period, warmup, cold_factor), key, **options)
+
     def limit(self, key: str | bytes, policy: str, **options: Any) -> Decision:
         """``RL.LIMIT``: every rule of ``policy``; the decision's ``rule`` is the binding one."""
         return self.check(Policy(policy), key, **options)
 
     def acquire(
-        self, key: str | bytes, limit: int, lease: Duration, *, token: str | None = None, dryrun: bool = False
+        self, key: str | bytes, limit: int, lease: Duration, *, token: str | None = None, dryrun: bool = False,
+        shadow: bool = False,
     ) -> Decision:
-        """``RL.CONCURRENCY.ACQUIRE``: one of ``limit`` leases; the decision's ``token`` names it."""
-        return parse_decision(self.client.execute_command(*_acquire_args(key, limit, lease, token, dryrun)), "token")
+        """``RL.CONCURRENCY.ACQUIRE``: one of ``limit`` leases; the decision's ``token`` names it
+        (``ID token``: a lease of that name, which the same token renews). With ``shadow``, a
+        would-be denial takes no lease and is answered allowed, with no token."""
+        reply = self.client.execute_command(*_acquire_args(key, limit, lease, token, dryrun, shadow))
+        return parse_decision(reply, "token", shadow=shadow)
 
     def release(self, key: str | bytes, token: str) -> bool:
         """``RL.CONCURRENCY.RELEASE``: True when the lease was held and is now released."""
         return bool(self.client.execute_command("RL.CONCURRENCY.RELEASE", key, token))
 
-    def refund(self, key: str | bytes, units: int) -> int:
-        """``RL.REFUND``: give back up to ``units`` the key has taken; returns the units given back."""
-        return int(self.client.execute_command("RL.REFUND", key, str(units)))
+    def refund(self, key: str | bytes, units: int, *, dryrun: bool = False) -> int:
+        """``RL.REFUND``: give back up to ``units`` the key has taken; returns the units given
+        back (with ``dryrun``, those it would give back, giving nothing)."""
+        return int(self.client.execute_command("RL.REFUND", key, str(units), *(["DRYRUN"] if dryrun else [])))
 
     def policy_get(self, name: str) -> list[Rule] | None:
         """``RL.POLICY.GET``: the policy's rules, or None when there is no such policy (on a
-        cluster, as the client's default node has it)."""
+        cluster, as the client's default node has it).
+
+        Raises:
+            ValueError: the reply holds a rule the package cannot read (see
+                :func:`~ratelimit_redis_module.parse_rules`).
+        """
         reply = self.client.execute_command("RL.POLICY.GET", name, **_keyless(self.client))
         return _parse_rules_reply(reply)
 
@@ -206,6 +373,17 @@ class RateLimiter:
         else:
             self.client.execute_command(*words)
 
+    def policy_del(self, name: str) -> bool:
+        """``RL.POLICY.DEL``: True when there was such a policy (on a cluster client, on every
+        primary: True when any had it)."""
+        if _is_cluster(self.client):
+            return _any_of(self.client.execute_command("RL.POLICY.DEL", name, target_nodes=self.client.get_primaries()))
+        return bool(self.client.execute_command("RL.POLICY.DEL", name))
+
+    def policy_list(self) -> list[str]:
+        """``RL.POLICY.LIST``: the names of the policies (on a cluster, the default node's)."""
+        return _names(self.client.execute_command("RL.POLICY.LIST", **_keyless(self.client)))
+
 
 class AsyncRateLimiter:
     """The module's commands on an asyncio redis-py client (:class:`redis.asyncio.Redis` or
@@ -216,11 +394,12 @@ class AsyncRateLimiter:
         self.client = _prepare(client, asynchronous=True)
 
     async def check(
-        self, limit: Limit, key: str | bytes, *, cost: int = 1, dryrun: bool = False, block: Duration | None = None
+        self, limit: Limit, key: str | bytes, *, cost: int = 1, at_most: int | None = None, dryrun: bool = False,
+        block: Duration | None = None, shadow: bool = False,
     ) -> Decision:
-        """Run ``limit``'s command on ``key`` with ``COST``, ``DRYRUN`` and ``BLOCK``."""
-        reply = await self.client.execute_command(*_check_args(limit, key, cost, dryrun, block))
-        return parse_decision(reply, limit.extra)
+        """Run ``limit``'s command on ``key`` with its options (see :meth:`RateLimiter.check`)."""
+        reply = await self.client.execute_command(*_check_args(limit, key, cost, at_most, dryrun, block, shadow))
+        return parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
 
     async def gcra(self, key: str | bytes, burst: int, rate: int, period: Duration, **options: Any) -> Decision:
         """``RL.GCRA``."""
@@ -251,34 +430,59 @@ class AsyncRateLimiter:
         """``RL.SLIDINGLOG``."""
         return await self.check(SlidingLog(limit, window), key, **options)
 
+    async def warmup(
+        self, key: str | bytes, rate: int, period: Duration, warmup: Duration, cold_factor: int | None = None,
+        **options: Any,
+    ) -> Decision:
+        """``RL.WARMUP``."""
+        return await self.check(Warmup(rate, period, warmup, cold_factor), key, **options)
+
     async def limit(self, key: str | bytes, policy: str, **options: Any) -> Decision:
         """``RL.LIMIT``."""
         return await self.check(Policy(policy), key, **options)
 
     async def acquire(
-        self, key: str | bytes, limit: int, lease: Duration, *, token: str | None = None, dryrun: bool = False
+        self, key: str | bytes, limit: int, lease: Duration, *, token: str | None = None, dryrun: bool = False,
+        shadow: bool = False,
     ) -> Decision:
         """``RL.CONCURRENCY.ACQUIRE``."""
-        reply = await self.client.execute_command(*_acquire_args(key, limit, lease, token, dryrun))
-        return parse_decision(reply, "token")
+        reply = await self.client.execute_command(*_acquire_args(key, limit, lease, token, dryrun, shadow))
+        return parse_decision(reply, "token", shadow=shadow)
 
     async def release(self, key: str | bytes, token: str) -> bool:
         """``RL.CONCURRENCY.RELEASE``."""
         return bool(await self.client.execute_command("RL.CONCURRENCY.RELEASE", key, token))
 
-    async def refund(self, key: str | bytes, units: int) -> int:
+    async def refund(self, key: str | bytes, units: int, *, dryrun: bool = False) -> int:
         """``RL.REFUND``: returns the units given back."""
-        return int(await self.client.execute_command("RL.REFUND", key, str(units)))
+        return int(await self.client.execute_command("RL.REFUND", key, str(units), *(["DRYRUN"] if dryrun else [])))
 
     async def policy_get(self, name: str) -> list[Rule] | None:
         """``RL.POLICY.GET``."""
         reply = await self.client.execute_command("RL.POLICY.GET", name, **_keyless(self.client))
         return _parse_rules_reply(reply)
 
+    async def _primaries(self) -> Any:
+        # An asyncio cluster client learns the cluster's nodes at its first command: until
+        # then it knows only its startup node, and a policy would reach that node alone.
+        await self.client.initialize()
+        return self.client.get_primaries()
+
     async def policy_set(self, name: str, *rules: Limit | Rule) -> None:
         """``RL.POLICY.SET``; on a cluster client, on every primary."""
         words = ["RL.POLICY.SET", name, *_rule_words(rules)]
         if _is_cluster(self.client):
-            await self.client.execute_command(*words, target_nodes=self.client.get_primaries())
+            await self.client.execute_command(*words, target_nodes=await self._primaries())
         else:
             await self.client.execute_command(*words)
+
+    async def policy_del(self, name: str) -> bool:
+        """``RL.POLICY.DEL``; on a cluster client, on every primary."""
+        if _is_cluster(self.client):
+            primaries = await self._primaries()
+            return _any_of(await self.client.execute_command("RL.POLICY.DEL", name, target_nodes=primaries))
+        return bool(await self.client.execute_command("RL.POLICY.DEL", name))
+
+    async def policy_list(self) -> list[str]:
+        """``RL.POLICY.LIST``."""
+        return _names(await self.client.execute_command("RL.POLICY.LIST", **_keyless(self.client)))

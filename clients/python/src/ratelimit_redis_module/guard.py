@@ -14,7 +14,7 @@ from typing import Any, Callable, Hashable
 
 import redis
 
-from .client import AsyncRateLimiter, RateLimiter
+from .client import AsyncRateLimiter, RateLimiter, async_client_from_url, client_from_url
 from .limits import Concurrency, Limit, Policy, Rule
 from .reply import Decision
 
@@ -109,8 +109,14 @@ class Stats:
         denied: requests refused by Redis (429).
         remembered: requests refused from the local denial memory: round trips saved.
         failures: checks that Redis did not answer in time (timeout, refused connection, error).
-        fail_open: of those, requests let through without a limit.
-        fail_closed: of those, requests refused with 503.
+        timeouts: of those, checks that got no answer within the timeout (the asyncio guard's
+            ``timeout``, the sync client's socket timeout): each cost the whole timeout. A
+            failure that is not one ended sooner (a refused connection, with a client of
+            :func:`~ratelimit_redis_module.async_client_from_url`: at once).
+        fail_open: of the failures, requests let through without a limit.
+        fail_closed: of the failures, requests refused with 503.
+        shadow_denied: requests checked with ``shadow`` that the limit would have refused
+            (let through, counted here and not in ``admitted``).
     """
 
     round_trips: int = 0
@@ -118,8 +124,10 @@ class Stats:
     denied: int = 0
     remembered: int = 0
     failures: int = 0
+    timeouts: int = 0
     fail_open: int = 0
     fail_closed: int = 0
+    shadow_denied: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,13 +352,24 @@ class _GuardBase:
         if setup.policy is None or rules is None:
             return setup.name, setup.window_s
         rule = decision.rule if decision.rule is not None else 0
-        name = setup.name if len(rules) <= 1 else f"{setup.name}/{rule}"
-        return name, _whole_seconds(rules[rule].window_ms() if 0 <= rule < len(rules) else None)
+        name = setup.name if len(rules) <= 1 and rule == 0 else f"{setup.name}/{rule}"
+        if not 0 <= rule < len(rules):
+            # A rule past those read: the policy has grown on the server since. Its window is
+            # not known; the next check reads the policy again.
+            setup.rules = None
+            return name, None
+        return name, _whole_seconds(rules[rule].window_ms())
 
-    def _decided(self, setup: _Setup, redis_key: str, cost: int, decision: Decision, sent: float) -> Verdict:
+    def _decided(
+        self, setup: _Setup, redis_key: str, cost: int, decision: Decision, sent: float, plain: bool
+    ) -> Verdict:
         self.stats.round_trips += 1
         name, window_s = self._named(setup, decision)
         headers = rate_limit_headers(name, decision, window_s, setup.concurrent)
+        if decision.shadow_denied:
+            # Let through as the module answered it; nothing was written.
+            self.stats.shadow_denied += 1
+            return Verdict(True, 200, headers, b"", decision, "redis", decision.token)
         if decision.allowed:
             self.stats.admitted += 1
             # The key was written: what was remembered of it says nothing exact any more.
@@ -359,23 +378,29 @@ class _GuardBase:
         self.stats.denied += 1
         # Not remembered: a concurrency denial (a lease may be released before its retry time),
         # nor a policy's (RL.POLICY.SET, from anywhere, changes its rules unseen: a denial
-        # remembered under the old ones would refuse what the new ones admit).
-        if not setup.concurrent and setup.policy is None:
+        # remembered under the old ones would refuse what the new ones admit), nor a denial of
+        # ``at_most`` (no cost of its own for a later request to match).
+        if plain and not setup.concurrent and setup.policy is None:
             self.memory.remember(redis_key, decision, cost, name, window_s, params=setup.params, sent=sent)
         return Verdict(False, 429, headers, quota_exceeded_body(name), decision, "redis")
 
     def _failed(self, error: BaseException) -> Verdict:
         self.stats.failures += 1
+        if isinstance(error, (asyncio.TimeoutError, redis.TimeoutError)):
+            self.stats.timeouts += 1
         if isinstance(error, asyncio.TimeoutError):
             what = f"no answer within {round(self._timeout_s * 1000)} ms"
         else:
             what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        # A reply the package cannot read (a rule kind it does not know, a field too many) is
+        # the package's failure, not Redis's: said so, and handled alike.
+        failed = "reply not understood" if isinstance(error, ValueError) else "unavailable"
         if self.fail_open:
             self.stats.fail_open += 1
-            logger.warning("rate limiter unavailable (%s); failing open: request let through", what)
+            logger.warning("rate limiter %s (%s); failing open: request let through", failed, what)
             return Verdict(True, 200, [], b"", None, "failure")
         self.stats.fail_closed += 1
-        logger.warning("rate limiter unavailable (%s); failing closed: request refused with 503", what)
+        logger.warning("rate limiter %s (%s); failing closed: request refused with 503", failed, what)
         return Verdict(False, 503, [], UNAVAILABLE_BODY, None, "failure")
 
 
@@ -387,8 +412,11 @@ class Guard(_GuardBase):
     framework): call :meth:`check` with the caller's identity, then answer as the verdict says.
 
     Args:
-        client: a :class:`redis.Redis` or :class:`redis.cluster.RedisCluster`. Its
-            ``socket_timeout`` is the time Redis has to answer (e.g. 0.05).
+        client: a :class:`redis.Redis` or :class:`redis.cluster.RedisCluster`, best made with
+            :func:`~ratelimit_redis_module.client_from_url` (a URL here makes one): its
+            ``socket_timeout`` is the time Redis has to answer (e.g. 0.05), and it fails at
+            once while Redis refuses connections, where redis-py's default client retries
+            with back-off for seconds.
         limit: one algorithm's parameters (``GCRA(5, 10, "1m")``...) or ``Policy("api")``.
         name: the limit's name in the headers (default ``"default"``; for a policy, its name,
             and ``"<policy>/<rule>"`` for the binding rule of a policy of several rules).
@@ -414,23 +442,36 @@ class Guard(_GuardBase):
             limit, name=name, prefix=prefix, fail_open=fail_open, max_remembered=max_remembered,
             stats=stats, clock=clock,
         )
-        self.limiter = RateLimiter(client)
+        self.limiter = RateLimiter(client_from_url(client) if isinstance(client, str) else client)
 
-    def check(self, identity: str, cost: int = 1) -> Verdict:
-        """Check one request of ``identity`` costing ``cost`` units."""
+    def check(self, identity: str, cost: int = 1, *, at_most: int | None = None, shadow: bool = False) -> Verdict:
+        """Check one request of ``identity`` costing ``cost`` units.
+
+        Args:
+            at_most: instead of ``cost``, take as many units as the key allows now, up to
+                ``at_most`` (``ATMOST``; the decision's ``granted`` says how many; refused
+                when none).
+            shadow: check and count, but never refuse (``SHADOW``): a request the limit would
+                refuse is let through, its decision's ``shadow_denied`` saying so (counted in
+                ``stats.shadow_denied``); a concurrency limit then takes no lease.
+
+        Neither is answered from the denial memory, nor remembered.
+        """
         setup = self._setup
         redis_key = self.prefix + identity
-        remembered = self._recall(setup, redis_key, cost)
-        if remembered is not None:
-            return remembered
+        plain = at_most is None and not shadow
+        if plain:
+            remembered = self._recall(setup, redis_key, cost)
+            if remembered is not None:
+                return remembered
         try:
             if setup.policy is not None and setup.rules is None:
                 setup.rules = self.limiter.policy_get(setup.policy)
             sent = self.memory.clock()
-            decision = self.limiter.check(setup.limit, redis_key, cost=cost)
+            decision = self.limiter.check(setup.limit, redis_key, cost=cost, at_most=at_most, shadow=shadow)
         except _FAILURES as error:
             return self._failed(error)
-        return self._decided(setup, redis_key, cost, decision, sent)
+        return self._decided(setup, redis_key, cost, decision, sent, plain)
 
     def release(self, identity: str, lease: str) -> None:
         """Give back the lease a :class:`Verdict` of a concurrency limit holds (a failure is
@@ -446,6 +487,10 @@ class AsyncGuard(_GuardBase):
     uses. The arguments are :class:`Guard`'s, and:
 
     Args:
+        client: a :class:`redis.asyncio.Redis` or :class:`redis.asyncio.cluster.RedisCluster`,
+            best made with :func:`~ratelimit_redis_module.async_client_from_url` (a URL here
+            makes one, with ``timeout``): with redis-py's default client, every check pays
+            the whole ``timeout`` while Redis refuses connections.
         timeout: seconds Redis has to answer a check (default 0.05); past it the request
             fails open or closed.
     """
@@ -467,29 +512,40 @@ class AsyncGuard(_GuardBase):
             limit, name=name, prefix=prefix, fail_open=fail_open, max_remembered=max_remembered,
             stats=stats, clock=clock,
         )
+        if isinstance(client, str):
+            client = async_client_from_url(client, timeout=timeout)
         self.limiter = AsyncRateLimiter(client)
         self.timeout = timeout
         self._timeout_s = timeout
 
-    async def _ask(self, setup: _Setup, redis_key: str, cost: int) -> tuple[Decision, float]:
+    async def _ask(
+        self, setup: _Setup, redis_key: str, cost: int, at_most: int | None, shadow: bool
+    ) -> tuple[Decision, float]:
         """The module's decision, and the clock's reading when its request was sent."""
         if setup.policy is not None and setup.rules is None:
             setup.rules = await self.limiter.policy_get(setup.policy)
         sent = self.memory.clock()
-        return await self.limiter.check(setup.limit, redis_key, cost=cost), sent
+        return await self.limiter.check(setup.limit, redis_key, cost=cost, at_most=at_most, shadow=shadow), sent
 
-    async def check(self, identity: str, cost: int = 1) -> Verdict:
-        """Check one request of ``identity`` costing ``cost`` units."""
+    async def check(
+        self, identity: str, cost: int = 1, *, at_most: int | None = None, shadow: bool = False
+    ) -> Verdict:
+        """Check one request of ``identity`` costing ``cost`` units (``at_most`` and
+        ``shadow``: see :meth:`Guard.check`)."""
         setup = self._setup
         redis_key = self.prefix + identity
-        remembered = self._recall(setup, redis_key, cost)
-        if remembered is not None:
-            return remembered
+        plain = at_most is None and not shadow
+        if plain:
+            remembered = self._recall(setup, redis_key, cost)
+            if remembered is not None:
+                return remembered
         try:
-            decision, sent = await asyncio.wait_for(self._ask(setup, redis_key, cost), self.timeout)
+            decision, sent = await asyncio.wait_for(
+                self._ask(setup, redis_key, cost, at_most, shadow), self.timeout
+            )
         except _FAILURES as error:
             return self._failed(error)
-        return self._decided(setup, redis_key, cost, decision, sent)
+        return self._decided(setup, redis_key, cost, decision, sent, plain)
 
     async def release(self, identity: str, lease: str) -> None:
         """Give back the lease a :class:`Verdict` of a concurrency limit holds (a failure is

@@ -16,9 +16,12 @@ __all__ = [
     "FixedWindow",
     "SlidingWindow",
     "SlidingLog",
+    "Warmup",
     "Policy",
     "Concurrency",
     "Rule",
+    "RuleKind",
+    "RULE_KINDS",
     "duration_ms",
     "parse_rules",
 ]
@@ -165,6 +168,28 @@ class SlidingLog(_Window):
 
 
 @dataclass(frozen=True, slots=True)
+class Warmup:
+    """``RL.WARMUP key rate period warmup [COLDFACTOR factor]``: Guava's SmoothWarmingUp. Once
+    warm, one request per ``period / rate``; after idle the spacing starts at ``cold_factor``
+    times that (2 to 10; None: the module's default, 3) and falls back over ``warmup``. Its
+    ``limit`` is 1, and it has no fixed window (RateLimit-Policy has no ``w``)."""
+
+    rate: int
+    period: Duration
+    warmup: Duration
+    cold_factor: int | None = None
+    command: ClassVar[str] = "RL.WARMUP"
+    extra: ClassVar[str | None] = None
+
+    def args(self) -> list[str]:
+        words = [str(self.rate), _arg(self.period), _arg(self.warmup)]
+        return words if self.cold_factor is None else words + ["COLDFACTOR", str(self.cold_factor)]
+
+    def window_ms(self) -> int | None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     """``RL.LIMIT key policy``: every rule of a policy set with RL.POLICY.SET, all or nothing."""
 
@@ -198,12 +223,49 @@ class Concurrency:
 
 
 @dataclass(frozen=True, slots=True)
+class RuleKind:
+    """A kind of policy rule: an algorithm as RL.POLICY.SET takes it and RL.POLICY.GET shows it,
+    its name and then the positional parameters its command takes after the key.
+
+    Attributes:
+        name: the command's name without ``RL.``, upper case (``"GCRA"``).
+        params: its positional parameters, named as its command's (COMMAND DOCS) are.
+        period: the index of the one that is its window or refill period (RateLimit-Policy's
+            ``w``), or None when it has none (a warm-up's spacing changes as it warms).
+        flags: the words it may take alone after them (``INTERVAL``).
+        options: the options with a value it may take after them (``COLDFACTOR factor``).
+    """
+
+    name: str
+    params: tuple[str, ...]
+    period: int | None
+    flags: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
+
+
+#: Every rule kind of the module (src/args/rules.rs, docs/policies.md), by name. A rule of
+#: any other kind in RL.POLICY.GET's reply is an error: the words after it could not be read.
+RULE_KINDS: dict[str, RuleKind] = {
+    kind.name: kind
+    for kind in (
+        RuleKind("GCRA", ("burst", "rate", "period"), 2),
+        RuleKind("TOKENBUCKET", ("capacity", "refill_amount", "refill_period"), 2, flags=("INTERVAL",)),
+        RuleKind("LEAKYBUCKET", ("capacity", "leak_amount", "leak_period"), 2),
+        RuleKind("FIXEDWINDOW", ("limit", "window"), 1),
+        RuleKind("SLIDINGWINDOW", ("limit", "window"), 1),
+        RuleKind("SLIDINGLOG", ("limit", "window"), 1),
+        RuleKind("WARMUP", ("rate", "period", "warmup"), None, options=("COLDFACTOR",)),
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
 class Rule:
     """One rule of a policy, as RL.POLICY.GET shows it.
 
     Attributes:
         algorithm: upper case, without the ``RL.`` prefix (``"GCRA"``, ``"FIXEDWINDOW"``...).
-        args: its arguments, as words.
+        args: its arguments, as words (its options and flags after the positional ones).
         shadow: the rule is marked ``SHADOW`` (checked and counted, never denies).
     """
 
@@ -213,43 +275,56 @@ class Rule:
 
     def window_ms(self) -> int | None:
         """The rule's window or refill period in ms, when its algorithm has one."""
-        index = _PERIOD_ARG.get(self.algorithm)
-        if index is None or index >= len(self.args):
+        kind = RULE_KINDS.get(self.algorithm)
+        if kind is None or kind.period is None or kind.period >= len(self.args):
             return None
-        return duration_ms(self.args[index])
+        return duration_ms(self.args[kind.period])
 
 
-# How many arguments each rule takes (a token bucket may add INTERVAL), and which is its period.
-_ARITY = {"GCRA": 3, "TOKENBUCKET": 3, "LEAKYBUCKET": 3, "FIXEDWINDOW": 2, "SLIDINGWINDOW": 2, "SLIDINGLOG": 2}
-_PERIOD_ARG = {"GCRA": 2, "TOKENBUCKET": 2, "LEAKYBUCKET": 2, "FIXEDWINDOW": 1, "SLIDINGWINDOW": 1, "SLIDINGLOG": 1}
+def _unexpected(what: str) -> ValueError:
+    return ValueError(f"unexpected rule in RL.POLICY.GET's reply: {what}")
 
 
 def parse_rules(words: list[str]) -> list[Rule]:
-    """Split RL.POLICY.GET's words into rules.
+    """Split RL.POLICY.GET's words into rules: each an optional ``SHADOW``, a rule kind of
+    :data:`RULE_KINDS` (``RL.`` before it and any case accepted, as RL.POLICY.SET does), its
+    positional arguments, then its options and flags.
 
-    An algorithm this package does not know takes the words up to the next one it knows (its
-    window is then unknown), so a newer module's rules still count in the right positions.
+    Raises:
+        ValueError: a rule kind the package does not know (a newer module's), a rule cut
+            short, or ``SHADOW`` with no rule after it: the words after it could not be read,
+            so no rule's position or window would be sure.
     """
     rules: list[Rule] = []
-    i, shadow = 0, False
+    i = 0
     while i < len(words):
-        word = words[i].upper()
+        shadow = words[i].upper() == "SHADOW"
+        if shadow:
+            i += 1
+            if i == len(words):
+                raise _unexpected("nothing after SHADOW")
+        word = words[i]
+        kind = RULE_KINDS.get(word.upper().removeprefix("RL."))
+        if kind is None:
+            raise _unexpected(word)
         i += 1
-        if word == "SHADOW":
-            shadow = True
-            continue
-        arity = _ARITY.get(word)
-        if arity is None:
-            start = i
-            while i < len(words) and words[i].upper() not in _ARITY and words[i].upper() != "SHADOW":
-                i += 1
-            rules.append(Rule(word, tuple(words[start:i]), shadow))
-        else:
-            args = words[i : i + arity]
-            i += arity
-            if word == "TOKENBUCKET" and i < len(words) and words[i].upper() == "INTERVAL":
+        args = words[i : i + len(kind.params)]
+        if len(args) < len(kind.params):
+            raise _unexpected(f"{word} with {len(args)} arguments")
+        i += len(args)
+        seen: set[str] = set()
+        while i < len(words) and words[i].upper() not in seen:
+            extra = words[i].upper()
+            if extra in kind.options:
+                if i + 1 == len(words):
+                    raise _unexpected(f"{word} with {extra} and no value")
+                args += words[i : i + 2]
+                i += 2
+            elif extra in kind.flags:
                 args.append(words[i])
                 i += 1
-            rules.append(Rule(word, tuple(args), shadow))
-        shadow = False
+            else:
+                break
+            seen.add(extra)
+        rules.append(Rule(kind.name, tuple(args), shadow))
     return rules

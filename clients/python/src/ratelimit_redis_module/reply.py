@@ -24,7 +24,11 @@ class Decision:
         reset_after_ms: ms until the key is fresh again (``remaining == limit``).
         delay_ms: RL.LEAKYBUCKET only: the wait before acting (-1 when denied).
         rule: RL.LIMIT only: the index of the binding rule of the policy.
-        token: RL.CONCURRENCY.ACQUIRE only: the lease's token (None when denied).
+        token: RL.CONCURRENCY.ACQUIRE only: the lease's token (None when denied, and when a
+            would-be denial is answered allowed under SHADOW: no lease was taken).
+        granted: with ATMOST only: the units granted (0 when denied).
+        shadow_denied: with SHADOW only: the limit would have denied the request, which is
+            answered allowed (the other fields are the denial's).
     """
 
     allowed: bool
@@ -35,6 +39,8 @@ class Decision:
     delay_ms: int | None = None
     rule: int | None = None
     token: str | None = None
+    granted: int | None = None
+    shadow_denied: bool | None = None
 
 
 def _text(value: Any) -> str:
@@ -56,7 +62,17 @@ def _int(value: Any, field: str) -> int:
     raise ValueError(f"unexpected reply: {field} is {value!r}, not an integer")
 
 
-def parse_decision(reply: Any, extra: str | None = None) -> Decision:
+def _flag(value: Any, field: str) -> bool:
+    # 0 or 1 (a boolean in RESP3). Anything else is not the module's reply.
+    if isinstance(value, bool):
+        return value
+    flag = _int(value, field)
+    if flag not in (0, 1):
+        raise ValueError(f"unexpected reply: {field} is {value!r}, not 0 or 1")
+    return flag == 1
+
+
+def parse_decision(reply: Any, extra: str | None = None, *, granted: bool = False, shadow: bool = False) -> Decision:
     """Turn a RESP2 array or a RESP3 map into a :class:`Decision`.
 
     Args:
@@ -65,35 +81,48 @@ def parse_decision(reply: Any, extra: str | None = None) -> Decision:
         extra: the name of the command's sixth field, if it has one: ``"delay_ms"``
             (RL.LEAKYBUCKET), ``"rule"`` (RL.LIMIT) or ``"token"``
             (RL.CONCURRENCY.ACQUIRE).
+        granted: the call had ``ATMOST``: the reply has ``granted`` after the command's fields.
+        shadow: the call had ``SHADOW``: the reply ends with ``shadow_denied``.
 
     Raises:
-        ValueError: the reply is not an admission reply.
+        ValueError: the reply is not the one the call gives (another shape, more or fewer
+            fields, a field that is not an integer, ``allowed`` neither 0 nor 1): the module
+            said something the package cannot read.
     """
-    names = _FIELDS + ((extra,) if extra else ())
+    if extra is not None and extra not in _EXTRAS:
+        raise ValueError(f"unknown extra field {extra!r}; expected one of {_EXTRAS}")
+    names = _FIELDS + ((extra,) if extra else ()) + (("granted",) if granted else ()) + (
+        ("shadow_denied",) if shadow else ()
+    )
     if isinstance(reply, dict):
         fields = {_text(k): v for k, v in reply.items()}
         missing = [n for n in names if n not in fields]
         if missing:
             raise ValueError(f"unexpected reply: no {', '.join(missing)} in {reply!r}")
-        values = [fields[n] for n in names]
+        unknown = [n for n in fields if n not in names]
+        if unknown:
+            raise ValueError(f"unexpected reply: the fields {', '.join(unknown)} too in {reply!r}")
+        values = dict(fields)
     elif isinstance(reply, (list, tuple)):
-        if len(reply) < len(names):
+        if len(reply) != len(names):
             raise ValueError(f"unexpected reply: {len(reply)} fields, expected {len(names)}: {reply!r}")
-        values = list(reply[: len(names)])
+        values = dict(zip(names, reply))
     else:
         raise ValueError(f"unexpected reply: {reply!r}")
     kwargs: dict[str, Any] = {}
     if extra == "token":
-        kwargs["token"] = None if values[5] is None else _text(values[5])
-    elif extra in ("delay_ms", "rule"):
-        kwargs[extra] = _int(values[5], extra)
+        kwargs["token"] = None if values["token"] is None else _text(values["token"])
     elif extra is not None:
-        raise ValueError(f"unknown extra field {extra!r}; expected one of {_EXTRAS}")
+        kwargs[extra] = _int(values[extra], extra)
+    if granted:
+        kwargs["granted"] = _int(values["granted"], "granted")
+    if shadow:
+        kwargs["shadow_denied"] = _flag(values["shadow_denied"], "shadow_denied")
     return Decision(
-        allowed=bool(_int(values[0], "allowed")),
-        limit=_int(values[1], "limit"),
-        remaining=_int(values[2], "remaining"),
-        retry_after_ms=_int(values[3], "retry_after_ms"),
-        reset_after_ms=_int(values[4], "reset_after_ms"),
+        allowed=_flag(values["allowed"], "allowed"),
+        limit=_int(values["limit"], "limit"),
+        remaining=_int(values["remaining"], "remaining"),
+        retry_after_ms=_int(values["retry_after_ms"], "retry_after_ms"),
+        reset_after_ms=_int(values["reset_after_ms"], "reset_after_ms"),
         **kwargs,
     )
