@@ -145,14 +145,7 @@ pub(crate) fn apply_load_args(args: &[RedisString]) -> Result<(), String> {
 /// A whole number in `min..=max`, written as Redis writes integers: digits only, no sign, no
 /// leading zero (docs/commands.md, Arguments), as the commands read their counts.
 fn whole_number(bytes: &[u8], min: u64, max: u64) -> Option<u64> {
-    let plain = !bytes.is_empty()
-        && bytes.iter().all(u8::is_ascii_digit)
-        && !(bytes.len() > 1 && bytes[0] == b'0');
-    if !plain {
-        return None;
-    }
-    let n: u64 = std::str::from_utf8(bytes).ok()?.parse().ok()?;
-    (min..=max).contains(&n).then_some(n)
+    crate::digits::digits(bytes).filter(|n| (min..=max).contains(n))
 }
 
 /// Whether CL.THROTTLE is registered (`cell-compat`).

@@ -5,6 +5,7 @@
 //! - [`algorithms`]: the crate ratelimit-algorithms (algorithms/): pure state machines,
 //!   `(params, state, now, cost) -> (decision, state)`, and the limits (largest count,
 //!   longest duration); no Redis, no clock, no I/O, no panics, and no command names.
+//! - [`digits`]: an integer as Redis writes it, read once for args and config (a leaf).
 //! - [`error`]: every error text, spelled once (a leaf: it uses only the limits).
 //! - [`args`]: the grammar: counts, durations, options, the cursor a command reads its
 //!   arguments with, each algorithm's parameters, the policy rules, and what a command's
@@ -45,6 +46,7 @@ mod clock;
 mod commands;
 mod compat;
 mod config;
+mod digits;
 mod dispatch;
 mod error;
 mod log;
