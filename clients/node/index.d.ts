@@ -72,8 +72,16 @@ export interface Decision {
   remaining: number;
   retryAfterMs: number;
   resetAfterMs: number;
-  /** The window in whole seconds, when known. */
+  /**
+   * RateLimit-Policy's `w`, in whole seconds, when whole: a window's length, or for GCRA and the
+   * buckets the time to earn the whole burst back (burst × period / rate).
+   */
   windowSeconds: number | undefined;
+  /**
+   * When admitted: the ms until `remaining` grows (RateLimit's `t`); absent when it never does
+   * (nothing taken) or cannot be told (a concurrency limit).
+   */
+  moreAfterMs?: number;
   /** For RL.LIMIT: the binding rule's index. */
   rule?: number;
   /** For RL.LEAKYBUCKET: the time until this request's turn. */
@@ -168,7 +176,7 @@ export function parseReply(
   reply: unknown,
   sixth?: 'rule' | 'delay_ms' | 'token',
   extras?: ReadonlyArray<'granted' | 'shadow_denied'>,
-): Omit<Decision, 'name' | 'windowSeconds' | 'local'>;
+): Omit<Decision, 'name' | 'windowSeconds' | 'moreAfterMs' | 'local'>;
 export function policyWindows(flat: ReadonlyArray<string | Buffer>): Array<number | undefined>;
 
 /**

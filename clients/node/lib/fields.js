@@ -44,9 +44,11 @@ export function rateLimitHeaders(d) {
   let w = d.windowSeconds === undefined ? '' : `;w=${d.windowSeconds}`;
   if (d.concurrent) w = ';qu="concurrent-requests"';
   const name = sfString(d.name);
+  // `t`: the seconds until `r` grows (draft-11): when refused, the retry time; when admitted, the
+  // decision's moreAfterMs (none when `r` is all there is, or when it is not known).
   let t = '';
-  if (d.allowed) t = `;t=${ceilSeconds(d.resetAfterMs)}`;
-  else if (d.retryAfterMs >= 0) t = `;t=${ceilSeconds(d.retryAfterMs)}`;
+  if (d.allowed && d.moreAfterMs !== undefined) t = `;t=${ceilSeconds(d.moreAfterMs)}`;
+  else if (!d.allowed && d.retryAfterMs >= 0) t = `;t=${ceilSeconds(d.retryAfterMs)}`;
   const headers = [
     ['RateLimit-Policy', `${name};q=${d.limit}${w}`],
     ['RateLimit', `${name};r=${d.remaining}${t}`],

@@ -1,6 +1,6 @@
 // What to limit by: the module's bounds and duration grammar, each algorithm's command and
-// positional parameters (with the one whose length is RateLimit-Policy's `w`), and the windows
-// of a policy's rules as RL.POLICY.GET gives them back.
+// positional parameters, what the HTTP fields say of each (RateLimit-Policy's `w`, how RateLimit's
+// `t` is known), and the same for a policy's rules as RL.POLICY.GET gives them back.
 
 export const MAX_DURATION_MS = 315_360_000_000; // 10 years: the module's bound on every duration
 export const MAX_COUNT = 1_000_000_000_000; // 10^12: the module's bound on every count
@@ -42,46 +42,119 @@ export function wholeSeconds(ms) {
 }
 
 // For each algorithm: its positional parameters (the option names the application writes), which
-// of them are durations, the one whose length is the `w` of RateLimit-Policy (none for a warm-up,
-// whose `limit` is 1 request spaced by an interval that changes as it warms), its flag
-// (`INTERVAL`) and its option with a value (`COLDFACTOR factor`). A policy's rules are these
-// algorithms too (concurrency excepted), so RL.POLICY.GET's reply is read with the same table.
+// of them are durations, its flag (`INTERVAL`) and its option with a value (`COLDFACTOR factor`),
+// and `fields`, what RateLimit-Policy and RateLimit say of it (see `fieldShape`). A policy's
+// rules are these algorithms too (concurrency excepted), so RL.POLICY.GET's reply is read with
+// the same table.
 export const ALGORITHMS = {
-  gcra: { command: 'RL.GCRA', params: ['burst', 'rate', 'period'], window: 'period' },
+  gcra: { command: 'RL.GCRA', params: ['burst', 'rate', 'period'], fields: 'spaced' },
   tokenbucket: {
     command: 'RL.TOKENBUCKET',
     params: ['capacity', 'refillAmount', 'refillPeriod'],
-    window: 'refillPeriod',
     flag: 'interval',
+    fields: 'spaced',
   },
   leakybucket: {
     command: 'RL.LEAKYBUCKET',
     params: ['capacity', 'leakAmount', 'leakPeriod'],
-    window: 'leakPeriod',
     sixth: 'delay_ms',
+    fields: 'spaced',
   },
-  fixedwindow: { command: 'RL.FIXEDWINDOW', params: ['limit', 'window'], window: 'window' },
-  slidingwindow: { command: 'RL.SLIDINGWINDOW', params: ['limit', 'window'], window: 'window' },
-  slidinglog: { command: 'RL.SLIDINGLOG', params: ['limit', 'window'], window: 'window' },
+  fixedwindow: { command: 'RL.FIXEDWINDOW', params: ['limit', 'window'], fields: 'fixed' },
+  slidingwindow: { command: 'RL.SLIDINGWINDOW', params: ['limit', 'window'], fields: 'sliding' },
+  slidinglog: { command: 'RL.SLIDINGLOG', params: ['limit', 'window'], fields: 'sliding' },
   warmup: {
     command: 'RL.WARMUP',
     params: ['rate', 'period', 'warmup'],
     valued: { name: 'coldFactor', word: 'COLDFACTOR', min: 2, max: 10 },
+    fields: 'warmup',
   },
   // Requests in flight: a lease per admitted request, released when its response ends.
   concurrency: { command: 'RL.CONCURRENCY.ACQUIRE', params: ['limit', 'lease'], sixth: 'token', concurrent: true },
 };
 export const DURATION_PARAMS = new Set(['period', 'refillPeriod', 'leakPeriod', 'window', 'lease', 'warmup']);
 
+// `a × b / c` ms in whole seconds, or undefined when it is not a whole number of seconds
+// (BigInt: counts and durations up to 10^12 and 10 years multiply past 2^53).
+function wholeSecondsOf(a, b, c) {
+  const num = BigInt(a) * BigInt(b);
+  const den = BigInt(c) * 1000n;
+  return num % den === 0n ? Number(num / den) : undefined;
+}
+
 /**
- * The window in whole seconds of each rule in RL.POLICY.GET's reply (undefined where it is not
- * a whole number of seconds, and for a WARMUP rule), in the policy's order, shadow rules
- * included. A rule the package does not know, or a rule cut short, throws: the package would
- * otherwise misread every rule after it.
+ * What the HTTP fields say of one algorithm's limit, given its words after the key (counts,
+ * durations in ms or the module's grammar, then its flags and options): `windowSeconds`, the `w`
+ * of RateLimit-Policy in whole seconds (undefined when not whole, or for concurrency), chosen so
+ * that q/w is the sustained rate; and `more`, how to know when the reply's `remaining` grows
+ * (RateLimit's `t`): `{ spaced: [periodMs, amount] }` (GCRA and the buckets: one unit each
+ * periodMs / amount, from the reply alone), `{ interval: [periodMs, amount] }` (a token bucket
+ * with INTERVAL: `amount` units at each whole period), `'reset'` (a fixed window: at its end),
+ * `'probe'` (sliding window and log, warm-up: the reply does not say; a DRYRUN asks) or
+ * undefined (concurrency: when a holder gives its lease back).
  */
-export function policyWindows(flat) {
+export function fieldShape(name, words) {
+  const algorithm = ALGORITHMS[name];
+  const ms = (i) => durationMs(/^[0-9]+$/.test(String(words[i])) ? Number(words[i]) : String(words[i]));
+  switch (algorithm.fields) {
+    case 'spaced': {
+      // burst or capacity, rate or amount, period: a whole burst comes back in burst × period / rate.
+      const [burst, amount, periodMs] = [Number(words[0]), Number(words[1]), ms(2)];
+      const interval = words.slice(3).some((w) => String(w).toUpperCase() === 'INTERVAL');
+      return {
+        windowSeconds: wholeSecondsOf(burst, periodMs, amount),
+        more: interval ? { interval: [periodMs, amount] } : { spaced: [periodMs, amount] },
+      };
+    }
+    case 'fixed':
+      return { windowSeconds: wholeSeconds(ms(1)), more: 'reset' };
+    case 'sliding':
+      return { windowSeconds: wholeSeconds(ms(1)), more: 'probe' };
+    case 'warmup':
+      // Its limit is 1: one request each period / rate once warm.
+      return { windowSeconds: wholeSecondsOf(1, ms(1), Number(words[0])), more: 'probe' };
+    default:
+      return { windowSeconds: undefined, more: undefined };
+  }
+}
+
+const ceilDiv = (a, b) => (a + b - 1n) / b;
+
+/**
+ * The ms (whole, rounded up) until the reply's `remaining` grows, known from the reply alone
+ * for a limit of this `more` (see fieldShape); undefined when it never does (remaining is the
+ * limit) or the reply does not say ('probe', concurrency). GCRA and the buckets give one unit
+ * each T = periodMs / amount and are fresh after `reset_after_ms`, so the next unit comes
+ * (limit - remaining - 1) × T before that; an INTERVAL bucket fills at its k-th refill from now,
+ * k = ceil((limit - remaining) / amount), and the next refill is (k - 1) periods before; a fixed
+ * window frees its units at its end.
+ */
+export function moreAfterMs(more, d) {
+  if (d.remaining >= d.limit || d.resetAfterMs <= 0) return undefined;
+  const reset = BigInt(d.resetAfterMs);
+  const missing = BigInt(d.limit - d.remaining);
+  if (more === 'reset') return d.resetAfterMs;
+  if (more?.spaced) {
+    const [period, amount] = more.spaced.map(BigInt);
+    const ms = ceilDiv(reset * amount - (missing - 1n) * period, amount);
+    return ms > 0n ? Number(ms) : 0;
+  }
+  if (more?.interval) {
+    const [period, amount] = more.interval.map(BigInt);
+    const ms = reset - (ceilDiv(missing, amount) - 1n) * period;
+    return ms > 0n ? Number(ms) : 0;
+  }
+  return undefined;
+}
+
+/**
+ * The shape (fieldShape) of each rule in RL.POLICY.GET's reply, in the policy's order, shadow
+ * rules included. A rule the package does not know, or a rule cut short, throws: the package
+ * would otherwise misread every rule after it.
+ */
+export function policyShapes(flat) {
   const words = flat.map((w) => (Buffer.isBuffer(w) ? w.toString() : String(w)));
-  const windows = [];
+  const shapes = [];
   let i = 0;
   while (i < words.length) {
     if (words[i].toUpperCase() === 'SHADOW') i += 1;
@@ -89,22 +162,26 @@ export function policyWindows(flat) {
     const name = word?.toLowerCase().replace(/^rl\./, '');
     const rule = Object.hasOwn(ALGORITHMS, name) && !ALGORITHMS[name].concurrent ? ALGORITHMS[name] : undefined;
     if (rule === undefined) throw new Error(`unexpected rule in RL.POLICY.GET's reply: ${word ?? 'nothing after SHADOW'}`);
-    const args = words.slice(i + 1, i + 1 + rule.params.length);
+    const start = i + 1;
+    const args = words.slice(start, start + rule.params.length);
     if (args.length < rule.params.length) {
       throw new Error(`unexpected rule in RL.POLICY.GET's reply: ${word} with ${args.length} arguments`);
     }
-    let w;
-    if (rule.window !== undefined) {
-      try {
-        w = wholeSeconds(durationMs(args[rule.params.indexOf(rule.window)]));
-      } catch {
-        w = undefined;
-      }
-    }
-    windows.push(w);
-    i += 1 + rule.params.length;
+    i = start + rule.params.length;
     if (rule.valued && words[i]?.toUpperCase() === rule.valued.word) i += 2;
     if (rule.flag && words[i]?.toUpperCase() === rule.flag.toUpperCase()) i += 1;
+    let shape;
+    try {
+      shape = fieldShape(name, words.slice(start, i));
+    } catch {
+      shape = { windowSeconds: undefined, more: undefined };
+    }
+    shapes.push(shape);
   }
-  return windows;
+  return shapes;
+}
+
+/** The `w` of each rule in RL.POLICY.GET's reply (policyShapes' windowSeconds). */
+export function policyWindows(flat) {
+  return policyShapes(flat).map((s) => s.windowSeconds);
 }

@@ -3,7 +3,7 @@
 
 import { DenialMemory, monotonicMs } from './denial-memory.js';
 import { checkName } from './fields.js';
-import { ALGORITHMS, DURATION_PARAMS, count, durationMs, policyWindows, wholeSeconds } from './limits.js';
+import { ALGORITHMS, DURATION_PARAMS, count, durationMs, fieldShape, moreAfterMs, policyShapes } from './limits.js';
 import { parseReply } from './reply.js';
 
 class TimeoutError extends Error {
@@ -83,7 +83,7 @@ export class RateLimit {
       this.command = 'RL.LIMIT';
       this.sixth = 'rule';
       this.args = [this.policy];
-      this.windows = undefined; // the promise of RL.POLICY.GET's windows, once
+      this.shapes = undefined; // the promise of RL.POLICY.GET's rules' field shapes, once
       this.concurrent = false;
     } else {
       const algorithm = ALGORITHMS[String(limit.algorithm).toLowerCase()];
@@ -113,7 +113,7 @@ export class RateLimit {
       }
       if (algorithm.flag && limit[algorithm.flag]) this.args.push(algorithm.flag.toUpperCase());
       this.concurrent = Boolean(algorithm.concurrent);
-      this.windowSeconds = algorithm.window === undefined ? undefined : wholeSeconds(durationMs(limit[algorithm.window]));
+      this.shape = fieldShape(String(limit.algorithm).toLowerCase(), this.args);
     }
     // A penalty: a refused request blocks the key for this long (BLOCK; RL.CONCURRENCY.ACQUIRE
     // has none). Kept apart from `args`, which are the limit's own words (a policy rule's too).
@@ -132,18 +132,18 @@ export class RateLimit {
   // One RL.POLICY.GET for all the requests that need it. A failure (Redis's, or a reply the
   // package cannot read: no such policy, a rule it does not know) is not kept: the request
   // fails as configured, and the next one reads the policy again.
-  #policyWindows() {
-    if (this.windows === undefined) {
+  #policyShapes() {
+    if (this.shapes === undefined) {
       const pending = this.client.sendCommand(['RL.POLICY.GET', this.policy]).then((flat) => {
         if (!Array.isArray(flat)) throw new Error(`no policy named ${JSON.stringify(this.policy)} (RL.POLICY.GET)`);
-        return policyWindows(flat);
+        return policyShapes(flat);
       });
-      this.windows = pending;
+      this.shapes = pending;
       pending.catch(() => {
-        if (this.windows === pending) this.windows = undefined;
+        if (this.shapes === pending) this.shapes = undefined;
       });
     }
-    return this.windows;
+    return this.shapes;
   }
 
   async #ask(key, cost, { atMost, shadow, dryRun, id }) {
@@ -163,22 +163,42 @@ export class RateLimit {
     }
     if (this.policy === undefined) {
       const reply = parseReply(await this.client.sendCommand(args), this.sixth, extras);
-      const decision = { ...reply, name: this.name, windowSeconds: this.windowSeconds };
+      const decision = { ...reply, name: this.name, windowSeconds: this.shape.windowSeconds };
       if (this.concurrent) decision.concurrent = true;
-      return decision;
+      return [decision, this.shape.more];
     }
-    const [windows, raw] = await Promise.all([this.#policyWindows(), this.client.sendCommand(args)]);
+    const [shapes, raw] = await Promise.all([this.#policyShapes(), this.client.sendCommand(args)]);
     const reply = parseReply(raw, 'rule', extras);
     const { rule } = reply;
     // A rule past those read: the policy has grown on the server since; read it again next time.
-    if (rule >= windows.length && this.windows !== undefined) this.windows = undefined;
-    const name = windows.length > 1 || rule > 0 ? `${this.name}/${rule}` : this.name;
-    return { ...reply, name, windowSeconds: windows[rule] };
+    if (rule >= shapes.length && this.shapes !== undefined) this.shapes = undefined;
+    const name = shapes.length > 1 || rule > 0 ? `${this.name}/${rule}` : this.name;
+    // A policy's `remaining` grows when every rule admits one unit more: asked of the module.
+    return [{ ...reply, name, windowSeconds: shapes[rule]?.windowSeconds }, 'probe'];
+  }
+
+  // When an admitted decision's `remaining` grows (RateLimit's `t`), in whole ms: from the reply
+  // where it says (limits.js moreAfterMs), else asked with a DRYRUN of remaining + 1 units, whose
+  // retry_after_ms is exactly that. The request is decided already: a probe that fails or takes
+  // longer than the timeout leaves `t` out, nothing else.
+  async #moreAfter(key, decision, more) {
+    if (more !== 'probe') return moreAfterMs(more, decision);
+    if (decision.remaining >= decision.limit) return undefined;
+    const args = [this.command, this.redisKey(key), ...this.args, 'COST', String(decision.remaining + 1), 'DRYRUN'];
+    try {
+      const probe = parseReply(await withTimeout(this.client.sendCommand(args), this.timeout), this.sixth);
+      return probe.retryAfterMs >= 0 ? probe.retryAfterMs : undefined;
+    } catch {
+      return undefined;
+    }
   }
 
   /**
    * The decision for one request of `key` costing `cost` units: `{ allowed, name, limit,
-   * remaining, retryAfterMs, resetAfterMs, windowSeconds, local }`, or when Redis failed
+   * remaining, retryAfterMs, resetAfterMs, windowSeconds, moreAfterMs, local }` (`moreAfterMs`,
+   * when admitted: the ms until `remaining` grows, RateLimit's `t`; absent when it never does or
+   * is not known; for a sliding window or log, a warm-up or a policy, found with a second,
+   * DRYRUN call), or when Redis failed
    * `{ failed: true, allowed, error }` (allowed per failMode). Options, per call:
    * `atMost`: instead of `cost`, as many units as the key allows now, up to `atMost` (ATMOST;
    * the decision's `granted` says how many; refused when none); `shadow`: the limit is checked
@@ -221,8 +241,9 @@ export class RateLimit {
     }
     this.stats.calls += 1;
     let decision;
+    let more;
     try {
-      decision = await withTimeout(this.#ask(key, cost, { atMost, shadow, dryRun, id }), this.timeout);
+      [decision, more] = await withTimeout(this.#ask(key, cost, { atMost, shadow, dryRun, id }), this.timeout);
     } catch (error) {
       this.stats.failures += 1;
       const passes = this.failMode === 'open';
@@ -236,6 +257,11 @@ export class RateLimit {
     }
     // A preview is a call only, as the module counts it: nothing admitted, refused or watched.
     if (dryRun) return { ...decision, local: false };
+    // RateLimit's `t` while admitted (a refusal's is its retry time).
+    if (decision.allowed) {
+      const ms = await this.#moreAfter(key, decision, more);
+      if (ms !== undefined) decision.moreAfterMs = ms;
+    }
     if (decision.shadowDenied) {
       this.stats.shadowDenied += 1;
     } else if (decision.allowed) {

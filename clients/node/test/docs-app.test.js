@@ -59,10 +59,10 @@ test("docs/clients.md's install and complete Express app, in a fresh folder, run
       child.once('exit', (code) => reject(new Error(`the app exited (${code}): ${stderr}`)));
     });
     const base = `http://127.0.0.1:${port}`;
-    for (const [r, t] of [[4, 6], [3, 12], [2, 18], [1, 24], [0, 30]]) {
+    for (const [r, reset] of [[4, 6], [3, 12], [2, 18], [1, 24], [0, 30]]) {
       const res = await get(base, '/api/hello', { 'X-Api-Key': 'k1' });
       assert.deepEqual(limitFields(res), [
-        200, '"default";q=5;w=60', `"default";r=${r};t=${t}`, '5', `${r}`, `${t}`, undefined,
+        200, '"default";q=5;w=30', `"default";r=${r};t=6`, '5', `${r}`, `${reset}`, undefined,
       ]);
       assert.equal(res.body, '{"hello":"world"}');
     }

@@ -31,7 +31,7 @@ async function scenario(failMode) {
     // Traffic while Redis answers.
     for (const r of [4, 3]) {
       assert.deepEqual(limitFields(await as('alice')), [
-        200, '"default";q=5;w=60', `"default";r=${r};t=${(5 - r) * 6}`, '5', `${r}`, `${(5 - r) * 6}`, undefined,
+        200, '"default";q=5;w=30', `"default";r=${r};t=6`, '5', `${r}`, `${(5 - r) * 6}`, undefined,
       ]);
     }
     const expectFailure = async (what) => {

@@ -39,18 +39,19 @@ test('GCRA: the burst, the 429 with its problem body, then the denial memory', a
     prefix: 'rl:gcra:',
   });
   try {
-    // A burst of 5, then one every 6 s: remaining 4 to 0, reset 6 s more each time.
-    for (const [r, t] of [[4, 6], [3, 12], [2, 18], [1, 24], [0, 30]]) {
+    // A burst of 5, then one every 6 s: remaining 4 to 0, reset 6 s more each time, and one
+    // unit more 6 s later each time (t). q/w = 5 per 30 s, the 10 a minute it admits.
+    for (const [r, reset] of [[4, 6], [3, 12], [2, 18], [1, 24], [0, 30]]) {
       const res = await as('alice');
       assert.deepEqual(limitFields(res), [
-        200, '"default";q=5;w=60', `"default";r=${r};t=${t}`, '5', `${r}`, `${t}`, undefined,
+        200, '"default";q=5;w=30', `"default";r=${r};t=6`, '5', `${r}`, `${reset}`, undefined,
       ]);
       assert.equal(res.body, 'hello');
     }
     const before429 = await calls(client, 'RL.GCRA');
     const denied = await as('alice');
     assert.deepEqual(limitFields(denied), [
-      429, '"default";q=5;w=60', '"default";r=0;t=6', '5', '0', '30', '6',
+      429, '"default";q=5;w=30', '"default";r=0;t=6', '5', '0', '30', '6',
     ]);
     assert.equal(denied.headers['content-type'], 'application/problem+json');
     assert.equal(denied.body, PROBLEM_429);
@@ -62,11 +63,11 @@ test('GCRA: the burst, the 429 with its problem body, then the denial memory', a
     assert.equal(again.body, PROBLEM_429);
     clock.ms += 2_500; // 3500 ms left: rounded up to 4; the reset 27500 ms to 28
     assert.deepEqual(limitFields(await as('alice')), [
-      429, '"default";q=5;w=60', '"default";r=0;t=4', '5', '0', '28', '4',
+      429, '"default";q=5;w=30', '"default";r=0;t=4', '5', '0', '28', '4',
     ]);
     clock.ms += 3_499; // 1 ms left is still a whole second
     assert.deepEqual(limitFields(await as('alice')), [
-      429, '"default";q=5;w=60', '"default";r=0;t=1', '5', '0', '25', '1',
+      429, '"default";q=5;w=30', '"default";r=0;t=1', '5', '0', '25', '1',
     ]);
     assert.equal(await calls(client, 'RL.GCRA'), before429 + 1, 'the memory answered without Redis');
     assert.equal(limiter.stats.deniedLocally, 3);
@@ -74,14 +75,14 @@ test('GCRA: the burst, the 429 with its problem body, then the denial memory', a
 
     // Another caller has a limit of its own (and is not refused by alice's memory).
     assert.deepEqual(limitFields(await as('bob')), [
-      200, '"default";q=5;w=60', '"default";r=4;t=6', '5', '4', '6', undefined,
+      200, '"default";q=5;w=30', '"default";r=4;t=6', '5', '4', '6', undefined,
     ]);
 
     // Once the time is up, the next request asks Redis again: admitted at the retry time.
     clock.ms += 1;
     await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '6000']);
     assert.deepEqual(limitFields(await as('alice')), [
-      200, '"default";q=5;w=60', '"default";r=0;t=30', '5', '0', '30', undefined,
+      200, '"default";q=5;w=30', '"default";r=0;t=6', '5', '0', '30', undefined,
     ]);
     assert.equal(await calls(client, 'RL.GCRA'), before429 + 3);
   } finally {
@@ -124,7 +125,8 @@ test('a remembered denial refuses the same cost; another cost is asked', async (
   });
   const costing = (n) => get(http.url, '/', { 'X-Client-Id': 'gina', 'X-Cost': `${n}` });
   try {
-    assert.equal((await costing(3)).headers.ratelimit, '"default";r=1;t=45');
+    // 1 left; the next token in 15 s (the bucket full in 45).
+    assert.equal((await costing(3)).headers.ratelimit, '"default";r=1;t=15');
     const calls0 = await calls(client, 'RL.TOKENBUCKET');
     // 3 more do not fit: 2 of them are missing, 30 s at 4 a minute.
     assert.deepEqual(limitFields(await costing(3)), [429, '"default";q=4;w=60', '"default";r=1;t=30', '4', '1', '45', '30']);
@@ -135,7 +137,7 @@ test('a remembered denial refuses the same cost; another cost is asked', async (
     assert.deepEqual(limitFields(await costing(4)), [429, '"default";q=4;w=60', '"default";r=1;t=45', '4', '1', '45', '45']);
     assert.equal(await calls(client, 'RL.TOKENBUCKET'), calls0 + 2);
     // One unit fits: asked, and admitted.
-    assert.deepEqual(limitFields(await costing(1)), [200, '"default";q=4;w=60', '"default";r=0;t=60', '4', '0', '60', undefined]);
+    assert.deepEqual(limitFields(await costing(1)), [200, '"default";q=4;w=60', '"default";r=0;t=15', '4', '0', '60', undefined]);
     assert.equal(await calls(client, 'RL.TOKENBUCKET'), calls0 + 3);
     assert.equal(limiter.stats.deniedLocally, 1);
   } finally {
@@ -168,9 +170,11 @@ test('RL.LIMIT: the policy name, "<policy>/<rule>" with several rules, w from ea
     assert.deepEqual(limitFields(await multi.as('erin')), [
       200, '"api/0";q=2;w=1', '"api/0";r=1;t=1', '2', '1', '1', undefined,
     ]);
+    // The GCRA rule binds again (r=1), but the policy's r grows only when the minute's window
+    // (2 of 3 taken, 39 s left of it) admits 2: t is the policy's, not the binding rule's.
     await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '1000']);
     assert.deepEqual(limitFields(await multi.as('erin')), [
-      200, '"api/0";q=2;w=1', '"api/0";r=1;t=1', '2', '1', '1', undefined,
+      200, '"api/0";q=2;w=1', '"api/0";r=1;t=39', '2', '1', '1', undefined,
     ]);
     // Then the minute's window: T0 is 20 s into its minute, so 2 s later 38 s are left.
     await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '1000']);
@@ -226,7 +230,7 @@ test('RESP2 clients get the same fields', async () => {
   });
   try {
     assert.deepEqual(limitFields(await as('frank')), [
-      200, '"default";q=5;w=60', '"default";r=4;t=6', '5', '4', '6', undefined,
+      200, '"default";q=5;w=30', '"default";r=4;t=6', '5', '4', '6', undefined,
     ]);
   } finally {
     await http.close();
@@ -274,13 +278,14 @@ test('concurrency: a lease per request in flight, given back when its response e
     assert.equal(limit.limiter.memory.size, 0);
     open();
     const done = await Promise.all([first, second]);
-    // The two admitted ones, in whichever order the server took them.
+    // The two admitted ones, in whichever order the server took them; no t while admitted: a
+    // slot comes back when its holder's response ends, which nobody can tell in advance.
     assert.deepEqual(done.map(limitFields).sort((x, y) => x[2].localeCompare(y[2])), [
-      [200, '"default";q=2;qu="concurrent-requests"', '"default";r=0;t=30', '2', '0', '30', undefined],
-      [200, '"default";q=2;qu="concurrent-requests"', '"default";r=1;t=30', '2', '1', '30', undefined],
+      [200, '"default";q=2;qu="concurrent-requests"', '"default";r=0', '2', '0', '30', undefined],
+      [200, '"default";q=2;qu="concurrent-requests"', '"default";r=1', '2', '1', '30', undefined],
     ]);
     await until(0);
-    assert.equal((await get(http.url)).headers.ratelimit, '"default";r=1;t=30');
+    assert.equal((await get(http.url)).headers.ratelimit, '"default";r=1');
     assert.equal(limit.limiter.stats.releaseFailures, 0);
   } finally {
     await http.close();
@@ -313,7 +318,9 @@ test('RL.WARMUP: limit 1, spaced by the cold interval after idle; COLDFACTOR; no
     for (let i = 0; i < 2; i++) {
       const res = await colder.as('hal');
       const d = parseReply(await client.sendCommand(['RL.WARMUP', 'rl:warm5-direct:hal', '10', '1s', '10s', 'COLDFACTOR', '5']));
-      assert.deepEqual(limitFields(res).slice(0, 6), [d.allowed ? 200 : 429, '"default";q=1', `"default";r=0;t=${Math.ceil((d.allowed ? d.resetAfterMs : d.retryAfterMs) / 1000)}`,
+      // Admitted, t is when the next request passes: a DRYRUN's retry time.
+      const next = parseReply(await client.sendCommand(['RL.WARMUP', 'rl:warm5-direct:hal', '10', '1s', '10s', 'COLDFACTOR', '5', 'DRYRUN']));
+      assert.deepEqual(limitFields(res).slice(0, 6), [d.allowed ? 200 : 429, '"default";q=1', `"default";r=0;t=${Math.ceil((d.allowed ? next.retryAfterMs : d.retryAfterMs) / 1000)}`,
         '1', '0', `${Math.ceil(d.resetAfterMs / 1000)}`]);
       assert.equal(res.status, i === 0 ? 200 : 429);
     }

@@ -36,7 +36,7 @@ test('npm install of the packed package into a fresh directory', () => {
       const mw = rateLimitMiddleware({ client, limit: { algorithm: 'gcra', burst: 5, rate: 10, period: '1m' } });
       new RateLimiterRedis({ storeClient: client, points: 5, duration: 1 });
       console.log(typeof mw, typeof mw.limiter.check,
-        rateLimitHeaders({ allowed: true, name: 'default', limit: 5, remaining: 4, retryAfterMs: 0, resetAfterMs: 6000, windowSeconds: 60 })[1][1]);
+        rateLimitHeaders({ allowed: true, name: 'default', limit: 5, remaining: 4, retryAfterMs: 0, resetAfterMs: 6000, windowSeconds: 30, moreAfterMs: 6000 })[1][1]);
     `;
     writeFileSync(path.join(dir, 'check.mjs'), script);
     const out = execFileSync(process.execPath, ['check.mjs'], { cwd: dir, encoding: 'utf8' });

@@ -93,12 +93,13 @@ for (const failMode of ['open', 'closed']) {
 }
 
 // Each rule kind of the module (src/args/rules.rs, docs/policies.md), as RL.POLICY.SET takes it,
-// with the window in whole seconds RL.POLICY.GET's reply gives it (policyWindows).
+// with its `w` in whole seconds (policyWindows): a window, or the time a bucket takes to earn its
+// whole burst back (burst × period / rate); none when not whole seconds.
 const RULE_KINDS = [
-  ['GCRA', ['GCRA', '3', '1', '1s'], 1],
-  ['TOKENBUCKET', ['TOKENBUCKET', '3', '1', '2s'], 2],
+  ['GCRA', ['GCRA', '3', '1', '1s'], 3],
+  ['TOKENBUCKET', ['TOKENBUCKET', '3', '1', '2s'], 6],
   ['TOKENBUCKET with INTERVAL', ['tokenbucket', '3', '3', '2s', 'interval'], 2],
-  ['LEAKYBUCKET', ['LEAKYBUCKET', '3', '1', '1s'], 1],
+  ['LEAKYBUCKET', ['LEAKYBUCKET', '3', '1', '1s'], 3],
   ['FIXEDWINDOW', ['FIXEDWINDOW', '3', '10s'], 10],
   ['SLIDINGWINDOW', ['SLIDINGWINDOW', '3', '10s'], 10],
   ['SLIDINGLOG', ['SLIDINGLOG', '3', '1500ms'], undefined],
@@ -137,8 +138,13 @@ for (const [kind, rule] of RULE_KINDS) {
           await clock.at(300 * i);
           const res = await as('twin');
           const d = parseReply(await client.sendCommand(['RL.LIMIT', `rl:direct:${policy}`, policy]), 'rule');
+          // RateLimit's t while admitted: when the policy admits one unit more than remains.
+          const more = d.allowed && d.remaining < d.limit
+            ? parseReply(await client.sendCommand(['RL.LIMIT', `rl:direct:${policy}`, policy, 'COST', `${d.remaining + 1}`, 'DRYRUN']), 'rule')
+            : undefined;
           const expected = rateLimitHeaders({
             ...d, name: windows.length > 1 ? `${policy}/${d.rule}` : policy, windowSeconds: windows[d.rule],
+            moreAfterMs: more === undefined || more.retryAfterMs < 0 ? undefined : more.retryAfterMs,
           });
           assert.deepEqual(limitFields(res), [d.allowed ? 200 : 429, ...expected.map(([, v]) => v), ...(d.allowed ? [undefined] : [])],
             `${policy}, request ${i}`);
