@@ -36,11 +36,6 @@ export function count(value, what, min = 1) {
   return value;
 }
 
-/** Whole seconds, or undefined when the duration is not a whole number of seconds. */
-export function wholeSeconds(ms) {
-  return ms % 1000 === 0 ? ms / 1000 : undefined;
-}
-
 // For each algorithm: its positional parameters (the option names the application writes), which
 // of them are durations, its flag (`INTERVAL`) and its option with a value (`COLDFACTOR factor`),
 // and `fields`, what RateLimit-Policy and RateLimit say of it (see `fieldShape`). A policy's
@@ -74,12 +69,16 @@ export const ALGORITHMS = {
 };
 export const DURATION_PARAMS = new Set(['period', 'refillPeriod', 'leakPeriod', 'window', 'lease', 'warmup']);
 
-// `a × b / c` ms in whole seconds, or undefined when it is not a whole number of seconds
-// (BigInt: counts and durations up to 10^12 and 10 years multiply past 2^53).
+// The largest integer a Structured Field may carry (RFC 9651: 15 digits).
+const SF_INTEGER_MAX = 999_999_999_999_999n;
+
+// `a × b / c` ms in whole seconds, or undefined when it is not a whole number of seconds or is
+// past a Structured Field integer (BigInt: counts and durations up to 10^12 and 10 years
+// multiply past 2^53).
 function wholeSecondsOf(a, b, c) {
   const num = BigInt(a) * BigInt(b);
   const den = BigInt(c) * 1000n;
-  return num % den === 0n ? Number(num / den) : undefined;
+  return num % den === 0n && num / den <= SF_INTEGER_MAX ? Number(num / den) : undefined;
 }
 
 /**
@@ -107,9 +106,9 @@ export function fieldShape(name, words) {
       };
     }
     case 'fixed':
-      return { windowSeconds: wholeSeconds(ms(1)), more: 'reset' };
+      return { windowSeconds: wholeSecondsOf(1, ms(1), 1), more: 'reset' };
     case 'sliding':
-      return { windowSeconds: wholeSeconds(ms(1)), more: 'probe' };
+      return { windowSeconds: wholeSecondsOf(1, ms(1), 1), more: 'probe' };
     case 'warmup':
       // Its limit is 1: one request each period / rate once warm.
       return { windowSeconds: wholeSecondsOf(1, ms(1), Number(words[0])), more: 'probe' };

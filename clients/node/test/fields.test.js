@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
 import { RateLimit, rateLimitHeaders } from '../index.js';
-import { ALGORITHMS } from '../lib/limits.js';
+import { ALGORITHMS, fieldShape } from '../lib/limits.js';
 import { ROOT, clocks, memoryLogger, serverForFile } from './helpers.js';
 
 const { cases, t0_ms: T0 } = JSON.parse(readFileSync(path.join(ROOT, 'clients/http-fields-cases.json'), 'utf8'));
@@ -46,6 +46,17 @@ test('the cases are the ones the SPEC implies: every algorithm, burst below, equ
       .map((c) => Math.sign(Number(c.args[0]) - Number(c.args[1])));
     assert.deepEqual(relations.sort(), [-1, 0, 1], command);
   }
+});
+
+test('w is the time to earn a burst back, and a Structured Field integer', () => {
+  assert.deepEqual(fieldShape('gcra', ['5', '10', '1m']), { windowSeconds: 30, more: { spaced: [60_000, 10] } });
+  assert.deepEqual(fieldShape('tokenbucket', ['4', '2', '10s', 'INTERVAL']), { windowSeconds: 20, more: { interval: [10_000, 2] } });
+  assert.deepEqual(fieldShape('warmup', ['3', '1s', '10s']), { windowSeconds: undefined, more: 'probe' });
+  assert.deepEqual(fieldShape('concurrency', ['2', '10s']), { windowSeconds: undefined, more: undefined });
+  // 10^12 a burst, one every 10 years: w would have 21 digits, past the 15 a Structured Field
+  // integer may have (RFC 9651), so it is left out.
+  assert.equal(fieldShape('gcra', ['1000000000000', '1', '3650d']).windowSeconds, undefined);
+  assert.equal(fieldShape('gcra', ['999', '1', '3650d']).windowSeconds, 999 * 3650 * 86400);
 });
 
 for (const [n, c] of cases.entries()) {

@@ -88,26 +88,27 @@ def test_gcra_headers_429_and_denial_memory(server: Server, serve: Any, protocol
     http = serve(app_for(server, protocol=protocol, limit=GCRA(5, 10, "1m"), key=header("x-client-id"),
                          cost=cost_header, stats=stats))
     alice = {"X-Client-Id": "alice"}
-    # A burst of 5, then one every 6 s: t and the legacy reset count up by 6 s a request.
+    # A burst of 5, then one every 6 s: the legacy reset counts up by 6 s a request, and one unit
+    # comes back 6 s later each time (t). q/w = 5 per 30 s, the 10 a minute it admits.
     for i in range(1, 6):
-        assert http.get(headers=alice) == (200, PLAIN + limited("default", 5, 60, 5 - i, 6 * i, 6 * i), b"hello")
+        assert http.get(headers=alice) == (200, PLAIN + limited("default", 5, 30, 5 - i, 6, 6 * i), b"hello")
     assert quota_exceeded_body("default") == QUOTA_BODY
-    assert http.get(headers=alice) == (429, refused(QUOTA_BODY, "default", 5, 60, 6, 30), QUOTA_BODY)
+    assert http.get(headers=alice) == (429, refused(QUOTA_BODY, "default", 5, 30, 6, 30), QUOTA_BODY)
     assert (stats.round_trips, stats.admitted, stats.denied, stats.remembered) == (6, 5, 1, 0)
 
     # Refused again from memory, with no round trip, the same headers (t rounded up).
     calls = server.calls("rl.gcra")
     for _ in range(3):
-        assert http.get(headers=alice) == (429, refused(QUOTA_BODY, "default", 5, 60, 6, 30), QUOTA_BODY)
+        assert http.get(headers=alice) == (429, refused(QUOTA_BODY, "default", 5, 30, 6, 30), QUOTA_BODY)
     assert server.calls("rl.gcra") == calls
     assert (stats.round_trips, stats.remembered) == (6, 3)
 
     # Another caller has its own limit.
-    assert http.get(headers={"X-Client-Id": "bob"}) == (200, PLAIN + limited("default", 5, 60, 4, 6, 6), b"hello")
+    assert http.get(headers={"X-Client-Id": "bob"}) == (200, PLAIN + limited("default", 5, 30, 4, 6, 6), b"hello")
     # A cost above the burst never passes: no t, no Retry-After, and not remembered.
     for _ in range(2):
         assert http.get(headers={"X-Client-Id": "carol", "X-Cost": "6"}) == (
-            429, refused(QUOTA_BODY, "default", 5, 60, None, 0, r=5), QUOTA_BODY,
+            429, refused(QUOTA_BODY, "default", 5, 30, None, 0, r=5), QUOTA_BODY,
         )
     assert server.calls("rl.gcra") == calls + 3
     # A remembered denial of 1 unit does not refuse 0 units (a request that costs nothing).
@@ -119,7 +120,8 @@ def test_rounding_and_window_left_out_when_not_whole_seconds(server: Server, ser
     http = serve(app_for(server, limit=GCRA(2, 2, "3500ms"), name="burst", key=header("x-client-id")))
     who = {"X-Client-Id": "dave"}
     assert http.get(headers=who) == (200, PLAIN + limited("burst", 2, None, 1, 2, 2), b"hello")
-    assert http.get(headers=who) == (200, PLAIN + limited("burst", 2, None, 0, 4, 4), b"hello")
+    # The key fresh in 3500 ms (reset 4), one unit back in 1750 (t 2).
+    assert http.get(headers=who) == (200, PLAIN + limited("burst", 2, None, 0, 2, 4), b"hello")
     body = quota_exceeded_body("burst")
     assert http.get(headers=who) == (429, refused(body, "burst", 2, None, 2, 4), body)
 
@@ -170,13 +172,13 @@ def test_shadow_checks_and_counts_but_never_refuses(server: Server, serve: Any) 
                          shadow=lambda scope: (b"x-shadow", b"1") in scope["headers"]))
     who, watched = {"X-Client-Id": "sam"}, {"X-Client-Id": "sam", "X-Shadow": "1"}
     assert http.get(headers=who) == (200, PLAIN + limited("default", 2, 60, 1, 30, 30), b"hello")
-    assert http.get(headers=who) == (200, PLAIN + limited("default", 2, 60, 0, 60, 60), b"hello")
-    assert http.get(headers=watched) == (200, PLAIN + limited("default", 2, 60, 0, 60, 60), b"hello")
+    assert http.get(headers=who) == (200, PLAIN + limited("default", 2, 60, 0, 30, 60), b"hello")
+    assert http.get(headers=watched) == (200, PLAIN + limited("default", 2, 60, 0, 30, 60), b"hello")
     assert (stats.admitted, stats.shadow_denied, stats.denied) == (2, 1, 0)
     # The shadow request wrote nothing: the next is refused for the same 30 s, and remembered.
     assert http.get(headers=who) == (429, refused(QUOTA_BODY, "default", 2, 60, 30, 60), QUOTA_BODY)
     calls = server.calls("rl.gcra")
-    assert http.get(headers=watched) == (200, PLAIN + limited("default", 2, 60, 0, 60, 60), b"hello")
+    assert http.get(headers=watched) == (200, PLAIN + limited("default", 2, 60, 0, 30, 60), b"hello")
     assert server.calls("rl.gcra") == calls + 1
     assert http.get(headers=who) == (429, refused(QUOTA_BODY, "default", 2, 60, 30, 60), QUOTA_BODY)
     assert server.calls("rl.gcra") == calls + 1
@@ -190,12 +192,12 @@ def test_guard_grants_at_most_what_the_key_allows(server: Server) -> None:
 
     guard = Guard(server.client(), GCRA(5, 1, "1m"), name="batch")
     v = guard.check("q", at_most=3)
-    assert (v.status, v.decision and v.decision.granted, v.headers) == (200, 3, limited("batch", 5, 60, 2, 180, 180))
+    assert (v.status, v.decision and v.decision.granted, v.headers) == (200, 3, limited("batch", 5, 300, 2, 60, 180))
     v = guard.check("q", at_most=3)
-    assert (v.status, v.decision and v.decision.granted, v.headers) == (200, 2, limited("batch", 5, 60, 0, 300, 300))
+    assert (v.status, v.decision and v.decision.granted, v.headers) == (200, 2, limited("batch", 5, 300, 0, 60, 300))
     v = guard.check("q", at_most=3)
     assert (v.status, v.decision and v.decision.granted) == (429, 0)
-    assert v.headers == limited("batch", 5, 60, 0, 60, 300) + [("retry-after", "60")]
+    assert v.headers == limited("batch", 5, 300, 0, 60, 300) + [("retry-after", "60")]
     assert [guard.check("q").source for _ in range(2)] == ["redis", "memory"]
 
 
@@ -223,8 +225,8 @@ def test_fail_open_and_closed_when_redis_hangs_then_dies(
     closed = serve(app_for(server, limit=GCRA(5, 10, "1m"), key=header("x-client-id"), stats=closed_stats,
                            fail_open=False))
     a, b = {"X-Client-Id": "a"}, {"X-Client-Id": "b"}
-    assert opened.get(headers=a) == (200, PLAIN + limited("default", 5, 60, 4, 6, 6), b"hello")
-    assert closed.get(headers=b) == (200, PLAIN + limited("default", 5, 60, 4, 6, 6), b"hello")
+    assert opened.get(headers=a) == (200, PLAIN + limited("default", 5, 30, 4, 6, 6), b"hello")
+    assert closed.get(headers=b) == (200, PLAIN + limited("default", 5, 30, 4, 6, 6), b"hello")
 
     # Hung (SIGSTOP): each check times out after 50 ms.
     server.pause()
@@ -243,7 +245,7 @@ def test_fail_open_and_closed_when_redis_hangs_then_dies(
     )
     # Back: limited again (the request that timed out may have been counted when Redis woke).
     status, fields, _ = opened.get(headers=a)
-    assert status == 200 and ("ratelimit-policy", '"default";q=5;w=60') in fields
+    assert status == 200 and ("ratelimit-policy", '"default";q=5;w=30') in fields
 
     # Dead (killed): the connection is refused.
     server.stop()
@@ -315,11 +317,13 @@ def test_concurrency_limit_releases_the_lease_when_the_response_is_done(server: 
     gate.set()
     worker.join(10)
     assert first[0][0] == 200
-    assert first[0][1][2:4] == [policy, ("ratelimit", '"inflight";r=0;t=30')]
+    # No t while admitted: a slot comes back when its holder's response ends, which nobody can
+    # tell in advance.
+    assert first[0][1][2:4] == [policy, ("ratelimit", '"inflight";r=0')]
     # Released when the first response was done (the clock is frozen, so the lease could not
     # have ended by itself): the next is admitted.
     status, fields, _ = http.get("/slow", headers=who)
-    assert (status, fields[2:4]) == (200, [policy, ("ratelimit", '"inflight";r=0;t=30')])
+    assert (status, fields[2:4]) == (200, [policy, ("ratelimit", '"inflight";r=0')])
 
 
 def test_sync_guard_for_any_framework(server: Server) -> None:
@@ -334,7 +338,7 @@ def test_sync_guard_for_any_framework(server: Server) -> None:
     closed = Guard(client, GCRA(2, 2, "1m"), name="api", fail_open=False, prefix="closed:")
     v = opened.check("ivy", cost=2)
     assert (v.allowed, v.status, v.body, v.source) == (True, 200, b"", "redis")
-    assert v.headers == limited("api", 2, 60, 0, 60, 60)
+    assert v.headers == limited("api", 2, 60, 0, 30, 60)
     v = opened.check("ivy")
     assert (v.allowed, v.status, v.body, v.source) == (False, 429, quota_exceeded_body("api"), "redis")
     assert opened.check("ivy").source == "memory"

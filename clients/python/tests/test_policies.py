@@ -23,6 +23,7 @@ from ratelimit_redis_module import (
     RateLimitMiddleware,
     Rule,
     Stats,
+    field_shape,
     parse_decision,
     parse_rules,
     rate_limit_headers,
@@ -181,13 +182,13 @@ def test_a_policy_set_after_the_first_request_is_read_then_and_one_that_grows_is
 
 
 # Each rule kind of the module (src/args/rules.rs, docs/policies.md), as RL.POLICY.SET takes it,
-# with its window in whole seconds as RL.POLICY.GET gives it back (None: not whole seconds, or
-# none at all, a warm-up's).
+# with its `w` in whole seconds (field_shape): a window, or the time a bucket takes to earn its
+# whole burst back (burst × period / rate); None when not whole seconds.
 RULE_KINDS = [
-    pytest.param(["GCRA", "3", "1", "1s"], 1, id="GCRA"),
-    pytest.param(["TOKENBUCKET", "3", "1", "2s"], 2, id="TOKENBUCKET"),
+    pytest.param(["GCRA", "3", "1", "1s"], 3, id="GCRA"),
+    pytest.param(["TOKENBUCKET", "3", "1", "2s"], 6, id="TOKENBUCKET"),
     pytest.param(["tokenbucket", "3", "3", "2s", "interval"], 2, id="TOKENBUCKET-with-INTERVAL"),
-    pytest.param(["LEAKYBUCKET", "3", "1", "1s"], 1, id="LEAKYBUCKET"),
+    pytest.param(["LEAKYBUCKET", "3", "1", "1s"], 3, id="LEAKYBUCKET"),
     pytest.param(["FIXEDWINDOW", "3", "10s"], 10, id="FIXEDWINDOW"),
     pytest.param(["SLIDINGWINDOW", "3", "10s"], 10, id="SLIDINGWINDOW"),
     pytest.param(["SLIDINGLOG", "3", "1500ms"], None, id="SLIDINGLOG"),
@@ -196,8 +197,8 @@ RULE_KINDS = [
 ]
 
 
-def whole_seconds(ms: int | None) -> int | None:
-    return ms // 1000 if ms is not None and ms % 1000 == 0 else None
+def w_of(rule: Rule) -> int | None:
+    return field_shape(rule.algorithm, rule.args).window_s
 
 
 @pytest.mark.parametrize(("rule", "w"), RULE_KINDS)
@@ -209,7 +210,7 @@ def test_parse_rules_reads_every_rule_kind_shadow_marks_and_options(server: Serv
                           "SHADOW", "GCRA", "1", "1", "2s")
     rules = rl.policy_get("windows")
     assert rules is not None
-    assert [whole_seconds(r.window_ms()) for r in rules] == [w, w, 60, 2]
+    assert [w_of(r) for r in rules] == [w, w, 60, 2]
     assert [r.shadow for r in rules] == [False, True, False, True]
     # As RL.POLICY.GET shows a rule: its name upper case without RL., an option's word upper case.
     kind = rule[0].upper().removeprefix("RL.")
@@ -245,16 +246,22 @@ def test_a_policy_of_each_rule_kind_alone_and_as_a_shadow_rule_limits_as_rl_limi
         app, stats = hello(redis.asyncio.Redis(host="127.0.0.1", port=server.port), policy)
         http = serve(app)
         rules = rl.policy_get(policy)
-        assert rules is not None and whole_seconds(rules[0].window_ms()) == w
+        assert rules is not None and w_of(rules[0]) == w
         # The same requests through the middleware and straight to RL.LIMIT on a twin key,
         # 300 ms apart: the same decision and the same fields, request by request.
         for i in range(6):
             status, fields = limit_fields(http.get(headers={"X-Client-Id": "twin"}))
             with server.client() as c:
                 d = parse_decision(c.execute_command("RL.LIMIT", f"rl:direct:{policy}", policy), "rule")
+                # RateLimit's t while admitted: when the policy admits one unit more than remains.
+                more = None
+                if d.allowed and d.remaining < d.limit:
+                    probe = parse_decision(c.execute_command(
+                        "RL.LIMIT", f"rl:direct:{policy}", policy, "COST", d.remaining + 1, "DRYRUN"), "rule")
+                    more = probe.retry_after_ms if probe.retry_after_ms >= 0 else None
             assert d.rule is not None
             name = policy if len(rules) == 1 else f"{policy}/{d.rule}"
-            expected = rate_limit_headers(name, d, whole_seconds(rules[d.rule].window_ms()))
+            expected = rate_limit_headers(name, d, w_of(rules[d.rule]), more_after_ms=more)
             assert (status, fields) == (200 if d.allowed else 429, expected), (policy, i)
             time.advance(300)
         assert warnings_of(caplog) == []

@@ -10,10 +10,12 @@ from ratelimit_redis_module import (
     GCRA,
     Decision,
     DenialMemory,
+    FieldShape,
     Policy,
     Rule,
     TokenBucket,
     duration_ms,
+    field_shape,
     parse_decision,
     parse_rules,
     rate_limit_headers,
@@ -68,7 +70,7 @@ def test_parse_the_fields_atmost_and_shadow_add_in_the_modules_order() -> None:
 
 
 def test_headers_round_seconds_up() -> None:
-    admitted = rate_limit_headers("default", Decision(True, 5, 4, 0, 1), 60)
+    admitted = rate_limit_headers("default", Decision(True, 5, 4, 0, 1), 60, more_after_ms=1)
     assert admitted == [
         ("ratelimit-policy", '"default";q=5;w=60'),
         ("ratelimit", '"default";r=4;t=1'),
@@ -76,8 +78,9 @@ def test_headers_round_seconds_up() -> None:
         ("x-ratelimit-remaining", "4"),
         ("x-ratelimit-reset", "1"),
     ]
+    # Nothing taken: r never grows, so no t.
     fresh = rate_limit_headers("default", Decision(True, 5, 5, 0, 0), None)
-    assert fresh[:2] == [("ratelimit-policy", '"default";q=5'), ("ratelimit", '"default";r=5;t=0')]
+    assert fresh[:2] == [("ratelimit-policy", '"default";q=5'), ("ratelimit", '"default";r=5')]
     denied = rate_limit_headers("api/1", Decision(False, 300, 0, 3500, 59001), 60)
     assert denied == [
         ("ratelimit-policy", '"api/1";q=300;w=60'),
@@ -97,11 +100,22 @@ def test_headers_round_seconds_up() -> None:
     ]
     assert rate_limit_headers("jobs", Decision(True, 2, 1, 0, 30000), None, concurrent=True)[:2] == [
         ("ratelimit-policy", '"jobs";q=2;qu="concurrent-requests"'),
-        ("ratelimit", '"jobs";r=1;t=30'),
+        ("ratelimit", '"jobs";r=1'),
     ]
     assert rate_limit_headers('a"b\\c', Decision(True, 1, 0, 0, 1000), None)[0] == (
         "ratelimit-policy", '"a\\"b\\\\c";q=1',
     )
+
+
+def test_w_is_the_time_to_earn_a_burst_back_and_a_structured_field_integer() -> None:
+    assert field_shape("RL.GCRA", ["5", "10", "1m"]) == FieldShape(30, ("spaced", 60_000, 10))
+    assert field_shape("tokenbucket", ["4", "2", "10s", "INTERVAL"]) == FieldShape(20, ("interval", 10_000, 2))
+    assert field_shape("WARMUP", ["3", "1s", "10s"]) == FieldShape(None, "probe")
+    assert field_shape("CONCURRENCY.ACQUIRE", ["2", "10s"]) == FieldShape(None, None)
+    # 10^12 a burst, one every 10 years: w would have 21 digits, past the 15 a Structured Field
+    # integer may have (RFC 9651), so it is left out.
+    assert field_shape("GCRA", ["1000000000000", "1", "3650d"]).window_s is None
+    assert field_shape("GCRA", ["999", "1", "3650d"]).window_s == 999 * 3650 * 86400
 
 
 def test_names_are_printable_ascii() -> None:

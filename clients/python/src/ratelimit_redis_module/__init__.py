@@ -39,6 +39,7 @@ from .limits import (
     GCRA,
     Concurrency,
     Duration,
+    FieldShape,
     FixedWindow,
     LeakyBucket,
     Limit,
@@ -51,6 +52,8 @@ from .limits import (
     TokenBucket,
     Warmup,
     duration_ms,
+    field_shape,
+    more_after_ms,
     parse_rules,
 )
 from .reply import Decision, parse_decision
@@ -59,9 +62,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ADMISSION_OPTIONS", "AsyncGuard", "AsyncRateLimiter", "COMMANDS", "Concurrency", "Counterpart",
-    "Decision", "DenialMemory", "Duration", "FixedWindow", "GCRA", "Guard", "LEFT_OUT", "LeakyBucket",
+    "Decision", "DenialMemory", "Duration", "FieldShape", "FixedWindow", "GCRA", "Guard", "LEFT_OUT", "LeakyBucket",
     "Limit", "PROBLEM_JSON", "Policy", "RULE_KINDS", "RateLimitMiddleware", "RateLimiter", "Rule",
     "RuleKind", "SlidingLog", "SlidingWindow", "Stats", "TokenBucket", "UNAVAILABLE_BODY", "Verdict",
-    "Warmup", "async_client_from_url", "client_from_url", "client_ip", "duration_ms", "exempt", "header",
-    "parse_decision", "parse_rules", "quota_exceeded_body", "rate_limit_headers", "user",
+    "Warmup", "async_client_from_url", "client_from_url", "client_ip", "duration_ms", "exempt", "field_shape", "header",
+    "more_after_ms", "parse_decision", "parse_rules", "quota_exceeded_body", "rate_limit_headers", "user",
 ]

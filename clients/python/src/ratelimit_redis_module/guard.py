@@ -15,7 +15,7 @@ from typing import Any, Callable, Hashable
 import redis
 
 from .client import AsyncRateLimiter, RateLimiter, async_client_from_url, client_from_url
-from .limits import Concurrency, Limit, Policy, Rule
+from .limits import Concurrency, FieldShape, Limit, More, Policy, Rule, field_shape, more_after_ms
 from .reply import Decision
 
 __all__ = [
@@ -64,7 +64,8 @@ def quota_exceeded_body(name: str) -> bytes:
 
 
 def rate_limit_headers(
-    name: str, decision: Decision, window_s: int | None, concurrent: bool = False
+    name: str, decision: Decision, window_s: int | None, concurrent: bool = False,
+    more_after_ms: int | None = None,
 ) -> list[tuple[str, str]]:
     """The response headers for a decision, in this order: ``RateLimit-Policy``,
     ``RateLimit`` (draft-ietf-httpapi-ratelimit-headers-11), ``X-RateLimit-Limit``,
@@ -75,15 +76,18 @@ def rate_limit_headers(
     Args:
         name: the limit's name (printable ASCII).
         decision: the module's reply.
-        window_s: the window or period in whole seconds (``w``), or None to leave ``w`` out.
+        window_s: ``w`` in whole seconds (:class:`~ratelimit_redis_module.FieldShape`), or None
+            to leave it out.
         concurrent: the quota is requests in flight (``qu="concurrent-requests"``).
+        more_after_ms: when admitted, the ms until ``remaining`` grows (RateLimit's ``t``);
+            None leaves ``t`` out. A refusal's ``t`` is its retry time.
     """
     quoted = _sf_string(name)
     policy = f"{quoted};q={decision.limit}" + ("" if window_s is None else f";w={window_s}")
     if concurrent:
         policy += ';qu="concurrent-requests"'
     if decision.allowed:
-        t: int | None = _ceil_s(decision.reset_after_ms)
+        t: int | None = None if more_after_ms is None else _ceil_s(more_after_ms)
     else:
         t = None if decision.retry_after_ms < 0 else _ceil_s(decision.retry_after_ms)
     state = f"{quoted};r={decision.remaining}" + ("" if t is None else f";t={t}")
@@ -259,10 +263,6 @@ class DenialMemory:
                 self._entries.pop(key, None)
 
 
-def _whole_seconds(ms: int | None) -> int | None:
-    return ms // 1000 if ms is not None and ms % 1000 == 0 else None
-
-
 @dataclass(slots=True)
 class _Setup:
     """A guard's limit and what follows from it. Replaced whole when the limit is, so that a
@@ -272,7 +272,8 @@ class _Setup:
     name: str
     policy: str | None
     concurrent: bool
-    window_s: int | None
+    #: The fields' shape of a limit that is not a policy (a policy's is its binding rule's).
+    shape: FieldShape
     #: What a remembered denial must have been made under to answer a request: the command
     #: and its arguments.
     params: tuple[str, tuple[str, ...]]
@@ -303,9 +304,9 @@ class _GuardBase:
     def _set_up(self, limit: Limit) -> _Setup:
         policy = limit.name if isinstance(limit, Policy) else None
         name = check_name(self._given_name if self._given_name is not None else (policy or "default"))
+        shape = FieldShape(None, "probe") if policy else field_shape(limit.command, limit.args())
         return _Setup(
-            limit, name, policy, isinstance(limit, Concurrency), _whole_seconds(limit.window_ms()),
-            (limit.command, tuple(limit.args())),
+            limit, name, policy, isinstance(limit, Concurrency), shape, (limit.command, tuple(limit.args())),
         )
 
     @property
@@ -347,25 +348,48 @@ class _GuardBase:
         )
 
     @staticmethod
-    def _named(setup: _Setup, decision: Decision) -> tuple[str, int | None]:
+    def _named(setup: _Setup, decision: Decision) -> tuple[str, FieldShape]:
+        """The name and the fields' shape of a decision: the limit's, or for a policy its
+        binding rule's ``w``, and ``t`` asked of the policy as a whole (``remaining`` grows when
+        every rule admits one unit more, which no one rule's reply says)."""
         rules = setup.rules
         if setup.policy is None or rules is None:
-            return setup.name, setup.window_s
+            return setup.name, setup.shape
         rule = decision.rule if decision.rule is not None else 0
         name = setup.name if len(rules) <= 1 and rule == 0 else f"{setup.name}/{rule}"
         if not 0 <= rule < len(rules):
             # A rule past those read: the policy has grown on the server since. Its window is
             # not known; the next check reads the policy again.
             setup.rules = None
-            return name, None
-        return name, _whole_seconds(rules[rule].window_ms())
+            return name, setup.shape
+        return name, FieldShape(field_shape(rules[rule].algorithm, rules[rule].args).window_s, "probe")
+
+    @staticmethod
+    def _probe(decision: Decision, more: More) -> int | None:
+        """The cost of the DRYRUN that finds when an admitted decision's ``remaining`` grows
+        (its retry time is exactly that), when the reply alone does not say; else None."""
+        if decision.allowed and more == "probe" and decision.remaining < decision.limit:
+            return decision.remaining + 1
+        return None
+
+    @staticmethod
+    def _more_after(decision: Decision, more: More, probed: Decision | None) -> int | None:
+        if not decision.allowed:
+            return None
+        if more != "probe":
+            return more_after_ms(more, decision)
+        return probed.retry_after_ms if probed is not None and probed.retry_after_ms >= 0 else None
 
     def _decided(
-        self, setup: _Setup, redis_key: str, cost: int, decision: Decision, sent: float, plain: bool
+        self, setup: _Setup, redis_key: str, cost: int, decision: Decision, sent: float, plain: bool,
+        named: tuple[str, FieldShape], probed: Decision | None,
     ) -> Verdict:
         self.stats.round_trips += 1
-        name, window_s = self._named(setup, decision)
-        headers = rate_limit_headers(name, decision, window_s, setup.concurrent)
+        name, shape = named
+        window_s = shape.window_s
+        headers = rate_limit_headers(
+            name, decision, window_s, setup.concurrent, self._more_after(decision, shape.more, probed)
+        )
         if decision.shadow_denied:
             # Let through as the module answered it; nothing was written.
             self.stats.shadow_denied += 1
@@ -471,7 +495,15 @@ class Guard(_GuardBase):
             decision = self.limiter.check(setup.limit, redis_key, cost=cost, at_most=at_most, shadow=shadow)
         except _FAILURES as error:
             return self._failed(error)
-        return self._decided(setup, redis_key, cost, decision, sent, plain)
+        named = self._named(setup, decision)
+        probed = None
+        units = self._probe(decision, named[1].more)
+        if units is not None:
+            try:
+                probed = self.limiter.check(setup.limit, redis_key, cost=units, dryrun=True)
+            except _FAILURES:
+                pass  # the request is decided: only RateLimit's t is left out
+        return self._decided(setup, redis_key, cost, decision, sent, plain, named, probed)
 
     def release(self, identity: str, lease: str) -> None:
         """Give back the lease a :class:`Verdict` of a concurrency limit holds (a failure is
@@ -545,7 +577,17 @@ class AsyncGuard(_GuardBase):
             )
         except _FAILURES as error:
             return self._failed(error)
-        return self._decided(setup, redis_key, cost, decision, sent, plain)
+        named = self._named(setup, decision)
+        probed = None
+        units = self._probe(decision, named[1].more)
+        if units is not None:
+            try:
+                probed = await asyncio.wait_for(
+                    self.limiter.check(setup.limit, redis_key, cost=units, dryrun=True), self.timeout
+                )
+            except _FAILURES:
+                pass  # the request is decided: only RateLimit's t is left out
+        return self._decided(setup, redis_key, cost, decision, sent, plain, named, probed)
 
     async def release(self, identity: str, lease: str) -> None:
         """Give back the lease a :class:`Verdict` of a concurrency limit holds (a failure is

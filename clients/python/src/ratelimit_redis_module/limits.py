@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import ClassVar, Protocol, Union
+from typing import TYPE_CHECKING, ClassVar, Protocol, Sequence, Union
+
+if TYPE_CHECKING:
+    from .reply import Decision
 
 __all__ = [
     "Duration",
@@ -22,6 +25,9 @@ __all__ = [
     "Rule",
     "RuleKind",
     "RULE_KINDS",
+    "FieldShape",
+    "field_shape",
+    "more_after_ms",
     "duration_ms",
     "parse_rules",
 ]
@@ -230,8 +236,10 @@ class RuleKind:
     Attributes:
         name: the command's name without ``RL.``, upper case (``"GCRA"``).
         params: its positional parameters, named as its command's (COMMAND DOCS) are.
-        period: the index of the one that is its window or refill period (RateLimit-Policy's
-            ``w``), or None when it has none (a warm-up's spacing changes as it warms).
+        period: the index of the one that is its window or refill period, or None when it has
+            none (a warm-up's spacing changes as it warms).
+        fields: what the HTTP fields say of it (:func:`field_shape`): ``"spaced"`` (GCRA and
+            the buckets), ``"fixed"``, ``"sliding"`` (window or log) or ``"warmup"``.
         flags: the words it may take alone after them (``INTERVAL``).
         options: the options with a value it may take after them (``COLDFACTOR factor``).
     """
@@ -239,6 +247,7 @@ class RuleKind:
     name: str
     params: tuple[str, ...]
     period: int | None
+    fields: str
     flags: tuple[str, ...] = ()
     options: tuple[str, ...] = ()
 
@@ -248,15 +257,94 @@ class RuleKind:
 RULE_KINDS: dict[str, RuleKind] = {
     kind.name: kind
     for kind in (
-        RuleKind("GCRA", ("burst", "rate", "period"), 2),
-        RuleKind("TOKENBUCKET", ("capacity", "refill_amount", "refill_period"), 2, flags=("INTERVAL",)),
-        RuleKind("LEAKYBUCKET", ("capacity", "leak_amount", "leak_period"), 2),
-        RuleKind("FIXEDWINDOW", ("limit", "window"), 1),
-        RuleKind("SLIDINGWINDOW", ("limit", "window"), 1),
-        RuleKind("SLIDINGLOG", ("limit", "window"), 1),
-        RuleKind("WARMUP", ("rate", "period", "warmup"), None, options=("COLDFACTOR",)),
+        RuleKind("GCRA", ("burst", "rate", "period"), 2, "spaced"),
+        RuleKind("TOKENBUCKET", ("capacity", "refill_amount", "refill_period"), 2, "spaced", flags=("INTERVAL",)),
+        RuleKind("LEAKYBUCKET", ("capacity", "leak_amount", "leak_period"), 2, "spaced"),
+        RuleKind("FIXEDWINDOW", ("limit", "window"), 1, "fixed"),
+        RuleKind("SLIDINGWINDOW", ("limit", "window"), 1, "sliding"),
+        RuleKind("SLIDINGLOG", ("limit", "window"), 1, "sliding"),
+        RuleKind("WARMUP", ("rate", "period", "warmup"), None, "warmup", options=("COLDFACTOR",)),
     )
 }
+
+
+#: How RateLimit's ``t`` is known for a limit (see :class:`FieldShape`).
+More = Union[tuple[str, int, int], str, None]
+
+
+@dataclass(frozen=True, slots=True)
+class FieldShape:
+    """What the HTTP fields say of one limit.
+
+    Attributes:
+        window_s: RateLimit-Policy's ``w`` in whole seconds, chosen so that q/w is the sustained
+            rate: a window's length; for GCRA and the buckets the time to earn the whole burst
+            back (burst × period / rate); for a warm-up (``q`` 1) its stable interval, period /
+            rate. None when not a whole number of seconds, and for concurrency.
+        more: how to know when the reply's ``remaining`` grows (RateLimit's ``t``):
+            ``("spaced", period_ms, amount)`` (GCRA and the buckets: one unit each period_ms /
+            amount, from the reply alone), ``("interval", period_ms, amount)`` (a token bucket
+            with INTERVAL: ``amount`` units at each whole period), ``"reset"`` (a fixed window:
+            at its end), ``"probe"`` (sliding window and log, warm-up, policy: the reply does
+            not say, a DRYRUN asks) or None (concurrency: a lease comes back when its holder
+            gives it).
+    """
+
+    window_s: int | None
+    more: More
+
+
+#: The largest integer a Structured Field may carry (RFC 9651: 15 digits).
+_SF_INTEGER_MAX = 999_999_999_999_999
+
+
+def _whole_seconds(num: int, den: int) -> int | None:
+    """``num / den`` ms in whole seconds; None when not whole, or past a Structured Field
+    integer."""
+    seconds, rest = divmod(num, den * 1000)
+    return seconds if rest == 0 and seconds <= _SF_INTEGER_MAX else None
+
+
+def field_shape(kind: str, words: Sequence[str]) -> FieldShape:
+    """The :class:`FieldShape` of a limit of ``kind`` (a command's name without ``RL.``, any
+    case: ``"GCRA"``, ``"CONCURRENCY.ACQUIRE"``...) given its words after the key (counts and
+    durations, then its flags and options), as a limit's ``args()`` or a :class:`Rule` has
+    them. Any other kind (concurrency) has neither ``w`` nor ``t`` while admitted."""
+    rule_kind = RULE_KINDS.get(kind.upper().removeprefix("RL."))
+    if rule_kind is None:
+        return FieldShape(None, None)
+    # The window or period (a warm-up's period, its second word, for its stable interval).
+    ms = duration_ms(words[rule_kind.period if rule_kind.period is not None else 1])
+    if ms is None:
+        return FieldShape(None, None)
+    if rule_kind.fields == "spaced":
+        burst, amount = int(words[0]), int(words[1])
+        interval = any(w.upper() == "INTERVAL" for w in words[3:])
+        return FieldShape(_whole_seconds(burst * ms, amount), ("interval" if interval else "spaced", ms, amount))
+    if rule_kind.fields == "warmup":
+        return FieldShape(_whole_seconds(ms, int(words[0])), "probe")
+    return FieldShape(_whole_seconds(ms, 1), "reset" if rule_kind.fields == "fixed" else "probe")
+
+
+def more_after_ms(more: More, decision: Decision) -> int | None:
+    """The ms (whole, rounded up) until ``decision.remaining`` grows, known from the reply alone
+    for a limit of this ``more`` (:class:`FieldShape`); None when it never does (``remaining``
+    is the limit) or the reply does not say (``"probe"``, concurrency). GCRA and the buckets give
+    one unit each T = period_ms / amount and are fresh after ``reset_after_ms``, so the next unit
+    comes (limit - remaining - 1) × T before that; an INTERVAL bucket fills at its k-th refill
+    from now, k = ceil((limit - remaining) / amount), and the next refill is (k - 1) periods
+    before; a fixed window frees its units at its end."""
+    if decision.remaining >= decision.limit or decision.reset_after_ms <= 0:
+        return None
+    missing = decision.limit - decision.remaining
+    if more == "reset":
+        return decision.reset_after_ms
+    if isinstance(more, tuple):
+        how, period, amount = more
+        if how == "spaced":
+            return max(0, -(-(decision.reset_after_ms * amount - (missing - 1) * period) // amount))
+        return max(0, decision.reset_after_ms - (-(-missing // amount) - 1) * period)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
