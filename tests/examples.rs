@@ -186,15 +186,20 @@ fn gcra_calls(c: &mut common::Client) -> u64 {
         .unwrap_or_else(|| panic!("no calls in {stats}"))
 }
 
-/// The policy both services announce: a burst of 5, then 10 per minute.
-const POLICY: Option<&str> = Some("\"default\";q=5;w=60");
+/// The policy both services announce: a burst of 5, then 10 per minute, so a whole burst is
+/// earned back in 30 s (q/w is the rate admitted).
+const POLICY: Option<&str> = Some("\"default\";q=5;w=30");
+
+/// The emission interval (s): an admitted request's RateLimit t in these tests, where the next
+/// unit always comes one interval after the last.
+const EMISSION_S: u64 = 6;
 
 /// Asserts `r` is the services' answer under [`POLICY`]: `status`; `remaining` and `reset`
 /// (s) in RateLimit and X-RateLimit-*, with a limit of 5; RateLimit's t is the wait `retry`
-/// (also Retry-After) when there is one, else the reset.
+/// (also Retry-After) when there is one, else the time until one more unit, [`EMISSION_S`].
 #[track_caller]
 fn assert_answer(r: &Response, status: u16, remaining: u64, reset: u64, retry: Option<u64>) {
-    let t = retry.unwrap_or(reset);
+    let t = retry.unwrap_or(EMISSION_S);
     let state = format!("\"default\";r={remaining};t={t}");
     let (remaining, reset) = (remaining.to_string(), reset.to_string());
     let retry = retry.map(|s| s.to_string());

@@ -178,7 +178,8 @@ class Warmup:
     """``RL.WARMUP key rate period warmup [COLDFACTOR factor]``: Guava's SmoothWarmingUp. Once
     warm, one request per ``period / rate``; after idle the spacing starts at ``cold_factor``
     times that (2 to 10; None: the module's default, 3) and falls back over ``warmup``. Its
-    ``limit`` is 1, and it has no fixed window (RateLimit-Policy has no ``w``)."""
+    ``limit`` is 1, and RateLimit-Policy's ``w`` is its stable interval, ``period / rate``
+    (left out when not whole seconds)."""
 
     rate: int
     period: Duration
