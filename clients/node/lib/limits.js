@@ -117,7 +117,7 @@ export function fieldShape(name, words) {
   }
 }
 
-const ceilDiv = (a, b) => (a + b - 1n) / b;
+const ceilDivBig = (a, b) => (a + b - 1n) / b;
 
 /**
  * The ms (whole, rounded up) until the reply's `remaining` grows, known from the reply alone
@@ -126,21 +126,28 @@ const ceilDiv = (a, b) => (a + b - 1n) / b;
  * each T = periodMs / amount and are fresh after `reset_after_ms`, so the next unit comes
  * (limit - remaining - 1) × T before that; an INTERVAL bucket fills at its k-th refill from now,
  * k = ceil((limit - remaining) / amount), and the next refill is (k - 1) periods before; a fixed
- * window frees its units at its end.
+ * window frees its units at its end. In Numbers while every product is below 2^53 (the common
+ * case, on every request), else in BigInts.
  */
 export function moreAfterMs(more, d) {
   if (d.remaining >= d.limit || d.resetAfterMs <= 0) return undefined;
-  const reset = BigInt(d.resetAfterMs);
-  const missing = BigInt(d.limit - d.remaining);
   if (more === 'reset') return d.resetAfterMs;
+  const missing = d.limit - d.remaining;
   if (more?.spaced) {
-    const [period, amount] = more.spaced.map(BigInt);
-    const ms = ceilDiv(reset * amount - (missing - 1n) * period, amount);
+    const [period, amount] = more.spaced;
+    const num = d.resetAfterMs * amount - (missing - 1) * period;
+    if (Number.isSafeInteger(d.resetAfterMs * amount) && Number.isSafeInteger((missing - 1) * period)) {
+      return num > 0 ? Math.ceil(num / amount) : 0;
+    }
+    const [p, a] = [BigInt(period), BigInt(amount)];
+    const ms = ceilDivBig(BigInt(d.resetAfterMs) * a - BigInt(missing - 1) * p, a);
     return ms > 0n ? Number(ms) : 0;
   }
   if (more?.interval) {
-    const [period, amount] = more.interval.map(BigInt);
-    const ms = reset - (ceilDiv(missing, amount) - 1n) * period;
+    const [period, amount] = more.interval;
+    const refills = Math.ceil(missing / amount) - 1;
+    if (Number.isSafeInteger(refills * period)) return Math.max(0, d.resetAfterMs - refills * period);
+    const ms = BigInt(d.resetAfterMs) - BigInt(refills) * BigInt(period);
     return ms > 0n ? Number(ms) : 0;
   }
   return undefined;
