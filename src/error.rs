@@ -62,6 +62,8 @@ pub enum Error {
     NotReplayable,
     /// RL.LOADSTATE with a state blob that does not decode.
     BadState,
+    /// RL.POLICY.SYNC with a change that does not parse.
+    BadPolicySync,
     /// A rule of RL.POLICY.SET that does not start with an algorithm name.
     UnknownRule { position: usize, token: String },
     /// A rule with too few arguments; `usage` is what its algorithm takes.
@@ -155,6 +157,9 @@ impl fmt::Display for Error {
                 f.write_str("ERR RL.REPLAY: the replayed command is not an admission command")
             }
             Error::BadState => f.write_str("ERR RL.LOADSTATE: the state does not decode"),
+            Error::BadPolicySync => f.write_str(
+                "ERR RL.POLICY.SYNC: expected name clock node SET rule... or name clock node DEL deleted_at_ms",
+            ),
             Error::UnknownRule { position, token } => write!(
                 f,
                 "ERR unknown algorithm '{token}' at argument {position}: expected a rule, one of \

@@ -19,6 +19,9 @@
 //! - [`response`]: what a handler returns, and its rendering (RESP2/RESP3).
 //! - [`storage`]: the data type and the only code that opens keys or sets expiry.
 //! - [`top`]: RL.TOP's summary of the keys denied most.
+//! - [`cluster`]: policies that follow a Redis Cluster: each change sent to every node, and a
+//!   digest exchange once a second that brings a node that missed any up to date, over the
+//!   cluster bus (its wire format in `cluster/wire.rs`).
 //! - [`dispatch`]: one call of a command ([`dispatch::Call`]) and its running: behind the
 //!   panic guard, then what its response says: propagates (RL.REPLAY's text), renders it,
 //!   counts it ([`metrics`]), publishes a denial.
@@ -43,6 +46,7 @@
 
 mod args;
 mod clock;
+mod cluster;
 mod commands;
 mod compat;
 mod config;
@@ -105,6 +109,7 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
     match commands::register(ctx, config::cell_compat()) {
         Ok(()) => {
             storage::policies::init(ctx);
+            cluster::init(ctx);
             if !redis::watch_resetstat(ctx, commands::on_resetstat) {
                 log::log(
                     Some(ctx),

@@ -6,57 +6,12 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use common::{ClusterClient, Config, Reply, Server, T0_MS};
+use common::{node_id, ClusterClient, Reply, Server, T0_MS};
 
-/// Three cluster-enabled servers made into one cluster with redis-cli --cluster create.
+/// Three primaries, no replicas.
 fn cluster() -> Vec<Server> {
-    let nodes: Vec<Server> = (0..3)
-        .map(|_| {
-            Server::with(Config::default().extra(&[
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "5000",
-            ]))
-        })
-        .collect();
-    let addresses: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port))
-        .collect();
-    let out = std::process::Command::new("redis-cli")
-        .args(["--cluster", "create"])
-        .args(&addresses)
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .output()
-        .expect("redis-cli --cluster create");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for node in &nodes {
-        let mut c = node.client();
-        while c.info_field("cluster", "cluster_enabled") != "1"
-            || !c
-                .cmd(&["CLUSTER", "INFO"])
-                .text()
-                .contains("cluster_state:ok")
-        {
-            assert!(Instant::now() < deadline, "the cluster did not come up");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    nodes
-}
-
-fn node_id(server: &Server) -> String {
-    server.client().cmd(&["CLUSTER", "MYID"]).text()
+    common::cluster(3, 0)
 }
 
 /// The same request on every algorithm, for one key each.

@@ -221,3 +221,77 @@ fn an_rdb_from_encoding_version_1_loads() {
     let written = fixture_workload(&mut f);
     assert_eq!(inspect_text(&mut f, &written), expected);
 }
+
+/// An RDB written before policies had versions (tests/fixtures/policies-before-versions.rdb,
+/// written by 854b02d: `RL.POLICY.SET api GCRA 10 10 1s SHADOW FIXEDWINDOW 3 1m`, `RL.POLICY.SET
+/// search WARMUP 10 1s 10s COLDFACTOR 3 FIXEDWINDOW 5000 1h`, one `RL.LIMIT user:1 api`, then
+/// `SAVE`) loads its policies, at clock 0, and the next change is newer than them.
+#[test]
+fn an_rdb_from_before_policy_versions_loads_its_policies() {
+    let dir = common::fresh_dir("fixture");
+    std::fs::copy(
+        fixture("policies-before-versions.rdb"),
+        dir.join("dump.rdb"),
+    )
+    .unwrap();
+    let server = Server::start_in(Config::default(), dir);
+    let mut c = server.client();
+    assert_eq!(
+        c.cmd(&["RL.POLICY.LIST"]).render(),
+        Reply::Array(vec![
+            Reply::Bulk(b"api".to_vec()),
+            Reply::Bulk(b"search".to_vec())
+        ])
+        .render()
+    );
+    let words = |r: Reply| -> Vec<String> {
+        match r {
+            Reply::Array(items) => items.iter().map(Reply::text).collect(),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(
+        words(c.cmd(&["RL.POLICY.GET", "api"])),
+        ["GCRA", "10", "10", "1s", "SHADOW", "FIXEDWINDOW", "3", "1m"]
+    );
+    assert_eq!(
+        words(c.cmd(&["RL.POLICY.GET", "search"])),
+        [
+            "WARMUP",
+            "10",
+            "1s",
+            "10s",
+            "COLDFACTOR",
+            "3",
+            "FIXEDWINDOW",
+            "5000",
+            "1h"
+        ]
+    );
+    assert_eq!(
+        c.info_field("ratelimit_policies", "ratelimit_policy_clock"),
+        "0"
+    );
+    // RL.LIMIT finds it (the key written under it expired 100 ms after the save).
+    let r = c.cmd(&["RL.LIMIT", "user:1", "api"]);
+    assert_eq!(r.ints()[..3], [1, 10, 9], "{r:?}");
+    // A change after the load is clock 1; saved and loaded again, in the versioned format.
+    c.cmd(&["RL.POLICY.SET", "api", "GCRA", "5", "5", "1s"]);
+    assert_eq!(
+        c.info_field("ratelimit_policies", "ratelimit_policy_clock"),
+        "1"
+    );
+    let digest = c.info_field("ratelimit_policies", "ratelimit_policies_digest");
+    assert_eq!(c.cmd(&["SAVE"]), Reply::Simple("OK".into()));
+    let mut server = server;
+    server.restart();
+    let mut c = server.client();
+    assert_eq!(
+        c.info_field("ratelimit_policies", "ratelimit_policies_digest"),
+        digest
+    );
+    assert_eq!(
+        words(c.cmd(&["RL.POLICY.GET", "api"])),
+        ["GCRA", "5", "5", "1s"]
+    );
+}

@@ -169,10 +169,10 @@ fn info_counts_calls_admissions_denials_and_errors_per_command() {
         "\r\nratelimit_rl.replay:calls=1,admitted=0,denied=0,shadow_denied=0,errors=1\r\n"
     ));
     // The same section by its own name (INFO ratelimit then adds the policies', the rules',
-    // RL.TOP's and the memory sections), and within INFO modules / everything; not in the
-    // default INFO or INFO all, which leave module sections out.
+    // the policy table's, RL.TOP's and the memory sections), and within INFO modules /
+    // everything; not in the default INFO or INFO all, which leave module sections out.
     let section = info(&mut c, "ratelimit_commandstats");
-    let others: Vec<String> = ["policystats", "rulestats", "top", "memory"]
+    let others: Vec<String> = ["policystats", "rulestats", "policies", "top", "memory"]
         .iter()
         .map(|s| info(&mut c, &format!("ratelimit_{s}")))
         .collect();
@@ -184,6 +184,30 @@ fn info_counts_calls_admissions_denials_and_errors_per_command() {
     assert_eq!(
         others[1],
         "# ratelimit_rulestats\r\nratelimit_p.0:shadow=0,denied=1\r\n"
+    );
+    // The table of one policy on a standalone server: no exchange, no message; its digest 16
+    // hex digits (docs/cluster.md).
+    let digest = others[2]
+        .lines()
+        .find_map(|l| l.strip_prefix("ratelimit_policies_digest:"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        digest.len() == 16
+            && digest
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
+        "{digest}"
+    );
+    assert_eq!(
+        others[2],
+        format!(
+            "# ratelimit_policies\r\nratelimit_policies:1\r\nratelimit_policy_tombstones:0\r\n\
+             ratelimit_policies_digest:{digest}\r\nratelimit_policy_clock:1\r\n\
+             ratelimit_cluster_exchange:0\r\nratelimit_cluster_messages_sent:0\r\n\
+             ratelimit_cluster_messages_received:0\r\nratelimit_cluster_messages_refused:0\r\n\
+             ratelimit_cluster_changes_applied:0\r\n"
+        )
     );
     let modules = info(&mut c, "modules");
     // Newer servers list modules of their own there too (Redis 8: vectorset), in any order.

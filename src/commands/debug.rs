@@ -1,10 +1,11 @@
-//! RL.DEBUG.*: a frozen, settable clock for deterministic tests, and a forced panic that
-//! shows the guard at work. Both refuse to run unless the module was loaded with
-//! `debug-clock yes`. They write no key, so they also run on a read-only replica.
+//! RL.DEBUG.*: a frozen, settable clock for deterministic tests, a forced panic that shows the
+//! guard at work, and raw bytes sent as the module's cluster message (what a damaged or
+//! forged message does). All refuse to run unless the module was loaded with `debug-clock
+//! yes`. They write no key, so they also run on a read-only replica.
 
 use super::{command, Command, When, NO_KEYS, O1, PRIVILEGED};
 use crate::args;
-use crate::args::syntax::{name, KeyUse, CLOCK_CHANGE};
+use crate::args::syntax::{name, string, KeyUse, CLOCK_CHANGE};
 use crate::clock::{self, MAX_DEBUG_MS};
 use crate::dispatch::{read_clock, Call};
 use crate::error::Error;
@@ -84,4 +85,34 @@ pub fn rl_debug_panic(_call: &Call) -> Result<Response, Error> {
         return Err(Error::DebugClockOff);
     }
     panic!("RL.DEBUG.PANIC: a deliberate panic");
+}
+
+pub static RL_DEBUG_CLUSTERMSG: Command = command! {
+    name: name!("rl.debug.clustermsg"),
+    flags: c"admin",
+    acl: PRIVILEGED,
+    keys: NO_KEYS,
+    when: When::Always,
+    replayable: false,
+    summary: c"Send raw bytes as the module's cluster message, to test how nodes refuse damaged or forged ones (only with debug-clock yes)",
+    complexity: O1,
+    key: KeyUse::None,
+    args: &[
+        string(c"node", c"the id of the node to send to, or * for every node"),
+        string(c"payload", c"the message's bytes, as they are"),
+    ],
+    handler: rl_debug_clustermsg,
+};
+
+/// `RL.DEBUG.CLUSTERMSG node|* payload`: sends `payload` as it is, as the module's message on
+/// the cluster bus. Reply: 1 if the server sent it, 0 if not (no cluster, an unknown node).
+pub fn rl_debug_clustermsg(call: &Call) -> Result<Response, Error> {
+    if !clock::debug_enabled() {
+        return Err(Error::DebugClockOff);
+    }
+    let mut a = RL_DEBUG_CLUSTERMSG.syntax.args_bounded(call.args)?;
+    let node = a.next()?;
+    let payload = a.next()?;
+    let sent = crate::cluster::send_raw(call.ctx, node, payload);
+    Ok(Response::reply(Reply::Int(i64::from(sent))))
 }

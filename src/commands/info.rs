@@ -34,6 +34,16 @@ const POLICY_FIELDS: [&std::ffi::CStr; 4] = [c"calls", c"admitted", c"denied", c
 /// # ratelimit_rulestats
 /// ratelimit_api.0:shadow=0,denied=2
 /// ratelimit_api.1:shadow=1,denied=1
+/// # ratelimit_policies
+/// ratelimit_policies:2
+/// ratelimit_policy_tombstones:0
+/// ratelimit_policies_digest:9f0c4c7a1d2e3b45
+/// ratelimit_policy_clock:7
+/// ratelimit_cluster_exchange:1
+/// ratelimit_cluster_messages_sent:12
+/// ratelimit_cluster_messages_received:12
+/// ratelimit_cluster_messages_refused:0
+/// ratelimit_cluster_changes_applied:3
 /// # ratelimit_top
 /// ratelimit_top_counters:3
 /// # ratelimit_memory
@@ -49,8 +59,35 @@ pub fn info(ctx: &InfoContext, _for_crash_report: bool) {
     // A panic here would abort the server like one in a command.
     let _ = catch_unwind(AssertUnwindSafe(|| write_info(&info)));
     let _ = catch_unwind(AssertUnwindSafe(|| write_policies(&info)));
+    let _ = catch_unwind(AssertUnwindSafe(|| write_table(&info)));
     let _ = catch_unwind(AssertUnwindSafe(|| write_top(&info)));
     let _ = catch_unwind(AssertUnwindSafe(|| write_memory(&info)));
+}
+
+/// `# ratelimit_policies`: the policies table (live policies, tombstones, its digest, equal on
+/// every node of a converged cluster, and its clock) and what the cluster bus carried for it
+/// (`crate::cluster`).
+fn write_table(info: &Info) {
+    let (digest, live, tombstones, clock) = policies::summary();
+    if !info.section(c"policies") {
+        return;
+    }
+    info.field(c"policies", live as u64);
+    info.field(c"policy_tombstones", tombstones as u64);
+    if let Ok(text) = CString::new(format!("{digest:016x}")) {
+        info.text(c"policies_digest", &text);
+    }
+    info.field(c"policy_clock", clock);
+    let counters = &crate::cluster::COUNTERS;
+    info.field(c"cluster_exchange", u64::from(crate::cluster::enabled()));
+    for (name, value) in [
+        (c"cluster_messages_sent", &counters.sent),
+        (c"cluster_messages_received", &counters.received),
+        (c"cluster_messages_refused", &counters.refused),
+        (c"cluster_changes_applied", &counters.applied),
+    ] {
+        info.field(name, value.load(std::sync::atomic::Ordering::Relaxed));
+    }
 }
 
 /// `# ratelimit_memory`: what the interned parameter table holds (see

@@ -3,13 +3,16 @@
 
 use std::ffi::CStr;
 
-use super::{command, Command, When, CONFIG, NO_KEYS, READ, READ_FAST};
+use super::{command, Command, When, CONFIG, NO_KEYS, PRIVILEGED, READ, READ_FAST};
 use crate::args::rules;
 use crate::args::syntax::{arg, name, string, token, Arg, KeyUse, Kind};
+use crate::cluster;
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Propagate, Reply, Response};
-use crate::storage::policies::{self, Policy, MAX_NAME};
+use crate::storage::policies::{
+    self, Content, Held, Policy, Version, Versioned, MAX_NAME, NODE_ID_LEN, STANDALONE,
+};
 
 fn policy_name(a: &[u8]) -> Result<&[u8], Error> {
     if (1..=MAX_NAME).contains(&a.len()) {
@@ -44,9 +47,19 @@ pub static RL_POLICY_SET: Command = command! {
     handler: rl_policy_set,
 };
 
+/// How a change made here goes to replicas and the AOF: verbatim on a standalone server, as
+/// RL.POLICY.SYNC with its version on a cluster node (which also tells every other node).
+fn changed() -> Propagate {
+    if cluster::enabled() {
+        Propagate::PolicyChange
+    } else {
+        Propagate::Verbatim
+    }
+}
+
 /// `RL.POLICY.SET name rule [rule ...]`
 ///
-/// Creates or replaces the policy `name`. Reply: OK.
+/// Creates or replaces the policy `name`; on a cluster, on every node. Reply: OK.
 pub fn rl_policy_set(call: &Call) -> Result<Response, Error> {
     let mut a = RL_POLICY_SET.syntax.args(call.args)?;
     let name = policy_name(a.next()?)?;
@@ -57,8 +70,9 @@ pub fn rl_policy_set(call: &Call) -> Result<Response, Error> {
         crate::config::sliding_log_max_limit()
     };
     let parsed = rules::parse(&mut a, log_max)?;
-    policies::set(name, Policy::new(parsed.rules, parsed.shadow, parsed.words));
-    Ok(Response::propagating(Reply::Ok, Propagate::Verbatim))
+    let policy = Policy::new(parsed.rules, parsed.shadow, parsed.words);
+    policies::set(name, policy, cluster::node_id());
+    Ok(Response::propagating(Reply::Ok, changed()))
 }
 
 pub static RL_POLICY_GET: Command = command! {
@@ -102,13 +116,20 @@ pub static RL_POLICY_DEL: Command = command! {
 
 /// `RL.POLICY.DEL name`
 ///
-/// Deletes the policy; keys written under it keep their state (RL.LIMIT with a policy of
-/// the same rules picks it up again). Reply: 1 if it existed, else 0.
+/// Deletes the policy (on a cluster, on every node: a tombstone stays for a day, see
+/// docs/cluster.md); keys written under it keep their state (RL.LIMIT with a policy of the
+/// same rules picks it up again). Reply: 1 if it existed, else 0.
 pub fn rl_policy_del(call: &Call) -> Result<Response, Error> {
     let name = RL_POLICY_DEL.syntax.args_bounded(call.args)?.next()?;
-    let deleted = policies::delete(name);
+    let deleted = policies::delete(
+        name,
+        cluster::node_id(),
+        cluster::now_ms(),
+        cluster::enabled(),
+    )
+    .is_some();
     let propagate = if deleted {
-        Propagate::Verbatim
+        changed()
     } else {
         Propagate::Nothing
     };
@@ -139,4 +160,74 @@ pub fn rl_policy_list(call: &Call) -> Result<Response, Error> {
     RL_POLICY_LIST.syntax.args_bounded(call.args)?;
     let names = policies::all().into_iter().map(|(name, _)| name).collect();
     Ok(Response::reply(Reply::Strings(names)))
+}
+
+pub static RL_POLICY_SYNC: Command = command! {
+    name: name!("rl.policy.sync"),
+    flags: c"write",
+    acl: PRIVILEGED,
+    keys: NO_KEYS,
+    when: When::Always,
+    replayable: false,
+    summary: c"Internal: a policy change with its version, as a cluster node sends it to its replicas and the AOF; accepted only from replication or the AOF",
+    complexity: RULES_COMPLEXITY,
+    key: KeyUse::None,
+    args: &[
+        POLICY_NAME,
+        string(c"clock", c"the change's logical clock"),
+        string(c"node", c"the id of the node that made the change"),
+        string(c"change", c"SET and the policy's rules, or DEL and the time of the delete in ms"),
+        string(c"argument", c"the rules' words, or the time").multiple(),
+    ],
+    handler: rl_policy_sync,
+};
+
+/// `RL.POLICY.SYNC name clock node SET rule... | DEL deleted_at_ms` (internal)
+///
+/// Applies a change made on a cluster node, with its version: it replaces what `name` holds
+/// only when newer (storage::policies). Reply: OK.
+pub fn rl_policy_sync(call: &Call) -> Result<Response, Error> {
+    if !call.ctx.replicated_or_loading() {
+        return Err(Error::InternalOnly {
+            command: RL_POLICY_SYNC.name().as_str(),
+        });
+    }
+    let (name, held) =
+        sync_change(call.args.get(1..).unwrap_or_default()).ok_or(Error::BadPolicySync)?;
+    policies::merge(name, held);
+    Ok(Response::propagating(Reply::Ok, Propagate::Verbatim))
+}
+
+/// The change RL.POLICY.SYNC's words say, or None.
+fn sync_change<'a>(words: &'a [&'a [u8]]) -> Option<(&'a [u8], Held)> {
+    let [name, clock, node, kind, rest @ ..] = words else {
+        return None;
+    };
+    policy_name(name).ok()?;
+    let clock = crate::digits::digits(clock)?;
+    if !cluster::wire::is_node_id(node) {
+        return None;
+    }
+    let mut id = STANDALONE;
+    id.copy_from_slice(node.get(..NODE_ID_LEN)?);
+    let content = if kind.eq_ignore_ascii_case(b"SET") {
+        let words = rest.iter().map(|w| w.to_vec()).collect();
+        Content::Live(std::sync::Arc::new(policies::parse_words(words)?))
+    } else if kind.eq_ignore_ascii_case(b"DEL") {
+        let [at] = rest else {
+            return None;
+        };
+        Content::Tombstone {
+            deleted_at_ms: crate::digits::digits(at)?,
+        }
+    } else {
+        return None;
+    };
+    Some((
+        name,
+        Versioned {
+            version: Version { clock, node: id },
+            content,
+        },
+    ))
 }

@@ -135,6 +135,13 @@ fn propagate(ctx: Ctx, argv: &mut Argv, propagate: Propagate) {
             crate::storage::policies::flush_pending(ctx);
             ctx.replicate_verbatim();
         }
+        Propagate::PolicyChange => {
+            crate::storage::policies::flush_pending(ctx);
+            if let Some(name) = argv.get(1) {
+                crate::storage::policies::replicate_sync(ctx, name.bytes());
+                crate::cluster::announce(ctx, name.bytes());
+            }
+        }
         Propagate::Replay {
             command,
             now_us,

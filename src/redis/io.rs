@@ -172,6 +172,16 @@ impl<'a> Info<'a> {
         }
     }
 
+    /// A field of text (`name:text`).
+    pub fn text(&self, name: &CStr, value: &CStr) {
+        // SAFETY: as above; the value is NUL-terminated and only read during the call.
+        unsafe {
+            if let Some(field) = raw::RedisModule_InfoAddFieldCString {
+                field(self.ptr, name.as_ptr(), value.as_ptr().cast_mut());
+            }
+        }
+    }
+
     /// Starts a dictionary field (`name:a=1,b=2`); [`Info::field`] adds to it until
     /// [`Info::end_dict`].
     pub fn begin_dict(&self, name: &CStr) {

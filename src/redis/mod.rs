@@ -13,6 +13,8 @@
 //! - [`watch_resetstat`] (in `filter.rs`): the command filter that sees `CONFIG RESETSTAT`;
 //! - [`Timer`] and [`ServerEvent`] (in `events.rs`): timers and server events, each a safe
 //!   handler behind an `extern "C"` trampoline, as the commands are behind [`cmd_func`];
+//! - [`ClusterReceiver`] (in `cluster.rs`): the module's messages on the cluster bus, sent and
+//!   received, and who the cluster's nodes are;
 //! - the server's clock, and whether the optional, newer functions exist.
 //!
 //! The functions every supported server has (Redis 7.0 on) are checked once at load by
@@ -36,6 +38,7 @@
 //! forbids unsafe code.
 
 mod acl;
+mod cluster;
 mod command;
 pub mod docs;
 mod events;
@@ -53,6 +56,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use redis_module::raw;
 
 pub use acl::KeyReader;
+pub use cluster::{my_cluster_id, ClusterReceiver, NODE_ID_LEN};
 pub use command::{create_command, set_acl_categories, CommandHandle};
 pub use events::{ServerEvent, Timer};
 pub use filter::{soon, watch_resetstat};

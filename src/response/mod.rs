@@ -129,8 +129,13 @@ pub type Described = (&'static str, Vec<(&'static str, i64)>);
 pub enum Propagate {
     /// Nothing (a read, a denial, a preview, an error).
     Nothing,
-    /// The command as it came (a policy change, RL.LOADSTATE, a replayed write passed on).
+    /// The command as it came (a policy change on a standalone server, RL.LOADSTATE, a
+    /// replayed write passed on).
     Verbatim,
+    /// A policy change on a cluster node (the policy named by the call's first argument): to
+    /// replicas and the AOF as `RL.POLICY.SYNC` with its version, and to every other node of
+    /// the cluster over the bus.
+    PolicyChange,
     /// A client's write, as `RL.REPLAY key now_us:expire_at_ms:COMMAND:arg2 arg3...`: the
     /// primary's clock reading and the key's absolute expiry, never "now" read again.
     Replay {

@@ -564,6 +564,116 @@ pub fn replicated(replica: Config) -> (Server, Server) {
     (primary, replica)
 }
 
+/// The arguments of a Redis Cluster node (its own nodes.conf in its directory).
+pub fn cluster_config() -> Config {
+    Config::default().extra(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "5000",
+    ])
+}
+
+/// A Redis Cluster of `primaries` primaries with `replicas` replicas each, made with
+/// `redis-cli --cluster create` (the primaries first, in slot order, then the replicas) and
+/// up: every node says `cluster_state:ok`.
+pub fn cluster(primaries: usize, replicas: usize) -> Vec<Server> {
+    cluster_with(primaries, replicas, &[])
+}
+
+/// [`cluster`], each node started with the `extra` arguments too.
+pub fn cluster_with(primaries: usize, replicas: usize, extra: &[&str]) -> Vec<Server> {
+    let nodes: Vec<Server> = (0..primaries * (1 + replicas))
+        .map(|_| Server::with(cluster_config().extra(extra)))
+        .collect();
+    let addresses: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let out = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addresses)
+        .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+        .output()
+        .expect("redis-cli --cluster create");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    for node in &nodes {
+        wait_for_cluster_ok(node);
+    }
+    nodes
+}
+
+/// Waits (up to 30 s) until `node` says `cluster_state:ok`.
+pub fn wait_for_cluster_ok(node: &Server) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut c = node.client();
+    while !c
+        .cmd(&["CLUSTER", "INFO"])
+        .text()
+        .contains("cluster_state:ok")
+    {
+        assert!(Instant::now() < deadline, "the cluster did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits (up to 30 s) until every node of `nodes` knows every other (CLUSTER NODES lists the
+/// same ids on each, none in handshake) and `redis-cli --cluster check` passes: after
+/// `add-node`, before a `reshard`, whose `CLUSTER SETSLOT ... NODE` fails on a node that has
+/// not met the new one yet.
+pub fn wait_for_cluster_agreement(nodes: &[&Server]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let known = |node: &Server| -> Option<Vec<String>> {
+        let text = node.client().cmd(&["CLUSTER", "NODES"]).text();
+        let mut ids = Vec::new();
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            if fields.len() < 3 || fields[2].contains("handshake") || fields[2].contains("noaddr") {
+                return None;
+            }
+            ids.push(fields[0].to_string());
+        }
+        ids.sort();
+        Some(ids)
+    };
+    loop {
+        let views: Vec<Option<Vec<String>>> = nodes.iter().map(|n| known(n)).collect();
+        let agree = views.iter().all(|v| v.is_some() && v == &views[0])
+            && views[0]
+                .as_ref()
+                .is_some_and(|ids| ids.len() == nodes.len());
+        if agree {
+            let out = Command::new("redis-cli")
+                .args([
+                    "--cluster",
+                    "check",
+                    &format!("127.0.0.1:{}", nodes[0].port),
+                ])
+                .output()
+                .expect("redis-cli --cluster check");
+            if out.status.success() {
+                return;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the nodes do not agree: {views:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The node's id (CLUSTER MYID).
+pub fn node_id(server: &Server) -> String {
+    server.client().cmd(&["CLUSTER", "MYID"]).text()
+}
+
 /// A clock reading for tests: 2023-11-14T22:13:20Z.
 pub const T0_MS: u64 = 1_700_000_000_000;
 

@@ -62,8 +62,10 @@ const NOT_REACHED = {
   'RL.TOP': 'operations: the keys denied most, for a person or a tool',
   'RL.DEBUG.CLOCK': 'tests only (debug-clock yes); the package\'s tests use it directly',
   'RL.DEBUG.PANIC': 'tests only (debug-clock yes)',
+  'RL.DEBUG.CLUSTERMSG': 'tests only (debug-clock yes)',
   'RL.REPLAY': 'internal: replication and the AOF, refused from clients',
   'RL.LOADSTATE': 'internal: replication and the AOF, refused from clients',
+  'RL.POLICY.SYNC': 'internal: replication and the AOF, refused from clients',
 };
 
 /**

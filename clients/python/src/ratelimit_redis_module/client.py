@@ -140,8 +140,10 @@ LEFT_OUT: dict[str, str] = {
     "RL.TOP": "an operator's view of the keys denied most (redis-cli, or the client's execute_command)",
     "RL.DEBUG.CLOCK": "for tests only, on a server started with debug-clock yes",
     "RL.DEBUG.PANIC": "for tests only, on a server started with debug-clock yes",
+    "RL.DEBUG.CLUSTERMSG": "for tests only, on a server started with debug-clock yes",
     "RL.REPLAY": "internal: accepted only from replication or the AOF",
     "RL.LOADSTATE": "internal: accepted only from replication or the AOF",
+    "RL.POLICY.SYNC": "internal: accepted only from replication or the AOF",
 }
 
 
