@@ -109,6 +109,7 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
     match commands::register(ctx, config::cell_compat()) {
         Ok(()) => {
             storage::policies::init(ctx);
+            storage::eviction::init(ctx);
             cluster::init(ctx);
             if !redis::watch_resetstat(ctx, commands::on_resetstat) {
                 log::log(

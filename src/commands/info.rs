@@ -48,6 +48,10 @@ const POLICY_FIELDS: [&std::ffi::CStr; 4] = [c"calls", c"admitted", c"denied", c
 /// ratelimit_top_counters:3
 /// # ratelimit_memory
 /// ratelimit_interned_params:2
+/// ratelimit_interned_slots:2
+/// ratelimit_interned_bytes:283
+/// ratelimit_evictable:0
+/// ratelimit_maxmemory_policy:noeviction
 /// ```
 ///
 /// Shown by `INFO ratelimit`, `INFO ratelimit_<section>`, `INFO modules` and
@@ -91,7 +95,8 @@ fn write_table(info: &Info) {
 }
 
 /// `# ratelimit_memory`: what the interned parameter table holds (see
-/// `storage::compact::Interner`): distinct sets, slots, and the bytes they take.
+/// `storage::compact::Interner`): distinct sets, slots, and the bytes they take; and whether
+/// the server's `maxmemory-policy` can evict limiter keys (`storage::eviction`).
 fn write_memory(info: &Info) {
     let usage = crate::storage::compact::interner().usage();
     if !info.section(c"memory") {
@@ -103,6 +108,12 @@ fn write_memory(info: &Info) {
         (c"interned_bytes", usage.bytes),
     ] {
         info.field(name, value as u64);
+    }
+    // Whether the server can evict limiter keys (an evicted key starts fresh), and its policy.
+    let (evictable, policy) = crate::storage::eviction::state();
+    info.field(c"evictable", u64::from(evictable));
+    if let Ok(policy) = CString::new(policy) {
+        info.text(c"maxmemory_policy", &policy);
     }
 }
 

@@ -9,7 +9,8 @@
 //!   rewrite, memory usage, digest, free, copy, the policies' aux data);
 //! - [`codec`]: the versioned byte encoding of a record; [`compact`] and [`interner`]: the
 //!   packed forms and the table of interned parameters they refer to; [`value`]: what an
-//!   algorithm's key holds; [`policies`]: the policies, their persistence and propagation.
+//!   algorithm's key holds; [`policies`]: the policies, their persistence and propagation;
+//!   [`eviction`]: whether the server's `maxmemory-policy` can evict limiter keys.
 //!
 //! Of storage, only `pointer.rs` and `data_type.rs` hold code the compiler cannot check (see
 //! the rule in `crate::redis`).
@@ -17,6 +18,7 @@
 pub mod codec;
 pub mod compact;
 mod data_type;
+pub mod eviction;
 mod interner;
 mod key;
 mod pointer;
