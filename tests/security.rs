@@ -141,16 +141,25 @@ fn acl_key_patterns_and_command_grants_apply_to_every_command() {
     assert!(e.contains("is internal"), "{e}");
     let e = admin.cmd(&["RL.LOADSTATE", "rl:x", "\x01\x01"]).error();
     assert!(e.contains("is internal"), "{e}");
+    let e = admin
+        .cmd(&["RL.POLICY.SYNC", "p3", "9", &ZERO_NODE, "DEL", "0"])
+        .error();
+    assert!(e.contains("is internal"), "{e}");
 }
 
+/// A node id (the standalone one) for RL.POLICY.SYNC.
+const ZERO_NODE: &str = "0000000000000000000000000000000000000000";
+
 /// On Redis 7.0, what a `+@all` user must be refused by name (docs/security.md, Access control).
-const SEVEN_ZERO_REVOKE: [&str; 6] = [
+const SEVEN_ZERO_REVOKE: [&str; 8] = [
     "-rl.policy.set",
     "-rl.policy.del",
     "-rl.debug.clock",
     "-rl.debug.panic",
+    "-rl.debug.clustermsg",
     "-rl.replay",
     "-rl.loadstate",
+    "-rl.policy.sync",
 ];
 
 /// What docs/security.md promises of an application user: it runs every admission command,
@@ -183,7 +192,7 @@ fn application_user_checks_limits_only(server: &Server, user: &str) {
         Reply::Array(vec![Reply::Bulk(b"p3".to_vec())])
     );
     assert!(matches!(app.cmd(&["RL.POLICY.GET", "p3"]), Reply::Array(_)));
-    let forbidden: [&[&str]; 7] = [
+    let forbidden: [&[&str]; 9] = [
         &["RL.POLICY.SET", "p3", "FIXEDWINDOW", "1000000000000", "1s"],
         &["RL.POLICY.SET", "new", "FIXEDWINDOW", "1", "1s"],
         &["RL.POLICY.DEL", "p3"],
@@ -191,6 +200,8 @@ fn application_user_checks_limits_only(server: &Server, user: &str) {
         &["RL.DEBUG.PANIC"],
         &["RL.REPLAY", "rl:x", "1:1:RL.GCRA:5", "1", "1h"],
         &["RL.LOADSTATE", "rl:x", "\x01\x01"],
+        &["RL.DEBUG.CLUSTERMSG", "*", "x"],
+        &["RL.POLICY.SYNC", "p3", "9", &ZERO_NODE, "DEL", "0"],
     ];
     for call in forbidden {
         let e = app.cmd(call).error();
@@ -241,10 +252,12 @@ fn an_application_user_checks_limits_but_cannot_change_policies() {
         };
         let privileged = [
             "rl.debug.clock",
+            "rl.debug.clustermsg",
             "rl.debug.panic",
             "rl.loadstate",
             "rl.policy.del",
             "rl.policy.set",
+            "rl.policy.sync",
             "rl.replay",
         ];
         assert_eq!(members(&mut admin, "admin"), privileged);
