@@ -40,6 +40,7 @@ bench: test-deps build
 	cargo bench -p ratelimit-algorithms --bench algorithms
 	python3 scripts/bench.py
 	clients/python/.venv/bin/python scripts/bench_clients_python.py
+	clients/python/.venv/bin/python scripts/bench_durable.py
 	node scripts/bench_clients_node.mjs
 
 # Formatting, clippy with every warning an error, and the docs with every rustdoc warning an

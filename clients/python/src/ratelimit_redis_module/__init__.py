@@ -20,8 +20,11 @@ from .client import (
     LEFT_OUT,
     AsyncRateLimiter,
     Counterpart,
+    NotDurable,
     RateLimiter,
+    async_client_from_sentinel,
     async_client_from_url,
+    client_from_sentinel,
     client_from_url,
 )
 from .guard import (
@@ -63,8 +66,9 @@ __version__ = "0.1.0"
 __all__ = [
     "ADMISSION_OPTIONS", "AsyncGuard", "AsyncRateLimiter", "COMMANDS", "Concurrency", "Counterpart",
     "Decision", "DenialMemory", "Duration", "FieldShape", "FixedWindow", "GCRA", "Guard", "LEFT_OUT", "LeakyBucket",
-    "Limit", "PROBLEM_JSON", "Policy", "RULE_KINDS", "RateLimitMiddleware", "RateLimiter", "Rule",
+    "Limit", "NotDurable", "PROBLEM_JSON", "Policy", "RULE_KINDS", "RateLimitMiddleware", "RateLimiter", "Rule",
     "RuleKind", "SlidingLog", "SlidingWindow", "Stats", "TokenBucket", "UNAVAILABLE_BODY", "Verdict",
-    "Warmup", "async_client_from_url", "client_from_url", "client_ip", "duration_ms", "exempt", "field_shape", "header",
+    "Warmup", "async_client_from_sentinel", "async_client_from_url", "client_from_sentinel",
+    "client_from_url", "client_ip", "duration_ms", "exempt", "field_shape", "header",
     "more_after_ms", "parse_decision", "parse_rules", "quota_exceeded_body", "rate_limit_headers", "user",
 ]

@@ -169,6 +169,10 @@ class RateLimitMiddleware:
         timeout: seconds Redis has to answer (default 0.05).
         fail_open: let requests through when Redis fails (default) instead of answering 503.
         max_remembered: how many denials to remember locally (default 10,000; 0: none).
+        durable: replicas that must have an admission before it counts (``WAIT``, in the same
+            round trip; default 0, off): for limits that must not lose counts in a failover
+            (see :class:`AsyncGuard`).
+        durable_timeout_ms: how long they have (default 100).
         stats: a :class:`Stats` to fill, so the application can read the counters.
         guard: an :class:`AsyncGuard` to use instead of building one from the arguments above;
             keep it to change the limit while serving (assign its ``limit``).
@@ -189,6 +193,8 @@ class RateLimitMiddleware:
         timeout: float = 0.05,
         fail_open: bool = True,
         max_remembered: int = 10_000,
+        durable: int = 0,
+        durable_timeout_ms: int = 100,
         stats: Stats | None = None,
         guard: AsyncGuard | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -199,7 +205,8 @@ class RateLimitMiddleware:
                 raise TypeError("RateLimitMiddleware needs redis= and limit= (or guard=)")
             guard = AsyncGuard(
                 redis, limit, name=name, prefix=prefix, timeout=timeout, fail_open=fail_open,
-                max_remembered=max_remembered, stats=stats, clock=clock,
+                max_remembered=max_remembered, stats=stats, clock=clock, durable=durable,
+                durable_timeout_ms=durable_timeout_ms,
             )
         self.guard = guard
         self.key = key

@@ -12,7 +12,9 @@ from typing import Any, NamedTuple
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
+import redis.asyncio.sentinel
 import redis.cluster
+import redis.sentinel
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -40,6 +42,9 @@ __all__ = [
     "AsyncRateLimiter",
     "client_from_url",
     "async_client_from_url",
+    "client_from_sentinel",
+    "async_client_from_sentinel",
+    "NotDurable",
     "COMMANDS",
     "LEFT_OUT",
     "ADMISSION_OPTIONS",
@@ -96,6 +101,51 @@ def async_client_from_url(
     if cluster:
         return redis.asyncio.cluster.RedisCluster.from_url(url, **settings)
     return redis.asyncio.Redis.from_url(url, **settings)
+
+
+def _settings(timeout: float, retry: Any, options: dict[str, Any]) -> dict[str, Any]:
+    return {"socket_timeout": timeout, "socket_connect_timeout": timeout, "retry": retry, **options}
+
+
+def client_from_sentinel(
+    sentinels: list[tuple[str, int]], service: str, *, timeout: float = 0.05, **options: Any
+) -> redis.Redis:
+    """A synchronous client of the primary that the Sentinels at ``sentinels`` name for
+    ``service``, set as :func:`client_from_url` sets one: after a failover it asks them again
+    and follows the new primary (a request in between fails, open or closed)."""
+    settings = _settings(timeout, Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)), options)
+    sentinel = redis.sentinel.Sentinel(
+        sentinels, socket_timeout=timeout, socket_connect_timeout=timeout
+    )
+    return sentinel.master_for(service, **settings)
+
+
+def async_client_from_sentinel(
+    sentinels: list[tuple[str, int]], service: str, *, timeout: float = 0.05, **options: Any
+) -> redis.asyncio.Redis:
+    """The asyncio twin of :func:`client_from_sentinel`."""
+    settings = _settings(
+        timeout, AsyncRetry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)), options
+    )
+    sentinel = redis.asyncio.sentinel.Sentinel(
+        sentinels, socket_timeout=timeout, socket_connect_timeout=timeout
+    )
+    return sentinel.master_for(service, **settings)
+
+
+class NotDurable(redis.RedisError):
+    """An admission that fewer replicas than ``durable`` acknowledged in time (``WAIT``): it
+    may be lost if the primary fails now, so it is not taken as admitted; the guards fail it
+    open or closed like any Redis failure."""
+
+
+def _checked_durable(decision: Decision, acked: Any, durable: int, timeout_ms: int) -> Decision:
+    if durable and decision.allowed and not decision.shadow_denied and int(acked) < durable:
+        raise NotDurable(
+            f"admitted, but acknowledged by {int(acked)} of the {durable} replicas asked for within "
+            f"{timeout_ms} ms (WAIT): not taken as admitted"
+        )
+    return decision
 
 
 class Counterpart(NamedTuple):
@@ -284,14 +334,36 @@ class RateLimiter:
 
     def check(
         self, limit: Limit, key: str | bytes, *, cost: int = 1, at_most: int | None = None, dryrun: bool = False,
-        block: Duration | None = None, shadow: bool = False,
+        block: Duration | None = None, shadow: bool = False, durable: int = 0, durable_timeout_ms: int = 100,
     ) -> Decision:
         """Run ``limit``'s command on ``key`` with its options: ``COST cost`` (units the
         request takes), or ``ATMOST at_most`` (as many as the key allows now, up to
         ``at_most``: the decision's ``granted``), ``DRYRUN``, ``BLOCK block`` and ``SHADOW``
-        (a would-be denial answered allowed, the decision's ``shadow_denied`` saying so)."""
-        reply = self.client.execute_command(*_check_args(limit, key, cost, at_most, dryrun, block, shadow))
-        return parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
+        (a would-be denial answered allowed, the decision's ``shadow_denied`` saying so).
+
+        ``durable``: also wait for that many replicas to have the write (``WAIT durable
+        durable_timeout_ms``, pipelined after the command in the same round trip; on a
+        cluster, sent to the key's node after it), so that a failover cannot lose it; an
+        admission that fewer acknowledged in time raises :class:`NotDurable` (docs/cluster.md,
+        Failover)."""
+        args = _check_args(limit, key, cost, at_most, dryrun, block, shadow)
+        if not durable or dryrun:
+            reply = self.client.execute_command(*args)
+            return parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
+        if _is_cluster(self.client):
+            reply = self.client.execute_command(*args)
+            decision = parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
+            if not decision.allowed:
+                return decision
+            node = self.client.get_node_from_key(key)
+            acked = self.client.execute_command("WAIT", durable, durable_timeout_ms, target_nodes=node)
+        else:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.execute_command(*args)
+            pipe.execute_command("WAIT", durable, durable_timeout_ms)
+            reply, acked = pipe.execute(raise_on_error=True)
+            decision = parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
+        return _checked_durable(decision, acked, durable, durable_timeout_ms)
 
     def gcra(self, key: str | bytes, burst: int, rate: int, period: Duration, **options: Any) -> Decision:
         """``RL.GCRA``: ``burst`` at once, then ``rate`` per ``period``."""
@@ -397,11 +469,28 @@ class AsyncRateLimiter:
 
     async def check(
         self, limit: Limit, key: str | bytes, *, cost: int = 1, at_most: int | None = None, dryrun: bool = False,
-        block: Duration | None = None, shadow: bool = False,
+        block: Duration | None = None, shadow: bool = False, durable: int = 0, durable_timeout_ms: int = 100,
     ) -> Decision:
-        """Run ``limit``'s command on ``key`` with its options (see :meth:`RateLimiter.check`)."""
-        reply = await self.client.execute_command(*_check_args(limit, key, cost, at_most, dryrun, block, shadow))
-        return parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
+        """Run ``limit``'s command on ``key`` with its options (see :meth:`RateLimiter.check`,
+        ``durable`` included)."""
+        args = _check_args(limit, key, cost, at_most, dryrun, block, shadow)
+        if not durable or dryrun:
+            reply = await self.client.execute_command(*args)
+            return parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
+        if _is_cluster(self.client):
+            reply = await self.client.execute_command(*args)
+            decision = parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
+            if not decision.allowed:
+                return decision
+            node = self.client.get_node_from_key(key)
+            acked = await self.client.execute_command("WAIT", durable, durable_timeout_ms, target_nodes=node)
+        else:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.execute_command(*args)
+            pipe.execute_command("WAIT", durable, durable_timeout_ms)
+            reply, acked = await pipe.execute(raise_on_error=True)
+            decision = parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
+        return _checked_durable(decision, acked, durable, durable_timeout_ms)
 
     async def gcra(self, key: str | bytes, burst: int, rate: int, period: Duration, **options: Any) -> Decision:
         """``RL.GCRA``."""

@@ -14,7 +14,7 @@ from typing import Any, Callable, Hashable
 
 import redis
 
-from .client import AsyncRateLimiter, RateLimiter, async_client_from_url, client_from_url
+from .client import AsyncRateLimiter, NotDurable, RateLimiter, async_client_from_url, client_from_url
 from .limits import Concurrency, FieldShape, Limit, More, Policy, Rule, field_shape, more_after_ms
 from .reply import Decision
 
@@ -121,6 +121,8 @@ class Stats:
         fail_closed: of the failures, requests refused with 503.
         shadow_denied: requests checked with ``shadow`` that the limit would have refused
             (let through, counted here and not in ``admitted``).
+        not_durable: of the failures, admissions that fewer replicas than ``durable``
+            acknowledged in time (failed open or closed like any failure).
     """
 
     round_trips: int = 0
@@ -132,6 +134,7 @@ class Stats:
     fail_open: int = 0
     fail_closed: int = 0
     shadow_denied: int = 0
+    not_durable: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,7 +295,13 @@ class _GuardBase:
         max_remembered: int,
         stats: Stats | None,
         clock: Callable[[], float],
+        durable: int = 0,
+        durable_timeout_ms: int = 100,
     ) -> None:
+        if durable < 0 or durable_timeout_ms < 0:
+            raise ValueError("durable and durable_timeout_ms are 0 or more")
+        self.durable = durable
+        self.durable_timeout_ms = durable_timeout_ms
         self._given_name = name
         self._setup = self._set_up(limit)
         self.prefix = prefix
@@ -410,6 +419,8 @@ class _GuardBase:
 
     def _failed(self, error: BaseException) -> Verdict:
         self.stats.failures += 1
+        if isinstance(error, NotDurable):
+            self.stats.not_durable += 1
         if isinstance(error, (asyncio.TimeoutError, redis.TimeoutError)):
             self.stats.timeouts += 1
         if isinstance(error, asyncio.TimeoutError):
@@ -447,6 +458,12 @@ class Guard(_GuardBase):
         prefix: prepended to each identity to make the Redis key.
         fail_open: when Redis fails, let the request through (True) or refuse it with 503.
         max_remembered: how many denials the local memory holds (0 turns it off).
+        durable: how many replicas must have an admission before it counts (``WAIT durable
+            durable_timeout_ms`` pipelined after the command, one round trip): an admission
+            fewer acknowledged in time is a failure (``stats.not_durable``), failed open or
+            closed, so that a failover cannot lose a count that was acted on (docs/cluster.md,
+            Failover). 0 (the default) does not wait.
+        durable_timeout_ms: how long the replicas have (default 100).
         stats: counters to fill (a new :class:`Stats` if None).
     """
 
@@ -461,10 +478,12 @@ class Guard(_GuardBase):
         max_remembered: int = 10_000,
         stats: Stats | None = None,
         clock: Callable[[], float] = time.monotonic,
+        durable: int = 0,
+        durable_timeout_ms: int = 100,
     ) -> None:
         super().__init__(
             limit, name=name, prefix=prefix, fail_open=fail_open, max_remembered=max_remembered,
-            stats=stats, clock=clock,
+            stats=stats, clock=clock, durable=durable, durable_timeout_ms=durable_timeout_ms,
         )
         self.limiter = RateLimiter(client_from_url(client) if isinstance(client, str) else client)
 
@@ -492,7 +511,10 @@ class Guard(_GuardBase):
             if setup.policy is not None and setup.rules is None:
                 setup.rules = self.limiter.policy_get(setup.policy)
             sent = self.memory.clock()
-            decision = self.limiter.check(setup.limit, redis_key, cost=cost, at_most=at_most, shadow=shadow)
+            decision = self.limiter.check(
+                setup.limit, redis_key, cost=cost, at_most=at_most, shadow=shadow, durable=self.durable,
+                durable_timeout_ms=self.durable_timeout_ms,
+            )
         except _FAILURES as error:
             return self._failed(error)
         named = self._named(setup, decision)
@@ -524,7 +546,8 @@ class AsyncGuard(_GuardBase):
             makes one, with ``timeout``): with redis-py's default client, every check pays
             the whole ``timeout`` while Redis refuses connections.
         timeout: seconds Redis has to answer a check (default 0.05); past it the request
-            fails open or closed.
+            fails open or closed. With ``durable``, the replicas' acknowledgement is part of
+            the check: give ``timeout`` room for ``durable_timeout_ms``.
     """
 
     def __init__(
@@ -539,10 +562,12 @@ class AsyncGuard(_GuardBase):
         max_remembered: int = 10_000,
         stats: Stats | None = None,
         clock: Callable[[], float] = time.monotonic,
+        durable: int = 0,
+        durable_timeout_ms: int = 100,
     ) -> None:
         super().__init__(
             limit, name=name, prefix=prefix, fail_open=fail_open, max_remembered=max_remembered,
-            stats=stats, clock=clock,
+            stats=stats, clock=clock, durable=durable, durable_timeout_ms=durable_timeout_ms,
         )
         if isinstance(client, str):
             client = async_client_from_url(client, timeout=timeout)
@@ -557,7 +582,11 @@ class AsyncGuard(_GuardBase):
         if setup.policy is not None and setup.rules is None:
             setup.rules = await self.limiter.policy_get(setup.policy)
         sent = self.memory.clock()
-        return await self.limiter.check(setup.limit, redis_key, cost=cost, at_most=at_most, shadow=shadow), sent
+        decision = await self.limiter.check(
+            setup.limit, redis_key, cost=cost, at_most=at_most, shadow=shadow, durable=self.durable,
+            durable_timeout_ms=self.durable_timeout_ms,
+        )
+        return decision, sent
 
     async def check(
         self, identity: str, cost: int = 1, *, at_most: int | None = None, shadow: bool = False

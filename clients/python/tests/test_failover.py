@@ -1,0 +1,175 @@
+"""A failover through the package, as an application meets it (docs/cluster.md, Failover): a
+primary with the module, its replica and three real Sentinels (the server binary in sentinel
+mode, as Debian's redis-sentinel package links it); a Guard on
+:func:`client_from_sentinel` spends the quota of 20 ``FixedWindow(100, "1h")`` keys, fail
+closed; the primary is killed (SIGKILL) halfway, Sentinel promotes the replica, and a new
+server is made its replica as an operator would.
+
+The guard follows the new primary by itself: requests fail (503, counted) only while no node
+is primary, and every key's quota is then spent to the end on the promoted replica. With
+``durable=1`` no key is admitted past its limit across the failover."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import redis
+
+from conftest import T0_MS, Server, free_port, server_binary
+from ratelimit_redis_module import FixedWindow, Guard, Stats, client_from_sentinel
+
+KEYS = 20
+LIMIT = 100
+
+
+class Sentinel:
+    """A Sentinel process watching ``main``, stopped by its PID."""
+
+    def __init__(self, directory: Path, primary: int) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        conf = directory / "sentinel.conf"
+        conf.write_text(
+            f"port {self.port}\nbind 127.0.0.1\ndir {directory}\nlogfile sentinel.log\n"
+            f"sentinel monitor main 127.0.0.1 {primary} 2\n"
+            "sentinel down-after-milliseconds main 1000\n"
+            "sentinel failover-timeout main 10000\n"
+        )
+        self.proc = subprocess.Popen(
+            [server_binary(), str(conf), "--sentinel"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1) as c:
+                    c.ping()
+                    return
+            except redis.RedisError:
+                assert time.monotonic() < deadline, "sentinel did not start"
+                time.sleep(0.02)
+
+    def master(self) -> dict:
+        with redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1, decode_responses=True) as c:
+            return c.sentinel_master("main")
+
+    def primary_port(self) -> int | None:
+        try:
+            with redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1, decode_responses=True) as c:
+                addr = c.sentinel_get_master_addr_by_name("main")
+        except redis.RedisError:
+            return None
+        return int(addr[1]) if addr else None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def watched(tmp_path: Path) -> Iterator[tuple[Server, Server, list[Sentinel], Path]]:
+    primary = Server(tmp_path / "primary", ["--repl-diskless-sync-delay", "0"])
+    replica = Server(tmp_path / "replica")
+    for s in (primary, replica):
+        s.freeze()
+    with replica.client() as c:
+        c.execute_command("REPLICAOF", "127.0.0.1", primary.port)
+        deadline = time.monotonic() + 20
+        while c.info("replication")["master_link_status"] != "up":
+            assert time.monotonic() < deadline, "the replica did not sync"
+            time.sleep(0.02)
+    sentinels = [Sentinel(tmp_path / f"sentinel{i}", primary.port) for i in range(3)]
+    deadline = time.monotonic() + 20
+    while not all(
+        s.master().get("num-slaves") == 1 and s.master().get("num-other-sentinels") == 2 for s in sentinels
+    ):
+        assert time.monotonic() < deadline, "the sentinels did not meet"
+        time.sleep(0.05)
+    yield primary, replica, sentinels, tmp_path
+    for s in sentinels:
+        s.stop()
+    primary.stop()
+    replica.stop()
+
+
+def spend_across_a_failover(
+    watched: tuple[Server, Server, list[Sentinel], Path], durable: int
+) -> tuple[list[int], Stats]:
+    """Every key's quota spent through the guard, the primary killed halfway: each key's
+    admissions over its limit, and the guard's counters."""
+    primary, replica, sentinels, tmp = watched
+    stats = Stats()
+    client = client_from_sentinel([("127.0.0.1", s.port) for s in sentinels], "main", timeout=0.5)
+    guard = Guard(client, FixedWindow(LIMIT, "1h"), fail_open=False, stats=stats, durable=durable,
+                  max_remembered=0)
+    admitted = [0] * KEYS
+    full = [False] * KEYS
+    spare: Server | None = None
+    deadline = time.monotonic() + 60
+    killed = False
+    try:
+        while not all(full):
+            assert time.monotonic() < deadline, f"not done: {admitted} {stats}"
+            for k in range(KEYS):
+                if full[k]:
+                    continue
+                verdict = guard.check(f"k{k}")
+                if verdict.allowed:
+                    admitted[k] += 1
+                elif verdict.status == 429:
+                    full[k] = True
+            if not killed and sum(admitted) >= KEYS * LIMIT // 2:
+                os.kill(primary.proc.pid, signal.SIGKILL)
+                primary.proc.wait(10)
+                killed = True
+            if killed and spare is None and sentinels[0].primary_port() == replica.port:
+                # The operator gives the promoted replica a replica of its own.
+                spare = Server(tmp / "spare")
+                spare.freeze(T0_MS)
+                with spare.client() as c:
+                    c.execute_command("REPLICAOF", "127.0.0.1", replica.port)
+    finally:
+        if spare is not None:
+            spare.stop()
+    assert killed and sentinels[0].primary_port() == replica.port
+    return [a - LIMIT for a in admitted], stats
+
+
+def test_the_guard_follows_the_promoted_replica(watched: tuple[Server, Server, list[Sentinel], Path]) -> None:
+    over, stats = spend_across_a_failover(watched, durable=0)
+    # Every key's quota was spent to the end (the loop ends only then), through the new primary;
+    # the requests that failed are those sent while no node was primary, refused with 503.
+    assert stats.failures == stats.fail_closed
+    assert stats.admitted == sum(o + LIMIT for o in over)
+    print(f"without durable: {sum(o > 0 for o in over)} of {KEYS} keys over, by {sum(o for o in over if o > 0)}; "
+          f"{stats.failures} requests failed closed during the failover")
+
+
+def test_durable_admits_no_key_past_its_limit_across_a_failover(
+    watched: tuple[Server, Server, list[Sentinel], Path]
+) -> None:
+    over, stats = spend_across_a_failover(watched, durable=1)
+    assert all(o <= 0 for o in over), over
+    print(f"durable: at most {max(over)} over; {stats.not_durable} admissions not acknowledged, "
+          f"{stats.failures} failures in all")
+
+
+def test_durable_without_a_replica_in_time_fails_as_configured(server: Server) -> None:
+    """No replica acknowledges: the admission is not taken (503 failing closed, let through
+    failing open), counted in stats.not_durable; a refusal needs no replica and stands."""
+    for fail_open, status in ((False, 503), (True, 200)):
+        stats = Stats()
+        guard = Guard(server.client(), FixedWindow(1, "1h"), fail_open=fail_open, stats=stats,
+                      durable=1, durable_timeout_ms=10, prefix=f"durable:{fail_open}:")
+        v = guard.check("k")
+        assert (v.status, v.source, stats.not_durable, stats.failures) == (status, "failure", 1, 1)
+        # The write happened on the primary (only its replica is missing): the next is refused.
+        v = guard.check("k")
+        assert (v.status, v.source, stats.not_durable) == (429, "redis", 1)
