@@ -142,7 +142,7 @@ fn acl_key_patterns_and_command_grants_apply_to_every_command() {
     let e = admin.cmd(&["RL.LOADSTATE", "rl:x", "\x01\x01"]).error();
     assert!(e.contains("is internal"), "{e}");
     let e = admin
-        .cmd(&["RL.POLICY.SYNC", "p3", "9", &ZERO_NODE, "DEL", "0"])
+        .cmd(&["RL.POLICY.SYNC", "p3", "9", ZERO_NODE, "DEL", "0"])
         .error();
     assert!(e.contains("is internal"), "{e}");
 }
@@ -201,7 +201,7 @@ fn application_user_checks_limits_only(server: &Server, user: &str) {
         &["RL.REPLAY", "rl:x", "1:1:RL.GCRA:5", "1", "1h"],
         &["RL.LOADSTATE", "rl:x", "\x01\x01"],
         &["RL.DEBUG.CLUSTERMSG", "*", "x"],
-        &["RL.POLICY.SYNC", "p3", "9", &ZERO_NODE, "DEL", "0"],
+        &["RL.POLICY.SYNC", "p3", "9", ZERO_NODE, "DEL", "0"],
     ];
     for call in forbidden {
         let e = app.cmd(call).error();
