@@ -350,11 +350,18 @@ fn a_damaged_or_forged_message_is_refused_and_logged_never_applied() {
     assert_eq!(policy_on(&nodes[1], "forged"), "");
     assert_eq!(info(&nodes[1], "policies_digest"), digest);
     assert_eq!(nodes[1].client().cmd(&["PING"]).text(), "PONG");
-    let log = nodes[1].log();
-    assert!(
-        log.contains(&format!("refusing a cluster message from node {sender}: ")),
-        "{log}"
-    );
+    // The log line (read until it is there: the file is written by the server process).
+    let line = format!("refusing a cluster message from node {sender}: ");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !nodes[1].log().contains(&line) {
+        assert!(
+            Instant::now() < deadline,
+            "no log line in {:?}: {}",
+            nodes[1].dir,
+            nodes[1].log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // The same message well formed is taken: the checks were what refused the others.
     let r = c.cmd_bytes(&[b"RL.DEBUG.CLUSTERMSG", target.as_bytes(), &good]);
     assert_eq!(r.int(), 1);

@@ -207,23 +207,20 @@ fn connect_to_primary(sentinels: &[Sentinel], deadline: Instant) -> Option<Conn>
     None
 }
 
-/// One failover: what each key admitted in all (acknowledged admissions only), over its limit.
-fn one_failover(durable: bool) -> Vec<i64> {
-    let (mut primary, replica) = replicated(primary_config());
-    for server in [&primary, &replica] {
-        server.client().clock_set(T0_MS);
-    }
-    let sentinels: Arc<Vec<Sentinel>> =
-        Arc::new((0..3).map(|_| Sentinel::start(primary.port)).collect());
-    // Each Sentinel knows the replica and the two others before anything fails.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !sentinels.iter().all(|s| {
-        s.master_field("num-slaves").as_deref() == Some("1")
-            && s.master_field("num-other-sentinels").as_deref() == Some("2")
-    }) {
-        assert!(Instant::now() < deadline, "the sentinels did not meet");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// How a client reaches the primary of its keys now (None until one answers).
+type Connect = dyn Fn(Instant) -> Option<Conn> + Send + Sync;
+
+/// Eight clients spend every key's quota (keys `{prefix}k<client>_<n>`) through `connect`;
+/// halfway, `kill` runs (the primary dies), then `recover` (waits for the promotion and gives
+/// the new primary a replica). What each key admitted in all (acknowledged admissions only,
+/// and with `durable` only those a replica acknowledged), over its limit.
+fn spend_across_a_kill(
+    durable: bool,
+    prefix: &str,
+    connect: Arc<Connect>,
+    kill: impl FnOnce(),
+    recover: impl FnOnce(),
+) -> Vec<i64> {
     let admitted: Arc<Vec<AtomicU64>> = Arc::new(
         (0..CLIENTS * KEYS_PER_CLIENT)
             .map(|_| AtomicU64::new(0))
@@ -233,27 +230,28 @@ fn one_failover(durable: bool) -> Vec<i64> {
     let errors = Arc::new(Mutex::new(Vec::<String>::new()));
     let clients: Vec<_> = (0..CLIENTS)
         .map(|t| {
-            let (sentinels, admitted, total, errors) = (
-                Arc::clone(&sentinels),
+            let (connect, admitted, total, errors) = (
+                Arc::clone(&connect),
                 Arc::clone(&admitted),
                 Arc::clone(&total),
                 Arc::clone(&errors),
             );
+            let prefix = prefix.to_string();
             std::thread::spawn(move || {
                 let deadline = Instant::now() + Duration::from_secs(60);
-                let mut conn = connect_to_primary(&sentinels, deadline);
+                let mut conn = connect(deadline);
                 let mut full = [false; KEYS_PER_CLIENT];
                 let mut k = 0;
                 while !full.iter().all(|f| *f) && Instant::now() < deadline {
                     let Some(c) = conn.as_mut() else {
-                        conn = connect_to_primary(&sentinels, deadline);
+                        conn = connect(deadline);
                         continue;
                     };
                     k = (k + 1) % KEYS_PER_CLIENT;
                     if full[k] {
                         continue;
                     }
-                    let key = format!("k{t}_{k}");
+                    let key = format!("{prefix}k{t}_{k}");
                     let limit = ["RL.FIXEDWINDOW", &key, "100", "1h"];
                     let wait = ["WAIT", "1", "100"];
                     let sent: &[&[&str]] = if durable { &[&limit, &wait] } else { &[&limit] };
@@ -272,6 +270,15 @@ fn one_failover(durable: bool) -> Vec<i64> {
                                 } else {
                                     full[k] = true;
                                 }
+                            }
+                            // A node no longer the slot's (MOVED) or not yet serving
+                            // (CLUSTERDOWN, TRYAGAIN, LOADING): find the primary again.
+                            R::Error(e)
+                                if ["MOVED", "CLUSTERDOWN", "TRYAGAIN", "LOADING", "READONLY"]
+                                    .iter()
+                                    .any(|p| e.starts_with(p)) =>
+                            {
+                                conn = None;
                             }
                             other => {
                                 errors.lock().unwrap().push(format!("{key}: {other:?}"));
@@ -292,17 +299,8 @@ fn one_failover(durable: bool) -> Vec<i64> {
         assert!(Instant::now() < deadline, "no progress before the kill");
         std::thread::sleep(Duration::from_millis(1));
     }
-    primary.kill();
-    // Once Sentinel has promoted the replica, the operator gives it a replica of its own (with
-    // `durable`, until one has the admissions nothing is admitted: the client fails closed).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while sentinels[0].primary() != Some(replica.port) {
-        assert!(Instant::now() < deadline, "no failover");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let spare = Server::with(primary_config());
-    spare.client().clock_set(T0_MS);
-    spare.client().replicate_from(&replica);
+    kill();
+    recover();
     for c in clients {
         // Every client spent every key's quota to the end, on the promoted replica.
         assert!(
@@ -310,17 +308,192 @@ fn one_failover(durable: bool) -> Vec<i64> {
             "a client did not finish its keys"
         );
     }
-    let promoted = sentinels[0].primary();
-    assert_eq!(promoted, Some(replica.port), "the replica was not promoted");
-    // Errors other than a dead connection: a server answering with an error (LOADING,
-    // READONLY...) is a failure the packages would fail open or closed on; none expected from
-    // a node Sentinel names primary and ROLE says master.
+    // Errors other than a lost connection or a node not serving the slot yet: none (a node
+    // Sentinel or the cluster names primary answers).
     let errors = errors.lock().unwrap();
     assert!(errors.is_empty(), "{errors:?}");
     admitted
         .iter()
         .map(|a| a.load(Ordering::Relaxed) as i64 - LIMIT)
         .collect()
+}
+
+/// One Sentinel failover: what each key admitted over its limit.
+fn one_failover(durable: bool) -> Vec<i64> {
+    let (mut primary, replica) = replicated(primary_config());
+    for server in [&primary, &replica] {
+        server.client().clock_set(T0_MS);
+    }
+    let sentinels: Arc<Vec<Sentinel>> =
+        Arc::new((0..3).map(|_| Sentinel::start(primary.port)).collect());
+    // Each Sentinel knows the replica and the two others before anything fails.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !sentinels.iter().all(|s| {
+        s.master_field("num-slaves").as_deref() == Some("1")
+            && s.master_field("num-other-sentinels").as_deref() == Some("2")
+    }) {
+        assert!(Instant::now() < deadline, "the sentinels did not meet");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let watching = Arc::clone(&sentinels);
+    let mut spare = None;
+    let over = spend_across_a_kill(
+        durable,
+        "",
+        Arc::new(move |deadline| connect_to_primary(&watching, deadline)),
+        || primary.kill(),
+        || {
+            // Once Sentinel has promoted the replica, the operator gives it a replica of its
+            // own (with `durable`, until one has the admissions nothing is admitted).
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while sentinels[0].primary() != Some(replica.port) {
+                assert!(Instant::now() < deadline, "no failover");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let s = Server::with(primary_config());
+            s.client().clock_set(T0_MS);
+            s.client().replicate_from(&replica);
+            spare = Some(s);
+        },
+    );
+    assert_eq!(
+        sentinels[0].primary(),
+        Some(replica.port),
+        "the replica was not promoted"
+    );
+    over
+}
+
+/// The port of the primary serving `slot`, as the first node of `ports` that answers says.
+fn cluster_primary(ports: &[u16], slot: i64) -> Option<u16> {
+    for &port in ports {
+        let Ok(mut c) = Conn::open(port) else {
+            continue;
+        };
+        let Ok(R::Array(ranges)) = c.cmd(&["CLUSTER", "SLOTS"]) else {
+            continue;
+        };
+        for range in ranges {
+            let R::Array(f) = range else { continue };
+            if let (Some(R::Int(start)), Some(R::Int(end)), Some(R::Array(primary))) =
+                (f.first(), f.get(1), f.get(2))
+            {
+                if (*start..=*end).contains(&slot) {
+                    if let Some(R::Int(p)) = primary.get(1) {
+                        return u16::try_from(*p).ok();
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The role ROLE gives `port` ("master", "slave"), and for a replica its primary's port.
+fn role(port: u16) -> Option<(String, Option<u16>)> {
+    let R::Array(r) = Conn::open(port).ok()?.cmd(&["ROLE"]).ok()? else {
+        return None;
+    };
+    let R::Text(kind) = r.first()? else {
+        return None;
+    };
+    let primary = match r.get(2) {
+        Some(R::Int(p)) => u16::try_from(*p).ok(),
+        _ => None,
+    };
+    Some((kind.clone(), primary))
+}
+
+/// One Redis Cluster failover (three primaries with a replica each, `cluster-node-timeout`
+/// 1000): the keys share a slot, its primary is killed, the cluster promotes its replica.
+fn one_cluster_failover(durable: bool) -> Vec<i64> {
+    // A replica may be promoted however long it was cut off (the default refuses one that was
+    // away for longer than ten node timeouts, which a short timeout reaches at once).
+    let extra = [
+        "--cluster-node-timeout",
+        "1000",
+        "--cluster-replica-validity-factor",
+        "0",
+    ];
+    let mut nodes = common::cluster_with(3, 1, &extra);
+    for n in &nodes {
+        n.client().clock_set(T0_MS);
+    }
+    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+    let slot = nodes[0].client().cmd(&["CLUSTER", "KEYSLOT", "{f}"]).int();
+    let primary = cluster_primary(&ports, slot).expect("the slot's primary");
+    let dead = nodes.iter().position(|n| n.port == primary).unwrap();
+    let replica = ports
+        .iter()
+        .copied()
+        .find(|&p| role(p).is_some_and(|(kind, of)| kind == "slave" && of == Some(primary)))
+        .expect("the primary's replica");
+    let ports = Arc::new(ports);
+    let live = Arc::clone(&ports);
+    let mut spare = None;
+    let before = Mutex::new(String::new());
+    let over = spend_across_a_kill(
+        durable,
+        "{f}",
+        Arc::new(move |deadline| {
+            while Instant::now() < deadline {
+                if let Some(port) = cluster_primary(&live, slot) {
+                    if let Ok(c) = Conn::open(port) {
+                        if role(port).is_some_and(|(kind, _)| kind == "master") {
+                            return Some(c);
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            None
+        }),
+        || {
+            // What the replica holds at the kill (shown when a run loses more than a unit).
+            if let Ok(mut c) = Conn::open(replica) {
+                let size = c.cmd(&["DBSIZE"]).ok();
+                let info = c.cmd(&["INFO", "replication"]).ok();
+                *before.lock().unwrap() = format!("{size:?} {info:?}");
+            }
+            nodes[dead].kill()
+        },
+        || {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while role(replica).map(|(kind, _)| kind) != Some("master".into()) {
+                assert!(
+                    Instant::now() < deadline,
+                    "the replica was not promoted: {:?}",
+                    Conn::open(replica).and_then(|mut c| c.cmd(&["CLUSTER", "NODES"]))
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            // The operator gives the promoted replica a replica of its own.
+            let s = Server::with(common::cluster_config().extra(&extra));
+            s.client().clock_set(T0_MS);
+            let id = Conn::open(replica)
+                .ok()
+                .and_then(|mut c| c.cmd(&["CLUSTER", "MYID"]).ok());
+            let Some(R::Text(id)) = id else {
+                panic!("no id for the promoted replica")
+            };
+            let mut c = s.client();
+            c.cmd(&["CLUSTER", "MEET", "127.0.0.1", &replica.to_string()]);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while c.cmd(&["CLUSTER", "REPLICATE", &id]) != common::Reply::Simple("OK".into()) {
+                assert!(
+                    Instant::now() < deadline,
+                    "the spare did not become a replica"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            spare = Some(s);
+        },
+    );
+    assert_eq!(cluster_primary(&ports, slot), Some(replica));
+    if over.iter().any(|o| *o > 1) {
+        eprintln!("the replica at the kill: {}", before.lock().unwrap());
+    }
+    over
 }
 
 fn failovers() -> usize {
@@ -351,6 +524,26 @@ fn with_wait_after_each_admission_no_key_admits_more_than_its_limit() {
         let most = over.iter().max().copied().unwrap_or(0);
         let least = over.iter().min().copied().unwrap_or(0);
         eprintln!("durable, failover {run}: at most {most} over, at least {least} (below the limit: admissions not acknowledged)");
+        assert!(over.iter().all(|o| *o <= 0), "{over:?}");
+    }
+}
+
+#[test]
+fn across_a_cluster_failover_the_same_and_wait_keeps_every_count() {
+    for run in 0..failovers() {
+        let over = one_cluster_failover(false);
+        let keys_over = over.iter().filter(|o| **o > 0).count();
+        let sum: i64 = over.iter().filter(|o| **o > 0).sum();
+        eprintln!(
+            "cluster, without durable, failover {run}: {keys_over} of {} keys over, by {sum} in all, at most {} on one",
+            over.len(),
+            over.iter().max().copied().unwrap_or(0)
+        );
+        let over = one_cluster_failover(true);
+        eprintln!(
+            "cluster, durable, failover {run}: at most {} over",
+            over.iter().max().copied().unwrap_or(0)
+        );
         assert!(over.iter().all(|o| *o <= 0), "{over:?}");
     }
 }

@@ -7,6 +7,15 @@ export interface RedisClientLike {
   sendCommand(args: ReadonlyArray<string>): Promise<unknown>;
 }
 
+/** node-redis's Sentinel client (createSentinel), which follows a failover by itself. */
+export interface RedisSentinelLike {
+  sendCommand(isReadonly: boolean | undefined, args: ReadonlyArray<string>): Promise<unknown>;
+  getMasterNode(): unknown;
+  use<T>(
+    fn: (client: { sendCommand(isReadonly: boolean | undefined, args: ReadonlyArray<string>): Promise<unknown> }) => Promise<T>,
+  ): Promise<T>;
+}
+
 /** A node-redis client as RateLimiterRedis uses it (sendCommand, del, multi). */
 export interface RedisStoreClientLike extends RedisClientLike {
   del(key: string): Promise<unknown>;
@@ -39,7 +48,7 @@ export interface Logger {
 }
 
 export interface RateLimitOptions {
-  client: RedisClientLike;
+  client: RedisClientLike | RedisSentinelLike;
   limit: Limit;
   /** The name in the fields; default "default", or the policy's; "<name>/<rule>" for a policy of several rules. */
   name?: string;
@@ -57,6 +66,14 @@ export interface RateLimitOptions {
   denialMemory?: number;
   /** Where failures are logged (one warning each); default console. */
   logger?: Logger | null;
+  /**
+   * Replicas that must have an admission before it counts (WAIT, sent in the same round trip);
+   * one that fewer acknowledged within `durableTimeoutMs` fails open or closed
+   * (`stats.notDurable`). Default 0: no wait. Give `timeout` room for `durableTimeoutMs`.
+   */
+  durable?: number;
+  /** How long the replicas have, in ms; default 100. */
+  durableTimeoutMs?: number;
   /**
    * The denial memory's monotonic clock in milliseconds; default performance.now (a test
    * passes a fake clock that moves with the server's).
@@ -114,6 +131,7 @@ export interface RateLimitStats {
   failClosed: number;
   /** Requests checked with `shadow` that the limit would have refused (passed, not admitted). */
   shadowDenied: number;
+  notDurable: number;
   releaseFailures: number;
 }
 
@@ -133,6 +151,9 @@ export interface RefundOptions {
   /** Says how many units would be given back, writing nothing (DRYRUN). */
   dryRun?: boolean;
 }
+
+/** An admission fewer replicas than `durable` acknowledged in time (see RateLimitOptions). */
+export class NotDurableError extends Error {}
 
 export class RateLimit {
   constructor(options: RateLimitOptions);

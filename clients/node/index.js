@@ -27,7 +27,7 @@ export {
   quotaExceededBody,
   rateLimitHeaders,
 } from './lib/fields.js';
-export { RateLimit } from './lib/rate-limit.js';
+export { NotDurableError, RateLimit } from './lib/rate-limit.js';
 export { rateLimitMiddleware } from './lib/middleware.js';
 export { RateLimiterRedis, RateLimiterRes } from './lib/flexible.js';
 export { reconnectStrategy } from './lib/reconnect.js';

@@ -573,6 +573,8 @@ pub fn cluster_config() -> Config {
         "nodes.conf",
         "--cluster-node-timeout",
         "5000",
+        "--repl-diskless-sync-delay",
+        "0",
     ])
 }
 
@@ -605,6 +607,17 @@ pub fn cluster_with(primaries: usize, replicas: usize, extra: &[&str]) -> Vec<Se
     );
     for node in &nodes {
         wait_for_cluster_ok(node);
+    }
+    // Every replica in sync with its primary (a failover before that loses every key).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for node in &nodes {
+        let mut c = node.client();
+        while c.info_field("replication", "role") == "slave"
+            && c.info_field("replication", "master_link_status") != "up"
+        {
+            assert!(Instant::now() < deadline, "a replica did not sync");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
     nodes
 }

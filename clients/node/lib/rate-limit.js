@@ -13,6 +13,18 @@ class TimeoutError extends Error {
   }
 }
 
+/**
+ * An admission that fewer replicas than `durable` acknowledged within `durableTimeoutMs`
+ * (WAIT): a failover could lose it, so it is not taken as admitted; the request fails open or
+ * closed like any Redis failure.
+ */
+export class NotDurableError extends Error {
+  constructor(acked, wanted, ms) {
+    super(`admitted, but acknowledged by ${acked} of the ${wanted} replicas asked for within ${ms} ms (WAIT): not taken as admitted`);
+    this.name = 'NotDurableError';
+  }
+}
+
 function withTimeout(promise, ms) {
   let timer;
   const timeout = new Promise((_, reject) => {
@@ -42,8 +54,17 @@ export class RateLimit {
       now = monotonicMs,
     } = options;
     if (client === null || typeof client !== 'object' || typeof client.sendCommand !== 'function') {
-      throw new TypeError('invalid client: expected a node-redis client (createClient from "redis")');
+      throw new TypeError('invalid client: expected a node-redis client (createClient or createSentinel from "redis")');
     }
+    const { durable = 0, durableTimeoutMs = 100 } = options;
+    if (!Number.isSafeInteger(durable) || durable < 0) {
+      throw new TypeError(`invalid durable: expected a number of replicas, 0 or more; got ${String(durable)}`);
+    }
+    if (!Number.isSafeInteger(durableTimeoutMs) || durableTimeoutMs < 0) {
+      throw new TypeError(`invalid durableTimeoutMs: expected an integer, 0 or more; got ${String(durableTimeoutMs)}`);
+    }
+    this.durable = durable;
+    this.durableTimeoutMs = durableTimeoutMs;
     if (failMode !== 'open' && failMode !== 'closed') {
       throw new TypeError(`invalid failMode: expected "open" or "closed"; got ${String(failMode)}`);
     }
@@ -55,6 +76,10 @@ export class RateLimit {
     }
     if (typeof prefix !== 'string') throw new TypeError('invalid prefix: expected a string');
     this.client = client;
+    // node-redis's Sentinel client (createSentinel) takes sendCommand(isReadonly, args), its
+    // standalone client sendCommand(args); the Sentinel client alone has getMasterNode.
+    this.sentinel = typeof client.getMasterNode === 'function';
+    this.send = this.sentinel ? (args) => client.sendCommand(false, args) : (args) => client.sendCommand(args);
     this.prefix = prefix;
     this.timeout = timeout;
     this.failMode = failMode;
@@ -71,6 +96,7 @@ export class RateLimit {
       failOpen: 0, // requests passed because Redis failed
       failClosed: 0, // requests refused because Redis failed
       shadowDenied: 0, // requests with `shadow` the limit would have refused (passed, not admitted)
+      notDurable: 0, // of the failures, admissions fewer replicas than `durable` acknowledged in time
       releaseFailures: 0, // concurrency leases not given back (they end by themselves)
     };
 
@@ -134,7 +160,7 @@ export class RateLimit {
   // fails as configured, and the next one reads the policy again.
   #policyShapes() {
     if (this.shapes === undefined) {
-      const pending = this.client.sendCommand(['RL.POLICY.GET', this.policy]).then((flat) => {
+      const pending = this.send(['RL.POLICY.GET', this.policy]).then((flat) => {
         if (!Array.isArray(flat)) throw new Error(`no policy named ${JSON.stringify(this.policy)} (RL.POLICY.GET)`);
         return policyShapes(flat);
       });
@@ -162,19 +188,42 @@ export class RateLimit {
       extras.push('shadow_denied');
     }
     if (this.policy === undefined) {
-      const reply = parseReply(await this.client.sendCommand(args), this.sixth, extras);
+      const [raw, acked] = await this.#sendWaiting(args, dryRun);
+      const reply = this.#durable(parseReply(raw, this.sixth, extras), acked);
       const decision = { ...reply, name: this.name, windowSeconds: this.shape.windowSeconds };
       if (this.concurrent) decision.concurrent = true;
       return [decision, this.shape.more];
     }
-    const [shapes, raw] = await Promise.all([this.#policyShapes(), this.client.sendCommand(args)]);
-    const reply = parseReply(raw, 'rule', extras);
+    const [shapes, [raw, acked]] = await Promise.all([this.#policyShapes(), this.#sendWaiting(args, dryRun)]);
+    const reply = this.#durable(parseReply(raw, 'rule', extras), acked);
     const { rule } = reply;
     // A rule past those read: the policy has grown on the server since; read it again next time.
     if (rule >= shapes.length && this.shapes !== undefined) this.shapes = undefined;
     const name = shapes.length > 1 || rule > 0 ? `${this.name}/${rule}` : this.name;
     // A policy's `remaining` grows when every rule admits one unit more: asked of the module.
     return [{ ...reply, name, windowSeconds: shapes[rule]?.windowSeconds }, 'probe'];
+  }
+
+  // The command, and with `durable` (not for a DRYRUN) `WAIT durable durableTimeoutMs` sent in
+  // the same round trip (node-redis pipelines what is sent in one tick on one connection; the
+  // Sentinel client's are sent on one leased connection): [reply, replicas that acknowledged].
+  async #sendWaiting(args, dryRun) {
+    if (this.durable === 0 || dryRun) return [await this.send(args), undefined];
+    const wait = ['WAIT', String(this.durable), String(this.durableTimeoutMs)];
+    const both = (send) => Promise.all([send(args), send(wait)]);
+    const [reply, acked] = this.sentinel
+      ? await this.client.use((c) => both((a) => c.sendCommand(false, a)))
+      : await both(this.send);
+    return [reply, Number(acked)];
+  }
+
+  // An admission fewer replicas than `durable` acknowledged throws (the request then fails as
+  // configured); a refusal, a shadow denial or a DRYRUN stands.
+  #durable(reply, acked) {
+    if (acked !== undefined && reply.allowed && !reply.shadowDenied && acked < this.durable) {
+      throw new NotDurableError(acked, this.durable, this.durableTimeoutMs);
+    }
+    return reply;
   }
 
   // When an admitted decision's `remaining` grows (RateLimit's `t`), in whole ms: from the reply
@@ -186,7 +235,7 @@ export class RateLimit {
     if (decision.remaining >= decision.limit) return undefined;
     const args = [this.command, this.redisKey(key), ...this.args, 'COST', String(decision.remaining + 1), 'DRYRUN'];
     try {
-      const probe = parseReply(await withTimeout(this.client.sendCommand(args), this.timeout), this.sixth);
+      const probe = parseReply(await withTimeout(this.send(args), this.timeout), this.sixth);
       return probe.retryAfterMs >= 0 ? probe.retryAfterMs : undefined;
     } catch {
       return undefined;
@@ -246,6 +295,7 @@ export class RateLimit {
       [decision, more] = await withTimeout(this.#ask(key, cost, { atMost, shadow, dryRun, id }), this.timeout);
     } catch (error) {
       this.stats.failures += 1;
+      if (error instanceof NotDurableError) this.stats.notDurable += 1;
       const passes = this.failMode === 'open';
       if (passes) this.stats.failOpen += 1;
       else this.stats.failClosed += 1;
@@ -295,7 +345,7 @@ export class RateLimit {
     if (this.concurrent) throw new TypeError('invalid refund: a concurrency limit gives its leases back with release');
     const args = ['RL.REFUND', this.redisKey(key), String(units)];
     if (dryRun) args.push('DRYRUN');
-    const reply = await withTimeout(this.client.sendCommand(args), this.timeout);
+    const reply = await withTimeout(this.send(args), this.timeout);
     const given = Number(reply);
     if (typeof reply !== 'number' || !Number.isSafeInteger(given) || given < 0) {
       throw new Error(`unexpected reply from the module: RL.REFUND answered ${String(reply)}`);
@@ -312,7 +362,7 @@ export class RateLimit {
     if (!this.concurrent || !decision?.allowed || decision.token === undefined) return;
     try {
       await withTimeout(
-        this.client.sendCommand(['RL.CONCURRENCY.RELEASE', this.redisKey(key), decision.token]),
+        this.send(['RL.CONCURRENCY.RELEASE', this.redisKey(key), decision.token]),
         this.timeout,
       );
     } catch (error) {

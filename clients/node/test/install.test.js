@@ -49,7 +49,7 @@ test('npm install of the packed package into a fresh directory', () => {
     `);
     const [imported, required] = JSON.parse(execFileSync(process.execPath, ['names.cjs'], { cwd: dir, encoding: 'utf8' }));
     assert.deepEqual(imported, [
-      'QUOTA_EXCEEDED_TYPE', 'REDUCED_CAPACITY_TYPE', 'RateLimit', 'RateLimiterRedis', 'RateLimiterRes',
+      'NotDurableError', 'QUOTA_EXCEEDED_TYPE', 'REDUCED_CAPACITY_TYPE', 'RateLimit', 'RateLimiterRedis', 'RateLimiterRes',
       'UNAVAILABLE_BODY', 'durationMs', 'parseReply', 'policyWindows', 'quotaExceededBody',
       'rateLimitHeaders', 'rateLimitMiddleware', 'reconnectStrategy',
     ]);
