@@ -9,28 +9,16 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { createClient, createSentinel } from 'redis';
 import { RateLimit } from '../index.js';
-import { T0_MS, memoryLogger, serverForFile, startRedis } from './helpers.js';
+import { T0_MS, freePort, memoryLogger, serverForFile, startRedis } from './helpers.js';
 
 const KEYS = 20;
 const LIMIT = 100;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /** A client of one node, for the test's own commands. */
 async function plain(port) {

@@ -20,7 +20,7 @@ import { RateLimiterRes } from '../index.js';
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 export const T0_MS = 1_700_000_000_000;
 
-function freePort() {
+export function freePort() {
   return new Promise((resolve, reject) => {
     const s = net.createServer();
     s.once('error', reject);
