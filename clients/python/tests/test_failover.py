@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -111,8 +112,22 @@ def spend_across_a_failover(
                   max_remembered=0)
     admitted = [0] * KEYS
     full = [False] * KEYS
-    spare: Server | None = None
-    deadline = time.monotonic() + 60
+    spares: list[Server] = []
+
+    def attach_spare() -> None:
+        # Once Sentinel names the replica primary, the operator gives it a replica of its own
+        # (watched apart from the requests, which take up to the timeout each while none answers).
+        deadline = time.monotonic() + 30
+        while sentinels[0].primary_port() != replica.port and time.monotonic() < deadline:
+            time.sleep(0.025)
+        spare = Server(tmp / "spare")
+        spares.append(spare)
+        spare.freeze(T0_MS)
+        with spare.client() as c:
+            c.execute_command("REPLICAOF", "127.0.0.1", replica.port)
+
+    watcher = threading.Thread(target=attach_spare)
+    deadline = time.monotonic() + 90
     killed = False
     try:
         while not all(full):
@@ -125,18 +140,14 @@ def spend_across_a_failover(
                     admitted[k] += 1
                 elif verdict.status == 429:
                     full[k] = True
-            if not killed and sum(admitted) >= KEYS * LIMIT // 2:
-                os.kill(primary.proc.pid, signal.SIGKILL)
-                primary.proc.wait(10)
-                killed = True
-            if killed and spare is None and sentinels[0].primary_port() == replica.port:
-                # The operator gives the promoted replica a replica of its own.
-                spare = Server(tmp / "spare")
-                spare.freeze(T0_MS)
-                with spare.client() as c:
-                    c.execute_command("REPLICAOF", "127.0.0.1", replica.port)
+                if not killed and sum(admitted) >= KEYS * LIMIT // 2:
+                    os.kill(primary.proc.pid, signal.SIGKILL)
+                    primary.proc.wait(10)
+                    killed = True
+                    watcher.start()
+        watcher.join(60)
     finally:
-        if spare is not None:
+        for spare in spares:
             spare.stop()
     assert killed and sentinels[0].primary_port() == replica.port
     return [a - LIMIT for a in admitted], stats
