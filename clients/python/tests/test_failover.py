@@ -23,7 +23,7 @@ import pytest
 import redis
 
 from conftest import T0_MS, Server, free_port, server_binary
-from ratelimit_redis_module import FixedWindow, Guard, Stats, client_from_sentinel
+from ratelimit_redis_module import FixedWindow, Guard, Stats, client_from_sentinel, client_from_url
 
 KEYS = 20
 LIMIT = 100
@@ -184,3 +184,104 @@ def test_durable_without_a_replica_in_time_fails_as_configured(server: Server) -
         # The write happened on the primary (only its replica is missing): the next is refused.
         v = guard.check("k")
         assert (v.status, v.source, stats.not_durable) == (429, "redis", 1)
+
+
+CLUSTER_NODE = [
+    "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000",
+    # A replica may be promoted however long it was cut off (the default refuses one that was
+    # away for longer than ten node timeouts, which a short timeout reaches at once).
+    "--cluster-replica-validity-factor", "0", "--repl-diskless-sync-delay", "0",
+]
+
+
+def test_the_cluster_client_follows_a_cluster_failover_and_durable_keeps_every_count(tmp_path: Path) -> None:
+    """Three primaries, a replica each (``redis-cli --cluster create``); the keys share a slot,
+    whose primary is killed; the cluster promotes its replica. The guard, on the package's
+    cluster client with ``durable=1``, follows it (fails closed only meanwhile) and no key is
+    admitted past its limit."""
+    nodes = [Server(tmp_path / f"node{i}", CLUSTER_NODE) for i in range(6)]
+    spares: list[Server] = []
+    try:
+        out = subprocess.run(
+            ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in nodes],
+             "--cluster-replicas", "1", "--cluster-yes"],
+            capture_output=True, text=True,
+        )
+        assert out.returncode == 0, out.stdout
+        deadline = time.monotonic() + 30
+        for n in nodes:
+            n.freeze()
+            with n.client(decode_responses=True) as c:
+                while "cluster_state:ok" not in c.execute_command("CLUSTER", "INFO") or (
+                    c.info("replication")["role"] == "slave"
+                    and c.info("replication")["master_link_status"] != "up"
+                ):
+                    assert time.monotonic() < deadline, "the cluster did not come up in sync"
+                    time.sleep(0.05)
+        with nodes[0].client() as c:
+            slot = c.execute_command("CLUSTER", "KEYSLOT", "{f}")
+            owner = next(
+                r for r in c.execute_command("CLUSTER", "SLOTS") if r[0] <= slot <= r[1]
+            )
+        primary = next(n for n in nodes if n.port == owner[2][1])
+
+        def replica_of(node: Server) -> bool:
+            with node.client() as c:
+                role = c.execute_command("ROLE")
+            return role[0] in (b"slave", "slave") and int(role[2]) == primary.port
+
+        replica = next(n for n in nodes if replica_of(n))
+        stats = Stats()
+        client = client_from_url(f"redis://127.0.0.1:{nodes[0].port}", cluster=True, timeout=0.5)
+        guard = Guard(client, FixedWindow(LIMIT, "1h"), fail_open=False, stats=stats, durable=1,
+                      max_remembered=0, prefix="{f}")
+
+        def attach_spare() -> None:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                with replica.client(decode_responses=True) as c:
+                    if c.info("replication")["role"] == "master":
+                        break
+                time.sleep(0.025)
+            spare = Server(tmp_path / "spare", CLUSTER_NODE)
+            spares.append(spare)
+            spare.freeze()
+            with spare.client() as c:
+                c.execute_command("CLUSTER", "MEET", "127.0.0.1", replica.port)
+                with replica.client(decode_responses=True) as r:
+                    replica_id = r.execute_command("CLUSTER", "MYID")
+                while True:
+                    try:
+                        c.execute_command("CLUSTER", "REPLICATE", replica_id)
+                        return
+                    except redis.ResponseError:
+                        assert time.monotonic() < deadline + 30, "the spare did not become a replica"
+                        time.sleep(0.05)
+
+        watcher = threading.Thread(target=attach_spare)
+        admitted = [0] * KEYS
+        full = [False] * KEYS
+        killed = False
+        deadline = time.monotonic() + 90
+        while not all(full):
+            assert time.monotonic() < deadline, f"not done: {admitted} {stats}"
+            for k in range(KEYS):
+                if full[k]:
+                    continue
+                verdict = guard.check(f"k{k}")
+                if verdict.allowed:
+                    admitted[k] += 1
+                elif verdict.status == 429:
+                    full[k] = True
+                if not killed and sum(admitted) >= KEYS * LIMIT // 2:
+                    primary.stop()
+                    killed = True
+                    watcher.start()
+        watcher.join(60)
+        assert killed
+        assert all(a <= LIMIT for a in admitted), admitted
+        assert stats.failures == stats.fail_closed
+        print(f"cluster, durable: at most {max(admitted) - LIMIT} over; {stats.failures} failed closed")
+    finally:
+        for n in nodes + spares:
+            n.stop()
