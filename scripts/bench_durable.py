@@ -76,6 +76,12 @@ def main():
     finally:
         replica.stop()
         primary.stop()
+        # The replica's sync wrote dump.rdb into target/bench, where every bench server starts:
+        # none may load it.
+        try:
+            os.remove(os.path.join(OUT, "dump.rdb"))
+        except FileNotFoundError:
+            pass
 
 
 if __name__ == "__main__":
