@@ -84,6 +84,11 @@ async function watched() {
     }
     c.destroy();
   }
+  // Online as the primary sees it: after a diskless sync it streams nothing to the replica until
+  // the replica's first REPLCONF ACK (docs/cluster.md, Failover).
+  const p = await plain(primary.port);
+  for (let i = 0; i < 800 && !/slave0:.*state=online/.test(String(await p.sendCommand(['INFO', 'replication']))); i++) await sleep(25);
+  p.destroy();
   const sentinels = [];
   for (let i = 0; i < 3; i++) sentinels.push(await startSentinel(primary.port));
   for (let i = 0; i < 800; i++) {

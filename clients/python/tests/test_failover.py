@@ -86,6 +86,12 @@ def watched(tmp_path: Path) -> Iterator[tuple[Server, Server, list[Sentinel], Pa
         while c.info("replication")["master_link_status"] != "up":
             assert time.monotonic() < deadline, "the replica did not sync"
             time.sleep(0.02)
+    # Online as the primary sees it: after a diskless sync it streams nothing to the replica
+    # until the replica's first REPLCONF ACK (docs/cluster.md, Failover).
+    with primary.client(decode_responses=True) as c:
+        while c.info("replication").get("slave0", {}).get("state") != "online":
+            assert time.monotonic() < deadline, "the replica is not online"
+            time.sleep(0.02)
     sentinels = [Sentinel(tmp_path / f"sentinel{i}", primary.port) for i in range(3)]
     deadline = time.monotonic() + 20
     while not all(
