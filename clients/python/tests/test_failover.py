@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 import redis
@@ -106,6 +106,30 @@ def watched(tmp_path: Path) -> Iterator[tuple[Server, Server, list[Sentinel], Pa
     replica.stop()
 
 
+def spend_every_key(guard: Guard, kill: Callable[[], None]) -> list[int]:
+    """Every key's quota spent through ``guard`` (each key until it is refused), ``kill`` run
+    once half the quota is spent: what each key admitted."""
+    admitted = [0] * KEYS
+    full = [False] * KEYS
+    killed = False
+    deadline = time.monotonic() + 90
+    while not all(full):
+        assert time.monotonic() < deadline, f"not done: {admitted} {guard.stats}"
+        for k in range(KEYS):
+            if full[k]:
+                continue
+            verdict = guard.check(f"k{k}")
+            if verdict.allowed:
+                admitted[k] += 1
+            elif verdict.status == 429:
+                full[k] = True
+            if not killed and sum(admitted) >= KEYS * LIMIT // 2:
+                kill()
+                killed = True
+    assert killed
+    return admitted
+
+
 def spend_across_a_failover(
     watched: tuple[Server, Server, list[Sentinel], Path], durable: int
 ) -> tuple[list[int], Stats]:
@@ -116,8 +140,6 @@ def spend_across_a_failover(
     client = client_from_sentinel([("127.0.0.1", s.port) for s in sentinels], "main", timeout=0.5)
     guard = Guard(client, FixedWindow(LIMIT, "1h"), fail_open=False, stats=stats, durable=durable,
                   max_remembered=0)
-    admitted = [0] * KEYS
-    full = [False] * KEYS
     spares: list[Server] = []
 
     def attach_spare() -> None:
@@ -133,29 +155,19 @@ def spend_across_a_failover(
             c.execute_command("REPLICAOF", "127.0.0.1", replica.port)
 
     watcher = threading.Thread(target=attach_spare)
-    deadline = time.monotonic() + 90
-    killed = False
+
+    def kill() -> None:
+        os.kill(primary.proc.pid, signal.SIGKILL)
+        primary.proc.wait(10)
+        watcher.start()
+
     try:
-        while not all(full):
-            assert time.monotonic() < deadline, f"not done: {admitted} {stats}"
-            for k in range(KEYS):
-                if full[k]:
-                    continue
-                verdict = guard.check(f"k{k}")
-                if verdict.allowed:
-                    admitted[k] += 1
-                elif verdict.status == 429:
-                    full[k] = True
-                if not killed and sum(admitted) >= KEYS * LIMIT // 2:
-                    os.kill(primary.proc.pid, signal.SIGKILL)
-                    primary.proc.wait(10)
-                    killed = True
-                    watcher.start()
+        admitted = spend_every_key(guard, kill)
         watcher.join(60)
     finally:
         for spare in spares:
             spare.stop()
-    assert killed and sentinels[0].primary_port() == replica.port
+    assert sentinels[0].primary_port() == replica.port
     return [a - LIMIT for a in admitted], stats
 
 
@@ -265,26 +277,13 @@ def test_the_cluster_client_follows_a_cluster_failover_and_durable_keeps_every_c
                         time.sleep(0.05)
 
         watcher = threading.Thread(target=attach_spare)
-        admitted = [0] * KEYS
-        full = [False] * KEYS
-        killed = False
-        deadline = time.monotonic() + 90
-        while not all(full):
-            assert time.monotonic() < deadline, f"not done: {admitted} {stats}"
-            for k in range(KEYS):
-                if full[k]:
-                    continue
-                verdict = guard.check(f"k{k}")
-                if verdict.allowed:
-                    admitted[k] += 1
-                elif verdict.status == 429:
-                    full[k] = True
-                if not killed and sum(admitted) >= KEYS * LIMIT // 2:
-                    primary.stop()
-                    killed = True
-                    watcher.start()
+
+        def kill() -> None:
+            primary.stop()
+            watcher.start()
+
+        admitted = spend_every_key(guard, kill)
         watcher.join(60)
-        assert killed
         assert all(a <= LIMIT for a in admitted), admitted
         assert stats.failures == stats.fail_closed
         print(f"cluster, durable: at most {max(admitted) - LIMIT} over; {stats.failures} failed closed")
