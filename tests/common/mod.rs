@@ -205,7 +205,11 @@ impl Server {
     }
 
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+        // Lossy: a server may log bytes that are not UTF-8 (a message's content), and the rest
+        // of its log must still be readable.
+        std::fs::read(self.dir.join("redis.log"))
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .unwrap_or_default()
     }
 
     pub fn pid(&self) -> Option<u32> {
