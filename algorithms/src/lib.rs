@@ -55,6 +55,7 @@
 // Plain arithmetic on values: no unsafe code belongs here, and the compiler keeps it out.
 #![forbid(unsafe_code)]
 
+pub mod adaptive;
 pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
