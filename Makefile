@@ -41,6 +41,7 @@ bench: test-deps build
 	python3 scripts/bench.py
 	clients/python/.venv/bin/python scripts/bench_clients_python.py
 	clients/python/.venv/bin/python scripts/bench_durable.py
+	python3 scripts/bench_adaptive.py
 	node scripts/bench_clients_node.mjs
 
 # Formatting, clippy with every warning an error, and the docs with every rustdoc warning an

@@ -37,6 +37,8 @@ pub enum Error {
     OptionTwice { option: &'static str },
     /// COST and ATMOST in one call.
     CostWithAtmost,
+    /// MIN or MAX without ADAPTIVE, or MIN above MAX: the whole message.
+    AdaptiveBounds { message: &'static str },
     /// RL.REFUND on a concurrency key, whose leases end with RL.CONCURRENCY.RELEASE.
     RefundLease,
     /// An argument where an option was expected.
@@ -121,6 +123,7 @@ impl fmt::Display for Error {
                 write!(f, "ERR {option} needs a value: {expected}")
             }
             Error::OptionTwice { option } => write!(f, "ERR {option} given more than once"),
+            Error::AdaptiveBounds { message } => write!(f, "ERR {message}"),
             Error::CostWithAtmost => f.write_str(
                 "ERR COST and ATMOST cannot be used together: COST n takes exactly n units, ATMOST max \
                  as many as the key allows now, up to max",

@@ -254,6 +254,17 @@ fn build_keys(c: &mut Client) -> Vec<(&'static str, Vec<&'static str>)> {
             ],
         ),
         ("lease", vec!["RL.CONCURRENCY.ACQUIRE", "m", "5", "1h"]),
+        (
+            "adaptive",
+            vec![
+                "RL.CONCURRENCY.ACQUIRE",
+                "m",
+                "5",
+                "1h",
+                "ADAPTIVE",
+                "GRADIENT2",
+            ],
+        ),
         ("limit", vec!["RL.LIMIT", "m", "api", "COST", "2"]),
         (
             "blocked",
@@ -275,7 +286,7 @@ fn build_keys(c: &mut Client) -> Vec<(&'static str, Vec<&'static str>)> {
                     c.read();
                 }
             }
-            "lease" => {
+            "lease" | "adaptive" => {
                 for id in ["alpha", "beta"] {
                     let r = c.cmd(&[args.as_slice(), &["ID", id]].concat());
                     assert!(

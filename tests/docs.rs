@@ -83,7 +83,11 @@ fn syntax(arg: &Reply) -> String {
     };
     let mut s = match kind.as_str() {
         "pure-token" => token.clone().expect("a token's word"),
-        "oneof" => subargs().join(" | "),
+        "oneof" => match &token {
+            // A one-of after a word (ADAPTIVE <AIMD | VEGAS | GRADIENT2>), as redis-cli shows it.
+            Some(word) => format!("{word} <{}>", subargs().join(" | ")),
+            None => subargs().join(" | "),
+        },
         "block" => subargs().join(" "),
         _ => match &token {
             Some(word) => format!("{word} {name}"),
@@ -439,7 +443,7 @@ fn argument_count_errors_stay_the_commands_own() {
         (
             vec!["RL.CONCURRENCY.RELEASE", "k"],
             "ERR wrong number of arguments for 'RL.CONCURRENCY.RELEASE': expected \
-             RL.CONCURRENCY.RELEASE key token",
+             RL.CONCURRENCY.RELEASE key token [RTT rtt] [DROPPED]",
         ),
         (
             vec!["RL.DEBUG.CLOCK"],

@@ -511,7 +511,7 @@ fn leading_zeros_and_repeated_options_are_refused_by_name() {
         (&["RL.CONCURRENCY.ACQUIRE", "k", "2", "1m", "DRYRUN", "DRYRUN"], "ERR DRYRUN given more than once".into()),
         (&["RL.CONCURRENCY.ACQUIRE", "k", "2", "1m", "ID", "a", "ID", "b"], "ERR ID given more than once".into()),
         (&["RL.CONCURRENCY.ACQUIRE", "k", "2", "1m", "ID", "a", "DRYRUN", "ID", "a"], "ERR ID given more than once".into()),
-        (&["RL.CONCURRENCY.ACQUIRE", "k", "2", "1m", "FAST"], "ERR unknown option 'FAST' at argument 4: expected ID token, DRYRUN or SHADOW, each once".into()),
+        (&["RL.CONCURRENCY.ACQUIRE", "k", "2", "1m", "FAST"], "ERR unknown option 'FAST' at argument 4: expected ID token, DRYRUN, SHADOW, ADAPTIVE algorithm, MIN n or MAX n, each once".into()),
         (&["RL.DEBUG.CLOCK", "SET", "01"], clock.into()),
         (&["RL.DEBUG.CLOCK", "ADVANCE", "-05"], clock.into()),
         (&["RL.DEBUG.CLOCK", "ADVANCE", "05s"], clock.into()),

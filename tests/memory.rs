@@ -188,6 +188,11 @@ fn memory_usage_is_what_storing_a_key_took_for_every_kind_and_form() {
             one("RL.CONCURRENCY.ACQUIRE KEY 10 1h"),
             None,
         ),
+        (
+            "adaptive concurrency, one lease",
+            one("RL.CONCURRENCY.ACQUIRE KEY 10 1h ADAPTIVE VEGAS"),
+            None,
+        ),
     ];
     let mut report = Vec::new();
     for (name, make, ceiling) in &cases {

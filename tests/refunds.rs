@@ -357,7 +357,7 @@ fn errors_name_the_argument_and_change_nothing() {
         // A lease is one unit, and redis-cell's reply has no room for a grant.
         (
             vec!["RL.CONCURRENCY.ACQUIRE", "lease", "2", "1m", "ATMOST", "2"],
-            "ERR unknown option 'ATMOST' at argument 4: expected ID token, DRYRUN or SHADOW, each once",
+            "ERR unknown option 'ATMOST' at argument 4: expected ID token, DRYRUN, SHADOW, ADAPTIVE algorithm, MIN n or MAX n, each once",
         ),
         (
             vec!["CL.THROTTLE", "k", "4", "1", "60", "ATMOST", "2"],

@@ -23,38 +23,78 @@
 //! leases at the front of the order (O(k) for the k that ended since the last write).
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
+use super::adaptive::{self, Estimate, Sample};
 use super::{Algorithm, Decision, Span};
 
 /// RL.CONCURRENCY.ACQUIRE's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
-    /// The most leases held at once.
+    /// The most leases held at once; with `adaptive`, where a new key's limit starts.
     pub limit: u64,
     /// How long a lease lasts unless it is released (or renewed) first.
     pub lease_ms: u64,
+    /// `ADAPTIVE`: the limit follows the samples RELEASE reports (see [`adaptive`]).
+    pub adaptive: Option<adaptive::Params>,
 }
 
-/// The leases a key holds, and how many tokens it has generated.
+/// When a lease began, and the leases held then (its own included): the sample its
+/// release or its end reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Start {
+    /// When the lease was taken, µs since the Unix epoch.
+    pub started_us: u64,
+    /// Leases held once it was taken.
+    pub inflight: u32,
+}
+
+/// The leases a key holds, and how many tokens it has generated. Boxed: the value of every
+/// key of the module is as large as the largest state, and this one is the largest.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct State {
+pub struct State(Box<Leases>);
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Leases {
     /// When each lease ends, µs since the Unix epoch, by token.
     by_token: BTreeMap<Box<[u8]>, u64>,
-    /// The same leases as (end, token): the first to end first.
-    by_end: BTreeSet<(u64, Box<[u8]>)>,
+    /// The same leases as (end, token): the first to end first; and when each began.
+    by_end: BTreeMap<(u64, Box<[u8]>), Start>,
     /// The bytes of every token, once (for MEMORY USAGE).
     token_bytes: usize,
     /// Tokens generated on this key so far.
-    pub issued: u64,
-    /// How many leases had ended at the time of the last read (see [`ended`]).
+    issued: u64,
+    /// An adaptive key's bounds and estimate, as of its last write: the leases that ended
+    /// since are samples still to take (see [`pending`]). Boxed: most keys are not adaptive,
+    /// and every key's value is as large as the largest state.
+    adaptive: Option<Box<Adaptive>>,
+    /// How many leases had ended at the time of the last read (see [`pending`]).
     ended: EndedCount,
 }
 
-/// How many leases had ended by a time, counted by a read: a read at a later time counts on
+/// An adaptive key's bounds and estimate.
+#[derive(Debug, Clone)]
+struct Adaptive {
+    params: adaptive::Params,
+    estimate: Estimate,
+    /// The estimate once the leases [`EndedCount`] counts have taken their samples (a cache
+    /// of it, as that count is).
+    pending: Cell<Option<Estimate>>,
+}
+
+impl PartialEq for Adaptive {
+    fn eq(&self, other: &Adaptive) -> bool {
+        (self.params, self.estimate) == (other.params, other.estimate)
+    }
+}
+
+impl Eq for Adaptive {}
+
+/// How many leases had ended by a time, counted by a read (and an adaptive key's estimate
+/// once their samples are taken, in [`Adaptive::pending`]): a read at a later time counts on
 /// from there, so reads without a write in between (DRYRUNs, denials) skip each ended lease
-/// once, not once per read. Not part of the state: never encoded, never compared, forgotten by
-/// every change of the leases.
+/// once, not once per read. Not part of the state: never encoded, never compared, forgotten
+/// by every change of the leases.
 #[derive(Debug, Clone, Default)]
 struct EndedCount(Cell<Option<(u64, usize)>>);
 
@@ -66,82 +106,193 @@ impl PartialEq for EndedCount {
 
 impl Eq for EndedCount {}
 
-/// The leases ended by `now_us`: those at the front of `by_end`, counted on from the last
-/// read's count when time has not gone back since (O(log n) plus the leases that ended since).
-fn ended(state: &State, now_us: u64) -> usize {
-    let (from, mut count) = match state.ended.0.get() {
-        Some((at, count)) if at <= now_us => (at.checked_add(1), count),
-        _ => (Some(0), 0),
+/// The sample a lease that ran out reports: dropped, after the whole lease.
+fn expired(end_us: u64, start: &Start) -> Sample {
+    Sample {
+        rtt_ns: rtt_ns(end_us.saturating_sub(start.started_us)),
+        inflight: i32::try_from(start.inflight).unwrap_or(i32::MAX),
+        dropped: true,
+    }
+}
+
+/// µs as the samples' ns, at least 1 (Netflix's Vegas refuses an RTT of 0).
+fn rtt_ns(us: u64) -> i64 {
+    i64::try_from(us.saturating_mul(1000))
+        .unwrap_or(i64::MAX)
+        .max(1)
+}
+
+/// The leases ended by `now_us` (those at the front of `by_end`), and an adaptive key's
+/// estimate once each has reported its sample as a drop, in the order they ended: counted on
+/// from the last read's when time has not gone back since (O(log n) plus the leases that
+/// ended since).
+fn pending(state: &State, now_us: u64) -> (usize, Option<Estimate>) {
+    let adaptive = state.0.adaptive.as_deref();
+    let cached = adaptive.map(|a| a.pending.get());
+    let (from, mut count, mut estimate) = match (state.0.ended.0.get(), cached) {
+        (Some((at, count)), None) if at <= now_us => (at.checked_add(1), count, None),
+        (Some((at, count)), Some(Some(e))) if at <= now_us => (at.checked_add(1), count, Some(e)),
+        _ => (Some(0), 0, adaptive.map(|a| a.estimate)),
     };
     if let Some(from) = from {
-        count += state
+        for ((end, _), start) in state
+            .0
             .by_end
             .range((from, Box::<[u8]>::default())..)
-            .take_while(|(end, _)| *end <= now_us)
-            .count();
+            .take_while(|((end, _), _)| *end <= now_us)
+        {
+            count += 1;
+            if let (Some(e), Some(a)) = (estimate.as_mut(), adaptive) {
+                e.update(&a.params, expired(*end, start));
+            }
+        }
     }
-    state.ended.0.set(Some((now_us, count)));
-    count
+    state.0.ended.0.set(Some((now_us, count)));
+    if let Some(a) = adaptive {
+        a.pending.set(estimate);
+    }
+    (count, estimate)
+}
+
+fn ended(state: &State, now_us: u64) -> usize {
+    pending(state, now_us).0
+}
+
+/// The seed of a new Vegas estimate: from the call's clock reading and the key's count of
+/// tokens, which a replica replaying the call has too.
+fn seed(state: &State, now_us: u64) -> u64 {
+    now_us ^ state.0.issued.rotate_left(32)
+}
+
+/// What a call with `params` at `now_us` finds the key's limit to be: the leases that ended
+/// have reported their samples; a key that turns adaptive (or changes algorithm) starts an
+/// estimate at `params.limit` (or at its current limit), and new bounds clamp it. `None`
+/// for a key that is not adaptive under `params`.
+fn adapted(params: &Params, state: &State, now_us: u64) -> Option<(adaptive::Params, Estimate)> {
+    let bounds = params.adaptive?;
+    let (_, current) = pending(state, now_us);
+    let estimate = match current {
+        Some(mut e) if e.kind() == bounds.kind => {
+            e.clamp(&bounds);
+            e
+        }
+        Some(e) => Estimate::new(
+            &bounds,
+            u32::try_from(e.limit()).unwrap_or(u32::MAX),
+            seed(state, now_us),
+        ),
+        None => Estimate::new(
+            &bounds,
+            u32::try_from(params.limit).unwrap_or(u32::MAX),
+            seed(state, now_us),
+        ),
+    };
+    Some((bounds, estimate))
+}
+
+/// The limit a call with `params` answers with: the adaptive estimate's, else `params.limit`.
+fn limit_of(params: &Params, adapted: &Option<(adaptive::Params, Estimate)>) -> u64 {
+    adapted.map_or(params.limit, |(_, e)| e.limit())
 }
 
 impl State {
     /// A state with no lease and `issued` tokens generated so far.
     pub fn new(issued: u64) -> State {
-        State {
+        State(Box::new(Leases {
             issued,
-            ..State::default()
+            ..Leases::default()
+        }))
+    }
+
+    /// Tokens generated on this key so far.
+    pub fn issued(&self) -> u64 {
+        self.0.issued
+    }
+
+    /// An adaptive key's bounds and estimate as of its last write (the leases that ended
+    /// since have not taken their samples yet).
+    pub fn adaptive(&self) -> Option<(adaptive::Params, Estimate)> {
+        self.0.adaptive.as_deref().map(|a| (a.params, a.estimate))
+    }
+
+    /// Sets the bounds and estimate, as decoding a stored state does (and a write).
+    pub fn set_adaptive(&mut self, adaptive: Option<(adaptive::Params, Estimate)>) {
+        self.forget_reads();
+        self.0.adaptive = adaptive.map(|(params, estimate)| {
+            Box::new(Adaptive {
+                params,
+                estimate,
+                pending: Cell::new(None),
+            })
+        });
+    }
+
+    /// Forgets what reads counted (the leases or the estimate changed).
+    fn forget_reads(&self) {
+        self.0.ended.0.set(None);
+        if let Some(a) = &self.0.adaptive {
+            a.pending.set(None);
         }
     }
 
     /// Adds the lease `token` ending at `expires_us`, as decoding a stored state does; false
     /// (and nothing changes) when the token already names a lease.
-    pub fn insert(&mut self, token: &[u8], expires_us: u64) -> bool {
-        if self.by_token.contains_key(token) {
+    pub fn insert(&mut self, token: &[u8], expires_us: u64, start: Start) -> bool {
+        if self.0.by_token.contains_key(token) {
             return false;
         }
-        self.put(token, expires_us);
+        self.put(token, expires_us, start);
         true
     }
 
-    /// The leases, ended ones included, as (token, end), the first to end first: the order
-    /// they are stored in, so that equal states encode equally.
-    pub fn leases(&self) -> impl ExactSizeIterator<Item = (&[u8], u64)> {
-        self.by_end.iter().map(|(end, token)| (&token[..], *end))
+    /// The leases, ended ones included, as (token, end, start), the first to end first: the
+    /// order they are stored in, so that equal states encode equally.
+    pub fn leases(&self) -> impl ExactSizeIterator<Item = (&[u8], u64, Start)> {
+        self.0
+            .by_end
+            .iter()
+            .map(|((end, token), start)| (&token[..], *end, *start))
     }
 
-    fn put(&mut self, token: &[u8], expires_us: u64) {
-        self.ended.0.set(None);
+    fn put(&mut self, token: &[u8], expires_us: u64, start: Start) {
+        self.forget_reads();
         let token: Box<[u8]> = token.into();
-        self.token_bytes += token.len();
-        self.by_end.insert((expires_us, token.clone()));
-        self.by_token.insert(token, expires_us);
+        self.0.token_bytes += token.len();
+        self.0.by_end.insert((expires_us, token.clone()), start);
+        self.0.by_token.insert(token, expires_us);
     }
 
-    fn remove(&mut self, token: &[u8]) {
-        self.ended.0.set(None);
-        if let Some((token, end)) = self.by_token.remove_entry(token) {
-            self.token_bytes -= token.len();
-            self.by_end.remove(&(end, token));
-        }
+    /// Removes `token`'s lease, answering when it began.
+    fn remove(&mut self, token: &[u8]) -> Option<Start> {
+        self.forget_reads();
+        let (token, end) = self.0.by_token.remove_entry(token)?;
+        self.0.token_bytes -= token.len();
+        self.0.by_end.remove(&(end, token))
     }
 
-    /// Drops every lease that has ended by `now_us`.
+    /// Drops every lease that has ended by `now_us`, and stores the adaptive estimate their
+    /// samples made (from [`pending`], which a write calls first).
     fn drop_ended(&mut self, now_us: u64) {
-        self.ended.0.set(None);
-        while let Some((end, _)) = self.by_end.first() {
+        let (_, estimate) = pending(self, now_us);
+        if let (Some(a), Some(estimate)) = (self.0.adaptive.as_deref_mut(), estimate) {
+            a.estimate = estimate;
+        }
+        self.forget_reads();
+        while let Some(((end, _), _)) = self.0.by_end.first_key_value() {
             if *end > now_us {
                 break;
             }
-            if let Some((_, token)) = self.by_end.pop_first() {
-                self.token_bytes -= token.len();
-                self.by_token.remove(&token);
+            if let Some(((_, token), _)) = self.0.by_end.pop_first() {
+                self.0.token_bytes -= token.len();
+                self.0.by_token.remove(&token);
             }
         }
     }
 
     /// When `token`'s lease ends, if it is active at `now_us`.
     fn active_end(&self, token: &[u8], now_us: u64) -> Option<u64> {
-        self.by_token
+        self.0
+            .by_token
             .get(token)
             .copied()
             .filter(|&end| end > now_us)
@@ -176,21 +327,23 @@ fn held(state: &State, now_us: u64, renewal: Option<(&[u8], u64)>) -> Held {
     // The first active lease (the renewed one aside): the first to end after now.
     let first_end = now_us.checked_add(1).and_then(|after| {
         state
+            .0
             .by_end
             .range((after, Box::<[u8]>::default())..)
             .take(2)
-            .find(|(end, token)| !is_replaced(*end, token))
-            .map(|(end, _)| *end)
+            .find(|((end, token), _)| !is_replaced(*end, token))
+            .map(|((end, _), _)| *end)
     });
     let last_end = state
+        .0
         .by_end
-        .iter()
+        .keys()
         .rev()
         .take(2)
         .find(|(end, token)| !is_replaced(*end, token))
         .map(|(end, _)| *end)
         .filter(|&end| end > now_us);
-    let mut count = (state.by_end.len() - ended(state, now_us)) as u64;
+    let mut count = (state.0.by_end.len() - ended(state, now_us)) as u64;
     let (mut first_end, mut last_end) = (first_end, last_end);
     if let Some((_, new_end)) = renewal {
         if replaced.is_none() {
@@ -212,12 +365,12 @@ fn generated(now_us: u64, issued: u64) -> Vec<u8> {
     format!("{now_us:x}-{issued:x}").into_bytes()
 }
 
-fn decision(params: &Params, held: Held, now_us: u64, allowed: bool) -> Decision {
+fn decision(limit: u64, held: Held, now_us: u64, allowed: bool) -> Decision {
     let last_end = held.last_end.unwrap_or(now_us);
     Decision {
         allowed,
-        limit: params.limit,
-        remaining: params.limit.saturating_sub(held.count),
+        limit,
+        remaining: limit.saturating_sub(held.count),
         retry_after: if allowed {
             Some(Span::ZERO)
         } else {
@@ -229,8 +382,9 @@ fn decision(params: &Params, held: Held, now_us: u64, allowed: bool) -> Decision
 }
 
 /// Acquires a lease at `now_us`, named `id` or a generated token. Changes `state` only when
-/// admitted and `write` is set (dropping ended leases then too). O(log n) in the leases
-/// held, plus the leases that ended since the last write (see the module's doc).
+/// admitted and `write` is set (dropping ended leases then too, and storing an adaptive
+/// key's estimate with their samples taken). O(log n) in the leases held, plus the leases
+/// that ended since the last write (see the module's doc).
 pub fn acquire(
     params: &Params,
     state: &mut State,
@@ -239,20 +393,23 @@ pub fn acquire(
     write: bool,
 ) -> Acquired {
     let expires_us = now_us.saturating_add(params.lease_ms.saturating_mul(1000));
+    let adapted = adapted(params, state, now_us);
+    let limit = limit_of(params, &adapted);
     let now = held(state, now_us, None);
     let renewing = id.is_some_and(|id| state.active_end(id, now_us).is_some());
-    let allowed = renewing || now.count < params.limit;
+    let allowed = renewing || now.count < limit;
     if !allowed {
-        let mut refused = decision(params, now, now_us, false);
-        if now.count > params.limit {
+        let mut refused = decision(limit, now, now_us, false);
+        if now.count > limit {
             // More leases than the limit (it went down): a lease frees only when enough of
             // them have ended, the (count - limit + 1)-th to end.
-            let nth = usize::try_from(now.count - params.limit).unwrap_or(usize::MAX);
+            let nth = usize::try_from(now.count - limit).unwrap_or(usize::MAX);
             refused.retry_after = state
+                .0
                 .by_end
                 .range((now_us.saturating_add(1), Box::<[u8]>::default())..)
                 .nth(nth)
-                .map(|(end, _)| Span::from_us(end - now_us));
+                .map(|((end, _), _)| Span::from_us(end - now_us));
         }
         return Acquired {
             decision: refused,
@@ -261,59 +418,104 @@ pub fn acquire(
     }
     let token = match id {
         Some(id) => id.to_vec(),
-        None => generated(now_us, state.issued),
+        None => generated(now_us, state.0.issued),
     };
     if !write {
         // What the request would be told, without taking anything.
         let after = held(state, now_us, Some((&token, expires_us)));
         return Acquired {
-            decision: decision(params, after, now_us, true),
+            decision: decision(limit, after, now_us, true),
             token: Some(token),
         };
     }
     state.drop_ended(now_us);
-    state.remove(&token);
-    state.put(&token, expires_us);
+    state.set_adaptive(adapted);
+    // A renewal keeps when its work began; a new lease counts itself in flight.
+    let start = state.remove(&token).unwrap_or(Start {
+        started_us: now_us,
+        inflight: u32::try_from(now.count.saturating_add(1)).unwrap_or(u32::MAX),
+    });
+    state.put(&token, expires_us, start);
     if id.is_none() {
-        state.issued = state.issued.saturating_add(1);
+        state.0.issued = state.0.issued.saturating_add(1);
     }
     Acquired {
-        decision: decision(params, held(state, now_us, None), now_us, true),
+        decision: decision(limit, held(state, now_us, None), now_us, true),
         token: Some(token),
     }
+}
+
+/// What RELEASE reports of the work its lease covered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Report {
+    /// `RTT`: how long the work took, µs; by default the time since the lease was taken.
+    pub rtt_us: Option<u64>,
+    /// `DROPPED`: it failed from overload.
+    pub dropped: bool,
 }
 
 /// Releases the active lease named `token`; false when there is none (unknown or ended),
 /// and then nothing changes. Drops the ended leases too, as every write does.
 pub fn release(state: &mut State, token: &[u8], now_us: u64) -> bool {
+    release_reporting(state, token, now_us, Report::default())
+}
+
+/// [`release`], and on an adaptive key the lease's sample: `report`'s RTT (or the time the
+/// lease was held), the leases held when it was taken, and whether it dropped; taken after
+/// the samples of the leases that ended before now.
+pub fn release_reporting(state: &mut State, token: &[u8], now_us: u64, report: Report) -> bool {
     if state.active_end(token, now_us).is_none() {
         return false;
     }
     state.drop_ended(now_us);
-    state.remove(token);
+    let Some(start) = state.remove(token) else {
+        return false;
+    };
+    if let Some(a) = state.0.adaptive.as_deref_mut() {
+        let held_us = now_us.saturating_sub(start.started_us);
+        a.estimate.update(
+            &a.params,
+            Sample {
+                rtt_ns: rtt_ns(report.rtt_us.unwrap_or(held_us)),
+                inflight: i32::try_from(start.inflight).unwrap_or(i32::MAX),
+                dropped: report.dropped,
+            },
+        );
+    }
     true
 }
 
 /// How long until the last active lease ends (zero: the key may go). O(1).
 pub fn reset_after(state: &State, now_us: u64) -> Span {
     let last = state
+        .0
         .by_end
-        .last()
-        .map_or(now_us, |(end, _)| (*end).max(now_us));
+        .last_key_value()
+        .map_or(now_us, |((end, _), _)| (*end).max(now_us));
     Span::from_us(last - now_us)
 }
 
 /// Heap bytes the leases take, for MEMORY USAGE: each token twice (and the allocator's
 /// rounding, about 8 bytes each), and each entry of the two B-trees (about two and a half
 /// times its size, for the nodes' spare room), but at least one node per tree (a node holds
-/// eleven entries, and takes 320 bytes in either tree). Within 5% of `used_memory` at one
-/// lease and at 300k.
+/// eleven entries: 320 bytes by token, 512 by end, where each lease also says when it
+/// began); and the boxes of the state. Within 5% of `used_memory` at one lease and at 300k.
 pub fn heap_bytes(state: &State) -> usize {
-    const NODE: usize = 320;
-    let leases = state.by_end.len();
-    let tree = (leases * std::mem::size_of::<(u64, Box<[u8]>)>() * 5 / 2).max(NODE);
-    let trees = if leases == 0 { 0 } else { tree * 2 };
-    trees + (state.token_bytes + leases * 8) * 2
+    // The boxed state, and an adaptive key's bounds and estimate.
+    let boxes = std::mem::size_of::<Leases>()
+        + state
+            .0
+            .adaptive
+            .as_ref()
+            .map_or(0, |_| std::mem::size_of::<Adaptive>());
+    let leases = state.0.by_end.len();
+    if leases == 0 {
+        return boxes;
+    }
+    let tree = |entry: usize, node: usize| (leases * entry * 5 / 2).max(node);
+    let by_token = tree(std::mem::size_of::<(Box<[u8]>, u64)>(), 320);
+    let by_end = tree(std::mem::size_of::<((u64, Box<[u8]>), Start)>(), 512);
+    boxes + by_token + by_end + (state.0.token_bytes + leases * 8) * 2
 }
 
 /// RL.CONCURRENCY.ACQUIRE as an [`Algorithm`]: one lease a request, whatever its cost.
@@ -348,8 +550,11 @@ impl Algorithm for Concurrency {
     /// takes no ATMOST: this is what the key has room for, not a cost it would admit.)
     fn largest_cost(params: &Params, stored: Option<(&Params, &State)>, now_us: u64) -> u64 {
         match stored {
-            Some((_, state)) => params.limit.saturating_sub(held(state, now_us, None).count),
-            None => params.limit,
+            Some((_, state)) => {
+                let limit = limit_of(params, &adapted(params, state, now_us));
+                limit.saturating_sub(held(state, now_us, None).count)
+            }
+            None => limit_of(params, &adapted(params, &State::default(), now_us)),
         }
     }
 
@@ -369,22 +574,27 @@ impl Algorithm for Concurrency {
 pub struct Snapshot {
     /// The parameters the key was written with.
     pub params: Params,
-    /// Leases held now (up to the limit).
+    /// Leases held now.
     pub held: u64,
     /// Tokens generated on the key so far.
     pub issued: u64,
+    /// An adaptive key's bounds and estimate now (the leases ended since its last write
+    /// counted as drops).
+    pub adaptive: Option<(adaptive::Params, Estimate)>,
     /// The key as an acquisition would see it, without taking a lease.
     pub now: Decision,
 }
 
 /// The key's parameters and leases as of `now_us` (RL.INSPECT).
 pub fn snapshot(params: &Params, state: &State, now_us: u64) -> Snapshot {
-    let now = decision(params, held(state, now_us, None), now_us, true);
+    let adapted = adapted(params, state, now_us);
+    let held = held(state, now_us, None);
     Snapshot {
         params: *params,
-        held: params.limit.saturating_sub(now.remaining),
-        issued: state.issued,
-        now,
+        held: held.count,
+        issued: state.0.issued,
+        adaptive: adapted,
+        now: decision(limit_of(params, &adapted), held, now_us, true),
     }
 }
 
@@ -397,6 +607,7 @@ mod tests {
     const P: Params = Params {
         limit: 2,
         lease_ms: 1000,
+        adaptive: None,
     };
 
     #[test]
@@ -461,7 +672,7 @@ mod tests {
         /// releases and time.
         #[test]
         fn never_more_than_limit_held(limit in 1u64..6, ops in proptest::collection::vec((0u8..3, 0u64..400_000, 0usize..4), 1..80)) {
-            let p = Params { limit, lease_ms: 1000 };
+            let p = Params { limit, lease_ms: 1000, adaptive: None };
             let mut s = State::default();
             let mut now = T0;
             let mut tokens: Vec<Vec<u8>> = Vec::new();
@@ -472,7 +683,7 @@ mod tests {
                     1 => { let id = format!("id{pick}"); acquire(&p, &mut s, now, Some(id.as_bytes()), true); }
                     _ => if let Some(t) = tokens.get(pick) { release(&mut s, &t.clone(), now); },
                 }
-                prop_assert!(s.leases().filter(|(_, end)| *end > now).count() as u64 <= limit);
+                prop_assert!(s.leases().filter(|(_, end, _)| *end > now).count() as u64 <= limit);
             }
         }
 
@@ -491,26 +702,26 @@ mod tests {
             for (limit, lease_ms, gap) in ops {
                 now += gap;
                 largest = largest.max(limit);
-                acquire(&Params { limit, lease_ms }, &mut s, now, None, true);
-                prop_assert!(s.leases().filter(|(_, end)| *end > now).count() as u64 <= largest);
+                acquire(&Params { limit, lease_ms, adaptive: None }, &mut s, now, None, true);
+                prop_assert!(s.leases().filter(|(_, end, _)| *end > now).count() as u64 <= largest);
             }
-            let held = s.leases().filter(|(_, end)| *end > now).count() as u64;
+            let held = s.leases().filter(|(_, end, _)| *end > now).count() as u64;
             let at_instant = sets.iter().map(|&(limit, _)| limit).max().unwrap_or(0);
             let taken = sets
                 .iter()
                 .filter(|&&(limit, lease_ms)| {
-                    acquire(&Params { limit, lease_ms }, &mut s, now, None, true).decision.allowed
+                    acquire(&Params { limit, lease_ms, adaptive: None }, &mut s, now, None, true).decision.allowed
                 })
                 .count() as u64;
             prop_assert!(taken <= at_instant);
-            prop_assert!(s.leases().filter(|(_, end)| *end > now).count() as u64 <= held.max(at_instant));
+            prop_assert!(s.leases().filter(|(_, end, _)| *end > now).count() as u64 <= held.max(at_instant));
         }
 
         #[test]
         fn extremes_never_panic(limit in any::<u64>(), lease_ms in any::<u64>(), now in any::<u64>(), expires in any::<u64>(), issued in any::<u64>()) {
-            let p = Params { limit, lease_ms };
+            let p = Params { limit, lease_ms, adaptive: None };
             let mut s = State::new(issued);
-            s.insert(b"t", expires);
+            s.insert(b"t", expires, Start::default());
             let a = acquire(&p, &mut s, now, None, true);
             let _ = (a.decision.reset_after.ceil_ms(), Concurrency::snapshot(&p, &s, now).now().reset_after.ceil_ms());
             release(&mut s, b"t", now);
@@ -589,7 +800,7 @@ mod tests {
             let mut now = T0;
             for (kind, gap, pick, lease_ms, back) in ops {
                 now = if back { now.saturating_sub(gap / 4) } else { now + gap };
-                let p = Params { limit, lease_ms };
+                let p = Params { limit, lease_ms, adaptive: None };
                 let token = format!("id{pick}");
                 match kind {
                     // With a generated token or the caller's; written, or a DRYRUN.
@@ -609,15 +820,19 @@ mod tests {
                 prop_assert_eq!(reset_after(&s, now), m.decision(&p, now, true).reset_after);
                 let mut model: Vec<(Vec<u8>, u64)> = m.leases.clone();
                 model.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
-                let ours: Vec<(Vec<u8>, u64)> = s.leases().map(|(t, e)| (t.to_vec(), e)).collect();
+                let ours: Vec<(Vec<u8>, u64)> = s.leases().map(|(t, e, _)| (t.to_vec(), e)).collect();
                 prop_assert_eq!(ours, model);
-                prop_assert_eq!(s.issued, m.issued);
+                prop_assert_eq!(s.issued(), m.issued);
             }
         }
     }
 
     fn small_params() -> impl Strategy<Value = Params> {
-        (1u64..6, 1u64..5_000).prop_map(|(limit, lease_ms)| Params { limit, lease_ms })
+        (1u64..6, 1u64..5_000).prop_map(|(limit, lease_ms)| Params {
+            limit,
+            lease_ms,
+            adaptive: None,
+        })
     }
 
     proptest! {
@@ -639,6 +854,218 @@ mod tests {
                 crate::testing::retry_after_is_exact::<Concurrency>(p, &key, at, 1, p.limit)?;
                 if !dryrun {
                     crate::testing::step::<Concurrency>(p, &mut key, at, 1);
+                }
+            }
+        }
+    }
+
+    mod adaptive_keys {
+        use super::*;
+        use crate::adaptive::{Kind, Params as Bounds};
+
+        fn aimd(limit: u64, min: u32, max: u32) -> Params {
+            Params {
+                limit,
+                lease_ms: 1000,
+                adaptive: Some(Bounds {
+                    kind: Kind::Aimd,
+                    min,
+                    max,
+                }),
+            }
+        }
+
+        fn rtt(ms: u64) -> Report {
+            Report {
+                rtt_us: Some(ms * 1000),
+                dropped: false,
+            }
+        }
+
+        #[test]
+        fn the_limit_starts_at_limit_and_moves_with_what_release_reports() {
+            let p = aimd(4, 1, 10);
+            let mut s = State::default();
+            let a = acquire(&p, &mut s, T0, None, true);
+            assert_eq!((a.decision.limit, a.decision.remaining), (4, 3));
+            let b = acquire(&p, &mut s, T0, None, true);
+            let (a, b) = (a.token.unwrap(), b.token.unwrap());
+            // The first lease began with 1 in flight: 1 × 2 < 4, no growth.
+            assert!(release_reporting(&mut s, &a, T0 + 10, rtt(5)));
+            assert_eq!(acquire(&p, &mut s, T0 + 10, None, false).decision.limit, 4);
+            // The second with 2: 2 × 2 >= 4, + 1.
+            assert!(release_reporting(&mut s, &b, T0 + 20, rtt(5)));
+            assert_eq!(acquire(&p, &mut s, T0 + 20, None, false).decision.limit, 5);
+            // A dropped sample backs off: (int) (5 × 0.9) = 4.
+            let c = acquire(&p, &mut s, T0 + 30, None, true).token.unwrap();
+            let dropped = Report {
+                rtt_us: Some(5_000),
+                dropped: true,
+            };
+            assert!(release_reporting(&mut s, &c, T0 + 40, dropped));
+            let d = acquire(&p, &mut s, T0 + 50, None, false).decision;
+            assert_eq!((d.limit, d.remaining), (4, 3));
+            // A static acquisition turns the key static, leases kept.
+            let st = Params {
+                adaptive: None,
+                ..p
+            };
+            assert_eq!(acquire(&st, &mut s, T0 + 60, None, true).decision.limit, 4);
+            assert_eq!(s.adaptive(), None);
+        }
+
+        #[test]
+        fn a_lease_that_runs_out_is_a_dropped_sample_seen_by_reads_before_the_write() {
+            let p = aimd(10, 1, 100);
+            let mut s = State::default();
+            for _ in 0..3 {
+                acquire(&p, &mut s, T0, None, true);
+            }
+            let before = s.clone();
+            // A second later the three have run out: three drops, 10 → 9 → 8 → 7.
+            let after = T0 + 1_000_000;
+            let dry = acquire(&p, &mut s, after, None, false).decision;
+            assert_eq!((dry.limit, dry.remaining), (7, 6));
+            assert_eq!(snapshot(&p, &s, after).now.limit, 7);
+            assert_eq!(s, before, "a read wrote");
+            let taken = acquire(&p, &mut s, after, None, true).decision;
+            assert_eq!((taken.limit, taken.remaining), (7, 6));
+            assert_eq!(s.adaptive().map(|(_, e)| e.limit()), Some(7));
+            assert_eq!(s.leases().len(), 1);
+        }
+
+        #[test]
+        fn without_rtt_the_sample_is_the_time_the_lease_was_held() {
+            let p = Params {
+                limit: 20,
+                lease_ms: 60_000,
+                adaptive: Some(Bounds {
+                    kind: Kind::Aimd,
+                    min: 1,
+                    max: 100,
+                }),
+            };
+            let mut s = State::default();
+            let t = acquire(&p, &mut s, T0, None, true).token.unwrap();
+            // Held 5.000001 s: over AIMD's timeout, a drop: (int) (20 × 0.9) = 18.
+            assert!(release(&mut s, &t, T0 + 5_000_001));
+            assert_eq!(s.adaptive().map(|(_, e)| e.limit()), Some(18));
+            let t = acquire(&p, &mut s, T0 + 5_000_001, None, true)
+                .token
+                .unwrap();
+            // Held exactly 5 s: not over it (1 in flight of 18: no growth).
+            assert!(release(&mut s, &t, T0 + 10_000_001));
+            assert_eq!(s.adaptive().map(|(_, e)| e.limit()), Some(18));
+        }
+
+        #[test]
+        fn a_new_algorithm_starts_from_the_current_limit_and_new_bounds_clamp_it() {
+            let mut s = State::default();
+            acquire(&aimd(50, 1, 100), &mut s, T0, None, true);
+            let narrower = aimd(50, 1, 30);
+            let d = acquire(&narrower, &mut s, T0 + 1, None, false).decision;
+            assert_eq!(d.limit, 30);
+            let mut vegas = narrower;
+            vegas.adaptive = Some(Bounds {
+                kind: Kind::Vegas,
+                min: 1,
+                max: 1000,
+            });
+            acquire(&aimd(50, 1, 30), &mut s, T0 + 2, None, true);
+            let d = acquire(&vegas, &mut s, T0 + 3, None, true).decision;
+            assert_eq!(d.limit, 30);
+            assert_eq!(
+                s.adaptive().map(|(b, e)| (b.kind, e.kind())),
+                Some((Kind::Vegas, Kind::Vegas))
+            );
+        }
+
+        /// The model: leases as a list, and an estimate fed every sample in time order (the
+        /// leases that ran out first, by end then token, then the call's own).
+        struct Model {
+            leases: Vec<(Vec<u8>, u64, u64, u32)>,
+            estimate: Option<(Bounds, Estimate)>,
+        }
+
+        impl Model {
+            fn expire(&mut self, now: u64) {
+                let mut ended: Vec<_> =
+                    self.leases.iter().filter(|l| l.1 <= now).cloned().collect();
+                ended.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+                for (_, end, started, inflight) in ended {
+                    if let Some((b, e)) = self.estimate.as_mut() {
+                        e.update(
+                            b,
+                            Sample {
+                                rtt_ns: ((end - started) * 1000).max(1) as i64,
+                                inflight: inflight as i32,
+                                dropped: true,
+                            },
+                        );
+                    }
+                }
+                self.leases.retain(|l| l.1 > now);
+            }
+        }
+
+        proptest! {
+            #[test]
+            fn every_sample_reaches_the_estimate_in_time_order(
+                kind in 0usize..3,
+                start in 1u64..40,
+                ops in proptest::collection::vec((0u8..4, 0u64..700_000, 0usize..6, 1u64..2_000_000), 1..120),
+            ) {
+                let kind = [Kind::Aimd, Kind::Vegas, Kind::Gradient2][kind];
+                let bounds = Bounds { kind, min: 1, max: 60 };
+                let p = Params { limit: start, lease_ms: 1000, adaptive: Some(bounds) };
+                let mut s = State::default();
+                let mut m = Model { leases: Vec::new(), estimate: None };
+                let mut now = T0;
+                let mut tokens: Vec<Vec<u8>> = Vec::new();
+                for (op, gap, pick, rtt_us) in ops {
+                    now += gap;
+                    match op {
+                        0 | 1 => {
+                            let dry = acquire(&p, &mut s, now, None, false);
+                            let before = s.clone();
+                            let a = acquire(&p, &mut s, now, None, true);
+                            prop_assert_eq!(&dry.decision, &a.decision);
+                            m.expire(now);
+                            if m.estimate.is_none() {
+                                m.estimate = Some((bounds, Estimate::new(&bounds, start as u32, seed(&before, now))));
+                            }
+                            let limit = m.estimate.map(|(_, e)| e.limit()).unwrap();
+                            prop_assert_eq!(a.decision.limit, limit);
+                            prop_assert_eq!(a.decision.allowed, (m.leases.len() as u64) < limit);
+                            if let Some(t) = a.token {
+                                m.leases.push((t.clone(), now + 1_000_000, now, m.leases.len() as u32 + 1));
+                                tokens.push(t);
+                            } else {
+                                prop_assert_eq!(&s, &before);
+                            }
+                        }
+                        _ => {
+                            let Some(t) = tokens.get(pick).cloned() else { continue };
+                            let report = Report { rtt_us: Some(rtt_us), dropped: op == 3 };
+                            let released = release_reporting(&mut s, &t, now, report);
+                            let held = m.leases.iter().position(|l| l.0 == t && l.1 > now);
+                            prop_assert_eq!(released, held.is_some());
+                            if let Some(i) = held {
+                                m.expire(now);
+                                let i = m.leases.iter().position(|l| l.0 == t).unwrap_or(i);
+                                let (_, _, _, inflight) = m.leases.remove(i);
+                                if let Some((b, e)) = m.estimate.as_mut() {
+                                    e.update(b, Sample { rtt_ns: (rtt_us * 1000) as i64, inflight: inflight as i32, dropped: op == 3 });
+                                }
+                            }
+                        }
+                    }
+                    let seen = snapshot(&p, &s, now).adaptive.map(|(_, e)| e);
+                    let mut later = Model { leases: m.leases.clone(), estimate: m.estimate };
+                    later.expire(now);
+                    if m.estimate.is_some() {
+                        prop_assert_eq!(seen, later.estimate.map(|(_, e)| e));
+                    }
                 }
             }
         }

@@ -32,6 +32,19 @@ export interface Block {
   block?: Duration;
 }
 
+/** How an adaptive concurrency limit moves (ADAPTIVE): Netflix concurrency-limits' AIMDLimit, VegasLimit or Gradient2Limit. */
+export type AdaptiveKind = 'aimd' | 'vegas' | 'gradient2';
+
+/**
+ * Requests in flight: a lease per admitted request, released when its response ends. With
+ * `adaptive` the limit is an estimate the releases move (the latency and drops they report),
+ * `limit` only where a new key starts, within `min` and `max` (integers, 1 or more; the module's
+ * defaults: 20 to 200 for aimd and gradient2, 1 to 1000 for vegas, widened to include `limit`).
+ */
+export type ConcurrencyLimit =
+  | { algorithm: 'concurrency'; limit: number; lease: Duration; adaptive?: undefined; min?: never; max?: never; block?: never }
+  | { algorithm: 'concurrency'; limit: number; lease: Duration; adaptive: AdaptiveKind; min?: number; max?: number; block?: never };
+
 export type Limit =
   | ({ algorithm: 'gcra'; burst: number; rate: number; period: Duration } & Block)
   | ({ algorithm: 'tokenbucket'; capacity: number; refillAmount: number; refillPeriod: Duration; interval?: boolean } & Block)
@@ -39,8 +52,7 @@ export type Limit =
   | ({ algorithm: 'fixedwindow' | 'slidingwindow' | 'slidinglog'; limit: number; window: Duration } & Block)
   /** Guava's SmoothWarmingUp: `rate` per `period` once warm, `coldFactor` (2 to 10, default 3) times slower after idle. */
   | ({ algorithm: 'warmup'; rate: number; period: Duration; warmup: Duration; coldFactor?: number } & Block)
-  /** Requests in flight: a lease per admitted request, released when its response ends. */
-  | { algorithm: 'concurrency'; limit: number; lease: Duration; block?: never }
+  | ConcurrencyLimit
   | ({ policy: string } & Block);
 
 export interface Logger {
@@ -110,6 +122,8 @@ export interface Decision {
   /** For a concurrency limit: the lease's token, and that the limit counts requests in flight. */
   token?: string;
   concurrent?: boolean;
+  /** For an adaptive concurrency limit: its kind (`limit` is then the current estimate). */
+  adaptive?: AdaptiveKind;
   /** Answered by the denial memory, without a round trip. */
   local: boolean;
 }
@@ -147,6 +161,17 @@ export interface CheckOptions {
   id?: string;
 }
 
+/** What the work a lease guarded says to an adaptive limit (ignored by one that is not). */
+export interface ReleaseOptions {
+  /**
+   * The milliseconds the work took (fractions kept; sent as `RTT <n>us`, whole microseconds, at
+   * least 1). Left out: the time since the lease was taken.
+   */
+  rtt?: number;
+  /** The work failed from overload (a 5xx, a timeout, a cancelled request): DROPPED, the limit backs off. */
+  dropped?: boolean;
+}
+
 export interface RefundOptions {
   /** Says how many units would be given back, writing nothing (DRYRUN). */
   dryRun?: boolean;
@@ -158,10 +183,16 @@ export class NotDurableError extends Error {}
 export class RateLimit {
   constructor(options: RateLimitOptions);
   readonly stats: RateLimitStats;
+  /** An adaptive concurrency limit's kind, lower case; undefined for any other limit. */
+  readonly adaptive: AdaptiveKind | undefined;
   redisKey(key: string): string;
   check(key: string, cost?: number, options?: CheckOptions): Promise<Decision | Failure>;
-  /** Gives back an admitted concurrency decision's lease; never rejects. */
-  release(key: string, decision: Decision): Promise<void>;
+  /**
+   * Gives back an admitted concurrency decision's lease, with the work's latency and whether it
+   * dropped for an adaptive limit; rejects only on invalid options (a Redis failure is counted in
+   * `stats.releaseFailures`, and the lease ends by itself).
+   */
+  release(key: string, decision: Decision, options?: ReleaseOptions): Promise<void>;
   /** Gives back up to `units` the key has taken (RL.REFUND): the units given back; rejects when Redis fails. */
   refund(key: string, units: number, options?: RefundOptions): Promise<number>;
 }
@@ -189,6 +220,8 @@ export function rateLimitMiddleware(options: MiddlewareOptions): Middleware;
 
 export function rateLimitHeaders(decision: Decision): Array<[string, string]>;
 export function quotaExceededBody(name: string): string;
+/** The 503 body of an adaptive concurrency limit's refusal: load shedding (temporary-reduced-capacity). */
+export function loadSheddingBody(name: string): string;
 export const UNAVAILABLE_BODY: string;
 export const QUOTA_EXCEEDED_TYPE: string;
 export const REDUCED_CAPACITY_TYPE: string;

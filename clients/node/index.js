@@ -8,7 +8,8 @@
 //   that turns the decision into the HTTP fields of docs/clients.md.
 // - fields.js: those fields, RateLimit-Policy and RateLimit
 //   (draft-ietf-httpapi-ratelimit-headers-11), X-RateLimit-*, and on a refusal 429 with
-//   Retry-After and an application/problem+json body (quotaExceededBody, UNAVAILABLE_BODY).
+//   Retry-After and an application/problem+json body (quotaExceededBody, UNAVAILABLE_BODY), and
+//   an adaptive concurrency limit's 503 (loadSheddingBody).
 // - flexible.js, RateLimiterRedis and RateLimiterRes: rate-limiter-flexible's interface, backed
 //   by the module, so that its users switch by changing one constructor.
 // - limits.js: the module's durations (durationMs), each algorithm's command and parameters,
@@ -24,6 +25,7 @@ export {
   QUOTA_EXCEEDED_TYPE,
   REDUCED_CAPACITY_TYPE,
   UNAVAILABLE_BODY,
+  loadSheddingBody,
   quotaExceededBody,
   rateLimitHeaders,
 } from './lib/fields.js';

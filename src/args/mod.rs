@@ -61,6 +61,18 @@ pub fn duration_ms(bytes: &[u8], arg: &'static str) -> Result<u64, Error> {
     }
 }
 
+/// Parses RELEASE's `RTT`: a duration as [`duration_ms`] takes it, or a number of
+/// microseconds with the unit `us` (a round trip is often under a millisecond). Returns
+/// microseconds, from 1 to ten years; `None` when it is not one.
+pub fn duration_us(bytes: &[u8]) -> Option<u64> {
+    match bytes {
+        [number @ .., u, s] if u.eq_ignore_ascii_case(&b'u') && s.eq_ignore_ascii_case(&b's') => {
+            digits(number).filter(|us| (1..=MAX_DURATION_MS * 1000).contains(us))
+        }
+        _ => duration_ms(bytes, "RTT").ok().map(|ms| ms * 1000),
+    }
+}
+
 /// A signed offset in milliseconds: `0`, a duration, or `-` and a duration.
 pub fn offset_ms(bytes: &[u8]) -> Option<i64> {
     if bytes == b"0" {

@@ -170,5 +170,6 @@ pub fn concurrency(&[limit, lease]: &[&[u8]; 2], max: u64) -> Result<concurrency
             setting: "concurrency-max-limit",
         })?,
         lease_ms: duration_ms(lease, LEASE.name_str)?,
+        adaptive: None,
     })
 }

@@ -262,6 +262,14 @@ fn render_one(arg: &Arg) -> String {
     let mut one = match (arg.kind, arg.token_str) {
         (Kind::Token, Some(word)) => word.to_string(),
         (Kind::Block(subargs), _) => render(subargs),
+        (Kind::OneOf(subargs), Some(word)) => format!(
+            "{word} <{}>",
+            subargs
+                .iter()
+                .map(render_one)
+                .collect::<Vec<_>>()
+                .join(" | ")
+        ),
         (Kind::OneOf(subargs), _) => subargs
             .iter()
             .map(render_one)
@@ -457,6 +465,45 @@ pub const ID: Arg = string(
     c"name the lease (1 to 256 bytes); the same token renews its own lease",
 )
 .after(c"ID")
+.optional();
+pub const ADAPTIVE: Arg = arg(
+    c"algorithm",
+    Kind::OneOf(&[
+        token(c"aimd", c"AIMD", c"Netflix's AIMDLimit: +1 while half the limit is in use, x 0.9 on a drop"),
+        token(c"vegas", c"VEGAS", c"Netflix's VegasLimit: follows the queue estimated from the RTT over the no-load RTT"),
+        token(
+            c"gradient2",
+            c"GRADIENT2",
+            c"Netflix's Gradient2Limit: the gradient of a long-term RTT over the sample's, plus a queue of 4",
+        ),
+    ]),
+    c"the limit adapts to the samples RL.CONCURRENCY.RELEASE reports; limit is where a new key starts",
+)
+.after(c"ADAPTIVE")
+.optional();
+pub const ADAPTIVE_MIN: Arg = integer(
+    c"min",
+    c"with ADAPTIVE, the lowest the limit goes, 1 to the setting ratelimit.concurrency-max-limit (default Netflix's: 20, Vegas 1, or limit if lower)",
+)
+.after(c"MIN")
+.optional();
+pub const ADAPTIVE_MAX: Arg = integer(
+    c"max",
+    c"with ADAPTIVE, the highest the limit goes, MIN to the setting ratelimit.concurrency-max-limit (default Netflix's: 200, Vegas 1000, or limit if higher)",
+)
+.after(c"MAX")
+.optional();
+pub const RTT: Arg = string(
+    c"rtt",
+    c"how long the work took: a duration, or microseconds with us (default: the time since the lease was taken); moves an adaptive limit",
+)
+.after(c"RTT")
+.optional();
+pub const DROPPED: Arg = token(
+    c"dropped",
+    c"DROPPED",
+    c"the work failed from overload (timeout, 5xx, cancelled): an adaptive limit backs off",
+)
 .optional();
 
 pub const WARMUP: Arg = string(

@@ -4,13 +4,17 @@ use std::ffi::CStr;
 
 use super::{command, Command, When, ONE_KEY, WRITE};
 use crate::args::params;
-use crate::args::syntax::{name, string, KeyUse, DRYRUN, ID, KEY, LEASE, LEASES, SHADOW};
+use crate::args::syntax::{
+    name, string, KeyUse, ADAPTIVE, ADAPTIVE_MAX, ADAPTIVE_MIN, DROPPED, DRYRUN, ID, KEY, LEASE,
+    LEASES, RTT, SHADOW,
+};
 use crate::args::Algorithm;
 use crate::dispatch::{Call, Mode};
 use crate::error::{quote, Error};
 use crate::response::{Admission, Extra, Propagate, Reply, Response};
 use crate::storage::{Key, Stored};
-use algorithms::concurrency::{self, Concurrency, State, MAX_TOKEN};
+use algorithms::adaptive::{self, Kind};
+use algorithms::concurrency::{self, Concurrency, Report, State, MAX_TOKEN};
 
 const LEASES_COMPLEXITY: &CStr = c"O(log N) where N is the number of leases held on the key, amortised: a write also drops the leases ended since the last one";
 
@@ -24,7 +28,7 @@ pub static RL_CONCURRENCY_ACQUIRE: Command = command! {
     summary: c"Take one of limit leases, held until released or for lease at most; the reply carries the lease's token",
     complexity: LEASES_COMPLEXITY,
     key: KeyUse::Update,
-    args: &[KEY, LEASES, LEASE, ID, DRYRUN, SHADOW],
+    args: &[KEY, LEASES, LEASE, ID, DRYRUN, SHADOW, ADAPTIVE, ADAPTIVE_MIN, ADAPTIVE_MAX],
     handler: rl_concurrency_acquire,
 };
 
@@ -32,11 +36,18 @@ impl Algorithm for Concurrency {
     const NAME: &'static str = RL_CONCURRENCY_ACQUIRE.name().as_str();
 }
 
-/// `RL.CONCURRENCY.ACQUIRE key limit lease [ID token] [DRYRUN] [SHADOW]`
+/// How long an adaptive key outlives its last lease, so that the limit it learned is not
+/// forgotten between bursts of work: an hour without a lease, and it starts again at `limit`.
+pub const ADAPTIVE_KEEP_MS: u64 = 3_600_000;
+
+/// `RL.CONCURRENCY.ACQUIRE key limit lease [ID token] [DRYRUN] [SHADOW]
+/// [ADAPTIVE AIMD|VEGAS|GRADIENT2] [MIN n] [MAX n]`
 ///
 /// Takes one of `limit` slots for at most `lease` (a crashed holder cannot keep it), named
 /// `token` or a generated token; the same token renews its own lease. `limit` is bounded by
 /// the setting `ratelimit.concurrency-max-limit`, which so bounds the leases a key holds.
+/// With ADAPTIVE the limit is the key's estimate (`limit` is where a new key starts), moved
+/// by what RELEASE reports, within MIN and MAX (see `algorithms::adaptive`).
 /// O(log n) in the leases held (amortised, see `algorithms::concurrency`). Reply: the five
 /// fields and the token (nil when denied or DRYRUN), then `shadow_denied` with SHADOW (a
 /// would-be denial is answered allowed, with a nil token: no lease was taken).
@@ -47,8 +58,9 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
         Mode::Live => crate::config::concurrency_max_limit(),
         Mode::Replay { .. } => crate::config::CONCURRENCY_LIMIT_CEILING,
     };
-    let params = params::concurrency(a.next_n()?, max)?;
+    let mut params = params::concurrency(a.next_n()?, max)?;
     let (mut id, mut dryrun, mut shadow) = (None, false, false);
+    let (mut kind, mut min, mut max_limit) = (None, None, None);
     loop {
         let position = a.position();
         let Some(word) = a.optional() else {
@@ -81,13 +93,65 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
                 return Err(Error::OptionTwice { option: "DRYRUN" });
             }
             dryrun = true;
+        } else if word.eq_ignore_ascii_case(b"ADAPTIVE") {
+            if kind.is_some() {
+                return Err(Error::OptionTwice { option: "ADAPTIVE" });
+            }
+            kind = Some(match a.optional() {
+                Some(k) if k.eq_ignore_ascii_case(b"AIMD") => Kind::Aimd,
+                Some(k) if k.eq_ignore_ascii_case(b"VEGAS") => Kind::Vegas,
+                Some(k) if k.eq_ignore_ascii_case(b"GRADIENT2") => Kind::Gradient2,
+                _ => {
+                    return Err(Error::OptionValue {
+                        option: "ADAPTIVE",
+                        expected: "AIMD, VEGAS or GRADIENT2",
+                    })
+                }
+            });
+        } else if word.eq_ignore_ascii_case(b"MIN") || word.eq_ignore_ascii_case(b"MAX") {
+            let is_min = word.eq_ignore_ascii_case(b"MIN");
+            let (slot, option) = if is_min {
+                (&mut min, "MIN")
+            } else {
+                (&mut max_limit, "MAX")
+            };
+            if slot.is_some() {
+                return Err(Error::OptionTwice { option });
+            }
+            let n = a
+                .optional()
+                .and_then(crate::digits::digits)
+                .filter(|n| (1..=max).contains(n))
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or(Error::OptionValue {
+                    option,
+                    expected: "a limit from 1 to the setting ratelimit.concurrency-max-limit",
+                })?;
+            *slot = Some(n);
         } else {
             return Err(Error::UnknownOption {
                 position,
                 token: quote(word),
-                accepted: "ID token, DRYRUN or SHADOW, each once",
+                accepted: "ID token, DRYRUN, SHADOW, ADAPTIVE algorithm, MIN n or MAX n, each once",
             });
         }
+    }
+    match kind {
+        Some(kind) => {
+            let start = u32::try_from(params.limit).unwrap_or(u32::MAX);
+            let bounds = adaptive::Params::with_defaults(kind, start, min, max_limit);
+            if bounds.min > bounds.max {
+                return Err(Error::AdaptiveBounds {
+                    message: "MIN is above MAX: an adaptive limit stays within MIN <= MAX (without MAX, the default is 200 for AIMD and GRADIENT2, 1000 for VEGAS, or limit if higher)",
+                });
+            }
+            params.adaptive = Some(bounds);
+        }
+        None if min.is_some() || max_limit.is_some() => return Err(Error::AdaptiveBounds {
+            message:
+                "MIN and MAX bound an adaptive limit: give them with ADAPTIVE AIMD|VEGAS|GRADIENT2",
+        }),
+        None => {}
     }
     let (now_us, real_ms) = call.clock();
     // A DRYRUN asks what would happen: neither an admission nor a denial.
@@ -113,7 +177,7 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
     let d = &acquired.decision;
     let mut propagate = Propagate::Nothing;
     if d.allowed && write {
-        let at = call.expire_at(real_ms, d.reset_after.ceil_ms());
+        let at = call.expire_at(real_ms, ttl_ms(&params, d.reset_after.ceil_ms()));
         key.expire_at(at);
         propagate = call.propagation(RL_CONCURRENCY_ACQUIRE.replay_name(), now_us, at);
     }
@@ -138,6 +202,15 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
     ))
 }
 
+/// A key's time to live from its leases' reset: an adaptive key outlives them by
+/// [`ADAPTIVE_KEEP_MS`].
+fn ttl_ms(params: &concurrency::Params, reset_ms: u64) -> u64 {
+    match params.adaptive {
+        Some(_) => reset_ms.saturating_add(ADAPTIVE_KEEP_MS),
+        None => reset_ms,
+    }
+}
+
 pub static RL_CONCURRENCY_RELEASE: Command = command! {
     name: name!("rl.concurrency.release"),
     flags: c"write fast",
@@ -145,31 +218,69 @@ pub static RL_CONCURRENCY_RELEASE: Command = command! {
     keys: ONE_KEY,
     when: When::Always,
     replayable: true,
-    summary: c"End a lease taken with RL.CONCURRENCY.ACQUIRE: 1, or 0 when no such lease is held",
+    summary: c"End a lease taken with RL.CONCURRENCY.ACQUIRE, reporting how long its work took and whether it dropped: 1, or 0 when no such lease is held",
     complexity: LEASES_COMPLEXITY,
     key: KeyUse::Remove,
-    args: &[KEY, string(c"token", c"the token RL.CONCURRENCY.ACQUIRE replied with")],
+    args: &[
+        KEY,
+        string(c"token", c"the token RL.CONCURRENCY.ACQUIRE replied with"),
+        RTT,
+        DROPPED,
+    ],
     handler: rl_concurrency_release,
 };
 
-/// `RL.CONCURRENCY.RELEASE key token`
+/// `RL.CONCURRENCY.RELEASE key token [RTT duration] [DROPPED]`
 ///
-/// Ends the lease named `token`. Reply: 1, or 0 when no such lease is held (unknown or
-/// already ended), and then nothing changes.
+/// Ends the lease named `token`; on an adaptive key, its sample (RTT, by default the time
+/// the lease was held, and DROPPED) moves the limit. Reply: 1, or 0 when no such lease is
+/// held (unknown or already ended), and then nothing changes.
 pub fn rl_concurrency_release(call: &Call) -> Result<Response, Error> {
-    let token = RL_CONCURRENCY_RELEASE
-        .syntax
-        .args_bounded(call.args)?
-        .next()?;
+    let mut a = RL_CONCURRENCY_RELEASE.syntax.args(call.args)?;
+    let token = a.next()?;
+    let mut report = Report::default();
+    let mut dropped_given = false;
+    loop {
+        let position = a.position();
+        let Some(word) = a.optional() else {
+            break;
+        };
+        if word.eq_ignore_ascii_case(b"RTT") {
+            if report.rtt_us.is_some() {
+                return Err(Error::OptionTwice { option: "RTT" });
+            }
+            report.rtt_us = Some(a.optional().and_then(crate::args::duration_us).ok_or(
+                Error::OptionValue {
+                    option: "RTT",
+                    expected: "a duration from 1us to 10 years: a number and us, ms, s, m, h or d (a bare number is ms)",
+                },
+            )?);
+        } else if word.eq_ignore_ascii_case(b"DROPPED") {
+            if dropped_given {
+                return Err(Error::OptionTwice { option: "DROPPED" });
+            }
+            dropped_given = true;
+            report.dropped = true;
+        } else {
+            return Err(Error::UnknownOption {
+                position,
+                token: quote(word),
+                accepted: "RTT duration or DROPPED, each once",
+            });
+        }
+    }
     let (now_us, real_ms) = call.clock();
     let mut key = Key::open(call.ctx, call.key()?, true);
     let Some(stored) = key.whole::<Concurrency>()? else {
         return Ok(Response::reply(Reply::Int(0)));
     };
-    if !concurrency::release(&mut stored.state, token, now_us) {
+    if !concurrency::release_reporting(&mut stored.state, token, now_us, report) {
         return Ok(Response::reply(Reply::Int(0)));
     }
-    let reset_ms = concurrency::reset_after(&stored.state, now_us).ceil_ms();
+    let reset_ms = ttl_ms(
+        &stored.params,
+        concurrency::reset_after(&stored.state, now_us).ceil_ms(),
+    );
     let at = call.expire_at(real_ms, reset_ms);
     if reset_ms == 0 {
         key.delete();

@@ -6,6 +6,7 @@ use crate::dispatch::{read_clock, Call};
 use crate::error::Error;
 use crate::response::{int, Described, Inspection, Reply, Response};
 use crate::storage::{Key, Value};
+use algorithms::adaptive::{Estimate, Kind};
 use algorithms::Snapshot;
 
 pub static RL_INSPECT: Command = command! {
@@ -35,7 +36,8 @@ pub fn rl_inspect(call: &Call) -> Result<Response, Error> {
         None => Reply::Nil,
         Some(entry) => {
             let now_us = read_clock().now_us;
-            let mut fields = named_fields(&entry.value.snapshot(now_us));
+            let snapshot = entry.value.snapshot(now_us);
+            let mut fields = named_fields(&snapshot);
             if entry.blocked_until_us > 0 {
                 fields.push(("blocked_until_us", int(entry.blocked_until_us)));
             }
@@ -56,12 +58,49 @@ pub fn rl_inspect(call: &Call) -> Result<Response, Error> {
             };
             Reply::Inspect(Inspection {
                 algorithm: entry.value.kind(),
+                adaptive: adaptive_name(&snapshot),
                 fields,
                 rules,
             })
         }
     };
     Ok(Response::reply(reply))
+}
+
+/// The name of an adaptive concurrency key's algorithm, as RL.INSPECT's `adaptive` field.
+fn adaptive_name(snapshot: &Snapshot) -> Option<&'static str> {
+    match snapshot {
+        Snapshot::Concurrency(s) => s.adaptive.map(|(bounds, _)| match bounds.kind {
+            Kind::Aimd => "aimd",
+            Kind::Vegas => "vegas",
+            Kind::Gradient2 => "gradient2",
+        }),
+        _ => None,
+    }
+}
+
+/// An adaptive limit's estimates, in whole units: Vegas' no-load RTT and the sample count
+/// of its next probe; Gradient2's short (last) and long-term RTT; and for both the estimated
+/// limit in thousandths (the limit is its whole part).
+fn estimates(estimate: &Estimate) -> Vec<(&'static str, i64)> {
+    let milli = |x: f64| (x * 1000.0) as i64;
+    match estimate {
+        Estimate::Aimd { .. } => Vec::new(),
+        Estimate::Vegas(v) => vec![
+            ("estimated_limit_milli", milli(v.estimated)),
+            ("rtt_noload_us", v.rtt_noload_ns / 1000),
+            ("probe_count", i64::from(v.probe_count)),
+            (
+                "probe_at",
+                (v.probe_jitter * 30.0 * v.estimated).ceil() as i64,
+            ),
+        ],
+        Estimate::Gradient2(g) => vec![
+            ("estimated_limit_milli", milli(g.estimated)),
+            ("short_rtt_us", g.last_rtt_ns / 1000),
+            ("long_rtt_us", (g.long_rtt / 1000.0) as i64),
+        ],
+    }
 }
 
 /// RL.INSPECT's fields after the algorithm name: the parameters, the stored state, then
@@ -120,12 +159,23 @@ fn named_fields(snapshot: &Snapshot) -> Vec<(&'static str, i64)> {
             ("oldest_us", int(s.oldest_us)),
             ("newest_us", int(s.newest_us)),
         ],
-        Snapshot::Concurrency(s) => vec![
-            ("limit", int(s.params.limit)),
-            ("lease_ms", int(s.params.lease_ms)),
-            ("held", int(s.held)),
-            ("issued", int(s.issued)),
-        ],
+        Snapshot::Concurrency(s) => {
+            let mut fields = vec![
+                ("limit", int(s.now.limit)),
+                ("lease_ms", int(s.params.lease_ms)),
+                ("held", int(s.held)),
+                ("issued", int(s.issued)),
+            ];
+            if let Some((bounds, estimate)) = s.adaptive {
+                fields.extend([
+                    ("start", int(s.params.limit)),
+                    ("min", i64::from(bounds.min)),
+                    ("max", i64::from(bounds.max)),
+                ]);
+                fields.extend(estimates(&estimate));
+            }
+            fields
+        }
         Snapshot::Warmup(s) => vec![
             ("limit", 1),
             ("rate", int(s.params.rate)),

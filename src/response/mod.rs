@@ -116,6 +116,9 @@ impl Extra {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Inspection {
     pub algorithm: &'static str,
+    /// An adaptive concurrency key's algorithm (`aimd`, `vegas`, `gradient2`), shown after
+    /// `algorithm`.
+    pub adaptive: Option<&'static str>,
     pub fields: Vec<(&'static str, i64)>,
     pub rules: Vec<Described>,
 }
@@ -263,6 +266,7 @@ mod tests {
             Reply::Strings(vec![b"a".to_vec()]),
             Reply::Inspect(Inspection {
                 algorithm: "gcra",
+                adaptive: None,
                 fields: Vec::new(),
                 rules: Vec::new(),
             }),

@@ -53,9 +53,10 @@ pub fn reply(ctx: Ctx, reply: &Reply) {
         }
         Reply::Inspect(Inspection {
             algorithm,
+            adaptive,
             fields,
             rules,
-        }) => described(ctx, algorithm, fields, rules),
+        }) => described(ctx, algorithm, *adaptive, fields, rules),
     }
 }
 
@@ -154,11 +155,21 @@ fn redis_cell(ctx: Ctx, d: &Decision) {
 /// A map from names to integers after an `algorithm` name (RL.INSPECT); a flat array of
 /// name, value, ... for RESP2 clients, like HGETALL. An RL.LIMIT key adds `rules`: an array
 /// with one such map per rule.
-fn described(ctx: Ctx, algorithm: &str, fields: &[(&str, i64)], rules: &[Described]) {
-    let pairs = fields.len() + 1 + usize::from(!rules.is_empty());
+fn described(
+    ctx: Ctx,
+    algorithm: &str,
+    adaptive: Option<&str>,
+    fields: &[(&str, i64)],
+    rules: &[Described],
+) {
+    let pairs = fields.len() + 1 + usize::from(adaptive.is_some()) + usize::from(!rules.is_empty());
     ctx.reply_map(pairs);
     name(ctx, "algorithm");
     name(ctx, algorithm);
+    if let Some(adaptive) = adaptive {
+        name(ctx, "adaptive");
+        name(ctx, adaptive);
+    }
     for (field, value) in fields {
         name(ctx, field);
         ctx.reply_long(*value);
@@ -167,7 +178,7 @@ fn described(ctx: Ctx, algorithm: &str, fields: &[(&str, i64)], rules: &[Describ
         name(ctx, "rules");
         ctx.reply_array(rules.len());
         for (algorithm, fields) in rules {
-            described(ctx, algorithm, fields, &[]);
+            described(ctx, algorithm, None, fields, &[]);
         }
     }
 }

@@ -16,6 +16,7 @@ use algorithms::{
 };
 
 use super::value::{Stored, Value};
+use algorithms::adaptive::{self, Estimate, Gradient2, Kind, Vegas};
 
 /// The encoding version this build writes. Bump it when a layout changes, and keep decoding
 /// every older version. Version 2 added the key's block (`BLOCK duration`) after the state;
@@ -34,6 +35,21 @@ const CONCURRENCY: u8 = 7;
 const LIMIT: u8 = 8;
 /// RL.WARMUP (also a rule of an RL.LIMIT value).
 const WARMUP: u8 = 9;
+/// A concurrency limiter whose leases carry when they began and the leases held then (the
+/// samples an adaptive limit takes), and, ADAPTIVE, its algorithm, bounds and estimate.
+/// Written for every concurrency key since adaptive limits came; tag 7 still decodes (its
+/// leases began a lease before they end, with none in flight).
+const LEASES: u8 = 10;
+
+/// The adaptive algorithms' bytes (0: not adaptive).
+fn kind_byte(kind: Option<Kind>) -> u8 {
+    match kind {
+        None => 0,
+        Some(Kind::Aimd) => 1,
+        Some(Kind::Vegas) => 2,
+        Some(Kind::Gradient2) => 3,
+    }
+}
 
 /// Everything a key of the data type holds: its [`Value`] (an algorithm's parameters and
 /// state), and until when a penalty blocks it (0: not blocked).
@@ -103,14 +119,44 @@ fn encode_value(w: &mut Writer, value: &Value) {
             }
         }
         Value::Concurrency(s) => {
-            w.u8(CONCURRENCY);
+            w.u8(LEASES);
             w.u64s(&[s.params.limit, s.params.lease_ms]);
+            let bounds = s.params.adaptive;
+            w.u8(kind_byte(bounds.map(|b| b.kind)));
+            if let Some(b) = bounds {
+                w.u64s(&[u64::from(b.min), u64::from(b.max)]);
+            }
             let leases = s.state.leases();
-            w.u64s(&[s.state.issued, leases.len() as u64]);
-            for (token, expires_us) in leases {
-                w.u64(expires_us);
+            w.u64s(&[s.state.issued(), leases.len() as u64]);
+            for (token, expires_us, start) in leases {
+                w.u64s(&[expires_us, start.started_us, u64::from(start.inflight)]);
                 w.u64(token.len() as u64);
                 w.0.extend_from_slice(token);
+            }
+            // The estimate: there whenever the parameters are adaptive (both are set by one
+            // write); a fresh one at the starting limit otherwise, to keep the blob whole.
+            let start = u32::try_from(s.params.limit).unwrap_or(u32::MAX);
+            let estimate = bounds.map(|b| match s.state.adaptive() {
+                Some((_, e)) if e.kind() == b.kind => e,
+                _ => Estimate::new(&b, start, 0),
+            });
+            match estimate {
+                None => {}
+                Some(Estimate::Aimd { limit }) => w.u64(limit as u64),
+                Some(Estimate::Vegas(v)) => w.u64s(&[
+                    v.estimated.to_bits(),
+                    v.rtt_noload_ns as u64,
+                    v.probe_count as u64,
+                    v.probe_jitter.to_bits(),
+                    v.seed,
+                ]),
+                Some(Estimate::Gradient2(g)) => w.u64s(&[
+                    g.estimated.to_bits(),
+                    g.last_rtt_ns as u64,
+                    g.long_rtt.to_bits(),
+                    g.long_sum.to_bits(),
+                    g.long_count as u64,
+                ]),
             }
         }
         Value::Warmup(s) => {
@@ -245,6 +291,7 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
             let params = concurrency::Params {
                 limit: r.count()?,
                 lease_ms: r.duration_ms()?,
+                adaptive: None,
             };
             let issued = r.u64()?;
             let count = r.u64()?;
@@ -255,16 +302,92 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
             let mut state = concurrency::State::new(issued);
             for _ in 0..count {
                 let expires_us = r.u64()?;
-                let len = usize::try_from(r.u64()?).map_err(|_| DecodeError)?;
-                if len == 0 || len > concurrency::MAX_TOKEN || len > r.0.len() {
-                    return Err(DecodeError);
-                }
-                let (token, rest) = r.0.split_at(len);
-                r.0 = rest;
+                let token = r.token()?;
+                // A lease of this old layout began a lease before it ends, none in flight.
+                let start = concurrency::Start {
+                    started_us: expires_us.saturating_sub(params.lease_ms.saturating_mul(1000)),
+                    inflight: 0,
+                };
                 // Two leases of one token: never written, so damaged.
-                if !state.insert(token, expires_us) {
+                if !state.insert(token, expires_us, start) {
                     return Err(DecodeError);
                 }
+            }
+            Value::Concurrency(Stored { params, state })
+        }
+        LEASES => {
+            let mut params = concurrency::Params {
+                limit: r.count()?,
+                lease_ms: r.duration_ms()?,
+                adaptive: None,
+            };
+            let kind = match r.u8()? {
+                0 => None,
+                1 => Some(Kind::Aimd),
+                2 => Some(Kind::Vegas),
+                3 => Some(Kind::Gradient2),
+                _ => return Err(DecodeError),
+            };
+            if let Some(kind) = kind {
+                let mut bound = || {
+                    u32::try_from(r.count()?)
+                        .ok()
+                        .filter(|&n| n <= i32::MAX as u32)
+                        .ok_or(DecodeError)
+                };
+                let (min, max) = (bound()?, bound()?);
+                if min > max {
+                    return Err(DecodeError);
+                }
+                params.adaptive = Some(adaptive::Params { kind, min, max });
+            }
+            let issued = r.u64()?;
+            let count = r.u64()?;
+            // Each lease takes at least 33 bytes: never allocate for a number.
+            if count > (r.0.len() / 33) as u64 {
+                return Err(DecodeError);
+            }
+            let mut state = concurrency::State::new(issued);
+            for _ in 0..count {
+                let expires_us = r.u64()?;
+                let started_us = r.u64()?;
+                let inflight = u32::try_from(r.u64()?).map_err(|_| DecodeError)?;
+                if started_us > expires_us {
+                    return Err(DecodeError);
+                }
+                let token = r.token()?;
+                let start = concurrency::Start {
+                    started_us,
+                    inflight,
+                };
+                if !state.insert(token, expires_us, start) {
+                    return Err(DecodeError);
+                }
+            }
+            if let Some(bounds) = params.adaptive {
+                let estimate = match bounds.kind {
+                    Kind::Aimd => Estimate::Aimd {
+                        limit: i32::try_from(r.u64()?).map_err(|_| DecodeError)?,
+                    },
+                    Kind::Vegas => Estimate::Vegas(Vegas {
+                        estimated: f64::from_bits(r.u64()?),
+                        rtt_noload_ns: i64::try_from(r.u64()?).map_err(|_| DecodeError)?,
+                        probe_count: i32::try_from(r.u64()?).map_err(|_| DecodeError)?,
+                        probe_jitter: f64::from_bits(r.u64()?),
+                        seed: r.u64()?,
+                    }),
+                    Kind::Gradient2 => Estimate::Gradient2(Gradient2 {
+                        estimated: f64::from_bits(r.u64()?),
+                        last_rtt_ns: i64::try_from(r.u64()?).map_err(|_| DecodeError)?,
+                        long_rtt: f64::from_bits(r.u64()?),
+                        long_sum: f64::from_bits(r.u64()?),
+                        long_count: i32::try_from(r.u64()?).map_err(|_| DecodeError)?,
+                    }),
+                };
+                if !estimate.is_valid(&bounds) {
+                    return Err(DecodeError);
+                }
+                state.set_adaptive(Some((bounds, estimate)));
             }
             Value::Concurrency(Stored { params, state })
         }
@@ -333,7 +456,7 @@ impl Writer {
 
 struct Reader<'a>(&'a [u8]);
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
     fn take<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
         if self.0.len() < N {
             return Err(DecodeError);
@@ -357,6 +480,17 @@ impl Reader<'_> {
 
     fn u32(&mut self) -> Result<u32, DecodeError> {
         Ok(u32::from_le_bytes(self.take()?))
+    }
+
+    /// A lease's token: its length, then its bytes (1 to `MAX_TOKEN`).
+    fn token(&mut self) -> Result<&'a [u8], DecodeError> {
+        let len = usize::try_from(self.u64()?).map_err(|_| DecodeError)?;
+        if len == 0 || len > concurrency::MAX_TOKEN || len > self.0.len() {
+            return Err(DecodeError);
+        }
+        let (token, rest) = self.0.split_at(len);
+        self.0 = rest;
+        Ok(token)
     }
 
     fn u64(&mut self) -> Result<u64, DecodeError> {
@@ -467,10 +601,11 @@ mod tests {
                 params: concurrency::Params {
                     limit: 3,
                     lease_ms: 30_000,
+                    adaptive: None,
                 },
                 state: {
                     let mut state = concurrency::State::new(4);
-                    state.insert(b"job-1", 99);
+                    state.insert(b"job-1", 99, concurrency::Start::default());
                     state
                 },
             }),
@@ -486,7 +621,67 @@ mod tests {
                     next_free: 17_000_000_000_002_980_000,
                 },
             }),
+            adaptive_sample(Kind::Aimd),
+            adaptive_sample(Kind::Vegas),
+            adaptive_sample(Kind::Gradient2),
         ]
+    }
+
+    /// An adaptive concurrency key of `kind` that has taken a few samples.
+    fn adaptive_sample(kind: Kind) -> Value {
+        let params = concurrency::Params {
+            limit: 30,
+            lease_ms: 1_000,
+            adaptive: Some(adaptive::Params {
+                kind,
+                min: 2,
+                max: 90,
+            }),
+        };
+        let mut state = concurrency::State::new(0);
+        let t0 = 1_700_000_000_000_000;
+        for i in 0..25 {
+            let token = concurrency::acquire(&params, &mut state, t0 + i * 10, None, true).token;
+            if i % 3 != 0 {
+                let report = concurrency::Report {
+                    rtt_us: Some(1_000 + i * 100),
+                    dropped: i % 7 == 0,
+                };
+                let token = token.unwrap_or_default();
+                concurrency::release_reporting(&mut state, &token, t0 + i * 10 + 5, report);
+            }
+        }
+        assert!(state.adaptive().is_some());
+        Value::Concurrency(Stored { params, state })
+    }
+
+    /// A concurrency key in the layout before adaptive limits (tag 7: leases without when
+    /// they began) decodes, its leases begun a lease before they end, none in flight.
+    #[test]
+    fn leases_of_the_layout_before_adaptive_limits_decode() {
+        let mut blob = vec![2, 7];
+        for x in [3u64, 30_000, 4, 1, 99_000_000, 1] {
+            blob.extend_from_slice(&x.to_le_bytes());
+        }
+        blob.push(b'j');
+        blob.extend_from_slice(&0u64.to_le_bytes());
+        let Ok(Record {
+            value: Value::Concurrency(s),
+            ..
+        }) = decode(&blob)
+        else {
+            panic!("not decoded: {:?}", decode(&blob));
+        };
+        let leases: Vec<_> = s.state.leases().collect();
+        let start = concurrency::Start {
+            started_us: 69_000_000,
+            inflight: 0,
+        };
+        assert_eq!(leases, [(&b"j"[..], 99_000_000, start)]);
+        assert_eq!(
+            (s.params.limit, s.state.issued(), s.params.adaptive),
+            (3, 4, None)
+        );
     }
 
     /// An RL.LIMIT key whose rules are the GCRA, sliding log, fixed window and warm-up
@@ -602,19 +797,21 @@ mod tests {
     #[test]
     fn leases_decode_in_any_order_and_once_per_token() {
         let mut state = concurrency::State::new(2);
-        state.insert(b"a", 100);
-        state.insert(b"b", 200);
+        state.insert(b"a", 100, concurrency::Start::default());
+        state.insert(b"b", 200, concurrency::Start::default());
         let value = Value::Concurrency(Stored {
             params: concurrency::Params {
                 limit: 3,
                 lease_ms: 30_000,
+                adaptive: None,
             },
             state,
         });
         let good = encode(&Record::new(value.clone()));
-        // Two records of 17 bytes (end, length, one byte of token), then the 8-byte block.
-        let records = good.len() - 8 - 34..good.len() - 8;
-        let (first, second) = good[records.clone()].split_at(17);
+        // Two records of 33 bytes (end, start, in flight, length, one byte of token), then
+        // the 8-byte block.
+        let records = good.len() - 8 - 66..good.len() - 8;
+        let (first, second) = good[records.clone()].split_at(33);
         let mut swapped = good.clone();
         swapped[records.clone()].copy_from_slice(&[second, first].concat());
         assert_ne!(swapped, good);

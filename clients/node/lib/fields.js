@@ -1,6 +1,7 @@
 // The HTTP fields of docs/clients.md: RateLimit-Policy and RateLimit
 // (draft-ietf-httpapi-ratelimit-headers-11, a name being a Structured Field String),
-// X-RateLimit-*, Retry-After, and the application/problem+json bodies of 429 and 503.
+// X-RateLimit-*, Retry-After, and the application/problem+json bodies of 429 and 503 (fail
+// closed, and an adaptive concurrency limit shedding load).
 
 const ceilSeconds = (ms) => Math.ceil(ms / 1000);
 
@@ -28,6 +29,20 @@ export function quotaExceededBody(name) {
   });
 }
 
+/**
+ * The 503 body of an adaptive concurrency limit's refusal (application/problem+json): the
+ * service sheds load, it has as many requests in flight as it can take now; not the caller's
+ * quota. The draft's temporary-reduced-capacity type, naming the limit as a 429 does.
+ */
+export function loadSheddingBody(name) {
+  return JSON.stringify({
+    type: REDUCED_CAPACITY_TYPE,
+    title: 'Service is shedding load: too many requests in flight, try again later',
+    status: 503,
+    'violated-policies': [name],
+  });
+}
+
 /** The 503 body of fail closed (application/problem+json). */
 export const UNAVAILABLE_BODY = JSON.stringify({
   type: REDUCED_CAPACITY_TYPE,
@@ -38,9 +53,12 @@ export const UNAVAILABLE_BODY = JSON.stringify({
 /**
  * The response fields for a decision, in order, as [name, value] pairs: RateLimit-Policy,
  * RateLimit, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, and on a refusal
- * Retry-After (left out when the request can never pass).
+ * Retry-After (left out when the request can never pass; at least 1 for an adaptive
+ * concurrency limit's 503, and `t` with it).
  */
 export function rateLimitHeaders(d) {
+  // A refusal's seconds: an adaptive limit's 503 says at least 1 (a retry at once would be shed).
+  const retrySeconds = (ms) => (d.adaptive === undefined ? ceilSeconds(ms) : Math.max(1, ceilSeconds(ms)));
   let w = d.windowSeconds === undefined ? '' : `;w=${d.windowSeconds}`;
   if (d.concurrent) w = ';qu="concurrent-requests"';
   const name = sfString(d.name);
@@ -48,7 +66,7 @@ export function rateLimitHeaders(d) {
   // decision's moreAfterMs (none when `r` is all there is, or when it is not known).
   let t = '';
   if (d.allowed && d.moreAfterMs !== undefined) t = `;t=${ceilSeconds(d.moreAfterMs)}`;
-  else if (!d.allowed && d.retryAfterMs >= 0) t = `;t=${ceilSeconds(d.retryAfterMs)}`;
+  else if (!d.allowed && d.retryAfterMs >= 0) t = `;t=${retrySeconds(d.retryAfterMs)}`;
   const headers = [
     ['RateLimit-Policy', `${name};q=${d.limit}${w}`],
     ['RateLimit', `${name};r=${d.remaining}${t}`],
@@ -56,6 +74,6 @@ export function rateLimitHeaders(d) {
     ['X-RateLimit-Remaining', String(d.remaining)],
     ['X-RateLimit-Reset', String(ceilSeconds(d.resetAfterMs))],
   ];
-  if (!d.allowed && d.retryAfterMs >= 0) headers.push(['Retry-After', String(ceilSeconds(d.retryAfterMs))]);
+  if (!d.allowed && d.retryAfterMs >= 0) headers.push(['Retry-After', String(retrySeconds(d.retryAfterMs))]);
   return headers;
 }

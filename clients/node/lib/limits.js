@@ -64,8 +64,17 @@ export const ALGORITHMS = {
     valued: { name: 'coldFactor', word: 'COLDFACTOR', min: 2, max: 10 },
     fields: 'warmup',
   },
-  // Requests in flight: a lease per admitted request, released when its response ends.
-  concurrency: { command: 'RL.CONCURRENCY.ACQUIRE', params: ['limit', 'lease'], sixth: 'token', concurrent: true },
+  // Requests in flight: a lease per admitted request, released when its response ends. With
+  // `adaptive` (ADAPTIVE <KIND> [MIN n] [MAX n] after limit and lease) the limit is an estimate
+  // the releases move, `limit` only where a new key starts; `adaptive` holds each kind's MIN and
+  // MAX when left out (the module's defaults, Netflix's), widened to include `limit`.
+  concurrency: {
+    command: 'RL.CONCURRENCY.ACQUIRE',
+    params: ['limit', 'lease'],
+    sixth: 'token',
+    concurrent: true,
+    adaptive: { aimd: { min: 20, max: 200 }, vegas: { min: 1, max: 1000 }, gradient2: { min: 20, max: 200 } },
+  },
 };
 export const DURATION_PARAMS = new Set(['period', 'refillPeriod', 'leakPeriod', 'window', 'lease', 'warmup']);
 

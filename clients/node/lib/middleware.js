@@ -1,7 +1,9 @@
 // rateLimitMiddleware: Express/Connect middleware (plain node:http works too) that checks one
-// limit per request and turns the decision into the HTTP fields, a 429 or a 503.
+// limit per request and turns the decision into the HTTP fields, a 429 or a 503; a concurrency
+// lease held while the response is in flight, and for an adaptive limit, the request's latency
+// and whether it dropped reported when it is given back.
 
-import { UNAVAILABLE_BODY, quotaExceededBody, rateLimitHeaders } from './fields.js';
+import { UNAVAILABLE_BODY, loadSheddingBody, quotaExceededBody, rateLimitHeaders } from './fields.js';
 import { RateLimit } from './rate-limit.js';
 
 function send(res, status, body) {
@@ -12,8 +14,52 @@ function send(res, status, body) {
 }
 
 /**
+ * Holds an admitted concurrency decision's lease while the response is in flight, then gives it
+ * back; calls `next`. A static limit's is given back once the response closes (sent, or the
+ * connection gone). An adaptive limit's is given back with the request's latency, measured from
+ * just before `next()` to the response's 'finish' (the whole response handed to the OS), and
+ * DROPPED when the work failed from overload: a 5xx (Express answers an error, `next(err)` or
+ * a rejected async handler, with 500 unless the error says another status), the socket timing
+ * out while the response was in flight, or the response closing before it finished (the
+ * request aborted, the connection lost or destroyed by a server timeout).
+ */
+function holdLease(limiter, key, d, req, res, next) {
+  // Closed while the limit was asked ('close' has come and gone): cancelled before it began.
+  if (res.closed || res.destroyed) {
+    limiter.release(key, d, limiter.adaptive === undefined ? {} : { dropped: true });
+    next();
+    return;
+  }
+  if (limiter.adaptive === undefined) {
+    res.once('close', () => limiter.release(key, d));
+    next();
+    return;
+  }
+  const socket = req.socket;
+  let timedOut = false;
+  let released = false;
+  const onTimeout = () => {
+    timedOut = true;
+  };
+  let started;
+  const end = (dropped) => {
+    if (released) return;
+    released = true;
+    const rtt = Number(process.hrtime.bigint() - started) / 1e6;
+    socket?.removeListener?.('timeout', onTimeout);
+    limiter.release(key, d, { rtt, dropped });
+  };
+  res.once('finish', () => end(res.statusCode >= 500 || timedOut));
+  res.once('close', () => end(true));
+  socket?.on?.('timeout', onTimeout);
+  started = process.hrtime.bigint();
+  next();
+}
+
+/**
  * Express/Connect middleware (also a plain node:http handler's first step): checks one limit
- * per request, sets the fields, answers 429 when refused and 503 when Redis fails closed.
+ * per request, sets the fields, answers 429 when refused (503 when an adaptive concurrency
+ * limit refuses: load shedding) and 503 when Redis fails closed.
  * Options: those of RateLimit, plus `key(req)` (default: the remote address),
  * `cost(req)` (default 1), `shadow` (true, or `shadow(req)`: the limit is checked, counted
  * and answered in the fields, but never refuses) and `skip(req, res)` (true, or a promise of
@@ -47,10 +93,11 @@ export function rateLimitMiddleware(options = {}) {
           return;
         }
         for (const [name, value] of rateLimitHeaders(d)) res.setHeader(name, value);
-        // A concurrency lease is held while the response is in flight: 'close' comes once it
-        // is sent or the connection is gone.
-        if (d.allowed && d.token !== undefined) res.once('close', () => limiter.release(key, d));
-        if (d.allowed) next();
+        // A concurrency lease is held while the response is in flight.
+        if (d.allowed && d.token !== undefined) holdLease(limiter, key, d, req, res, next);
+        else if (d.allowed) next();
+        // An adaptive concurrency limit refuses to shed load: the service's state, not the caller's quota.
+        else if (d.adaptive !== undefined) send(res, 503, loadSheddingBody(d.name));
         else send(res, 429, quotaExceededBody(d.name));
       },
       (error) => next(error),

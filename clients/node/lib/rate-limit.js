@@ -3,7 +3,16 @@
 
 import { DenialMemory, monotonicMs } from './denial-memory.js';
 import { checkName } from './fields.js';
-import { ALGORITHMS, DURATION_PARAMS, count, durationMs, fieldShape, moreAfterMs, policyShapes } from './limits.js';
+import {
+  ALGORITHMS,
+  DURATION_PARAMS,
+  MAX_DURATION_MS,
+  count,
+  durationMs,
+  fieldShape,
+  moreAfterMs,
+  policyShapes,
+} from './limits.js';
 import { parseReply } from './reply.js';
 
 class TimeoutError extends Error {
@@ -34,11 +43,53 @@ function withTimeout(promise, ms) {
 }
 
 /**
+ * A concurrency limit's `adaptive`, `min` and `max` as the words of RL.CONCURRENCY.ACQUIRE
+ * (`ADAPTIVE <KIND> [MIN n] [MAX n]`) and the kind, lower case; `min` and `max` are checked
+ * against each other as the module checks them (one left out takes the module's default for the
+ * kind, widened to include `limit`), so that a limit the module would refuse on every request
+ * is refused here, once.
+ */
+function adaptiveWords(kinds, limit, start) {
+  if (kinds === undefined) {
+    throw new TypeError(`invalid limit.adaptive: only a concurrency limit adapts; got ${String(limit.adaptive)}`);
+  }
+  const kind = typeof limit.adaptive === 'string' ? limit.adaptive.toLowerCase() : undefined;
+  if (kind === undefined || !Object.hasOwn(kinds, kind)) {
+    throw new TypeError(`invalid limit.adaptive: expected "aimd", "vegas" or "gradient2"; got ${String(limit.adaptive)}`);
+  }
+  const words = ['ADAPTIVE', kind.toUpperCase()];
+  const min = limit.min === undefined ? undefined : count(limit.min, 'limit.min');
+  const max = limit.max === undefined ? undefined : count(limit.max, 'limit.max');
+  const defaults = kinds[kind];
+  const lo = min ?? Math.min(defaults.min, start);
+  const hi = max ?? Math.max(defaults.max, start);
+  if (lo > hi) {
+    if (max === undefined) {
+      throw new TypeError(
+        `invalid limit.min: ${min} is above limit.max, whose default for ${kind} is ${hi} (${defaults.max}, or limit if higher)`,
+      );
+    }
+    if (min === undefined) {
+      throw new TypeError(
+        `invalid limit.max: ${max} is below limit.min, whose default for ${kind} is ${lo} (${defaults.min}, or limit if lower)`,
+      );
+    }
+    throw new TypeError(`invalid limit.min: ${min} is above limit.max ${max}`);
+  }
+  if (min !== undefined) words.push('MIN', `${min}`);
+  if (max !== undefined) words.push('MAX', `${max}`);
+  return [kind, words];
+}
+
+/**
  * One limit: `{ algorithm: 'gcra', burst, rate, period }` (or tokenbucket, leakybucket,
  * fixedwindow, slidingwindow, slidinglog, warmup, concurrency with their own parameters) or
  * `{ policy: 'name' }` for RL.LIMIT, either with `block` (a penalty duration: BLOCK; not for
- * concurrency). `check(key, cost)` resolves to a decision; it never rejects on a Redis failure
- * (the decision then says `failed` and whether the request passes).
+ * concurrency). A concurrency limit may be `adaptive` ('aimd', 'vegas' or 'gradient2', any
+ * case; ADAPTIVE), within `min` and `max` (MIN, MAX): its limit then follows what `release`
+ * reports, `limit` being where a new key starts. `check(key, cost)` resolves to a decision; it
+ * never rejects on a Redis failure (the decision then says `failed` and whether the request
+ * passes).
  */
 export class RateLimit {
   constructor(options = {}) {
@@ -103,6 +154,15 @@ export class RateLimit {
     if (limit === null || typeof limit !== 'object') {
       throw new TypeError('invalid limit: expected { algorithm, ...parameters } or { policy }');
     }
+    // ADAPTIVE's kind, lower case, for an adaptive concurrency limit; MIN and MAX bound it only.
+    this.adaptive = undefined;
+    if (limit.adaptive === undefined) {
+      for (const bound of ['min', 'max']) {
+        if (limit[bound] !== undefined) {
+          throw new TypeError(`invalid limit.${bound}: only an adaptive concurrency limit (limit.adaptive) has bounds`);
+        }
+      }
+    }
     if (limit.policy !== undefined) {
       this.policy = checkName(limit.policy, 'policy');
       this.name = checkName(name ?? this.policy, 'name');
@@ -111,6 +171,7 @@ export class RateLimit {
       this.args = [this.policy];
       this.shapes = undefined; // the promise of RL.POLICY.GET's rules' field shapes, once
       this.concurrent = false;
+      if (limit.adaptive !== undefined) adaptiveWords(undefined, limit);
     } else {
       const algorithm = ALGORITHMS[String(limit.algorithm).toLowerCase()];
       if (algorithm === undefined) {
@@ -138,6 +199,11 @@ export class RateLimit {
         this.args.push(valued.word, `${value}`);
       }
       if (algorithm.flag && limit[algorithm.flag]) this.args.push(algorithm.flag.toUpperCase());
+      if (limit.adaptive !== undefined) {
+        const [kind, words] = adaptiveWords(algorithm.adaptive, limit, Number(this.args[0]));
+        this.adaptive = kind;
+        this.args.push(...words);
+      }
       this.concurrent = Boolean(algorithm.concurrent);
       this.shape = fieldShape(String(limit.algorithm).toLowerCase(), this.args);
     }
@@ -192,6 +258,7 @@ export class RateLimit {
       const reply = this.#durable(parseReply(raw, this.sixth, extras), acked);
       const decision = { ...reply, name: this.name, windowSeconds: this.shape.windowSeconds };
       if (this.concurrent) decision.concurrent = true;
+      if (this.adaptive !== undefined) decision.adaptive = this.adaptive;
       return [decision, this.shape.more];
     }
     const [shapes, [raw, acked]] = await Promise.all([this.#policyShapes(), this.#sendWaiting(args, dryRun)]);
@@ -355,16 +422,27 @@ export class RateLimit {
   }
 
   /**
-   * Gives back the lease of an admitted concurrency decision (RL.CONCURRENCY.RELEASE). Never
-   * rejects: a failure is logged and counted (`releaseFailures`); the lease then ends by itself.
+   * Gives back the lease of an admitted concurrency decision (RL.CONCURRENCY.RELEASE), with
+   * what the work it guarded says to an adaptive limit: `rtt`, the milliseconds it took (a
+   * number, fractions kept: sent as `RTT <n>us`, whole microseconds, at least 1; left out, the
+   * module takes the time since the lease was taken), and `dropped`, that it failed from
+   * overload (a 5xx, a timeout, a cancelled request: DROPPED, the limit backs off). A limit that
+   * is not adaptive takes both and ignores them. Rejects only on invalid options (TypeError): a
+   * Redis failure is logged and counted (`releaseFailures`), and the lease then ends by itself
+   * (counted as dropped by an adaptive limit).
    */
-  async release(key, decision) {
+  async release(key, decision, options = {}) {
+    const { rtt, dropped = false } = options ?? {};
+    if (rtt !== undefined && (typeof rtt !== 'number' || !(rtt >= 0 && rtt <= MAX_DURATION_MS))) {
+      throw new TypeError(`invalid rtt: expected the milliseconds the work took, a number from 0 to 10 years; got ${String(rtt)}`);
+    }
+    if (typeof dropped !== 'boolean') throw new TypeError(`invalid dropped: expected true or false; got ${String(dropped)}`);
     if (!this.concurrent || !decision?.allowed || decision.token === undefined) return;
+    const args = ['RL.CONCURRENCY.RELEASE', this.redisKey(key), decision.token];
+    if (rtt !== undefined) args.push('RTT', `${Math.max(1, Math.round(rtt * 1000))}us`);
+    if (dropped) args.push('DROPPED');
     try {
-      await withTimeout(
-        this.send(['RL.CONCURRENCY.RELEASE', this.redisKey(key), decision.token]),
-        this.timeout,
-      );
+      await withTimeout(this.send(args), this.timeout);
     } catch (error) {
       this.stats.releaseFailures += 1;
       this.logger?.warn?.(

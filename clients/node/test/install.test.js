@@ -50,7 +50,7 @@ test('npm install of the packed package into a fresh directory', () => {
     const [imported, required] = JSON.parse(execFileSync(process.execPath, ['names.cjs'], { cwd: dir, encoding: 'utf8' }));
     assert.deepEqual(imported, [
       'NotDurableError', 'QUOTA_EXCEEDED_TYPE', 'REDUCED_CAPACITY_TYPE', 'RateLimit', 'RateLimiterRedis', 'RateLimiterRes',
-      'UNAVAILABLE_BODY', 'durationMs', 'parseReply', 'policyWindows', 'quotaExceededBody',
+      'UNAVAILABLE_BODY', 'durationMs', 'loadSheddingBody', 'parseReply', 'policyWindows', 'quotaExceededBody',
       'rateLimitHeaders', 'rateLimitMiddleware', 'reconnectStrategy',
     ]);
     if (process.features.require_module) assert.deepEqual(required, imported);

@@ -35,11 +35,11 @@ const REACHED = {
   // Read by a policy's limit for the windows of its rules.
   'RL.POLICY.GET': { limit: { policy: 'parity' }, call: check },
   'RL.CONCURRENCY.RELEASE': {
-    limit: { algorithm: 'concurrency', limit: 2, lease: '30s' },
-    call: async (l) => {
+    limit: { algorithm: 'concurrency', limit: 2, lease: '30s', adaptive: 'aimd' },
+    call: async (l, way) => {
       const d = await l.check('k');
       assert.equal(d.allowed, true);
-      await l.release('k', d);
+      await l.release('k', d, way.release);
       assert.equal(l.stats.releaseFailures, 0);
     },
   },
@@ -69,8 +69,9 @@ const NOT_REACHED = {
 };
 
 /**
- * Every option of those commands, as the package sends it: a cost, an option of the call, or an
- * option of the limit. `value` is what the command must carry after the token.
+ * Every option of those commands, as the package sends it: a cost, an option of the call or of a
+ * release (`way.release`), or an option of the limit. `value` is what the command must carry
+ * after the token.
  */
 const OPTIONS = {
   COST: { way: { cost: 2 }, value: '2' },
@@ -81,6 +82,15 @@ const OPTIONS = {
   BLOCK: { way: { limit: { block: '1m' } }, value: '60000' },
   INTERVAL: { way: { limit: { interval: true } } },
   COLDFACTOR: { way: { limit: { coldFactor: 5 } }, value: '5' },
+  // An adaptive concurrency limit (any case), its bounds; what a release reports to it.
+  ADAPTIVE: { way: { limit: { adaptive: 'aimd' } }, value: 'AIMD' },
+  AIMD: { way: { limit: { adaptive: 'AIMD' } } },
+  VEGAS: { way: { limit: { adaptive: 'vegas' } } },
+  GRADIENT2: { way: { limit: { adaptive: 'Gradient2' } } },
+  MIN: { way: { limit: { adaptive: 'vegas', min: 2 } }, value: '2' },
+  MAX: { way: { limit: { adaptive: 'aimd', max: 50 } }, value: '50' },
+  RTT: { way: { release: { rtt: 2.35 } }, value: '2350us' },
+  DROPPED: { way: { release: { dropped: true } } },
 };
 
 /** RESP3's maps as node-redis gives them: objects, or Maps with a type mapping. */

@@ -8,6 +8,8 @@ import {
   rateLimitHeaders,
   rateLimitMiddleware,
   reconnectStrategy,
+  loadSheddingBody,
+  type AdaptiveKind,
   type Decision,
 } from 'ratelimit-redis-module';
 
@@ -56,9 +58,21 @@ rateLimitMiddleware({ client, limit: { policy: 'api', block: '1m' } });
 rateLimitMiddleware({ client, limit: { policy: 'api' }, skip: async (req) => req.headers['x-internal'] === '1' });
 const leases = new RateLimit({ client, limit: { algorithm: 'concurrency', limit: 2, lease: '30s' } });
 leases.check('jobs', 1, { id: 'worker-7' }).then((d) => (d.failed ? undefined : leases.release('jobs', d)));
+// An adaptive concurrency limit, as the README's example; a release reporting the work's latency.
+const shedding = rateLimitMiddleware({
+  client,
+  limit: { algorithm: 'concurrency', limit: 20, lease: '30s', adaptive: 'gradient2', min: 4, max: 200 },
+});
+const kind: AdaptiveKind | undefined = shedding.limiter.adaptive;
+leases.check('jobs').then((d) => (d.failed ? undefined : leases.release('jobs', d, { rtt: 12.5, dropped: d.adaptive === kind })));
+const body: string = loadSheddingBody('default');
+// @ts-expect-error: min and max bound an adaptive limit only
+rateLimitMiddleware({ client, limit: { algorithm: 'concurrency', limit: 2, lease: '30s', min: 1 } });
+// @ts-expect-error: no such adaptive kind
+rateLimitMiddleware({ client, limit: { algorithm: 'concurrency', limit: 2, lease: '30s', adaptive: 'bbr' } });
 // @ts-expect-error: a concurrency limit has no block
 rateLimitMiddleware({ client, limit: { algorithm: 'concurrency', limit: 2, lease: '30s', block: '1m' } });
 // @ts-expect-error: the window's parameters are numbers or durations, not booleans
 rateLimitMiddleware({ client, limit: { algorithm: 'gcra', burst: true, rate: 1, period: 1 } });
 
-export { check, login, maybe, failures };
+export { check, login, maybe, failures, body };

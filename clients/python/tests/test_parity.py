@@ -133,8 +133,11 @@ CALLS: dict[str, Callable[[RateLimiter], Any]] = {
     "RL.POLICY.LIST": lambda rl: rl.policy_list(),
     "RL.CONCURRENCY.ACQUIRE": lambda rl: [rl.acquire("c", 2, "1s", token="t1", dryrun=True, shadow=True),
                                           rl.acquire("c", 2, "1s", token="t1"),
-                                          rl.check(Concurrency(2, "1s"), "c", shadow=True)],
-    "RL.CONCURRENCY.RELEASE": lambda rl: rl.release("c", "t1"),
+                                          rl.check(Concurrency(2, "1s"), "c", shadow=True),
+                                          rl.acquire("ca", 4, "1s", token="t2", adaptive="aimd", min=1, max=10),
+                                          rl.check(Concurrency(4, "1s", adaptive="vegas", max=8), "cv"),
+                                          rl.check(Concurrency(4, "1s", adaptive="gradient2", min=2), "cg")],
+    "RL.CONCURRENCY.RELEASE": lambda rl: rl.release("c", "t1") and rl.release("ca", "t2", rtt=0.0025, dropped=True),
     "RL.REFUND": lambda rl: rl.refund("g", 1, dryrun=True),
     "RL.POLICY.DEL": lambda rl: rl.policy_del("p"),
 }

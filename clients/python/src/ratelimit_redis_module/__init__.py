@@ -4,7 +4,8 @@
   client (sync or asyncio, standalone or cluster), returning a :class:`Decision`.
 - :class:`Guard` / :class:`AsyncGuard`: a limit applied to HTTP requests in any framework:
   a :class:`Verdict` with the RateLimit headers, the 429 body, the local denial memory, and
-  fail open or closed.
+  fail open or closed; ``in_flight`` holds a concurrency lease while a request is served and
+  releases it with the request's latency (adaptive limits: a refusal is a 503).
 - :class:`RateLimitMiddleware`: the same as ASGI middleware for Starlette and FastAPI
   (:func:`exempt` and ``skip`` leave requests alone).
 - :func:`client_from_url` / :func:`async_client_from_url`: redis-py clients set for the
@@ -22,10 +23,12 @@ from .client import (
     Counterpart,
     NotDurable,
     RateLimiter,
+    Rtt,
     async_client_from_sentinel,
     async_client_from_url,
     client_from_sentinel,
     client_from_url,
+    rtt_us,
 )
 from .guard import (
     PROBLEM_JSON,
@@ -33,12 +36,15 @@ from .guard import (
     AsyncGuard,
     DenialMemory,
     Guard,
+    InFlight,
     Stats,
     Verdict,
+    load_shed_body,
     quota_exceeded_body,
     rate_limit_headers,
 )
 from .limits import (
+    ADAPTIVE_KINDS,
     GCRA,
     Concurrency,
     Duration,
@@ -64,7 +70,7 @@ from .reply import Decision, parse_decision
 __version__ = "0.1.0"
 
 __all__ = [
-    "ADMISSION_OPTIONS", "AsyncGuard", "AsyncRateLimiter", "COMMANDS", "Concurrency", "Counterpart",
+    "ADAPTIVE_KINDS", "ADMISSION_OPTIONS", "InFlight", "Rtt", "load_shed_body", "rtt_us", "AsyncGuard", "AsyncRateLimiter", "COMMANDS", "Concurrency", "Counterpart",
     "Decision", "DenialMemory", "Duration", "FieldShape", "FixedWindow", "GCRA", "Guard", "LEFT_OUT", "LeakyBucket",
     "Limit", "NotDurable", "PROBLEM_JSON", "Policy", "RULE_KINDS", "RateLimitMiddleware", "RateLimiter", "Rule",
     "RuleKind", "SlidingLog", "SlidingWindow", "Stats", "TokenBucket", "UNAVAILABLE_BODY", "Verdict",

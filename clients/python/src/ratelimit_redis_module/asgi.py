@@ -153,7 +153,12 @@ class RateLimitMiddleware:
         limit: one algorithm's parameters (``GCRA(5, 10, "1m")``, ``Warmup(10, "1s", "10s")``...),
             ``Policy("api")``, or
             ``Concurrency(limit, lease)`` (requests in flight: the lease is released when the
-            application is done with the request).
+            application is done with the request). With ``adaptive=`` (load shedding, the
+            limit learnt from latency), the lease is released with the request's latency,
+            from just before the application runs to the end of its response, and
+            ``DROPPED`` when the response is a 5xx, the application raises, the request is
+            cancelled or its client goes away first; a refusal is a 503 (load shedding) with
+            ``Retry-After``, and the fields say its current limit.
         key: the caller's identity: :func:`client_ip` (the default), :func:`header`,
             :func:`user`, or any function of the scope (None leaves the request unlimited).
         name: the limit's name in the headers (default ``"default"``, or the policy's name).
@@ -242,31 +247,48 @@ class RateLimitMiddleware:
             return
         cost = self.cost(scope) if callable(self.cost) else self.cost
         shadow = self.shadow(scope) if callable(self.shadow) else self.shadow
-        verdict = await self.guard.check(identity, cost, shadow=bool(shadow))
-        extra = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in verdict.headers]
-        if not verdict.allowed:
-            await send({
-                "type": "http.response.start",
-                "status": verdict.status,
-                "headers": extra + [
-                    (b"content-type", PROBLEM_JSON.encode()),
-                    (b"content-length", str(len(verdict.body)).encode()),
-                ],
-            })
-            await send({"type": "http.response.body", "body": verdict.body})
-            return
-        if not extra:
-            await self.app(scope, receive, send)
-            return
+        async with self.guard.in_flight(identity, cost, shadow=bool(shadow)) as request:
+            verdict = request.verdict
+            extra = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in verdict.headers]
+            if not verdict.allowed:
+                await send({
+                    "type": "http.response.start",
+                    "status": verdict.status,
+                    "headers": extra + [
+                        (b"content-type", PROBLEM_JSON.encode()),
+                        (b"content-length", str(len(verdict.body)).encode()),
+                    ],
+                })
+                await send({"type": "http.response.body", "body": verdict.body})
+                return
+            if verdict.lease is None and not extra:
+                await self.app(scope, receive, send)
+                return
 
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message = dict(message)
-                message["headers"] = list(message.get("headers", ())) + extra
-            await send(message)
+            async def watched_receive() -> Message:
+                message = await receive()
+                if message["type"] == "http.disconnect" and not request.finished:
+                    # The client went away before its response was complete.
+                    request.dropped = True
+                return message
 
-        try:
-            await self.app(scope, receive, send_with_headers)
-        finally:
-            if verdict.lease is not None:
-                await self.guard.release(identity, verdict.lease)
+            async def watched_send(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    request.status = int(message["status"])
+                    if extra:
+                        message = dict(message)
+                        message["headers"] = list(message.get("headers", ())) + extra
+                await send(message)
+                if _completes(message):
+                    request.done()
+
+            await self.app(scope, watched_receive if verdict.lease is not None else receive, watched_send)
+            if not request.finished:
+                # Returned without a complete response: the server answers 500 or cuts it.
+                request.dropped = True
+
+
+def _completes(message: Message) -> bool:
+    """The message ends the response: its last body part (or a file sent whole)."""
+    kind = message["type"]
+    return (kind == "http.response.body" and not message.get("more_body", False)) or kind == "http.response.pathsend"

@@ -7,7 +7,9 @@ node that owns the key's slot. Replies are parsed alike from RESP2 (arrays) and 
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+import math
+from datetime import timedelta
+from typing import Any, NamedTuple, Union
 
 import redis
 import redis.asyncio
@@ -49,6 +51,8 @@ __all__ = [
     "LEFT_OUT",
     "ADMISSION_OPTIONS",
     "Counterpart",
+    "Rtt",
+    "rtt_us",
 ]
 
 # What client_from_url and async_client_from_url set, and why: a limiter sits on the request
@@ -174,8 +178,11 @@ COMMANDS: dict[str, Counterpart] = {
     "RL.SLIDINGLOG": Counterpart("sliding_log, SlidingLog", ADMISSION_OPTIONS),
     "RL.WARMUP": Counterpart("warmup, Warmup (cold_factor: COLDFACTOR)", ADMISSION_OPTIONS | {"COLDFACTOR"}),
     "RL.LIMIT": Counterpart("limit, Policy", ADMISSION_OPTIONS),
-    "RL.CONCURRENCY.ACQUIRE": Counterpart("acquire (token: ID), Concurrency", frozenset({"ID", "DRYRUN", "SHADOW"})),
-    "RL.CONCURRENCY.RELEASE": Counterpart("release", frozenset()),
+    "RL.CONCURRENCY.ACQUIRE": Counterpart(
+        "acquire (token: ID; adaptive: ADAPTIVE AIMD|VEGAS|GRADIENT2, min: MIN, max: MAX), Concurrency",
+        frozenset({"ID", "DRYRUN", "SHADOW", "ADAPTIVE", "AIMD", "VEGAS", "GRADIENT2", "MIN", "MAX"}),
+    ),
+    "RL.CONCURRENCY.RELEASE": Counterpart("release (rtt: RTT <n>us, dropped: DROPPED)", frozenset({"RTT", "DROPPED"})),
     "RL.REFUND": Counterpart("refund", frozenset({"DRYRUN"})),
     "RL.POLICY.SET": Counterpart("policy_set (a Rule's shadow: SHADOW)", frozenset({"SHADOW"})),
     "RL.POLICY.GET": Counterpart("policy_get, parse_rules", frozenset()),
@@ -220,20 +227,56 @@ def _check_args(
     if isinstance(limit, Concurrency):
         if cost != 1 or at_most is not None or block is not None:
             raise ValueError("a concurrency limit takes one lease per request: no cost, no at_most, no block")
-        return _acquire_args(key, limit.limit, limit.lease, None, dryrun, shadow)
+        return _acquire_args(key, limit, None, dryrun, shadow)
     return [limit.command, key, *limit.args(), *_options(cost, at_most, dryrun, block, shadow)]
 
 
-def _acquire_args(
-    key: str | bytes, limit: int, lease: Duration, token: str | None, dryrun: bool, shadow: bool
-) -> list[Any]:
-    words: list[Any] = ["RL.CONCURRENCY.ACQUIRE", key, str(limit), _arg(lease)]
+def _acquire_args(key: str | bytes, limit: Concurrency, token: str | None, dryrun: bool, shadow: bool) -> list[Any]:
+    words: list[Any] = ["RL.CONCURRENCY.ACQUIRE", key, *limit.args()]
     if token is not None:
         words += ["ID", token]
     if dryrun:
         words.append("DRYRUN")
     if shadow:
         words.append("SHADOW")
+    return words
+
+
+#: How long a request's work took, as :meth:`RateLimiter.release` takes it: seconds (a float,
+#: or an int), as the difference of two ``time.monotonic()`` or ``time.perf_counter()``
+#: readings gives them, or a :class:`datetime.timedelta`. Not a
+#: :data:`~ratelimit_redis_module.Duration`: a bare number is seconds here, not milliseconds,
+#: since it is a measurement, not a limit's parameter; and it keeps microseconds.
+Rtt = Union[float, timedelta]
+
+
+def rtt_us(rtt: Rtt) -> int:
+    """``rtt`` in whole microseconds, as ``RTT <n>us`` sends it: rounded to the nearest, and at
+    least 1 (the module takes 1 us to 10 years; a measurement of 0 is work too short to see).
+
+    Raises:
+        TypeError: not a number of seconds nor a timedelta.
+        ValueError: negative, NaN or infinite.
+    """
+    if isinstance(rtt, timedelta):
+        us = rtt // timedelta(microseconds=1)
+    elif isinstance(rtt, (int, float)) and not isinstance(rtt, bool):
+        if not math.isfinite(rtt):
+            raise ValueError(f"invalid rtt {rtt!r}: expected a finite number of seconds")
+        us = round(rtt * 1_000_000)
+    else:
+        raise TypeError(f"invalid rtt {rtt!r}: expected seconds (a float) or a timedelta")
+    if us < 0:
+        raise ValueError(f"invalid rtt {rtt!r}: expected 0 or more")
+    return max(1, us)
+
+
+def _release_args(key: str | bytes, token: str, rtt: Rtt | None, dropped: bool) -> list[Any]:
+    words: list[Any] = ["RL.CONCURRENCY.RELEASE", key, token]
+    if rtt is not None:
+        words += ["RTT", f"{rtt_us(rtt)}us"]
+    if dropped:
+        words.append("DROPPED")
     return words
 
 
@@ -408,17 +451,32 @@ class RateLimiter:
 
     def acquire(
         self, key: str | bytes, limit: int, lease: Duration, *, token: str | None = None, dryrun: bool = False,
-        shadow: bool = False,
+        shadow: bool = False, adaptive: str | None = None, min: int | None = None, max: int | None = None,
     ) -> Decision:
         """``RL.CONCURRENCY.ACQUIRE``: one of ``limit`` leases; the decision's ``token`` names it
         (``ID token``: a lease of that name, which the same token renews). With ``shadow``, a
-        would-be denial takes no lease and is answered allowed, with no token."""
-        reply = self.client.execute_command(*_acquire_args(key, limit, lease, token, dryrun, shadow))
-        return parse_decision(reply, "token", shadow=shadow)
+        would-be denial takes no lease and is answered allowed, with no token.
 
-    def release(self, key: str | bytes, token: str) -> bool:
-        """``RL.CONCURRENCY.RELEASE``: True when the lease was held and is now released."""
-        return bool(self.client.execute_command("RL.CONCURRENCY.RELEASE", key, token))
+        ``adaptive`` (``"aimd"``, ``"vegas"``, ``"gradient2"``), ``min``, ``max``: an adaptive
+        limit (``ADAPTIVE kind MIN n MAX n``), ``limit`` being where a new key starts and the
+        decision's ``limit`` the current one (see
+        :class:`~ratelimit_redis_module.Concurrency`, which checks them: ValueError)."""
+        words = _acquire_args(key, Concurrency(limit, lease, adaptive, min, max), token, dryrun, shadow)
+        return parse_decision(self.client.execute_command(*words), "token", shadow=shadow)
+
+    def release(self, key: str | bytes, token: str, *, rtt: Rtt | None = None, dropped: bool = False) -> bool:
+        """``RL.CONCURRENCY.RELEASE``: True when the lease was held and is now released.
+
+        Args:
+            rtt: how long the work took (``RTT <n>us``): seconds, as a float (the difference of
+                two ``time.perf_counter()`` readings), or a :class:`datetime.timedelta`; sent
+                in whole microseconds, at least 1 (:func:`rtt_us`). None: the module takes
+                the time since the lease was taken.
+            dropped: the work failed from overload (a 5xx, a timeout, a cancellation):
+                ``DROPPED``, an adaptive limit backs off.
+
+        Both move an adaptive limit; a key that is not adaptive ignores them."""
+        return bool(self.client.execute_command(*_release_args(key, token, rtt, dropped)))
 
     def refund(self, key: str | bytes, units: int, *, dryrun: bool = False) -> int:
         """``RL.REFUND``: give back up to ``units`` the key has taken; returns the units given
@@ -534,15 +592,15 @@ class AsyncRateLimiter:
 
     async def acquire(
         self, key: str | bytes, limit: int, lease: Duration, *, token: str | None = None, dryrun: bool = False,
-        shadow: bool = False,
+        shadow: bool = False, adaptive: str | None = None, min: int | None = None, max: int | None = None,
     ) -> Decision:
-        """``RL.CONCURRENCY.ACQUIRE``."""
-        reply = await self.client.execute_command(*_acquire_args(key, limit, lease, token, dryrun, shadow))
-        return parse_decision(reply, "token", shadow=shadow)
+        """``RL.CONCURRENCY.ACQUIRE`` (see :meth:`RateLimiter.acquire`)."""
+        words = _acquire_args(key, Concurrency(limit, lease, adaptive, min, max), token, dryrun, shadow)
+        return parse_decision(await self.client.execute_command(*words), "token", shadow=shadow)
 
-    async def release(self, key: str | bytes, token: str) -> bool:
-        """``RL.CONCURRENCY.RELEASE``."""
-        return bool(await self.client.execute_command("RL.CONCURRENCY.RELEASE", key, token))
+    async def release(self, key: str | bytes, token: str, *, rtt: Rtt | None = None, dropped: bool = False) -> bool:
+        """``RL.CONCURRENCY.RELEASE``, with ``rtt`` and ``dropped`` (see :meth:`RateLimiter.release`)."""
+        return bool(await self.client.execute_command(*_release_args(key, token, rtt, dropped)))
 
     async def refund(self, key: str | bytes, units: int, *, dryrun: bool = False) -> int:
         """``RL.REFUND``: returns the units given back."""

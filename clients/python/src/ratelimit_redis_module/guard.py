@@ -9,12 +9,13 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any, Callable, Hashable
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any, AsyncIterator, Callable, Hashable, Iterator
 
 import redis
 
-from .client import AsyncRateLimiter, NotDurable, RateLimiter, async_client_from_url, client_from_url
+from .client import AsyncRateLimiter, NotDurable, RateLimiter, Rtt, async_client_from_url, client_from_url
 from .limits import Concurrency, FieldShape, Limit, More, Policy, Rule, field_shape, more_after_ms
 from .reply import Decision
 
@@ -24,8 +25,10 @@ __all__ = [
     "DenialMemory",
     "Guard",
     "AsyncGuard",
+    "InFlight",
     "rate_limit_headers",
     "quota_exceeded_body",
+    "load_shed_body",
     "UNAVAILABLE_BODY",
     "PROBLEM_JSON",
 ]
@@ -60,6 +63,19 @@ def quota_exceeded_body(name: str) -> bytes:
         b'{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",'
         b'"title":"Request cannot be satisfied as assigned quota has been exceeded",'
         b'"status":429,"violated-policies":[' + json.dumps(name).encode() + b"]}"
+    )
+
+
+def load_shed_body(name: str) -> bytes:
+    """The ``application/problem+json`` body of a 503 from an adaptive concurrency limit:
+    load shedding (the draft's ``temporary-reduced-capacity``), the server being at the
+    concurrency it currently sustains; not a caller's quota. Names the limit as
+    ``violated-policies``."""
+    return (
+        b'{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity",'
+        b'"title":"Request cannot be satisfied due to temporary server capacity constraints",'
+        b'"status":503,"detail":"load shedding: the server is at its adaptive concurrency limit",'
+        b'"violated-policies":[' + json.dumps(name).encode() + b"]}"
     )
 
 
@@ -110,7 +126,8 @@ class Stats:
     Attributes:
         round_trips: checks that went to Redis and got an answer.
         admitted: requests admitted by Redis.
-        denied: requests refused by Redis (429).
+        denied: requests refused by Redis (429; 503 for an adaptive concurrency limit: load
+            shedding).
         remembered: requests refused from the local denial memory: round trips saved.
         failures: checks that Redis did not answer in time (timeout, refused connection, error).
         timeouts: of those, checks that got no answer within the timeout (the asyncio guard's
@@ -143,9 +160,11 @@ class Verdict:
 
     Attributes:
         allowed: serve it (admitted, or let through because Redis failed and the guard fails open).
-        status: 200 when allowed, else 429 (limited) or 503 (Redis failed, failing closed).
+        status: 200 when allowed, else 429 (limited), or 503 (an adaptive concurrency limit
+            shedding load, or Redis failed and the guard fails closed).
         headers: header fields (lower-case names) to add to the response, allowed or not;
-            empty when Redis failed.
+            empty when Redis failed. For an adaptive concurrency limit, its current limit is
+            ``q``, and its 503's ``Retry-After`` is at least 1.
         body: the refusal's ``application/problem+json`` body (empty when allowed).
         decision: the module's reply, or the remembered denial recomputed; None when Redis failed.
         source: ``"redis"``, ``"memory"`` (no round trip) or ``"failure"``.
@@ -160,6 +179,55 @@ class Verdict:
     decision: Decision | None
     source: str
     lease: str | None = None
+
+
+@dataclass(slots=True)
+class InFlight:
+    """One request from its check to the end of its response, as the guards' ``in_flight``
+    gives it; for a :class:`~ratelimit_redis_module.Concurrency` limit, what its lease is
+    released with at the end of the ``with`` block.
+
+    Attributes:
+        verdict: the check's :class:`Verdict`: answer as it says (refused: its status,
+            headers and body; nothing is released).
+        status: the response's status, for the application to set when it knows it: 500 or
+            more releases an adaptive lease with ``DROPPED``.
+        dropped: set True to release with ``DROPPED`` whatever the status (work that failed
+            from overload, caught inside the block); an exception leaving the block (a
+            timeout, a cancellation) sets it.
+        rtt: the seconds measured, from the start of the block (just before the handler
+            runs) to :meth:`done` or the end of the block; set when the block ends.
+    """
+
+    verdict: Verdict
+    status: int | None = None
+    dropped: bool = False
+    rtt: float | None = None
+    _clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+    _start: float = field(default=0.0, repr=False)
+    _end: float | None = field(default=None, repr=False)
+
+    def done(self) -> None:
+        """The response is complete: its latency ends now (not at the end of the block, after
+        work that follows the response, such as background tasks). The first call counts."""
+        if self._end is None:
+            self._end = self._clock()
+
+    @property
+    def finished(self) -> bool:
+        """:meth:`done` was called: the response is complete."""
+        return self._end is not None
+
+    def _sample(self) -> tuple[float, bool]:
+        """The latency (seconds, from the guard's clock) and whether it dropped."""
+        end = self._end if self._end is not None else self._clock()
+        self.rtt = max(0.0, end - self._start)
+        return self.rtt, self.dropped or (self.status is not None and self.status >= 500)
+
+
+# Releases under way after their request was cancelled (asyncio keeps only weak references to
+# tasks): a cancelled request still gives its lease back.
+_releasing: set[asyncio.Future[None]] = set()
 
 
 @dataclass(slots=True)
@@ -275,6 +343,9 @@ class _Setup:
     name: str
     policy: str | None
     concurrent: bool
+    #: An adaptive concurrency limit: a refusal is load shedding (503), a lease released with
+    #: its latency and whether it dropped.
+    adaptive: bool
     #: The fields' shape of a limit that is not a policy (a policy's is its binding rule's).
     shape: FieldShape
     #: What a remembered denial must have been made under to answer a request: the command
@@ -314,9 +385,9 @@ class _GuardBase:
         policy = limit.name if isinstance(limit, Policy) else None
         name = check_name(self._given_name if self._given_name is not None else (policy or "default"))
         shape = FieldShape(None, "probe") if policy else field_shape(limit.command, limit.args())
-        return _Setup(
-            limit, name, policy, isinstance(limit, Concurrency), shape, (limit.command, tuple(limit.args())),
-        )
+        concurrent = isinstance(limit, Concurrency)
+        adaptive = isinstance(limit, Concurrency) and limit.adaptive is not None
+        return _Setup(limit, name, policy, concurrent, adaptive, shape, (limit.command, tuple(limit.args())))
 
     @property
     def limit(self) -> Limit:
@@ -345,6 +416,25 @@ class _GuardBase:
     def concurrent(self) -> bool:
         """The limit is a :class:`~ratelimit_redis_module.Concurrency` limit."""
         return self._setup.concurrent
+
+    @property
+    def adaptive(self) -> bool:
+        """The limit is an adaptive :class:`~ratelimit_redis_module.Concurrency` limit: a refusal
+        is a 503 (load shedding), with ``Retry-After`` (at least 1) and the RateLimit fields."""
+        return self._setup.adaptive
+
+    def _in_flight(self, verdict: Verdict) -> InFlight:
+        request = InFlight(verdict, _clock=self.memory.clock)
+        request._start = request._clock()
+        return request
+
+    @staticmethod
+    def _release_sample(setup: _Setup, request: InFlight) -> tuple[Rtt | None, bool]:
+        """What a lease is released with: for an adaptive limit, the latency and whether it
+        dropped; for any other, nothing (the module would ignore them, and a module without
+        adaptive limits refuses them)."""
+        rtt, dropped = request._sample()
+        return (rtt, dropped) if setup.adaptive else (None, False)
 
     def _recall(self, setup: _Setup, redis_key: str, cost: int) -> Verdict | None:
         remembered = self.memory.recall(redis_key, cost, setup.params)
@@ -396,8 +486,11 @@ class _GuardBase:
         self.stats.round_trips += 1
         name, shape = named
         window_s = shape.window_s
+        # An adaptive limit's fields are a concurrency limit's, its current limit as q; its
+        # refusal (a 503) says to come back in 1 s at the soonest: at once would be shed again.
+        fields = replace(decision, retry_after_ms=max(decision.retry_after_ms, 1)) if setup.adaptive else decision
         headers = rate_limit_headers(
-            name, decision, window_s, setup.concurrent, self._more_after(decision, shape.more, probed)
+            name, fields, window_s, setup.concurrent, self._more_after(decision, shape.more, probed)
         )
         if decision.shadow_denied:
             # Let through as the module answered it; nothing was written.
@@ -415,6 +508,8 @@ class _GuardBase:
         # ``at_most`` (no cost of its own for a later request to match).
         if plain and not setup.concurrent and setup.policy is None:
             self.memory.remember(redis_key, decision, cost, name, window_s, params=setup.params, sent=sent)
+        if setup.adaptive:
+            return Verdict(False, 503, headers, load_shed_body(name), decision, "redis")
         return Verdict(False, 429, headers, quota_exceeded_body(name), decision, "redis")
 
     def _failed(self, error: BaseException) -> Verdict:
@@ -527,13 +622,46 @@ class Guard(_GuardBase):
                 pass  # the request is decided: only RateLimit's t is left out
         return self._decided(setup, redis_key, cost, decision, sent, plain, named, probed)
 
-    def release(self, identity: str, lease: str) -> None:
+    def release(self, identity: str, lease: str, *, rtt: Rtt | None = None, dropped: bool = False) -> None:
         """Give back the lease a :class:`Verdict` of a concurrency limit holds (a failure is
-        logged: the lease then ends by itself after its duration)."""
+        logged: the lease then ends by itself after its duration), with how long the work took
+        (``rtt``: seconds, or a timedelta) and whether it ``dropped`` (see
+        :meth:`~ratelimit_redis_module.RateLimiter.release`). :meth:`in_flight` does it all."""
         try:
-            self.limiter.release(self.prefix + identity, lease)
+            self.limiter.release(self.prefix + identity, lease, rtt=rtt, dropped=dropped)
         except _FAILURES as error:
             logger.warning("rate limiter: lease %s not released (%s: %s)", lease, type(error).__name__, error)
+
+    @contextmanager
+    def in_flight(self, identity: str, cost: int = 1, *, shadow: bool = False) -> Iterator[InFlight]:
+        """Check one request (:meth:`check`), and for a concurrency limit hold its lease while
+        the ``with`` block serves it, released when the block ends::
+
+            with guard.in_flight(ip) as request:
+                if not request.verdict.allowed:
+                    return refuse(request.verdict)  # its status, headers and body
+                response = handler()
+                request.status = response.status_code
+                return response
+
+        For an adaptive limit the lease is released with the block's latency (``RTT``, from
+        the guard's ``clock``: from the start of the block to :meth:`InFlight.done` or its
+        end) and ``DROPPED`` when ``request.status`` is 500 or more, ``request.dropped`` is
+        set, or an exception leaves the block (a timeout...). A lease of any other
+        concurrency limit is released plainly, as :meth:`release` does.
+        """
+        setup = self._setup
+        request = self._in_flight(self.check(identity, cost, shadow=shadow))
+        try:
+            yield request
+        except BaseException:
+            request.dropped = True
+            raise
+        finally:
+            lease = request.verdict.lease
+            rtt, dropped = self._release_sample(setup, request)
+            if lease is not None:
+                self.release(identity, lease, rtt=rtt, dropped=dropped)
 
 
 class AsyncGuard(_GuardBase):
@@ -618,11 +746,14 @@ class AsyncGuard(_GuardBase):
                 pass  # the request is decided: only RateLimit's t is left out
         return self._decided(setup, redis_key, cost, decision, sent, plain, named, probed)
 
-    async def release(self, identity: str, lease: str) -> None:
+    async def release(self, identity: str, lease: str, *, rtt: Rtt | None = None, dropped: bool = False) -> None:
         """Give back the lease a :class:`Verdict` of a concurrency limit holds (a failure is
-        logged: the lease then ends by itself after its duration)."""
+        logged: the lease then ends by itself after its duration), with ``rtt`` and
+        ``dropped`` (see :meth:`Guard.release`). :meth:`in_flight` does it all."""
         try:
-            await asyncio.wait_for(self.limiter.release(self.prefix + identity, lease), self.timeout)
+            await asyncio.wait_for(
+                self.limiter.release(self.prefix + identity, lease, rtt=rtt, dropped=dropped), self.timeout
+            )
         except _FAILURES as error:
             if isinstance(error, asyncio.TimeoutError):
                 what = "no answer in time"
@@ -630,4 +761,25 @@ class AsyncGuard(_GuardBase):
                 what = f"{type(error).__name__}: {error}"
             logger.warning("rate limiter: lease %s not released (%s)", lease, what)
 
-
+    @asynccontextmanager
+    async def in_flight(self, identity: str, cost: int = 1, *, shadow: bool = False) -> AsyncIterator[InFlight]:
+        """Check one request (:meth:`check`), and for a concurrency limit hold its lease while
+        the ``async with`` block serves it, as :meth:`Guard.in_flight` does; what the
+        middleware uses. An exception leaving the block, :class:`asyncio.CancelledError`
+        included (a request cancelled, a timeout), releases an adaptive lease with
+        ``DROPPED``; the release is shielded, so that a cancellation cannot stop it."""
+        setup = self._setup
+        request = self._in_flight(await self.check(identity, cost, shadow=shadow))
+        try:
+            yield request
+        except BaseException:
+            request.dropped = True
+            raise
+        finally:
+            lease = request.verdict.lease
+            rtt, dropped = self._release_sample(setup, request)
+            if lease is not None:
+                releasing = asyncio.ensure_future(self.release(identity, lease, rtt=rtt, dropped=dropped))
+                _releasing.add(releasing)
+                releasing.add_done_callback(_releasing.discard)
+                await asyncio.shield(releasing)

@@ -22,6 +22,7 @@ __all__ = [
     "Warmup",
     "Policy",
     "Concurrency",
+    "ADAPTIVE_KINDS",
     "Rule",
     "RuleKind",
     "RULE_KINDS",
@@ -211,19 +212,69 @@ class Policy:
         return None
 
 
+#: The kinds of adaptive concurrency limit (``ADAPTIVE AIMD|VEGAS|GRADIENT2``), as
+#: :class:`Concurrency` takes them: Netflix concurrency-limits' AIMDLimit, VegasLimit and
+#: Gradient2Limit.
+ADAPTIVE_KINDS = ("aimd", "vegas", "gradient2")
+
+
+def _bound(name: str, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"invalid {name} {value!r}: expected an int of 1 or more")
+
+
 @dataclass(frozen=True, slots=True)
 class Concurrency:
-    """``RL.CONCURRENCY.ACQUIRE key limit lease``: at most ``limit`` requests in flight, each
-    holding a lease until it is released or ``lease`` has passed. The guard and the middleware
-    release the lease when the response is done. It takes no ``COST``."""
+    """``RL.CONCURRENCY.ACQUIRE key limit lease [ADAPTIVE kind [MIN n] [MAX n]]``: at most
+    ``limit`` requests in flight, each holding a lease until it is released or ``lease`` has
+    passed. The guard and the middleware release the lease when the response is done. It takes
+    no ``COST``.
+
+    ``adaptive`` (``"aimd"``, ``"vegas"`` or ``"gradient2"``, any case; kept lower case): the
+    key's limit is an estimate that the module moves with each release's latency and whether
+    it dropped (Netflix concurrency-limits' algorithms), bounded by ``min`` and ``max`` (the
+    module's defaults when None: 20 to 200 for AIMD and GRADIENT2, 1 to 1000 for VEGAS, widened
+    to include ``limit``); ``limit`` is only where a new key starts. The guard and the
+    middleware then release with the request's measured latency (``RTT``), and ``DROPPED`` on
+    a 5xx, an exception, a timeout or a cancellation; a refusal is a 503 (load shedding).
+
+    Raises:
+        ValueError: an unknown ``adaptive`` kind; ``min`` or ``max`` not an int of 1 or more,
+            given without ``adaptive``, or ``min`` above ``max``.
+    """
 
     limit: int
     lease: Duration
+    adaptive: str | None = None
+    min: int | None = None
+    max: int | None = None
     command: ClassVar[str] = "RL.CONCURRENCY.ACQUIRE"
     extra: ClassVar[str | None] = "token"
 
+    def __post_init__(self) -> None:
+        if self.adaptive is not None:
+            kind = self.adaptive.lower() if isinstance(self.adaptive, str) else None
+            if kind not in ADAPTIVE_KINDS:
+                raise ValueError(
+                    f"invalid adaptive {self.adaptive!r}: expected one of {', '.join(map(repr, ADAPTIVE_KINDS))}"
+                )
+            object.__setattr__(self, "adaptive", kind)
+        elif self.min is not None or self.max is not None:
+            raise ValueError("min and max bound an adaptive limit: give them with adaptive=")
+        _bound("min", self.min)
+        _bound("max", self.max)
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min {self.min} is above max {self.max}")
+
     def args(self) -> list[str]:
-        return [str(self.limit), _arg(self.lease)]
+        words = [str(self.limit), _arg(self.lease)]
+        if self.adaptive is not None:
+            words += ["ADAPTIVE", self.adaptive.upper()]
+            if self.min is not None:
+                words += ["MIN", str(self.min)]
+            if self.max is not None:
+                words += ["MAX", str(self.max)]
+        return words
 
     def window_ms(self) -> int | None:
         return None
