@@ -218,13 +218,22 @@ impl State {
     /// Sets the bounds and estimate, as decoding a stored state does (and a write).
     pub fn set_adaptive(&mut self, adaptive: Option<(adaptive::Params, Estimate)>) {
         self.forget_reads();
-        self.0.adaptive = adaptive.map(|(params, estimate)| {
-            Box::new(Adaptive {
-                params,
-                estimate,
-                pending: Cell::new(None),
-            })
-        });
+        match (self.0.adaptive.as_deref_mut(), adaptive) {
+            // In place: an adaptive key's every acquisition sets them.
+            (Some(a), Some((params, estimate))) => {
+                a.params = params;
+                a.estimate = estimate;
+            }
+            (_, adaptive) => {
+                self.0.adaptive = adaptive.map(|(params, estimate)| {
+                    Box::new(Adaptive {
+                        params,
+                        estimate,
+                        pending: Cell::new(None),
+                    })
+                })
+            }
+        }
     }
 
     /// Forgets what reads counted (the leases or the estimate changed).
