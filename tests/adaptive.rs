@@ -288,14 +288,7 @@ fn adaptive_keys_replicate_persist_and_restore_bit_for_bit() {
 
 #[test]
 fn the_aof_replays_adaptive_keys_to_the_same_state_and_its_rewrite_keeps_it() {
-    let mut server = Server::with(Config::default().extra(&[
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--aof-use-rdb-preamble",
-        "no",
-    ]));
+    let mut server = Server::with(common::with_aof(Config::default(), "no"));
     let mut c = server.client();
     let keys = workload(&mut c);
     let at = T0_MS + 10_000;

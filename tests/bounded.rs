@@ -51,14 +51,7 @@ fn a_bgsave_or_a_replica_sync_writes_nothing_into_the_aof() {
     // appendfsync always: with everysec, a server whose background fsync is slow (a loaded
     // machine) postpones writing the AOF buffer for up to two seconds, so the size read after
     // a reply could lag behind what was already propagated.
-    let primary = Server::with(common::primary_config().extra(&[
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--aof-use-rdb-preamble",
-        "no",
-    ]));
+    let primary = Server::with(common::with_aof(common::primary_config(), "no"));
     let mut c = primary.client();
     c.wait_for_aof_rewrite();
     set_policies(&mut c, POLICIES);

@@ -83,14 +83,7 @@ fn an_rdb_restart_keeps_state_and_ttl() {
 }
 
 fn aof_config(preamble: &str) -> Config {
-    Config::default().extra(&[
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--aof-use-rdb-preamble",
-        preamble,
-    ])
+    common::with_aof(Config::default(), preamble)
 }
 
 #[test]

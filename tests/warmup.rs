@@ -397,14 +397,7 @@ fn the_replica_holds_the_same_state() {
 
 #[test]
 fn aof_replay_dump_restore_and_reload_keep_the_state() {
-    let mut server = Server::with(Config::default().extra(&[
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--aof-use-rdb-preamble",
-        "no",
-    ]));
+    let mut server = Server::with(common::with_aof(Config::default(), "no"));
     let mut c = server.client();
     c.clock_set(T0_MS);
     // Hour-long periods, so that the key's real TTL outlasts the restarts. From cold, 7 units

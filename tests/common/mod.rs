@@ -556,6 +556,19 @@ impl Client {
     }
 }
 
+/// `config` with an AOF written on every write (`appendfsync always`: with everysec a loaded
+/// machine may postpone writing it for up to two seconds) and its RDB preamble `yes` or `no`.
+pub fn with_aof(config: Config, preamble: &str) -> Config {
+    config.extra(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        preamble,
+    ])
+}
+
 /// A primary for the replication tests: it starts a full sync at once (by default it waits
 /// 5 s for more replicas to come).
 pub fn primary_config() -> Config {
