@@ -3,12 +3,12 @@
 use std::ffi::CStr;
 
 use super::{command, Command, When, ONE_KEY, WRITE};
-use crate::args::params;
 use crate::args::syntax::{
     name, string, KeyUse, ADAPTIVE, ADAPTIVE_MAX, ADAPTIVE_MIN, DROPPED, DRYRUN, ID, KEY, LEASE,
     LEASES, RTT, SHADOW,
 };
 use crate::args::Algorithm;
+use crate::args::{params, Cursor};
 use crate::dispatch::{Call, Mode};
 use crate::error::{quote, Error};
 use crate::response::{Admission, Extra, Propagate, Reply, Response};
@@ -59,6 +59,94 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
         Mode::Replay { .. } => crate::config::CONCURRENCY_LIMIT_CEILING,
     };
     let mut params = params::concurrency(a.next_n()?, max)?;
+    let Options {
+        id,
+        dryrun,
+        shadow,
+        adaptive,
+    } = options(&mut a, max)?;
+    params.adaptive = adaptive.map(|a| a.bounds(params.limit)).transpose()?;
+    let (now_us, real_ms) = call.clock();
+    // A DRYRUN asks what would happen: neither an admission nor a denial.
+    let write = !dryrun;
+    let mut key = Key::open(call.ctx, call.key()?, true);
+    let acquired = match key.whole::<Concurrency>()? {
+        Some(stored) => {
+            let acquired = concurrency::acquire(&params, &mut stored.state, now_us, id, write);
+            if acquired.decision.allowed && write {
+                stored.params = params;
+            }
+            acquired
+        }
+        None => {
+            let mut state = State::default();
+            let acquired = concurrency::acquire(&params, &mut state, now_us, id, write);
+            if acquired.decision.allowed && write {
+                key.create::<Concurrency>(Stored { params, state });
+            }
+            acquired
+        }
+    };
+    let d = &acquired.decision;
+    let mut propagate = Propagate::Nothing;
+    if d.allowed && write {
+        let at = call.expire_at(real_ms, ttl_ms(&params, d.reset_after.ceil_ms()));
+        key.expire_at(at);
+        propagate = call.propagation(RL_CONCURRENCY_ACQUIRE.replay_name(), now_us, at);
+    }
+    let token = if write { acquired.token } else { None };
+    // SHADOW: a would-be denial takes no lease (token nil: nothing to release) and is
+    // answered as admitted.
+    let mut decision = acquired.decision;
+    let shadow_denied = shadow && !decision.allowed;
+    decision.allowed |= shadow;
+    let admission = Admission {
+        decision,
+        extra: Extra::Token(token),
+        granted: None,
+        preview: dryrun,
+        replayed: call.replayed(),
+        shadow,
+        shadow_denied,
+    };
+    Ok(Response::propagating(
+        Reply::Admission(admission),
+        propagate,
+    ))
+}
+
+/// ACQUIRE's options after its positional arguments.
+struct Options<'a> {
+    id: Option<&'a [u8]>,
+    dryrun: bool,
+    shadow: bool,
+    adaptive: Option<AdaptiveOption>,
+}
+
+/// `ADAPTIVE algorithm [MIN n] [MAX n]` as given.
+struct AdaptiveOption {
+    kind: Kind,
+    min: Option<u32>,
+    max: Option<u32>,
+}
+
+impl AdaptiveOption {
+    /// The bounds, Netflix's defaults for those not given (widened to take in `start`).
+    fn bounds(&self, start: u64) -> Result<adaptive::Params, Error> {
+        let start = u32::try_from(start).unwrap_or(u32::MAX);
+        let bounds = adaptive::Params::with_defaults(self.kind, start, self.min, self.max);
+        if bounds.min > bounds.max {
+            return Err(Error::AdaptiveBounds {
+                message: "MIN is above MAX: an adaptive limit stays within MIN <= MAX (without MAX, the default is 200 for AIMD and GRADIENT2, 1000 for VEGAS, or limit if higher)",
+            });
+        }
+        Ok(bounds)
+    }
+}
+
+/// Reads ACQUIRE's options: each once, in any order; MIN and MAX (1 to `max`, the lease cap)
+/// only with ADAPTIVE.
+fn options<'a>(a: &mut Cursor<'a>, max: u64) -> Result<Options<'a>, Error> {
     let (mut id, mut dryrun, mut shadow) = (None, false, false);
     let (mut kind, mut min, mut max_limit) = (None, None, None);
     loop {
@@ -136,70 +224,24 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
             });
         }
     }
-    match kind {
-        Some(kind) => {
-            let start = u32::try_from(params.limit).unwrap_or(u32::MAX);
-            let bounds = adaptive::Params::with_defaults(kind, start, min, max_limit);
-            if bounds.min > bounds.max {
-                return Err(Error::AdaptiveBounds {
-                    message: "MIN is above MAX: an adaptive limit stays within MIN <= MAX (without MAX, the default is 200 for AIMD and GRADIENT2, 1000 for VEGAS, or limit if higher)",
-                });
-            }
-            params.adaptive = Some(bounds);
-        }
+    let adaptive = match kind {
+        Some(kind) => Some(AdaptiveOption {
+            kind,
+            min,
+            max: max_limit,
+        }),
         None if min.is_some() || max_limit.is_some() => return Err(Error::AdaptiveBounds {
             message:
                 "MIN and MAX bound an adaptive limit: give them with ADAPTIVE AIMD|VEGAS|GRADIENT2",
         }),
-        None => {}
-    }
-    let (now_us, real_ms) = call.clock();
-    // A DRYRUN asks what would happen: neither an admission nor a denial.
-    let write = !dryrun;
-    let mut key = Key::open(call.ctx, call.key()?, true);
-    let acquired = match key.whole::<Concurrency>()? {
-        Some(stored) => {
-            let acquired = concurrency::acquire(&params, &mut stored.state, now_us, id, write);
-            if acquired.decision.allowed && write {
-                stored.params = params;
-            }
-            acquired
-        }
-        None => {
-            let mut state = State::default();
-            let acquired = concurrency::acquire(&params, &mut state, now_us, id, write);
-            if acquired.decision.allowed && write {
-                key.create::<Concurrency>(Stored { params, state });
-            }
-            acquired
-        }
+        None => None,
     };
-    let d = &acquired.decision;
-    let mut propagate = Propagate::Nothing;
-    if d.allowed && write {
-        let at = call.expire_at(real_ms, ttl_ms(&params, d.reset_after.ceil_ms()));
-        key.expire_at(at);
-        propagate = call.propagation(RL_CONCURRENCY_ACQUIRE.replay_name(), now_us, at);
-    }
-    let token = if write { acquired.token } else { None };
-    // SHADOW: a would-be denial takes no lease (token nil: nothing to release) and is
-    // answered as admitted.
-    let mut decision = acquired.decision;
-    let shadow_denied = shadow && !decision.allowed;
-    decision.allowed |= shadow;
-    let admission = Admission {
-        decision,
-        extra: Extra::Token(token),
-        granted: None,
-        preview: dryrun,
-        replayed: call.replayed(),
+    Ok(Options {
+        id,
+        dryrun,
         shadow,
-        shadow_denied,
-    };
-    Ok(Response::propagating(
-        Reply::Admission(admission),
-        propagate,
-    ))
+        adaptive,
+    })
 }
 
 /// A key's time to live from its leases' reset: an adaptive key outlives them by
