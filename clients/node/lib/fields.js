@@ -37,8 +37,9 @@ export function quotaExceededBody(name) {
 export function loadSheddingBody(name) {
   return JSON.stringify({
     type: REDUCED_CAPACITY_TYPE,
-    title: 'Service is shedding load: too many requests in flight, try again later',
+    title: 'Request cannot be satisfied due to temporary server capacity constraints',
     status: 503,
+    detail: 'load shedding: the server is at its adaptive concurrency limit',
     'violated-policies': [name],
   });
 }

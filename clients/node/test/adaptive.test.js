@@ -457,8 +457,9 @@ test('middleware: an adaptive limit refuses with 503, Retry-After and a load-she
     assert.equal(refused.body, loadSheddingBody('default'));
     assert.deepEqual(JSON.parse(refused.body), {
       type: 'https://iana.org/assignments/http-problem-types#temporary-reduced-capacity',
-      title: 'Service is shedding load: too many requests in flight, try again later',
+      title: 'Request cannot be satisfied due to temporary server capacity constraints',
       status: 503,
+      detail: 'load shedding: the server is at its adaptive concurrency limit',
       'violated-policies': ['default'],
     });
     // 1 ms before the first lease ends: Retry-After and t rounded up, to 1.
