@@ -14,6 +14,7 @@
   module's commands and policy rules, and what it leaves out.
 """
 
+from .budget import BudgetStats, hold_ms
 from .asgi import RateLimitMiddleware, client_ip, exempt, header, user
 from .client import (
     ADMISSION_OPTIONS,
@@ -70,7 +71,7 @@ from .reply import Decision, parse_decision
 __version__ = "0.1.0"
 
 __all__ = [
-    "ADAPTIVE_KINDS", "ADMISSION_OPTIONS", "InFlight", "Rtt", "load_shed_body", "rtt_us", "AsyncGuard", "AsyncRateLimiter", "COMMANDS", "Concurrency", "Counterpart",
+    "ADAPTIVE_KINDS", "ADMISSION_OPTIONS", "BudgetStats", "hold_ms", "InFlight", "Rtt", "load_shed_body", "rtt_us", "AsyncGuard", "AsyncRateLimiter", "COMMANDS", "Concurrency", "Counterpart",
     "Decision", "DenialMemory", "Duration", "FieldShape", "FixedWindow", "GCRA", "Guard", "LEFT_OUT", "LeakyBucket",
     "Limit", "NotDurable", "PROBLEM_JSON", "Policy", "RULE_KINDS", "RateLimitMiddleware", "RateLimiter", "Rule",
     "RuleKind", "SlidingLog", "SlidingWindow", "Stats", "TokenBucket", "UNAVAILABLE_BODY", "Verdict",

@@ -181,6 +181,11 @@ class RateLimitMiddleware:
         stats: a :class:`Stats` to fill, so the application can read the counters.
         guard: an :class:`AsyncGuard` to use instead of building one from the arguments above;
             keep it to change the limit while serving (assign its ``limit``).
+
+    A limit with a local budget (``GCRA(..., local_budget=64)``) is served from it: a request
+    costs a round trip only when its key's budget is empty, and at the ASGI lifespan's
+    shutdown every unit held is given back (``RL.REFUND``) before the shutdown completes
+    (run the server with lifespan on; else call ``guard.aclose()``).
     """
 
     def __init__(
@@ -224,6 +229,17 @@ class RateLimitMiddleware:
         """The counters: round trips, admitted, denied, remembered, failures..."""
         return self.guard.stats
 
+    def _at_shutdown(self, send: Send) -> Send:
+        """The lifespan's ``send``: before the application's shutdown is reported complete, the
+        local budgets give back every unit they hold (``RL.REFUND``)."""
+
+        async def lifespan_send(message: Message) -> None:
+            if message["type"] in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
+                await self.guard.aclose()
+            await send(message)
+
+        return lifespan_send
+
     def _skipped(self, scope: Scope) -> bool:
         if self.skip is not None and self.skip(scope):
             return True
@@ -238,6 +254,9 @@ class RateLimitMiddleware:
         return False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, self._at_shutdown(send))
+            return
         if scope["type"] != "http" or self._skipped(scope):
             await self.app(scope, receive, send)
             return

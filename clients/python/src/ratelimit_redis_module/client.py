@@ -8,8 +8,9 @@ node that owns the key's slot. Replies are parsed alike from RESP2 (arrays) and 
 from __future__ import annotations
 
 import math
+import time
 from datetime import timedelta
-from typing import Any, NamedTuple, Union
+from typing import Any, Callable, NamedTuple, Union
 
 import redis
 import redis.asyncio
@@ -37,6 +38,7 @@ from .limits import (
     _arg,
     parse_rules,
 )
+from .budget import AsyncLocalBudgets, BudgetStats, LocalBudgets
 from .reply import Decision, _text, parse_decision
 
 __all__ = [
@@ -231,6 +233,12 @@ def _check_args(
     return [limit.command, key, *limit.args(), *_options(cost, at_most, dryrun, block, shadow)]
 
 
+def _budgeted(limit: Limit, cost: int, at_most: int | None, dryrun: bool, shadow: bool) -> bool:
+    """The call is answered from the limit's local budget."""
+    k = getattr(limit, "local_budget", None)
+    return k is not None and at_most is None and not dryrun and not shadow and 1 <= cost <= k
+
+
 def _acquire_args(key: str | bytes, limit: Concurrency, token: str | None, dryrun: bool, shadow: bool) -> list[Any]:
     words: list[Any] = ["RL.CONCURRENCY.ACQUIRE", key, *limit.args()]
     if token is not None:
@@ -287,6 +295,8 @@ def _rule_words(rules: tuple[Limit | Rule, ...]) -> list[str]:
             words += (["SHADOW"] if rule.shadow else []) + [rule.algorithm, *rule.args]
         elif isinstance(rule, Policy):
             raise ValueError("a policy's rule is an algorithm, not another policy")
+        elif getattr(rule, "local_budget", None) is not None:
+            raise ValueError("a policy's rule has no local budget: give local_budget= to Policy(name, ...)")
         else:
             words += [rule.command.removeprefix("RL."), *rule.args()]
     return words
@@ -372,10 +382,53 @@ class RateLimiter:
             ...  # refuse; retry after d.retry_after_ms
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, *, clock: Callable[[], float] = time.monotonic, stats: Any = None) -> None:
         self.client = _prepare(client, asynchronous=False)
+        #: What the local budgets did (:class:`~ratelimit_redis_module.BudgetStats`, or the
+        #: guard's :class:`~ratelimit_redis_module.Stats`).
+        self.stats = stats if stats is not None else BudgetStats()
+        #: The local budgets of the limits that have one (``local_budget=``); ``clock``
+        #: (seconds, monotonic) times their ``hold``.
+        self.budgets = LocalBudgets(lambda key, units: self.refund(key, units), clock, self.stats)
 
     def check(
+        self, limit: Limit, key: str | bytes, *, cost: int = 1, at_most: int | None = None, dryrun: bool = False,
+        block: Duration | None = None, shadow: bool = False, durable: int = 0, durable_timeout_ms: int = 100,
+    ) -> Decision:
+        """Run ``limit``'s command on ``key`` with its options (see :meth:`_ask`); a limit with
+        a ``local_budget`` is answered from its key's budget when it holds ``cost`` units (no
+        round trip; the decision's ``local``), else after one refill (``ATMOST``) that the
+        requests of this limiter waiting for the same key share. ``at_most``, ``dryrun``,
+        ``shadow`` and a cost above the budget (or 0) go to the server as they are;
+        ``block`` and ``durable`` go with the refill."""
+        if _budgeted(limit, cost, at_most, dryrun, shadow):
+            return self.budgets.check(
+                limit, key, cost,
+                lambda units: self._ask(
+                    limit, key, at_most=units, block=block, durable=durable, durable_timeout_ms=durable_timeout_ms
+                ),
+            )
+        return self._ask(
+            limit, key, cost=cost, at_most=at_most, dryrun=dryrun, block=block, shadow=shadow, durable=durable,
+            durable_timeout_ms=durable_timeout_ms,
+        )
+
+    def sweep(self) -> int:
+        """Give back now the local budgets' units held past their ``hold`` (a background
+        thread does it by itself); returns the units the module gave back."""
+        return self.budgets.sweep()
+
+    def flush(self) -> int:
+        """Give back every unit the local budgets hold (``RL.REFUND``, one per key); returns
+        the units the module gave back."""
+        return self.budgets.flush()
+
+    def close(self) -> int:
+        """At shutdown: :meth:`flush`, and stop the local budgets' sweeper thread. The
+        redis-py client stays open (it is the application's)."""
+        return self.budgets.close()
+
+    def _ask(
         self, limit: Limit, key: str | bytes, *, cost: int = 1, at_most: int | None = None, dryrun: bool = False,
         block: Duration | None = None, shadow: bool = False, durable: int = 0, durable_timeout_ms: int = 100,
     ) -> Decision:
@@ -522,15 +575,46 @@ class AsyncRateLimiter:
     :class:`redis.asyncio.cluster.RedisCluster`). The methods are those of
     :class:`RateLimiter`, as coroutines."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, *, clock: Callable[[], float] = time.monotonic, stats: Any = None) -> None:
         self.client = _prepare(client, asynchronous=True)
+        self.stats = stats if stats is not None else BudgetStats()
+        self.budgets = AsyncLocalBudgets(self.refund, clock, self.stats)
 
     async def check(
         self, limit: Limit, key: str | bytes, *, cost: int = 1, at_most: int | None = None, dryrun: bool = False,
         block: Duration | None = None, shadow: bool = False, durable: int = 0, durable_timeout_ms: int = 100,
     ) -> Decision:
         """Run ``limit``'s command on ``key`` with its options (see :meth:`RateLimiter.check`,
-        ``durable`` included)."""
+        ``durable`` and local budgets included)."""
+        if _budgeted(limit, cost, at_most, dryrun, shadow):
+            return await self.budgets.check(
+                limit, key, cost,
+                lambda units: self._ask(
+                    limit, key, at_most=units, block=block, durable=durable, durable_timeout_ms=durable_timeout_ms
+                ),
+            )
+        return await self._ask(
+            limit, key, cost=cost, at_most=at_most, dryrun=dryrun, block=block, shadow=shadow, durable=durable,
+            durable_timeout_ms=durable_timeout_ms,
+        )
+
+    async def sweep(self) -> int:
+        """Give back now the units held past their ``hold`` (a timer does it by itself)."""
+        return await self.budgets.sweep()
+
+    async def flush(self) -> int:
+        """Give back every unit the local budgets hold; returns the units given back."""
+        return await self.budgets.flush()
+
+    async def close(self) -> int:
+        """At shutdown: :meth:`flush`, and stop the local budgets' timer (the name of
+        :meth:`RateLimiter.close`, as a coroutine). The redis-py client stays open."""
+        return await self.budgets.aclose()
+
+    async def _ask(
+        self, limit: Limit, key: str | bytes, *, cost: int = 1, at_most: int | None = None, dryrun: bool = False,
+        block: Duration | None = None, shadow: bool = False, durable: int = 0, durable_timeout_ms: int = 100,
+    ) -> Decision:
         args = _check_args(limit, key, cost, at_most, dryrun, block, shadow)
         if not durable or dryrun:
             reply = await self.client.execute_command(*args)

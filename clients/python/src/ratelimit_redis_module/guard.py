@@ -140,6 +140,14 @@ class Stats:
             (let through, counted here and not in ``admitted``).
         not_durable: of the failures, admissions that fewer replicas than ``durable``
             acknowledged in time (failed open or closed like any failure).
+        local_admitted: of the admitted, requests served from the limit's local budget
+            (``local_budget=``) without a round trip of their own.
+        refills: ``ATMOST`` commands sent to fill a local budget.
+        refunded: units of a local budget given back with ``RL.REFUND`` (after ``hold``, or at
+            shutdown).
+        refund_failures: units that could not be given back (Redis failed).
+        expired: units of a fixed window's budget dropped unspent at the window's end.
+        held: units the local budgets hold unspent now (a gauge: at most ``k`` per key).
     """
 
     round_trips: int = 0
@@ -152,6 +160,12 @@ class Stats:
     fail_closed: int = 0
     shadow_denied: int = 0
     not_durable: int = 0
+    local_admitted: int = 0
+    refills: int = 0
+    refunded: int = 0
+    refund_failures: int = 0
+    expired: int = 0
+    held: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +181,8 @@ class Verdict:
             ``q``, and its 503's ``Retry-After`` is at least 1.
         body: the refusal's ``application/problem+json`` body (empty when allowed).
         decision: the module's reply, or the remembered denial recomputed; None when Redis failed.
-        source: ``"redis"``, ``"memory"`` (no round trip) or ``"failure"``.
+        source: ``"redis"``, ``"memory"`` (no round trip), ``"budget"`` (answered from the
+            limit's local budget, no round trip of its own) or ``"failure"``.
         lease: for a :class:`~ratelimit_redis_module.Concurrency` limit, the token of the lease
             taken, to give to ``release`` when the response is done.
     """
@@ -464,9 +479,13 @@ class _GuardBase:
         return name, FieldShape(field_shape(rules[rule].algorithm, rules[rule].args).window_s, "probe")
 
     @staticmethod
-    def _probe(decision: Decision, more: More) -> int | None:
+    def _probe(decision: Decision, more: More, setup: _Setup | None = None) -> int | None:
         """The cost of the DRYRUN that finds when an admitted decision's ``remaining`` grows
-        (its retry time is exactly that), when the reply alone does not say; else None."""
+        (its retry time is exactly that), when the reply alone does not say; else None. Never
+        for a limit with a local budget: a round trip per request is what it saves (``t`` is
+        left out)."""
+        if setup is not None and getattr(setup.limit, "local_budget", None) is not None:
+            return None
         if decision.allowed and more == "probe" and decision.remaining < decision.limit:
             return decision.remaining + 1
         return None
@@ -483,7 +502,9 @@ class _GuardBase:
         self, setup: _Setup, redis_key: str, cost: int, decision: Decision, sent: float, plain: bool,
         named: tuple[str, FieldShape], probed: Decision | None,
     ) -> Verdict:
-        self.stats.round_trips += 1
+        source = "budget" if decision.local else "redis"
+        if not decision.local:
+            self.stats.round_trips += 1
         name, shape = named
         window_s = shape.window_s
         # An adaptive limit's fields are a concurrency limit's, its current limit as q; its
@@ -495,12 +516,12 @@ class _GuardBase:
         if decision.shadow_denied:
             # Let through as the module answered it; nothing was written.
             self.stats.shadow_denied += 1
-            return Verdict(True, 200, headers, b"", decision, "redis", decision.token)
+            return Verdict(True, 200, headers, b"", decision, source, decision.token)
         if decision.allowed:
             self.stats.admitted += 1
             # The key was written: what was remembered of it says nothing exact any more.
             self.memory.forget(redis_key)
-            return Verdict(True, 200, headers, b"", decision, "redis", decision.token)
+            return Verdict(True, 200, headers, b"", decision, source, decision.token)
         self.stats.denied += 1
         # Not remembered: a concurrency denial (a lease may be released before its retry time),
         # nor a policy's (RL.POLICY.SET, from anywhere, changes its rules unseen: a denial
@@ -509,8 +530,8 @@ class _GuardBase:
         if plain and not setup.concurrent and setup.policy is None:
             self.memory.remember(redis_key, decision, cost, name, window_s, params=setup.params, sent=sent)
         if setup.adaptive:
-            return Verdict(False, 503, headers, load_shed_body(name), decision, "redis")
-        return Verdict(False, 429, headers, quota_exceeded_body(name), decision, "redis")
+            return Verdict(False, 503, headers, load_shed_body(name), decision, source)
+        return Verdict(False, 429, headers, quota_exceeded_body(name), decision, source)
 
     def _failed(self, error: BaseException) -> Verdict:
         self.stats.failures += 1
@@ -580,7 +601,18 @@ class Guard(_GuardBase):
             limit, name=name, prefix=prefix, fail_open=fail_open, max_remembered=max_remembered,
             stats=stats, clock=clock, durable=durable, durable_timeout_ms=durable_timeout_ms,
         )
-        self.limiter = RateLimiter(client_from_url(client) if isinstance(client, str) else client)
+        self.limiter = RateLimiter(
+            client_from_url(client) if isinstance(client, str) else client, clock=clock, stats=self.stats
+        )
+
+    def flush(self) -> None:
+        """Give back every unit the local budgets hold (``RL.REFUND``); failures are logged and
+        counted (``stats.refund_failures``)."""
+        self.limiter.flush()
+
+    def close(self) -> None:
+        """At shutdown: :meth:`flush`, and stop the local budgets' sweeper thread."""
+        self.limiter.close()
 
     def check(self, identity: str, cost: int = 1, *, at_most: int | None = None, shadow: bool = False) -> Verdict:
         """Check one request of ``identity`` costing ``cost`` units.
@@ -614,7 +646,7 @@ class Guard(_GuardBase):
             return self._failed(error)
         named = self._named(setup, decision)
         probed = None
-        units = self._probe(decision, named[1].more)
+        units = self._probe(decision, named[1].more, setup)
         if units is not None:
             try:
                 probed = self.limiter.check(setup.limit, redis_key, cost=units, dryrun=True)
@@ -699,7 +731,7 @@ class AsyncGuard(_GuardBase):
         )
         if isinstance(client, str):
             client = async_client_from_url(client, timeout=timeout)
-        self.limiter = AsyncRateLimiter(client)
+        self.limiter = AsyncRateLimiter(client, clock=clock, stats=self.stats)
         self.timeout = timeout
         self._timeout_s = timeout
 
@@ -736,7 +768,7 @@ class AsyncGuard(_GuardBase):
             return self._failed(error)
         named = self._named(setup, decision)
         probed = None
-        units = self._probe(decision, named[1].more)
+        units = self._probe(decision, named[1].more, setup)
         if units is not None:
             try:
                 probed = await asyncio.wait_for(
@@ -745,6 +777,16 @@ class AsyncGuard(_GuardBase):
             except _FAILURES:
                 pass  # the request is decided: only RateLimit's t is left out
         return self._decided(setup, redis_key, cost, decision, sent, plain, named, probed)
+
+    async def flush(self) -> None:
+        """Give back every unit the local budgets hold (``RL.REFUND``); failures are logged and
+        counted (``stats.refund_failures``)."""
+        await self.limiter.flush()
+
+    async def aclose(self) -> None:
+        """At shutdown: :meth:`flush`, and stop the local budgets' timer (the middleware does
+        it at the ASGI lifespan's shutdown)."""
+        await self.limiter.close()
 
     async def release(self, identity: str, lease: str, *, rtt: Rtt | None = None, dropped: bool = False) -> None:
         """Give back the lease a :class:`Verdict` of a concurrency limit holds (a failure is

@@ -67,6 +67,20 @@ def _arg(value: Duration) -> str:
     return str(value)
 
 
+def _check_budget(limit: object, local_budget: int | None, hold: Duration | None) -> None:
+    """Refuse a local budget that is not an int of 1 or more, or a ``hold`` that is not a
+    duration, or given without a budget."""
+    if local_budget is not None and (
+        isinstance(local_budget, bool) or not isinstance(local_budget, int) or local_budget < 1
+    ):
+        raise ValueError(f"invalid local_budget {local_budget!r}: expected an int of 1 or more")
+    if hold is not None:
+        if local_budget is None:
+            raise ValueError("hold is how long a local budget's units are kept: give it with local_budget=")
+        if duration_ms(hold) is None:
+            raise ValueError(f"invalid hold {hold!r}: expected a positive duration")
+
+
 class Limit(Protocol):
     """What a limiter checks a key against: a command and its arguments after the key."""
 
@@ -91,8 +105,13 @@ class GCRA:
     burst: int
     rate: int
     period: Duration
+    local_budget: int | None = None
+    hold: Duration | None = None
     command: ClassVar[str] = "RL.GCRA"
     extra: ClassVar[str | None] = None
+
+    def __post_init__(self) -> None:
+        _check_budget(self, self.local_budget, self.hold)
 
     def args(self) -> list[str]:
         return [str(self.burst), str(self.rate), _arg(self.period)]
@@ -109,8 +128,13 @@ class TokenBucket:
     refill_amount: int
     refill_period: Duration
     interval: bool = False
+    local_budget: int | None = None
+    hold: Duration | None = None
     command: ClassVar[str] = "RL.TOKENBUCKET"
     extra: ClassVar[str | None] = None
+
+    def __post_init__(self) -> None:
+        _check_budget(self, self.local_budget, self.hold)
 
     def args(self) -> list[str]:
         words = [str(self.capacity), str(self.refill_amount), _arg(self.refill_period)]
@@ -127,8 +151,13 @@ class LeakyBucket:
     capacity: int
     leak_amount: int
     leak_period: Duration
+    local_budget: int | None = None
+    hold: Duration | None = None
     command: ClassVar[str] = "RL.LEAKYBUCKET"
     extra: ClassVar[str | None] = "delay_ms"
+
+    def __post_init__(self) -> None:
+        _check_budget(self, self.local_budget, self.hold)
 
     def args(self) -> list[str]:
         return [str(self.capacity), str(self.leak_amount), _arg(self.leak_period)]
@@ -143,8 +172,13 @@ class _Window:
 
     limit: int
     window: Duration
+    local_budget: int | None = None
+    hold: Duration | None = None
     command: ClassVar[str]
     extra: ClassVar[str | None] = None
+
+    def __post_init__(self) -> None:
+        _check_budget(self, self.local_budget, self.hold)
 
     def args(self) -> list[str]:
         return [str(self.limit), _arg(self.window)]
@@ -186,8 +220,13 @@ class Warmup:
     period: Duration
     warmup: Duration
     cold_factor: int | None = None
+    local_budget: int | None = None
+    hold: Duration | None = None
     command: ClassVar[str] = "RL.WARMUP"
     extra: ClassVar[str | None] = None
+
+    def __post_init__(self) -> None:
+        _check_budget(self, self.local_budget, self.hold)
 
     def args(self) -> list[str]:
         words = [str(self.rate), _arg(self.period), _arg(self.warmup)]
@@ -202,8 +241,13 @@ class Policy:
     """``RL.LIMIT key policy``: every rule of a policy set with RL.POLICY.SET, all or nothing."""
 
     name: str
+    local_budget: int | None = None
+    hold: Duration | None = None
     command: ClassVar[str] = "RL.LIMIT"
     extra: ClassVar[str | None] = "rule"
+
+    def __post_init__(self) -> None:
+        _check_budget(self, self.local_budget, self.hold)
 
     def args(self) -> list[str]:
         return [self.name]
@@ -248,10 +292,17 @@ class Concurrency:
     adaptive: str | None = None
     min: int | None = None
     max: int | None = None
+    local_budget: int | None = None
+    hold: Duration | None = None
     command: ClassVar[str] = "RL.CONCURRENCY.ACQUIRE"
     extra: ClassVar[str | None] = "token"
 
     def __post_init__(self) -> None:
+        if self.local_budget is not None or self.hold is not None:
+            raise ValueError(
+                "a concurrency limit has no local budget: a lease is taken and released per request, "
+                "and RL.CONCURRENCY.ACQUIRE takes neither ATMOST nor RL.REFUND"
+            )
         if self.adaptive is not None:
             kind = self.adaptive.lower() if isinstance(self.adaptive, str) else None
             if kind not in ADAPTIVE_KINDS:

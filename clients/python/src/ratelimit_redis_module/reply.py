@@ -29,6 +29,11 @@ class Decision:
         granted: with ATMOST only: the units granted (0 when denied).
         shadow_denied: with SHADOW only: the limit would have denied the request, which is
             answered allowed (the other fields are the denial's).
+        local: answered from the limit's local budget (``local_budget=``) without a round
+            trip of its own: units already held in-process, a refill another request made, or
+            a refused refill remembered until its retry time. ``remaining`` is then the units
+            held plus the server's ``remaining`` at the last refill, ``reset_after_ms`` that
+            refill's counted down: approximate.
     """
 
     allowed: bool
@@ -41,6 +46,7 @@ class Decision:
     token: str | None = None
     granted: int | None = None
     shadow_denied: bool | None = None
+    local: bool = False
 
 
 def _text(value: Any) -> str:
