@@ -43,6 +43,8 @@ bench: test-deps build
 	clients/python/.venv/bin/python scripts/bench_durable.py
 	python3 scripts/bench_adaptive.py
 	node scripts/bench_clients_node.mjs
+	clients/python/.venv/bin/python scripts/bench_local_budget_python.py
+	node scripts/bench_local_budget_node.mjs
 
 # Formatting, clippy with every warning an error, and the docs with every rustdoc warning an
 # error (a broken intra-doc link; in the algorithms crate a link to a private item too): the

@@ -87,10 +87,25 @@ export interface RateLimitOptions {
   /** How long the replicas have, in ms; default 100. */
   durableTimeoutMs?: number;
   /**
-   * The denial memory's monotonic clock in milliseconds; default performance.now (a test
-   * passes a fake clock that moves with the server's).
+   * The denial memory's and the local budget's monotonic clock in milliseconds; default
+   * performance.now (a test passes a fake clock that moves with the server's).
    */
   now?: () => number;
+  /**
+   * A local budget of k units per key (an integer, 1 or more; not for a concurrency limit): a
+   * plain request of 1 to k units is served in the process from units taken k at a time
+   * (ATMOST), without a round trip; one refill in flight per key. Unspent units are given back
+   * (RL.REFUND) once held for `hold`, and at `flush()` / `close()`. All instances together never
+   * admit more than the limit would over any interval lengthened by `hold`; at most k units per
+   * key and instance are held unspent. Calls with `atMost`, `shadow`, `dryRun` or a cost above
+   * k are round trips as without.
+   */
+  localBudget?: number;
+  /**
+   * How long a unit of the local budget may be held before it is given back; default a quarter
+   * of the limit's period or window (1 s for a policy), at least 10 ms. Needs `localBudget`.
+   */
+  hold?: Duration;
 }
 
 export interface Decision {
@@ -124,7 +139,11 @@ export interface Decision {
   concurrent?: boolean;
   /** For an adaptive concurrency limit: its kind (`limit` is then the current estimate). */
   adaptive?: AdaptiveKind;
-  /** Answered by the denial memory, without a round trip. */
+  /**
+   * Answered without a round trip: by the denial memory, or from the local budget (then
+   * `remaining`, `resetAfterMs` and `moreAfterMs` are approximate: the units held plus the last
+   * refill's reply).
+   */
   local: boolean;
 }
 
@@ -147,6 +166,18 @@ export interface RateLimitStats {
   shadowDenied: number;
   notDurable: number;
   releaseFailures: number;
+  /** Local budget: admitted without a round trip. */
+  localAdmitted: number;
+  /** Local budget: ATMOST round trips that refilled a budget (counted in `calls` too). */
+  refills: number;
+  /** Local budget: unspent units given back (RL.REFUND). */
+  refunded: number;
+  /** Local budget: unspent units let go without a refund, their fixed window having ended. */
+  lapsed: number;
+  /** Local budget: RL.REFUNDs that failed (the limit gets those units back by itself). */
+  refundFailures: number;
+  /** Local budget, a gauge: units held unspent now, over every key (this process's under-admission). */
+  held: number;
 }
 
 /** The options of one call. */
@@ -195,6 +226,15 @@ export class RateLimit {
   release(key: string, decision: Decision, options?: ReleaseOptions): Promise<void>;
   /** Gives back up to `units` the key has taken (RL.REFUND): the units given back; rejects when Redis fails. */
   refund(key: string, units: number, options?: RefundOptions): Promise<number>;
+  /** The local budget's k and hold, or undefined without `localBudget`. */
+  readonly localBudget: { k: number; holdMs: number } | undefined;
+  /** Gives back every unit the local budgets hold now; resolves to the units given back. */
+  flush(): Promise<number>;
+  /**
+   * At shutdown: no more local budgets (later checks are round trips), the refills in flight
+   * end, then every unit held is given back; resolves to the units given back. The client stays open.
+   */
+  close(): Promise<number>;
 }
 
 export interface MiddlewareOptions extends Partial<RateLimitOptions> {

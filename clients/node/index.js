@@ -3,7 +3,8 @@
 // This file only gathers the public API; each concept has a file of its own in lib/:
 // - rate-limit.js, RateLimit: one limit (one algorithm's command, or an RL.LIMIT policy) checked
 //   for a key, with the local denial memory (denial-memory.js), the timeout and fail open /
-//   fail closed.
+//   fail closed; with `localBudget`, units taken k at a time and handed out in the process
+//   (local-budget.js).
 // - middleware.js, rateLimitMiddleware: Express/Connect middleware (plain node:http works too)
 //   that turns the decision into the HTTP fields of docs/clients.md.
 // - fields.js: those fields, RateLimit-Policy and RateLimit

@@ -18,6 +18,8 @@ export class DenialMemory {
 
   // A remembered denial of `cost` units refuses a request of that cost only: a smaller one may
   // fit, and a larger one may wait longer than the remembered retry time, so both are asked.
+  // One remembered with cost undefined (a local budget's refill granted nothing: not even one
+  // unit fits) refuses every request of 1 unit or more until its retry time.
   lookup(key, cost, now) {
     const e = this.entries.get(key);
     if (e === undefined) return undefined;
@@ -25,7 +27,7 @@ export class DenialMemory {
       this.entries.delete(key);
       return undefined;
     }
-    return cost === e.cost ? e : undefined;
+    return cost === e.cost || (e.cost === undefined && cost > 0) ? e : undefined;
   }
 
   /** Forgets `key`'s denial: something gave units back to it (RateLimit's refund). */

@@ -3,6 +3,7 @@
 
 import { DenialMemory, monotonicMs } from './denial-memory.js';
 import { checkName } from './fields.js';
+import { LocalBudget, defaultHoldMs } from './local-budget.js';
 import {
   ALGORITHMS,
   DURATION_PARAMS,
@@ -149,6 +150,13 @@ export class RateLimit {
       shadowDenied: 0, // requests with `shadow` the limit would have refused (passed, not admitted)
       notDurable: 0, // of the failures, admissions fewer replicas than `durable` acknowledged in time
       releaseFailures: 0, // concurrency leases not given back (they end by themselves)
+      // With localBudget (all 0 without):
+      localAdmitted: 0, // admitted from the local budget, without a round trip
+      refills: 0, // ATMOST round trips that refill a budget (counted in calls too)
+      refunded: 0, // unspent units given back (RL.REFUND, after hold or at flush / close)
+      lapsed: 0, // unspent units let go without a refund: their fixed window ended
+      refundFailures: 0, // RL.REFUNDs that failed (the limit gets those units back by itself)
+      held: 0, // gauge: units held unspent now, over all keys (the under-admission of this process)
     };
 
     if (limit === null || typeof limit !== 'object') {
@@ -205,6 +213,10 @@ export class RateLimit {
         this.args.push(...words);
       }
       this.concurrent = Boolean(algorithm.concurrent);
+      this.algorithm = String(limit.algorithm).toLowerCase();
+      // The limit's period or window (its first duration), for the default hold.
+      const period = algorithm.params.findIndex((p) => DURATION_PARAMS.has(p));
+      this.periodMs = Number(this.args[period]);
       this.shape = fieldShape(String(limit.algorithm).toLowerCase(), this.args);
     }
     // A penalty: a refused request blocks the key for this long (BLOCK; RL.CONCURRENCY.ACQUIRE
@@ -214,6 +226,48 @@ export class RateLimit {
       if (this.concurrent) throw new TypeError('invalid limit.block: a concurrency limit has no block');
       this.block = ['BLOCK', `${durationMs(limit.block, 'limit.block')}`];
     }
+    // A local budget: up to `localBudget` units taken at once (ATMOST), given back after `hold`.
+    const { localBudget, hold } = options;
+    this.budget = undefined;
+    if (localBudget !== undefined) {
+      if (this.concurrent) {
+        throw new TypeError('invalid localBudget: a concurrency limit takes one lease per request (no ATMOST, no RL.REFUND)');
+      }
+      const k = count(localBudget, 'localBudget');
+      const holdMs = hold === undefined ? defaultHoldMs(this.periodMs) : durationMs(hold, 'hold');
+      this.budget = new LocalBudget({
+        limiter: this,
+        k,
+        holdMs,
+        ask: (key, atMost) => withTimeout(this.#ask(key, 1, { atMost }), this.timeout),
+        refund: (key, n) => this.refund(key, n),
+        windowed: this.algorithm === 'fixedwindow',
+      });
+    } else if (hold !== undefined) {
+      throw new TypeError('invalid hold: only a limit with localBudget holds units');
+    }
+  }
+
+  /** The local budget's size (k) and hold in ms, or undefined without localBudget. */
+  get localBudget() {
+    return this.budget === undefined ? undefined : { k: this.budget.k, holdMs: this.budget.holdMs };
+  }
+
+  /**
+   * Gives back every unit the local budgets hold now (RL.REFUND per key; units whose fixed window
+   * has ended lapse); resolves to the units given back. The budgets go on working.
+   */
+  flush() {
+    return this.budget === undefined ? Promise.resolve(0) : this.budget.flush();
+  }
+
+  /**
+   * At shutdown: no more local budgets (every later check is a round trip), the refills in
+   * flight end, then every unit held is given back; resolves to the units given back. Does not
+   * close the client (the application's).
+   */
+  close() {
+    return this.budget === undefined ? Promise.resolve(0) : this.budget.close();
   }
 
   /** The key in Redis for an application key. */
@@ -340,6 +394,10 @@ export class RateLimit {
       }
     }
     const plain = atMost === undefined && !shadow && !dryRun;
+    // From the local budget: a plain request of 1 to k units (a larger one, COST as without).
+    if (this.budget !== undefined && plain && !this.budget.closed && cost >= 1 && cost <= this.budget.k) {
+      return this.budget.take(String(key), cost);
+    }
     const memoryKey = String(key);
     const now = this.now();
     const remembered = plain ? this.memory.lookup(memoryKey, cost, now) : undefined;

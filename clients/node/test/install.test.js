@@ -28,7 +28,7 @@ test('npm install of the packed package into a fresh directory', () => {
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module')).sort(),
       ['README.md', 'index.d.ts', 'index.js', 'lib', 'package.json']);
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module/lib')).sort(),
-      ['denial-memory.js', 'fields.js', 'flexible.js', 'limits.js', 'middleware.js', 'rate-limit.js', 'reconnect.js', 'reply.js']);
+      ['denial-memory.js', 'fields.js', 'flexible.js', 'limits.js', 'local-budget.js', 'middleware.js', 'rate-limit.js', 'reconnect.js', 'reply.js']);
     const script = `
       import { RateLimiterRedis, rateLimitMiddleware, rateLimitHeaders } from 'ratelimit-redis-module';
       import { createClient } from 'redis';

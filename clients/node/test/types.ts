@@ -75,4 +75,18 @@ rateLimitMiddleware({ client, limit: { algorithm: 'concurrency', limit: 2, lease
 // @ts-expect-error: the window's parameters are numbers or durations, not booleans
 rateLimitMiddleware({ client, limit: { algorithm: 'gcra', burst: true, rate: 1, period: 1 } });
 
-export { check, login, maybe, failures, body };
+// A local budget: 64 units at a time, given back after 2 s and at shutdown.
+const budgeted = rateLimitMiddleware({
+  client,
+  limit: { algorithm: 'gcra', burst: 100, rate: 100, period: '1s' },
+  localBudget: 64,
+  hold: '2s',
+});
+const held: number = budgeted.limiter.stats.held + budgeted.limiter.stats.localAdmitted;
+const holdMs: number | undefined = budgeted.limiter.localBudget?.holdMs;
+process.once('SIGTERM', () => {
+  budgeted.limiter.close().then((given: number) => given, () => 0);
+});
+new RateLimit({ client, limit: { policy: 'api' }, localBudget: 8, hold: 500 }).flush().then((n: number) => n);
+
+export { check, login, maybe, failures, body, held, holdMs };

@@ -1,0 +1,332 @@
+// Local budgets (issue 27): a RateLimit with `localBudget: k` takes up to k units of a key at
+// once (`ATMOST`), hands them out in the process without a round trip, and gives back what is
+// unspent with RL.REFUND once it has been held for `hold` (and at flush / close).
+//
+// Per key: the units held, in batches stamped with when they were asked for (oldest spent
+// first), the last refill's reply, and the requests waiting for a refill (one refill in flight
+// per key; they are served in arrival order). Per limit: one FIFO of batches in the order they
+// fall due (the same hold for all, so the order they were taken in) and one unref'd timer for the
+// head: bounded work, no timer per key or per unit.
+
+import { moreAfterMs } from './limits.js';
+
+const MIN_DEFAULT_HOLD_MS = 10;
+
+/**
+ * The default hold: a quarter of the limit's period or window (GCRA and the buckets: their
+ * period; the windows and the log: the window; warm-up: its period), 1 s for a policy, at least
+ * 10 ms.
+ */
+export function defaultHoldMs(periodMs) {
+  if (periodMs === undefined) return 1000;
+  return Math.max(MIN_DEFAULT_HOLD_MS, Math.floor(periodMs / 4));
+}
+
+export class LocalBudget {
+  /**
+   * `limiter`: the RateLimit (its stats, logger, failMode, now, memory, name); `ask(key, atMost)`:
+   * one refill, `[decision, more]` or a rejection (timeout and WAIT included); `refund(key, n)`:
+   * RL.REFUND, the units given back. `windowed`: a fixed window, whose units lapse at its end
+   * (given back after it, they would be taken off the next window's count).
+   */
+  constructor({ limiter, k, holdMs, ask, refund, windowed }) {
+    this.limiter = limiter;
+    this.k = k;
+    this.holdMs = holdMs;
+    this.ask = ask;
+    this.giveBack = refund;
+    this.windowed = windowed;
+    this.entries = new Map(); // key -> { batches, held, waiters, draining, last, more }
+    this.queue = []; // { key, entry, batch } in the order they fall due
+    this.head = 0;
+    this.timer = undefined;
+    this.timerDue = Infinity;
+    this.refunds = new Set(); // RL.REFUNDs in flight, for flush
+    this.drains = new Set(); // refills in flight (with their waiters), for close
+    this.closed = false;
+  }
+
+  get stats() {
+    return this.limiter.stats;
+  }
+
+  #entry(key) {
+    let e = this.entries.get(key);
+    if (e === undefined) {
+      e = { batches: [], held: 0, waiters: [], draining: false, last: undefined, more: undefined };
+      this.entries.set(key, e);
+    }
+    return e;
+  }
+
+  #forgetIfIdle(key, e) {
+    if (e.held === 0 && e.waiters.length === 0 && !e.draining && this.entries.get(key) === e) this.entries.delete(key);
+  }
+
+  /** A request of `cost` (1 to k) units: served from the budget, or after a refill. */
+  take(key, cost) {
+    const now = this.limiter.now();
+    const e = this.entries.get(key);
+    if (e !== undefined) {
+      this.#expire(key, e, now);
+      if (e.waiters.length === 0 && e.held >= cost) {
+        this.stats.localAdmitted += 1;
+        this.stats.admitted += 1;
+        return Promise.resolve(this.#spend(e, cost, true));
+      }
+    }
+    const denied = this.#remembered(key, cost, now);
+    if (denied !== undefined) return Promise.resolve(denied);
+    const entry = e ?? this.#entry(key);
+    return new Promise((resolve) => {
+      entry.waiters.push({ cost, resolve });
+      if (!entry.draining) this.#track(this.drains, this.#drain(key, entry));
+    });
+  }
+
+  // A denial remembered (a refill granted nothing): refused locally until its retry time.
+  // Not for a policy, as without a local budget (RL.POLICY.SET can change its rules unseen).
+  #remembered(key, cost, now) {
+    if (this.limiter.policy !== undefined) return undefined;
+    const r = this.limiter.memory.lookup(key, cost, now);
+    if (r === undefined) return undefined;
+    this.stats.denied += 1;
+    this.stats.deniedLocally += 1;
+    return {
+      ...r.decision,
+      remaining: this.entries.get(key)?.held ?? 0,
+      retryAfterMs: Math.ceil(r.until - now),
+      resetAfterMs: Math.max(0, Math.ceil(r.resetAt - now)),
+      local: true,
+    };
+  }
+
+  // Serves the waiters of `key` in arrival order, one refill at a time.
+  async #drain(key, e) {
+    e.draining = true;
+    let exhausted; // a refill of this drain that granted nothing: refuses those that do not fit
+    // The waiter the last refill was for: it is served from that refill even when `hold` is
+    // shorter than the round trip (nothing expires in between), so that every refill that
+    // grants something serves someone, and a short grant is followed by one that grants none.
+    let refilledFor;
+    try {
+      while (e.waiters.length > 0) {
+        const now = this.limiter.now();
+        const w = e.waiters[0];
+        if (w !== refilledFor) this.#expire(key, e, now);
+        if (e.held >= w.cost) {
+          e.waiters.shift();
+          this.stats.admitted += 1;
+          w.resolve(this.#spend(e, w.cost, false));
+          continue;
+        }
+        const remembered = exhausted === undefined ? this.#remembered(key, w.cost, now) : undefined;
+        if (exhausted !== undefined || remembered !== undefined) {
+          e.waiters.shift();
+          if (remembered !== undefined) {
+            w.resolve(remembered);
+          } else {
+            this.stats.denied += 1;
+            w.resolve({ ...exhausted, remaining: e.held, local: false });
+          }
+          continue;
+        }
+        // At most k held: ask for what is missing (held < cost <= k, so at least 1).
+        const want = this.k - e.held;
+        refilledFor = w;
+        this.stats.calls += 1;
+        this.stats.refills += 1;
+        let decision;
+        let more;
+        try {
+          [decision, more] = await this.ask(key, want);
+        } catch (error) {
+          this.#failAll(key, e, error);
+          break;
+        }
+        const granted = decision.granted ?? 0;
+        e.last = decision;
+        e.more = more;
+        if (granted > 0) {
+          this.#add(key, e, granted, now, decision);
+        } else {
+          const { granted: _, ...refusal } = decision;
+          exhausted = refusal;
+          // Remembered from `now`, read before the refill left (see RateLimit.check).
+          if (this.limiter.policy === undefined) this.limiter.memory.remember(key, refusal, undefined, now);
+        }
+      }
+    } finally {
+      e.draining = false;
+      this.#forgetIfIdle(key, e);
+    }
+  }
+
+  // A refill failed (Redis error or timeout): every waiter fails open or closed, one warning.
+  #failAll(key, e, error) {
+    const l = this.limiter;
+    this.stats.failures += 1;
+    const passes = l.failMode === 'open';
+    l.logger?.warn?.(
+      `ratelimit: ${l.command} ... ATMOST (local budget refill) for ${JSON.stringify(l.redisKey(key))} failed ` +
+        `(${error?.message ?? error}); fail ${l.failMode}: ${e.waiters.length} request(s) ${passes ? 'pass' : 'are refused'}`,
+    );
+    for (const w of e.waiters.splice(0)) {
+      if (passes) this.stats.failOpen += 1;
+      else this.stats.failClosed += 1;
+      w.resolve({ failed: true, allowed: passes, error });
+    }
+  }
+
+  // Units granted at `at` (read before the refill left, so never later than the server took
+  // them): due at at + hold, or for a fixed window at its end if sooner, when they lapse
+  // (nothing to give back: the window's count goes with it).
+  #add(key, e, n, at, reply) {
+    let due = at + this.holdMs;
+    let refund = true;
+    if (this.windowed && reply.resetAfterMs > 0 && at + reply.resetAfterMs <= due) {
+      due = at + reply.resetAfterMs;
+      refund = false;
+    }
+    const batch = { n, due, refund };
+    e.batches.push(batch);
+    e.held += n;
+    this.stats.held += n;
+    this.queue.push({ key, entry: e, batch });
+    this.#schedule();
+  }
+
+  #spend(e, cost, local) {
+    let left = cost;
+    while (left > 0) {
+      const b = e.batches[0];
+      const t = Math.min(b.n, left);
+      b.n -= t;
+      left -= t;
+      if (b.n === 0) e.batches.shift();
+    }
+    e.held -= cost;
+    this.stats.held -= cost;
+    const last = e.last;
+    const d = {
+      allowed: true,
+      name: last.name,
+      limit: last.limit,
+      remaining: e.held + last.remaining,
+      retryAfterMs: 0,
+      resetAfterMs: last.resetAfterMs,
+      windowSeconds: last.windowSeconds,
+      local,
+    };
+    if (last.rule !== undefined) d.rule = last.rule;
+    // RateLimit's `t`, where the last reply tells it alone (approximate while served locally).
+    const ms = e.more === 'probe' ? undefined : moreAfterMs(e.more, last);
+    if (ms !== undefined) d.moreAfterMs = ms;
+    return d;
+  }
+
+  // Batches of `key` due by `now`: given back (one RL.REFUND for all of them), or lapsed.
+  #expire(key, e, now) {
+    let n = 0;
+    while (e.batches.length > 0 && e.batches[0].due <= now) {
+      const b = e.batches.shift();
+      if (b.refund) n += b.n;
+      else this.stats.lapsed += b.n;
+      e.held -= b.n;
+      this.stats.held -= b.n;
+      b.n = 0;
+    }
+    if (n > 0) this.#refund(key, n);
+  }
+
+  #refund(key, n) {
+    const p = this.giveBack(key, n).then(
+      (given) => {
+        this.stats.refunded += given;
+      },
+      (error) => {
+        this.stats.refundFailures += 1;
+        this.limiter.logger?.warn?.(
+          `ratelimit: RL.REFUND of ${n} unspent units for ${JSON.stringify(this.limiter.redisKey(key))} failed ` +
+            `(${error?.message ?? error}); the limit gets them back by itself`,
+        );
+      },
+    );
+    this.#track(this.refunds, p);
+  }
+
+  #track(set, p) {
+    set.add(p);
+    p.finally(() => set.delete(p));
+  }
+
+  // One timer per limit, for the batch that falls due first; unref'd: it never keeps the
+  // process alive (close or flush gives back what is held at shutdown).
+  #schedule() {
+    if (this.closed) return;
+    while (this.head < this.queue.length && this.queue[this.head].batch.n === 0) this.head += 1;
+    if (this.head > 1024 && this.head * 2 > this.queue.length) {
+      this.queue = this.queue.slice(this.head);
+      this.head = 0;
+    }
+    if (this.head >= this.queue.length) {
+      this.queue = [];
+      this.head = 0;
+      if (this.timer !== undefined) clearTimeout(this.timer);
+      this.timer = undefined;
+      this.timerDue = Infinity;
+      return;
+    }
+    const due = this.queue[this.head].batch.due;
+    if (this.timer !== undefined && this.timerDue <= due) return;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timerDue = due;
+    this.timer = setTimeout(() => this.#sweep(), Math.max(1, Math.ceil(due - this.limiter.now())));
+    this.timer.unref?.();
+  }
+
+  #sweep() {
+    this.timer = undefined;
+    this.timerDue = Infinity;
+    const now = this.limiter.now();
+    while (this.head < this.queue.length && this.queue[this.head].batch.due <= now) {
+      const { key, entry, batch } = this.queue[this.head];
+      this.head += 1;
+      if (batch.n > 0) {
+        this.#expire(key, entry, now);
+        this.#forgetIfIdle(key, entry);
+      }
+    }
+    this.#schedule();
+  }
+
+  /** Gives back everything held now (RL.REFUND per key); resolves to the units given back. */
+  async flush() {
+    const before = this.stats.refunded;
+    for (const [key, e] of this.entries) {
+      const now = this.limiter.now();
+      let n = 0;
+      for (const b of e.batches.splice(0)) {
+        if (b.refund || b.due > now) n += b.n;
+        else this.stats.lapsed += b.n;
+        b.n = 0;
+      }
+      this.stats.held -= e.held;
+      e.held = 0;
+      if (n > 0) this.#refund(key, n);
+      this.#forgetIfIdle(key, e);
+    }
+    this.#schedule();
+    while (this.refunds.size > 0) await Promise.allSettled([...this.refunds]);
+    return this.stats.refunded - before;
+  }
+
+  /** No more local budgets; the refills in flight end, then everything held is given back. */
+  async close() {
+    this.closed = true;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+    while (this.drains.size > 0) await Promise.allSettled([...this.drains]);
+    return this.flush();
+  }
+}

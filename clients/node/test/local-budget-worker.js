@@ -1,0 +1,44 @@
+// A worker process of test/local-budget.test.js (child_process.fork): one RateLimit with a local
+// budget on the key the parent names, checking as many requests as it is told and reporting what
+// it admitted. Run any other way (node --test runs every file under test/), it does nothing.
+
+import { createClient } from 'redis';
+import { RateLimit } from '../index.js';
+
+if (process.env.RL_LB_WORKER === '1' && typeof process.send === 'function') {
+  const { RL_URL, RL_LIMIT, RL_K, RL_HOLD, RL_PREFIX } = process.env;
+  const client = createClient({ url: RL_URL, RESP: 3, disableOfflineQueue: true });
+  client.on('error', () => {});
+  await client.connect();
+  const limiter = new RateLimit({
+    client,
+    limit: JSON.parse(RL_LIMIT),
+    prefix: RL_PREFIX,
+    localBudget: Number(RL_K),
+    hold: RL_HOLD || undefined,
+    timeout: 2000,
+    logger: null,
+  });
+  const counts = { admitted: 0, denied: 0, failed: 0 };
+  process.on('message', async (m) => {
+    if (m.op === 'run') {
+      for (let done = 0; done < m.n; done += m.concurrency) {
+        const ds = await Promise.all(
+          Array.from({ length: Math.min(m.concurrency, m.n - done) }, () => limiter.check(m.key, m.cost ?? 1)),
+        );
+        for (const d of ds) {
+          if (d.failed) counts.failed += 1;
+          else if (d.allowed) counts.admitted += m.cost ?? 1;
+          else counts.denied += 1;
+        }
+      }
+      process.send({ op: 'ran', ...counts, stats: { ...limiter.stats } });
+    } else if (m.op === 'close') {
+      const refunded = await limiter.close();
+      await new Promise((r) => process.send({ op: 'closed', refunded, ...counts, stats: { ...limiter.stats } }, r));
+      await client.quit();
+      process.disconnect();
+    }
+  });
+  process.send({ op: 'ready' });
+}
