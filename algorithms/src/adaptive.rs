@@ -144,6 +144,14 @@ pub enum Estimate {
     Gradient2(Gradient2),
 }
 
+impl Vegas {
+    /// The sample count at which the next probe of the no-load RTT comes: the least count with
+    /// `probeJitter × probeMultiplier × estimatedLimit <= probeCount`.
+    pub fn probe_at(&self) -> i64 {
+        (self.probe_jitter * f64::from(VEGAS_PROBE_MULTIPLIER) * self.estimated).ceil() as i64
+    }
+}
+
 /// Equal states hold the same bits (a replica's state equals its primary's bit for bit).
 impl PartialEq for Vegas {
     fn eq(&self, o: &Vegas) -> bool {

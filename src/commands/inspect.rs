@@ -90,10 +90,7 @@ fn estimates(estimate: &Estimate) -> Vec<(&'static str, i64)> {
             ("estimated_limit_milli", milli(v.estimated)),
             ("rtt_noload_us", v.rtt_noload_ns / 1000),
             ("probe_count", i64::from(v.probe_count)),
-            (
-                "probe_at",
-                (v.probe_jitter * 30.0 * v.estimated).ceil() as i64,
-            ),
+            ("probe_at", v.probe_at()),
         ],
         Estimate::Gradient2(g) => vec![
             ("estimated_limit_milli", milli(g.estimated)),

@@ -110,6 +110,7 @@ fn vegas_probes_the_no_load_rtt_again_after_its_jittered_count() {
     // jitter × 30 × 10 samples, rounded up: the probe's sample.
     let probe_at = (v.probe_jitter * 30.0 * 10.0).ceil() as i32;
     assert!((150..=300).contains(&probe_at), "{probe_at}");
+    assert_eq!(v.probe_at(), i64::from(probe_at), "RL.INSPECT's probe_at");
     let mut e = start;
     e.update(&p, sample(10 * MS, 1, false));
     for _ in 2..probe_at {
