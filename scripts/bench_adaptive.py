@@ -33,24 +33,14 @@ if PLAIN:
     CASES = CASES[:1]
 
 
-def stats(c):
-    text = c.cmd("INFO", "commandstats").decode()
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("cmdstat_"):
-            name, rest = line[len("cmdstat_"):].split(":", 1)
-            fields = dict(kv.split("=") for kv in rest.split(","))
-            out[name] = (int(fields["calls"]), int(fields["usec"]))
-    return out
-
-
 def main():
     server = Server(log="adaptive.log")
     try:
         c = Client(server.port)
-        totals = {label: {"acquire": [0, 0], "release": [0, 0]} for label, _ in CASES}
-        totals["INCR"] = {"incr": [0, 0]}
-        totals["SET PX"] = {"set": [0, 0]}
+        # usec_per_call of each round (bench.py's Client reads it): every round makes the same
+        # number of calls per case, so their mean is the whole run's.
+        rounds = {(label, part): [] for label, _ in CASES for part in ("ACQUIRE", "RELEASE")}
+        rounds.update({("INCR", ""): [], ("SET PX", ""): []})
         per_round = N // ROUNDS
         for r in range(ROUNDS):
             for label, options in CASES:
@@ -63,33 +53,28 @@ def main():
                     rtt = [] if PLAIN else ["RTT", "%dus" % (500 + i % 5000)]
                     commands.append(["RL.CONCURRENCY.RELEASE", key, token] + rtt)
                 c.pipeline(commands)
-                s = stats(c)
-                for name, part in (("rl.concurrency.acquire", "acquire"), ("rl.concurrency.release", "release")):
-                    calls, usec = s[name]
-                    totals[label][part][0] += calls
-                    totals[label][part][1] += usec
+                for part in ("ACQUIRE", "RELEASE"):
+                    rounds[(label, part)].append(c.usec_per_call("RL.CONCURRENCY." + part))
             for label, name, make in (
-                ("INCR", "incr", lambda i: ["INCR", "i:%d" % (i % KEYS)]),
-                ("SET PX", "set", lambda i: ["SET", "s:%d" % (i % KEYS), "1", "PX", "60000"]),
+                ("INCR", "INCR", lambda i: ["INCR", "i:%d" % (i % KEYS)]),
+                ("SET PX", "SET", lambda i: ["SET", "s:%d" % (i % KEYS), "1", "PX", "60000"]),
             ):
                 c.cmd("CONFIG", "RESETSTAT")
                 c.pipeline([make(i) for i in range(per_round)])
-                calls, usec = stats(c)[name]
-                totals[label][name][0] += calls
-                totals[label][name][1] += usec
-        incr = totals["INCR"]["incr"][1] / totals["INCR"]["incr"][0]
+                rounds[(label, "")].append(c.usec_per_call(name))
+        mean = {case: sum(values) / len(values) for case, values in rounds.items()}
+        incr = mean[("INCR", "")]
         lines = [
             "| case | µs per call (server) | × INCR |",
             "|---|---|---|",
             "| INCR | %.3f | 1.00 |" % incr,
         ]
-        setpx = totals["SET PX"]["set"][1] / totals["SET PX"]["set"][0]
+        setpx = mean[("SET PX", "")]
         lines.append("| SET ... PX | %.3f | %.2f |" % (setpx, setpx / incr))
         for label, _ in CASES:
-            for part in ("acquire", "release"):
-                calls, usec = totals[label][part]
-                per = usec / calls
-                lines.append("| %s %s | %.3f | %.2f |" % (part.upper(), label, per, per / incr))
+            for part in ("ACQUIRE", "RELEASE"):
+                per = mean[(label, part)]
+                lines.append("| %s %s | %.3f | %.2f |" % (part, label, per, per / incr))
         report = "\n".join(lines)
         print(report)
         os.makedirs(OUT, exist_ok=True)
