@@ -278,6 +278,8 @@ pub fn keep<S>(stored: Option<&mut S>, new: S) -> Option<S> {
 }
 
 #[cfg(test)]
+mod budget_promise;
+#[cfg(test)]
 mod testing;
 
 #[cfg(test)]
