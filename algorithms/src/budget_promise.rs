@@ -18,9 +18,10 @@
 //!   ([`a_log_refund_at_the_whole_hold_breaks_the_promise`]), and so does a refund that
 //!   comes `hold / 2` late. A policy may have such a rule; the sliding window counter takes
 //!   the newest units back first too (no break was found there).
-//! - GCRA and the buckets (`INTERVAL` included) keep the promise even when the refund is
-//!   late: their state is one number (a time, or tokens), so whose units a refund gives back
-//!   does not matter.
+//! - GCRA and the buckets (`INTERVAL` included) keep the promise even when the refund comes
+//!   `hold / 2` late: their state is one number (a time, or tokens), so whose units a refund
+//!   gives back matters less (spent within the whole `hold` and given back three holds late,
+//!   a GCRA does break it, by a unit).
 //! - A warm-up admits a request of any cost once its schedule is paid (Guava's `tryAcquire`),
 //!   so in units the limit has no bound over an instant and there is nothing to check here; a
 //!   refill of `k` is one such request, paid for by the next `k` intervals.
@@ -432,17 +433,33 @@ fn every_algorithm_keeps_it_with_half_the_hold() {
     check_promise::<fixed_window::FixedWindow>(fixed, half_to_window_end, RUNS).unwrap();
 }
 
-/// GCRA and the buckets keep it even when the refund comes late (their state is one number:
-/// whose units a refund gives back does not matter); a sliding log does not.
+/// GCRA and the buckets keep it with the whole `hold` for each, and with half when the refund
+/// comes `hold / 2` late; a sliding log does not, nor a GCRA given back three holds late.
 #[test]
 fn a_late_refund_costs_the_log_its_promise_but_not_gcra_and_the_buckets() {
-    check_promise::<gcra::Gcra>(gcra, half_late, RUNS).unwrap();
-    check_promise::<token_bucket::TokenBucket>(bucket(false), half_late, RUNS).unwrap();
-    check_promise::<token_bucket::TokenBucket>(bucket(true), half_late, RUNS).unwrap();
-    check_promise::<leaky_bucket::LeakyBucket>(leaky, half_late, RUNS).unwrap();
+    fn either<P>(late: bool) -> fn(u64) -> Protocol<P> {
+        if late {
+            half_late
+        } else {
+            whole
+        }
+    }
+    for late in [false, true] {
+        check_promise::<gcra::Gcra>(gcra, either(late), RUNS).unwrap();
+        check_promise::<token_bucket::TokenBucket>(bucket(false), either(late), RUNS).unwrap();
+        check_promise::<token_bucket::TokenBucket>(bucket(true), either(late), RUNS).unwrap();
+        check_promise::<leaky_bucket::LeakyBucket>(leaky, either(late), RUNS).unwrap();
+    }
     // The search can find a break: the log, the refund late (the 1,110th schedule)...
     let late = check_promise::<sliding_log::SlidingLog>(log, half_late, 2000);
     assert!(late.unwrap_err().starts_with("seed 1110,"));
+    let very_late = |hold| Protocol {
+        spend: hold,
+        refund: 3 * hold,
+        lapse: None,
+    };
+    let gcra_late = check_promise::<gcra::Gcra>(gcra, very_late, RUNS);
+    assert!(gcra_late.unwrap_err().starts_with("seed 138,"));
     // ... and a fixed window whose units are given back in the next window.
     let next = check_promise::<fixed_window::FixedWindow>(fixed, whole, 3000);
     assert!(next.unwrap_err().starts_with("seed 2848,"));
