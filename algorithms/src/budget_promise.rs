@@ -8,8 +8,9 @@
 //! most what the limit itself admits in some interval longer by `hold`.
 //!
 //! What the packages do, and what these tests check: a unit is spent within `hold / 2` of its
-//! take or given back then; a fixed window's units lapse at its end instead when that comes
-//! first (given back in the next window they would count for it: 11 of 10 found). Why half:
+//! take or given back then. A fixed window's units are spent until the window ends and lapse
+//! there when it ends within the whole `hold` (given back in the next window they would count
+//! for it: 11 of 10 found); a fixed window is exact per window, however long they wait in it. Why half:
 //! a refund gives back the newest units, which may be another instance's, so the units left
 //! counted can be older than the ones spent by as long as the refunded ones were held. The
 //! wait and the refund's delay add up, and together they must fit in `hold`.
@@ -169,9 +170,10 @@ struct Protocol<P> {
     spend: u64,
     /// Unspent units go back at their take + `refund`.
     refund: u64,
-    /// Units lapse this long after their take, when that comes first: a fixed window's end,
-    /// found from the grant's reply.
-    lapse: Option<fn(&P, &Decision) -> u64>,
+    /// A fixed window's: `(until its end, within)`: when the window ends (found from the
+    /// grant's reply) no later than `within` after the take, the units may be spent until then
+    /// and lapse there, never given back.
+    lapse: Option<(fn(&P, &Decision) -> u64, u64)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -252,12 +254,11 @@ fn run<A: Algorithm>(
         }
         spent.push(t);
         if got > 1 {
-            let mut deadline = (t + protocol.spend, false);
-            if let Some(lapse) = protocol.lapse {
-                // The last instant before the window ends, if that comes first.
-                deadline = deadline.min((t + lapse(p, &reply) - 1, true));
-            }
-            let (deadline, lapses) = deadline;
+            let (deadline, lapses) = match protocol.lapse {
+                // Spent until the last instant before the window ends.
+                Some((end, within)) if end(p, &reply) <= within => (t + end(p, &reply) - 1, true),
+                _ => (t + protocol.spend, false),
+            };
             batches.push((deadline, got - 1, t, lapses));
             if rng.below(2) == 0 {
                 // The rest asked for at the last instant it may be spent.
@@ -346,12 +347,13 @@ fn half_late<P>(hold: u64) -> Protocol<P> {
     }
 }
 
-/// A fixed window's: `half`, and units lapse at the window's end (the reply's `reset_after`).
+/// A fixed window's: when the window ends within the whole `hold` (the reply's `reset_after`),
+/// its units are spent until then and lapse; otherwise `half`.
 fn half_to_window_end(hold: u64) -> Protocol<fixed_window::Params> {
     Protocol {
         spend: hold / 2,
         refund: hold / 2,
-        lapse: Some(|_, d| d.reset_after.ceil_us()),
+        lapse: Some((|_, d| d.reset_after.ceil_us(), hold)),
     }
 }
 

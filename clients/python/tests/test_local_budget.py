@@ -1,6 +1,7 @@
 """Local budgets (``local_budget=k``, issue 27) against a real server with the module and the
-debug clock: units taken k at a time with ATMOST, served in-process, given back with RL.REFUND
-after ``hold`` and at shutdown; one refill per key in flight; several real processes on one key
+debug clock: units taken k at a time with ATMOST, served in-process until ``hold / 2`` and given
+back with RL.REFUND then (a fixed window's lapse at its end when it comes within ``hold``) and
+at shutdown; one refill per key in flight; several real processes on one key
 admit exactly what the module counts."""
 
 from __future__ import annotations
@@ -17,16 +18,19 @@ import pytest
 import redis
 import redis.asyncio
 
-from conftest import FakeTime, Server
+from conftest import T0_MS, FakeTime, Server
 from ratelimit_redis_module import (
     GCRA,
     AsyncRateLimiter,
     Concurrency,
     FixedWindow,
     Guard,
+    LeakyBucket,
     Policy,
     RateLimiter,
     RateLimitMiddleware,
+    SlidingLog,
+    SlidingWindow,
     Stats,
     TokenBucket,
     Warmup,
@@ -114,25 +118,102 @@ def test_a_drained_key_refuses_and_the_refusal_is_remembered(server: Server) -> 
     rl.close()
 
 
-def test_units_held_past_hold_are_given_back(server: Server) -> None:
+def test_units_are_spent_until_half_the_hold_then_given_back(server: Server) -> None:
     clock = FakeTime(server)
     rl = RateLimiter(server.client(), clock=clock)
     limit = GCRA(100, 100, "1h", local_budget=10, hold="100ms")  # one unit per 36 s
-    assert rl.check(limit, "k").allowed
+    assert not rl.check(limit, "k").local
     assert (rl.stats.held, taken(inspect(server, "k"))) == (9, 10)
-    clock.advance(99)
-    assert rl.sweep() == 0 and rl.stats.held == 9
-    clock.advance(1)
-    assert rl.sweep() == 9
-    assert (rl.stats.held, rl.stats.refunded, taken(inspect(server, "k"))) == (0, 9, 1)
-    # Past their hold, units are never spent: the next request refills.
-    assert rl.check(limit, "k").allowed and rl.stats.refills == 2
-    clock.advance(100)
-    assert rl.check(limit, "k").allowed and rl.stats.refills == 3  # the expired 9 go back
+    clock.advance(49)  # hold / 2 - 1 ms: still spent locally, nothing due
+    assert rl.check(limit, "k").local and rl.stats.refills == 1
     rl.sweep()
-    assert (rl.stats.refunded, taken(inspect(server, "k"))) == (18, 3 + 9 - 0)
+    assert (rl.stats.held, rl.stats.refunded) == (8, 0)
+    clock.advance(1)  # hold / 2: the 8 left go back (the sweeper thread or this sweep; the
+    rl.sweep()  # sweep waits for a sweep under way, so the counts below are final)
+    assert (rl.stats.held, rl.stats.refunded, taken(inspect(server, "k"))) == (0, 8, 2)
+    assert server.calls("rl.refund") == 1
     rl.close()
+
+
+def test_at_half_the_hold_the_next_request_refills(server: Server) -> None:
+    clock = FakeTime(server)
+    rl = RateLimiter(server.client(), clock=clock)
+    limit = GCRA(100, 100, "1h", local_budget=10, hold="100ms")
+    rl.check(limit, "k")
+    clock.advance(49)
+    assert rl.check(limit, "k").local
+    clock.advance(1)
+    d = rl.check(limit, "k")
+    assert (d.allowed, d.local, rl.stats.refills) == (True, False, 2)
+    rl.sweep()
+    # The 8 past hold / 2 went back; the new refill's 10 are held but the one spent.
+    assert (rl.stats.refunded, rl.stats.held) == (8, 9)
+    assert taken(inspect(server, "k")) == 3 + 9
+    # Past their deadline, units are never spent: at the next hold / 2 the 9 go back too.
+    clock.advance(50)
+    assert not rl.check(limit, "k").local and rl.stats.refills == 3
+    rl.sweep()
+    assert (rl.stats.refunded, taken(inspect(server, "k"))) == (17, 4 + 9)
+    rl.close()
+    assert taken(inspect(server, "k")) == 4
+
+
+async def test_the_async_timer_gives_back_at_half_the_hold(server: Server) -> None:
+    clock = FakeTime(server)
+    rl = AsyncRateLimiter(redis.asyncio.Redis(port=server.port), clock=clock)
+    limit = GCRA(100, 100, "1h", local_budget=10, hold="100ms")
+    await rl.check(limit, "k")
+    clock.advance(49)
+    assert (await rl.check(limit, "k")).local
+    await rl.sweep()
+    assert (rl.stats.held, rl.stats.refunded) == (8, 0)
+    clock.advance(1)
+    d = await rl.check(limit, "k")  # refills; the 8 are given back by a task of their own
+    assert not d.local and rl.stats.refills == 2
+    await rl.sweep()
+    assert (rl.stats.refunded, rl.stats.held, taken(inspect(server, "k"))) == (8, 9, 3 + 9)
+    await rl.close()
     assert taken(inspect(server, "k")) == 3
+    await rl.client.aclose()
+
+
+def module_taken(server: Server, key: str) -> int:
+    """The units the module counts as taken on ``key``, as RL.REFUND would give them back
+    (a policy: the most of any rule)."""
+    with server.client() as c:
+        return int(c.execute_command("RL.REFUND", key, 10**12, "DRYRUN"))
+
+
+HALF_HOLD = {
+    "gcra": GCRA(100, 1, "1h", local_budget=10, hold="1s"),
+    "tokenbucket": TokenBucket(100, 1, "1h", local_budget=10, hold="1s"),
+    "leakybucket": LeakyBucket(100, 1, "1h", local_budget=10, hold="1s"),
+    "fixedwindow": FixedWindow(100, "1h", local_budget=10, hold="1s"),  # ends past the hold
+    "slidingwindow": SlidingWindow(100, "1h", local_budget=10, hold="1s"),
+    "slidinglog": SlidingLog(100, "1h", local_budget=10, hold="1s"),
+    "warmup": Warmup(10, "1h", "10h", local_budget=10, hold="1s"),  # 0.5 s pays off nothing
+    "policy": Policy("half", local_budget=10, hold="1s"),
+}
+
+
+@pytest.mark.parametrize("kind", list(HALF_HOLD))
+def test_every_limit_spends_until_half_the_hold_then_gives_back(server: Server, kind: str) -> None:
+    clock = FakeTime(server)
+    rl = RateLimiter(server.client(), clock=clock)
+    if kind == "policy":
+        rl.policy_set("half", GCRA(100, 1, "1h"), SlidingLog(100, "1h"))
+    limit = HALF_HOLD[kind]
+    assert rl.check(limit, "k").allowed and rl.stats.held == 9
+    before = module_taken(server, "k")
+    clock.advance(499)
+    assert rl.check(limit, "k").local
+    rl.sweep()
+    assert (rl.stats.held, rl.stats.refunded, module_taken(server, "k")) == (8, 0, before)
+    clock.advance(1)
+    rl.sweep()
+    assert (rl.stats.held, rl.stats.refunded, rl.stats.expired) == (0, 8, 0)
+    assert module_taken(server, "k") == before - 8
+    rl.close()
 
 
 def test_the_sweeper_thread_gives_back_by_itself(server: Server) -> None:
@@ -147,15 +228,48 @@ def test_the_sweeper_thread_gives_back_by_itself(server: Server) -> None:
     rl.close()
 
 
-def test_a_fixed_window_budget_lapses_with_its_window(server: Server) -> None:
-    clock = FakeTime(server, ms=1_700_000_000_400)  # 600 ms left in the 1 s window
+@pytest.mark.parametrize("hold, lapses", [(600, True), (598, False)])
+def test_a_fixed_window_lapses_at_its_end_within_the_hold_else_goes_back_at_half(
+    server: Server, hold: int, lapses: bool
+) -> None:
+    clock = FakeTime(server, ms=T0_MS + 400)  # 600 ms left in the 1 s window
     rl = RateLimiter(server.client(), clock=clock)
-    limit = FixedWindow(10, "1s", local_budget=4, hold="10s")
-    assert rl.check(limit, "k").allowed
-    clock.advance(600)
-    assert rl.sweep() == 0
-    assert (rl.stats.expired, rl.stats.refunded, rl.stats.held) == (3, 0, 0)
+    limit = FixedWindow(10, "1s", local_budget=4, hold=f"{hold}ms")
+    assert not rl.check(limit, "k").local and rl.stats.held == 3
+    if lapses:
+        # The window ends within the whole hold (600 <= 600): the units are spent until its
+        # end, past hold / 2, and lapse there, nothing given back.
+        clock.advance(599)
+        assert rl.check(limit, "k").local
+        assert taken(inspect(server, "k")) == 4
+        clock.advance(1)
+        rl.sweep()
+        assert (rl.stats.expired, rl.stats.refunded, rl.stats.held) == (2, 0, 0)
+        assert server.calls("rl.refund") == 0
+    else:
+        # It ends past the hold (600 > 598): given back at hold / 2 = 299 ms, 301 ms before
+        # the window ends.
+        clock.advance(298)
+        assert rl.check(limit, "k").local
+        clock.advance(1)
+        rl.sweep()
+        assert (rl.stats.expired, rl.stats.refunded, rl.stats.held) == (0, 2, 0)
+        assert taken(inspect(server, "k")) == 2
     rl.close()
+
+
+async def test_a_lapsed_window_is_not_given_back_at_shutdown(server: Server) -> None:
+    clock = FakeTime(server, ms=T0_MS + 400)
+    rl = AsyncRateLimiter(redis.asyncio.Redis(port=server.port), clock=clock)
+    limit = FixedWindow(10, "1s", local_budget=4, hold="10s")
+    await rl.check(limit, "k")
+    clock.advance(600)
+    # Another instance starts the next window; a refund now would lower its count.
+    assert RateLimiter(server.client()).check(FixedWindow(10, "1s"), "k").remaining == 9
+    assert await rl.close() == 0
+    assert (rl.stats.expired, rl.stats.refunded, server.calls("rl.refund")) == (3, 0, 0)
+    assert taken(inspect(server, "k")) == 1
+    await rl.client.aclose()
 
 
 async def test_no_stampede_one_refill_for_concurrent_requests(server: Server) -> None:

@@ -1,11 +1,29 @@
 """Local budgets (``local_budget=k`` on a limit): units taken from the module ``k`` at a time
 with ``ATMOST``, handed out in-process, and given back with ``RL.REFUND`` when unspent after
-``hold`` (and at shutdown).
+``hold / 2`` (and at shutdown).
 
 The promise: over any interval, all instances together admit at most what the limit admits
-over that interval lengthened by ``hold`` (units taken at ``t`` are spent by ``t + hold`` or
-given back); each instance holds at most ``k`` units unspent per key; a request costs a round
-trip only when its key's budget is empty.
+over that interval lengthened by ``hold``; each instance holds at most ``k`` units unspent per
+key; a request costs a round trip only when its key's budget is empty.
+
+The rule that keeps it, for every algorithm and a policy: a refill's units are stamped with
+``sent`` (this clock, read before the command left) and may be spent until ``sent + hold / 2``;
+what is left then is given back with ``RL.REFUND``. A fixed window whose end comes within the
+whole hold (``reset_after_ms <= hold``) is the exception: its units may be spent until the
+window ends and lapse there (dropped, counted in ``expired``, nothing given back: a refund
+would land in the next window); a window ending later is refunded at ``hold / 2`` like the rest,
+so the refund has at least ``hold / 2`` to arrive before the window ends.
+
+Why half: a refund gives back the newest units the key counts, which may be another
+instance's, so the units left counted can be older than the ones spent by as long as the
+refunded ones were held. The time a unit may wait to be spent and the time until its refund add
+up, and together they must fit in ``hold``. For a sliding log that is tight (with the whole
+``hold`` for each, four instances admit 11 of 10: algorithms/src/budget_promise.rs); a sliding
+window also takes the newest units back, and a policy may have either rule. GCRA and the
+buckets keep one number of state, so whose units come back matters less to them; they get
+the same rule (one rule for all, and then a refund up to ``hold / 2`` late costs them nothing).
+A refund that reaches Redis ``x`` late lengthens the promise's interval by ``x`` for a sliding
+window or log (or a policy with one).
 
 One refill per key is in flight at a time: the requests that find the budget empty meanwhile
 wait for it and are served from it in arrival order (asyncio; threads in the order the lock
@@ -48,10 +66,10 @@ _FAILURES = (redis.RedisError, OSError, asyncio.TimeoutError, ValueError)
 
 
 def hold_ms(limit: Limit) -> int:
-    """How long a unit of ``limit``'s local budget is held before it is given back: its
-    ``hold`` when given, else a quarter of its period or window (GCRA and the buckets: the
-    period; the windows and the log: the window; a warm-up: its period; a policy: 1 s), at
-    least 10 ms."""
+    """The ``hold`` of ``limit``'s local budget, in ms (its units are spent within
+    ``hold / 2`` of their refill or given back then; see the module's doc): its ``hold`` when
+    given, else a quarter of its period or window (GCRA and the buckets: the period; the
+    windows and the log: the window; a warm-up: its period; a policy: 1 s), at least 10 ms."""
     given = getattr(limit, "hold", None)
     if given is not None:
         ms = duration_ms(given)
@@ -74,12 +92,12 @@ class BudgetStats:
     Attributes:
         local_admitted: requests admitted from a local budget without a round trip of their own.
         refills: ``ATMOST`` commands sent to fill a budget.
-        refunded: units given back with ``RL.REFUND`` (the module's count: after ``hold``, or
-            at shutdown).
+        refunded: units given back with ``RL.REFUND`` (the module's count: ``hold / 2`` after
+            their refill, or at shutdown).
         refund_failures: units that could not be given back (Redis failed): lost to the limit
             until the algorithm frees them by itself.
-        expired: units of a fixed window dropped at its end, unspent (there is nothing to give
-            back once the window is over).
+        expired: units of a fixed window dropped at its end, unspent (when the window ends
+            within ``hold`` of their refill: a refund after it would count for the next window).
         held: units held unspent now, all keys together (a gauge): at most ``k`` per key; the
             limit admits this many fewer elsewhere until they are spent or given back.
     """
@@ -112,8 +130,9 @@ class _Budget:
         self.bkey = bkey
         self.limit = limit
         self.key = key
-        #: [deadline_us, units, lapses]: units taken together, oldest first; ``lapses``: the
-        #: deadline is a fixed window's end, where they are dropped rather than given back.
+        #: [deadline_us, units, lapses]: units taken together, oldest first, spendable until
+        #: ``deadline_us`` (exclusive); ``lapses``: the deadline is a fixed window's end, where
+        #: they are dropped rather than given back.
         self.batches: deque[list[Any]] = deque()
         self.held = 0
         self.last: Decision | None = None
@@ -151,11 +170,14 @@ class _Core:
         return b
 
     def expire(self, b: _Budget, now: int, everything: bool = False) -> None:
+        """Batches past their deadline (``everything``: all) leave the budget: due to be given
+        back, or dropped when their window has ended (at shutdown too: a refund then would
+        count for the next window)."""
         while b.batches and (everything or b.batches[0][0] <= now):
-            _, units, lapses = b.batches.popleft()
+            deadline, units, lapses = b.batches.popleft()
             b.held -= units
             self.stats.held -= units
-            if lapses and not everything:
+            if lapses and deadline <= now:
                 self.stats.expired += units
             else:
                 b.due += units
@@ -196,13 +218,15 @@ class _Core:
 
     def add(self, b: _Budget, reply: Decision, sent: int, now: int, hold_us: int) -> None:
         """A refill's reply: its granted units join the budget, stamped with ``sent`` (the
-        clock before the command left: their deadline is never late)."""
+        clock before the command left: their deadline is never late). They may be spent until
+        ``sent + hold / 2`` and are given back then; a fixed window's, when the window ends
+        within the whole hold, until its end, where they lapse."""
         b.last, b.last_us = reply, now
         granted = reply.granted or 0
         if granted > 0:
-            deadline, lapses = sent + hold_us, False
+            deadline, lapses = sent + hold_us // 2, False
             window_end = sent + reply.reset_after_ms * 1000
-            if isinstance(b.limit, FixedWindow) and window_end < deadline:
+            if isinstance(b.limit, FixedWindow) and window_end <= sent + hold_us:
                 deadline, lapses = window_end, True
             b.batches.append([deadline, granted, lapses])
             b.held += granted
@@ -249,7 +273,7 @@ def _refused(reply: Decision, local: bool) -> Decision:
 
 class LocalBudgets:
     """The local budgets of a synchronous :class:`~ratelimit_redis_module.RateLimiter`: safe to
-    share between threads. Units past their ``hold`` are given back by a sweeper thread (a
+    share between threads. Units past ``hold / 2`` are given back by a sweeper thread (a
     daemon, started at the first refill, one per limiter, waking at the next deadline)."""
 
     def __init__(self, refund: Callable[[Any, int], int], clock: Callable[[], float], stats: Any) -> None:
@@ -346,7 +370,7 @@ class LocalBudgets:
             self.sweep()
 
     def sweep(self) -> int:
-        """Give back now the units held past their ``hold``; returns the units the module gave
+        """Give back now the units held past ``hold / 2``; returns the units the module gave
         back. The sweeper does it by itself; tests on a fake clock call it."""
         return self._give_back(everything=False)
 
@@ -389,7 +413,7 @@ class LocalBudgets:
 class AsyncLocalBudgets:
     """The local budgets of an :class:`~ratelimit_redis_module.AsyncRateLimiter`, on one event
     loop. A refill runs as a task of its own, so that a request cancelled while waiting (a
-    guard's timeout) does not lose the units it brings; units past their ``hold`` are given
+    guard's timeout) does not lose the units it brings; units past ``hold / 2`` are given
     back by a timer (one per limiter, at the next deadline)."""
 
     def __init__(self, refund: Callable[[Any, int], Awaitable[int]], clock: Callable[[], float], stats: Any) -> None:
@@ -479,14 +503,14 @@ class AsyncLocalBudgets:
         self._keep(asyncio.ensure_future(self.sweep()))
 
     def _soon(self) -> None:
-        """Units found past their hold on the request path: give them back now, in a task."""
+        """Units found past their deadline on the request path: give them back now, in a task."""
         if self._timer is not None:
             self._timer.cancel()
         self._timer_at = self.core.now()
         self._timer = asyncio.get_running_loop().call_soon(self._fire)  # type: ignore[assignment]
 
     async def sweep(self) -> int:
-        """Give back now the units held past their ``hold`` (see :meth:`LocalBudgets.sweep`)."""
+        """Give back now the units held past ``hold / 2`` (see :meth:`LocalBudgets.sweep`)."""
         return await self._give_back(everything=False)
 
     async def flush(self) -> int:

@@ -414,7 +414,7 @@ class RateLimiter:
         )
 
     def sweep(self) -> int:
-        """Give back now the local budgets' units held past their ``hold`` (a background
+        """Give back now the local budgets' units held past ``hold / 2`` (a background
         thread does it by itself); returns the units the module gave back."""
         return self.budgets.sweep()
 
@@ -599,7 +599,7 @@ class AsyncRateLimiter:
         )
 
     async def sweep(self) -> int:
-        """Give back now the units held past their ``hold`` (a timer does it by itself)."""
+        """Give back now the units held past ``hold / 2`` (a timer does it by itself)."""
         return await self.budgets.sweep()
 
     async def flush(self) -> int:

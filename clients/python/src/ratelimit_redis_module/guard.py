@@ -143,10 +143,11 @@ class Stats:
         local_admitted: of the admitted, requests served from the limit's local budget
             (``local_budget=``) without a round trip of their own.
         refills: ``ATMOST`` commands sent to fill a local budget.
-        refunded: units of a local budget given back with ``RL.REFUND`` (after ``hold``, or at
-            shutdown).
+        refunded: units of a local budget given back with ``RL.REFUND`` (``hold / 2`` after
+            their refill, or at shutdown).
         refund_failures: units that could not be given back (Redis failed).
-        expired: units of a fixed window's budget dropped unspent at the window's end.
+        expired: units of a fixed window's budget dropped unspent at the window's end (when
+            it ends within ``hold`` of their refill).
         held: units the local budgets hold unspent now (a gauge: at most ``k`` per key).
     """
 
