@@ -1,0 +1,55 @@
+-- RL.REFUND as a server-side script, for the keys of gcra.lua, tokenbucket.lua and
+-- fixedwindow.lua, reply for reply the module's (clients/scripts/README.md).
+-- EVALSHA <sha> 1 key units [DRYRUN]
+-- needs: common gcra tokenbucket fixedwindow
+
+-- The algorithms a refund knows, by layout tag.
+local ALGORITHMS = { gcra1 = GCRA, tb1 = TB, fw1 = FW }
+local FIELDS = { 'a', 'k', 'p', 't', 'f', 'n', 'u', 's', 'c' }
+
+-- commands/refund.rs and Key::refund: up to `units` of what the key has taken, under the
+-- parameters it was written with; the key's expiry set anew, or the key gone when fresh.
+return run(function()
+  if #KEYS ~= 1 then
+    fail('ERR the script takes exactly one key: EVALSHA sha 1 key units [DRYRUN]')
+  end
+  local n, now = test_clock(ARGV)
+  if n < 1 or n > 2 then
+    arity('RL.REFUND key units [DRYRUN]')
+  end
+  local units = count(ARGV[1], 'units', 0, MAX_COUNT)
+  local dryrun = false
+  if n == 2 then
+    if ARGV[2]:upper() ~= 'DRYRUN' then
+      fail(format("ERR unknown option '%s' at argument 3: expected DRYRUN", quote(ARGV[2])))
+    end
+    dryrun = true
+  end
+  now = clock(now)
+  local key = KEYS[1]
+  local h = read(key, FIELDS)
+  if not h then
+    return 0
+  end
+  local A = ALGORITHMS[h.a]
+  if not A then
+    fail(WRONGTYPE)
+  end
+  local stored = A.load(h)
+  local given, state = A.refund(stored, now, units)
+  if dryrun or given == 0 then
+    return given
+  end
+  -- The key as of now after the refund (view_now), a BLOCK in force included.
+  state.params = stored.params
+  local d = A.check(stored.params, state, now, 0, false)
+  if h.k then
+    penalize(d, value(h.k), now)
+  end
+  if d.reset[1] ~= 0 then
+    ceil_ms(d.reset) -- refused before anything is written when beyond 2^53 ms
+  end
+  redis.call('HSET', key, unpack(A.save(stored.params, state)))
+  expire(key, d.reset)
+  return given
+end)
