@@ -94,16 +94,21 @@ export interface RateLimitOptions {
   /**
    * A local budget of k units per key (an integer, 1 or more; not for a concurrency limit): a
    * plain request of 1 to k units is served in the process from units taken k at a time
-   * (ATMOST), without a round trip; one refill in flight per key. Unspent units are given back
-   * (RL.REFUND) once held for `hold`, and at `flush()` / `close()`. All instances together never
-   * admit more than the limit would over any interval lengthened by `hold`; at most k units per
-   * key and instance are held unspent. Calls with `atMost`, `shadow`, `dryRun` or a cost above
-   * k are round trips as without.
+   * (ATMOST), without a round trip; one refill in flight per key. A refill's units may be spent
+   * until `hold / 2` after it was sent, and what is left is given back then (RL.REFUND), and at
+   * `flush()` / `close()`; a fixed window's lapse at its end instead when it comes within the
+   * whole `hold`. Half, because a refund gives back the key's newest units, perhaps another
+   * instance's: the wait and the refund's delay add up and must fit in `hold` together. All
+   * instances together never admit more than the limit would over any interval lengthened by
+   * `hold`; at most k units per key and instance are held unspent. Calls with `atMost`,
+   * `shadow`, `dryRun` or a cost above k are round trips as without.
    */
   localBudget?: number;
   /**
-   * How long a unit of the local budget may be held before it is given back; default a quarter
-   * of the limit's period or window (1 s for a policy), at least 10 ms. Needs `localBudget`.
+   * The local budget's hold: its units are spent within `hold / 2` of their refill or given back
+   * then (a fixed window's lapse at its end when it comes within `hold`); the promise's interval
+   * is lengthened by `hold`. Default a quarter of the limit's period or window (250 ms for a
+   * policy), at least 10 ms. Needs `localBudget`.
    */
   hold?: Duration;
 }

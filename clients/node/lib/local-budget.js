@@ -1,24 +1,48 @@
 // Local budgets (issue 27): a RateLimit with `localBudget: k` takes up to k units of a key at
 // once (`ATMOST`), hands them out in the process without a round trip, and gives back what is
-// unspent with RL.REFUND once it has been held for `hold` (and at flush / close).
+// unspent with RL.REFUND once it has been held for `hold / 2` (and at flush / close).
 //
-// Per key: the units held, in batches stamped with when they were asked for (oldest spent
-// first), the last refill's reply, and the requests waiting for a refill (one refill in flight
-// per key; they are served in arrival order). Per limit: one FIFO of batches in the order they
-// fall due (the same hold for all, so the order they were taken in) and one unref'd timer for the
-// head: bounded work, no timer per key or per unit.
+// The rule (the same in every package, for every algorithm and for a policy): a batch taken by a
+// refill is stamped with `sent`, the clock read before the refill left; its units may be spent
+// until `sent + hold / 2`, and what is left is given back then. A fixed window's batch lapses at
+// the window's end instead when that end comes within the whole hold (`sent + hold`): nothing is
+// given back (the count goes with the window; given back in the next window, the units would
+// count for it); otherwise it is given back at `sent + hold / 2` like any other, at least
+// hold / 2 before the window ends.
+//
+// Why half: RL.REFUND gives back the newest units the key holds, which may be another instance's.
+// What stays counted can then be older than what was spent, by as long as the refunded units were
+// held: the wait before spending and the delay of the refund add up, and together they must fit
+// in `hold` for the promise (over any interval, all instances together admit at most what the
+// limit admits over that interval lengthened by `hold`). A sliding log needs exactly that (with
+// the whole hold for each, the algorithms crate's budget_promise test finds 11 admitted of 10);
+// GCRA and the buckets, whose state is one number, would not, but get the same rule: one rule,
+// and a refund up to hold/2 late costs them nothing. (For a sliding window or log, or a
+// policy with such a rule, a refund late by x lengthens the interval by x.)
+//
+// Per key: the units held, in batches stamped with when they fall due (oldest spent first), the
+// last refill's reply, and the requests waiting for a refill (one refill in flight per key; they
+// are served in arrival order). Per limit: one FIFO of batches in the order they fall due (the
+// order they were taken in: the same hold for all, and a fixed window's end is the same for every
+// key) and one unref'd timer for the head: bounded work, no timer per key or per unit.
+//
+// The path of a request served locally is kept cheap (it is most requests): no closure, no
+// object spread, no await; one decision object and one resolved promise per request.
 
 import { moreAfterMs } from './limits.js';
 
 const MIN_DEFAULT_HOLD_MS = 10;
 
+/** A policy's default hold: a quarter of a second (its rules' periods are not known here). */
+export const POLICY_HOLD_MS = 250;
+
 /**
  * The default hold: a quarter of the limit's period or window (GCRA and the buckets: their
- * period; the windows and the log: the window; warm-up: its period), 1 s for a policy, at least
- * 10 ms.
+ * period; the windows and the log: the window; warm-up: its period), 250 ms for a policy, at
+ * least 10 ms. Units are then spent within an eighth of the period (hold / 2) or given back.
  */
 export function defaultHoldMs(periodMs) {
-  if (periodMs === undefined) return 1000;
+  if (periodMs === undefined) return POLICY_HOLD_MS;
   return Math.max(MIN_DEFAULT_HOLD_MS, Math.floor(periodMs / 4));
 }
 
@@ -27,16 +51,18 @@ export class LocalBudget {
    * `limiter`: the RateLimit (its stats, logger, failMode, now, memory, name); `ask(key, atMost)`:
    * one refill, `[decision, more]` or a rejection (timeout and WAIT included); `refund(key, n)`:
    * RL.REFUND, the units given back. `windowed`: a fixed window, whose units lapse at its end
-   * (given back after it, they would be taken off the next window's count).
+   * when it comes within the hold (given back after it, they would be taken off the next
+   * window's count).
    */
   constructor({ limiter, k, holdMs, ask, refund, windowed }) {
     this.limiter = limiter;
     this.k = k;
     this.holdMs = holdMs;
+    this.spendMs = holdMs / 2; // how long a batch's units may be spent (fractions kept)
     this.ask = ask;
     this.giveBack = refund;
     this.windowed = windowed;
-    this.entries = new Map(); // key -> { batches, held, waiters, draining, last, more }
+    this.entries = new Map(); // key -> { batches, held, waiters, draining, last, more, moreMs }
     this.queue = []; // { key, entry, batch } in the order they fall due
     this.head = 0;
     this.timer = undefined;
@@ -53,7 +79,7 @@ export class LocalBudget {
   #entry(key) {
     let e = this.entries.get(key);
     if (e === undefined) {
-      e = { batches: [], held: 0, waiters: [], draining: false, last: undefined, more: undefined };
+      e = { batches: [], held: 0, waiters: [], draining: false, last: undefined, more: undefined, moreMs: undefined };
       this.entries.set(key, e);
     }
     return e;
@@ -63,15 +89,21 @@ export class LocalBudget {
     if (e.held === 0 && e.waiters.length === 0 && !e.draining && this.entries.get(key) === e) this.entries.delete(key);
   }
 
-  /** A request of `cost` (1 to k) units: served from the budget, or after a refill. */
+  /**
+   * A request of `cost` (1 to k) units: served from the budget (a promise already resolved, no
+   * round trip), or after a refill.
+   */
   take(key, cost) {
-    const now = this.limiter.now();
+    const limiter = this.limiter;
+    const now = limiter.now();
     const e = this.entries.get(key);
     if (e !== undefined) {
-      this.#expire(key, e, now);
-      if (e.waiters.length === 0 && e.held >= cost) {
-        this.stats.localAdmitted += 1;
-        this.stats.admitted += 1;
+      const batches = e.batches;
+      if (batches.length > 0 && batches[0].due <= now) this.#expire(key, e, now);
+      if (e.held >= cost && e.waiters.length === 0) {
+        const stats = limiter.stats;
+        stats.localAdmitted += 1;
+        stats.admitted += 1;
         return Promise.resolve(this.#spend(e, cost, true));
       }
     }
@@ -105,7 +137,7 @@ export class LocalBudget {
   async #drain(key, e) {
     e.draining = true;
     let exhausted; // a refill of this drain that granted nothing: refuses those that do not fit
-    // The waiter the last refill was for: it is served from that refill even when `hold` is
+    // The waiter the last refill was for: it is served from that refill even when `hold / 2` is
     // shorter than the round trip (nothing expires in between), so that every refill that
     // grants something serves someone, and a short grant is followed by one that grants none.
     let refilledFor;
@@ -147,6 +179,8 @@ export class LocalBudget {
         const granted = decision.granted ?? 0;
         e.last = decision;
         e.more = more;
+        // RateLimit's `t` for the decisions served from this reply (the reply alone tells it).
+        e.moreMs = more === 'probe' ? undefined : moreAfterMs(more, decision);
         if (granted > 0) {
           this.#add(key, e, granted, now, decision);
         } else {
@@ -179,12 +213,13 @@ export class LocalBudget {
   }
 
   // Units granted at `at` (read before the refill left, so never later than the server took
-  // them): due at at + hold, or for a fixed window at its end if sooner, when they lapse
-  // (nothing to give back: the window's count goes with it).
+  // them): spendable until, and given back at, at + hold / 2; a fixed window's lapse at its end
+  // instead when it comes within the whole hold (at + hold): nothing to give back, the window's
+  // count goes with it.
   #add(key, e, n, at, reply) {
-    let due = at + this.holdMs;
+    let due = at + this.spendMs;
     let refund = true;
-    if (this.windowed && reply.resetAfterMs > 0 && at + reply.resetAfterMs <= due) {
+    if (this.windowed && reply.resetAfterMs > 0 && reply.resetAfterMs <= this.holdMs) {
       due = at + reply.resetAfterMs;
       refund = false;
     }
@@ -196,32 +231,40 @@ export class LocalBudget {
     this.#schedule();
   }
 
+  // Takes `cost` units, oldest first, and makes the decision: from the last reply, with
+  // `remaining` = held + the server's, and `moreAfterMs` (RateLimit's `t`) where that reply tells
+  // it (approximate while served locally).
   #spend(e, cost, local) {
-    let left = cost;
-    while (left > 0) {
-      const b = e.batches[0];
-      const t = Math.min(b.n, left);
-      b.n -= t;
-      left -= t;
-      if (b.n === 0) e.batches.shift();
+    const batches = e.batches;
+    let b = batches[0];
+    if (b.n > cost) {
+      b.n -= cost;
+    } else {
+      let left = cost;
+      while (left > 0) {
+        b = batches[0];
+        const t = b.n < left ? b.n : left;
+        b.n -= t;
+        left -= t;
+        if (b.n === 0) batches.shift();
+      }
     }
-    e.held -= cost;
-    this.stats.held -= cost;
+    const held = e.held - cost;
+    e.held = held;
+    this.limiter.stats.held -= cost;
     const last = e.last;
     const d = {
       allowed: true,
       name: last.name,
       limit: last.limit,
-      remaining: e.held + last.remaining,
+      remaining: held + last.remaining,
       retryAfterMs: 0,
       resetAfterMs: last.resetAfterMs,
       windowSeconds: last.windowSeconds,
       local,
     };
     if (last.rule !== undefined) d.rule = last.rule;
-    // RateLimit's `t`, where the last reply tells it alone (approximate while served locally).
-    const ms = e.more === 'probe' ? undefined : moreAfterMs(e.more, last);
-    if (ms !== undefined) d.moreAfterMs = ms;
+    if (e.moreMs !== undefined) d.moreAfterMs = e.moreMs;
     return d;
   }
 

@@ -35,6 +35,19 @@ export class NotDurableError extends Error {
   }
 }
 
+// Options that make a check plain (no atMost, shadow, dryRun nor id), as #check reads them: an
+// object of those left out, undefined or false (the middleware passes `{ shadow: false }`).
+function plainOptions(o) {
+  return (
+    typeof o === 'object' &&
+    o !== null &&
+    o.atMost === undefined &&
+    (o.shadow === undefined || o.shadow === false) &&
+    (o.dryRun === undefined || o.dryRun === false) &&
+    o.id === undefined
+  );
+}
+
 function withTimeout(promise, ms) {
   let timer;
   const timeout = new Promise((_, reject) => {
@@ -226,7 +239,8 @@ export class RateLimit {
       if (this.concurrent) throw new TypeError('invalid limit.block: a concurrency limit has no block');
       this.block = ['BLOCK', `${durationMs(limit.block, 'limit.block')}`];
     }
-    // A local budget: up to `localBudget` units taken at once (ATMOST), given back after `hold`.
+    // A local budget: up to `localBudget` units taken at once (ATMOST), spent within `hold / 2`
+    // of their refill or given back then (local-budget.js says why half).
     const { localBudget, hold } = options;
     this.budget = undefined;
     if (localBudget !== undefined) {
@@ -376,8 +390,25 @@ export class RateLimit {
    * have); `dryRun`: the decision the call would get, nothing written (DRYRUN; counted in
    * `stats.calls` only); `id`: a concurrency lease's own token (ID; the same token renews its
    * lease). None is answered from the denial memory nor remembered.
+   *
+   * Not an async function, for the local budget's sake: a plain request its budget covers gets
+   * a promise already resolved, without the async function's own promise and the ticks it takes
+   * to adopt another; anything else (an invalid argument too: a rejection, never a throw) goes
+   * through #check.
    */
-  async check(key, cost = 1, options = {}) {
+  check(key, cost = 1, options = undefined) {
+    const budget = this.budget;
+    if (budget !== undefined && !budget.closed && Number.isSafeInteger(cost) && cost >= 1 && cost <= budget.k) {
+      try {
+        if (options === undefined || plainOptions(options)) return budget.take(String(key), cost);
+      } catch (error) {
+        return Promise.reject(error);
+      }
+    }
+    return this.#check(key, cost, options);
+  }
+
+  async #check(key, cost, options = {}) {
     const { atMost, shadow = false, dryRun = false, id } = options;
     count(cost, 'cost', 0);
     if (atMost !== undefined) {
@@ -395,6 +426,7 @@ export class RateLimit {
     }
     const plain = atMost === undefined && !shadow && !dryRun;
     // From the local budget: a plain request of 1 to k units (a larger one, COST as without).
+    // check() serves these itself; kept here for options it did not read as plain.
     if (this.budget !== undefined && plain && !this.budget.closed && cost >= 1 && cost <= this.budget.k) {
       return this.budget.take(String(key), cost);
     }

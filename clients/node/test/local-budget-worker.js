@@ -1,9 +1,46 @@
-// A worker process of test/local-budget.test.js (child_process.fork): one RateLimit with a local
+// A worker process of the local budget tests (child_process.fork): one RateLimit with a local
 // budget on the key the parent names, checking as many requests as it is told and reporting what
-// it admitted. Run any other way (node --test runs every file under test/), it does nothing.
+// it admitted and holds; `close` gives back what it holds and exits. Run any other way (node
+// --test runs every file under test/), it does nothing. `budgetWorker` forks one.
 
+import assert from 'node:assert/strict';
+import { fork } from 'node:child_process';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
 import { createClient } from 'redis';
 import { RateLimit } from '../index.js';
+
+/**
+ * A worker process with a local budget of `k` on `limit` (`hold`: a duration, default the
+ * limit's), on the server at `url`; `ask(message)` resolves its reply: `{ op: 'run', key, n,
+ * concurrency, cost }` runs n checks, concurrency at a time, and answers the counts so far
+ * (admitted in units) and the limiter's stats (held among them); `{ op: 'close' }` closes the
+ * limiter (answering `refunded`) and exits.
+ */
+export async function budgetWorker(url, limit, k, { prefix = 'rl:lb:', hold } = {}) {
+  const child = fork(fileURLToPath(import.meta.url), [], {
+    env: {
+      ...process.env,
+      RL_LB_WORKER: '1',
+      RL_URL: url,
+      RL_LIMIT: JSON.stringify(limit),
+      RL_K: String(k),
+      RL_HOLD: hold ?? '',
+      RL_PREFIX: prefix,
+    },
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const [ready] = await once(child, 'message');
+  assert.equal(ready.op, 'ready');
+  return {
+    child,
+    async ask(message) {
+      const reply = once(child, 'message');
+      child.send(message);
+      return (await reply)[0];
+    },
+  };
+}
 
 if (process.env.RL_LB_WORKER === '1' && typeof process.send === 'function') {
   const { RL_URL, RL_LIMIT, RL_K, RL_HOLD, RL_PREFIX } = process.env;

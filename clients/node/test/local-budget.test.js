@@ -1,21 +1,21 @@
 // Local budgets (localBudget: k, hold) against a real server with the module, its debug clock
 // frozen: several real processes (child_process.fork) on one key, their admissions added up and
 // checked against the module's own state (RL.INSPECT) for GCRA, a fixed window and a policy; a
-// process SIGKILLed while it holds units; one refill for many concurrent requests; the hold's
-// refund, on the request path and by the timer; the refund at close; a fixed window's units
-// lapsing at its end; the middleware.
+// process SIGKILLed while it holds units; one refill for many concurrent requests; the rule's
+// timing (units spent until hold / 2 after their refill left, then given back, on the request
+// path and by the timer; a fixed window's units lapsing at its end when it comes within the whole
+// hold, else given back at hold / 2); the refund at close; the middleware. More processes, on
+// every other algorithm: local-budget-processes.test.js; node:cluster workers:
+// local-budget-cluster.test.js.
 
 import assert from 'node:assert/strict';
-import { fork } from 'node:child_process';
 import { once } from 'node:events';
-import path from 'node:path';
 import { test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { RateLimit, rateLimitMiddleware } from '../index.js';
 import { calls, clocks, helloApp, memoryLogger, serverForFile } from './helpers.js';
+import { budgetWorker } from './local-budget-worker.js';
 
 const { redis, client } = await serverForFile();
-const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'local-budget-worker.js');
 
 const inspect = async (key) => {
   const r = await client.sendCommand(['RL.INSPECT', key]);
@@ -23,30 +23,7 @@ const inspect = async (key) => {
 };
 
 /** A worker process with a local budget of `k` on `limit`; `ask(message)` resolves its reply. */
-async function worker(limit, k, { prefix = 'rl:lb:', hold } = {}) {
-  const child = fork(WORKER, [], {
-    env: {
-      ...process.env,
-      RL_LB_WORKER: '1',
-      RL_URL: redis.url,
-      RL_LIMIT: JSON.stringify(limit),
-      RL_K: String(k),
-      RL_HOLD: hold ?? '',
-      RL_PREFIX: prefix,
-    },
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  const [ready] = await once(child, 'message');
-  assert.equal(ready.op, 'ready');
-  return {
-    child,
-    async ask(message) {
-      const reply = once(child, 'message');
-      child.send(message);
-      return (await reply)[0];
-    },
-  };
-}
+const worker = (limit, k, options) => budgetWorker(redis.url, limit, k, options);
 
 /** `n` workers each checking `each` requests on `key`, `concurrency` at a time, then closed. */
 async function crowd(limit, { n = 4, k, key, each, concurrency = 8 }) {
@@ -154,7 +131,7 @@ test('no stampede: 50 concurrent requests on an empty budget cost one refill', a
   assert.equal((await inspect('rl:lbs:herd')).remaining, 1000 - 51);
 });
 
-test('units held for `hold` are given back: on the request path (fake clock) and by the timer', async () => {
+test('units are spent until hold / 2 after their refill left, then given back: on the request path (fake clock) and by the timer', async () => {
   const clock = await clocks(client);
   const limiter = new RateLimit({
     client,
@@ -167,11 +144,13 @@ test('units held for `hold` are given back: on the request path (fake clock) and
   await limiter.check('h');
   await limiter.check('h');
   assert.equal(limiter.stats.held, 8);
-  await clock.at(999);
-  assert.equal((await limiter.check('h')).local, true, 'still within hold');
+  await clock.at(499);
   const refunds0 = await calls(client, 'RL.REFUND');
-  await clock.at(1_000);
-  // Taken at 0, due at 1000: the 7 left are given back, and 10 more taken.
+  assert.equal((await limiter.check('h')).local, true, 'still spendable at hold / 2 - 1 ms');
+  assert.equal(await calls(client, 'RL.REFUND'), refunds0);
+  assert.equal((await inspect('rl:lbh:h')).remaining, 100 - 10);
+  await clock.at(500);
+  // Taken at 0, due at hold / 2 = 500: the 7 left are given back, and 10 more taken.
   const d = await limiter.check('h');
   await limiter.flush(); // waits for the refund in flight (and gives back the 9 new ones)
   assert.equal(await calls(client, 'RL.REFUND'), refunds0 + 2);
@@ -180,12 +159,17 @@ test('units held for `hold` are given back: on the request path (fake clock) and
   assert.equal((await inspect('rl:lbh:h')).remaining, 100 - 4);
   assert.equal(limiter.stats.refills, 2);
 
-  // The timer, on the real clock (default `now`): a hold of 50 ms, unref'd.
+  // The timer, on the real clock (default `now`): a hold of 50 ms, due 25 ms after the refill
+  // left, unref'd.
   const timed = new RateLimit({
     client, limit: { algorithm: 'gcra', burst: 100, rate: 1, period: '1h' }, prefix: 'rl:lbt:', localBudget: 10, hold: 50,
   });
+  const sent = performance.now();
   await timed.check('t');
   assert.equal(timed.stats.held, 9);
+  // Due at hold / 2 after the refill left (between `sent` and now), not at the whole hold.
+  const leftAt = timed.budget.timerDue - 25;
+  assert.ok(leftAt >= sent - 1e-6 && leftAt <= performance.now() + 1e-6, `due ${timed.budget.timerDue - sent} ms after sent`);
   assert.equal(timed.budget.timer.hasRef(), false, 'the timer does not keep the process alive');
   await new Promise((r) => setTimeout(r, 200));
   assert.deepEqual([timed.stats.held, timed.stats.refunded], [0, 9]);
@@ -230,7 +214,7 @@ test('a refill that grants nothing refuses, and is remembered until its retry ti
   assert.deepEqual([again.allowed, again.local], [true, false]);
 });
 
-test("a fixed window's held units lapse at its end, not given back into the next window", async () => {
+test("a fixed window's held units lapse at its end when it comes within the hold, not given back into the next window", async () => {
   const clock = await clocks(client);
   // T0 is 20 s into a minute: the window ends in 40 s.
   const limiter = new RateLimit({
@@ -247,6 +231,47 @@ test("a fixed window's held units lapse at its end, not given back into the next
   assert.equal((await inspect('rl:lbw:w')).count, 5, 'the new window counts its own refill only');
   assert.equal(await limiter.close(), 4);
   assert.equal((await inspect('rl:lbw:w')).count, 1);
+
+  // The end (40 s away) within the whole hold (60 s) but after hold / 2 (30 s): the units are
+  // still spent at 30 s and up to the end, and lapse then.
+  const clock2 = await clocks(client);
+  const half = new RateLimit({
+    client, limit: { algorithm: 'fixedwindow', limit: 10, window: '1m' }, prefix: 'rl:lbw2:', localBudget: 5,
+    hold: '1m', now: () => clock2.ms,
+  });
+  await half.check('w');
+  await clock2.at(30_000);
+  assert.equal((await half.check('w')).local, true, 'past hold / 2, before the end');
+  await clock2.at(39_999);
+  assert.equal((await half.check('w')).local, true, 'the last ms of the window');
+  const refunds1 = await calls(client, 'RL.REFUND');
+  await clock2.at(40_000);
+  const next = await half.check('w');
+  assert.deepEqual([next.local, half.stats.lapsed, half.stats.refunded], [false, 2, 0]);
+  assert.equal(await calls(client, 'RL.REFUND'), refunds1);
+  assert.equal((await inspect('rl:lbw2:w')).count, 5);
+  await half.close();
+});
+
+test("a fixed window whose end is past the hold: its units are given back at hold / 2, like any other", async () => {
+  const clock = await clocks(client);
+  // The window ends in 40 s; hold 30 s: due at 15 s, given back then (25 s before the end).
+  const limiter = new RateLimit({
+    client, limit: { algorithm: 'fixedwindow', limit: 10, window: '1m' }, prefix: 'rl:lbw3:', localBudget: 5,
+    hold: '30s', now: () => clock.ms,
+  });
+  await limiter.check('w');
+  await clock.at(14_999);
+  const refunds0 = await calls(client, 'RL.REFUND');
+  assert.equal((await limiter.check('w')).local, true, 'still spendable at hold / 2 - 1 ms');
+  assert.equal((await inspect('rl:lbw3:w')).count, 5);
+  await clock.at(15_000);
+  // The 3 left are given back, and 5 more taken: 2 + 5 counted.
+  const d = await limiter.check('w');
+  await limiter.flush(); // waits for the refund in flight (and gives back the 4 new ones)
+  assert.deepEqual([d.allowed, d.local, limiter.stats.lapsed, limiter.stats.refunded], [true, false, 0, 3 + 4]);
+  assert.equal(await calls(client, 'RL.REFUND'), refunds0 + 2);
+  assert.equal((await inspect('rl:lbw3:w')).count, 3, 'the window counts what was admitted');
 });
 
 test('a failed refill fails every waiter open or closed, with one warning', async () => {
@@ -269,13 +294,13 @@ test('options: refused on a concurrency limit, hold without localBudget, k out o
   assert.throws(() => new RateLimit({ client, limit: gcra, hold: '1s' }), /invalid hold/);
   assert.throws(() => new RateLimit({ client, limit: gcra, localBudget: 0 }), /invalid localBudget/);
   assert.throws(() => new RateLimit({ client, limit: gcra, localBudget: 4, hold: '0s' }), /invalid hold/);
-  // Default holds: a quarter of the period or window, 1 s for a policy, at least 10 ms.
+  // Default holds: a quarter of the period or window, 250 ms for a policy, at least 10 ms.
   const hold = (limit) => new RateLimit({ client, limit, localBudget: 4 }).localBudget.holdMs;
   assert.equal(hold(gcra), 15_000);
   assert.equal(hold({ algorithm: 'slidingwindow', limit: 5, window: '10s' }), 2_500);
   assert.equal(hold({ algorithm: 'warmup', rate: 10, period: '1s', warmup: '10s' }), 250);
   assert.equal(hold({ algorithm: 'leakybucket', capacity: 5, leakAmount: 1, leakPeriod: 20 }), 10);
-  assert.equal(hold({ policy: 'lbp' }), 1_000);
+  assert.equal(hold({ policy: 'lbp' }), 250);
 });
 
 test('the middleware with a local budget: one round trip for k requests, the fields from the budget', async () => {
