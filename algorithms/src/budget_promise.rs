@@ -164,6 +164,9 @@ impl Rng {
     }
 }
 
+/// How long after its take a fixed window's units reach the window's end, from the reply.
+type WindowEnd<P> = fn(&P, &Decision) -> u64;
+
 /// How a package holds its units, as the module's doc says per algorithm.
 struct Protocol<P> {
     /// A unit may be spent until its take + `spend`.
@@ -173,7 +176,7 @@ struct Protocol<P> {
     /// A fixed window's: `(until its end, within)`: when the window ends (found from the
     /// grant's reply) no later than `within` after the take, the units may be spent until then
     /// and lapse there, never given back.
-    lapse: Option<(fn(&P, &Decision) -> u64, u64)>,
+    lapse: Option<(WindowEnd<P>, u64)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
