@@ -1,11 +1,11 @@
--- RL.REFUND as a server-side script, for the keys of gcra.lua, tokenbucket.lua and
--- fixedwindow.lua, reply for reply the module's (clients/scripts/README.md).
+-- RL.REFUND as a server-side script, for the keys of every admission script, reply for reply
+-- the module's (clients/scripts/README.md).
 -- EVALSHA <sha> 1 key units [DRYRUN]
--- needs: common gcra tokenbucket fixedwindow
+-- needs: common gcra tokenbucket fixedwindow leakybucket slidingwindow slidinglog warmup
 
--- The algorithms a refund knows, by layout tag.
-local ALGORITHMS = { gcra1 = GCRA, tb1 = TB, fw1 = FW }
-local FIELDS = { 'a', 'k', 'p', 't', 'f', 'n', 'u', 's', 'c' }
+-- The algorithms a refund knows, by layout tag, and every field they keep but a log's entries.
+local ALGORITHMS = { gcra1 = GCRA, tb1 = TB, fw1 = FW, lb1 = LB, sw1 = SW, sl1 = SL, wu1 = WU }
+local FIELDS = { 'a', 'k', 'p', 't', 'f', 'n', 'u', 's', 'c', 'v', 'b', 'h', 'e', 'z', 'x' }
 
 -- commands/refund.rs and Key::refund: up to `units` of what the key has taken, under the
 -- parameters it was written with; the key's expiry set anew, or the key gone when fresh.
@@ -35,7 +35,7 @@ return run(function()
   if not A then
     fail(WRONGTYPE)
   end
-  local stored = A.load(h)
+  local stored = A.load(h, key)
   local given, state = A.refund(stored, now, units)
   if dryrun or given == 0 then
     return given

@@ -3,10 +3,12 @@
 
 One redis-server with the module and its debug clock; each step runs the module's command on key
 ``m:…`` at the debug clock and the script on key ``s:…`` with the test-only ``NOW <µs>`` pair at
-the same instant, in one MULTI/EXEC, and asserts the replies equal (or the same error text), and
-both keys' TTLs the reply's reset_after_ms. The debug clock is set in whole ms (``RL.DEBUG.CLOCK
-SET`` takes ms), so the random sequences move in ms; the µs-exact cases the module's own tests fix
-are checked on the scripts alone (``test_microseconds``).
+the same instant, in one MULTI/EXEC, and asserts the replies equal (or the same error text), both
+keys' TTLs the reply's reset_after_ms, and the state the module's RL.INSPECT shows (to the µs, or
+finer: stored permits in millionths) equal to the script's hash read the same way. The debug
+clock is set in whole ms (``RL.DEBUG.CLOCK SET`` takes ms), so the random sequences move in ms;
+the state check sees what the ms replies cannot yet, and the µs-exact cases the module's own
+tests fix are checked on the scripts alone (``test_microseconds``).
 
 Key TTLs follow the real clock for both (docs/commands.md, RL.DEBUG.CLOCK), so the PTTLs are
 compared right after the step that wrote them and then both keys are PERSISTed, in the step's
@@ -17,17 +19,20 @@ key as fresh).
 
 The server is $RATELIMIT_SERVER (Redis 7.0, 8.2 or Valkey 8.1), as for the other tests; the
 sizes are $SCRIPT_EQUAL_SEQUENCES sequences (default 200) of $SCRIPT_EQUAL_STEPS steps (default
-60) per algorithm, seeded by $SCRIPT_EQUAL_SEED (default 28).
+60) per algorithm, seeded by $SCRIPT_EQUAL_SEED (default 28), and for the sliding log what those
+seldom reach: logs written for hours (rebased, re-encoded) and logs of hundreds of entries.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
+from typing import Sequence as Sequence_
 
 import pytest
 import redis
@@ -35,7 +40,7 @@ import redis
 from conftest import T0_MS, Server
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-NAMES = ("gcra", "tokenbucket", "fixedwindow", "refund")
+NAMES = ("gcra", "tokenbucket", "fixedwindow", "leakybucket", "slidingwindow", "slidinglog", "warmup", "refund")
 
 SEQUENCES = int(os.environ.get("SCRIPT_EQUAL_SEQUENCES", "200"))
 STEPS = int(os.environ.get("SCRIPT_EQUAL_STEPS", "60"))
@@ -73,10 +78,26 @@ def rl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     s.stop()
 
 
+# After a step, in its MULTI/EXEC: both keys' PTTLs, PERSISTed, whether they still exist, and
+# the script key's hash, as one JSON text. One reply instead of seven: the test's time is mostly
+# the client's, per reply and per element. (RL.INSPECT is called as a command: in Lua its
+# integers would be doubles.)
+PROBE = """
+local out = {}
+for i = 1, 2 do
+  out[i] = string.format('%d', redis.call('PTTL', KEYS[i])) -- cjson keeps 14 digits
+  redis.call('PERSIST', KEYS[i])
+  out[i + 2] = redis.call('EXISTS', KEYS[i])
+end
+out[5] = redis.call('HGETALL', KEYS[2])
+return cjson.encode(out)
+"""
+
+
 @pytest.fixture(scope="module")
 def shas(rl: Server) -> dict[str, str]:
     with rl.client(protocol=2) as c:
-        return {name: c.script_load(source(name)) for name in NAMES}
+        return {name: c.script_load(source(name)) for name in NAMES} | {"probe": c.script_load(PROBE)}
 
 
 # --- one source ------------------------------------------------------------------------------
@@ -184,15 +205,18 @@ def wide_rate(rng: random.Random, burst: int, period_ms: int) -> int:
 
 @dataclass
 class Algo:
-    """An algorithm as the test drives it: new parameters, the positional words and the flags
-    they put among the options, the limit costs are drawn against, the module's command."""
+    """An algorithm as the test drives it: new parameters, the positional words and the options
+    of its own they put among the others (INTERVAL, COLDFACTOR k), the limit costs are drawn
+    against, the time its gaps are drawn against, the module's command."""
 
     name: str
     command: str
     params: Callable[[random.Random], tuple[Any, ...]]
-    words: Callable[[random.Random, tuple[Any, ...]], tuple[list[str], list[str]]]
+    words: Callable[[random.Random, tuple[Any, ...]], tuple[list[str], list[list[str]]]]
     limit: Callable[[tuple[Any, ...]], int]
     period: Callable[[tuple[Any, ...]], int]
+    # A cost or a refund, for a limit.
+    units: Callable[[random.Random, int], int] = some_units
 
 
 def gcra_params(rng: random.Random) -> tuple[int, int, int]:
@@ -227,6 +251,52 @@ def fw_params(rng: random.Random) -> tuple[int, int]:
     return rng.choice([rng.randint(1, 10**12), 10**12]), short_period(rng)
 
 
+def sw_params(rng: random.Random) -> tuple[int, int]:
+    kind = rng.random()
+    if kind < 0.6:
+        return rng.randint(1, 20), short_period(rng)
+    if kind < 0.75:
+        return rng.randint(1, 10), rng.choice(EDGE_PERIODS)
+    return rng.choice([rng.randint(1, 10**12), 10**12, rng.randint(1, 10**6)]), short_period(rng)
+
+
+# The sliding log's windows: its unit (a power of two of µs) is 1 below 2^29 µs (536870.912 ms)
+# and coarser above: 2 µs for 10 minutes, 8 for an hour, 256 for a day, 2^20 for ten years.
+LOG_WINDOWS = [536_870, 536_871, 300_000, 600_000, HOUR, 1_073_741, 1_073_742]
+LOG_MAX = 10**6  # the module setting sliding-log-max-limit, at its default
+
+
+def sl_params(rng: random.Random) -> tuple[int, int]:
+    kind = rng.random()
+    window = rng.choice(PERIODS + LOG_WINDOWS) if rng.random() < 0.6 else rng.choice(LOG_WINDOWS)
+    if kind < 0.65:
+        return rng.randint(1, 20), window
+    if kind < 0.8:
+        return rng.randint(1, 4), rng.choice(EDGE_PERIODS)
+    if kind < 0.98:
+        return rng.choice([rng.randint(1, LOG_MAX), LOG_MAX, rng.randint(1, 1000)]), window
+    return LOG_MAX + rng.choice([1, rng.randint(1, 10**12 - LOG_MAX)]), window  # refused by both
+
+
+def wu_params(rng: random.Random) -> tuple[int, int, int, int | None]:
+    """rate, period, warm-up, COLDFACTOR (None: not given, the default 3)."""
+    cold = rng.choice([None, None, 3, rng.randint(2, 10), 2, 10])
+    kind = rng.random()
+    if kind < 0.5:
+        return rng.randint(1, 20), rng.choice([SECOND, MINUTE, 7, 3 * SECOND, rng.randint(1, 10_000)]), \
+            rng.choice([10 * SECOND, SECOND, 3, 20 * SECOND, MINUTE, rng.randint(1, 100_000)]), cold
+    if kind < 0.75:
+        return rng.randint(1, 20), short_period(rng), short_period(rng), cold
+    # Wide: rates to 10^12, warm-ups to ten years (the area term past 2^128).
+    return rng.choice([rng.randint(1, 10**12), 10**12, rng.randint(1, 10**6)]), short_period(rng), \
+        rng.choice([short_period(rng), TEN_YEARS]), cold
+
+
+def wu_words(rng: random.Random, p: tuple[Any, ...]) -> tuple[list[str], list[list[str]]]:
+    own = [[word(rng, "COLDFACTOR"), str(p[3])]] if p[3] is not None else []
+    return [str(p[0]), spell(rng, p[1]), spell(rng, p[2])], own
+
+
 Params = tuple[Any, ...]
 
 
@@ -245,11 +315,23 @@ ALGOS = [
          lambda p: p[0], lambda p: p[2]),
     Algo("tokenbucket", "RL.TOKENBUCKET", tb_params,
          lambda rng, p: ([str(p[0]), str(p[1]), spell(rng, p[2])],
-                         [rng.choice(["INTERVAL", "interval"])] if p[3] else []),
+                         [[rng.choice(["INTERVAL", "interval"])]] if p[3] else []),
          lambda p: p[0], lambda p: p[2]),
     Algo("fixedwindow", "RL.FIXEDWINDOW", fw_params,
          lambda rng, p: ([str(p[0]), spell(rng, p[1])], []),
          lambda p: p[0], lambda p: p[1]),
+    Algo("leakybucket", "RL.LEAKYBUCKET", gcra_params,
+         lambda rng, p: ([str(p[0]), str(p[1]), spell(rng, p[2])], []),
+         lambda p: p[0], lambda p: p[2]),
+    Algo("slidingwindow", "RL.SLIDINGWINDOW", sw_params,
+         lambda rng, p: ([str(p[0]), spell(rng, p[1])], []),
+         lambda p: p[0], lambda p: p[1]),
+    Algo("slidinglog", "RL.SLIDINGLOG", sl_params,
+         lambda rng, p: ([str(p[0]), spell(rng, p[1])], []),
+         lambda p: min(p[0], LOG_MAX), lambda p: p[1]),
+    # Costs to the rate (pre-consumption), gaps against the warm-up (cold again after one).
+    Algo("warmup", "RL.WARMUP", wu_params, wu_words,
+         lambda p: min(p[0], 30), lambda p: max(p[1], p[2])),
 ]
 
 
@@ -260,11 +342,11 @@ def word(rng: random.Random, w: str) -> str:
 def admission_args(rng: random.Random, algo: Algo, p: tuple[Any, ...], block: float = 0.12) -> list[str]:
     positional, flags = algo.words(rng, p)
     limit = algo.limit(p)
-    options: list[list[str]] = [[f] for f in flags]
+    options: list[list[str]] = [list(f) for f in flags]
     if rng.random() < 0.15:
-        options.append([word(rng, "ATMOST"), str(max(1, some_units(rng, limit)))])
+        options.append([word(rng, "ATMOST"), str(max(1, algo.units(rng, limit)))])
     elif rng.random() < 0.7:
-        options.append([word(rng, "COST"), str(some_units(rng, limit))])
+        options.append([word(rng, "COST"), str(algo.units(rng, limit))])
     if rng.random() < 0.15:
         options.append([word(rng, "DRYRUN")])
     if rng.random() < block:
@@ -285,6 +367,9 @@ class Sequence:
     # How often the clock steps back and a request gives BLOCK: some sequences do it a lot.
     back: float = 0.05
     block: float = 0.12
+    # The clock's moves, when not the usual (rng, period) -> ms; how often keys go (expiry).
+    gaps: Callable[[random.Random, int], int] | None = None
+    expire: float = 0.03
     history: list[str] = field(default_factory=list)
 
     @property
@@ -299,7 +384,9 @@ class Sequence:
         """The next step's clock move in ms: none, within a period, several periods, back."""
         rng, period = self.rng, self.algo.period(self.params)
         pick = rng.random()
-        if pick < 0.3:
+        if self.gaps:
+            step = self.gaps(rng, period)
+        elif pick < 0.3:
             step = 0
         elif pick < 0.7:
             step = rng.randint(1, max(1, min(period, 3 * DAY)))
@@ -314,8 +401,48 @@ class Sequence:
         return step if lo <= self.ms + step <= hi else -step if lo <= self.ms - step <= hi else 0
 
 
+def state_of(name: str, f: dict[str, str], now_us: int) -> dict[str, int]:
+    """The state RL.INSPECT shows of a module key (what it stores, to the µs or finer), from the
+    script's hash of the same key at now_us: equal state, equal replies from then on, including
+    those the ms clock of these sequences cannot reach."""
+    p = [int(x) for x in f["p"].split()]
+    names = {"gcra": ["burst", "rate", "period_ms"],
+             "tokenbucket": ["capacity", "refill_amount", "refill_period_ms", "interval"],
+             "leakybucket": ["capacity", "leak_amount", "leak_period_ms"], "fixedwindow": ["limit", "window_ms"],
+             "slidingwindow": ["limit", "window_ms"], "slidinglog": ["limit", "window_ms"],
+             "warmup": ["rate", "period_ms", "warmup_ms", "coldfactor"]}[name]
+    shown = dict(zip(names, p))
+    if name in ("gcra", "leakybucket"):  # the TAT, whole µs and a rest in 1/rate µs, rounded up
+        shown["tat_us" if name == "gcra" else "empty_at_us"] = int(f["t"]) + (int(f["f"]) > 0)
+    elif name == "tokenbucket":  # tokens × period_µs, shown as whole tokens
+        shown["tokens"] = int(f["n"]) // (p[2] * 1000)
+        shown["last_refill_us" if p[3] else "updated_us"] = int(f["u"])
+    elif name == "fixedwindow":
+        shown.update(window_start_us=int(f["s"]), count=int(f["c"]))
+    elif name == "slidingwindow":
+        shown.update(window_start_us=int(f["s"]), current=int(f["c"]), previous=int(f["v"]))
+    elif name == "slidinglog":  # the entries the log holds, and the units of those in its window
+        base, unit, first, end, before = (int(f[x]) for x in "buhez")
+        entries = [[int(x) for x in f[str(i)].split()] for i in range(first, end)]
+        times, active = [base + offset * unit for offset, _ in entries], 0
+        for (_, cum), t in zip(entries, times):
+            active += cum - before if t + p[1] * 1000 > now_us else 0
+            before = cum
+        shown.update(active=active, oldest_us=times[0] if times else 0, newest_us=times[-1] if times else 0)
+    else:  # warm-up: the stored permits (in millionths) and next_free (ticks of 1/rate µs), as of now
+        rate, period_ms, warmup_ms, k = p
+        scale, most = 2 * period_ms * 1000 * (1 + k), warmup_ms * 1000 * rate * (5 + k)
+        stored, next_free, now = min(int(f["x"]), most), int(f["t"]) * rate + int(f["f"]), now_us * rate
+        if now > next_free:
+            stored, next_free = min(stored + (now - next_free) * (5 + k), most), now
+        shown.update(stored_micropermits=stored * 10**6 // scale, next_free_us=-(-next_free // rate))
+    return {k: min(v, 2**63 - 1) for k, v in shown.items()}  # RL.INSPECT's integers saturate
+
+
 def too_large(reply: Any) -> bool:
-    return isinstance(reply, list) and any(v >= EXACT for v in reply[3:5])
+    """A time in the reply past 2^53 ms: retry_after, reset_after, or the leaky bucket's delay
+    (a sixth field that is not a delay is a grant, at most 10^12)."""
+    return isinstance(reply, list) and any(v >= EXACT for v in reply[3:6])
 
 
 def explain(seq: Sequence, got: Any, want: Any) -> str:
@@ -334,74 +461,94 @@ def ttl_slack(c: redis.Redis) -> int:
     return 5 if "valkey_version" in info or version >= (7, 2) else 200
 
 
+def transaction(conn: Any, commands: list[Sequence_[Any]]) -> list[Any]:
+    """`commands` in one MULTI/EXEC on a connection, their replies (errors as values). Written
+    and read here rather than by the client's pipeline: the test's time is mostly the client's
+    (RESP in Python), per command and per argument."""
+    out = [b"*1\r\n$5\r\nMULTI\r\n"]
+    for command in commands:
+        out.append(b"*%d\r\n" % len(command))
+        for arg in command:
+            a = arg if isinstance(arg, bytes) else str(arg).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    out.append(b"*1\r\n$4\r\nEXEC\r\n")
+    conn.send_packed_command([b"".join(out)])
+    for _ in range(len(commands) + 1):  # OK, then QUEUED for each
+        conn.read_response()
+    return conn.read_response()
+
+
 def run_sequence(c: redis.Redis, shas: dict[str, str], seq: Sequence, steps: int) -> dict[str, int]:
     counts = {"steps": 0, "admitted": 0, "denied": 0, "refunds": 0, "errors": 0, "too_large": 0, "lapsed": 0}
     c.delete(seq.m, seq.s)
     algo, rng, slack = seq.algo, seq.rng, ttl_slack(c)
-    for _ in range(steps):
-        seq.ms += seq.gap()
-        if rng.random() < 0.03:
-            c.delete(seq.m, seq.s)
-            seq.history.append(f"@{seq.ms - T0_MS} DEL (expiry)")
-        if rng.random() < 0.1:
-            seq.params = changed(rng, algo.params, seq.params)
-        refund = rng.random() < 0.12
-        if refund:
-            args = [str(some_units(rng, algo.limit(seq.params)))]
-            if rng.random() < 0.2:
-                args.append(word(rng, "DRYRUN"))
-            module, sha = ["RL.REFUND", seq.m, *args], shas["refund"]
-        else:
-            args = admission_args(rng, algo, seq.params, seq.block)
-            module, sha = [algo.command, seq.m, *args], shas[algo.name]
-        seq.history.append(f"@{seq.ms - T0_MS} {' '.join(module)}")
-        # One MULTI/EXEC: Redis holds its expiry clock still in a transaction, so a key written
-        # with a TTL of a ms is PERSISTed before real time can expire it.
-        pipe = c.pipeline(transaction=True)
-        pipe.execute_command("RL.DEBUG.CLOCK", "SET", seq.ms)
-        pipe.execute_command(*module)
-        pipe.evalsha(sha, 1, seq.s, *args, "NOW", seq.ms * 1000)
-        pipe.pttl(seq.m)
-        pipe.pttl(seq.s)
-        pipe.persist(seq.m)
-        pipe.persist(seq.s)
-        pipe.exists(seq.m)
-        pipe.exists(seq.s)
-        _, want, got, ttl_m, ttl_s, _, _, in_m, in_s = pipe.execute(raise_on_error=False)
-        counts["steps"] += 1
-        counts["refunds"] += refund
-        if isinstance(got, redis.ResponseError) and TOO_LARGE in str(got):
-            # The script refuses what it cannot reply exactly, before writing anything; the
-            # module's reply (or its key's TTL, for a refund) has such a time. Start afresh.
-            assert too_large(want) or (refund and ttl_m >= EXACT - 10**6), explain(seq, got, want)
-            counts["too_large"] += 1
-            c.delete(seq.m, seq.s)
-            continue
-        if isinstance(want, Exception) or isinstance(got, Exception):
-            assert type(got) is type(want) and str(got) == str(want), explain(seq, got, want)
-            counts["errors"] += 1
-            continue
-        assert got == want, explain(seq, got, want)
-        if isinstance(want, list):
-            counts["admitted" if want[0] else "denied"] += 1
-        # Both set their TTL from the real clock, a little apart (Redis 7.2+ gives a transaction
-        # one clock reading; 7.0 does not, and its module reads the system clock); a key whose TTL
-        # was a ms or two may be gone in real time already (lifetime 0). -1: neither wrote.
-        ttls = explain(seq, (got, "pttl", ttl_s, in_s), (want, "pttl", ttl_m, in_m))
-        life_m, life_s = max(ttl_m, 0), max(ttl_s, 0)
-        if ttl_m >= 0 or ttl_s >= 0:  # a write (-2 beside it: lapsed in real time already)
-            assert -1 not in (ttl_m, ttl_s) and abs(life_m - life_s) <= slack, ttls
+    conn = c.connection_pool.get_connection()
+    try:
+        for _ in range(steps):
+            seq.ms += seq.gap()
+            if rng.random() < seq.expire:
+                c.delete(seq.m, seq.s)
+                seq.history.append(f"@{seq.ms - T0_MS} DEL (expiry)")
+            if rng.random() < 0.1:
+                seq.params = changed(rng, algo.params, seq.params)
+            refund = rng.random() < 0.12
+            if refund:
+                args = [str(algo.units(rng, algo.limit(seq.params)))]
+                if rng.random() < 0.2:
+                    args.append(word(rng, "DRYRUN"))
+                module, sha = ["RL.REFUND", seq.m, *args], shas["refund"]
+            else:
+                args = admission_args(rng, algo, seq.params, seq.block)
+                module, sha = [algo.command, seq.m, *args], shas[algo.name]
+            seq.history.append(f"@{seq.ms - T0_MS} {' '.join(module)}")
+            # One MULTI/EXEC: Redis holds its expiry clock still in a transaction, so a key written
+            # with a TTL of a ms is PERSISTed before real time can expire it.
+            _, want, got, inspect, probe = transaction(conn, [
+                ("RL.DEBUG.CLOCK", "SET", seq.ms), module, ("EVALSHA", sha, 1, seq.s, *args, "NOW", seq.ms * 1000),
+                ("RL.INSPECT", seq.m), ("EVALSHA", shas["probe"], 2, seq.m, seq.s)])
+            ttl_m, ttl_s, in_m, in_s, hash_s = json.loads(probe)
+            ttl_m, ttl_s = int(ttl_m), int(ttl_s)
+            counts["steps"] += 1
+            counts["refunds"] += refund
+            if isinstance(got, redis.ResponseError) and TOO_LARGE in str(got):
+                # The script refuses what it cannot reply exactly, before writing anything; the
+                # module's reply (or its key's TTL, for a refund) has such a time. Start afresh.
+                assert too_large(want) or (refund and ttl_m >= EXACT - 10**6), explain(seq, got, want)
+                counts["too_large"] += 1
+                c.delete(seq.m, seq.s)
+                continue
+            if isinstance(want, Exception) or isinstance(got, Exception):
+                assert type(got) is type(want) and str(got) == str(want), explain(seq, got, want)
+                counts["errors"] += 1
+                continue
+            assert got == want, explain(seq, got, want)
             if isinstance(want, list):
-                # An admission that wrote: its TTL is reset_after_ms, less the real time since.
-                assert want[4] - slack <= life_m <= want[4] and want[4] - slack <= life_s <= want[4], ttls
-        else:  # no write: both without a TTL (PERSISTed before), or both missing
-            assert ttl_m == ttl_s, ttls
-        if in_m != in_s:
-            # Only a key about to expire may have expired before its PERSIST: both go.
-            assert 0 <= min(life_m, life_s) <= 2, ttls
-            c.delete(seq.m, seq.s)
-            counts["lapsed"] += 1
-    return counts
+                counts["admitted" if want[0] else "denied"] += 1
+            # Both set their TTL from the real clock, a little apart (Redis 7.2+ gives a transaction
+            # one clock reading; 7.0 does not, and its module reads the system clock); a key whose TTL
+            # was a ms or two may be gone in real time already (lifetime 0). -1: neither wrote.
+            ttls = explain(seq, (got, "pttl", ttl_s, in_s), (want, "pttl", ttl_m, in_m))
+            life_m, life_s = max(ttl_m, 0), max(ttl_s, 0)
+            if ttl_m >= 0 or ttl_s >= 0:  # a write (-2 beside it: lapsed in real time already)
+                assert -1 not in (ttl_m, ttl_s) and abs(life_m - life_s) <= slack, ttls
+                if isinstance(want, list):
+                    # An admission that wrote: its TTL is reset_after_ms, less the real time since.
+                    assert want[4] - slack <= life_m <= want[4] and want[4] - slack <= life_s <= want[4], ttls
+            else:  # no write: both without a TTL (PERSISTed before), or both missing
+                assert ttl_m == ttl_s, ttls
+            if in_m != in_s:
+                # Only a key about to expire may have expired before its PERSIST: both go.
+                assert 0 <= min(life_m, life_s) <= 2, ttls
+                c.delete(seq.m, seq.s)
+                counts["lapsed"] += 1
+            elif in_m:
+                shown = dict(zip(inspect[::2], inspect[1::2]))
+                mine = state_of(algo.name, dict(zip(hash_s[::2], hash_s[1::2])), seq.ms * 1000)
+                theirs = {k: shown[k.encode()] for k in mine}
+                assert mine == theirs, explain(seq, (got, "state", mine), (want, "RL.INSPECT", theirs))
+        return counts
+    finally:
+        c.connection_pool.release(conn)
 
 
 @pytest.mark.parametrize("algo", ALGOS, ids=[a.name for a in ALGOS])
@@ -424,6 +571,61 @@ def test_random_sequences_reply_as_the_module(rl: Server, shas: dict[str, str], 
     assert totals["steps"] == SEQUENCES * STEPS
     # The sequences reach every kind of reply.
     assert totals["admitted"] and totals["denied"] and totals["refunds"] and totals["errors"]
+
+
+def busy_log(rng: random.Random) -> tuple[int, int]:
+    """A log written every few minutes for hours, under windows of 1 µs units and of 2 µs units
+    in turn: its offsets outgrow 31 bits, in either unit."""
+    return rng.randint(4, 12), rng.choice([299_999, 300_000, 536_870, 536_871, 600_000])
+
+
+def coarse_log(rng: random.Random) -> tuple[int, int]:
+    """The same for hours-long windows, of 8 to 32 µs units: a log rebased in the window's finer
+    unit keeps entries at whole ms, in the coarser one it would round them up."""
+    return rng.randint(4, 12), rng.choice([HOUR, 2 * HOUR, 2 * HOUR + 1, 5 * HOUR])
+
+
+def long_log(rng: random.Random) -> tuple[int, int]:
+    """A log of hundreds of entries, a few ms apart."""
+    return rng.randint(200, 600), rng.choice([10 * SECOND, MINUTE, 600_000])
+
+
+LOGS = next(a for a in ALGOS if a.name == "slidinglog")
+# kind: the algorithm as driven (parameters, units), the clock's moves, sequences, steps.
+LOG_KINDS: dict[str, tuple[Algo, Callable[[random.Random, int], int], int, int]] = {
+    "busy": (replace(LOGS, params=busy_log, units=lambda rng, limit: rng.choice([1, 1, 1, 0, 2])),
+             lambda rng, period: rng.choice([0, rng.randint(1, 1000), *[rng.randint(30_000, 150_000)] * 2]),
+             12, 150),
+    "coarse": (replace(LOGS, params=coarse_log, units=lambda rng, limit: rng.choice([1, 1, 1, 0, 2])),
+               lambda rng, period: rng.choice([0, rng.randint(1, 1000), *[rng.randint(10 * MINUTE, 50 * MINUTE)] * 2]),
+               12, 150),
+    "long": (replace(LOGS, params=long_log,
+                     units=lambda rng, limit: rng.choice([1] * 16 + [0, 2, rng.randint(1, limit // 4)])),
+             lambda rng, period: rng.choice([0, *[rng.randint(1, 30)] * 3, rng.randint(1, 3000)]),
+             6, 250),
+}
+
+
+@pytest.mark.parametrize("kind", list(LOG_KINDS))
+def test_logs_rebased_re_encoded_and_long(rl: Server, shas: dict[str, str], kind: str) -> None:
+    """What the sliding log's random sequences seldom reach. Busy: a log that never empties for
+    hours, under windows of 1 and 2 µs units in turn, so that its offsets outgrow 31 bits and it
+    is rebased (in its own unit, or in the window's finer one) and re-encoded; coarse: the same
+    over days, windows of hours (8 to 32 µs units, which round whole ms). Long: logs of
+    hundreds of entries, costs mostly 1, so that they are read an entry at a time (past 64),
+    refunds cut them in the middle, and their expired entries go by the hundred."""
+    algo, gaps, sequences, steps = LOG_KINDS[kind]
+    totals: dict[str, int] = {}
+    with rl.client(protocol=2) as c:
+        for n in range(sequences):
+            rng = random.Random(f"{SEED}:{kind}:{n}")
+            seq = Sequence(algo, 1000 + n, rng, T0_MS + rng.randint(0, 10 * DAY), algo.params(rng),
+                           back=0.0, block=0.02, gaps=gaps, expire=0.002)
+            for k, v in run_sequence(c, shas, seq, steps).items():
+                totals[k] = totals.get(k, 0) + v
+        c.execute_command("RL.DEBUG.CLOCK", "SET", T0_MS)
+    print(f"\n{kind} logs: {totals}")
+    assert totals["steps"] == sequences * steps and totals["admitted"] and totals["refunds"]
 
 
 # --- errors ----------------------------------------------------------------------------------
@@ -450,9 +652,32 @@ BAD = {
         [], ["5"], ["0", "1m"], ["5", "0"], ["5", "1y"], ["5", "1m", "INTERVAL"],
         ["5", "1m", "COST", "2", "ATMOST", "1"], ["5", "1m", "BLOCK", "-1s"],
     ],
+    "leakybucket": [
+        [], ["5", "1"], ["0", "1", "1s"], ["5", "0", "1s"], ["5", "1", "0s"], ["5", "1", "1s", "INTERVAL"],
+        ["5", "1", "1s", "COST", "1", "ATMOST", "2"], ["5", "1", "1s", "BLOCK"], ["5", "1", "1s", "SHADOW", "FAST"],
+    ],
+    "slidingwindow": [
+        [], ["5"], ["0", "1m"], ["5", "0"], ["5", "1m", "INTERVAL"], ["5", "1m", "COST", "x"], ["5", "1m", "ATMOST"],
+    ],
+    "slidinglog": [
+        [], ["5"], ["0", "1m"], ["1000001", "1m"], ["1000000000001", "1m"], ["99999999999999999999", "1m"],
+        ["05", "1m"], ["5", "0"], ["2000000", "0"], ["5", "1m", "FAST"], ["1000001", "1m", "FAST"],
+        ["5", "1m", "COST", "2", "COST", "2"],
+    ],
+    # The options are read before the parameters, COLDFACTOR's value last.
+    "warmup": [
+        [], ["1", "1s"], ["0", "1s", "10s"], ["1", "0", "10s"], ["1", "1s", "0"], ["1", "1s", "3651d"],
+        ["1", "1s", "10s", "COLDFACTOR"], ["1", "1s", "10s", "COLDFACTOR", "1"], ["1", "1s", "10s", "coldfactor", "11"],
+        ["1", "1s", "10s", "COLDFACTOR", "x"], ["1", "1s", "10s", "COLDFACTOR", "3", "coldfactor", "3"],
+        ["0", "1s", "10s", "FAST"], ["0", "1s", "10s", "COLDFACTOR", "11"],
+        ["1", "1s", "10s", "COLDFACTOR", "11", "COST", "-1"],
+        ["1", "1s", "10s", "INTERVAL"], ["0", "1s", "10s", "SHADOW"], ["1", "1s", "10s", "COLDFACTOR", "0", "SHADOW"],
+    ],
     "refund": [[], ["1", "DRYRUN", "x"], ["-1"], ["1000000000001"], ["01"], ["1", "FAST"], ["1", "dryrunx"]],
 }
-COMMAND = {"gcra": "RL.GCRA", "tokenbucket": "RL.TOKENBUCKET", "fixedwindow": "RL.FIXEDWINDOW", "refund": "RL.REFUND"}
+COMMAND = {"gcra": "RL.GCRA", "tokenbucket": "RL.TOKENBUCKET", "fixedwindow": "RL.FIXEDWINDOW",
+           "leakybucket": "RL.LEAKYBUCKET", "slidingwindow": "RL.SLIDINGWINDOW", "slidinglog": "RL.SLIDINGLOG",
+           "warmup": "RL.WARMUP", "refund": "RL.REFUND"}
 
 
 def outcome(call: Callable[[], Any]) -> Any:
@@ -490,7 +715,9 @@ def test_a_key_of_the_other_backend_is_refused(rl: Server, shas: dict[str, str])
         c.delete("mk", "sk", "tb", "stb", "h", "str")
         c.execute_command("RL.GCRA", "mk", 5, 1, "1s")
         c.evalsha(shas["gcra"], 1, "sk", 5, 1, "1s", "NOW", now)
-        calls = [("gcra", [5, 1, "1s"]), ("tokenbucket", [5, 1, "1s"]), ("fixedwindow", [5, "1s"]), ("refund", [1])]
+        calls = [("gcra", [5, 1, "1s"]), ("tokenbucket", [5, 1, "1s"]), ("fixedwindow", [5, "1s"]),
+                 ("leakybucket", [5, 1, "1s"]), ("slidingwindow", [5, "1s"]), ("slidinglog", [5, "1s"]),
+                 ("warmup", [5, "1s", "10s"]), ("refund", [1])]
         for name, args in calls:
             got = outcome(lambda: c.evalsha(shas[name], 1, "mk", *args, "NOW", now))
             assert got[0] == "error" and got[1].startswith(SCRIPT_WRONGTYPE), (name, got)
@@ -504,20 +731,31 @@ def test_a_key_of_the_other_backend_is_refused(rl: Server, shas: dict[str, str])
         # Another algorithm's key: the module's own text, from both.
         c.execute_command("RL.TOKENBUCKET", "tb", 5, 1, "1s")
         c.evalsha(shas["tokenbucket"], 1, "stb", 5, 1, "1s", "NOW", now)
-        for name, args in [("gcra", [5, 1, "1s"]), ("fixedwindow", [5, "1s"])]:
+        for name, args in [("gcra", [5, 1, "1s"]), ("fixedwindow", [5, "1s"]), ("leakybucket", [5, 1, "1s"]),
+                           ("slidingwindow", [5, "1s"]), ("slidinglog", [5, "1s"]), ("warmup", [5, "1s", "10s"])]:
             want = outcome(lambda: c.execute_command(COMMAND[name], "tb", *args))
             assert want[0] == "error" and "the key holds RL.TOKENBUCKET state" in want[1]
             assert outcome(lambda: c.evalsha(shas[name], 1, "stb", *args, "NOW", now)) == want
         assert c.hgetall("stb")[b"a"] == b"tb1"
+        # And the other way round: a key of each new script named by the module's text.
+        for name, args in [("leakybucket", [5, 1, "1s"]), ("slidingwindow", [5, "1s"]), ("slidinglog", [5, "1s"]),
+                           ("warmup", [5, "1s", "10s"])]:
+            c.delete("other", "sother")
+            c.execute_command(COMMAND[name], "other", *args)
+            c.evalsha(shas[name], 1, "sother", *args, "NOW", now)
+            want = outcome(lambda: c.execute_command("RL.GCRA", "other", 5, 1, "1s"))
+            assert want[0] == "error" and f"the key holds {COMMAND[name]} state" in want[1]
+            assert outcome(lambda: c.evalsha(shas["gcra"], 1, "sother", 5, 1, "1s", "NOW", now)) == want
 
 
 # --- what the debug clock cannot reach: µs, and the clock the packages use -----------------------
 
 
 def test_microseconds(rl: Server, shas: dict[str, str]) -> None:
-    """The module's own exactness cases (algorithms/src/gcra.rs tests), at µs, on the scripts: 3
+    """The module's own exactness cases (the algorithms' unit tests), at µs, on the scripts: 3
     per second is 333333.3 µs apart, 3000 units at 3 a second take exactly 1000 s, a million a
-    second is one µs apart."""
+    second is one µs apart; the leaky bucket's turns, the sliding window's least time, the
+    sliding log's units, the warm-up's batch."""
     t0 = 1_700_000_000_000_000
     with rl.client(protocol=2) as c:
 
@@ -535,6 +773,32 @@ def test_microseconds(rl: Server, shas: dict[str, str]) -> None:
         tb = lambda at, *a: c.evalsha(shas["tokenbucket"], 1, "u4", 3, 3, 1000, *a, "NOW", t0 + at)  # noqa: E731
         assert tb(0, "COST", 3)[0] == 1
         assert tb(333_333)[0] == 0 and tb(333_334)[0] == 1
+        # Leaky bucket (leaky_bucket.rs): at 3 a second, four at once act 0, 1/3, 2/3 and 1 s
+        # later; a queue of 1 admits again exactly 333333.3 µs on.
+        c.delete("u6", "u7", "u8", "u9", "u10")
+        lb = lambda key, at, *a: c.evalsha(shas["leakybucket"], 1, key, *a, "NOW", t0 + at)  # noqa: E731
+        assert [lb("u6", 0, 10, 3, 1000)[5] for _ in range(4)] == [0, 334, 667, 1000]
+        assert lb("u7", 0, 1, 3, 1000)[0] == 1
+        assert lb("u7", 333_333, 1, 3, 1000)[0] == 0 and lb("u7", 333_334, 1, 3, 1000)[:6] == [1, 1, 0, 0, 334, 0]
+        # Sliding window (sliding_window.rs): 7 a minute, 5 in the last minute and 4 in this one,
+        # 18 s into it: the next fits 6.000001 s later, and not a µs before.
+        t2 = 1_699_927_200_000_000
+        sw = lambda at, *a: c.evalsha(shas["slidingwindow"], 1, "u8", 7, 60_000, *a, "NOW", t2 + at)  # noqa: E731
+        sw(10_000_000, "COST", 5), sw(65_000_000, "COST", 3), sw(78_000_000)
+        assert sw(78_000_000, "DRYRUN")[:4] == [0, 7, 0, 6001]
+        assert sw(84_000_000, "DRYRUN")[0] == 0 and sw(84_000_001, "DRYRUN")[0] == 1
+        # Sliding log (sliding_log/regrid.rs): a 10-minute window keeps times in 2 µs units,
+        # rounded up: a request at +3 µs leaves the window at +4 µs, one unit late.
+        t3, w = 1_700_002_800_000_000, 600_000_000
+        sl = lambda at, *a: c.evalsha(shas["slidinglog"], 1, "u9", 2, "10m", *a, "NOW", t3 + at)  # noqa: E731
+        sl(0), sl(3)
+        assert sl(w + 3, "COST", 2, "DRYRUN")[:4] == [0, 2, 1, 1]
+        assert sl(w + 4, "COST", 2, "DRYRUN")[0] == 1
+        # Warm-up (warmup/tests.rs): 10 a second, 10 s warm-up: a batch of 100 takes every stored
+        # permit, 10 s of trapezoid and 5 s of stable ones; the next waits exactly 15 s.
+        wu = lambda at, *a: c.evalsha(shas["warmup"], 1, "u10", 10, "1s", "10s", *a, "NOW", t0 + at)  # noqa: E731
+        assert wu(0, "COST", 100)[0] == 1 and wu(0)[:5] == [0, 1, 0, 15_000, 25_000]
+        assert wu(14_999_999)[0] == 0 and wu(15_000_000, "COST", 200)[0] == 1
         # Without NOW the script reads TIME: a fresh key admits, and its PTTL is the reply's.
         reply = c.evalsha(shas["fixedwindow"], 1, "u5", 5, "1h")
         assert reply[:3] == [1, 5, 4] and 0 < reply[4] <= 3_600_000

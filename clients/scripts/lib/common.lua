@@ -2,14 +2,15 @@ local floor, fmod, format = math.floor, math.fmod, string.format
 local MAX_COUNT = 1000000000000 -- 10^12, the module's largest count
 local MAX_DURATION_MS = 315360000000 -- ten 365-day years
 local EXACT = 9007199254740992 -- 2^53: every integer below it is exact in a double
-local MAX_NOW = EXACT - 562949953421312 -- 2^53 - 2^49 µs (the year 2237): now + any duration stays exact
+local MAX_NOW = EXACT - 1125899906842624 -- 2^53 - 2^50 µs (the year 2219): now + two durations stay exact
 local LIMB = 16777216 -- 2^24, one limb of a wide integer
 local WRONGTYPE = 'WRONGTYPE the key holds a value of another type (a ratelimit module key, or data '
   .. 'that is not a limiter\'s): the script backend keeps a limiter in a hash of its own'
 local TOO_LARGE = 'ERR a time beyond 2^53 ms (285,000 years) needs the ratelimit module: a script '
   .. 'replies exact integers below 2^53 only'
 -- The algorithm each layout tag belongs to, as the errors name it.
-local COMMANDS = { gcra1 = 'RL.GCRA', tb1 = 'RL.TOKENBUCKET', fw1 = 'RL.FIXEDWINDOW' }
+local COMMANDS = { gcra1 = 'RL.GCRA', tb1 = 'RL.TOKENBUCKET', fw1 = 'RL.FIXEDWINDOW',
+  lb1 = 'RL.LEAKYBUCKET', sw1 = 'RL.SLIDINGWINDOW', sl1 = 'RL.SLIDINGLOG', wu1 = 'RL.WARMUP' }
 
 -- An error reply: raised with error(), turned into the reply by run() (see the end).
 local function fail(message)
@@ -179,8 +180,39 @@ local function ceildiv(a, d)
   return q
 end
 
+-- floor(a / d) and a mod d for any d >= 1, a number or limbs: as divmod, an estimate of the
+-- quotient that is never above it, then the exact remainder; a few rounds.
+local function divmod_any(a, d)
+  if type(d) == 'number' then
+    return divmod(a, d)
+  end
+  local q = 0
+  while cmp(a, d) >= 0 do
+    local e = floor(approx(a) / approx(d) * (1 - 2 ^ -40))
+    if e < 1 then
+      e = 1
+    end
+    q = add(q, e)
+    a = sub(a, mul(e, d))
+  end
+  return q, a
+end
+
+-- ceil(a × b / d), exact (warmup.rs's mul_div_ceil).
+local function mul_div_ceil(a, b, d)
+  local q, r = divmod_any(mul(a, b), d)
+  if cmp(r, 0) > 0 then
+    return add(q, 1)
+  end
+  return q
+end
+
 local function min(a, b)
   return cmp(a, b) <= 0 and a or b
+end
+
+local function max(a, b)
+  return cmp(a, b) >= 0 and a or b
 end
 
 -- Decimal text of a value, and back (a hash keeps the state as text).
@@ -270,10 +302,16 @@ end
 
 -- The options after an admission command's parameters, args[first..last], args[first] being
 -- argument number `position` of the call (the key is 1); `flag` is the command's own flag
--- (INTERVAL) or nil. As parse_options: in any order, any case, each at most once.
+-- (INTERVAL), or its own option with a value as { word, expected } (COLDFACTOR), or nil. As
+-- parse_options: in any order, any case, each at most once. Returns the options, and whether
+-- the flag was given (or the option's value, unparsed).
 local function options(args, first, last, position, flag, accepted)
   local o = { cost = 1, dryrun = false, shadow = false }
   local seen_cost, has_flag = false, false
+  local valued
+  if type(flag) == 'table' then
+    valued, flag = flag, nil
+  end
   local i = first
   local function value_of(option, expected, given)
     if given then
@@ -305,6 +343,9 @@ local function options(args, first, last, position, flag, accepted)
       end
       o.shadow = true
       i = i + 1
+    elseif valued and word == valued[1] then
+      has_flag = value_of(valued[1], valued[2], has_flag)
+      i = i + 2
     elseif word == 'DRYRUN' then
       if o.dryrun then
         fail('ERR DRYRUN given more than once')
@@ -326,9 +367,6 @@ local function options(args, first, last, position, flag, accepted)
     fail('ERR COST and ATMOST cannot be used together: COST n takes exactly n units, ATMOST max as '
       .. 'many as the key allows now, up to max')
   end
-  if o.shadow then
-    fail('ERR SHADOW needs the ratelimit module: the script backend does not take it yet')
-  end
   return o, has_flag
 end
 
@@ -339,7 +377,7 @@ local function test_clock(args)
   if n >= 2 and args[n - 1] == 'NOW' then
     local us = args[n]
     if not us:find('^[0-9]+$') or #us > 16 or tonumber(us) >= MAX_NOW then
-      fail('ERR invalid NOW: expected µs since the Unix epoch, below 2^53 - 2^49')
+      fail('ERR invalid NOW: expected µs since the Unix epoch, below 2^53 - 2^50')
     end
     return n - 2, tonumber(us)
   end
@@ -354,7 +392,7 @@ local function clock(now)
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   if now >= MAX_NOW then
-    fail('ERR the server clock is past the year 2237, beyond the script backend\'s exact range')
+    fail('ERR the server clock is past the year 2219, beyond the script backend\'s exact range')
   end
   return now
 end
@@ -403,6 +441,7 @@ local function penalize(d, until_us, now)
   d.allowed = false
   d.remaining = 0
   d.retry = { left, 1 }
+  d.delay = nil
   if cmp(left, ceildiv(d.reset[1], d.reset[2])) > 0 then
     d.reset = { left, 1 }
   end
@@ -419,13 +458,17 @@ end
 
 -- An admission request of algorithm A on `key` (commands/admission.rs and storage/key.rs):
 -- ATMOST's grant, a BLOCK in force or started, the write and the expiry; the reply.
--- A: tag, command, fields (HMGET names), load(h) -> stored, check, largest, save.
+-- A: tag, command, fields (HMGET names), load(h, key) -> stored, check, largest, save; and
+-- delay: the reply has RL.LEAKYBUCKET's sixth field, d.delay (nil: -1).
 local function admit(A, key, params, o, now)
+  if o.shadow then
+    fail('ERR SHADOW needs the ratelimit module: the script backend does not take it yet')
+  end
   local h = read(key, A.fields)
   local stored
   if h then
     expect(h, A.tag, A.command)
-    stored = A.load(h)
+    stored = A.load(h, key)
   end
   local cost = o.atmost and 1 or o.cost -- ATMOST asks for at least one unit
   local write = cost > 0 and not o.dryrun
@@ -454,8 +497,11 @@ local function admit(A, key, params, o, now)
   end
   local reply = { d.allowed and 1 or 0, d.limit, d.remaining, d.retry and ceil_ms(d.retry) or -1,
     ceil_ms(d.reset) }
+  if A.delay then
+    reply[#reply + 1] = d.delay and ceil_ms(d.delay) or -1
+  end
   if grant then
-    reply[6] = d.allowed and grant or 0
+    reply[#reply + 1] = d.allowed and grant or 0
   end
   if wrote then
     if block_until then

@@ -1,0 +1,21 @@
+-- RL.LEAKYBUCKET as a server-side script, reply for reply the module's
+-- (clients/scripts/README.md).
+-- EVALSHA <sha> 1 key capacity leak_amount leak_period [COST n | ATMOST max] [DRYRUN]
+--   [BLOCK duration]
+-- needs: common gcra leakybucket
+
+return run(function()
+  if #KEYS ~= 1 then
+    fail('ERR the script takes exactly one key: EVALSHA sha 1 key capacity leak_amount leak_period '
+      .. '[options]')
+  end
+  local n, now = test_clock(ARGV)
+  if n < 3 then
+    arity('RL.LEAKYBUCKET key capacity leak_amount leak_period [COST n | ATMOST max] [DRYRUN] '
+      .. '[BLOCK duration] [SHADOW]')
+  end
+  local params = gcra_params(count(ARGV[1], 'capacity', 1, MAX_COUNT),
+    count(ARGV[2], 'leak_amount', 1, MAX_COUNT), duration_ms(ARGV[3], 'leak_period'))
+  local o = options(ARGV, 4, n, 5, nil, 'COST n, ATMOST max, DRYRUN, BLOCK duration or SHADOW')
+  return admit(LB, KEYS[1], params, o, clock(now))
+end)

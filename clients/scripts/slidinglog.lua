@@ -1,0 +1,24 @@
+-- RL.SLIDINGLOG as a server-side script, reply for reply the module's
+-- (clients/scripts/README.md).
+-- EVALSHA <sha> 1 key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration]
+-- needs: common slidinglog
+
+return run(function()
+  if #KEYS ~= 1 then
+    fail('ERR the script takes exactly one key: EVALSHA sha 1 key limit window [options]')
+  end
+  local n, now = test_clock(ARGV)
+  if n < 2 then
+    arity('RL.SLIDINGLOG key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]')
+  end
+  -- The module's own cap, its setting sliding-log-max-limit at its default: a script cannot
+  -- read a module's setting, and there is no module.
+  local ok, limit = pcall(count, ARGV[1], 'limit', 1, SL_MAX_LIMIT)
+  if not ok then
+    fail(format('ERR invalid limit: expected an integer from 1 to %d (the module setting '
+      .. 'ratelimit.sliding-log-max-limit bounds it)', SL_MAX_LIMIT))
+  end
+  local params = sl_params(limit, duration_ms(ARGV[2], 'window'))
+  local o = options(ARGV, 3, n, 4, nil, 'COST n, ATMOST max, DRYRUN, BLOCK duration or SHADOW')
+  return admit(SL, KEYS[1], params, o, clock(now))
+end)

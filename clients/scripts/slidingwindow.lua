@@ -1,0 +1,17 @@
+-- RL.SLIDINGWINDOW as a server-side script, reply for reply the module's
+-- (clients/scripts/README.md).
+-- EVALSHA <sha> 1 key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration]
+-- needs: common slidingwindow
+
+return run(function()
+  if #KEYS ~= 1 then
+    fail('ERR the script takes exactly one key: EVALSHA sha 1 key limit window [options]')
+  end
+  local n, now = test_clock(ARGV)
+  if n < 2 then
+    arity('RL.SLIDINGWINDOW key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]')
+  end
+  local params = sw_params(count(ARGV[1], 'limit', 1, MAX_COUNT), duration_ms(ARGV[2], 'window'))
+  local o = options(ARGV, 3, n, 4, nil, 'COST n, ATMOST max, DRYRUN, BLOCK duration or SHADOW')
+  return admit(SW, KEYS[1], params, o, clock(now))
+end)
