@@ -73,11 +73,11 @@ fi
 
 [ "$mode" = test ] || exit 0
 
-# The Python package (clients/python): its checksum (pins, metadata, sources) says when the
-# venvs that hold it must be redone.
+# The Python package (clients/python): its checksum (pins, metadata, build hook, sources and the
+# scripts it ships from clients/scripts) says when the venvs that hold it must be redone.
 pkg=clients/python
-stamp=$(cat "$pkg/requirements-test.txt" "$pkg/pyproject.toml" "$pkg/README.md" \
-  $(find "$pkg/src" -type f ! -path '*/__pycache__/*' | sort) | sha256sum | cut -d' ' -f1)
+stamp=$(cat "$pkg/requirements-test.txt" "$pkg/pyproject.toml" "$pkg/hatch_build.py" "$pkg/README.md" \
+  $(find "$pkg/src" clients/scripts -type f ! -path '*/__pycache__/*' | sort) | sha256sum | cut -d' ' -f1)
 
 # The Python example: a venv of its own, so nothing goes into the system's site-packages, with
 # the package installed from its folder. The copy of requirements.txt and the package's

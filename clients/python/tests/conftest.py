@@ -26,6 +26,11 @@ import uvicorn
 ROOT = Path(__file__).resolve().parents[3]
 T0_MS = 1_700_000_000_000
 
+# The script backend's scripts as they are in this tree (clients/scripts, their one source), not
+# the copy the installed package carries (made when scripts/deps.sh installed it): see
+# ratelimit_redis_module.scripts. test_script_backend.py checks the installed copy itself.
+os.environ.setdefault("RATELIMIT_SCRIPTS_DIR", str(ROOT / "clients" / "scripts"))
+
 
 def server_binary() -> str:
     return os.environ.get("RATELIMIT_SERVER") or shutil.which("redis-server") or "redis-server"

@@ -125,7 +125,7 @@ def test_concurrency_refuses_bad_adaptive_options(options: dict[str, Any], error
 
 def test_acquire_and_release_send_the_exact_words(server: Server) -> None:
     recording = Recording(server.client(decode_responses=True))
-    rl = RateLimiter(recording)
+    rl = RateLimiter(recording, backend="module")  # auto would ask COMMAND INFO first
     assert rl.acquire("k", 4, "30s", token="a", adaptive="Aimd", min=1, max=10).allowed
     assert rl.acquire("k", 4, "30s", token="b", adaptive="aimd", min=1, max=10).allowed
     assert rl.release("k", "a", rtt=0.0123456) is True

@@ -181,6 +181,9 @@ class RateLimitMiddleware:
         stats: a :class:`Stats` to fill, so the application can read the counters.
         guard: an :class:`AsyncGuard` to use instead of building one from the arguments above;
             keep it to change the limit while serving (assign its ``limit``).
+        backend: ``"auto"`` (default: the module where the server has it, else the script
+            backend), ``"module"`` or ``"script"`` (see :class:`RateLimiter`); the choice is in
+            ``stats.backend``.
 
     A limit with a local budget (``GCRA(..., local_budget=64)``) is served from it: a request
     costs a round trip only when its key's budget is empty, and at the ASGI lifespan's
@@ -208,6 +211,7 @@ class RateLimitMiddleware:
         stats: Stats | None = None,
         guard: AsyncGuard | None = None,
         clock: Callable[[], float] = time.monotonic,
+        backend: str = "auto",
     ) -> None:
         self.app = app
         if guard is None:
@@ -216,7 +220,7 @@ class RateLimitMiddleware:
             guard = AsyncGuard(
                 redis, limit, name=name, prefix=prefix, timeout=timeout, fail_open=fail_open,
                 max_remembered=max_remembered, stats=stats, clock=clock, durable=durable,
-                durable_timeout_ms=durable_timeout_ms,
+                durable_timeout_ms=durable_timeout_ms, backend=backend,
             )
         self.guard = guard
         self.key = key

@@ -100,6 +100,8 @@ class BudgetStats:
             within ``hold`` of their refill: a refund after it would count for the next window).
         held: units held unspent now, all keys together (a gauge): at most ``k`` per key; the
             limit admits this many fewer elsewhere until they are spent or given back.
+        backend: the limiter's backend, ``"module"`` or ``"script"``; None until
+            ``backend="auto"`` has asked the server (before the first command).
     """
 
     local_admitted: int = 0
@@ -108,6 +110,7 @@ class BudgetStats:
     refund_failures: int = 0
     expired: int = 0
     held: int = 0
+    backend: str | None = None
 
 
 class _Refill:

@@ -7,7 +7,9 @@ node that owns the key's slot. Replies are parsed alike from RESP2 (arrays) and 
 
 from __future__ import annotations
 
+import logging
 import math
+import threading
 import time
 from datetime import timedelta
 from typing import Any, Callable, NamedTuple, Union
@@ -40,6 +42,9 @@ from .limits import (
 )
 from .budget import AsyncLocalBudgets, BudgetStats, LocalBudgets
 from .reply import Decision, _text, parse_decision
+from .scripts import BACKENDS, ModuleRequired, evalsha_words, missing_module, module_required, script_call, script_source
+
+logger = logging.getLogger("ratelimit_redis_module")
 
 __all__ = [
     "RateLimiter",
@@ -49,6 +54,8 @@ __all__ = [
     "client_from_sentinel",
     "async_client_from_sentinel",
     "NotDurable",
+    "ModuleRequired",
+    "BACKENDS",
     "COMMANDS",
     "LEFT_OUT",
     "ADMISSION_OPTIONS",
@@ -365,7 +372,77 @@ def _keyless(client: Any) -> dict[str, Any]:
     return {"target_nodes": client.get_default_node()} if _is_cluster(client) else {}
 
 
-class RateLimiter:
+def _has_module(reply: Any) -> bool:
+    """``COMMAND INFO RL.GCRA``'s reply: a nil entry when the server has no module."""
+    if isinstance(reply, dict):  # a cluster client's reply per node
+        reply = next(iter(reply.values()), None)
+    return isinstance(reply, (list, tuple)) and len(reply) > 0 and reply[0] is not None
+
+
+class _Backend:
+    """The choice of backend, shared by :class:`RateLimiter` and :class:`AsyncRateLimiter`:
+    ``"module"`` (the ``RL.*`` commands) or ``"script"`` (the same limits as server-side Lua
+    scripts, where the module cannot be loaded). ``"auto"`` asks the server once, before the
+    first command (``COMMAND INFO RL.GCRA``: nothing means no module)."""
+
+    client: Any
+    stats: Any
+
+    def _set_backend(self, backend: str) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"invalid backend {backend!r}: expected 'auto', 'module' or 'script'")
+        #: The ``backend=`` given: ``"auto"``, ``"module"`` or ``"script"``.
+        self.backend_option = backend
+        self._chosen: str | None = None
+        self._choosing = threading.Lock()
+        # Tests only: the scripts' test clock (``NOW <µs>``), which the public API never sends.
+        self._script_now: Callable[[], int] | None = None
+        if backend != "auto":
+            self._chose(backend)
+
+    @property
+    def backend(self) -> str | None:
+        """``"module"`` or ``"script"``; None while ``"auto"`` has not asked the server yet
+        (before the first command). ``stats.backend`` says the same."""
+        return self._chosen
+
+    def _chose(self, backend: str) -> str:
+        with self._choosing:  # threads that asked together: one decision, logged once
+            if self._chosen is not None:
+                return self._chosen
+            self._chosen = backend
+            self.stats.backend = backend
+            if backend == "script":
+                logger.info(
+                    "ratelimit: the server has no ratelimit module; using the script backend"
+                    if self.backend_option == "auto" else "ratelimit: using the script backend (backend='script')"
+                )
+            else:
+                logger.info("ratelimit: using the module")
+        return self._chosen
+
+    def _wire(self, args: list[Any]) -> tuple[list[Any], str | None]:
+        """The words to send for the module's command ``args`` on the chosen backend, and the
+        script's name (None: the module's command as it is)."""
+        if self._chosen == "module":
+            return args, None
+        name, key, rest = script_call(args)
+        return evalsha_words(name, key, rest, self._script_now() if self._script_now else None), name
+
+    def _load_target(self, key: Any) -> dict[str, Any]:
+        return {"target_nodes": self.client.get_node_from_key(key)} if _is_cluster(self.client) else {}
+
+    def _refused(self, what: str) -> None:
+        if self._chosen == "script":
+            raise module_required(what)
+
+
+def _module_error(error: redis.ResponseError, name: str | None) -> BaseException:
+    missing = missing_module(error) if name is None else None
+    return missing if missing is not None else error
+
+
+class RateLimiter(_Backend):
     """The module's commands on a synchronous redis-py client.
 
     Args:
@@ -380,13 +457,23 @@ class RateLimiter:
         d = limiter.gcra("rl:user:42", burst=5, rate=10, period="1m")
         if not d.allowed:
             ...  # refuse; retry after d.retry_after_ms
+
+    ``backend``: ``"auto"`` (the default: the module where the server has it, else the script
+    backend, decided once, before the first command, and logged), ``"module"`` or ``"script"``
+    (the same limits as server-side Lua scripts, ``EVALSHA``; the server's ``TIME``; one key
+    per call, so cluster-safe). On the script backend, policies, concurrency leases (and
+    adaptive limits) and ``shadow`` raise :class:`ModuleRequired` before anything is sent;
+    ``backend="module"`` on a server without the module raises it at the first command.
     """
 
-    def __init__(self, client: Any, *, clock: Callable[[], float] = time.monotonic, stats: Any = None) -> None:
+    def __init__(
+        self, client: Any, *, clock: Callable[[], float] = time.monotonic, stats: Any = None, backend: str = "auto"
+    ) -> None:
         self.client = _prepare(client, asynchronous=False)
         #: What the local budgets did (:class:`~ratelimit_redis_module.BudgetStats`, or the
-        #: guard's :class:`~ratelimit_redis_module.Stats`).
+        #: guard's :class:`~ratelimit_redis_module.Stats`), and ``backend``.
         self.stats = stats if stats is not None else BudgetStats()
+        self._set_backend(backend)
         #: The local budgets of the limits that have one (``local_budget=``); ``clock``
         #: (seconds, monotonic) times their ``hold``.
         self.budgets = LocalBudgets(lambda key, units: self.refund(key, units), clock, self.stats)
@@ -444,22 +531,62 @@ class RateLimiter:
         Failover)."""
         args = _check_args(limit, key, cost, at_most, dryrun, block, shadow)
         if not durable or dryrun:
-            reply = self.client.execute_command(*args)
+            reply = self._send(args)
             return parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
         if _is_cluster(self.client):
-            reply = self.client.execute_command(*args)
+            reply = self._send(args)
             decision = parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
             if not decision.allowed:
                 return decision
             node = self.client.get_node_from_key(key)
             acked = self.client.execute_command("WAIT", durable, durable_timeout_ms, target_nodes=node)
         else:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.execute_command(*args)
-            pipe.execute_command("WAIT", durable, durable_timeout_ms)
-            reply, acked = pipe.execute(raise_on_error=True)
+            self._decide()
+            words, name = self._wire(args)
+            for attempt in (0, 1):
+                pipe = self.client.pipeline(transaction=False)
+                pipe.execute_command(*words)
+                pipe.execute_command("WAIT", durable, durable_timeout_ms)
+                try:
+                    reply, acked = pipe.execute(raise_on_error=True)
+                    break
+                except redis.exceptions.NoScriptError:
+                    if attempt or name is None:
+                        raise
+                    self._load(name, key)
+                except redis.ResponseError as error:
+                    raise _module_error(error, name) from error
             decision = parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
         return _checked_durable(decision, acked, durable, durable_timeout_ms)
+
+    def _decide(self) -> str:
+        if self._chosen is None:
+            reply = self.client.execute_command("COMMAND INFO", "RL.GCRA", **_keyless(self.client))
+            self._chose("module" if _has_module(reply) else "script")
+        assert self._chosen is not None
+        return self._chosen
+
+    def _load(self, name: str, key: Any) -> None:
+        self.client.execute_command("SCRIPT LOAD", script_source(name), **self._load_target(key))
+
+    def _send(self, args: list[Any]) -> Any:
+        """The module's command ``args`` on the chosen backend (a script: by its SHA, loaded
+        again and retried once after ``NOSCRIPT``)."""
+        self._decide()
+        words, name = self._wire(args)
+        try:
+            return self.client.execute_command(*words)
+        except redis.exceptions.NoScriptError:
+            if name is None:
+                raise
+            self._load(name, args[1])
+            return self.client.execute_command(*words)
+        except redis.ResponseError as error:
+            raise _module_error(error, name) from error
+
+    def _require_module(self, what: str) -> None:
+        self._decide()
+        self._refused(what)
 
     def gcra(self, key: str | bytes, burst: int, rate: int, period: Duration, **options: Any) -> Decision:
         """``RL.GCRA``: ``burst`` at once, then ``rate`` per ``period``."""
@@ -515,7 +642,8 @@ class RateLimiter:
         decision's ``limit`` the current one (see
         :class:`~ratelimit_redis_module.Concurrency`, which checks them: ValueError)."""
         words = _acquire_args(key, Concurrency(limit, lease, adaptive, min, max), token, dryrun, shadow)
-        return parse_decision(self.client.execute_command(*words), "token", shadow=shadow)
+        self._require_module("a concurrency lease (RL.CONCURRENCY.ACQUIRE)")
+        return parse_decision(self._send(words), "token", shadow=shadow)
 
     def release(self, key: str | bytes, token: str, *, rtt: Rtt | None = None, dropped: bool = False) -> bool:
         """``RL.CONCURRENCY.RELEASE``: True when the lease was held and is now released.
@@ -529,12 +657,13 @@ class RateLimiter:
                 ``DROPPED``, an adaptive limit backs off.
 
         Both move an adaptive limit; a key that is not adaptive ignores them."""
-        return bool(self.client.execute_command(*_release_args(key, token, rtt, dropped)))
+        self._require_module("a concurrency lease (RL.CONCURRENCY.RELEASE)")
+        return bool(self._send(_release_args(key, token, rtt, dropped)))
 
     def refund(self, key: str | bytes, units: int, *, dryrun: bool = False) -> int:
         """``RL.REFUND``: give back up to ``units`` the key has taken; returns the units given
         back (with ``dryrun``, those it would give back, giving nothing)."""
-        return int(self.client.execute_command("RL.REFUND", key, str(units), *(["DRYRUN"] if dryrun else [])))
+        return int(self._send(["RL.REFUND", key, str(units), *(["DRYRUN"] if dryrun else [])]))
 
     def policy_get(self, name: str) -> list[Rule] | None:
         """``RL.POLICY.GET``: the policy's rules, or None when there is no such policy (on a
@@ -544,6 +673,7 @@ class RateLimiter:
             ValueError: the reply holds a rule the package cannot read (see
                 :func:`~ratelimit_redis_module.parse_rules`).
         """
+        self._require_module("a policy (RL.POLICY.GET)")
         reply = self.client.execute_command("RL.POLICY.GET", name, **_keyless(self.client))
         return _parse_rules_reply(reply)
 
@@ -553,6 +683,7 @@ class RateLimiter:
         Policies belong to each server, so on a cluster client this sets it on every primary.
         """
         words = ["RL.POLICY.SET", name, *_rule_words(rules)]
+        self._require_module("a policy (RL.POLICY.SET)")
         if _is_cluster(self.client):
             self.client.execute_command(*words, target_nodes=self.client.get_primaries())
         else:
@@ -561,23 +692,28 @@ class RateLimiter:
     def policy_del(self, name: str) -> bool:
         """``RL.POLICY.DEL``: True when there was such a policy (on a cluster client, on every
         primary: True when any had it)."""
+        self._require_module("a policy (RL.POLICY.DEL)")
         if _is_cluster(self.client):
             return _any_of(self.client.execute_command("RL.POLICY.DEL", name, target_nodes=self.client.get_primaries()))
         return bool(self.client.execute_command("RL.POLICY.DEL", name))
 
     def policy_list(self) -> list[str]:
         """``RL.POLICY.LIST``: the names of the policies (on a cluster, the default node's)."""
+        self._require_module("a policy (RL.POLICY.LIST)")
         return _names(self.client.execute_command("RL.POLICY.LIST", **_keyless(self.client)))
 
 
-class AsyncRateLimiter:
+class AsyncRateLimiter(_Backend):
     """The module's commands on an asyncio redis-py client (:class:`redis.asyncio.Redis` or
     :class:`redis.asyncio.cluster.RedisCluster`). The methods are those of
     :class:`RateLimiter`, as coroutines."""
 
-    def __init__(self, client: Any, *, clock: Callable[[], float] = time.monotonic, stats: Any = None) -> None:
+    def __init__(
+        self, client: Any, *, clock: Callable[[], float] = time.monotonic, stats: Any = None, backend: str = "auto"
+    ) -> None:
         self.client = _prepare(client, asynchronous=True)
         self.stats = stats if stats is not None else BudgetStats()
+        self._set_backend(backend)
         self.budgets = AsyncLocalBudgets(self.refund, clock, self.stats)
 
     async def check(
@@ -617,22 +753,63 @@ class AsyncRateLimiter:
     ) -> Decision:
         args = _check_args(limit, key, cost, at_most, dryrun, block, shadow)
         if not durable or dryrun:
-            reply = await self.client.execute_command(*args)
+            reply = await self._send(args)
             return parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
         if _is_cluster(self.client):
-            reply = await self.client.execute_command(*args)
+            reply = await self._send(args)
             decision = parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
             if not decision.allowed:
                 return decision
             node = self.client.get_node_from_key(key)
             acked = await self.client.execute_command("WAIT", durable, durable_timeout_ms, target_nodes=node)
         else:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.execute_command(*args)
-            pipe.execute_command("WAIT", durable, durable_timeout_ms)
-            reply, acked = await pipe.execute(raise_on_error=True)
+            await self._decide()
+            words, name = self._wire(args)
+            for attempt in (0, 1):
+                pipe = self.client.pipeline(transaction=False)
+                pipe.execute_command(*words)
+                pipe.execute_command("WAIT", durable, durable_timeout_ms)
+                try:
+                    reply, acked = await pipe.execute(raise_on_error=True)
+                    break
+                except redis.exceptions.NoScriptError:
+                    if attempt or name is None:
+                        raise
+                    await self._load(name, key)
+                except redis.ResponseError as error:
+                    raise _module_error(error, name) from error
             decision = parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
         return _checked_durable(decision, acked, durable, durable_timeout_ms)
+
+    async def _decide(self) -> str:
+        if self._chosen is None:
+            if _is_cluster(self.client):
+                await self.client.initialize()
+            reply = await self.client.execute_command("COMMAND INFO", "RL.GCRA", **_keyless(self.client))
+            self._chose("module" if _has_module(reply) else "script")
+        assert self._chosen is not None
+        return self._chosen
+
+    async def _load(self, name: str, key: Any) -> None:
+        await self.client.execute_command("SCRIPT LOAD", script_source(name), **self._load_target(key))
+
+    async def _send(self, args: list[Any]) -> Any:
+        """See :meth:`RateLimiter._send`."""
+        await self._decide()
+        words, name = self._wire(args)
+        try:
+            return await self.client.execute_command(*words)
+        except redis.exceptions.NoScriptError:
+            if name is None:
+                raise
+            await self._load(name, args[1])
+            return await self.client.execute_command(*words)
+        except redis.ResponseError as error:
+            raise _module_error(error, name) from error
+
+    async def _require_module(self, what: str) -> None:
+        await self._decide()
+        self._refused(what)
 
     async def gcra(self, key: str | bytes, burst: int, rate: int, period: Duration, **options: Any) -> Decision:
         """``RL.GCRA``."""
@@ -680,18 +857,21 @@ class AsyncRateLimiter:
     ) -> Decision:
         """``RL.CONCURRENCY.ACQUIRE`` (see :meth:`RateLimiter.acquire`)."""
         words = _acquire_args(key, Concurrency(limit, lease, adaptive, min, max), token, dryrun, shadow)
-        return parse_decision(await self.client.execute_command(*words), "token", shadow=shadow)
+        await self._require_module("a concurrency lease (RL.CONCURRENCY.ACQUIRE)")
+        return parse_decision(await self._send(words), "token", shadow=shadow)
 
     async def release(self, key: str | bytes, token: str, *, rtt: Rtt | None = None, dropped: bool = False) -> bool:
         """``RL.CONCURRENCY.RELEASE``, with ``rtt`` and ``dropped`` (see :meth:`RateLimiter.release`)."""
-        return bool(await self.client.execute_command(*_release_args(key, token, rtt, dropped)))
+        await self._require_module("a concurrency lease (RL.CONCURRENCY.RELEASE)")
+        return bool(await self._send(_release_args(key, token, rtt, dropped)))
 
     async def refund(self, key: str | bytes, units: int, *, dryrun: bool = False) -> int:
         """``RL.REFUND``: returns the units given back."""
-        return int(await self.client.execute_command("RL.REFUND", key, str(units), *(["DRYRUN"] if dryrun else [])))
+        return int(await self._send(["RL.REFUND", key, str(units), *(["DRYRUN"] if dryrun else [])]))
 
     async def policy_get(self, name: str) -> list[Rule] | None:
         """``RL.POLICY.GET``."""
+        await self._require_module("a policy (RL.POLICY.GET)")
         reply = await self.client.execute_command("RL.POLICY.GET", name, **_keyless(self.client))
         return _parse_rules_reply(reply)
 
@@ -704,6 +884,7 @@ class AsyncRateLimiter:
     async def policy_set(self, name: str, *rules: Limit | Rule) -> None:
         """``RL.POLICY.SET``; on a cluster client, on every primary."""
         words = ["RL.POLICY.SET", name, *_rule_words(rules)]
+        await self._require_module("a policy (RL.POLICY.SET)")
         if _is_cluster(self.client):
             await self.client.execute_command(*words, target_nodes=await self._primaries())
         else:
@@ -711,6 +892,7 @@ class AsyncRateLimiter:
 
     async def policy_del(self, name: str) -> bool:
         """``RL.POLICY.DEL``; on a cluster client, on every primary."""
+        await self._require_module("a policy (RL.POLICY.DEL)")
         if _is_cluster(self.client):
             primaries = await self._primaries()
             return _any_of(await self.client.execute_command("RL.POLICY.DEL", name, target_nodes=primaries))
@@ -718,4 +900,5 @@ class AsyncRateLimiter:
 
     async def policy_list(self) -> list[str]:
         """``RL.POLICY.LIST``."""
+        await self._require_module("a policy (RL.POLICY.LIST)")
         return _names(await self.client.execute_command("RL.POLICY.LIST", **_keyless(self.client)))

@@ -149,6 +149,8 @@ class Stats:
         expired: units of a fixed window's budget dropped unspent at the window's end (when
             it ends within ``hold`` of their refill).
         held: units the local budgets hold unspent now (a gauge: at most ``k`` per key).
+        backend: ``"module"`` or ``"script"`` (the server has no module, or ``backend="script"``);
+            None until ``backend="auto"`` has asked the server (before the first check).
     """
 
     round_trips: int = 0
@@ -167,6 +169,7 @@ class Stats:
     refund_failures: int = 0
     expired: int = 0
     held: int = 0
+    backend: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -582,6 +585,10 @@ class Guard(_GuardBase):
             Failover). 0 (the default) does not wait.
         durable_timeout_ms: how long the replicas have (default 100).
         stats: counters to fill (a new :class:`Stats` if None).
+        backend: ``"auto"`` (default), ``"module"`` or ``"script"``: see
+            :class:`~ratelimit_redis_module.RateLimiter`. A policy or a concurrency limit on the
+            script backend raises :class:`~ratelimit_redis_module.ModuleRequired` at the first
+            check (it is not failed open or closed).
     """
 
     def __init__(
@@ -597,13 +604,15 @@ class Guard(_GuardBase):
         clock: Callable[[], float] = time.monotonic,
         durable: int = 0,
         durable_timeout_ms: int = 100,
+        backend: str = "auto",
     ) -> None:
         super().__init__(
             limit, name=name, prefix=prefix, fail_open=fail_open, max_remembered=max_remembered,
             stats=stats, clock=clock, durable=durable, durable_timeout_ms=durable_timeout_ms,
         )
         self.limiter = RateLimiter(
-            client_from_url(client) if isinstance(client, str) else client, clock=clock, stats=self.stats
+            client_from_url(client) if isinstance(client, str) else client, clock=clock, stats=self.stats,
+            backend=backend,
         )
 
     def flush(self) -> None:
@@ -725,6 +734,7 @@ class AsyncGuard(_GuardBase):
         clock: Callable[[], float] = time.monotonic,
         durable: int = 0,
         durable_timeout_ms: int = 100,
+        backend: str = "auto",
     ) -> None:
         super().__init__(
             limit, name=name, prefix=prefix, fail_open=fail_open, max_remembered=max_remembered,
@@ -732,7 +742,7 @@ class AsyncGuard(_GuardBase):
         )
         if isinstance(client, str):
             client = async_client_from_url(client, timeout=timeout)
-        self.limiter = AsyncRateLimiter(client, clock=clock, stats=self.stats)
+        self.limiter = AsyncRateLimiter(client, clock=clock, stats=self.stats, backend=backend)
         self.timeout = timeout
         self._timeout_s = timeout
 

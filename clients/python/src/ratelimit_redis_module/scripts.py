@@ -1,0 +1,124 @@
+"""The script backend (issue 28; SPEC §8): the module's admission commands and ``RL.REFUND`` as
+server-side Lua scripts, for servers that cannot load the module (managed Redis and Valkey).
+
+The scripts' one source is ``clients/scripts/`` of the repository (its README: the calling
+convention, and "One source"). A script is assembled when it is loaded: the parts of ``lib/``
+that its ``-- needs:`` line names, in that order, then the entry file. The wheel and the sdist
+carry a copy made at build time (``hatch_build.py``) in this package's ``lua/`` folder; a
+source tree without it reads the repository's. ``RATELIMIT_SCRIPTS_DIR`` names another folder
+(the package's tests set it to the repository's, so that they run the scripts as they are now).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BACKENDS", "ModuleRequired", "SCRIPTS", "script_source", "script_sha"]
+
+#: The values of the limiters' ``backend=`` option.
+BACKENDS = ("auto", "module", "script")
+
+#: The module's commands that the script backend runs, each with its script's name.
+SCRIPTS: dict[str, str] = {
+    "RL.GCRA": "gcra",
+    "RL.TOKENBUCKET": "tokenbucket",
+    "RL.FIXEDWINDOW": "fixedwindow",
+    "RL.LEAKYBUCKET": "leakybucket",
+    "RL.SLIDINGWINDOW": "slidingwindow",
+    "RL.SLIDINGLOG": "slidinglog",
+    "RL.WARMUP": "warmup",
+    "RL.REFUND": "refund",
+}
+
+
+class ModuleRequired(Exception):
+    """Something that needs the ratelimit module was asked where it is not used: a policy
+    (``RL.LIMIT``, ``policy_*``), a concurrency lease or adaptive limit, or ``SHADOW`` on the
+    script backend; or ``backend="module"`` on a server without the module.
+
+    Raised before anything is sent (for the script backend). Not a :class:`redis.RedisError`:
+    the guards and the middleware do not fail it open or closed, it is a configuration error.
+    """
+
+
+def _folders() -> list[Path]:
+    given = os.environ.get("RATELIMIT_SCRIPTS_DIR")
+    if given:
+        return [Path(given)]
+    here = Path(__file__).resolve().parent
+    # The copy in the wheel or sdist, then the repository's (a source tree: clients/python/src/...).
+    return [here / "lua", here.parents[2] / "scripts"]
+
+
+@functools.cache
+def _folder() -> Path:
+    for folder in _folders():
+        if (folder / "gcra.lua").is_file() and (folder / "lib").is_dir():
+            return folder
+    raise FileNotFoundError(
+        "the script backend's scripts are not here: looked in "
+        + ", ".join(str(f) for f in _folders())
+        + " (a package built without them; set RATELIMIT_SCRIPTS_DIR to clients/scripts)"
+    )
+
+
+@functools.cache
+def script_source(name: str) -> str:
+    """The script ``name`` (``gcra``, ``refund``...) as it is loaded: the ``lib/`` parts its
+    ``-- needs:`` line names, in that order, then the entry file."""
+    folder = _folder()
+    entry = (folder / f"{name}.lua").read_text(encoding="utf-8")
+    needs = re.search(r"^-- needs: (.+)$", entry, re.M)
+    if needs is None:
+        raise ValueError(f"{name}.lua names no parts (its '-- needs:' line)")
+    return "".join((folder / "lib" / f"{n}.lua").read_text(encoding="utf-8") for n in needs.group(1).split()) + entry
+
+
+@functools.cache
+def script_sha(name: str) -> str:
+    """The SHA-1 the server knows the script by (of :func:`script_source`'s text)."""
+    return hashlib.sha1(script_source(name).encode("utf-8")).hexdigest()
+
+
+def module_required(what: str) -> ModuleRequired:
+    return ModuleRequired(
+        f"{what} needs the ratelimit module: this limiter uses the script backend (the server has no "
+        "module, or backend='script'), which runs the algorithms, COST, ATMOST, DRYRUN, BLOCK and "
+        "RL.REFUND only (see docs/managed.md)"
+    )
+
+
+def script_call(args: list[Any]) -> tuple[str, Any, list[Any]]:
+    """The module's command words ``[command, key, *rest]`` as a script call: the script's
+    name, the key and the words after it. What the scripts do not have is refused here."""
+    command, key, *rest = args
+    name = SCRIPTS.get(command)
+    if name is None:
+        raise module_required(command)
+    if any(isinstance(w, str) and w.upper() == "SHADOW" for w in rest):
+        raise module_required("SHADOW")
+    return name, key, rest
+
+
+def evalsha_words(name: str, key: Any, rest: list[Any], now_us: int | None = None) -> list[Any]:
+    words = ["EVALSHA", script_sha(name), 1, key, *rest]
+    if now_us is not None:  # the scripts' test-only clock: the public API never sets it
+        words += ["NOW", str(now_us)]
+    return words
+
+
+def missing_module(error: Exception) -> ModuleRequired | None:
+    """``backend="module"``'s error when the server does not know the command."""
+    text = str(error)
+    if "unknown command" in text.lower():
+        return ModuleRequired(
+            f"the server has no ratelimit module ({text.strip()}), and backend='module' was asked for: "
+            "load the module (MODULE LOAD or --loadmodule), or use backend='auto' or 'script' (the "
+            "script backend)"
+        )
+    return None
