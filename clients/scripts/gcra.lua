@@ -1,6 +1,6 @@
 -- RL.GCRA as a server-side script, reply for reply the module's (clients/scripts/README.md).
 -- EVALSHA <sha> 1 key burst rate period [COST n | ATMOST max] [DRYRUN] [BLOCK duration]
--- needs: common gcra
+-- needs: gcra_fast gcra_go common gcra
 
 return run(function()
   if #KEYS ~= 1 then
@@ -13,5 +13,5 @@ return run(function()
   local params = gcra_params(count(ARGV[1], 'burst', 1, MAX_COUNT), count(ARGV[2], 'rate', 1, MAX_COUNT),
     duration_ms(ARGV[3], 'period'))
   local o = options(ARGV, 4, n, 5, nil, 'COST n, ATMOST max, DRYRUN, BLOCK duration or SHADOW')
-  return admit(GCRA, KEYS[1], params, o, clock(now))
+  return admit(GCRA, KEYS[1], params, o, clock(now or gcra_now))
 end)

@@ -2,7 +2,7 @@
 -- (clients/scripts/README.md).
 -- EVALSHA <sha> 1 key capacity leak_amount leak_period [COST n | ATMOST max] [DRYRUN]
 --   [BLOCK duration]
--- needs: common gcra leakybucket
+-- needs: gcra_fast leakybucket_go common gcra leakybucket
 
 return run(function()
   if #KEYS ~= 1 then
@@ -17,5 +17,5 @@ return run(function()
   local params = gcra_params(count(ARGV[1], 'capacity', 1, MAX_COUNT),
     count(ARGV[2], 'leak_amount', 1, MAX_COUNT), duration_ms(ARGV[3], 'leak_period'))
   local o = options(ARGV, 4, n, 5, nil, 'COST n, ATMOST max, DRYRUN, BLOCK duration or SHADOW')
-  return admit(LB, KEYS[1], params, o, clock(now))
+  return admit(LB, KEYS[1], params, o, clock(now or gcra_now))
 end)

@@ -1,7 +1,7 @@
 -- RL.SLIDINGLOG as a server-side script, reply for reply the module's
 -- (clients/scripts/README.md).
 -- EVALSHA <sha> 1 key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration]
--- needs: common slidinglog
+-- needs: slidinglog_fast common slidinglog
 
 return run(function()
   if #KEYS ~= 1 then
@@ -20,5 +20,5 @@ return run(function()
   end
   local params = sl_params(limit, duration_ms(ARGV[2], 'window'))
   local o = options(ARGV, 3, n, 4, nil, 'COST n, ATMOST max, DRYRUN, BLOCK duration or SHADOW')
-  return admit(SL, KEYS[1], params, o, clock(now))
+  return admit(SL, KEYS[1], params, o, clock(now or sl_now))
 end)

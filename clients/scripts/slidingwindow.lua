@@ -1,7 +1,7 @@
 -- RL.SLIDINGWINDOW as a server-side script, reply for reply the module's
 -- (clients/scripts/README.md).
 -- EVALSHA <sha> 1 key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration]
--- needs: common slidingwindow
+-- needs: slidingwindow_fast common slidingwindow
 
 return run(function()
   if #KEYS ~= 1 then
@@ -13,5 +13,5 @@ return run(function()
   end
   local params = sw_params(count(ARGV[1], 'limit', 1, MAX_COUNT), duration_ms(ARGV[2], 'window'))
   local o = options(ARGV, 3, n, 4, nil, 'COST n, ATMOST max, DRYRUN, BLOCK duration or SHADOW')
-  return admit(SW, KEYS[1], params, o, clock(now))
+  return admit(SW, KEYS[1], params, o, clock(now or sw_now))
 end)

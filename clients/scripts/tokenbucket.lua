@@ -2,7 +2,7 @@
 -- (clients/scripts/README.md).
 -- EVALSHA <sha> 1 key capacity refill_amount refill_period [INTERVAL] [COST n | ATMOST max]
 --   [DRYRUN] [BLOCK duration]
--- needs: common tokenbucket
+-- needs: tokenbucket_fast common tokenbucket
 
 return run(function()
   if #KEYS ~= 1 then
@@ -19,5 +19,5 @@ return run(function()
   local period_ms = duration_ms(ARGV[3], 'refill_period')
   local o, interval = options(ARGV, 4, n, 5, 'INTERVAL',
     'COST n, ATMOST max, DRYRUN, BLOCK duration, SHADOW or INTERVAL')
-  return admit(TB, KEYS[1], tb_params(capacity, amount, period_ms, interval), o, clock(now))
+  return admit(TB, KEYS[1], tb_params(capacity, amount, period_ms, interval), o, clock(now or tb_now))
 end)

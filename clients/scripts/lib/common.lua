@@ -307,6 +307,9 @@ end
 -- the flag was given (or the option's value, unparsed).
 local function options(args, first, last, position, flag, accepted)
   local o = { cost = 1, dryrun = false, shadow = false }
+  if first > last then
+    return o, false -- none: the common case, without the parser's closure
+  end
   local seen_cost, has_flag = false, false
   local valued
   if type(flag) == 'table' then

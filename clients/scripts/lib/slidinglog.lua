@@ -81,7 +81,8 @@ function SL.load(h, key)
   return r
 end
 
--- Writes what changed: the entries gone, those new or changed; returns the other fields.
+-- Writes what changed: the entries gone, those new or changed; returns the other fields, and
+-- the last (or only) batch of entries, which the caller's HSET writes with them.
 function SL.save(params, r)
   for _, range in ipairs(r.gone) do
     for first = range[1], range[2] - 1, 1000 do
@@ -104,11 +105,12 @@ function SL.save(params, r)
       end
     end
   end
-  if #batch > 0 then
-    redis.call('HSET', r.key, unpack(batch))
-  end
-  return { 'p', params.text, 'b', format('%d', r.base), 'u', format('%d', r.unit),
+  local fields = { 'p', params.text, 'b', format('%d', r.base), 'u', format('%d', r.unit),
     'h', format('%d', r.h), 'e', format('%d', r.e), 'z', format('%d', r.z) }
+  for i = 1, #batch do
+    fields[#fields + 1] = batch[i]
+  end
+  return fields
 end
 
 local function sl_time(r, offset)
