@@ -57,6 +57,8 @@ export type Limit =
 
 export interface Logger {
   warn(message: string): void;
+  /** The backend chosen by `backend: "auto"`, logged once per client (optional). */
+  info?(message: string): void;
 }
 
 export interface RateLimitOptions {
@@ -86,6 +88,15 @@ export interface RateLimitOptions {
   durable?: number;
   /** How long the replicas have, in ms; default 100. */
   durableTimeoutMs?: number;
+  /**
+   * "auto" (default): the module when the server has it (`COMMAND INFO RL.GCRA`, asked once per
+   * client before the first command, the choice logged at info level), else the script backend;
+   * "module": the module, a check rejecting with ModuleRequiredError where it is missing;
+   * "script": the Lua scripts of clients/scripts (EVALSHA), for servers that refuse MODULE LOAD.
+   * On the scripts, policies, concurrency limits and `shadow` need the module: refused with
+   * ModuleRequiredError (in the constructor when "script" is given, else at the check).
+   */
+  backend?: 'auto' | 'module' | 'script';
   /**
    * The denial memory's and the local budget's monotonic clock in milliseconds; default
    * performance.now (a test passes a fake clock that moves with the server's).
@@ -183,6 +194,8 @@ export interface RateLimitStats {
   refundFailures: number;
   /** Local budget, a gauge: units held unspent now, over every key (this process's under-admission). */
   held: number;
+  /** The backend in use: undefined until the first call decides it (backend "auto" or "module"). */
+  backend: 'module' | 'script' | undefined;
 }
 
 /** The options of one call. */
@@ -215,6 +228,9 @@ export interface RefundOptions {
 
 /** An admission fewer replicas than `durable` acknowledged in time (see RateLimitOptions). */
 export class NotDurableError extends Error {}
+
+/** What needs the ratelimit module, asked where it is missing (the script backend). */
+export class ModuleRequiredError extends Error {}
 
 export class RateLimit {
   constructor(options: RateLimitOptions);
@@ -307,6 +323,10 @@ export interface RateLimiterLike {
 
 export interface RateLimiterRedisOptions {
   storeClient: RedisStoreClientLike;
+  /** As RateLimitOptions' backend (not in rate-limiter-flexible); default "auto". */
+  backend?: 'auto' | 'module' | 'script';
+  /** Hears the backend "auto" chose (info); default console; null: nothing. */
+  logger?: Logger | null;
   /** Points per duration; default 4. */
   points?: number;
   /** Seconds; default 1; 0: never reset. */
@@ -336,6 +356,8 @@ export interface RateLimiterRedisOptions {
 /** rate-limiter-flexible's RateLimiterRedis, on the module. */
 export class RateLimiterRedis implements RateLimiterLike {
   constructor(opts: RateLimiterRedisOptions);
+  /** 'module' or 'script' once the first call decided it; undefined before. */
+  readonly backend: 'module' | 'script' | undefined;
   readonly points: number;
   readonly duration: number;
   readonly keyPrefix: string;

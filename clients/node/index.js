@@ -13,6 +13,9 @@
 //   an adaptive concurrency limit's 503 (loadSheddingBody).
 // - flexible.js, RateLimiterRedis and RateLimiterRes: rate-limiter-flexible's interface, backed
 //   by the module, so that its users switch by changing one constructor.
+// - scripts.js: the script backend (backend "auto" where the server has no module, or
+//   "script"): each command run as its Lua script of clients/scripts/ (EVALSHA), and
+//   ModuleRequiredError for what needs the module there.
 // - limits.js: the module's durations (durationMs), each algorithm's command and parameters,
 //   and a policy's windows (policyWindows); reply.js: the module's reply (parseReply).
 // - reconnect.js: reconnectStrategy, node-redis's reconnect strategy that suits a limiter on
@@ -32,5 +35,6 @@ export {
 } from './lib/fields.js';
 export { NotDurableError, RateLimit } from './lib/rate-limit.js';
 export { rateLimitMiddleware } from './lib/middleware.js';
+export { ModuleRequiredError } from './lib/scripts.js';
 export { RateLimiterRedis, RateLimiterRes } from './lib/flexible.js';
 export { reconnectStrategy } from './lib/reconnect.js';

@@ -4,6 +4,7 @@
 import { DenialMemory, monotonicMs } from './denial-memory.js';
 import { MAX_COUNT, MAX_DURATION_MS, durationMs } from './limits.js';
 import { parseReply } from './reply.js';
+import { TEST_NOW, checkBackend, evalMulti, evalScript, resolveBackend } from './scripts.js';
 
 /** rate-limiter-flexible's RateLimiterRes: what consume and the others resolve (or reject) with. */
 export class RateLimiterRes {
@@ -44,6 +45,12 @@ export class RateLimiterRedis {
       if (opts[o]) throw new Error(`${o} is not supported by ratelimit-redis-module's RateLimiterRedis`);
     }
     this.client = opts.storeClient;
+    // The backend, as RateLimit's (not in rate-limiter-flexible): "auto" (default), "module" or
+    // "script"; `backend` is 'module' or 'script' once decided. `logger` hears the choice.
+    this.backendOption = checkBackend(opts.backend ?? 'auto');
+    this.backend = this.backendOption === 'script' ? 'script' : undefined;
+    this.logger = opts.logger === undefined ? console : opts.logger;
+    this[TEST_NOW] = undefined;
     // points 0 admits nothing, as there: the module has no bucket of 0, so nothing is stored and
     // every consume of a point or more is refused in the process.
     this.points = opts.points === undefined ? 4 : opts.points;
@@ -145,13 +152,29 @@ export class RateLimiterRedis {
     if (!ready) throw new Error('Redis connection is not ready');
   }
 
+  async #backend() {
+    if (this.backend === undefined) {
+      this.backend = await resolveBackend(this.client, (a) => this.client.sendCommand(a), this.backendOption, this.logger);
+    }
+    return this.backend;
+  }
+
+  #testNow() {
+    const now = this[TEST_NOW];
+    return typeof now === 'function' ? now() : undefined;
+  }
+
   async #send(args, extras) {
     this.#checkReady();
+    if ((await this.#backend()) === 'script') {
+      return parseReply(await evalScript((a) => this.client.sendCommand(a), args, this.#testNow()), undefined, extras);
+    }
     return parseReply(await this.client.sendCommand(args), undefined, extras);
   }
 
   async #multi(commands) {
     this.#checkReady();
+    if ((await this.#backend()) === 'script') return evalMulti(this.client, commands, this.#testNow());
     const multi = this.client.multi();
     for (const args of commands) multi.addCommand(args);
     return multi.exec();

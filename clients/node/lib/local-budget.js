@@ -110,8 +110,8 @@ export class LocalBudget {
     const denied = this.#remembered(key, cost, now);
     if (denied !== undefined) return Promise.resolve(denied);
     const entry = e ?? this.#entry(key);
-    return new Promise((resolve) => {
-      entry.waiters.push({ cost, resolve });
+    return new Promise((resolve, reject) => {
+      entry.waiters.push({ cost, resolve, reject });
       if (!entry.draining) this.#track(this.drains, this.#drain(key, entry));
     });
   }
@@ -199,6 +199,11 @@ export class LocalBudget {
   // A refill failed (Redis error or timeout): every waiter fails open or closed, one warning.
   #failAll(key, e, error) {
     const l = this.limiter;
+    // What needs the module, on the script backend: the configuration's error, rejected.
+    if (error?.name === 'ModuleRequiredError') {
+      for (const w of e.waiters.splice(0)) w.reject(error);
+      return;
+    }
     this.stats.failures += 1;
     const passes = l.failMode === 'open';
     l.logger?.warn?.(

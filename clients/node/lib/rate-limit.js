@@ -15,6 +15,7 @@ import {
   policyShapes,
 } from './limits.js';
 import { parseReply } from './reply.js';
+import { ModuleRequiredError, TEST_NOW, checkBackend, evalScript, resolveBackend } from './scripts.js';
 
 class TimeoutError extends Error {
   constructor(ms) {
@@ -117,7 +118,9 @@ export class RateLimit {
       denialMemory = 10_000,
       logger = console,
       now = monotonicMs,
+      backend = 'auto',
     } = options;
+    this.backendOption = checkBackend(backend);
     if (client === null || typeof client !== 'object' || typeof client.sendCommand !== 'function') {
       throw new TypeError('invalid client: expected a node-redis client (createClient or createSentinel from "redis")');
     }
@@ -145,6 +148,11 @@ export class RateLimit {
     // standalone client sendCommand(args); the Sentinel client alone has getMasterNode.
     this.sentinel = typeof client.getMasterNode === 'function';
     this.send = this.sentinel ? (args) => client.sendCommand(false, args) : (args) => client.sendCommand(args);
+    // The backend in use once known ('module' or 'script'); the promise of it while asked.
+    // (backend "module": once the module is found there, per client).
+    this.backend = backend === 'script' ? 'script' : undefined;
+    this.backendPending = undefined;
+    this[TEST_NOW] = undefined;
     this.prefix = prefix;
     this.timeout = timeout;
     this.failMode = failMode;
@@ -170,6 +178,8 @@ export class RateLimit {
       lapsed: 0, // unspent units let go without a refund: their fixed window ended
       refundFailures: 0, // RL.REFUNDs that failed (the limit gets those units back by itself)
       held: 0, // gauge: units held unspent now, over all keys (the under-admission of this process)
+      // 'module' or 'script' once decided (backend "auto": at the first call; undefined before).
+      backend: backend === 'script' ? 'script' : undefined,
     };
 
     if (limit === null || typeof limit !== 'object') {
@@ -239,6 +249,10 @@ export class RateLimit {
       if (this.concurrent) throw new TypeError('invalid limit.block: a concurrency limit has no block');
       this.block = ['BLOCK', `${durationMs(limit.block, 'limit.block')}`];
     }
+    // The script backend forced: what needs the module is refused now, before anything is sent.
+    if (this.backend === 'script' && this.#moduleOnly(false) !== undefined) {
+      throw new ModuleRequiredError(this.#moduleOnly(false));
+    }
     // A local budget: up to `localBudget` units taken at once (ATMOST), spent within `hold / 2`
     // of their refill or given back then (local-budget.js says why half).
     const { localBudget, hold } = options;
@@ -306,7 +320,45 @@ export class RateLimit {
     return this.shapes;
   }
 
+  // What of this limit (and of a call with `shadow`) needs the module, or undefined.
+  #moduleOnly(shadow) {
+    if (this.policy !== undefined) return `a policy (RL.LIMIT ${this.policy})`;
+    if (this.adaptive !== undefined) return 'an adaptive concurrency limit';
+    if (this.concurrent) return 'a concurrency limit (RL.CONCURRENCY.ACQUIRE)';
+    if (shadow) return 'shadow (SHADOW)';
+    return undefined;
+  }
+
+  /** The backend, 'module' or 'script': decided at the first call (backend "auto"), then kept. */
+  resolveBackend() {
+    if (this.backend !== undefined) return Promise.resolve(this.backend);
+    this.backendPending ??= resolveBackend(this.client, this.send, this.backendOption, this.logger).then(
+      (chosen) => {
+        this.backend = chosen;
+        this.stats.backend = chosen;
+        return chosen;
+      },
+      (error) => {
+        this.backendPending = undefined;
+        throw error;
+      },
+    );
+    return this.backendPending;
+  }
+
+  // A module command (`[command, key, ...words]`) on the backend: as it is, or as its script.
+  async #run(args, send = this.send) {
+    const backend = this.backend ?? (await this.resolveBackend());
+    if (backend === 'module') return send(args);
+    const now = this[TEST_NOW];
+    return evalScript(send, args, typeof now === 'function' ? now() : undefined);
+  }
+
   async #ask(key, cost, { atMost, shadow, dryRun, id }) {
+    if ((this.backend ?? (await this.resolveBackend())) === 'script') {
+      const what = this.#moduleOnly(shadow);
+      if (what !== undefined) throw new ModuleRequiredError(what);
+    }
     const args = [this.command, this.redisKey(key), ...this.args, ...this.block];
     const extras = [];
     if (atMost !== undefined) {
@@ -343,9 +395,11 @@ export class RateLimit {
   // the same round trip (node-redis pipelines what is sent in one tick on one connection; the
   // Sentinel client's are sent on one leased connection): [reply, replicas that acknowledged].
   async #sendWaiting(args, dryRun) {
-    if (this.durable === 0 || dryRun) return [await this.send(args), undefined];
+    if (this.durable === 0 || dryRun) return [await this.#run(args), undefined];
+    // The backend known first, so that the command leaves before WAIT, in the same tick.
+    if (this.backend === undefined) await this.resolveBackend();
     const wait = ['WAIT', String(this.durable), String(this.durableTimeoutMs)];
-    const both = (send) => Promise.all([send(args), send(wait)]);
+    const both = (send) => Promise.all([this.#run(args, send), send(wait)]);
     const [reply, acked] = this.sentinel
       ? await this.client.use((c) => both((a) => c.sendCommand(false, a)))
       : await both(this.send);
@@ -370,7 +424,7 @@ export class RateLimit {
     if (decision.remaining >= decision.limit) return undefined;
     const args = [this.command, this.redisKey(key), ...this.args, 'COST', String(decision.remaining + 1), 'DRYRUN'];
     try {
-      const probe = parseReply(await withTimeout(this.send(args), this.timeout), this.sixth);
+      const probe = parseReply(await withTimeout(this.#run(args), this.timeout), this.sixth);
       return probe.retryAfterMs >= 0 ? probe.retryAfterMs : undefined;
     } catch {
       return undefined;
@@ -451,6 +505,12 @@ export class RateLimit {
     try {
       [decision, more] = await withTimeout(this.#ask(key, cost, { atMost, shadow, dryRun, id }), this.timeout);
     } catch (error) {
+      // What needs the module, on the script backend (or backend "module" without it): the
+      // application's configuration, not a Redis failure: rejected, never passed.
+      if (error instanceof ModuleRequiredError) {
+        this.stats.calls -= 1; // no decision was asked
+        throw error;
+      }
       this.stats.failures += 1;
       if (error instanceof NotDurableError) this.stats.notDurable += 1;
       const passes = this.failMode === 'open';
@@ -502,7 +562,7 @@ export class RateLimit {
     if (this.concurrent) throw new TypeError('invalid refund: a concurrency limit gives its leases back with release');
     const args = ['RL.REFUND', this.redisKey(key), String(units)];
     if (dryRun) args.push('DRYRUN');
-    const reply = await withTimeout(this.send(args), this.timeout);
+    const reply = await withTimeout(this.#run(args), this.timeout);
     const given = Number(reply);
     if (typeof reply !== 'number' || !Number.isSafeInteger(given) || given < 0) {
       throw new Error(`unexpected reply from the module: RL.REFUND answered ${String(reply)}`);

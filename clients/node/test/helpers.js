@@ -34,20 +34,21 @@ export function freePort() {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /**
- * A redis-server child process with the module; `stop()`, `pause()`, `resume()` by PID. On a
+ * A redis-server child process with the module (`withModule: false`: a plain server, the script
+ * backend's); `stop()`, `pause()`, `resume()` by PID. On a
  * free port, or on `port` (a server started again where one was stopped).
  */
-export async function startRedis({ port: wanted } = {}) {
+export async function startRedis({ port: wanted, withModule = true } = {}) {
   const binary = process.env.RATELIMIT_SERVER || 'redis-server';
   const module = process.env.RATELIMIT_MODULE || path.join(ROOT, 'target/release/libratelimit.so');
-  if (!existsSync(module)) throw new Error(`${module} is missing: run cargo build --release first`);
+  if (withModule && !existsSync(module)) throw new Error(`${module} is missing: run cargo build --release first`);
   const dir = mkdtempSync(path.join(tmpdir(), 'rl-node-'));
   for (let attempt = 0; attempt < 5; attempt++) {
     const port = wanted ?? (await freePort());
     const child = spawn(
       binary,
       ['--port', `${port}`, '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no',
-        '--loadmodule', module, 'debug-clock', 'yes'],
+        ...(withModule ? ['--loadmodule', module, 'debug-clock', 'yes'] : [])],
       { stdio: ['ignore', 'ignore', 'pipe'] },
     );
     let stderr = '';

@@ -1,7 +1,8 @@
 // The package installs from its path into a fresh project: npm pack, then npm install of the
 // tarball (--prefer-offline: the tarballs come from npm's cache, which npm ci filled; npm asks
 // the registry only for what the cache lacks, such as node-redis's version list for the peer
-// dependency), then import it there and use it.
+// dependency), then import it there and use it; and its copy of the scripts (made by prepack
+// from clients/scripts/, the one source) runs every limit on a plain redis-server.
 
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -10,12 +11,15 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { createClient } from 'redis';
+import { scripts } from '../lib/scripts.js';
+import { startRedis } from './helpers.js';
 
 const pkg = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const npm = (args, cwd) =>
   execFileSync('npm', [...args, '--no-audit', '--no-fund', '--loglevel=error'], { cwd, encoding: 'utf8' });
 
-test('npm install of the packed package into a fresh directory', () => {
+test('npm install of the packed package into a fresh directory', async () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'rl-node-install-'));
   try {
     npm(['pack', pkg, '--pack-destination', dir], dir);
@@ -26,9 +30,12 @@ test('npm install of the packed package into a fresh directory', () => {
     // The peer dependency came along, and the package's files are those it declares.
     assert.ok(existsSync(path.join(dir, 'node_modules/redis/package.json')), 'node-redis installed as the peer');
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module')).sort(),
-      ['README.md', 'index.d.ts', 'index.js', 'lib', 'package.json']);
+      ['README.md', 'index.d.ts', 'index.js', 'lib', 'package.json', 'scripts']);
+    assert.ok(!existsSync(path.join(pkg, 'scripts')), 'postpack removed the copy: clients/scripts/ stays the only one');
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module/lib')).sort(),
-      ['denial-memory.js', 'fields.js', 'flexible.js', 'limits.js', 'local-budget.js', 'middleware.js', 'rate-limit.js', 'reconnect.js', 'reply.js']);
+      ['denial-memory.js', 'fields.js', 'flexible.js', 'limits.js', 'local-budget.js', 'middleware.js', 'rate-limit.js', 'reconnect.js', 'reply.js', 'scripts.js']);
+    assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module/scripts')).sort(),
+      readdirSync(path.join(pkg, '../scripts')).filter((f) => f !== 'README.md').sort());
     const script = `
       import { RateLimiterRedis, rateLimitMiddleware, rateLimitHeaders } from 'ratelimit-redis-module';
       import { createClient } from 'redis';
@@ -49,11 +56,56 @@ test('npm install of the packed package into a fresh directory', () => {
     `);
     const [imported, required] = JSON.parse(execFileSync(process.execPath, ['names.cjs'], { cwd: dir, encoding: 'utf8' }));
     assert.deepEqual(imported, [
-      'NotDurableError', 'QUOTA_EXCEEDED_TYPE', 'REDUCED_CAPACITY_TYPE', 'RateLimit', 'RateLimiterRedis', 'RateLimiterRes',
+      'ModuleRequiredError', 'NotDurableError', 'QUOTA_EXCEEDED_TYPE', 'REDUCED_CAPACITY_TYPE', 'RateLimit', 'RateLimiterRedis', 'RateLimiterRes',
       'UNAVAILABLE_BODY', 'durationMs', 'loadSheddingBody', 'parseReply', 'policyWindows', 'quotaExceededBody',
       'rateLimitHeaders', 'rateLimitMiddleware', 'reconnectStrategy',
     ]);
     if (process.features.require_module) assert.deepEqual(required, imported);
+    // Every script, from the installed package, on a server without the module.
+    const plain = await startRedis({ withModule: false });
+    try {
+      writeFileSync(path.join(dir, 'scripts.mjs'), `
+        import { RateLimit } from 'ratelimit-redis-module';
+        import { createClient } from 'redis';
+        const client = createClient({ url: process.argv[2] });
+        await client.connect();
+        const limits = {
+          gcra: { algorithm: 'gcra', burst: 3, rate: 1, period: '1s' },
+          tokenbucket: { algorithm: 'tokenbucket', capacity: 4, refillAmount: 1, refillPeriod: '1s' },
+          leakybucket: { algorithm: 'leakybucket', capacity: 3, leakAmount: 1, leakPeriod: '1s' },
+          fixedwindow: { algorithm: 'fixedwindow', limit: 3, window: '10s' },
+          slidingwindow: { algorithm: 'slidingwindow', limit: 3, window: '10s' },
+          slidinglog: { algorithm: 'slidinglog', limit: 3, window: '10s' },
+          warmup: { algorithm: 'warmup', rate: 2, period: '1s', warmup: '5s' },
+        };
+        const out = {};
+        for (const [name, limit] of Object.entries(limits)) {
+          const l = new RateLimit({ client, limit, logger: null, timeout: 2000 });
+          const d = await l.check(name, 2);
+          out[name] = [l.stats.backend, d.allowed, d.limit, d.remaining, d.retryAfterMs, await l.refund(name, 1)];
+        }
+        console.log(JSON.stringify(out));
+        await client.quit();
+      `);
+      const out = JSON.parse(execFileSync(process.execPath, ['scripts.mjs', plain.url], { cwd: dir, encoding: 'utf8' }));
+      assert.deepEqual(out, {
+        gcra: ['script', true, 3, 1, 0, 1],
+        tokenbucket: ['script', true, 4, 2, 0, 1],
+        leakybucket: ['script', true, 3, 1, 0, 1],
+        fixedwindow: ['script', true, 3, 1, 0, 1],
+        slidingwindow: ['script', true, 3, 1, 0, 1],
+        slidinglog: ['script', true, 3, 1, 0, 1],
+        warmup: ['script', true, 1, 0, 0, 1],
+      });
+      // The installed scripts are the repository's, byte for byte: the same SHAs are loaded.
+      const client = createClient({ url: plain.url });
+      await client.connect();
+      const shas = Object.values(scripts()).map((x) => x.sha);
+      assert.deepEqual(await client.sendCommand(['SCRIPT', 'EXISTS', ...shas]), shas.map(() => 1));
+      await client.quit();
+    } finally {
+      await plain.stop();
+    }
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

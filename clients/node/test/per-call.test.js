@@ -74,6 +74,7 @@ test('shadow: a request the limit would refuse is answered allowed, shadowDenied
   assert.deepEqual([d.local, ...grant(d)], [false, true, 0, 1000, 2000, undefined, true]);
   assert.equal(await calls(client, 'RL.GCRA'), before + 1);
   assert.deepEqual(gcra.stats, {
+    backend: 'module',
     calls: 5, admitted: 2, denied: 1, deniedLocally: 0, failures: 0, failOpen: 0, failClosed: 0,
     shadowDenied: 2, notDurable: 0, releaseFailures: 0,
     localAdmitted: 0, refills: 0, refunded: 0, lapsed: 0, refundFailures: 0, held: 0,
@@ -130,6 +131,7 @@ test('dryRun: the decision the call would get, nothing written, counted in calls
   // With shadow too: answered allowed, shadowDenied, and counted as a call only, as the module counts it.
   assert.deepEqual(grant(await gcra.check('d', 1, { dryRun: true, shadow: true })), [true, 0, 60_000, 120_000, undefined, true]);
   assert.deepEqual(gcra.stats, {
+    backend: 'module',
     calls: 7, admitted: 2, denied: 1, deniedLocally: 0, failures: 0, failOpen: 0, failClosed: 0,
     shadowDenied: 0, notDurable: 0, releaseFailures: 0,
     localAdmitted: 0, refills: 0, refunded: 0, lapsed: 0, refundFailures: 0, held: 0,

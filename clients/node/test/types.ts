@@ -2,6 +2,7 @@
 import express from 'express';
 import { createClient } from 'redis';
 import {
+  ModuleRequiredError,
   RateLimit,
   RateLimiterRedis,
   RateLimiterRes,
@@ -25,6 +26,9 @@ const limit = rateLimitMiddleware({
 });
 app.use(limit);
 const failures: number = limit.limiter.stats.failures;
+const managed = new RateLimit({ client, limit: { algorithm: 'slidinglog', limit: 10, window: '1m' }, backend: 'script' });
+const backend: 'module' | 'script' | undefined = managed.stats.backend;
+const moduleMissing = (e: unknown): boolean => e instanceof ModuleRequiredError;
 
 const policy = new RateLimit({ client, limit: { policy: 'api' }, denialMemory: 0 });
 async function check(): Promise<Array<[string, string]>> {
@@ -89,4 +93,4 @@ process.once('SIGTERM', () => {
 });
 new RateLimit({ client, limit: { policy: 'api' }, localBudget: 8, hold: 500 }).flush().then((n: number) => n);
 
-export { check, login, maybe, failures, body, held, holdMs };
+export { check, login, maybe, failures, body, held, holdMs, backend, moduleMissing };

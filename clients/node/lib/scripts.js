@@ -1,0 +1,188 @@
+// The script backend (issue 28; SPEC §8): where the server has no ratelimit module (managed
+// Redis and Valkey refuse MODULE LOAD), each admission command and RL.REFUND runs as a Lua
+// script of clients/scripts/, called by its SHA: `EVALSHA <sha> 1 <key> <the command's words
+// after its key>`, loaded with SCRIPT LOAD after NOSCRIPT and tried once more. The reply is the
+// module's RESP2 array, read as the module's.
+//
+// One source: the scripts live in clients/scripts/ only. The packed package carries a copy made
+// by `npm pack` (prepack copies it into scripts/, postpack removes it), so an installed package
+// reads its own scripts/, and the repository's tree reads ../scripts/.
+
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+
+/**
+ * The scripts' directory: in the repository (this package is clients/node), clients/scripts/,
+ * even if an interrupted `npm pack` left a copy behind; installed, the package's own scripts/.
+ */
+export function scriptsDir() {
+  const pkg = path.resolve(here, '..');
+  const repo = path.join(pkg, '../scripts');
+  const dirs = path.basename(pkg) === 'node' ? [repo, path.join(pkg, 'scripts')] : [path.join(pkg, 'scripts')];
+  for (const dir of dirs) {
+    if (existsSync(path.join(dir, 'lib/common.lua'))) return dir;
+  }
+  throw new Error('ratelimit: the script backend\'s scripts are missing (neither scripts/ in the package nor clients/scripts/)');
+}
+
+/** The script that stands for each module command. */
+export const SCRIPT_OF = {
+  'RL.GCRA': 'gcra',
+  'RL.TOKENBUCKET': 'tokenbucket',
+  'RL.LEAKYBUCKET': 'leakybucket',
+  'RL.FIXEDWINDOW': 'fixedwindow',
+  'RL.SLIDINGWINDOW': 'slidingwindow',
+  'RL.SLIDINGLOG': 'slidinglog',
+  'RL.WARMUP': 'warmup',
+  'RL.REFUND': 'refund',
+};
+
+/**
+ * A script as it is sent: the lib/ parts its `-- needs:` line names, in that order, then the
+ * entry file (clients/scripts/README.md, "One source").
+ */
+export function scriptSource(name, dir = scriptsDir()) {
+  const entry = readFileSync(path.join(dir, `${name}.lua`), 'utf8');
+  const needs = /^-- needs: (.+)$/m.exec(entry);
+  if (!needs) throw new Error(`ratelimit: ${name}.lua names no parts (-- needs:)`);
+  const parts = needs[1].trim().split(/\s+/).map((p) => readFileSync(path.join(dir, 'lib', `${p}.lua`), 'utf8'));
+  return parts.join('') + entry;
+}
+
+let loaded; // name -> { source, sha }, read once per process
+export function scripts() {
+  if (loaded === undefined) {
+    const dir = scriptsDir();
+    loaded = {};
+    for (const name of new Set(Object.values(SCRIPT_OF))) {
+      const source = scriptSource(name, dir);
+      loaded[name] = { source, sha: createHash('sha1').update(source).digest('hex') };
+    }
+  }
+  return loaded;
+}
+
+/** What needs the module, asked of the script backend: refused before anything is sent. */
+export class ModuleRequiredError extends Error {
+  constructor(what) {
+    super(`${what} needs the ratelimit module: the server has none (or backend is "script"), and the script backend ` +
+      'runs the seven algorithms, COST, ATMOST, DRYRUN, BLOCK and RL.REFUND only');
+    this.name = 'ModuleRequiredError';
+  }
+}
+
+/** The backend option, checked. */
+export function checkBackend(backend) {
+  if (backend !== 'auto' && backend !== 'module' && backend !== 'script') {
+    throw new TypeError(`invalid backend: expected "auto", "module" or "script"; got ${String(backend)}`);
+  }
+  return backend;
+}
+
+// Test-only: a limiter with this symbol set to a function returning µs sends the scripts' test
+// clock (`NOW <µs>`). Not exported by the package's index: the public API never sends it.
+export const TEST_NOW = Symbol('ratelimit script test clock');
+
+// The backend `auto` found, per client: { promise }, asked once per client.
+const found = new WeakMap();
+
+/**
+ * The backend to use with `client` for `backend` ('auto', 'module' or 'script'): 'module' or
+ * 'script'. `auto` asks `COMMAND INFO RL.GCRA` once per client (a nil entry: no module) and logs
+ * the choice once; `module` checks the module is there (once per client), with a clear error
+ * when it is not.
+ */
+export function resolveBackend(client, send, backend, logger) {
+  if (backend === 'script') return Promise.resolve('script');
+  let entry = found.get(client);
+  if (entry === undefined) {
+    const promise = Promise.resolve()
+      .then(() => send(['COMMAND', 'INFO', 'RL.GCRA']))
+      .then((reply) => {
+        const info = Array.isArray(reply) ? reply[0] : reply;
+        return info === null || info === undefined ? 'script' : 'module';
+      });
+    entry = { promise, logged: false };
+    found.set(client, entry);
+    promise.catch(() => {
+      if (found.get(client) === entry) found.delete(client); // asked again next time
+    });
+  }
+  return entry.promise.then((chosen) => {
+    if (backend === 'module' && chosen === 'script') {
+      throw new ModuleRequiredError('backend "module"');
+    }
+    if (backend === 'auto' && !entry.logged) {
+      entry.logged = true;
+      logger?.info?.(
+        chosen === 'module'
+          ? 'ratelimit: the server has the ratelimit module; using the module'
+          : 'ratelimit: the server has no ratelimit module; using the script backend',
+      );
+    }
+    return chosen;
+  });
+}
+
+/**
+ * Runs a module command (`[command, key, ...words]`) as its script with `send`: EVALSHA by the
+ * SHA computed here, and after NOSCRIPT, SCRIPT LOAD and EVALSHA once more. `now`: the test
+ * clock's µs, or undefined.
+ */
+export async function evalScript(send, args, now = undefined) {
+  const [command, key, ...words] = args;
+  const name = SCRIPT_OF[String(command).toUpperCase()];
+  if (name === undefined) throw new ModuleRequiredError(command);
+  const { source, sha } = scripts()[name];
+  const call = ['EVALSHA', sha, '1', key, ...words];
+  if (now !== undefined) call.push('NOW', String(now));
+  try {
+    return await send(call);
+  } catch (error) {
+    if (!String(error?.message ?? '').startsWith('NOSCRIPT')) throw error;
+    await send(['SCRIPT', 'LOAD', source]);
+    return send(call);
+  }
+}
+
+/**
+ * Runs module commands in one MULTI as their scripts with node-redis's `client`: EVALSHA each.
+ * The entries that NOSCRIPT did nothing; from the first of them on, the entries run again in
+ * a second MULTI after SCRIPT LOAD of every script it needs (RateLimiterRedis's MULTIs run
+ * one script twice, which fails or succeeds both times, or a write then a DRYRUN, which reads
+ * again harmlessly). Resolves to the replies, as exec() does.
+ */
+export async function evalMulti(client, commands, now = undefined) {
+  const calls = commands.map((args) => {
+    const [command, key, ...words] = args;
+    const name = SCRIPT_OF[String(command).toUpperCase()];
+    if (name === undefined) throw new ModuleRequiredError(command);
+    const call = ['EVALSHA', scripts()[name].sha, '1', key, ...words];
+    if (now !== undefined) call.push('NOW', String(now));
+    return { name, call };
+  });
+  const exec = async (list, load) => {
+    const multi = client.multi();
+    for (const name of load) multi.addCommand(['SCRIPT', 'LOAD', scripts()[name].source]);
+    for (const { call } of list) multi.addCommand(call);
+    try {
+      return (await multi.exec()).slice(load.length);
+    } catch (error) {
+      if (!Array.isArray(error?.replies)) throw error;
+      return error.replies.slice(load.length);
+    }
+  };
+  const replies = await exec(calls, []);
+  const first = replies.findIndex((r) => r instanceof Error && String(r.message).startsWith('NOSCRIPT'));
+  if (first >= 0) {
+    const rest = calls.slice(first);
+    replies.splice(first, rest.length, ...(await exec(rest, [...new Set(rest.map((c) => c.name))])));
+  }
+  const failed = replies.find((r) => r instanceof Error);
+  if (failed !== undefined) throw failed;
+  return replies;
+}

@@ -1,0 +1,307 @@
+// The script backend (issue 28): on a plain redis-server (no module) the package runs each limit
+// as its Lua script of clients/scripts/ (EVALSHA). Every algorithm through the function API gives
+// the module's decisions, exact values included: the same sequence runs on a module server with
+// its debug clock and on the plain server with the scripts' test-only clock (NOW, sent through
+// the private TEST_NOW hook), and the decisions are compared field by field. Also: `auto`
+// chooses, `module` and `script` forced, NOSCRIPT after SCRIPT FLUSH, what needs the module
+// refused, each backend's keys refused by the other, a RESP2 client, local budgets and the
+// Express middleware's fields and 429 on the scripts.
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { ModuleRequiredError, RateLimit, RateLimiterRedis, rateLimitMiddleware } from '../index.js';
+import { TEST_NOW, scripts } from '../lib/scripts.js';
+import { T0_MS, connect, helloApp, limitFields, startRedis } from './helpers.js';
+
+let withModule;
+let plain;
+let m; // a client on the module's server (RESP3)
+let p; // a client on the plain server (RESP3)
+
+before(async () => {
+  [withModule, plain] = await Promise.all([startRedis(), startRedis({ withModule: false })]);
+  [m, p] = await Promise.all([connect(withModule), connect(plain)]);
+});
+
+after(async () => {
+  await Promise.all([m?.quit(), p?.quit()]);
+  await Promise.all([withModule?.stop(), plain?.stop()]);
+});
+
+const quiet = { warn() {}, info() {} };
+
+/** Both clocks at T0 + ms: the module's debug clock, and the scripts' NOW for `limiters`. */
+function clockFor(limiters) {
+  const clock = {
+    ms: 0,
+    async at(ms) {
+      clock.ms = ms;
+      await m.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS + ms}`]);
+    },
+  };
+  for (const l of limiters) l[TEST_NOW] = () => (T0_MS + clock.ms) * 1000;
+  return clock;
+}
+
+// A decision without what says which call made it (a round trip, either backend).
+const strip = ({ local, ...d }) => d;
+
+const LIMITS = {
+  gcra: { algorithm: 'gcra', burst: 3, rate: 1, period: '1s' },
+  tokenbucket: { algorithm: 'tokenbucket', capacity: 5, refillAmount: 2, refillPeriod: '1s' },
+  tokenbucketInterval: { algorithm: 'tokenbucket', capacity: 5, refillAmount: 2, refillPeriod: '1s', interval: true },
+  leakybucket: { algorithm: 'leakybucket', capacity: 3, leakAmount: 1, leakPeriod: '1s' },
+  fixedwindow: { algorithm: 'fixedwindow', limit: 3, window: '10s' },
+  slidingwindow: { algorithm: 'slidingwindow', limit: 3, window: '10s' },
+  slidinglog: { algorithm: 'slidinglog', limit: 3, window: '10s' },
+  warmup: { algorithm: 'warmup', rate: 2, period: '1s', warmup: '5s', coldFactor: 3 },
+  gcraBlock: { algorithm: 'gcra', burst: 2, rate: 1, period: '1s', block: '5s' },
+};
+
+// [ms after T0, what]: admitted, COST, refused, DRYRUN, refund (also DRYRUN), ATMOST/granted,
+// BLOCK (gcraBlock), idle gaps.
+const STEPS = [
+  [0, (l, k) => l.check(k)],
+  [0, (l, k) => l.check(k, 2)],
+  [0, (l, k) => l.check(k)],
+  [250, (l, k) => l.check(k, 1, { dryRun: true })],
+  [250, (l, k) => l.refund(k, 1, { dryRun: true })],
+  [250, (l, k) => l.refund(k, 1)],
+  [300, (l, k) => l.check(k, 1, { atMost: 5 })],
+  [300, (l, k) => l.check(k, 1, { atMost: 5 })],
+  [1700, (l, k) => l.check(k, 0)],
+  [1700, (l, k) => l.check(k, 1, { atMost: 2 })],
+  [3000, (l, k) => l.check(k, 3)],
+  [7000, (l, k) => l.check(k)],
+  [12_500, (l, k) => l.check(k, 2)],
+  [12_500, (l, k) => l.refund(k, 5)],
+  [25_000, (l, k) => l.check(k)],
+];
+
+test('every algorithm on the scripts answers as the module: admitted, refused, COST, ATMOST, DRYRUN, refund, BLOCK', async () => {
+  for (const [name, limit] of Object.entries(LIMITS)) {
+    const options = { limit, prefix: `rl:eq:${name}:`, denialMemory: 0, logger: quiet };
+    const mod = new RateLimit({ ...options, client: m, backend: 'module' });
+    const scr = new RateLimit({ ...options, client: p });
+    const clock = clockFor([scr]);
+    const seen = [];
+    for (const [ms, step] of STEPS) {
+      await clock.at(ms);
+      const [a, b] = [await step(mod, 'k'), await step(scr, 'k')];
+      assert.ok(a.failed === undefined && b.failed === undefined, `${name} at ${ms}: ${a.error ?? b.error}`);
+      assert.deepEqual(typeof b === 'number' ? b : strip(b), typeof a === 'number' ? a : strip(a), `${name} at ${ms} ms`);
+      seen.push(typeof a === 'number' ? 'refund' : a.allowed ? 'admitted' : 'refused');
+    }
+    assert.ok(seen.includes('admitted') && seen.includes('refused'), `${name}: ${seen}`);
+    assert.deepEqual([mod.stats.backend, scr.stats.backend], ['module', 'script']);
+    // The scripts' state is a hash, the module's its own type.
+    assert.equal(await p.sendCommand(['TYPE', 'rl:eq:' + name + ':k']), 'hash');
+  }
+});
+
+test('exact values on the scripts: GCRA 3 per 3 s, a queue\'s delay, a refund, a BLOCK', async () => {
+  const gcra = new RateLimit({ client: p, limit: LIMITS.gcra, prefix: 'rl:exact:', denialMemory: 0, logger: quiet });
+  const clock = clockFor([gcra]);
+  await clock.at(0);
+  const pick = (d) => [d.allowed, d.limit, d.remaining, d.retryAfterMs, d.resetAfterMs];
+  assert.deepEqual(pick(await gcra.check('a')), [true, 3, 2, 0, 1000]);
+  assert.deepEqual(pick(await gcra.check('a', 2)), [true, 3, 0, 0, 3000]);
+  assert.deepEqual(pick(await gcra.check('a')), [false, 3, 0, 1000, 3000]);
+  await clock.at(400);
+  assert.deepEqual(pick(await gcra.check('a', 1, { dryRun: true })), [false, 3, 0, 600, 2600]);
+  assert.equal(await gcra.refund('a', 1), 1);
+  assert.deepEqual(pick(await gcra.check('a')), [true, 3, 0, 0, 2600]);
+  const granted = await gcra.check('b', 1, { atMost: 5 });
+  assert.deepEqual([...pick(granted), granted.granted], [true, 3, 0, 0, 3000, 3]);
+  // A queue: 3 turns a second; the third request waits 2/3 of a second in it.
+  const queue = new RateLimit({
+    client: p, limit: { algorithm: 'leakybucket', capacity: 3, leakAmount: 3, leakPeriod: '1s' }, prefix: 'rl:exact:', denialMemory: 0, logger: quiet,
+  });
+  queue[TEST_NOW] = gcra[TEST_NOW];
+  assert.deepEqual((await Promise.all([1, 2, 3, 4].map(() => queue.check('q')))).map((d) => d.delayMs), [0, 334, 667, -1]);
+  // BLOCK: refused for 5 s after the refusal, though GCRA has room again after 1 s.
+  const blocked = new RateLimit({ client: p, limit: LIMITS.gcraBlock, prefix: 'rl:exact:', denialMemory: 0, logger: quiet });
+  blocked[TEST_NOW] = gcra[TEST_NOW];
+  await clock.at(10_000);
+  assert.deepEqual([(await blocked.check('c', 2)).allowed, (await blocked.check('c')).allowed], [true, false]);
+  await clock.at(13_000);
+  assert.deepEqual(pick(await blocked.check('c')), [false, 2, 0, 2000, 2000]);
+  await clock.at(15_000);
+  assert.deepEqual(pick(await blocked.check('c')), [true, 2, 1, 0, 1000]);
+});
+
+test('auto: the module where it is loaded, the scripts where not, decided once per client and logged once', async () => {
+  const lines = [];
+  const logger = { warn: (s) => lines.push(`warn ${s}`), info: (s) => lines.push(`info ${s}`) };
+  const client = await connect(plain);
+  try {
+    const limit = LIMITS.gcra;
+    const a = new RateLimit({ client, limit, prefix: 'rl:auto:', logger });
+    const b = new RateLimit({ client, limit, prefix: 'rl:auto:', logger });
+    assert.equal(a.stats.backend, undefined, 'undefined before the first call');
+    assert.equal((await a.check('x')).allowed, true);
+    assert.equal((await b.check('y')).allowed, true);
+    assert.deepEqual([a.stats.backend, b.stats.backend], ['script', 'script']);
+    assert.deepEqual(lines, ['info ratelimit: the server has no ratelimit module; using the script backend']);
+  } finally {
+    await client.quit();
+  }
+  const mlines = [];
+  const onModule = new RateLimit({ client: m, limit: LIMITS.gcra, prefix: 'rl:auto:', logger: { warn() {}, info: (s) => mlines.push(s) } });
+  assert.equal((await onModule.check('x')).allowed, true);
+  assert.equal(onModule.stats.backend, 'module');
+  assert.equal(await m.sendCommand(['TYPE', 'rl:auto:x']), 'ratelimit');
+  assert.ok(mlines.length <= 1 && mlines.every((s) => s === 'ratelimit: the server has the ratelimit module; using the module'));
+});
+
+test('backend "module" without the module rejects with an error naming it; "script" on a module server works', async () => {
+  const limiter = new RateLimit({ client: p, limit: LIMITS.gcra, prefix: 'rl:forced:', backend: 'module', logger: quiet });
+  await assert.rejects(limiter.check('x'), (e) => e instanceof ModuleRequiredError && /needs the ratelimit module/.test(e.message));
+  assert.equal(limiter.stats.failures, 0);
+  const scr = new RateLimit({ client: m, limit: LIMITS.gcra, prefix: 'rl:forced:', backend: 'script', logger: quiet });
+  assert.equal(scr.stats.backend, 'script');
+  const d = await scr.check('x', 2);
+  assert.deepEqual([d.allowed, d.remaining], [true, 1]);
+  assert.equal(await m.sendCommand(['TYPE', 'rl:forced:x']), 'hash');
+  assert.equal(await scr.refund('x', 1), 1);
+  assert.throws(() => new RateLimit({ client: m, limit: LIMITS.gcra, backend: 'lua' }), /invalid backend/);
+});
+
+test('NOSCRIPT: after SCRIPT FLUSH the next call loads the script again and answers', async () => {
+  const limiter = new RateLimit({ client: p, limit: LIMITS.slidinglog, prefix: 'rl:flush:', denialMemory: 0, logger: quiet });
+  const { sha } = scripts().slidinglog;
+  assert.equal((await limiter.check('k')).remaining, 2);
+  assert.deepEqual(await p.sendCommand(['SCRIPT', 'EXISTS', sha]), [1]);
+  await p.sendCommand(['SCRIPT', 'FLUSH']);
+  assert.deepEqual(await p.sendCommand(['SCRIPT', 'EXISTS', sha]), [0]);
+  const d = await limiter.check('k');
+  assert.deepEqual([d.failed, d.allowed, d.remaining], [undefined, true, 1]);
+  assert.deepEqual(await p.sendCommand(['SCRIPT', 'EXISTS', sha]), [1]);
+  await p.sendCommand(['SCRIPT', 'FLUSH']);
+  assert.equal(await limiter.refund('k', 1), 1, 'RL.REFUND too');
+});
+
+test('what needs the module is refused on the scripts before anything is sent, naming the module', async () => {
+  const needs = (e) => e instanceof ModuleRequiredError && /needs the ratelimit module/.test(e.message);
+  for (const limit of [{ policy: 'p' }, { algorithm: 'concurrency', limit: 2, lease: '10s' }, { algorithm: 'concurrency', limit: 20, lease: '10s', adaptive: 'aimd' }]) {
+    assert.throws(() => new RateLimit({ client: p, limit, backend: 'script', logger: quiet }), needs);
+    const auto = new RateLimit({ client: p, limit, prefix: 'rl:needs:', logger: quiet });
+    await assert.rejects(auto.check('k'), needs);
+    assert.equal(auto.stats.failures, 0);
+  }
+  const gcra = new RateLimit({ client: p, limit: LIMITS.gcra, prefix: 'rl:needs:', logger: quiet });
+  await assert.rejects(gcra.check('k', 1, { shadow: true }), needs);
+  assert.equal(await p.sendCommand(['EXISTS', 'rl:needs:k']), 0, 'nothing was written');
+  // A policy with a local budget: its refill rejects too (not a pass).
+  const budget = new RateLimit({ client: p, limit: { policy: 'p' }, localBudget: 3, prefix: 'rl:needs:', logger: quiet });
+  await assert.rejects(budget.check('k'), needs);
+  await budget.close();
+});
+
+test('a key written by one backend is refused by the other with a clear error', async () => {
+  const options = { client: m, limit: LIMITS.gcra, prefix: 'rl:cross:', failMode: 'closed', denialMemory: 0 };
+  const warned = [];
+  const logger = { warn: (s) => warned.push(s), info() {} };
+  const mod = new RateLimit({ ...options, backend: 'module', logger });
+  const scr = new RateLimit({ ...options, backend: 'script', logger });
+  assert.equal((await mod.check('byModule')).allowed, true);
+  assert.equal((await scr.check('byScript')).allowed, true);
+  const a = await scr.check('byModule');
+  assert.deepEqual([a.failed, a.allowed], [true, false]);
+  assert.match(a.error.message, /^WRONGTYPE the key holds a value of another type \(a ratelimit module key/);
+  const b = await mod.check('byScript');
+  assert.deepEqual([b.failed, b.allowed], [true, false]);
+  assert.match(b.error.message, /^WRONGTYPE/);
+  assert.equal(warned.length, 2);
+  assert.match(warned[0], /WRONGTYPE the key holds a value of another type/);
+  await assert.rejects(scr.refund('byModule', 1), /WRONGTYPE the key holds a value of another type/);
+});
+
+test('a RESP2 client and a local budget on the scripts', async () => {
+  const client = await connect(plain, { RESP: 2 });
+  try {
+    const limiter = new RateLimit({ client, limit: LIMITS.gcra, prefix: 'rl:resp2:', denialMemory: 0, logger: quiet });
+    limiter[TEST_NOW] = () => T0_MS * 1000;
+    const d = await limiter.check('k', 1, { atMost: 2 });
+    assert.deepEqual([d.allowed, d.remaining, d.granted, d.resetAfterMs], [true, 1, 2, 2000]);
+    const budget = new RateLimit({ client, limit: LIMITS.fixedwindow, prefix: 'rl:budget:', localBudget: 3, logger: quiet });
+    const taken = [];
+    for (let i = 0; i < 4; i++) taken.push(await budget.check('k'));
+    assert.deepEqual(taken.map((t) => [t.allowed, t.local]), [[true, false], [true, true], [true, true], [false, false]]);
+    assert.equal(budget.stats.refills, 2);
+    assert.equal(await budget.close(), 0);
+    assert.equal(budget.stats.backend, 'script');
+  } finally {
+    await client.quit();
+  }
+});
+
+test('the Express middleware on the scripts: the same fields and 429 as on the module', async () => {
+  const limit = { algorithm: 'gcra', burst: 2, rate: 1, period: '30s' };
+  const key = (req) => req.get('X-Client-Id');
+  const onModule = rateLimitMiddleware({ client: m, limit, key, prefix: 'rl:mw:', logger: quiet });
+  const onScripts = rateLimitMiddleware({ client: p, limit, key, prefix: 'rl:mw:', logger: quiet });
+  clockFor([onScripts.limiter]);
+  await m.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const [a, b] = [await helloApp(onModule), await helloApp(onScripts)];
+  try {
+    const got = [];
+    for (let i = 0; i < 3; i++) {
+      const [x, y] = [await a.as('ann'), await b.as('ann')];
+      assert.deepEqual(limitFields(y), limitFields(x));
+      assert.equal(y.body, x.body);
+      got.push(y.status);
+    }
+    assert.deepEqual(got, [200, 200, 429]);
+    assert.equal(onScripts.limiter.stats.backend, 'script');
+    // shadow needs the module: the application's error (500), never a silent pass.
+    const shadowed = rateLimitMiddleware({ client: p, limit, key, shadow: true, prefix: 'rl:mw:', logger: quiet });
+    const c = await helloApp(shadowed);
+    try {
+      assert.equal((await c.as('bo')).status, 500);
+    } finally {
+      await c.http.close();
+    }
+    assert.throws(() => rateLimitMiddleware({ client: p, limit, shadow: true, backend: 'script' }), ModuleRequiredError);
+  } finally {
+    await a.http.close();
+    await b.http.close();
+  }
+});
+
+test('RateLimiterRedis on the scripts: consume, get, reward, penalty, block, delete as on the module', async () => {
+  const flexible = (client, backend) =>
+    new RateLimiterRedis({ storeClient: client, points: 3, duration: 10, blockDuration: 20, keyPrefix: 'flx', backend, logger: null });
+  const mod = flexible(m, 'module');
+  const scr = flexible(p, 'auto');
+  const clock = clockFor([scr]);
+  const json = (r) => (typeof r?.toJSON === 'function' ? r.toJSON() : r);
+  const settle = (promise) => promise.then((r) => ['ok', json(r)], (r) => ['refused', r instanceof Error ? r.message : json(r)]);
+  const steps = [
+    [0, (l) => l.consume('u')],
+    [0, (l) => l.consume('u', 2)],
+    [100, (l) => l.get('u')],
+    [100, (l) => l.reward('u', 1)],
+    [200, (l) => l.consume('u')],
+    [300, (l) => l.consume('u')], // refused: blockDuration starts
+    [5_000, (l) => l.consume('u')],
+    [5_000, (l) => l.penalty('v', 2)],
+    [5_000, (l) => l.consume('v', 5)], // more than points
+    [6_000, (l) => l.block('w', 30)],
+    [6_000, (l) => l.get('w')],
+    [6_000, (l) => l.delete('w')],
+  ];
+  for (const [ms, step] of steps) {
+    await clock.at(ms);
+    assert.deepEqual(await settle(step(scr)), await settle(step(mod)), `at ${ms} ms: ${step}`);
+  }
+  assert.equal(scr.backend, 'script');
+  // NOSCRIPT in a MULTI (reward): loaded again, answered.
+  await p.sendCommand(['SCRIPT', 'FLUSH']);
+  await m.sendCommand(['DEL', 'flx:x']);
+  await clock.at(40_000);
+  await Promise.all([mod.consume('x', 2), scr.consume('x', 2)]);
+  await p.sendCommand(['SCRIPT', 'FLUSH']);
+  assert.deepEqual(await settle(scr.reward('x', 1)), await settle(mod.reward('x', 1)));
+  assert.throws(() => flexible(p, 'redis'), /invalid backend/);
+});
