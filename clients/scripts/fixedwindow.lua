@@ -1,7 +1,7 @@
 -- RL.FIXEDWINDOW as a server-side script, reply for reply the module's
 -- (clients/scripts/README.md).
 -- EVALSHA <sha> 1 key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration]
--- needs: fixedwindow_fast common fixedwindow
+-- needs: fast fixedwindow_fast common fixedwindow
 
 return run(function()
   if #KEYS ~= 1 then

@@ -1,6 +1,6 @@
 -- RL.GCRA as a server-side script, reply for reply the module's (clients/scripts/README.md).
 -- EVALSHA <sha> 1 key burst rate period [COST n | ATMOST max] [DRYRUN] [BLOCK duration]
--- needs: gcra_fast gcra_go common gcra
+-- needs: fast gcra_fast gcra_go common gcra
 
 return run(function()
   if #KEYS ~= 1 then

@@ -2,7 +2,7 @@
 -- (clients/scripts/README.md).
 -- EVALSHA <sha> 1 key capacity leak_amount leak_period [COST n | ATMOST max] [DRYRUN]
 --   [BLOCK duration]
--- needs: gcra_fast leakybucket_go common gcra leakybucket
+-- needs: fast gcra_fast leakybucket_go common gcra leakybucket
 
 return run(function()
   if #KEYS ~= 1 then

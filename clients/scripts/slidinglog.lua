@@ -1,7 +1,7 @@
 -- RL.SLIDINGLOG as a server-side script, reply for reply the module's
 -- (clients/scripts/README.md).
 -- EVALSHA <sha> 1 key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration]
--- needs: slidinglog_fast common slidinglog
+-- needs: fast slidinglog_fast common slidinglog
 
 return run(function()
   if #KEYS ~= 1 then

@@ -1,7 +1,7 @@
 -- RL.SLIDINGWINDOW as a server-side script, reply for reply the module's
 -- (clients/scripts/README.md).
 -- EVALSHA <sha> 1 key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration]
--- needs: slidingwindow_fast common slidingwindow
+-- needs: fast slidingwindow_fast common slidingwindow
 
 return run(function()
   if #KEYS ~= 1 then

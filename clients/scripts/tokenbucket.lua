@@ -2,7 +2,7 @@
 -- (clients/scripts/README.md).
 -- EVALSHA <sha> 1 key capacity refill_amount refill_period [INTERVAL] [COST n | ATMOST max]
 --   [DRYRUN] [BLOCK duration]
--- needs: tokenbucket_fast common tokenbucket
+-- needs: fast tokenbucket_fast common tokenbucket
 
 return run(function()
   if #KEYS ~= 1 then

@@ -8,30 +8,14 @@
 -- once.
 local sl_now
 do
-  local args, reply = ARGV, nil
-  local n, test_us = #args, nil
-  if n == 4 and args[3] == 'NOW' then
-    test_us = args[4]
-    if not test_us:find('^[0-9]+$') or #test_us > 16 then
-      n = 0
-    else
-      test_us = tonumber(test_us)
-      n = test_us < 7881299347898368 and 2 or 0 -- 2^53 - 2^50, the general path's MAX_NOW
-    end
-  end
-  local l, digits, unit = args[1], nil, nil
-  if n == 2 and #KEYS == 1 then
-    digits, unit = args[2]:match('^([1-9][0-9]*)(%a*)$')
-  end
-  if digits and #l <= 7 and #digits <= 12 and l:find('^[1-9][0-9]*$') and tonumber(l) <= 1000000 then
-    local scale = unit == '' and 1
-      or ({ ms = 1, s = 1000, m = 60000, h = 3600000, d = 86400000 })[unit:lower()]
-    local ms = scale and tonumber(digits) * scale
-    if ms and ms <= 315360000000 then -- ten 365-day years, the general path's MAX_DURATION_MS
+  local ms, pms, test_us = fast_words(1, 12)
+  local reply
+  local l = ms and ARGV[1]
+  if ms and #l <= 7 and tonumber(l) <= 1000000 then
+    do
       local key, limit, window = KEYS[1], tonumber(l), ms * 1000
-      local p = l .. ' ' .. (scale == 1 and digits or string.format('%d', ms))
-      local g = redis.pcall('HMGET', key, 'a', 'k', 'p', 'b', 'u', 'h', 'e', 'z')
-      local fresh = not g.err and not g[1] and redis.call('EXISTS', key) == 0
+      local p = l .. ' ' .. pms
+      local g, fresh = fast_read(key, 'a', 'k', 'p', 'b', 'u', 'h', 'e', 'z')
       local base, u, h, e, z
       if not fresh and not g.err and g[1] == 'sl1' and not g[2] and g[3] == p and g[4] and g[5]
           and g[6] and g[7] and g[8] then
@@ -60,12 +44,8 @@ do
         e = nil
       end
       if fresh or e then
-        local now = test_us
-        if not now then
-          local t = redis.call('TIME')
-          now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-          sl_now = now < 7881299347898368 and now or nil
-        end
+        local now
+        now, sl_now = fast_now(test_us)
         local needed = 1 -- unit_for: the smallest power of two with window / unit < 2^29
         while window >= 536870912 * needed do
           needed = needed * 2
@@ -96,9 +76,7 @@ do
         end
         if (sl_now or test_us) and offset and active + 1 <= limit then
           local used = active + 1
-          local reset = at + window - now
-          local m = math.fmod(reset, 1000)
-          reset = (reset - m) / 1000 + (m > 0 and 1 or 0)
+          local reset = fast_ceil(at + window - now, 1000)
           reply = { 1, limit, used < limit and limit - used or 0, 0, reset }
           -- sl_admit: the expired entries dropped (all of them for a fresh log), the request
           -- appended to the newest entry at the same offset or as a new one.
@@ -129,10 +107,9 @@ do
             e = e + 1
           end
           local f = string.format
-          redis.call('HSET', key, 'a', 'sl1', 'p', p, 'b', f('%d', base), 'u', f('%d', u),
+          fast_write(key, true, 'sl1', p, reset, 'b', f('%d', base), 'u', f('%d', u),
             'h', f('%d', h), 'e', f('%d', e), 'z', f('%d', z), f('%d', entry),
             f('%d %d', off[entry], cum[entry]))
-          redis.call('PEXPIRE', key, reset)
         end
       end
     end
