@@ -1,5 +1,5 @@
 -- RL.GCRA as a server-side script, reply for reply the module's (clients/scripts/README.md).
--- EVALSHA <sha> 1 key burst rate period [COST n | ATMOST max] [DRYRUN] [BLOCK duration]
+-- EVALSHA <sha> 1 key burst rate period [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]
 -- needs: fast gcra_fast gcra_go common gcra
 
 return run(function()

@@ -1,6 +1,6 @@
 -- RL.WARMUP as a server-side script, reply for reply the module's (clients/scripts/README.md).
 -- EVALSHA <sha> 1 key rate period warmup [COLDFACTOR factor] [COST n | ATMOST max] [DRYRUN]
---   [BLOCK duration]
+--   [BLOCK duration] [SHADOW]
 -- needs: common gcra warmup
 
 return run(function()

@@ -5,7 +5,6 @@
 
 import { UNAVAILABLE_BODY, loadSheddingBody, quotaExceededBody, rateLimitHeaders } from './fields.js';
 import { RateLimit } from './rate-limit.js';
-import { ModuleRequiredError } from './scripts.js';
 
 function send(res, status, body) {
   res.statusCode = status;
@@ -73,9 +72,6 @@ export function rateLimitMiddleware(options = {}) {
   const costOf = options.cost ?? (() => 1);
   const shadowOf = (req) => Boolean(typeof options.shadow === 'function' ? options.shadow(req) : options.shadow);
   const { skip } = options;
-  if (options.shadow && limiter.backend === 'script') {
-    throw new ModuleRequiredError('shadow (SHADOW)');
-  }
   if (skip !== undefined && typeof skip !== 'function') {
     throw new TypeError(`invalid skip: expected a function (req, res) => boolean; got ${String(skip)}`);
   }

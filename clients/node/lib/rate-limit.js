@@ -250,8 +250,8 @@ export class RateLimit {
       this.block = ['BLOCK', `${durationMs(limit.block, 'limit.block')}`];
     }
     // The script backend forced: what needs the module is refused now, before anything is sent.
-    if (this.backend === 'script' && this.#moduleOnly(false) !== undefined) {
-      throw new ModuleRequiredError(this.#moduleOnly(false));
+    if (this.backend === 'script' && this.#moduleOnly() !== undefined) {
+      throw new ModuleRequiredError(this.#moduleOnly());
     }
     // A local budget: up to `localBudget` units taken at once (ATMOST), spent within `hold / 2`
     // of their refill or given back then (local-budget.js says why half).
@@ -320,12 +320,12 @@ export class RateLimit {
     return this.shapes;
   }
 
-  // What of this limit (and of a call with `shadow`) needs the module, or undefined.
-  #moduleOnly(shadow) {
+  // What of this limit needs the module, or undefined (`shadow` does not: the scripts take
+  // SHADOW as the module does).
+  #moduleOnly() {
     if (this.policy !== undefined) return `a policy (RL.LIMIT ${this.policy})`;
     if (this.adaptive !== undefined) return 'an adaptive concurrency limit';
     if (this.concurrent) return 'a concurrency limit (RL.CONCURRENCY.ACQUIRE)';
-    if (shadow) return 'shadow (SHADOW)';
     return undefined;
   }
 
@@ -356,7 +356,7 @@ export class RateLimit {
 
   async #ask(key, cost, { atMost, shadow, dryRun, id }) {
     if ((this.backend ?? (await this.resolveBackend())) === 'script') {
-      const what = this.#moduleOnly(shadow);
+      const what = this.#moduleOnly();
       if (what !== undefined) throw new ModuleRequiredError(what);
     }
     const args = [this.command, this.redisKey(key), ...this.args, ...this.block];

@@ -70,7 +70,7 @@ export function scripts() {
 export class ModuleRequiredError extends Error {
   constructor(what) {
     super(`${what} needs the ratelimit module: the server has none (or backend is "script"), and the script backend ` +
-      'runs the seven algorithms, COST, ATMOST, DRYRUN, BLOCK and RL.REFUND only');
+      'runs the seven algorithms, COST, ATMOST, DRYRUN, BLOCK, SHADOW and RL.REFUND only');
     this.name = 'ModuleRequiredError';
   }
 }

@@ -3,9 +3,9 @@
 // the module's decisions, exact values included: the same sequence runs on a module server with
 // its debug clock and on the plain server with the scripts' test-only clock (NOW, sent through
 // the private TEST_NOW hook), and the decisions are compared field by field. Also: `auto`
-// chooses, `module` and `script` forced, NOSCRIPT after SCRIPT FLUSH, what needs the module
-// refused, each backend's keys refused by the other, a RESP2 client, local budgets and the
-// Express middleware's fields and 429 on the scripts.
+// chooses, `module` and `script` forced, NOSCRIPT after SCRIPT FLUSH, shadow as on the module,
+// what needs the module refused, each backend's keys refused by the other, a RESP2 client, local
+// budgets and the Express middleware's fields and 429 (and shadow) on the scripts.
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -99,6 +99,47 @@ test('every algorithm on the scripts answers as the module: admitted, refused, C
   }
 });
 
+// [ms after T0, what]: shadow's would-be denials answered as allowed (shadowDenied), nothing
+// written and no BLOCK started (the plain checks after them say so), with COST, ATMOST, DRYRUN,
+// a refund, and a BLOCK in force (gcraBlock).
+const SHADOW_STEPS = [
+  [0, (l, k) => l.check(k, 1, { shadow: true })],
+  [0, (l, k) => l.check(k, 3, { shadow: true })],
+  [0, (l, k) => l.check(k, 2)],
+  [0, (l, k) => l.check(k, 1, { shadow: true })],
+  [0, (l, k) => l.check(k, 1, { atMost: 5, shadow: true })],
+  [0, (l, k) => l.check(k, 1, { dryRun: true, shadow: true })],
+  [500, (l, k) => l.check(k)],
+  [500, (l, k) => l.check(k, 2, { shadow: true })],
+  [1000, (l, k) => l.check(k, 9, { shadow: true })],
+  [1000, (l, k) => l.check(k, 3)],
+  [2000, (l, k) => l.check(k, 1, { shadow: true })],
+  [3000, (l, k) => l.refund(k, 1)],
+  [3000, (l, k) => l.check(k, 2, { shadow: true })],
+  [12_000, (l, k) => l.check(k, 1, { atMost: 9, shadow: true })],
+  [12_000, (l, k) => l.check(k)],
+];
+
+test('shadow on the scripts answers as the module: shadowDenied, nothing written, no BLOCK started', async () => {
+  for (const [name, limit] of Object.entries(LIMITS)) {
+    const options = { limit, prefix: `rl:shadow:${name}:`, denialMemory: 0, logger: quiet };
+    const mod = new RateLimit({ ...options, client: m, backend: 'module' });
+    const scr = new RateLimit({ ...options, client: p, backend: 'script' });
+    const clock = clockFor([scr]);
+    const shadowed = [];
+    for (const [i, [ms, step]] of SHADOW_STEPS.entries()) {
+      await clock.at(ms);
+      const [a, b] = [await step(mod, 'k'), await step(scr, 'k')];
+      assert.ok(a.failed === undefined && b.failed === undefined, `${name} step ${i}: ${a.error ?? b.error}`);
+      assert.deepEqual(typeof b === 'number' ? b : strip(b), typeof a === 'number' ? a : strip(a), `${name} step ${i}`);
+      if (typeof a !== 'number' && a.shadowDenied !== undefined) shadowed.push(a);
+    }
+    assert.ok(shadowed.every((d) => d.allowed), name);
+    assert.ok(shadowed.some((d) => d.shadowDenied) && shadowed.some((d) => !d.shadowDenied), name);
+    assert.equal(scr.stats.shadowDenied, mod.stats.shadowDenied, name);
+  }
+});
+
 test('exact values on the scripts: GCRA 3 per 3 s, a queue\'s delay, a refund, a BLOCK', async () => {
   const gcra = new RateLimit({ client: p, limit: LIMITS.gcra, prefix: 'rl:exact:', denialMemory: 0, logger: quiet });
   const clock = clockFor([gcra]);
@@ -189,8 +230,11 @@ test('what needs the module is refused on the scripts before anything is sent, n
     await assert.rejects(auto.check('k'), needs);
     assert.equal(auto.stats.failures, 0);
   }
-  const gcra = new RateLimit({ client: p, limit: LIMITS.gcra, prefix: 'rl:needs:', logger: quiet });
-  await assert.rejects(gcra.check('k', 1, { shadow: true }), needs);
+  // With shadow too: shadow itself runs on the scripts, a policy or a lease does not.
+  for (const limit of [{ policy: 'p' }, { algorithm: 'concurrency', limit: 2, lease: '10s' }]) {
+    const auto = new RateLimit({ client: p, limit, prefix: 'rl:needs:', logger: quiet });
+    await assert.rejects(auto.check('k', 1, { shadow: true }), needs);
+  }
   assert.equal(await p.sendCommand(['EXISTS', 'rl:needs:k']), 0, 'nothing was written');
   // A policy with a local budget: its refill rejects too (not a pass).
   const budget = new RateLimit({ client: p, limit: { policy: 'p' }, localBudget: 3, prefix: 'rl:needs:', logger: quiet });
@@ -254,15 +298,24 @@ test('the Express middleware on the scripts: the same fields and 429 as on the m
     }
     assert.deepEqual(got, [200, 200, 429]);
     assert.equal(onScripts.limiter.stats.backend, 'script');
-    // shadow needs the module: the application's error (500), never a silent pass.
-    const shadowed = rateLimitMiddleware({ client: p, limit, key, shadow: true, prefix: 'rl:mw:', logger: quiet });
-    const c = await helloApp(shadowed);
+    // shadow: the same fields as on the module, and never a 429.
+    const shadowOnModule = rateLimitMiddleware({ client: m, limit, key, shadow: true, prefix: 'rl:mw:', logger: quiet });
+    const shadowOnScripts = rateLimitMiddleware({ client: p, limit, key, shadow: true, prefix: 'rl:mw:', backend: 'script', logger: quiet });
+    clockFor([shadowOnScripts.limiter]);
+    const [c, e] = [await helloApp(shadowOnModule), await helloApp(shadowOnScripts)];
     try {
-      assert.equal((await c.as('bo')).status, 500);
+      const statuses = [];
+      for (let i = 0; i < 3; i++) {
+        const [x, y] = [await c.as('ann'), await e.as('ann')];
+        assert.deepEqual(limitFields(y), limitFields(x));
+        statuses.push(y.status);
+      }
+      assert.deepEqual(statuses, [200, 200, 200]);
+      assert.equal(shadowOnScripts.limiter.stats.shadowDenied, 3);
     } finally {
       await c.http.close();
+      await e.http.close();
     }
-    assert.throws(() => rateLimitMiddleware({ client: p, limit, shadow: true, backend: 'script' }), ModuleRequiredError);
   } finally {
     await a.http.close();
     await b.http.close();

@@ -155,6 +155,57 @@ def test_each_algorithm_answers_as_the_module(limit: Any, plain: PlainServer, mo
     assert any(isinstance(a, int) and a > 0 for a in answers)  # a refund gave units back
 
 
+# SHADOW: would-be denials answered as allowed (shadow_denied), writing nothing and starting no
+# BLOCK, with ATMOST, DRYRUN, BLOCK and a BLOCK in force.
+SHADOW_STEPS: list[tuple[str, Any]] = [
+    ("check", {"shadow": True}),
+    ("check", {"cost": 4, "shadow": True}),
+    ("check", {"cost": 3}),
+    ("check", {"shadow": True}),
+    ("check", {"at_most": 5, "shadow": True}),
+    ("check", {"dryrun": True, "shadow": True}),
+    ("check", {"cost": 9, "block": "30s", "shadow": True}),
+    ("check", {"cost": 2, "block": "30s", "shadow": True}),
+    ("check", {}),
+    ("advance", 20_000),
+    ("check", {"cost": 2, "block": "30s"}),
+    ("check", {"shadow": True}),
+    ("refund", (1, False)),
+    ("advance", 31_000),
+    ("check", {"cost": 2, "shadow": True}),
+    ("check", {"at_most": 9, "shadow": True}),
+    ("check", {}),
+]
+
+
+@pytest.mark.parametrize("limit", LIMITS, ids=lambda limit: repr(limit)[:40])
+def test_shadow_answers_as_the_module(limit: Any, plain: PlainServer, module_server: Server) -> None:
+    """``shadow=True`` on the script backend: the same decisions as the module's, field by field
+    (``shadow_denied`` included), and the same state after (the plain checks that follow)."""
+    now_ms = T0_MS
+    module_server.freeze(now_ms)
+    key = f"shadow:{limit!r}"
+    with plain.client() as p, module_server.client() as m:
+        p.delete(key)
+        m.delete(key)
+        scripts = RateLimiter(p, backend="script")
+        scripts._script_now = lambda: now_ms * 1000
+        module = RateLimiter(m, backend="module")
+        answers = []
+        for step in SHADOW_STEPS:
+            if step[0] == "advance":
+                now_ms += step[1]
+                module_server.advance(step[1])
+                continue
+            got, want = run(scripts, limit, key, step), run(module, limit, key, step)
+            assert got == want, (step, got, want)
+            answers.append(got)
+    shadowed = [a for a, s in zip(answers, [s for s in SHADOW_STEPS if s[0] != "advance"])
+                if s[0] == "check" and s[1].get("shadow")]
+    assert all(a.allowed for a in shadowed)
+    assert any(a.shadow_denied for a in shadowed) and any(not a.shadow_denied for a in shadowed)
+
+
 def test_gcra_exact_values_on_the_scripts(plain: PlainServer) -> None:
     """GCRA burst 4, 2 per minute (30 s apart), written out: the scripts' answers as the module
     documents them (docs/algorithms.md)."""
@@ -301,7 +352,8 @@ def test_what_needs_the_module_is_refused_before_anything_is_sent(plain: PlainSe
             lambda: limiter.acquire("k", 3, "10s", adaptive="aimd", min=1, max=10),
             lambda: limiter.release("k", "token"),
             lambda: limiter.check(Concurrency(3, "10s"), "k"),
-            lambda: limiter.gcra("k", 1, 1, "1s", shadow=True),
+            lambda: limiter.acquire("k", 3, "10s", shadow=True),
+            lambda: limiter.limit("k", "api", shadow=True),
         ]
         for call in refused:
             with pytest.raises(ModuleRequired, match="needs the ratelimit module"):

@@ -351,6 +351,8 @@ def admission_args(rng: random.Random, algo: Algo, p: tuple[Any, ...], block: fl
         options.append([word(rng, "DRYRUN")])
     if rng.random() < block:
         options.append([word(rng, "BLOCK"), spell(rng, rng.randint(1, max(1, min(3 * algo.period(p), TEN_YEARS))))])
+    if rng.random() < 0.15:  # a denial answered as admitted, writing nothing and starting no BLOCK
+        options.append([word(rng, "SHADOW")])
     if rng.random() < 0.02:  # a bad argument: an error from both, and the key untouched
         options.append(rng.choice([["COST", "-1"], ["FAST"], ["BLOCK", "0"], ["ATMOST", "0"], ["DRYRUN", "DRYRUN"]]))
     rng.shuffle(options)
@@ -479,7 +481,8 @@ def transaction(conn: Any, commands: list[Sequence_[Any]]) -> list[Any]:
 
 
 def run_sequence(c: redis.Redis, shas: dict[str, str], seq: Sequence, steps: int) -> dict[str, int]:
-    counts = {"steps": 0, "admitted": 0, "denied": 0, "refunds": 0, "errors": 0, "too_large": 0, "lapsed": 0}
+    counts = {"steps": 0, "admitted": 0, "denied": 0, "shadow_denied": 0, "refunds": 0, "errors": 0,
+              "too_large": 0, "lapsed": 0}
     c.delete(seq.m, seq.s)
     algo, rng, slack = seq.algo, seq.rng, ttl_slack(c)
     conn = c.connection_pool.get_connection()
@@ -523,7 +526,8 @@ def run_sequence(c: redis.Redis, shas: dict[str, str], seq: Sequence, steps: int
                 continue
             assert got == want, explain(seq, got, want)
             if isinstance(want, list):
-                counts["admitted" if want[0] else "denied"] += 1
+                shadow_denied = not refund and "SHADOW" in (a.upper() for a in args) and want[-1] == 1
+                counts["shadow_denied" if shadow_denied else "admitted" if want[0] else "denied"] += 1
             # Both set their TTL from the real clock, a little apart (Redis 7.2+ gives a transaction
             # one clock reading; 7.0 does not, and its module reads the system clock); a key whose TTL
             # was a ms or two may be gone in real time already (lifetime 0). -1: neither wrote.
@@ -553,7 +557,7 @@ def run_sequence(c: redis.Redis, shas: dict[str, str], seq: Sequence, steps: int
 
 @pytest.mark.parametrize("algo", ALGOS, ids=[a.name for a in ALGOS])
 def test_random_sequences_reply_as_the_module(rl: Server, shas: dict[str, str], algo: Algo) -> None:
-    """Random sequences per algorithm: costs 0 to limit + 2, ATMOST, DRYRUN, BLOCK, refunds
+    """Random sequences per algorithm: costs 0 to limit + 2, ATMOST, DRYRUN, BLOCK, SHADOW, refunds
     (and their DRYRUN), parameter changes (all or one of them, INTERVAL on and off), idle gaps
     from none to several periods, clock steps back, keys gone (as if expired); small limits,
     limits to 10^9 (wide integers inside, every reply exact), and some past the exact range."""
@@ -570,7 +574,8 @@ def test_random_sequences_reply_as_the_module(rl: Server, shas: dict[str, str], 
     print(f"\n{algo.name}: {totals}")
     assert totals["steps"] == SEQUENCES * STEPS
     # The sequences reach every kind of reply.
-    assert totals["admitted"] and totals["denied"] and totals["refunds"] and totals["errors"]
+    assert totals["admitted"] and totals["denied"] and totals["shadow_denied"] and totals["refunds"]
+    assert totals["errors"]
 
 
 def busy_log(rng: random.Random) -> tuple[int, int]:
@@ -696,12 +701,8 @@ def test_bad_arguments_get_the_module_errors(rl: Server, shas: dict[str, str], n
             for key in ("nokey", "str"):
                 want = outcome(lambda: c.execute_command(COMMAND[name], key, *args))
                 got = outcome(lambda: c.evalsha(shas[name], 1, key, *args, "NOW", T0_MS * 1000))
-                if want[0] == "error" and "SHADOW" not in args:
+                if want[0] == "error":
                     assert got == want, (name, args, key)
-                elif "SHADOW" in args:  # a known difference: the scripts do not take SHADOW yet
-                    assert got[0] == "error", (name, args)
-                    assert got[1] in ("SHADOW needs the ratelimit module: the script backend does not take it yet",
-                                      want[1] if want[0] == "error" else None), (name, args)
                 else:
                     assert want[0] == "error" or key == "str", (name, args)
 
@@ -746,6 +747,41 @@ def test_a_key_of_the_other_backend_is_refused(rl: Server, shas: dict[str, str])
             want = outcome(lambda: c.execute_command("RL.GCRA", "other", 5, 1, "1s"))
             assert want[0] == "error" and f"the key holds {COMMAND[name]} state" in want[1]
             assert outcome(lambda: c.evalsha(shas["gcra"], 1, "sother", 5, 1, "1s", "NOW", now)) == want
+
+
+def test_shadow_as_the_commands_page_shows(rl: Server, shas: dict[str, str]) -> None:
+    """docs/commands.md's SHADOW example on both backends, and the field's place after a sixth
+    field and `granted`: a would-be denial answered as admitted with the denial's other fields,
+    nothing written (the hash as it was, no BLOCK started), a BLOCK in force still answering."""
+    ms = 1_699_999_980_000
+    with rl.client(protocol=2) as c:
+        c.execute_command("RL.DEBUG.CLOCK", "SET", ms)
+        c.delete("m:sh", "s:sh", "m:shl", "s:shl")
+
+        def both(key: str, name: str, *args: Any) -> list[int]:
+            want = c.execute_command(COMMAND[name], f"m:{key}", *args)
+            got = c.evalsha(shas[name], 1, f"s:{key}", *args, "NOW", ms * 1000)
+            assert got == want, (name, args, got, want)
+            return got
+
+        assert both("sh", "gcra", 2, 1, "1s") == [1, 2, 1, 0, 1000]
+        assert both("sh", "gcra", 2, 1, "1s") == [1, 2, 0, 0, 2000]
+        before = c.hgetall("s:sh")
+        assert both("sh", "gcra", 2, 1, "1s", "SHADOW") == [1, 2, 0, 1000, 2000, 1]
+        assert both("sh", "gcra", 2, 1, "1s") == [0, 2, 0, 1000, 2000]
+        assert both("sh", "gcra", 2, 1, "1s", "BLOCK", "1m", "SHADOW") == [1, 2, 0, 1000, 2000, 1]
+        assert both("sh", "gcra", 2, 1, "1s", "ATMOST", 3, "shadow") == [1, 2, 0, 1000, 2000, 0, 1]
+        assert both("sh", "gcra", 2, 1, "1s", "DRYRUN", "SHADOW") == [1, 2, 0, 1000, 2000, 1]
+        assert c.hgetall("s:sh") == before  # no BLOCK, no state
+        # A BLOCK in force answers a SHADOW call, as admitted with shadow_denied 1.
+        assert both("sh", "gcra", 2, 1, "1s", "BLOCK", "1m") == [0, 2, 0, 60000, 60000]
+        ms += 5000
+        c.execute_command("RL.DEBUG.CLOCK", "SET", ms)
+        assert both("sh", "gcra", 2, 1, "1s", "SHADOW") == [1, 2, 0, 55000, 55000, 1]
+        # The leaky bucket: delay_ms -1 as the denial's, then granted, then shadow_denied.
+        assert both("shl", "leakybucket", 1, 1, "1s", "SHADOW") == [1, 1, 0, 0, 1000, 0, 0]
+        assert both("shl", "leakybucket", 1, 1, "1s", "ATMOST", 2, "SHADOW") == [1, 1, 0, 1000, 1000, -1, 0, 1]
+        c.execute_command("RL.DEBUG.CLOCK", "SET", T0_MS)
 
 
 # --- what the debug clock cannot reach: µs, and the clock the packages use -----------------------

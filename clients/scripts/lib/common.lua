@@ -463,10 +463,9 @@ end
 -- ATMOST's grant, a BLOCK in force or started, the write and the expiry; the reply.
 -- A: tag, command, fields (HMGET names), load(h, key) -> stored, check, largest, save; and
 -- delay: the reply has RL.LEAKYBUCKET's sixth field, d.delay (nil: -1).
+-- SHADOW: a denial (which writes nothing and starts no BLOCK) is answered as admitted, its
+-- other fields the denial's, and the reply ends with shadow_denied (0 or 1).
 local function admit(A, key, params, o, now)
-  if o.shadow then
-    fail('ERR SHADOW needs the ratelimit module: the script backend does not take it yet')
-  end
   local h = read(key, A.fields)
   local stored
   if h then
@@ -492,7 +491,7 @@ local function admit(A, key, params, o, now)
     d, state = A.check(params, stored, now, take, write)
     if d.allowed and write then
       wrote = true
-    elseif stored and o.block_ms and not d.allowed and write and d.retry then
+    elseif stored and o.block_ms and not o.shadow and not d.allowed and write and d.retry then
       block_until = now + o.block_ms * 1000
       penalize(d, block_until, now)
       wrote = true
@@ -505,6 +504,10 @@ local function admit(A, key, params, o, now)
   end
   if grant then
     reply[#reply + 1] = d.allowed and grant or 0
+  end
+  if o.shadow then -- after the command's own fields and granted
+    reply[1] = 1
+    reply[#reply + 1] = d.allowed and 0 or 1
   end
   if wrote then
     if block_until then

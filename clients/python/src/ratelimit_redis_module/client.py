@@ -461,9 +461,10 @@ class RateLimiter(_Backend):
     ``backend``: ``"auto"`` (the default: the module where the server has it, else the script
     backend, decided once, before the first command, and logged), ``"module"`` or ``"script"``
     (the same limits as server-side Lua scripts, ``EVALSHA``; the server's ``TIME``; one key
-    per call, so cluster-safe). On the script backend, policies, concurrency leases (and
-    adaptive limits) and ``shadow`` raise :class:`ModuleRequired` before anything is sent;
-    ``backend="module"`` on a server without the module raises it at the first command.
+    per call, so cluster-safe). On the script backend, policies and concurrency leases (and
+    adaptive limits) raise :class:`ModuleRequired` before anything is sent (``shadow`` works
+    there as on the module); ``backend="module"`` on a server without the module raises it at
+    the first command.
     """
 
     def __init__(

@@ -38,8 +38,8 @@ SCRIPTS: dict[str, str] = {
 
 class ModuleRequired(Exception):
     """Something that needs the ratelimit module was asked where it is not used: a policy
-    (``RL.LIMIT``, ``policy_*``), a concurrency lease or adaptive limit, or ``SHADOW`` on the
-    script backend; or ``backend="module"`` on a server without the module.
+    (``RL.LIMIT``, ``policy_*``) or a concurrency lease or adaptive limit on the script backend
+    (with or without ``shadow``); or ``backend="module"`` on a server without the module.
 
     Raised before anything is sent (for the script backend). Not a :class:`redis.RedisError`:
     the guards and the middleware do not fail it open or closed, it is a configuration error.
@@ -88,20 +88,19 @@ def script_sha(name: str) -> str:
 def module_required(what: str) -> ModuleRequired:
     return ModuleRequired(
         f"{what} needs the ratelimit module: this limiter uses the script backend (the server has no "
-        "module, or backend='script'), which runs the algorithms, COST, ATMOST, DRYRUN, BLOCK and "
-        "RL.REFUND only (see docs/managed.md)"
+        "module, or backend='script'), which runs the algorithms, COST, ATMOST, DRYRUN, BLOCK, SHADOW "
+        "and RL.REFUND only (see docs/managed.md)"
     )
 
 
 def script_call(args: list[Any]) -> tuple[str, Any, list[Any]]:
     """The module's command words ``[command, key, *rest]`` as a script call: the script's
-    name, the key and the words after it. What the scripts do not have is refused here."""
+    name, the key and the words after it. A command the scripts do not have is refused here;
+    the options (SHADOW included) are the scripts' own."""
     command, key, *rest = args
     name = SCRIPTS.get(command)
     if name is None:
         raise module_required(command)
-    if any(isinstance(w, str) and w.upper() == "SHADOW" for w in rest):
-        raise module_required("SHADOW")
     return name, key, rest
 
 
