@@ -126,14 +126,14 @@ def run(limiter: RateLimiter, limit: Any, key: str, step: tuple[str, Any]) -> An
         return f"error: {error}"
 
 
-@pytest.mark.parametrize("limit", LIMITS, ids=lambda limit: repr(limit)[:40])
-def test_each_algorithm_answers_as_the_module(limit: Any, plain: PlainServer, module_server: Server) -> None:
-    """Admitted, refused, ATMOST (granted), DRYRUN, COST (0 and above the limit), BLOCK,
-    refunds (DRYRUN or not) and idle time: the script backend's decisions equal the module's
-    field by field, at the same instants."""
+def replay_on_both(
+    limit: Any, key: str, steps: list[tuple[str, Any]], plain: PlainServer, module_server: Server
+) -> tuple[list[Any], bytes]:
+    """``steps`` on the script backend (a plain server, the scripts' test clock) and on the
+    module (its debug clock) at the same instants, each pair of answers asserted equal field by
+    field; returns the answers and the type of the scripts' key after."""
     now_ms = T0_MS
     module_server.freeze(now_ms)
-    key = f"seq:{limit!r}"
     with plain.client() as p, module_server.client() as m:
         p.delete(key)
         m.delete(key)
@@ -141,7 +141,7 @@ def test_each_algorithm_answers_as_the_module(limit: Any, plain: PlainServer, mo
         scripts._script_now = lambda: now_ms * 1000
         module = RateLimiter(m, backend="module")
         answers = []
-        for step in STEPS:
+        for step in steps:
             if step[0] == "advance":
                 now_ms += step[1]
                 module_server.advance(step[1])
@@ -149,7 +149,17 @@ def test_each_algorithm_answers_as_the_module(limit: Any, plain: PlainServer, mo
             got, want = run(scripts, limit, key, step), run(module, limit, key, step)
             assert got == want, (step, got, want)
             answers.append(got)
-        assert p.type(key) == b"hash"  # the script's state, in plain Redis types
+        return answers, p.type(key)
+
+
+@pytest.mark.parametrize("limit", LIMITS, ids=lambda limit: repr(limit)[:40])
+def test_each_algorithm_answers_as_the_module(limit: Any, plain: PlainServer, module_server: Server) -> None:
+    """Admitted, refused, ATMOST (granted), DRYRUN, COST (0 and above the limit), BLOCK,
+    refunds (DRYRUN or not) and idle time: the script backend's decisions equal the module's
+    field by field, at the same instants."""
+    key = f"seq:{limit!r}"
+    answers, key_type = replay_on_both(limit, key, STEPS, plain, module_server)
+    assert key_type == b"hash"  # the script's state, in plain Redis types
     assert any(getattr(a, "allowed", None) is False for a in answers)
     assert any(getattr(a, "allowed", None) is True for a in answers)
     assert any(isinstance(a, int) and a > 0 for a in answers)  # a refund gave units back
@@ -182,24 +192,7 @@ SHADOW_STEPS: list[tuple[str, Any]] = [
 def test_shadow_answers_as_the_module(limit: Any, plain: PlainServer, module_server: Server) -> None:
     """``shadow=True`` on the script backend: the same decisions as the module's, field by field
     (``shadow_denied`` included), and the same state after (the plain checks that follow)."""
-    now_ms = T0_MS
-    module_server.freeze(now_ms)
-    key = f"shadow:{limit!r}"
-    with plain.client() as p, module_server.client() as m:
-        p.delete(key)
-        m.delete(key)
-        scripts = RateLimiter(p, backend="script")
-        scripts._script_now = lambda: now_ms * 1000
-        module = RateLimiter(m, backend="module")
-        answers = []
-        for step in SHADOW_STEPS:
-            if step[0] == "advance":
-                now_ms += step[1]
-                module_server.advance(step[1])
-                continue
-            got, want = run(scripts, limit, key, step), run(module, limit, key, step)
-            assert got == want, (step, got, want)
-            answers.append(got)
+    answers, _ = replay_on_both(limit, f"shadow:{limit!r}", SHADOW_STEPS, plain, module_server)
     shadowed = [a for a, s in zip(answers, [s for s in SHADOW_STEPS if s[0] != "advance"])
                 if s[0] == "check" and s[1].get("shadow")]
     assert all(a.allowed for a in shadowed)
