@@ -356,7 +356,12 @@ pub fn step_shadow(
     match states {
         Some(states) if in_place => {
             for ((rule, old), state) in rules.iter().zip(old).zip(states.iter_mut()) {
-                rule.check(Some((old, state)), now_us, cost, true);
+                let (decision, _) = rule.check(Some((old, state)), now_us, cost, true);
+                if !decision.allowed && old != rule {
+                    if let Some(fresh) = shadow_fresh(rule, now_us) {
+                        *state = fresh;
+                    }
+                }
             }
             (outcome, None)
         }
@@ -368,16 +373,16 @@ pub fn step_shadow(
                     _ => (None, None),
                 };
                 let had_state = state.is_some();
-                let (_, fresh) = rule.check(from.zip(state.as_mut()), now_us, cost, true);
+                let (decision, fresh) = rule.check(from.zip(state.as_mut()), now_us, cost, true);
                 let kept = fresh.or(state);
                 // A fresh shadow rule that refused the request has nothing to keep, yet every
-                // rule needs its state: it gets the state of a request of no units (or, for an
-                // algorithm that keeps none for that, of one unit, the least it can hold).
+                // rule needs its state; a shadow rule changed by the policy that refused it
+                // holds a state in its old rule's units. Either starts afresh (`shadow_fresh`).
                 let kept = match kept {
-                    None if !had_state && shadow & (1 << i) != 0 => rule
-                        .check(None, now_us, 0, true)
-                        .1
-                        .or_else(|| rule.check(None, now_us, 1, true).1),
+                    None if !had_state && shadow & (1 << i) != 0 => shadow_fresh(rule, now_us),
+                    Some(_) if !decision.allowed && from != Some(rule) => {
+                        shadow_fresh(rule, now_us).or(kept)
+                    }
                     kept => kept,
                 };
                 next.extend(kept);
@@ -391,6 +396,16 @@ pub fn step_shadow(
             }
         }
     }
+}
+
+/// The state a shadow rule starts afresh with when it refused an admitted request and has no
+/// state of its own rule to keep: a request of no units' (or, for an algorithm that keeps none
+/// for that, one unit's, the least it can hold). Only a shadow rule refuses a request that is
+/// admitted, so only a shadow rule comes here.
+fn shadow_fresh(rule: &Rule, now_us: u64) -> Option<RuleState> {
+    rule.check(None, now_us, 0, true)
+        .1
+        .or_else(|| rule.check(None, now_us, 1, true).1)
 }
 
 /// The decision of a policy without rules (which RL.POLICY.SET never makes).
@@ -737,6 +752,38 @@ mod tests {
             super::largest_cost_enforced(&rules, 0b11, None, T0),
             u64::MAX
         );
+    }
+
+    #[test]
+    fn a_shadow_rule_changed_while_it_refuses_starts_afresh() {
+        // A shadow burst of 14 at 9 per 3 s with 10 units taken; then the policy changes it to
+        // a burst of 1 at 1 per 3 s, and a request the enforced rule admits comes at once: the
+        // changed shadow rule refuses it. Its state cannot stay as it was: a GCRA state counts
+        // in units of 1/rate µs of its own rate, and read under the new rate it put the rule's
+        // schedule 9 times as far from the epoch (centuries ahead). It starts afresh instead,
+        // as a fresh shadow rule that refuses does (found by the script backend's differential
+        // test, clients/python/tests/test_script_equal_policy.py).
+        let before: Rules = Arc::from(vec![gcra(20, 20, 1000), gcra(14, 9, 3000)]);
+        let after: Rules = Arc::from(vec![gcra(20, 20, 1000), gcra(1, 1, 3000)]);
+        let mut key: Key = None;
+        shadow_step(&before, 0b10, &mut key, T0, 10);
+        let o = shadow_step(&after, 0b10, &mut key, T0 + 1000, 1);
+        assert!(o.decision.allowed);
+        assert_eq!(o.shadow_denied, 0b10);
+        let states = &key.as_ref().unwrap().1;
+        let snap = after[1].snapshot(&states[1], T0 + 1000).unwrap();
+        assert_eq!(snap.now().remaining, 1, "the changed shadow rule is fresh");
+        assert_eq!(snap.now().reset_after, Span::ZERO);
+        // Moved to another place by the change, the same.
+        let moved: Rules = Arc::from(vec![gcra(2, 2, 3000), gcra(20, 20, 1000)]);
+        let mut key: Key = None;
+        shadow_step(&before, 0b10, &mut key, T0, 10);
+        let o = shadow_step(&moved, 0b01, &mut key, T0 + 1000, 1);
+        assert!(o.decision.allowed);
+        assert_eq!(o.shadow_denied, 0b01);
+        let states = &key.as_ref().unwrap().1;
+        let snap = moved[0].snapshot(&states[0], T0 + 1000).unwrap();
+        assert_eq!(snap.now().remaining, 2, "the changed shadow rule is fresh");
     }
 
     #[test]
