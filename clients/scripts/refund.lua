@@ -1,11 +1,7 @@
 -- RL.REFUND as a server-side script, for the keys of every admission script, reply for reply
 -- the module's (clients/scripts/README.md).
 -- EVALSHA <sha> 1 key units [DRYRUN]
--- needs: common gcra tokenbucket fixedwindow leakybucket slidingwindow slidinglog warmup
-
--- The algorithms a refund knows, by layout tag, and every field they keep but a log's entries.
-local ALGORITHMS = { gcra1 = GCRA, tb1 = TB, fw1 = FW, lb1 = LB, sw1 = SW, sl1 = SL, wu1 = WU }
-local FIELDS = { 'a', 'k', 'p', 't', 'f', 'n', 'u', 's', 'c', 'v', 'b', 'h', 'e', 'z', 'x' }
+-- needs: common gcra tokenbucket fixedwindow leakybucket slidingwindow slidinglog warmup anykey
 
 -- commands/refund.rs and Key::refund: up to `units` of what the key has taken, under the
 -- parameters it was written with; the key's expiry set anew, or the key gone when fresh.
@@ -13,25 +9,16 @@ return run(function()
   if #KEYS ~= 1 then
     fail('ERR the script takes exactly one key: EVALSHA sha 1 key units [DRYRUN]')
   end
-  local n, now = test_clock(ARGV)
-  if n < 1 or n > 2 then
-    arity('RL.REFUND key units [DRYRUN]')
-  end
-  local units = count(ARGV[1], 'units', 0, MAX_COUNT)
-  local dryrun = false
-  if n == 2 then
-    if ARGV[2]:upper() ~= 'DRYRUN' then
-      fail(format("ERR unknown option '%s' at argument 3: expected DRYRUN", quote(ARGV[2])))
-    end
-    dryrun = true
-  end
-  now = clock(now)
+  local units, dryrun, now = refund_args(ARGV)
   local key = KEYS[1]
   local h = read(key, FIELDS)
   if not h then
     return 0
   end
   local A = ALGORITHMS[h.a]
+  if h.a == 'cc1' then
+    fail('ERR RL.REFUND does not apply to a concurrency key: use RL.CONCURRENCY.RELEASE key token')
+  end
   if not A then
     fail(WRONGTYPE)
   end

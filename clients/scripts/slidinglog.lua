@@ -11,14 +11,7 @@ return run(function()
   if n < 2 then
     arity('RL.SLIDINGLOG key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]')
   end
-  -- The module's own cap, its setting sliding-log-max-limit at its default: a script cannot
-  -- read a module's setting, and there is no module.
-  local ok, limit = pcall(count, ARGV[1], 'limit', 1, SL_MAX_LIMIT)
-  if not ok then
-    fail(format('ERR invalid limit: expected an integer from 1 to %d (the module setting '
-      .. 'ratelimit.sliding-log-max-limit bounds it)', SL_MAX_LIMIT))
-  end
-  local params = sl_params(limit, duration_ms(ARGV[2], 'window'))
+  local params = sl_params(sl_limit(ARGV[1]), duration_ms(ARGV[2], 'window'))
   local o = options(ARGV, 3, n, 4, nil, 'COST n, ATMOST max, DRYRUN, BLOCK duration or SHADOW')
   return admit(SL, KEYS[1], params, o, clock(now or sl_now))
 end)

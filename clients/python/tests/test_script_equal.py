@@ -107,8 +107,8 @@ def test_each_script_names_the_parts_it_needs() -> None:
     """Every part in lib/ is needed by some script, and every script's parts exist: one source
     for each piece, assembled when loaded."""
     named = set()
-    for name in NAMES:
-        entry = (SCRIPTS / f"{name}.lua").read_text()
+    for path in SCRIPTS.glob("*.lua"):
+        name, entry = path.stem, path.read_text()
         needs = re.search(r"^-- needs: (.+)$", entry, re.M)
         assert needs, name
         for n in needs.group(1).split():
@@ -403,17 +403,20 @@ class Sequence:
         return step if lo <= self.ms + step <= hi else -step if lo <= self.ms - step <= hi else 0
 
 
+# Each algorithm's parameters as RL.INSPECT names them, in the order of a script key's `p`.
+PARAM_NAMES = {"gcra": ["burst", "rate", "period_ms"],
+               "tokenbucket": ["capacity", "refill_amount", "refill_period_ms", "interval"],
+               "leakybucket": ["capacity", "leak_amount", "leak_period_ms"], "fixedwindow": ["limit", "window_ms"],
+               "slidingwindow": ["limit", "window_ms"], "slidinglog": ["limit", "window_ms"],
+               "warmup": ["rate", "period_ms", "warmup_ms", "coldfactor"]}
+
+
 def state_of(name: str, f: dict[str, str], now_us: int) -> dict[str, int]:
     """The state RL.INSPECT shows of a module key (what it stores, to the µs or finer), from the
     script's hash of the same key at now_us: equal state, equal replies from then on, including
     those the ms clock of these sequences cannot reach."""
     p = [int(x) for x in f["p"].split()]
-    names = {"gcra": ["burst", "rate", "period_ms"],
-             "tokenbucket": ["capacity", "refill_amount", "refill_period_ms", "interval"],
-             "leakybucket": ["capacity", "leak_amount", "leak_period_ms"], "fixedwindow": ["limit", "window_ms"],
-             "slidingwindow": ["limit", "window_ms"], "slidinglog": ["limit", "window_ms"],
-             "warmup": ["rate", "period_ms", "warmup_ms", "coldfactor"]}[name]
-    shown = dict(zip(names, p))
+    shown = dict(zip(PARAM_NAMES[name], p))
     if name in ("gcra", "leakybucket"):  # the TAT, whole µs and a rest in 1/rate µs, rounded up
         shown["tat_us" if name == "gcra" else "empty_at_us"] = int(f["t"]) + (int(f["f"]) > 0)
     elif name == "tokenbucket":  # tokens × period_µs, shown as whole tokens

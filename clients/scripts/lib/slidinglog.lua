@@ -22,6 +22,17 @@ local function sl_params(limit, window_ms)
     text = format('%d %d', limit, window_ms) }
 end
 
+-- The limit, up to the module's own cap: its setting sliding-log-max-limit at its default (a
+-- script cannot read a module's setting, and there is no module).
+local function sl_limit(s)
+  local ok, limit = pcall(count, s, 'limit', 1, SL_MAX_LIMIT)
+  if not ok then
+    fail(format('ERR invalid limit: expected an integer from 1 to %d (the module setting '
+      .. 'ratelimit.sliding-log-max-limit bounds it)', SL_MAX_LIMIT))
+  end
+  return limit
+end
+
 -- unit_for: the smallest power of two with window / unit < 2^29.
 local function sl_unit_for(window)
   local unit = 1
