@@ -93,7 +93,7 @@ export interface RateLimitOptions {
    * client before the first command, the choice logged at info level), else the script backend;
    * "module": the module, a check rejecting with ModuleRequiredError where it is missing;
    * "script": the Lua scripts of clients/scripts (EVALSHA), for servers that refuse MODULE LOAD.
-   * On the scripts, policies and concurrency limits need the module: refused with
+   * On the scripts, policies and adaptive concurrency limits need the module: refused with
    * ModuleRequiredError (in the constructor when "script" is given, else at the check);
    * `shadow` works there as on the module.
    */

@@ -325,8 +325,7 @@ export class RateLimit {
   #moduleOnly() {
     if (this.policy !== undefined) return `a policy (RL.LIMIT ${this.policy})`;
     if (this.adaptive !== undefined) return 'an adaptive concurrency limit';
-    if (this.concurrent) return 'a concurrency limit (RL.CONCURRENCY.ACQUIRE)';
-    return undefined;
+    return undefined; // a plain concurrency limit runs on the scripts too
   }
 
   /** The backend, 'module' or 'script': decided at the first call (backend "auto"), then kept. */
@@ -592,7 +591,7 @@ export class RateLimit {
     if (rtt !== undefined) args.push('RTT', `${Math.max(1, Math.round(rtt * 1000))}us`);
     if (dropped) args.push('DROPPED');
     try {
-      await withTimeout(this.send(args), this.timeout);
+      await withTimeout(this.#run(args), this.timeout); // on the backend the lease was taken on
     } catch (error) {
       this.stats.releaseFailures += 1;
       this.logger?.warn?.(

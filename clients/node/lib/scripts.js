@@ -1,5 +1,6 @@
 // The script backend (issue 28; SPEC §8): where the server has no ratelimit module (managed
-// Redis and Valkey refuse MODULE LOAD), each admission command and RL.REFUND runs as a Lua
+// Redis and Valkey refuse MODULE LOAD), each admission command, RL.REFUND and the concurrency
+// leases (RL.CONCURRENCY.ACQUIRE without ADAPTIVE, RL.CONCURRENCY.RELEASE) run as a Lua
 // script of clients/scripts/, called by its SHA: `EVALSHA <sha> 1 <key> <the command's words
 // after its key>`, loaded with SCRIPT LOAD after NOSCRIPT and tried once more. The reply is the
 // module's RESP2 array, read as the module's.
@@ -39,6 +40,8 @@ export const SCRIPT_OF = {
   'RL.SLIDINGLOG': 'slidinglog',
   'RL.WARMUP': 'warmup',
   'RL.REFUND': 'refund',
+  'RL.CONCURRENCY.ACQUIRE': 'concurrency_acquire', // not ADAPTIVE (the script says it needs the module)
+  'RL.CONCURRENCY.RELEASE': 'concurrency_release',
 };
 
 /**
@@ -70,7 +73,7 @@ export function scripts() {
 export class ModuleRequiredError extends Error {
   constructor(what) {
     super(`${what} needs the ratelimit module: the server has none (or backend is "script"), and the script backend ` +
-      'runs the seven algorithms, COST, ATMOST, DRYRUN, BLOCK, SHADOW and RL.REFUND only');
+      'runs the seven algorithms, COST, ATMOST, DRYRUN, BLOCK, SHADOW, RL.REFUND and concurrency leases (not adaptive) only');
     this.name = 'ModuleRequiredError';
   }
 }
@@ -93,20 +96,32 @@ const found = new WeakMap();
 /**
  * The backend to use with `client` for `backend` ('auto', 'module' or 'script'): 'module' or
  * 'script'. `auto` asks `COMMAND INFO RL.GCRA` once per client (a nil entry: no module) and logs
- * the choice once; `module` checks the module is there (once per client), with a clear error
- * when it is not.
+ * the choice once; a user whose ACL refuses COMMAND INFO (NOPERM) gets the scripts, with a
+ * warning once. `module` checks the module is there (once per client), with a clear error
+ * when it is not (and, when it cannot be asked, takes the option's word).
  */
 export function resolveBackend(client, send, backend, logger) {
   if (backend === 'script') return Promise.resolve('script');
   let entry = found.get(client);
   if (entry === undefined) {
+    entry = { promise: undefined, logged: false, unasked: false };
+    const asked = entry;
     const promise = Promise.resolve()
       .then(() => send(['COMMAND', 'INFO', 'RL.GCRA']))
-      .then((reply) => {
-        const info = Array.isArray(reply) ? reply[0] : reply;
-        return info === null || info === undefined ? 'script' : 'module';
-      });
-    entry = { promise, logged: false };
+      .then(
+        (reply) => {
+          const info = Array.isArray(reply) ? reply[0] : reply;
+          return info === null || info === undefined ? 'script' : 'module';
+        },
+        (error) => {
+          // A user whose ACL refuses COMMAND INFO: the server cannot be asked; auto takes the
+          // scripts (which such a user is likely given), and says so once.
+          if (!noPermission(error)) throw error;
+          asked.unasked = true;
+          return 'script';
+        },
+      );
+    entry.promise = promise;
     found.set(client, entry);
     promise.catch(() => {
       if (found.get(client) === entry) found.delete(client); // asked again next time
@@ -114,18 +129,32 @@ export function resolveBackend(client, send, backend, logger) {
   }
   return entry.promise.then((chosen) => {
     if (backend === 'module' && chosen === 'script') {
+      if (entry.unasked) return 'module'; // not known: as the option says
       throw new ModuleRequiredError('backend "module"');
     }
     if (backend === 'auto' && !entry.logged) {
       entry.logged = true;
-      logger?.info?.(
-        chosen === 'module'
-          ? 'ratelimit: the server has the ratelimit module; using the module'
-          : 'ratelimit: the server has no ratelimit module; using the script backend',
-      );
+      if (entry.unasked) {
+        logger?.warn?.(
+          'ratelimit: cannot ask the server whether it has the module (NOPERM on COMMAND INFO): ' +
+            "using the script backend; set backend='module' or 'script' to say which",
+        );
+      } else {
+        logger?.info?.(
+          chosen === 'module'
+            ? 'ratelimit: the server has the ratelimit module; using the module'
+            : 'ratelimit: the server has no ratelimit module; using the script backend',
+        );
+      }
     }
     return chosen;
   });
+}
+
+/** A "no permission" error (NOPERM: the user's ACL refuses the command). */
+export function noPermission(error) {
+  const message = String(error?.message ?? '');
+  return message.startsWith('NOPERM') || /\bno permissions?\b/i.test(message);
 }
 
 /**

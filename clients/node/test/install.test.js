@@ -100,7 +100,8 @@ test('npm install of the packed package into a fresh directory', async () => {
       // The installed scripts are the repository's, byte for byte: the same SHAs are loaded.
       const client = createClient({ url: plain.url });
       await client.connect();
-      const shas = Object.values(scripts()).map((x) => x.sha);
+      const used = ['gcra', 'tokenbucket', 'leakybucket', 'fixedwindow', 'slidingwindow', 'slidinglog', 'warmup', 'refund'];
+      const shas = used.map((name) => scripts()[name].sha);
       assert.deepEqual(await client.sendCommand(['SCRIPT', 'EXISTS', ...shas]), shas.map(() => 1));
       await client.quit();
     } finally {

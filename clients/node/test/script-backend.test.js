@@ -224,14 +224,14 @@ test('NOSCRIPT: after SCRIPT FLUSH the next call loads the script again and answ
 
 test('what needs the module is refused on the scripts before anything is sent, naming the module', async () => {
   const needs = (e) => e instanceof ModuleRequiredError && /needs the ratelimit module/.test(e.message);
-  for (const limit of [{ policy: 'p' }, { algorithm: 'concurrency', limit: 2, lease: '10s' }, { algorithm: 'concurrency', limit: 20, lease: '10s', adaptive: 'aimd' }]) {
+  for (const limit of [{ policy: 'p' }, { algorithm: 'concurrency', limit: 20, lease: '10s', adaptive: 'aimd' }]) {
     assert.throws(() => new RateLimit({ client: p, limit, backend: 'script', logger: quiet }), needs);
     const auto = new RateLimit({ client: p, limit, prefix: 'rl:needs:', logger: quiet });
     await assert.rejects(auto.check('k'), needs);
     assert.equal(auto.stats.failures, 0);
   }
-  // With shadow too: shadow itself runs on the scripts, a policy or a lease does not.
-  for (const limit of [{ policy: 'p' }, { algorithm: 'concurrency', limit: 2, lease: '10s' }]) {
+  // With shadow too: shadow itself runs on the scripts, a policy or an adaptive limit does not.
+  for (const limit of [{ policy: 'p' }, { algorithm: 'concurrency', limit: 20, lease: '10s', adaptive: 'vegas' }]) {
     const auto = new RateLimit({ client: p, limit, prefix: 'rl:needs:', logger: quiet });
     await assert.rejects(auto.check('k', 1, { shadow: true }), needs);
   }

@@ -17,6 +17,7 @@ sequences on a module server with its debug clock give the same replies).
 
 from __future__ import annotations
 
+import logging
 import subprocess
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -279,21 +280,39 @@ def test_a_key_outside_the_pattern_is_refused_with_noperm(locked: LockedServer, 
     assert entries[0]["count"] == 2
 
 
-def test_auto_for_the_acl_user_fails_on_command_info(locked: LockedServer, admin: redis.Redis, limited: redis.Redis) -> None:
-    """backend="auto" asks COMMAND INFO RL.GCRA, which this user may not run: each call raises
-    redis-py's NoPermissionError naming command|info (as docs/managed.md says: such a user must
-    set backend="script"), no backend is chosen and no script is sent. With +command|info too,
-    auto picks the scripts."""
-    evalsha = locked.calls("evalsha")
+def test_auto_for_the_acl_user_picks_the_scripts(
+    locked: LockedServer, admin: redis.Redis, limited: redis.Redis, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """backend="auto" asks COMMAND INFO RL.GCRA, which this user may not run (NOPERM): it takes
+    the scripts, with one warning saying why (not the info line of a server that answered), asks
+    once, and the replies are the scripts' (the module's). With +command|info too, auto asks,
+    hears nil, and picks the scripts as on any server without the module."""
+    caplog.set_level(logging.INFO, logger="ratelimit_redis_module")
     limiter = RateLimiter(limited)
-    for _ in range(2):  # not remembered: asked again, refused again
-        with pytest.raises(redis.exceptions.NoPermissionError, match=r"no permissions to run the 'command\|info' command$"):
-            limiter.gcra("rl:auto", 2, 1, "1s")
-        assert limiter.backend is None and limiter.stats.backend is None
-    assert locked.calls("evalsha") == evalsha
-    assert admin.exists("rl:auto") == 0
+    assert limiter.backend is None
+    limiter._script_now = lambda: T0_MS * 1000
+    got: list[Any] = [decision(limiter.gcra("rl:auto", 2, 1, "1s")) for _ in range(3)]
+    got.append(limiter.refund("rl:auto", 1))
+    got.append(decision(limiter.gcra("rl:auto", 2, 1, "1s")))
+    assert got == SEQUENCES["gcra"][1]
+    assert limiter.backend == "script" and limiter.stats.backend == "script"
+    assert limiter.refund("rl:auto", 5) == 2 and admin.exists("rl:auto") == 0
+    ours = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "ratelimit_redis_module"]
+    assert ours == [(
+        "WARNING",
+        "ratelimit: cannot ask the server whether it has the module (NOPERM on COMMAND INFO): "
+        "using the script backend; set backend='module' or 'script' to say which",
+    )]
+    entries = refusals(admin)  # COMMAND INFO refused once: asked once, not at every call
+    assert [(e["reason"], e["object"], e["username"], e["count"]) for e in entries] == [("command", "command|info", "limiter", 1)]
+    caplog.clear()
     admin.execute_command("ACL", "SETUSER", "limiter", "+command|info")
-    assert decision(RateLimiter(limited).gcra("rl:auto", 2, 1, "1h")) == (True, 1, 0, 3_600_000, None)
+    answered = RateLimiter(limited)
+    assert decision(answered.gcra("rl:auto", 2, 1, "1h")) == (True, 1, 0, 3_600_000, None)
+    assert answered.backend == "script"
+    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "ratelimit_redis_module"] == [
+        ("INFO", "ratelimit: the server has no ratelimit module; using the script backend"),
+    ]
 
 
 # --- the same user through the ASGI middleware -------------------------------------------------
@@ -313,8 +332,8 @@ def app_for(client: redis.asyncio.Redis, **options: Any) -> FastAPI:
 def test_middleware_for_the_acl_user_as_on_the_module(locked: LockedServer, admin: redis.Redis, serve: Any, tmp_path: Path) -> None:
     """backend="script" as the ACL user (key rl:http:127.0.0.1): 200, 200, 429 with the same
     statuses, headers and bodies as the module gives (test_script_backend.py's comparison).
-    With backend="auto" the same user's COMMAND INFO is refused: a Redis error, so the
-    middleware fails open (200 without headers), counted in stats.failures."""
+    With backend="auto" the same user's COMMAND INFO is refused (NOPERM): auto takes the
+    scripts, and the first answer is the same as the module's."""
     admin.execute_command("ACL", "SETUSER", "limiter", *USER_RULES)
     module_server = Server(tmp_path / "module")
     try:
@@ -337,8 +356,6 @@ def test_middleware_for_the_acl_user_as_on_the_module(locked: LockedServer, admi
     auto_user = redis.asyncio.Redis(host="127.0.0.1", port=locked.port, username="limiter", password="secret")
     auto_stats = Stats()
     on_auto = serve(app_for(auto_user, stats=auto_stats, prefix="rl:auto:"))
-    status, fields, body = on_auto.get()
-    assert (status, body) == (200, b"hello")
-    assert not any(name.startswith("ratelimit") or name == "retry-after" for name, _ in fields)
-    assert (auto_stats.backend, auto_stats.failures, auto_stats.fail_open, auto_stats.admitted) == (None, 1, 1, 0)
-    assert admin.keys("rl:auto:*") == []
+    assert on_auto.get() == want[0]
+    assert (auto_stats.backend, auto_stats.failures, auto_stats.fail_open, auto_stats.admitted) == ("script", 0, 0, 1)
+    assert admin.type("rl:auto:127.0.0.1") == "hash"

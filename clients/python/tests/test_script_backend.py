@@ -321,8 +321,8 @@ async def test_async_limiter_on_the_scripts(plain: PlainServer) -> None:
         assert await limiter.refund("async:scripts", 2) == 2
         with pytest.raises(ModuleRequired, match="RL.LIMIT needs the ratelimit module"):
             await limiter.limit("async:scripts", "api")
-        with pytest.raises(ModuleRequired, match="concurrency lease"):
-            await limiter.acquire("async:lease", 3, "10s")
+        with pytest.raises(ModuleRequired, match="adaptive concurrency limit"):
+            await limiter.acquire("async:lease", 3, "10s", adaptive="aimd")
     finally:
         await client.aclose()
 
@@ -341,11 +341,9 @@ def test_what_needs_the_module_is_refused_before_anything_is_sent(plain: PlainSe
             lambda: limiter.policy_get("api"),
             lambda: limiter.policy_del("api"),
             lambda: limiter.policy_list(),
-            lambda: limiter.acquire("k", 3, "10s"),
             lambda: limiter.acquire("k", 3, "10s", adaptive="aimd", min=1, max=10),
-            lambda: limiter.release("k", "token"),
-            lambda: limiter.check(Concurrency(3, "10s"), "k"),
-            lambda: limiter.acquire("k", 3, "10s", shadow=True),
+            lambda: limiter.check(Concurrency(3, "10s", adaptive="vegas"), "k"),
+            lambda: limiter.acquire("k", 3, "10s", adaptive="gradient2", shadow=True),
             lambda: limiter.limit("k", "api", shadow=True),
         ]
         for call in refused:

@@ -10,7 +10,8 @@ local TOO_LARGE = 'ERR a time beyond 2^53 ms (285,000 years) needs the ratelimit
   .. 'replies exact integers below 2^53 only'
 -- The algorithm each layout tag belongs to, as the errors name it.
 local COMMANDS = { gcra1 = 'RL.GCRA', tb1 = 'RL.TOKENBUCKET', fw1 = 'RL.FIXEDWINDOW',
-  lb1 = 'RL.LEAKYBUCKET', sw1 = 'RL.SLIDINGWINDOW', sl1 = 'RL.SLIDINGLOG', wu1 = 'RL.WARMUP' }
+  lb1 = 'RL.LEAKYBUCKET', sw1 = 'RL.SLIDINGWINDOW', sl1 = 'RL.SLIDINGLOG', wu1 = 'RL.WARMUP',
+  cc1 = 'RL.CONCURRENCY.ACQUIRE' }
 
 -- An error reply: raised with error(), turned into the reply by run() (see the end).
 local function fail(message)
@@ -401,11 +402,15 @@ local function clock(now)
 end
 
 -- The key's fields `names` (the first is the layout tag `a`) as a table, or nil for a missing
--- key. A key of another type, or a hash that is not a limiter's, is refused.
+-- key. A key of another type, or a hash that is not a limiter's, is refused; a lease key (a
+-- sorted set, lib/concurrency.lua) is read as { a = 'cc1' }, for its caller's error.
 local function read(key, names)
   local got = redis.pcall('HMGET', key, unpack(names))
   if got.err then
     if got.err:find('^WRONGTYPE') then
+      if redis.pcall('ZSCORE', key, 'a') == '-1' then
+        return { a = 'cc1' }
+      end
       fail(WRONGTYPE)
     end
     fail(got.err)

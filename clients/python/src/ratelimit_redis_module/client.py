@@ -372,6 +372,21 @@ def _keyless(client: Any) -> dict[str, Any]:
     return {"target_nodes": client.get_default_node()} if _is_cluster(client) else {}
 
 
+#: The warning ``backend="auto"`` logs when the user may not run ``COMMAND INFO``.
+_UNASKED = (
+    "ratelimit: cannot ask the server whether it has the module (NOPERM on COMMAND INFO): "
+    "using the script backend; set backend='module' or 'script' to say which"
+)
+
+
+def _no_permission(error: BaseException) -> bool:
+    """A "no permission" error: the user's ACL refuses the command (``NOPERM``)."""
+    if isinstance(error, redis.exceptions.NoPermissionError):
+        return True
+    message = str(error)
+    return message.startswith("NOPERM") or "no permission" in message.lower()
+
+
 def _has_module(reply: Any) -> bool:
     """``COMMAND INFO RL.GCRA``'s reply: a nil entry when the server has no module."""
     if isinstance(reply, dict):  # a cluster client's reply per node
@@ -406,13 +421,16 @@ class _Backend:
         (before the first command). ``stats.backend`` says the same."""
         return self._chosen
 
-    def _chose(self, backend: str) -> str:
+    def _chose(self, backend: str, unasked: bool = False) -> str:
+        """``unasked``: ``"auto"`` could not ask the server (NOPERM on ``COMMAND INFO``)."""
         with self._choosing:  # threads that asked together: one decision, logged once
             if self._chosen is not None:
                 return self._chosen
             self._chosen = backend
             self.stats.backend = backend
-            if backend == "script":
+            if unasked:
+                logger.warning(_UNASKED)
+            elif backend == "script":
                 logger.info(
                     "ratelimit: the server has no ratelimit module; using the script backend"
                     if self.backend_option == "auto" else "ratelimit: using the script backend (backend='script')"
@@ -461,9 +479,9 @@ class RateLimiter(_Backend):
     ``backend``: ``"auto"`` (the default: the module where the server has it, else the script
     backend, decided once, before the first command, and logged), ``"module"`` or ``"script"``
     (the same limits as server-side Lua scripts, ``EVALSHA``; the server's ``TIME``; one key
-    per call, so cluster-safe). On the script backend, policies and concurrency leases (and
-    adaptive limits) raise :class:`ModuleRequired` before anything is sent (``shadow`` works
-    there as on the module); ``backend="module"`` on a server without the module raises it at
+    per call, so cluster-safe). On the script backend, policies and adaptive concurrency limits
+    raise :class:`ModuleRequired` before anything is sent (``shadow`` and concurrency leases
+    work there as on the module); ``backend="module"`` on a server without the module raises it at
     the first command.
     """
 
@@ -562,8 +580,14 @@ class RateLimiter(_Backend):
 
     def _decide(self) -> str:
         if self._chosen is None:
-            reply = self.client.execute_command("COMMAND INFO", "RL.GCRA", **_keyless(self.client))
-            self._chose("module" if _has_module(reply) else "script")
+            try:
+                reply = self.client.execute_command("COMMAND INFO", "RL.GCRA", **_keyless(self.client))
+            except redis.ResponseError as error:
+                if not _no_permission(error):
+                    raise
+                self._chose("script", unasked=True)
+            else:
+                self._chose("module" if _has_module(reply) else "script")
         assert self._chosen is not None
         return self._chosen
 
@@ -643,7 +667,6 @@ class RateLimiter(_Backend):
         decision's ``limit`` the current one (see
         :class:`~ratelimit_redis_module.Concurrency`, which checks them: ValueError)."""
         words = _acquire_args(key, Concurrency(limit, lease, adaptive, min, max), token, dryrun, shadow)
-        self._require_module("a concurrency lease (RL.CONCURRENCY.ACQUIRE)")
         return parse_decision(self._send(words), "token", shadow=shadow)
 
     def release(self, key: str | bytes, token: str, *, rtt: Rtt | None = None, dropped: bool = False) -> bool:
@@ -657,8 +680,8 @@ class RateLimiter(_Backend):
             dropped: the work failed from overload (a 5xx, a timeout, a cancellation):
                 ``DROPPED``, an adaptive limit backs off.
 
-        Both move an adaptive limit; a key that is not adaptive ignores them."""
-        self._require_module("a concurrency lease (RL.CONCURRENCY.RELEASE)")
+        Both move an adaptive limit; a key that is not adaptive ignores them (the script
+        backend's keys are not: it checks and ignores them)."""
         return bool(self._send(_release_args(key, token, rtt, dropped)))
 
     def refund(self, key: str | bytes, units: int, *, dryrun: bool = False) -> int:
@@ -786,8 +809,14 @@ class AsyncRateLimiter(_Backend):
         if self._chosen is None:
             if _is_cluster(self.client):
                 await self.client.initialize()
-            reply = await self.client.execute_command("COMMAND INFO", "RL.GCRA", **_keyless(self.client))
-            self._chose("module" if _has_module(reply) else "script")
+            try:
+                reply = await self.client.execute_command("COMMAND INFO", "RL.GCRA", **_keyless(self.client))
+            except redis.ResponseError as error:
+                if not _no_permission(error):
+                    raise
+                self._chose("script", unasked=True)
+            else:
+                self._chose("module" if _has_module(reply) else "script")
         assert self._chosen is not None
         return self._chosen
 
@@ -858,12 +887,10 @@ class AsyncRateLimiter(_Backend):
     ) -> Decision:
         """``RL.CONCURRENCY.ACQUIRE`` (see :meth:`RateLimiter.acquire`)."""
         words = _acquire_args(key, Concurrency(limit, lease, adaptive, min, max), token, dryrun, shadow)
-        await self._require_module("a concurrency lease (RL.CONCURRENCY.ACQUIRE)")
         return parse_decision(await self._send(words), "token", shadow=shadow)
 
     async def release(self, key: str | bytes, token: str, *, rtt: Rtt | None = None, dropped: bool = False) -> bool:
         """``RL.CONCURRENCY.RELEASE``, with ``rtt`` and ``dropped`` (see :meth:`RateLimiter.release`)."""
-        await self._require_module("a concurrency lease (RL.CONCURRENCY.RELEASE)")
         return bool(await self._send(_release_args(key, token, rtt, dropped)))
 
     async def refund(self, key: str | bytes, units: int, *, dryrun: bool = False) -> int:

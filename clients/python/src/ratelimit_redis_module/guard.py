@@ -586,9 +586,10 @@ class Guard(_GuardBase):
         durable_timeout_ms: how long the replicas have (default 100).
         stats: counters to fill (a new :class:`Stats` if None).
         backend: ``"auto"`` (default), ``"module"`` or ``"script"``: see
-            :class:`~ratelimit_redis_module.RateLimiter`. A policy or a concurrency limit on the
-            script backend raises :class:`~ratelimit_redis_module.ModuleRequired` at the first
-            check (it is not failed open or closed).
+            :class:`~ratelimit_redis_module.RateLimiter`. A policy or an adaptive concurrency
+            limit on the script backend raises :class:`~ratelimit_redis_module.ModuleRequired` at
+            the first check (it is not failed open or closed); a plain concurrency limit works
+            there as on the module.
     """
 
     def __init__(

@@ -1,5 +1,6 @@
-"""The script backend (issue 28; SPEC §8): the module's admission commands and ``RL.REFUND`` as
-server-side Lua scripts, for servers that cannot load the module (managed Redis and Valkey).
+"""The script backend (issue 28; SPEC §8): the module's admission commands, ``RL.REFUND`` and the
+concurrency leases (not adaptive) as server-side Lua scripts, for servers that cannot load the
+module (managed Redis and Valkey).
 
 The scripts' one source is ``clients/scripts/`` of the repository (its README: the calling
 convention, and "One source"). A script is assembled when it is loaded: the parts of ``lib/``
@@ -33,13 +34,16 @@ SCRIPTS: dict[str, str] = {
     "RL.SLIDINGLOG": "slidinglog",
     "RL.WARMUP": "warmup",
     "RL.REFUND": "refund",
+    "RL.CONCURRENCY.ACQUIRE": "concurrency_acquire",
+    "RL.CONCURRENCY.RELEASE": "concurrency_release",
 }
 
 
 class ModuleRequired(Exception):
     """Something that needs the ratelimit module was asked where it is not used: a policy
-    (``RL.LIMIT``, ``policy_*``) or a concurrency lease or adaptive limit on the script backend
-    (with or without ``shadow``); or ``backend="module"`` on a server without the module.
+    (``RL.LIMIT``, ``policy_*``) or an adaptive concurrency limit on the script backend (with or
+    without ``shadow``; plain concurrency leases work there); or ``backend="module"`` on a server
+    without the module.
 
     Raised before anything is sent (for the script backend). Not a :class:`redis.RedisError`:
     the guards and the middleware do not fail it open or closed, it is a configuration error.
@@ -88,19 +92,22 @@ def script_sha(name: str) -> str:
 def module_required(what: str) -> ModuleRequired:
     return ModuleRequired(
         f"{what} needs the ratelimit module: this limiter uses the script backend (the server has no "
-        "module, or backend='script'), which runs the algorithms, COST, ATMOST, DRYRUN, BLOCK, SHADOW "
-        "and RL.REFUND only (see docs/managed.md)"
+        "module, or backend='script'), which runs the algorithms, COST, ATMOST, DRYRUN, BLOCK, SHADOW, "
+        "RL.REFUND and concurrency leases (not adaptive) only (see docs/managed.md)"
     )
 
 
 def script_call(args: list[Any]) -> tuple[str, Any, list[Any]]:
     """The module's command words ``[command, key, *rest]`` as a script call: the script's
-    name, the key and the words after it. A command the scripts do not have is refused here;
-    the options (SHADOW included) are the scripts' own."""
+    name, the key and the words after it. A command the scripts do not have is refused here,
+    and so is an adaptive concurrency limit (``ADAPTIVE``, after ``limit lease``); the options
+    (SHADOW included) are the scripts' own."""
     command, key, *rest = args
     name = SCRIPTS.get(command)
     if name is None:
         raise module_required(command)
+    if name == "concurrency_acquire" and len(rest) > 2 and str(rest[2]).upper() == "ADAPTIVE":
+        raise module_required("an adaptive concurrency limit (RL.CONCURRENCY.ACQUIRE ... ADAPTIVE)")
     return name, key, rest
 
 
