@@ -121,7 +121,7 @@ def run(limiter: RateLimiter, limit: Any, key: str, step: tuple[str, Any]) -> An
         if what == "check":
             return limiter.check(limit, key, **arg)
         units, dryrun = arg
-        return limiter.refund(key, units, dryrun=dryrun)
+        return limiter.refund(key, units, dryrun=dryrun, limit=limit)
     except redis.ResponseError as error:
         return f"error: {error}"
 

@@ -207,7 +207,13 @@ def run_sequence(c: redis.Redis, shas: dict[str, str], seq: Sequence, steps: int
             else:
                 counts["released" if want == 1 else "not_held"] += 1
             ttls = seq.explain((got, "pttl", ttl_s, in_s), (want, "pttl", ttl_m, in_m))
-            assert in_m == in_s, ttls
+            if in_m != in_s:
+                # Only a key about to expire may have expired in real time before its PERSIST
+                # (Redis 7.0 reads its clock at each command; a lease of 1 ms): both go.
+                assert max(ttl_m, ttl_s) <= 2, ttls
+                c.delete(seq.m, seq.s)
+                counts["lapsed"] = counts.get("lapsed", 0) + 1
+                continue
             if not in_m:
                 continue
             shown = dict(zip(inspect[::2], inspect[1::2]))

@@ -243,8 +243,8 @@ class _Core:
     def next_deadline(self) -> int | None:
         return self.heap[0][0] if self.heap else None
 
-    def collect(self, now: int, everything: bool = False) -> list[tuple[Any, int]]:
-        """The refunds due now (or, ``everything``, all units held): (key, units) each."""
+    def collect(self, now: int, everything: bool = False) -> list[tuple[Any, int, Limit]]:
+        """The refunds due now (or, ``everything``, all units held): (key, units, limit) each."""
         if everything:
             self.heap.clear()
             for b in self.table.values():
@@ -258,7 +258,7 @@ class _Core:
         for bkey in self.due:
             b = self.table.get(bkey)
             if b is not None and b.due:
-                refunds.append((b.key, b.due))
+                refunds.append((b.key, b.due, b.limit))
                 b.due = 0
         self.due.clear()
         for bkey in [k for k, b in self.table.items() if self.idle(b, now)]:
@@ -279,7 +279,7 @@ class LocalBudgets:
     share between threads. Units past ``hold / 2`` are given back by a sweeper thread (a
     daemon, started at the first refill, one per limiter, waking at the next deadline)."""
 
-    def __init__(self, refund: Callable[[Any, int], int], clock: Callable[[], float], stats: Any) -> None:
+    def __init__(self, refund: Callable[[Any, int, Limit], int], clock: Callable[[], float], stats: Any) -> None:
         self.core = _Core(clock, stats)
         self._refund = refund
         self._lock = threading.Lock()
@@ -400,9 +400,9 @@ class LocalBudgets:
         with self._sweeping:
             with self._lock:
                 refunds = self.core.collect(self.core.now(), everything)
-            for key, units in refunds:
+            for key, units, limit in refunds:
                 try:
-                    got = int(self._refund(key, units))
+                    got = int(self._refund(key, units, limit))
                 except _FAILURES as error:
                     self.core.stats.refund_failures += units
                     logger.warning("rate limiter: %d units of %r not given back (%s: %s)", units, key,
@@ -419,7 +419,7 @@ class AsyncLocalBudgets:
     guard's timeout) does not lose the units it brings; units past ``hold / 2`` are given
     back by a timer (one per limiter, at the next deadline)."""
 
-    def __init__(self, refund: Callable[[Any, int], Awaitable[int]], clock: Callable[[], float], stats: Any) -> None:
+    def __init__(self, refund: Callable[[Any, int, Limit], Awaitable[int]], clock: Callable[[], float], stats: Any) -> None:
         self.core = _Core(clock, stats)
         self._refund = refund
         self._timer: asyncio.TimerHandle | None = None
@@ -534,9 +534,9 @@ class AsyncLocalBudgets:
         given = 0
         async with self._sweeping:
             refunds = self.core.collect(self.core.now(), everything)
-            for key, units in refunds:
+            for key, units, limit in refunds:
                 try:
-                    got = int(await self._refund(key, units))
+                    got = int(await self._refund(key, units, limit))
                 except _FAILURES as error:
                     self.core.stats.refund_failures += units
                     logger.warning("rate limiter: %d units of %r not given back (%s: %s)", units, key,

@@ -25,6 +25,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .limits import (
+    rule_words,
     GCRA,
     Concurrency,
     Duration,
@@ -295,20 +296,6 @@ def _release_args(key: str | bytes, token: str, rtt: Rtt | None, dropped: bool) 
     return words
 
 
-def _rule_words(rules: tuple[Limit | Rule, ...]) -> list[str]:
-    words: list[str] = []
-    for rule in rules:
-        if isinstance(rule, Rule):
-            words += (["SHADOW"] if rule.shadow else []) + [rule.algorithm, *rule.args]
-        elif isinstance(rule, Policy):
-            raise ValueError("a policy's rule is an algorithm, not another policy")
-        elif getattr(rule, "local_budget", None) is not None:
-            raise ValueError("a policy's rule has no local budget: give local_budget= to Policy(name, ...)")
-        else:
-            words += [rule.command.removeprefix("RL."), *rule.args()]
-    return words
-
-
 def _parse_rules_reply(reply: Any) -> list[Rule] | None:
     if reply is None:
         return None
@@ -412,6 +399,8 @@ class _Backend:
         self._choosing = threading.Lock()
         # Tests only: the scripts' test clock (``NOW <µs>``), which the public API never sends.
         self._script_now: Callable[[], int] | None = None
+        # The policies (name -> rules) this limiter has set on the module (see _policy_set).
+        self._policies_set: dict[Any, tuple[str, ...]] = {}
         if backend != "auto":
             self._chose(backend)
 
@@ -439,13 +428,27 @@ class _Backend:
                 logger.info("ratelimit: using the module")
         return self._chosen
 
-    def _wire(self, args: list[Any]) -> tuple[list[Any], str | None]:
+    def _wire(self, args: list[Any], rules: tuple[str, ...] = ()) -> tuple[list[Any], str | None]:
         """The words to send for the module's command ``args`` on the chosen backend, and the
-        script's name (None: the module's command as it is)."""
+        script's name (None: the module's command as it is). ``rules``: a policy's rules in the
+        application's configuration (RL.LIMIT and RL.REFUND on its key)."""
         if self._chosen == "module":
             return args, None
-        name, key, rest = script_call(args)
-        return evalsha_words(name, key, rest, self._script_now() if self._script_now else None), name
+        name, keys, rest = script_call(args, rules)
+        return evalsha_words(name, keys, rest, self._script_now() if self._script_now else None), name
+
+    def _policy_set(self, args: list[Any], rules: tuple[str, ...]) -> list[Any] | None:
+        """On the module, a policy whose rules the application gives is set on the server
+        (``RL.POLICY.SET``) before this limiter's first check of it: the words to send first,
+        or None."""
+        if self._chosen != "module" or not rules or args[0] != "RL.LIMIT":
+            return None
+        name = args[2]
+        with self._choosing:
+            if self._policies_set.get(name) == rules:
+                return None
+            self._policies_set[name] = rules
+        return ["RL.POLICY.SET", name, *rules]
 
     def _load_target(self, key: Any) -> dict[str, Any]:
         return {"target_nodes": self.client.get_node_from_key(key)} if _is_cluster(self.client) else {}
@@ -495,7 +498,7 @@ class RateLimiter(_Backend):
         self._set_backend(backend)
         #: The local budgets of the limits that have one (``local_budget=``); ``clock``
         #: (seconds, monotonic) times their ``hold``.
-        self.budgets = LocalBudgets(lambda key, units: self.refund(key, units), clock, self.stats)
+        self.budgets = LocalBudgets(lambda key, units, limit: self.refund(key, units, limit=limit), clock, self.stats)
 
     def check(
         self, limit: Limit, key: str | bytes, *, cost: int = 1, at_most: int | None = None, dryrun: bool = False,
@@ -549,11 +552,12 @@ class RateLimiter(_Backend):
         admission that fewer acknowledged in time raises :class:`NotDurable` (docs/cluster.md,
         Failover)."""
         args = _check_args(limit, key, cost, at_most, dryrun, block, shadow)
+        rules = getattr(limit, "rule_words", ())
         if not durable or dryrun:
-            reply = self._send(args)
+            reply = self._send(args, rules)
             return parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
         if _is_cluster(self.client):
-            reply = self._send(args)
+            reply = self._send(args, rules)
             decision = parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
             if not decision.allowed:
                 return decision
@@ -561,7 +565,10 @@ class RateLimiter(_Backend):
             acked = self.client.execute_command("WAIT", durable, durable_timeout_ms, target_nodes=node)
         else:
             self._decide()
-            words, name = self._wire(args)
+            first = self._policy_set(args, rules)
+            if first:
+                self.client.execute_command(*first)
+            words, name = self._wire(args, rules)
             for attempt in (0, 1):
                 pipe = self.client.pipeline(transaction=False)
                 pipe.execute_command(*words)
@@ -572,7 +579,7 @@ class RateLimiter(_Backend):
                 except redis.exceptions.NoScriptError:
                     if attempt or name is None:
                         raise
-                    self._load(name, key)
+                    self._load(name, words[3])
                 except redis.ResponseError as error:
                     raise _module_error(error, name) from error
             decision = parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
@@ -594,17 +601,20 @@ class RateLimiter(_Backend):
     def _load(self, name: str, key: Any) -> None:
         self.client.execute_command("SCRIPT LOAD", script_source(name), **self._load_target(key))
 
-    def _send(self, args: list[Any]) -> Any:
+    def _send(self, args: list[Any], rules: tuple[str, ...] = ()) -> Any:
         """The module's command ``args`` on the chosen backend (a script: by its SHA, loaded
-        again and retried once after ``NOSCRIPT``)."""
+        again and retried once after ``NOSCRIPT``); ``rules``: see :meth:`_wire`."""
         self._decide()
-        words, name = self._wire(args)
+        first = self._policy_set(args, rules)
+        if first:
+            self.client.execute_command(*first, **_keyless(self.client))
+        words, name = self._wire(args, rules)
         try:
             return self.client.execute_command(*words)
         except redis.exceptions.NoScriptError:
             if name is None:
                 raise
-            self._load(name, args[1])
+            self._load(name, words[3])
             return self.client.execute_command(*words)
         except redis.ResponseError as error:
             raise _module_error(error, name) from error
@@ -684,10 +694,13 @@ class RateLimiter(_Backend):
         backend's keys are not: it checks and ignores them)."""
         return bool(self._send(_release_args(key, token, rtt, dropped)))
 
-    def refund(self, key: str | bytes, units: int, *, dryrun: bool = False) -> int:
+    def refund(self, key: str | bytes, units: int, *, dryrun: bool = False, limit: Limit | None = None) -> int:
         """``RL.REFUND``: give back up to ``units`` the key has taken; returns the units given
-        back (with ``dryrun``, those it would give back, giving nothing)."""
-        return int(self._send(["RL.REFUND", key, str(units), *(["DRYRUN"] if dryrun else [])]))
+        back (with ``dryrun``, those it would give back, giving nothing). ``limit``: the key's
+        limit, needed on the script backend for a :class:`Policy` with ``rules`` (its keys are
+        the rules')."""
+        return int(self._send(["RL.REFUND", key, str(units), *(["DRYRUN"] if dryrun else [])],
+                              getattr(limit, "rule_words", ())))
 
     def policy_get(self, name: str) -> list[Rule] | None:
         """``RL.POLICY.GET``: the policy's rules, or None when there is no such policy (on a
@@ -706,7 +719,7 @@ class RateLimiter(_Backend):
 
         Policies belong to each server, so on a cluster client this sets it on every primary.
         """
-        words = ["RL.POLICY.SET", name, *_rule_words(rules)]
+        words = ["RL.POLICY.SET", name, *rule_words(rules)]
         self._require_module("a policy (RL.POLICY.SET)")
         if _is_cluster(self.client):
             self.client.execute_command(*words, target_nodes=self.client.get_primaries())
@@ -738,7 +751,8 @@ class AsyncRateLimiter(_Backend):
         self.client = _prepare(client, asynchronous=True)
         self.stats = stats if stats is not None else BudgetStats()
         self._set_backend(backend)
-        self.budgets = AsyncLocalBudgets(self.refund, clock, self.stats)
+        self.budgets = AsyncLocalBudgets(lambda key, units, limit: self.refund(key, units, limit=limit), clock,
+                                         self.stats)
 
     async def check(
         self, limit: Limit, key: str | bytes, *, cost: int = 1, at_most: int | None = None, dryrun: bool = False,
@@ -776,11 +790,12 @@ class AsyncRateLimiter(_Backend):
         block: Duration | None = None, shadow: bool = False, durable: int = 0, durable_timeout_ms: int = 100,
     ) -> Decision:
         args = _check_args(limit, key, cost, at_most, dryrun, block, shadow)
+        rules = getattr(limit, "rule_words", ())
         if not durable or dryrun:
-            reply = await self._send(args)
+            reply = await self._send(args, rules)
             return parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
         if _is_cluster(self.client):
-            reply = await self._send(args)
+            reply = await self._send(args, rules)
             decision = parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
             if not decision.allowed:
                 return decision
@@ -788,7 +803,10 @@ class AsyncRateLimiter(_Backend):
             acked = await self.client.execute_command("WAIT", durable, durable_timeout_ms, target_nodes=node)
         else:
             await self._decide()
-            words, name = self._wire(args)
+            first = self._policy_set(args, rules)
+            if first:
+                await self.client.execute_command(*first)
+            words, name = self._wire(args, rules)
             for attempt in (0, 1):
                 pipe = self.client.pipeline(transaction=False)
                 pipe.execute_command(*words)
@@ -799,7 +817,7 @@ class AsyncRateLimiter(_Backend):
                 except redis.exceptions.NoScriptError:
                     if attempt or name is None:
                         raise
-                    await self._load(name, key)
+                    await self._load(name, words[3])
                 except redis.ResponseError as error:
                     raise _module_error(error, name) from error
             decision = parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
@@ -823,16 +841,19 @@ class AsyncRateLimiter(_Backend):
     async def _load(self, name: str, key: Any) -> None:
         await self.client.execute_command("SCRIPT LOAD", script_source(name), **self._load_target(key))
 
-    async def _send(self, args: list[Any]) -> Any:
+    async def _send(self, args: list[Any], rules: tuple[str, ...] = ()) -> Any:
         """See :meth:`RateLimiter._send`."""
         await self._decide()
-        words, name = self._wire(args)
+        first = self._policy_set(args, rules)
+        if first:
+            await self.client.execute_command(*first, **_keyless(self.client))
+        words, name = self._wire(args, rules)
         try:
             return await self.client.execute_command(*words)
         except redis.exceptions.NoScriptError:
             if name is None:
                 raise
-            await self._load(name, args[1])
+            await self._load(name, words[3])
             return await self.client.execute_command(*words)
         except redis.ResponseError as error:
             raise _module_error(error, name) from error
@@ -893,9 +914,10 @@ class AsyncRateLimiter(_Backend):
         """``RL.CONCURRENCY.RELEASE``, with ``rtt`` and ``dropped`` (see :meth:`RateLimiter.release`)."""
         return bool(await self._send(_release_args(key, token, rtt, dropped)))
 
-    async def refund(self, key: str | bytes, units: int, *, dryrun: bool = False) -> int:
-        """``RL.REFUND``: returns the units given back."""
-        return int(await self._send(["RL.REFUND", key, str(units), *(["DRYRUN"] if dryrun else [])]))
+    async def refund(self, key: str | bytes, units: int, *, dryrun: bool = False, limit: Limit | None = None) -> int:
+        """``RL.REFUND``: returns the units given back (``limit``: see :meth:`RateLimiter.refund`)."""
+        return int(await self._send(["RL.REFUND", key, str(units), *(["DRYRUN"] if dryrun else [])],
+                                    getattr(limit, "rule_words", ())))
 
     async def policy_get(self, name: str) -> list[Rule] | None:
         """``RL.POLICY.GET``."""
@@ -911,7 +933,7 @@ class AsyncRateLimiter(_Backend):
 
     async def policy_set(self, name: str, *rules: Limit | Rule) -> None:
         """``RL.POLICY.SET``; on a cluster client, on every primary."""
-        words = ["RL.POLICY.SET", name, *_rule_words(rules)]
+        words = ["RL.POLICY.SET", name, *rule_words(rules)]
         await self._require_module("a policy (RL.POLICY.SET)")
         if _is_cluster(self.client):
             await self.client.execute_command(*words, target_nodes=await self._primaries())

@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator, Callable, Hashable, Iterator
 import redis
 
 from .client import AsyncRateLimiter, NotDurable, RateLimiter, Rtt, async_client_from_url, client_from_url
-from .limits import Concurrency, FieldShape, Limit, More, Policy, Rule, field_shape, more_after_ms
+from .limits import Concurrency, FieldShape, Limit, More, Policy, Rule, field_shape, more_after_ms, parse_rules
 from .reply import Decision
 
 __all__ = [
@@ -406,7 +406,10 @@ class _GuardBase:
         shape = FieldShape(None, "probe") if policy else field_shape(limit.command, limit.args())
         concurrent = isinstance(limit, Concurrency)
         adaptive = isinstance(limit, Concurrency) and limit.adaptive is not None
-        return _Setup(limit, name, policy, concurrent, adaptive, shape, (limit.command, tuple(limit.args())))
+        setup = _Setup(limit, name, policy, concurrent, adaptive, shape, (limit.command, tuple(limit.args())))
+        if isinstance(limit, Policy) and limit.rules:  # the application's: nothing to read from the server
+            setup.rules = parse_rules(list(limit.rule_words))
+        return setup
 
     @property
     def limit(self) -> Limit:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, ClassVar, Protocol, Sequence, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Sequence, Union
 
 if TYPE_CHECKING:
     from .reply import Decision
@@ -238,16 +238,38 @@ class Warmup:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """``RL.LIMIT key policy``: every rule of a policy set with RL.POLICY.SET, all or nothing."""
+    """``RL.LIMIT key policy``: every rule of a policy, all or nothing.
+
+    ``rules``: the policy's rules in the application's configuration (``GCRA(10, 10, "1s")``,
+    ``FixedWindow(300, "1m")``, ``Rule("FIXEDWINDOW", ("3", "1m"), shadow=True)``...). On the
+    script backend they are checked by one script over a key per rule (``{key}:0``,
+    ``{key}:1``...: the keys share a hash tag); on the module, the limiter sets them as the
+    server's policy ``name`` (``RL.POLICY.SET``) before its first check of it. Without rules,
+    the policy is the one set on the server, which only the module has.
+
+    Raises:
+        ValueError: more than 16 rules, only shadow rules, a rule that is a policy, a
+            concurrency limit or has a local budget.
+    """
 
     name: str
     local_budget: int | None = None
     hold: Duration | None = None
+    rules: tuple[Any, ...] = ()
     command: ClassVar[str] = "RL.LIMIT"
     extra: ClassVar[str | None] = "rule"
+    #: The rules as RL.POLICY.SET takes them (``GCRA 10 10 1s ...``); empty without rules.
+    rule_words: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_budget(self, self.local_budget, self.hold)
+        if self.rules:
+            object.__setattr__(self, "rules", tuple(self.rules))
+            if len(self.rules) > 16:
+                raise ValueError(f"a policy holds at most 16 rules, not {len(self.rules)}")
+            if all(isinstance(r, Rule) and r.shadow for r in self.rules):
+                raise ValueError("a policy needs at least one rule without SHADOW")
+            object.__setattr__(self, "rule_words", tuple(rule_words(self.rules)))
 
     def args(self) -> list[str]:
         return [self.name]
@@ -470,6 +492,21 @@ class Rule:
         if kind is None or kind.period is None or kind.period >= len(self.args):
             return None
         return duration_ms(self.args[kind.period])
+
+
+def rule_words(rules: tuple[Any, ...]) -> list[str]:
+    """Rules (limits such as ``GCRA(10, 10, "1s")``, or :class:`Rule`) as RL.POLICY.SET takes them."""
+    words: list[str] = []
+    for rule in rules:
+        if isinstance(rule, Rule):
+            words += (["SHADOW"] if rule.shadow else []) + [rule.algorithm, *rule.args]
+        elif isinstance(rule, (Policy, Concurrency)):
+            raise ValueError("a policy's rule is an algorithm, not a policy or a concurrency limit")
+        elif getattr(rule, "local_budget", None) is not None:
+            raise ValueError("a policy's rule has no local budget: give local_budget= to Policy(name, ...)")
+        else:
+            words += [rule.command.removeprefix("RL."), *rule.args()]
+    return words
 
 
 def _unexpected(what: str) -> ValueError:

@@ -93,26 +93,60 @@ def module_required(what: str) -> ModuleRequired:
     return ModuleRequired(
         f"{what} needs the ratelimit module: this limiter uses the script backend (the server has no "
         "module, or backend='script'), which runs the algorithms, COST, ATMOST, DRYRUN, BLOCK, SHADOW, "
-        "RL.REFUND and concurrency leases (not adaptive) only (see docs/managed.md)"
+        "RL.REFUND, concurrency leases (not adaptive) and policies given with their rules "
+        "(Policy(name, rules=...)) only (see docs/managed.md)"
     )
 
 
-def script_call(args: list[Any]) -> tuple[str, Any, list[Any]]:
+def rule_keys(key: Any, n: int) -> list[Any]:
+    """The keys of a policy's ``n`` rules on the script backend (clients/scripts/README.md,
+    Policies), one slot: ``key:0``, ``key:1``... when ``key`` has a hash tag of its own (a ``{``
+    followed later by a ``}`` with a byte between); else ``{key}:0``, ``{key}:1``..., with ``%``
+    and ``}`` in the key written ``%25`` and ``%7D`` so that the braces hold all of it (a key
+    starting with ``}`` would have an empty tag, hashed whole, each rule key to its own slot)."""
+    raw = key if isinstance(key, bytes) else str(key).encode()
+    start = raw.find(b"{")
+    if start >= 0 and raw.find(b"}", start + 1) > start + 1:
+        base = raw
+    else:
+        base = b"{" + raw.replace(b"%", b"%25").replace(b"}", b"%7D") + b"}"
+    keys = [base + b":%d" % i for i in range(n)]
+    return keys if isinstance(key, bytes) else [k.decode() for k in keys]
+
+
+def script_call(args: list[Any], rules: tuple[str, ...] = ()) -> tuple[str, list[Any], list[Any]]:
     """The module's command words ``[command, key, *rest]`` as a script call: the script's
-    name, the key and the words after it. A command the scripts do not have is refused here,
-    and so is an adaptive concurrency limit (``ADAPTIVE``, after ``limit lease``); the options
-    (SHADOW included) are the scripts' own."""
+    name, its keys and the words after them. A command the scripts do not have is refused here,
+    and so are an adaptive concurrency limit (``ADAPTIVE``, after ``limit lease``) and a policy
+    without ``rules`` (the application's rules, as RL.POLICY.SET takes them: ``RL.LIMIT key
+    name`` becomes the policy script over a key per rule, and ``RL.REFUND`` on such a key its
+    refund); the options (SHADOW included) are the scripts' own."""
     command, key, *rest = args
+    if command == "RL.LIMIT":
+        if not rules:
+            raise module_required("RL.LIMIT")
+        return "policy", rule_keys(key, _rule_count(rules)), [*rules, *rest[1:]]
+    if command == "RL.REFUND" and rules:
+        return "policyrefund", rule_keys(key, _rule_count(rules)), rest
     name = SCRIPTS.get(command)
     if name is None:
         raise module_required(command)
     if name == "concurrency_acquire" and len(rest) > 2 and str(rest[2]).upper() == "ADAPTIVE":
         raise module_required("an adaptive concurrency limit (RL.CONCURRENCY.ACQUIRE ... ADAPTIVE)")
-    return name, key, rest
+    return name, [key], rest
 
 
-def evalsha_words(name: str, key: Any, rest: list[Any], now_us: int | None = None) -> list[Any]:
-    words = ["EVALSHA", script_sha(name), 1, key, *rest]
+def _rule_count(words: tuple[str, ...]) -> int:
+    """The rules in RL.POLICY.SET's words: one per algorithm name."""
+    return sum(1 for w in words if w.upper().removeprefix("RL.") in RULE_NAMES)
+
+
+#: The algorithms a policy's rule may name.
+RULE_NAMES = frozenset({"GCRA", "TOKENBUCKET", "LEAKYBUCKET", "FIXEDWINDOW", "SLIDINGWINDOW", "SLIDINGLOG", "WARMUP"})
+
+
+def evalsha_words(name: str, keys: list[Any], rest: list[Any], now_us: int | None = None) -> list[Any]:
+    words = ["EVALSHA", script_sha(name), len(keys), *keys, *rest]
     if now_us is not None:  # the scripts' test-only clock: the public API never sets it
         words += ["NOW", str(now_us)]
     return words
