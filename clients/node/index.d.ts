@@ -45,15 +45,38 @@ export type ConcurrencyLimit =
   | { algorithm: 'concurrency'; limit: number; lease: Duration; adaptive?: undefined; min?: never; max?: never; block?: never }
   | { algorithm: 'concurrency'; limit: number; lease: Duration; adaptive: AdaptiveKind; min?: number; max?: number; block?: never };
 
-export type Limit =
-  | ({ algorithm: 'gcra'; burst: number; rate: number; period: Duration } & Block)
-  | ({ algorithm: 'tokenbucket'; capacity: number; refillAmount: number; refillPeriod: Duration; interval?: boolean } & Block)
-  | ({ algorithm: 'leakybucket'; capacity: number; leakAmount: number; leakPeriod: Duration } & Block)
-  | ({ algorithm: 'fixedwindow' | 'slidingwindow' | 'slidinglog'; limit: number; window: Duration } & Block)
+/** One admission algorithm's limit (a policy's rules are these too). */
+export type AlgorithmLimit =
+  | { algorithm: 'gcra'; burst: number; rate: number; period: Duration }
+  | { algorithm: 'tokenbucket'; capacity: number; refillAmount: number; refillPeriod: Duration; interval?: boolean }
+  | { algorithm: 'leakybucket'; capacity: number; leakAmount: number; leakPeriod: Duration }
+  | { algorithm: 'fixedwindow' | 'slidingwindow' | 'slidinglog'; limit: number; window: Duration }
   /** Guava's SmoothWarmingUp: `rate` per `period` once warm, `coldFactor` (2 to 10, default 3) times slower after idle. */
-  | ({ algorithm: 'warmup'; rate: number; period: Duration; warmup: Duration; coldFactor?: number } & Block)
-  | ConcurrencyLimit
-  | ({ policy: string } & Block);
+  | { algorithm: 'warmup'; rate: number; period: Duration; warmup: Duration; coldFactor?: number };
+
+/**
+ * A rule of a policy given in the application's configuration (`{ policy, rules }`): an
+ * algorithm's limit written as a single limit is (not concurrency; no `block`, which is the
+ * policy's; no `localBudget`, which is the limiter's), `shadow: true` for a shadow rule (checked
+ * and counted, never refusing). Sent as RL.POLICY.SET takes it: `[SHADOW] GCRA 10 10 1000`.
+ */
+export type PolicyRule = AlgorithmLimit & { shadow?: boolean; block?: never; localBudget?: never };
+
+/**
+ * A policy (RL.LIMIT). With `rules` (1 to 16, at least one not a shadow rule), its rules are the
+ * application's: on the script backend they run as policy.lua over one key per rule
+ * (`{key}:0` .. `{key}:n-1`, '}' and '%' in the key escaped as %7D and %25; or `key:0` ..
+ * when the key has a hash tag of its own), on the
+ * module they are set once per RateLimit with RL.POLICY.SET before its first RL.LIMIT, replacing
+ * the server's policy of that name. Without `rules`, the policy is the server's (set with
+ * RL.POLICY.SET by someone else): module only (ModuleRequiredError on the scripts).
+ */
+export interface PolicyLimit extends Block {
+  policy: string;
+  rules?: ReadonlyArray<PolicyRule>;
+}
+
+export type Limit = (AlgorithmLimit & Block & { rules?: never }) | ConcurrencyLimit | PolicyLimit;
 
 export interface Logger {
   warn(message: string): void;
@@ -93,9 +116,9 @@ export interface RateLimitOptions {
    * client before the first command, the choice logged at info level), else the script backend;
    * "module": the module, a check rejecting with ModuleRequiredError where it is missing;
    * "script": the Lua scripts of clients/scripts (EVALSHA), for servers that refuse MODULE LOAD.
-   * On the scripts, policies and adaptive concurrency limits need the module: refused with
-   * ModuleRequiredError (in the constructor when "script" is given, else at the check);
-   * `shadow` works there as on the module.
+   * On the scripts, a policy without `rules` (the server's) and adaptive concurrency limits
+   * need the module: refused with ModuleRequiredError (in the constructor when "script" is
+   * given, else at the check); a policy with `rules` and `shadow` work there as on the module.
    */
   backend?: 'auto' | 'module' | 'script';
   /**
@@ -246,7 +269,10 @@ export class RateLimit {
    * `stats.releaseFailures`, and the lease ends by itself).
    */
   release(key: string, decision: Decision, options?: ReleaseOptions): Promise<void>;
-  /** Gives back up to `units` the key has taken (RL.REFUND): the units given back; rejects when Redis fails. */
+  /**
+   * Gives back up to `units` the key has taken (RL.REFUND; a policy with `rules` on the scripts:
+   * policyrefund.lua over its rule keys): the units given back; rejects when Redis fails.
+   */
   refund(key: string, units: number, options?: RefundOptions): Promise<number>;
   /** The local budget's k and hold, or undefined without `localBudget`. */
   readonly localBudget: { k: number; holdMs: number } | undefined;

@@ -15,7 +15,7 @@ import {
   policyShapes,
 } from './limits.js';
 import { parseReply } from './reply.js';
-import { ModuleRequiredError, TEST_NOW, checkBackend, evalScript, resolveBackend } from './scripts.js';
+import { ModuleRequiredError, TEST_NOW, checkBackend, evalPolicy, evalScript, resolveBackend } from './scripts.js';
 
 class TimeoutError extends Error {
   constructor(ms) {
@@ -97,12 +97,93 @@ function adaptiveWords(kinds, limit, start) {
 }
 
 /**
+ * An algorithm's limit (`{ algorithm, ...parameters }`) as its command's words after the key:
+ * its positional parameters (durations in ms), then its option with a value (COLDFACTOR k) and
+ * its flag (INTERVAL). `what` names the limit in errors ('limit', or 'limit.rules[i]'); `rule`:
+ * a policy's rule, which cannot be a concurrency limit. Returns { algorithm (ALGORITHMS' entry),
+ * name (lower case), args }.
+ */
+function algorithmWords(limit, what, rule = false) {
+  const name = String(limit.algorithm).toLowerCase();
+  const algorithm = Object.hasOwn(ALGORITHMS, name) ? ALGORITHMS[name] : undefined;
+  if (rule && algorithm?.concurrent) {
+    throw new TypeError(`invalid ${what}: a policy's rule cannot be a concurrency limit`);
+  }
+  if (algorithm === undefined) {
+    const kinds = Object.keys(ALGORITHMS).filter((k) => !(rule && ALGORITHMS[k].concurrent));
+    throw new TypeError(
+      `invalid ${what}.algorithm: expected one of ${kinds.join(', ')}${rule ? '' : ', or limit.policy'}; ` +
+        `got ${String(limit.algorithm)}`,
+    );
+  }
+  const args = algorithm.params.map((p) =>
+    DURATION_PARAMS.has(p) ? `${durationMs(limit[p], `${what}.${p}`)}` : `${count(limit[p], `${what}.${p}`)}`,
+  );
+  const { valued } = algorithm;
+  if (valued && limit[valued.name] !== undefined) {
+    const value = limit[valued.name];
+    if (!Number.isSafeInteger(value) || value < valued.min || value > valued.max) {
+      throw new TypeError(
+        `invalid ${what}.${valued.name}: expected an integer from ${valued.min} to ${valued.max}; got ${String(value)}`,
+      );
+    }
+    args.push(valued.word, `${value}`);
+  }
+  if (algorithm.flag && limit[algorithm.flag]) args.push(algorithm.flag.toUpperCase());
+  return { algorithm, name, args };
+}
+
+/**
+ * A policy's rules given by the application (`limit.rules`: 1 to 16 algorithms' limits, each
+ * written as a single limit is, `shadow: true` for a shadow rule, at least one not), checked,
+ * as the words RL.POLICY.SET and policy.lua take them (`[SHADOW] NAME args...` each, e.g.
+ * `GCRA 10 10 1000`), with each rule's field shape: { count, words, shapes }.
+ */
+function policyRules(rules) {
+  if (!Array.isArray(rules) || rules.length < 1 || rules.length > 16) {
+    throw new TypeError(`invalid limit.rules: expected an array of 1 to 16 rules; got ${Array.isArray(rules) ? `${rules.length} rules` : String(rules)}`);
+  }
+  const words = [];
+  const shapes = [];
+  let enforced = false;
+  rules.forEach((rule, i) => {
+    const what = `limit.rules[${i}]`;
+    if (rule === null || typeof rule !== 'object') {
+      throw new TypeError(`invalid ${what}: expected { algorithm, ...parameters }; got ${String(rule)}`);
+    }
+    if (rule.policy !== undefined || rule.rules !== undefined) {
+      throw new TypeError(`invalid ${what}: a rule is one algorithm's limit, not a policy`);
+    }
+    if (rule.localBudget !== undefined) {
+      throw new TypeError(`invalid ${what}.localBudget: a local budget is the limiter's (the localBudget option), not a rule's`);
+    }
+    if (rule.block !== undefined) {
+      throw new TypeError(`invalid ${what}.block: a penalty is the policy's (limit.block), over every rule`);
+    }
+    for (const option of ['adaptive', 'min', 'max']) {
+      if (rule[option] !== undefined) throw new TypeError(`invalid ${what}.${option}: only a concurrency limit adapts, and a rule is not one`);
+    }
+    if (rule.shadow !== undefined && typeof rule.shadow !== 'boolean') {
+      throw new TypeError(`invalid ${what}.shadow: expected true or false; got ${String(rule.shadow)}`);
+    }
+    const { algorithm, name, args } = algorithmWords(rule, what, true);
+    if (rule.shadow) words.push('SHADOW');
+    else enforced = true;
+    words.push(algorithm.command.replace(/^RL\./, ''), ...args);
+    shapes.push(fieldShape(name, args));
+  });
+  if (!enforced) throw new TypeError('invalid limit.rules: every rule is a shadow rule; at least one must not be');
+  return { count: rules.length, words, shapes };
+}
+
+/**
  * One limit: `{ algorithm: 'gcra', burst, rate, period }` (or tokenbucket, leakybucket,
  * fixedwindow, slidingwindow, slidinglog, warmup, concurrency with their own parameters) or
- * `{ policy: 'name' }` for RL.LIMIT, either with `block` (a penalty duration: BLOCK; not for
- * concurrency). A concurrency limit may be `adaptive` ('aimd', 'vegas' or 'gradient2', any
- * case; ADAPTIVE), within `min` and `max` (MIN, MAX): its limit then follows what `release`
- * reports, `limit` being where a new key starts. `check(key, cost)` resolves to a decision; it
+ * `{ policy: 'name' }` for RL.LIMIT (with `rules`, the policy's rules from the application's
+ * configuration: run as policy.lua on the scripts, set with RL.POLICY.SET once on the module),
+ * either with `block` (a penalty duration: BLOCK; not for concurrency). A concurrency limit
+ * may be `adaptive` ('aimd', 'vegas' or 'gradient2', any case; ADAPTIVE), within `min` and `max`
+ * (MIN, MAX): its limit then follows what `release` reports, `limit` being where a new key starts. `check(key, cost)` resolves to a decision; it
  * never rejects on a Redis failure (the decision then says `failed` and whether the request
  * passes).
  */
@@ -194,6 +275,9 @@ export class RateLimit {
         }
       }
     }
+    // A policy's rules from the application's configuration ({ count, words, shapes }), or
+    // undefined: the policy is the server's (RL.POLICY.SET by someone else; module only).
+    this.rules = undefined;
     if (limit.policy !== undefined) {
       this.policy = checkName(limit.policy, 'policy');
       this.name = checkName(name ?? this.policy, 'name');
@@ -203,33 +287,21 @@ export class RateLimit {
       this.shapes = undefined; // the promise of RL.POLICY.GET's rules' field shapes, once
       this.concurrent = false;
       if (limit.adaptive !== undefined) adaptiveWords(undefined, limit);
-    } else {
-      const algorithm = ALGORITHMS[String(limit.algorithm).toLowerCase()];
-      if (algorithm === undefined) {
-        throw new TypeError(
-          `invalid limit.algorithm: expected one of ${Object.keys(ALGORITHMS).join(', ')}, or limit.policy; ` +
-            `got ${String(limit.algorithm)}`,
-        );
+      if (limit.rules !== undefined) {
+        this.rules = policyRules(limit.rules);
+        this.shapes = Promise.resolve(this.rules.shapes); // known: no RL.POLICY.GET
       }
+      // Backend "module" with rules: the promise of their RL.POLICY.SET, sent once.
+      this.policySet = undefined;
+    } else {
+      if (limit.rules !== undefined) {
+        throw new TypeError('invalid limit.rules: only a policy ({ policy, rules }) has rules');
+      }
+      const { algorithm, args } = algorithmWords(limit, 'limit');
       this.name = checkName(name ?? 'default', 'name');
       this.command = algorithm.command;
       this.sixth = algorithm.sixth;
-      this.args = algorithm.params.map((p) =>
-        DURATION_PARAMS.has(p)
-          ? `${durationMs(limit[p], `limit.${p}`)}`
-          : `${count(limit[p], `limit.${p}`)}`,
-      );
-      const { valued } = algorithm;
-      if (valued && limit[valued.name] !== undefined) {
-        const value = limit[valued.name];
-        if (!Number.isSafeInteger(value) || value < valued.min || value > valued.max) {
-          throw new TypeError(
-            `invalid limit.${valued.name}: expected an integer from ${valued.min} to ${valued.max}; got ${String(value)}`,
-          );
-        }
-        this.args.push(valued.word, `${value}`);
-      }
-      if (algorithm.flag && limit[algorithm.flag]) this.args.push(algorithm.flag.toUpperCase());
+      this.args = args;
       if (limit.adaptive !== undefined) {
         const [kind, words] = adaptiveWords(algorithm.adaptive, limit, Number(this.args[0]));
         this.adaptive = kind;
@@ -307,6 +379,7 @@ export class RateLimit {
   // package cannot read: no such policy, a rule it does not know) is not kept: the request
   // fails as configured, and the next one reads the policy again.
   #policyShapes() {
+    if (this.shapes === undefined && this.rules !== undefined) this.shapes = Promise.resolve(this.rules.shapes);
     if (this.shapes === undefined) {
       const pending = this.send(['RL.POLICY.GET', this.policy]).then((flat) => {
         if (!Array.isArray(flat)) throw new Error(`no policy named ${JSON.stringify(this.policy)} (RL.POLICY.GET)`);
@@ -323,7 +396,9 @@ export class RateLimit {
   // What of this limit needs the module, or undefined (`shadow` does not: the scripts take
   // SHADOW as the module does).
   #moduleOnly() {
-    if (this.policy !== undefined) return `a policy (RL.LIMIT ${this.policy})`;
+    if (this.policy !== undefined && this.rules === undefined) {
+      return `a policy without rules in the configuration (RL.LIMIT ${this.policy}: the server's policy; limit.rules runs on the scripts)`;
+    }
     if (this.adaptive !== undefined) return 'an adaptive concurrency limit';
     return undefined; // a plain concurrency limit runs on the scripts too
   }
@@ -349,14 +424,36 @@ export class RateLimit {
   async #run(args, send = this.send) {
     const backend = this.backend ?? (await this.resolveBackend());
     if (backend === 'module') return send(args);
-    const now = this[TEST_NOW];
-    return evalScript(send, args, typeof now === 'function' ? now() : undefined);
+    const clock = this[TEST_NOW];
+    const now = typeof clock === 'function' ? clock() : undefined;
+    if (this.policy !== undefined) {
+      // RL.LIMIT (the probe's too) and RL.REFUND of a policy: over its rules' keys.
+      if (this.rules === undefined) throw new ModuleRequiredError(this.#moduleOnly());
+      return evalPolicy(send, args, this.rules, now);
+    }
+    return evalScript(send, args, now);
+  }
+
+  // Backend "module" with the rules in the configuration: RL.POLICY.SET of them, once per
+  // RateLimit, before its first RL.LIMIT (the application's rules replace the server's policy of
+  // that name). A failure is not kept: the request fails as configured, the next one sets again.
+  #setPolicy() {
+    if (this.policySet === undefined) {
+      const pending = Promise.resolve().then(() => this.send(['RL.POLICY.SET', this.policy, ...this.rules.words]));
+      this.policySet = pending;
+      pending.catch(() => {
+        if (this.policySet === pending) this.policySet = undefined;
+      });
+    }
+    return this.policySet;
   }
 
   async #ask(key, cost, { atMost, shadow, dryRun, id }) {
     if ((this.backend ?? (await this.resolveBackend())) === 'script') {
       const what = this.#moduleOnly();
       if (what !== undefined) throw new ModuleRequiredError(what);
+    } else if (this.rules !== undefined) {
+      await this.#setPolicy();
     }
     const args = [this.command, this.redisKey(key), ...this.args, ...this.block];
     const extras = [];

@@ -3,7 +3,9 @@
 // leases (RL.CONCURRENCY.ACQUIRE without ADAPTIVE, RL.CONCURRENCY.RELEASE) run as a Lua
 // script of clients/scripts/, called by its SHA: `EVALSHA <sha> 1 <key> <the command's words
 // after its key>`, loaded with SCRIPT LOAD after NOSCRIPT and tried once more. The reply is the
-// module's RESP2 array, read as the module's.
+// module's RESP2 array, read as the module's. A policy whose rules the application gives
+// (`{ policy, rules }`) runs as policy.lua (RL.LIMIT) and policyrefund.lua (RL.REFUND) over one
+// key per rule (ruleKeys): `EVALSHA <sha> N <rule keys> <rules> <options>`.
 //
 // One source: the scripts live in clients/scripts/ only. The packed package carries a copy made
 // by `npm pack` (prepack copies it into scripts/, postpack removes it), so an installed package
@@ -45,6 +47,32 @@ export const SCRIPT_OF = {
 };
 
 /**
+ * The scripts of a policy whose rules the application gives (`{ policy, rules }`): RL.LIMIT and
+ * RL.REFUND of its key, over one key per rule (ruleKeys). No single module command stands for
+ * them, so they are apart from SCRIPT_OF.
+ */
+export const POLICY_SCRIPT_OF = {
+  'RL.LIMIT': 'policy',
+  'RL.REFUND': 'policyrefund',
+};
+
+/**
+ * The keys of a policy's `n` rules on the scripts, for the (prefixed) key `key`: `key:0`, ...
+ * when `key` has a hash tag of its own (as Redis Cluster reads one: the first '{', then the first
+ * '}' after it, with at least one byte between), else `{key}:0`, `{key}:1`, ..., with '%' and
+ * '}' in the key written `%25` and `%7D` so that the braces hold all of it (a '}' inside would
+ * end the tag early, and two keys could then name the same rule keys): the keys share a hash
+ * tag, so a slot. The Python package's rule_keys names them the same.
+ */
+export function ruleKeys(key, n) {
+  const k = String(key);
+  const open = k.indexOf('{');
+  const close = open < 0 ? -1 : k.indexOf('}', open + 1);
+  const base = open >= 0 && close > open + 1 ? k : `{${k.replaceAll('%', '%25').replaceAll('}', '%7D')}}`;
+  return Array.from({ length: n }, (_, i) => `${base}:${i}`);
+}
+
+/**
  * A script as it is sent: the lib/ parts its `-- needs:` line names, in that order, then the
  * entry file (clients/scripts/README.md, "One source").
  */
@@ -61,7 +89,7 @@ export function scripts() {
   if (loaded === undefined) {
     const dir = scriptsDir();
     loaded = {};
-    for (const name of new Set(Object.values(SCRIPT_OF))) {
+    for (const name of new Set([...Object.values(SCRIPT_OF), ...Object.values(POLICY_SCRIPT_OF)])) {
       const source = scriptSource(name, dir);
       loaded[name] = { source, sha: createHash('sha1').update(source).digest('hex') };
     }
@@ -73,7 +101,8 @@ export function scripts() {
 export class ModuleRequiredError extends Error {
   constructor(what) {
     super(`${what} needs the ratelimit module: the server has none (or backend is "script"), and the script backend ` +
-      'runs the seven algorithms, COST, ATMOST, DRYRUN, BLOCK, SHADOW, RL.REFUND and concurrency leases (not adaptive) only');
+      'runs the seven algorithms, COST, ATMOST, DRYRUN, BLOCK, SHADOW, RL.REFUND, policies whose rules the application gives ' +
+      '(limit.rules) and concurrency leases (not adaptive) only');
     this.name = 'ModuleRequiredError';
   }
 }
@@ -166,8 +195,29 @@ export async function evalScript(send, args, now = undefined) {
   const [command, key, ...words] = args;
   const name = SCRIPT_OF[String(command).toUpperCase()];
   if (name === undefined) throw new ModuleRequiredError(command);
+  return evalNamed(send, name, [key], words, now);
+}
+
+/**
+ * Runs RL.LIMIT (`['RL.LIMIT', key, policy, ...options]`) or RL.REFUND (`['RL.REFUND', key,
+ * units, ...]`) of a policy whose rules the application gives, as policy.lua or policyrefund.lua
+ * over the rule keys of `key`: `EVALSHA <sha> N <rule keys> <rules' words> <options>` (the
+ * rules' words for RL.LIMIT only; the policy's name is not sent). `rules`: `{ count, words }`,
+ * the words as RL.POLICY.SET takes them. NOSCRIPT as evalScript.
+ */
+export async function evalPolicy(send, args, rules, now = undefined) {
+  const [command, key, ...words] = args;
+  const name = POLICY_SCRIPT_OF[String(command).toUpperCase()];
+  if (name === undefined) throw new ModuleRequiredError(command);
+  const rest = name === 'policy' ? [...rules.words, ...words.slice(1)] : words;
+  return evalNamed(send, name, ruleKeys(key, rules.count), rest, now);
+}
+
+// EVALSHA of the script `name` over `keys` with `words` (and the test clock), loaded after
+// NOSCRIPT and tried once more.
+async function evalNamed(send, name, keys, words, now) {
   const { source, sha } = scripts()[name];
-  const call = ['EVALSHA', sha, '1', key, ...words];
+  const call = ['EVALSHA', sha, String(keys.length), ...keys, ...words];
   if (now !== undefined) call.push('NOW', String(now));
   try {
     return await send(call);

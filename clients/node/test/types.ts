@@ -12,6 +12,7 @@ import {
   loadSheddingBody,
   type AdaptiveKind,
   type Decision,
+  type PolicyRule,
 } from 'ratelimit-redis-module';
 
 const client = createClient({ RESP: 3, disableOfflineQueue: true, socket: { reconnectStrategy } });
@@ -59,6 +60,20 @@ new RateLimiterRedis({ storeClient: client, points: 5, inMemoryBlockOnConsumed: 
 rateLimitMiddleware({ client, limit: { policy: 'api' }, now: () => fake.ms, shadow: (req) => req.headers['x-shadow'] === '1' });
 rateLimitMiddleware({ client, limit: { algorithm: 'warmup', rate: 10, period: '1s', warmup: '10s', coldFactor: 3 } });
 rateLimitMiddleware({ client, limit: { policy: 'api', block: '1m' } });
+// A policy whose rules are in the configuration: on the scripts and on the module alike.
+const rules: PolicyRule[] = [
+  { algorithm: 'gcra', burst: 10, rate: 10, period: '1s' },
+  { algorithm: 'fixedwindow', limit: 300, window: '1m' },
+  { algorithm: 'fixedwindow', limit: 3, window: '1m', shadow: true },
+];
+new RateLimit({ client, limit: { policy: 'api', rules, block: '10s' }, backend: 'script', localBudget: 5 });
+rateLimitMiddleware({ client, limit: { policy: 'api', rules: [{ algorithm: 'warmup', rate: 10, period: '1s', warmup: '10s', coldFactor: 3 }] } });
+// @ts-expect-error: a policy's rule is not a concurrency limit
+rateLimitMiddleware({ client, limit: { policy: 'api', rules: [{ algorithm: 'concurrency', limit: 2, lease: '30s' }] } });
+// @ts-expect-error: a penalty is the policy's, not a rule's
+rateLimitMiddleware({ client, limit: { policy: 'api', rules: [{ algorithm: 'gcra', burst: 1, rate: 1, period: '1s', block: '1m' }] } });
+// @ts-expect-error: only a policy has rules
+rateLimitMiddleware({ client, limit: { algorithm: 'gcra', burst: 1, rate: 1, period: '1s', rules } });
 rateLimitMiddleware({ client, limit: { policy: 'api' }, skip: async (req) => req.headers['x-internal'] === '1' });
 const leases = new RateLimit({ client, limit: { algorithm: 'concurrency', limit: 2, lease: '30s' } });
 leases.check('jobs', 1, { id: 'worker-7' }).then((d) => (d.failed ? undefined : leases.release('jobs', d)));

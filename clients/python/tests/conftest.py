@@ -170,13 +170,25 @@ def server(tmp_path: Path) -> Iterator[Server]:
     s.stop()
 
 
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
-    """Three primaries, slots split in three with CLUSTER ADDSLOTSRANGE, joined by MEET."""
-    base = tmp_path_factory.mktemp("cluster")
+class PlainServer(Server):
+    """A redis-server without the module (no debug clock): where the packages use the scripts."""
+
+    def _spawn(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+                "--logfile", "redis.log", "--save", "", "--appendonly", "no", *self.extra,
+            ],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+
+
+def start_cluster(base: Path, kind: type[Server]) -> list[Server]:
+    """Three primaries of ``kind``, slots split in three with CLUSTER ADDSLOTSRANGE, joined by
+    MEET; stopped if they do not come up."""
     nodes = [
-        Server(base / f"node{i}", ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                                   "--cluster-node-timeout", "5000"])
+        kind(base / f"node{i}", ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                 "--cluster-node-timeout", "5000"])
         for i in range(3)
     ]
     try:
@@ -195,8 +207,31 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
                 ) < 3:
                     assert time.monotonic() < deadline, "the cluster did not come up"
                     time.sleep(0.05)
+    except BaseException:
+        for node in nodes:
+            node.stop()
+        raise
+    return nodes
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
+    """Three primaries with the module, the debug clock frozen."""
+    nodes = start_cluster(tmp_path_factory.mktemp("cluster"), Server)
+    try:
         for node in nodes:
             node.freeze()
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+@pytest.fixture(scope="session")
+def plain_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
+    """Three primaries without the module: the script backend's cluster."""
+    nodes = start_cluster(tmp_path_factory.mktemp("plain-cluster"), PlainServer)
+    try:
         yield nodes
     finally:
         for node in nodes:

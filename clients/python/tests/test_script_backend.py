@@ -28,7 +28,7 @@ import redis.cluster
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 
-from conftest import ROOT, T0_MS, Server, server_binary
+from conftest import ROOT, T0_MS, PlainServer, Server
 from ratelimit_redis_module import (
     GCRA,
     AsyncRateLimiter,
@@ -46,19 +46,6 @@ from ratelimit_redis_module import (
     Warmup,
 )
 from ratelimit_redis_module.scripts import SCRIPTS, script_sha, script_source
-
-
-class PlainServer(Server):
-    """A redis-server without the module: where the package must use the scripts."""
-
-    def _spawn(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
-                "--logfile", "redis.log", "--save", "", "--appendonly", "no",
-            ],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
 
 
 @pytest.fixture(scope="module")
@@ -413,11 +400,13 @@ def test_middleware_headers_and_429_as_on_the_module(plain: PlainServer, module_
 # --- a cluster -------------------------------------------------------------------------------
 
 
-def test_scripts_on_a_cluster(cluster: list[Server]) -> None:
-    """One key, declared: each call goes to its key's node; NOSCRIPT there loads it there."""
+def test_scripts_on_a_cluster(plain_cluster: list[Server]) -> None:
+    """A cluster without the module: auto picks the scripts; one key, declared: each call goes
+    to its key's node; NOSCRIPT there loads it there."""
+    cluster = plain_cluster
     client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster[0].port)
     try:
-        limiter = RateLimiter(client, backend="script")
+        limiter = RateLimiter(client)
         keys = [f"cluster:script:{i}" for i in range(12)]
         nodes = {client.get_node_from_key(k).port for k in keys}
         assert len(nodes) == 3
@@ -429,6 +418,7 @@ def test_scripts_on_a_cluster(cluster: list[Server]) -> None:
                 c.script_flush()
         assert not any(limiter.gcra(k, 1, 1, "1h").allowed for k in keys)
         assert all(limiter.refund(k, 1) == 1 for k in keys)
+        assert limiter.backend == "script"
     finally:
         client.close()
 

@@ -19,7 +19,7 @@ import redis.asyncio
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 
-from conftest import T0_MS, Server
+from conftest import T0_MS, PlainServer, Server
 from ratelimit_redis_module import (
     AsyncRateLimiter,
     Concurrency,
@@ -28,7 +28,6 @@ from ratelimit_redis_module import (
     RateLimiter,
     RateLimitMiddleware,
 )
-from test_script_backend import PlainServer
 
 
 @pytest.fixture(scope="module")
@@ -253,14 +252,15 @@ def test_middleware_refuses_the_request_over_the_limit_until_one_is_done(plain: 
     assert http.get("/slow")[0] == 200
 
 
-def test_leases_on_a_cluster(cluster: list[Server]) -> None:
-    """One key, declared: each lease call goes to its key's node (NOSCRIPT there loads it
-    there), as the admission scripts do."""
+def test_leases_on_a_cluster(plain_cluster: list[Server]) -> None:
+    """A cluster without the module (auto picks the scripts). One key, declared: each lease call
+    goes to its key's node (NOSCRIPT there loads it there), as the admission scripts do."""
     import redis.cluster
 
+    cluster = plain_cluster
     client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster[0].port)
     try:
-        limiter = RateLimiter(client, backend="script")
+        limiter = RateLimiter(client)
         keys = [f"cluster:lease:{i}" for i in range(12)]
         assert len({client.get_node_from_key(k).port for k in keys}) == 3
         for k in keys:

@@ -10,6 +10,7 @@ middleware's 429; a cluster; a policy without rules still needs the module.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -32,7 +33,8 @@ from ratelimit_redis_module import (
     Warmup,
 )
 from ratelimit_redis_module.scripts import rule_keys
-from test_script_backend import STEPS, PlainServer, module_server, plain, replay_on_both  # noqa: F401
+from conftest import ROOT, PlainServer
+from test_script_backend import STEPS, module_server, plain, replay_on_both  # noqa: F401
 
 POLICIES = [
     Policy("tiers", rules=(GCRA(10, 10, "1s"), FixedWindow(12, "1m"), FixedWindow(5000, "1d"))),
@@ -43,13 +45,15 @@ POLICIES = [
 
 
 def test_rule_keys_share_a_slot() -> None:
-    assert rule_keys("user:42", 3) == ["{user:42}:0", "{user:42}:1", "{user:42}:2"]
-    assert rule_keys("rl:{user:42}:api", 2) == ["rl:{user:42}:api:0", "rl:{user:42}:api:1"]
-    assert rule_keys(b"a{}b", 1) == [b"{a{%7Db}:0"]  # an empty tag is none: the whole key is hashed
-    assert rule_keys("}%{", 1) == ["{%7D%25{}:0"]
-    for key in ("user:42", "rl:{t}x", "a{}b", "}{", "{", "}", "%}x{}"):
-        slots = {redis.cluster.key_slot(k.encode()) for k in rule_keys(key, 4)}
-        assert len(slots) == 1, key
+    """The cases both packages check (clients/policy-rule-keys.json): one slot per key, none
+    shared by two keys."""
+    cases = json.loads((ROOT / "clients" / "policy-rule-keys.json").read_text())["cases"]
+    for key, n, want in cases:
+        assert rule_keys(key, n) == want, key
+        assert rule_keys(key.encode(), n) == [k.encode() for k in want], key
+        assert len({redis.cluster.key_slot(k.encode()) for k in rule_keys(key, 4)}) == 1, key
+    everything = [k for key, n, _ in cases for k in rule_keys(key, n)]
+    assert len(everything) == len(set(everything))
 
 
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.name)
@@ -134,11 +138,13 @@ def test_a_guard_answers_as_on_the_module(plain: PlainServer, module_server: Ser
         assert "cmdstat_rl.policy.get" not in m.info("commandstats")
 
 
-def test_a_policy_on_a_cluster(cluster: list[Server]) -> None:
-    """The rule keys share a slot: one script on the key's node; NOSCRIPT there loads it there."""
+def test_a_policy_on_a_cluster(plain_cluster: list[Server]) -> None:
+    """A cluster without the module (auto picks the scripts). The rule keys share a slot: one
+    script on the key's node; NOSCRIPT there loads it there."""
+    cluster = plain_cluster
     client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster[0].port)
     try:
-        limiter = RateLimiter(client, backend="script")
+        limiter = RateLimiter(client)
         policy = Policy("c", rules=(GCRA(2, 1, "1h"), FixedWindow(5, "1h")))
         keys = [f"cluster:policy:{i}" for i in range(12)]
         assert len({client.get_node_from_key(rule_keys(k, 2)[0]).port for k in keys}) == 3
