@@ -34,6 +34,7 @@ from ratelimit_redis_module import (
     FixedWindow,
     LeakyBucket,
     ModuleRequired,
+    Policy,
     RateLimiter,
     RateLimitMiddleware,
     SlidingLog,
@@ -278,6 +279,24 @@ def test_a_key_outside_the_pattern_is_refused_with_noperm(locked: LockedServer, 
     entries = refusals(admin)
     assert [(e["reason"], e["object"], e["username"]) for e in entries] == [("key", "outside", "limiter")] * len(entries)
     assert entries[0]["count"] == 2
+
+
+def test_a_policy_for_the_acl_user_needs_its_rule_keys_pattern(locked: LockedServer, admin: redis.Redis) -> None:
+    """A policy's rule keys are ``{rl:...}:i`` (one slot): the user's key patterns must cover
+    them (``~{rl:*`` beside ``~rl:*``), and with that the minimal commands suffice; without it
+    the call is refused (NOPERM) before the script runs."""
+    api = Policy("api", rules=(GCRA(2, 1, "1s"), FixedWindow(3, "1h")))
+    with user_client(locked, "policies", [*USER_RULES, "~{rl:*"], admin) as c:
+        limiter = RateLimiter(c, backend="script")
+        limiter._script_now = lambda: T0_MS * 1000
+        got = [limiter.check(api, "rl:p") for _ in range(3)]
+        assert [(d.allowed, d.remaining, d.rule) for d in got] == [(True, 1, 0), (True, 0, 0), (False, 0, 0)]
+        assert limiter.refund("rl:p", 1, limit=api) == 1
+    assert sorted(admin.keys("{rl:p}:*")) == ["{rl:p}:0", "{rl:p}:1"]
+    assert refusals(admin) == []
+    with user_client(locked, "narrow", USER_RULES, admin) as c:
+        with pytest.raises(redis.exceptions.NoPermissionError, match=KEY_REFUSED):
+            RateLimiter(c, backend="script").check(api, "rl:p")
 
 
 def test_auto_for_the_acl_user_picks_the_scripts(
