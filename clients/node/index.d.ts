@@ -16,6 +16,24 @@ export interface RedisSentinelLike {
   ): Promise<T>;
 }
 
+/**
+ * node-redis's cluster client (createCluster): each command goes to the primary of its key's
+ * slot (`firstKey`; undefined: any node). Told apart by getSlotMaster and nodeClient.
+ */
+export interface RedisClusterLike {
+  sendCommand(firstKey: string | undefined, isReadonly: boolean | undefined, args: string[]): Promise<unknown>;
+  getSlotMaster(slot: number): unknown;
+  nodeClient(node: unknown): unknown;
+}
+
+/** node-redis's cluster client as RateLimiterRedis uses it: `multi(key)` to that key's node. */
+export interface RedisClusterStoreClientLike extends RedisClusterLike {
+  del(key: string): Promise<unknown>;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  multi(routing?: string): any;
+  isOpen?: boolean;
+}
+
 /** A node-redis client as RateLimiterRedis uses it (sendCommand, del, multi). */
 export interface RedisStoreClientLike extends RedisClientLike {
   del(key: string): Promise<unknown>;
@@ -85,7 +103,8 @@ export interface Logger {
 }
 
 export interface RateLimitOptions {
-  client: RedisClientLike | RedisSentinelLike;
+  /** createClient, createSentinel or createCluster (each command to its key's node). */
+  client: RedisClientLike | RedisSentinelLike | RedisClusterLike;
   limit: Limit;
   /** The name in the fields; default "default", or the policy's; "<name>/<rule>" for a policy of several rules. */
   name?: string;
@@ -104,7 +123,8 @@ export interface RateLimitOptions {
   /** Where failures are logged (one warning each); default console. */
   logger?: Logger | null;
   /**
-   * Replicas that must have an admission before it counts (WAIT, sent in the same round trip);
+   * Replicas that must have an admission before it counts (WAIT, sent in the same round trip;
+   * on a cluster client, to the key's node once the command has answered);
    * one that fewer acknowledged within `durableTimeoutMs` fails open or closed
    * (`stats.notDurable`). Default 0: no wait. Give `timeout` room for `durableTimeoutMs`.
    */
@@ -349,7 +369,7 @@ export interface RateLimiterLike {
 }
 
 export interface RateLimiterRedisOptions {
-  storeClient: RedisStoreClientLike;
+  storeClient: RedisStoreClientLike | RedisClusterStoreClientLike;
   /** As RateLimitOptions' backend (not in rate-limiter-flexible); default "auto". */
   backend?: 'auto' | 'module' | 'script';
   /** Hears the backend "auto" chose (info); default console; null: nothing. */

@@ -4,7 +4,7 @@
 import { DenialMemory, monotonicMs } from './denial-memory.js';
 import { MAX_COUNT, MAX_DURATION_MS, durationMs } from './limits.js';
 import { parseReply } from './reply.js';
-import { TEST_NOW, checkBackend, evalMulti, evalScript, resolveBackend } from './scripts.js';
+import { TEST_NOW, checkBackend, clusterKey, evalMulti, evalScript, isCluster, resolveBackend } from './scripts.js';
 
 /** rate-limiter-flexible's RateLimiterRes: what consume and the others resolve (or reject) with. */
 export class RateLimiterRes {
@@ -45,6 +45,12 @@ export class RateLimiterRedis {
       if (opts[o]) throw new Error(`${o} is not supported by ratelimit-redis-module's RateLimiterRedis`);
     }
     this.client = opts.storeClient;
+    // node-redis's cluster client (createCluster) as RateLimit takes it: each command to its
+    // key's node (the SCRIPT LOAD after NOSCRIPT too), COMMAND INFO to any, a MULTI to its key's.
+    this.cluster = isCluster(this.client);
+    this.send = this.cluster
+      ? (args, key = clusterKey(args)) => this.client.sendCommand(key, false, args)
+      : (args) => this.client.sendCommand(args);
     // The backend, as RateLimit's (not in rate-limiter-flexible): "auto" (default), "module" or
     // "script"; `backend` is 'module' or 'script' once decided. `logger` hears the choice.
     this.backendOption = checkBackend(opts.backend ?? 'auto');
@@ -154,7 +160,7 @@ export class RateLimiterRedis {
 
   async #backend() {
     if (this.backend === undefined) {
-      this.backend = await resolveBackend(this.client, (a) => this.client.sendCommand(a), this.backendOption, this.logger);
+      this.backend = await resolveBackend(this.client, this.send, this.backendOption, this.logger);
     }
     return this.backend;
   }
@@ -167,14 +173,19 @@ export class RateLimiterRedis {
   async #send(args, extras) {
     this.#checkReady();
     if ((await this.#backend()) === 'script') {
-      return parseReply(await evalScript((a) => this.client.sendCommand(a), args, this.#testNow()), undefined, extras);
+      return parseReply(await evalScript(this.send, args, this.#testNow()), undefined, extras);
     }
-    return parseReply(await this.client.sendCommand(args), undefined, extras);
+    return parseReply(await this.send(args), undefined, extras);
   }
 
   async #multi(commands) {
     this.#checkReady();
     if ((await this.#backend()) === 'script') return evalMulti(this.client, commands, this.#testNow());
+    if (this.cluster) {
+      const multi = this.client.multi(commands[0][1]);
+      for (const args of commands) multi.addCommand(undefined, false, args);
+      return multi.exec();
+    }
     const multi = this.client.multi();
     for (const args of commands) multi.addCommand(args);
     return multi.exec();

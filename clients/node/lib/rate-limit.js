@@ -15,7 +15,16 @@ import {
   policyShapes,
 } from './limits.js';
 import { parseReply } from './reply.js';
-import { ModuleRequiredError, TEST_NOW, checkBackend, evalPolicy, evalScript, resolveBackend } from './scripts.js';
+import {
+  ModuleRequiredError,
+  TEST_NOW,
+  checkBackend,
+  clusterKey,
+  evalPolicy,
+  evalScript,
+  isCluster,
+  resolveBackend,
+} from './scripts.js';
 
 class TimeoutError extends Error {
   constructor(ms) {
@@ -203,7 +212,7 @@ export class RateLimit {
     } = options;
     this.backendOption = checkBackend(backend);
     if (client === null || typeof client !== 'object' || typeof client.sendCommand !== 'function') {
-      throw new TypeError('invalid client: expected a node-redis client (createClient or createSentinel from "redis")');
+      throw new TypeError('invalid client: expected a node-redis client (createClient, createSentinel or createCluster from "redis")');
     }
     const { durable = 0, durableTimeoutMs = 100 } = options;
     if (!Number.isSafeInteger(durable) || durable < 0) {
@@ -226,9 +235,16 @@ export class RateLimit {
     if (typeof prefix !== 'string') throw new TypeError('invalid prefix: expected a string');
     this.client = client;
     // node-redis's Sentinel client (createSentinel) takes sendCommand(isReadonly, args), its
-    // standalone client sendCommand(args); the Sentinel client alone has getMasterNode.
+    // standalone client sendCommand(args); the Sentinel client alone has getMasterNode. Its
+    // cluster client (createCluster) takes sendCommand(firstKey, isReadonly, args), firstKey
+    // choosing the node (undefined: any); it alone has getSlotMaster and nodeClient. `send(args,
+    // key)`: on a cluster, to the primary of `key`'s slot (left out: the key the command
+    // declares, clusterKey), elsewhere to the one server (`key` ignored).
     this.sentinel = typeof client.getMasterNode === 'function';
-    this.send = this.sentinel ? (args) => client.sendCommand(false, args) : (args) => client.sendCommand(args);
+    this.cluster = isCluster(client);
+    if (this.sentinel) this.send = (args) => client.sendCommand(false, args);
+    else if (this.cluster) this.send = (args, key = clusterKey(args)) => client.sendCommand(key, false, args);
+    else this.send = (args) => client.sendCommand(args);
     // The backend in use once known ('module' or 'script'); the promise of it while asked.
     // (backend "module": once the module is found there, per client).
     this.backend = backend === 'script' ? 'script' : undefined;
@@ -437,9 +453,11 @@ export class RateLimit {
   // Backend "module" with the rules in the configuration: RL.POLICY.SET of them, once per
   // RateLimit, before its first RL.LIMIT (the application's rules replace the server's policy of
   // that name). A failure is not kept: the request fails as configured, the next one sets again.
-  #setPolicy() {
+  // On a cluster, sent once, to the node of the key whose RL.LIMIT follows (the module sends
+  // it on to every other node over the cluster bus).
+  #setPolicy(key) {
     if (this.policySet === undefined) {
-      const pending = Promise.resolve().then(() => this.send(['RL.POLICY.SET', this.policy, ...this.rules.words]));
+      const pending = Promise.resolve().then(() => this.send(['RL.POLICY.SET', this.policy, ...this.rules.words], key));
       this.policySet = pending;
       pending.catch(() => {
         if (this.policySet === pending) this.policySet = undefined;
@@ -453,7 +471,7 @@ export class RateLimit {
       const what = this.#moduleOnly();
       if (what !== undefined) throw new ModuleRequiredError(what);
     } else if (this.rules !== undefined) {
-      await this.#setPolicy();
+      await this.#setPolicy(this.redisKey(key));
     }
     const args = [this.command, this.redisKey(key), ...this.args, ...this.block];
     const extras = [];
@@ -490,11 +508,22 @@ export class RateLimit {
   // The command, and with `durable` (not for a DRYRUN) `WAIT durable durableTimeoutMs` sent in
   // the same round trip (node-redis pipelines what is sent in one tick on one connection; the
   // Sentinel client's are sent on one leased connection): [reply, replicas that acknowledged].
+  // On a cluster, WAIT goes after the reply, to the node the command was last sent to (by its
+  // key: a policy's scripts run on the node of its rule keys).
   async #sendWaiting(args, dryRun) {
     if (this.durable === 0 || dryRun) return [await this.#run(args), undefined];
     // The backend known first, so that the command leaves before WAIT, in the same tick.
     if (this.backend === undefined) await this.resolveBackend();
     const wait = ['WAIT', String(this.durable), String(this.durableTimeoutMs)];
+    if (this.cluster) {
+      let routed;
+      const send = (a, key = clusterKey(a)) => {
+        routed = key;
+        return this.send(a, key);
+      };
+      const reply = await this.#run(args, send);
+      return [reply, Number(await this.send(wait, routed))];
+    }
     const both = (send) => Promise.all([this.#run(args, send), send(wait)]);
     const [reply, acked] = this.sentinel
       ? await this.client.use((c) => both((a) => c.sendCommand(false, a)))

@@ -115,6 +115,30 @@ export function checkBackend(backend) {
   return backend;
 }
 
+/**
+ * Whether `client` is node-redis's cluster client (createCluster): its sendCommand takes
+ * (firstKey, isReadonly, args) and its multi(routing) a key; it alone has getSlotMaster and
+ * nodeClient (the Sentinel client has getMasterNode, the standalone client neither).
+ */
+export function isCluster(client) {
+  return typeof client?.getMasterNode !== 'function' && typeof client?.getSlotMaster === 'function' &&
+    typeof client?.nodeClient === 'function';
+}
+
+/**
+ * The key a command is routed by on a cluster client when none is given: a module command's
+ * (`[command, key, ...]`), EVALSHA's (and EVAL's) first declared key; none (any node) for what
+ * declares none: COMMAND INFO, RL.POLICY.GET and RL.POLICY.SET (policies are the cluster's: the
+ * module spreads a change over the cluster bus; RateLimit sends its SET with the key of the
+ * RL.LIMIT that follows). WAIT and SCRIPT LOAD are sent with the key of the command before them.
+ */
+export function clusterKey(args) {
+  const command = String(args[0]).toUpperCase();
+  if (command === 'EVALSHA' || command === 'EVAL') return Number(args[2]) > 0 ? args[3] : undefined;
+  if (command.startsWith('RL.') && !command.startsWith('RL.POLICY.')) return args[1];
+  return undefined;
+}
+
 // Test-only: a limiter with this symbol set to a function returning µs sends the scripts' test
 // clock (`NOW <µs>`). Not exported by the package's index: the public API never sends it.
 export const TEST_NOW = Symbol('ratelimit script test clock');
@@ -214,17 +238,19 @@ export async function evalPolicy(send, args, rules, now = undefined) {
 }
 
 // EVALSHA of the script `name` over `keys` with `words` (and the test clock), loaded after
-// NOSCRIPT and tried once more.
+// NOSCRIPT and tried once more. `send(args, key)` is given the first key with each command: a
+// cluster client routes by it, so the SCRIPT LOAD goes to the node that answered NOSCRIPT (a
+// standalone or Sentinel client's `send` ignores it).
 async function evalNamed(send, name, keys, words, now) {
   const { source, sha } = scripts()[name];
   const call = ['EVALSHA', sha, String(keys.length), ...keys, ...words];
   if (now !== undefined) call.push('NOW', String(now));
   try {
-    return await send(call);
+    return await send(call, keys[0]);
   } catch (error) {
     if (!String(error?.message ?? '').startsWith('NOSCRIPT')) throw error;
-    await send(['SCRIPT', 'LOAD', source]);
-    return send(call);
+    await send(['SCRIPT', 'LOAD', source], keys[0]);
+    return send(call, keys[0]);
   }
 }
 
@@ -244,10 +270,14 @@ export async function evalMulti(client, commands, now = undefined) {
     if (now !== undefined) call.push('NOW', String(now));
     return { name, call };
   });
+  // On a cluster, the MULTI goes to the node of the first command's key (the commands of one
+  // MULTI share their key).
+  const cluster = isCluster(client);
   const exec = async (list, load) => {
-    const multi = client.multi();
-    for (const name of load) multi.addCommand(['SCRIPT', 'LOAD', scripts()[name].source]);
-    for (const { call } of list) multi.addCommand(call);
+    const multi = cluster ? client.multi(calls[0].call[3]) : client.multi();
+    const add = cluster ? (args) => multi.addCommand(undefined, false, args) : (args) => multi.addCommand(args);
+    for (const name of load) add(['SCRIPT', 'LOAD', scripts()[name].source]);
+    for (const { call } of list) add(call);
     try {
       return (await multi.exec()).slice(load.length);
     } catch (error) {

@@ -14,7 +14,7 @@ import path from 'node:path';
 import { after } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import express from 'express';
-import { createClient } from 'redis';
+import { createClient, createCluster } from 'redis';
 import { RateLimiterRes } from '../index.js';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
@@ -38,7 +38,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
  * backend's); `stop()`, `pause()`, `resume()` by PID. On a
  * free port, or on `port` (a server started again where one was stopped).
  */
-export async function startRedis({ port: wanted, withModule = true } = {}) {
+export async function startRedis({ port: wanted, withModule = true, args = [] } = {}) {
   const binary = process.env.RATELIMIT_SERVER || 'redis-server';
   const module = process.env.RATELIMIT_MODULE || path.join(ROOT, 'target/release/libratelimit.so');
   if (withModule && !existsSync(module)) throw new Error(`${module} is missing: run cargo build --release first`);
@@ -48,7 +48,7 @@ export async function startRedis({ port: wanted, withModule = true } = {}) {
     const child = spawn(
       binary,
       ['--port', `${port}`, '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no',
-        ...(withModule ? ['--loadmodule', module, 'debug-clock', 'yes'] : [])],
+        ...args, ...(withModule ? ['--loadmodule', module, 'debug-clock', 'yes'] : [])],
       { stdio: ['ignore', 'ignore', 'pipe'] },
     );
     let stderr = '';
@@ -87,6 +87,59 @@ export async function startRedis({ port: wanted, withModule = true } = {}) {
     if (wanted !== undefined || !/Address already in use/.test(stderr)) throw new Error(`${binary} did not start: ${stderr}`);
   }
   throw new Error(`${binary} found no free port`);
+}
+
+/** The slots of startCluster's three primaries, in node order. */
+export const CLUSTER_BOUNDS = [[0, 5460], [5461, 10922], [10923, 16383]];
+
+/**
+ * A Redis Cluster of three primaries, no replicas (slots split in three with CLUSTER
+ * ADDSLOTSRANGE, joined by MEET), each a startRedis server with the module on its debug clock
+ * (`withModule: false`: without), and node-redis's createCluster on it (RESP2).
+ * Resolves { nodes, direct (a client on each node), cluster, nodeOf(key) (0, 1 or 2),
+ * calls(i, command) (INFO commandstats of node i), stop() }.
+ */
+export async function startCluster({ withModule = true } = {}) {
+  const args = ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '5000'];
+  const nodes = await Promise.all([0, 1, 2].map(() => startRedis({ withModule, args })));
+  const direct = await Promise.all(nodes.map((n) => connect(n, { RESP: 2 })));
+  for (const [i, c] of direct.entries()) {
+    await c.sendCommand(['CLUSTER', 'ADDSLOTSRANGE', `${CLUSTER_BOUNDS[i][0]}`, `${CLUSTER_BOUNDS[i][1]}`]);
+  }
+  for (const n of nodes.slice(1)) await direct[0].sendCommand(['CLUSTER', 'MEET', '127.0.0.1', `${n.port}`]);
+  // The cluster forming (gossip): a setup wait, not time-dependent behaviour under test.
+  const deadline = Date.now() + 30_000;
+  for (const c of direct) {
+    for (;;) {
+      const info = String(await c.sendCommand(['CLUSTER', 'INFO']));
+      const known = String(await c.sendCommand(['CLUSTER', 'NODES'])).trim().split('\n').length;
+      if (info.includes('cluster_state:ok') && known === 3) break;
+      assert.ok(Date.now() < deadline, 'the cluster did not come up');
+      await sleep(50);
+    }
+  }
+  const cluster = createCluster({ rootNodes: [{ url: nodes[0].url }], defaults: { disableOfflineQueue: true } });
+  cluster.on('error', () => {});
+  await cluster.connect();
+  return {
+    nodes,
+    direct,
+    cluster,
+    async nodeOf(key) {
+      const slot = Number(await direct[0].sendCommand(['CLUSTER', 'KEYSLOT', key]));
+      return CLUSTER_BOUNDS.findIndex(([first, last]) => slot >= first && slot <= last);
+    },
+    async calls(i, command) {
+      const info = String(await direct[i].sendCommand(['INFO', 'commandstats']));
+      const found = new RegExp(`^cmdstat_${command.replace(/[.|]/g, '\\$&')}:calls=(\\d+)`, 'm').exec(info);
+      return found ? Number(found[1]) : 0;
+    },
+    async stop() {
+      await cluster.close().catch(() => {});
+      for (const c of direct) if (c.isOpen) c.destroy();
+      await Promise.all(nodes.map((n) => n.stop()));
+    },
+  };
 }
 
 /** A node-redis client (RESP3 unless told), connected; errors are swallowed (tests stop servers). */

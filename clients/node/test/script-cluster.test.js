@@ -6,121 +6,34 @@
 // test-only clock, NOW), keys in every node's slots; NOSCRIPT on the one node whose script cache
 // was flushed is answered by loading the script there and trying again; RL.REFUND works.
 //
-// RateLimit itself takes a standalone or Sentinel client (a cluster client's sendCommand takes
-// the key to route by first): this file runs the package's script calls (evalScript, and `auto`'s
-// resolveBackend) through the cluster client.
+// This file runs the package's script calls (evalScript, and `auto`'s resolveBackend) through
+// the cluster client itself; RateLimit and RateLimiterRedis over a cluster client:
+// cluster-client.test.js.
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import net from 'node:net';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { createClient, createCluster } from 'redis';
 import { parseReply } from '../lib/reply.js';
 import { evalScript, resolveBackend, scripts } from '../lib/scripts.js';
-import { T0_MS, freePort, startRedis } from './helpers.js';
+import { T0_MS, connect, startCluster, startRedis } from './helpers.js';
 
-/** A redis-server without the module, with `args`, on a free loopback port; stopped by PID. */
-async function startServer(args) {
-  const binary = process.env.RATELIMIT_SERVER || 'redis-server';
-  const dir = mkdtempSync(path.join(tmpdir(), 'rl-node-cluster-'));
-  for (let attempt = 0; attempt < 5; attempt++) {
-    const port = await freePort();
-    const child = spawn(
-      binary,
-      ['--port', `${port}`, '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no', ...args],
-      { stdio: ['ignore', 'ignore', 'pipe'] },
-    );
-    let stderr = '';
-    child.stderr.on('data', (d) => { stderr += d; });
-    let exited = false;
-    child.once('exit', () => { exited = true; });
-    for (let i = 0; i < 200 && !exited; i++) {
-      const ok = await new Promise((resolve) => {
-        const s = net.connect(port, '127.0.0.1');
-        s.once('connect', () => s.write('PING\r\n'));
-        s.once('data', (d) => { s.destroy(); resolve(String(d).startsWith('+PONG')); });
-        s.once('error', () => resolve(false));
-      });
-      if (ok) {
-        return {
-          port,
-          url: `redis://127.0.0.1:${port}`,
-          async stop() {
-            if (child.exitCode !== null || child.signalCode !== null) return;
-            const gone = new Promise((r) => child.once('exit', r));
-            process.kill(child.pid, 'SIGKILL');
-            await gone;
-            rmSync(dir, { recursive: true, force: true });
-          },
-        };
-      }
-      await new Promise((r) => setTimeout(r, 25));
-    }
-    if (!exited) process.kill(child.pid, 'SIGKILL');
-    if (!/Address already in use/.test(stderr)) throw new Error(`${binary} did not start: ${stderr}`);
-  }
-  throw new Error(`${binary} found no free port`);
-}
-
-const BOUNDS = [[0, 5460], [5461, 10922], [10923, 16383]];
-
-let nodes = []; // the three primaries
 let direct = []; // a client on each, for what the test asks of one node
 let withModule; // the module on its debug clock: the replies to compare with
 let m; // RESP2, as the cluster client
 let cluster;
-
-const newClient = async (url) => {
-  const c = createClient({ url, disableOfflineQueue: true });
-  c.on('error', () => {});
-  await c.connect();
-  return c;
-};
+let nodeOf; // the node (0, 1 or 2) whose slots hold a key
+let calls; // calls of a command on node i so far (INFO commandstats)
+let stack;
 
 before(async () => {
-  const clusterArgs = ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '5000'];
-  [withModule, ...nodes] = await Promise.all([startRedis(), ...[0, 1, 2].map(() => startServer(clusterArgs))]);
-  m = await newClient(withModule.url);
-  direct = await Promise.all(nodes.map((n) => newClient(n.url)));
-  for (const [i, c] of direct.entries()) await c.sendCommand(['CLUSTER', 'ADDSLOTSRANGE', `${BOUNDS[i][0]}`, `${BOUNDS[i][1]}`]);
-  for (const n of nodes.slice(1)) await direct[0].sendCommand(['CLUSTER', 'MEET', '127.0.0.1', `${n.port}`]);
-  // The cluster forming (gossip): a setup wait, not time-dependent behaviour under test.
-  const deadline = Date.now() + 30_000;
-  for (const c of direct) {
-    for (;;) {
-      const info = String(await c.sendCommand(['CLUSTER', 'INFO']));
-      const known = String(await c.sendCommand(['CLUSTER', 'NODES'])).trim().split('\n').length;
-      if (info.includes('cluster_state:ok') && known === 3) break;
-      assert.ok(Date.now() < deadline, 'the cluster did not come up');
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
-  cluster = createCluster({ rootNodes: [{ url: nodes[0].url }], defaults: { disableOfflineQueue: true } });
-  cluster.on('error', () => {});
-  await cluster.connect();
+  [withModule, stack] = await Promise.all([startRedis(), startCluster({ withModule: false })]);
+  ({ direct, cluster, nodeOf, calls } = stack);
+  m = await connect(withModule, { RESP: 2 });
 });
 
 after(async () => {
-  await cluster?.close().catch(() => {});
-  for (const c of [m, ...direct]) if (c?.isOpen) c.destroy();
-  await Promise.all([withModule, ...nodes].map((s) => s?.stop()));
+  if (m?.isOpen) m.destroy();
+  await Promise.all([withModule?.stop(), stack?.stop()]);
 });
-
-/** The node (0, 1 or 2) whose slots hold `key`. */
-async function nodeOf(key) {
-  const slot = Number(await direct[0].sendCommand(['CLUSTER', 'KEYSLOT', key]));
-  return BOUNDS.findIndex(([first, last]) => slot >= first && slot <= last);
-}
-
-/** Calls of a command on node `i` so far (INFO commandstats). */
-async function calls(i, command) {
-  const info = String(await direct[i].sendCommand(['INFO', 'commandstats']));
-  const found = new RegExp(`^cmdstat_${command.replace(/[.|]/g, '\\$&')}:calls=(\\d+)`, 'm').exec(info);
-  return found ? Number(found[1]) : 0;
-}
 
 /** A module command (`[command, key, ...words]`) as its script, through the cluster client. */
 const viaCluster = (args, ms) => evalScript((a) => cluster.sendCommand(args[1], false, a), args, (T0_MS + ms) * 1000);

@@ -1,6 +1,6 @@
 // Compiled with tsc --noEmit by types.test.js: the declarations fit the way the README uses them.
 import express from 'express';
-import { createClient } from 'redis';
+import { createClient, createCluster } from 'redis';
 import {
   ModuleRequiredError,
   RateLimit,
@@ -109,3 +109,10 @@ process.once('SIGTERM', () => {
 new RateLimit({ client, limit: { policy: 'api' }, localBudget: 8, hold: 500 }).flush().then((n: number) => n);
 
 export { check, login, maybe, failures, body, held, holdMs, backend, moduleMissing };
+
+// A cluster client (createCluster): RateLimit, the middleware and RateLimiterRedis take it.
+const cluster = createCluster({ rootNodes: [{ url: 'redis://127.0.0.1:7000' }], defaults: { disableOfflineQueue: true } });
+const onCluster = new RateLimit({ client: cluster, limit: { algorithm: 'gcra', burst: 5, rate: 10, period: '1m' }, durable: 1 });
+const clusterBackend: 'module' | 'script' | undefined = onCluster.stats.backend;
+rateLimitMiddleware({ client: cluster, limit: { policy: 'api', rules: [{ algorithm: 'fixedwindow', limit: 10, window: '1m' }] } });
+new RateLimiterRedis({ storeClient: cluster, points: 5, duration: 1 });
