@@ -39,6 +39,7 @@ test: test-deps build servers
 bench: test-deps build
 	cargo bench -p ratelimit-algorithms --bench algorithms
 	python3 scripts/bench.py
+	clients/python/.venv/bin/python scripts/bench_scripts.py
 	clients/python/.venv/bin/python scripts/bench_clients_python.py
 	clients/python/.venv/bin/python scripts/bench_durable.py
 	python3 scripts/bench_adaptive.py

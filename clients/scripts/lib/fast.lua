@@ -35,8 +35,13 @@ local function fast_words(counts, digits)
   if not d or #d > digits then
     return nil
   end
-  local scale = unit == '' and 1
-    or ({ ms = 1, s = 1000, m = 60000, h = 3600000, d = 86400000 })[unit:lower()]
+  -- The unit's scale, by comparisons (a table here would be built at every call).
+  local scale = 1
+  if unit ~= '' then
+    unit = unit:lower()
+    scale = unit == 's' and 1000 or unit == 'm' and 60000 or unit == 'ms' and 1
+      or unit == 'h' and 3600000 or unit == 'd' and 86400000 or nil
+  end
   local ms = scale and tonumber(d) * scale
   if not ms or ms > 315360000000 then -- ten 365-day years
     return nil

@@ -1,8 +1,9 @@
 -- RL.FIXEDWINDOW's fast path, before the common part is defined (clients/scripts/README.md,
--- "One source"): a plain admission, `limit window` and nothing else, on a fresh key or on one written
+-- "One source"): a plain call, `limit window` and nothing else, on a fresh key or on one written
 -- with the same parameters and no BLOCK. It takes the same steps as lib/fixedwindow.lua's
 -- FW.check and common's admit() for that case (cost 1) and replies, writes and expires as they
--- do. Anything else goes on to the general path, which parses and reads again (and reports any
+-- do (a refusal writes nothing; an admission in the same window writes only the count).
+-- Anything else goes on to the general path, which parses and reads again (and reports any
 -- error): `fw_now` hands it the TIME this path read, so the clock is read once.
 local fw_now
 do
@@ -35,7 +36,10 @@ do
         local reset = fast_ceil(reset_at - now, 1000)
         local retry = allowed and 0 or fast_ceil(counted_until - now, 1000)
         reply = { allowed and 1 or 0, limit, used < limit and limit - used or 0, retry, reset }
-        if allowed then
+        if allowed and s == start then
+          -- The same window: its start is written already.
+          fast_write(key, false, 'fw1', p, reset, 'c', string.format('%d', used))
+        elseif allowed then
           fast_write(key, fresh, 'fw1', p, reset, 's', string.format('%d', start), 'c',
             string.format('%d', used))
         end
