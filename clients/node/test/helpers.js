@@ -14,6 +14,7 @@ import path from 'node:path';
 import { after } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import express from 'express';
+import { TEST_NOW } from '../lib/scripts.js';
 import { createClient, createCluster } from 'redis';
 import { RateLimiterRes } from '../index.js';
 
@@ -261,4 +262,21 @@ export async function refusal(promise) {
     throw err;
   }
   return assert.fail(`admitted: ${res}`);
+}
+
+/**
+ * One instant for both backends: `at(ms)` sets the module server's debug clock (through client
+ * `m`) to T0 + ms, and the scripts' test-only clock of each of `limiters` (TEST_NOW) reads the
+ * same instant in µs.
+ */
+export function sharedClock(m, limiters) {
+  const clock = {
+    ms: 0,
+    async at(ms) {
+      clock.ms = ms;
+      await m.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS + ms}`]);
+    },
+  };
+  for (const l of limiters) l[TEST_NOW] = () => (T0_MS + clock.ms) * 1000;
+  return clock;
 }

@@ -15,15 +15,12 @@
 // does), and a few are written out (the Python test's values).
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import net from 'node:net';
-import { tmpdir } from 'node:os';
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { RateLimit, rateLimitMiddleware } from '../index.js';
 import { TEST_NOW } from '../lib/scripts.js';
-import { ROOT, T0_MS, connect, freePort, helloApp, limitFields, startRedis } from './helpers.js';
+import { connect, helloApp, limitFields, ROOT, sharedClock, startRedis, T0_MS } from './helpers.js';
 
 const MODULE = process.env.RATELIMIT_MODULE || path.join(ROOT, 'target/release/libratelimit.so');
 
@@ -50,46 +47,8 @@ const UNASKED =
  * A redis-server without the module and with `enable-module-command no` (MODULE LOAD refused,
  * as on a managed service), on a free loopback port, stopped by its PID.
  */
-async function startLocked() {
-  const binary = process.env.RATELIMIT_SERVER || 'redis-server';
-  const dir = mkdtempSync(path.join(tmpdir(), 'rl-node-locked-'));
-  for (let attempt = 0; attempt < 5; attempt++) {
-    const port = await freePort();
-    const child = spawn(
-      binary,
-      ['--port', `${port}`, '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no', '--enable-module-command', 'no'],
-      { stdio: ['ignore', 'ignore', 'pipe'] },
-    );
-    let stderr = '';
-    child.stderr.on('data', (d) => { stderr += d; });
-    let exited = false;
-    child.once('exit', () => { exited = true; });
-    for (let i = 0; i < 200 && !exited; i++) {
-      const ok = await new Promise((resolve) => {
-        const s = net.connect(port, '127.0.0.1');
-        s.once('connect', () => s.write('PING\r\n'));
-        s.once('data', (d) => { s.destroy(); resolve(String(d).startsWith('+PONG')); });
-        s.once('error', () => resolve(false));
-      });
-      if (ok) {
-        return {
-          port,
-          url: `redis://127.0.0.1:${port}`,
-          async stop() {
-            if (child.exitCode !== null || child.signalCode !== null) return;
-            const gone = new Promise((r) => child.once('exit', r));
-            process.kill(child.pid, 'SIGKILL');
-            await gone;
-            rmSync(dir, { recursive: true, force: true });
-          },
-        };
-      }
-      await new Promise((r) => setTimeout(r, 25));
-    }
-    if (!exited) process.kill(child.pid, 'SIGKILL');
-    if (!/Address already in use/.test(stderr)) throw new Error(`${binary} did not start: ${stderr}`);
-  }
-  throw new Error(`${binary} found no free port`);
+function startLocked() {
+  return startRedis({ withModule: false, args: ['--enable-module-command', 'no'] });
 }
 
 let locked; // enable-module-command no, no module
@@ -165,18 +124,8 @@ function keeper() {
   return { lines, warn: (s) => lines.push(`warn ${s}`), info: (s) => lines.push(`info ${s}`) };
 }
 
-/** The module's debug clock and the scripts' NOW of `limiters`, both at T0 + ms. */
-function clockFor(limiters) {
-  const clock = {
-    ms: 0,
-    async at(ms) {
-      clock.ms = ms;
-      await m.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS + ms}`]);
-    },
-  };
-  for (const l of limiters) l[TEST_NOW] = () => (T0_MS + clock.ms) * 1000;
-  return clock;
-}
+// Both clocks at T0 + ms: the module's debug clock, and the scripts' NOW for the limiters given.
+const clockFor = (limiters) => sharedClock(m, limiters);
 
 // A decision's values (the Python test's tuple: allowed, remaining, retry, reset, delay), or a
 // refund's units; a failed call throws its error.

@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { ModuleRequiredError, RateLimit, RateLimiterRedis, rateLimitMiddleware } from '../index.js';
 import { TEST_NOW, scripts } from '../lib/scripts.js';
-import { T0_MS, connect, helloApp, limitFields, startRedis } from './helpers.js';
+import { connect, helloApp, limitFields, sharedClock, startRedis, T0_MS } from './helpers.js';
 
 let withModule;
 let plain;
@@ -30,18 +30,8 @@ after(async () => {
 
 const quiet = { warn() {}, info() {} };
 
-/** Both clocks at T0 + ms: the module's debug clock, and the scripts' NOW for `limiters`. */
-function clockFor(limiters) {
-  const clock = {
-    ms: 0,
-    async at(ms) {
-      clock.ms = ms;
-      await m.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS + ms}`]);
-    },
-  };
-  for (const l of limiters) l[TEST_NOW] = () => (T0_MS + clock.ms) * 1000;
-  return clock;
-}
+// Both clocks at T0 + ms: the module's debug clock, and the scripts' NOW for the limiters given.
+const clockFor = (limiters) => sharedClock(m, limiters);
 
 // A decision without what says which call made it (a round trip, either backend).
 const strip = ({ local, ...d }) => d;

@@ -11,7 +11,7 @@ import { after, before, test } from 'node:test';
 import express from 'express';
 import { ModuleRequiredError, RateLimit, rateLimitMiddleware } from '../index.js';
 import { TEST_NOW } from '../lib/scripts.js';
-import { T0_MS, connect, get, limitFields, serve, startRedis } from './helpers.js';
+import { connect, get, limitFields, serve, sharedClock, startRedis, T0_MS } from './helpers.js';
 
 let withModule;
 let plain;
@@ -31,18 +31,8 @@ after(async () => {
 const quiet = { warn() {}, info() {} };
 const strip = ({ local, ...d }) => d;
 
-/** Both clocks at T0 + ms: the module's debug clock, and the scripts' NOW for `limiters`. */
-function clockFor(limiters) {
-  const clock = {
-    ms: 0,
-    async at(ms) {
-      clock.ms = ms;
-      await m.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS + ms}`]);
-    },
-  };
-  for (const l of limiters) l[TEST_NOW] = () => (T0_MS + clock.ms) * 1000;
-  return clock;
-}
+// Both clocks at T0 + ms: the module's debug clock, and the scripts' NOW for the limiters given.
+const clockFor = (limiters) => sharedClock(m, limiters);
 
 // [ms after T0, limit, what]: `held` names the decisions kept to release later (per backend).
 const STEPS = [

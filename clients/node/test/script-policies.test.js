@@ -13,7 +13,7 @@ import { after, before, test } from 'node:test';
 import { ModuleRequiredError, RateLimit, rateLimitMiddleware } from '../index.js';
 import { readFileSync } from 'node:fs';
 import { TEST_NOW, ruleKeys, scripts } from '../lib/scripts.js';
-import { T0_MS, calls, connect, helloApp, limitFields, startRedis } from './helpers.js';
+import { calls, connect, helloApp, limitFields, sharedClock, startRedis, T0_MS } from './helpers.js';
 
 let withModule;
 let plain;
@@ -32,18 +32,8 @@ after(async () => {
 
 const quiet = { warn() {}, info() {} };
 
-/** Both clocks at T0 + ms: the module's debug clock, and the scripts' NOW for `limiters`. */
-function clockFor(limiters) {
-  const clock = {
-    ms: 0,
-    async at(ms) {
-      clock.ms = ms;
-      await m.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS + ms}`]);
-    },
-  };
-  for (const l of limiters) l[TEST_NOW] = () => (T0_MS + clock.ms) * 1000;
-  return clock;
-}
+// Both clocks at T0 + ms: the module's debug clock, and the scripts' NOW for the limiters given.
+const clockFor = (limiters) => sharedClock(m, limiters);
 
 // A decision without what says which call made it (a round trip, either backend).
 const strip = ({ local, ...d }) => d;

@@ -183,6 +183,24 @@ class PlainServer(Server):
         )
 
 
+@pytest.fixture(scope="module")
+def module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server with the module, its debug clock frozen at T0 (one per test file): the module's
+    side of the script backend's comparisons."""
+    s = Server(tmp_path_factory.mktemp("module"))
+    s.freeze(T0_MS)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlainServer]:
+    """A server without the module (one per test file): where the packages use the scripts."""
+    s = PlainServer(tmp_path_factory.mktemp("plain"))
+    yield s
+    s.stop()
+
+
 def start_cluster(base: Path, kind: type[Server]) -> list[Server]:
     """Three primaries of ``kind``, slots split in three with CLUSTER ADDSLOTSRANGE, joined by
     MEET; stopped if they do not come up."""

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -46,21 +46,6 @@ from ratelimit_redis_module import (
     Warmup,
 )
 from ratelimit_redis_module.scripts import SCRIPTS, script_sha, script_source
-
-
-@pytest.fixture(scope="module")
-def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlainServer]:
-    s = PlainServer(tmp_path_factory.mktemp("plain"))
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = Server(tmp_path_factory.mktemp("module"))
-    s.freeze(T0_MS)
-    yield s
-    s.stop()
 
 
 # --- every algorithm through the function API, as on the module ------------------------------

@@ -31,7 +31,7 @@ import random
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 from typing import Sequence as Sequence_
 
 import pytest
@@ -71,11 +71,8 @@ def source(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def rl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = Server(tmp_path_factory.mktemp("script-equal"))
-    s.freeze(T0_MS)
-    yield s
-    s.stop()
+def rl(module_server: Server) -> Server:
+    return module_server
 
 
 # After a step, in its MULTI/EXEC: both keys' PTTLs, PERSISTed, whether they still exist, and

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import random
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -56,11 +56,8 @@ return cjson.encode(out)
 
 
 @pytest.fixture(scope="module")
-def rl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = Server(tmp_path_factory.mktemp("script-equal-policy"))
-    s.freeze(T0_MS)
-    yield s
-    s.stop()
+def rl(module_server: Server) -> Server:
+    return module_server
 
 
 @pytest.fixture(scope="module")

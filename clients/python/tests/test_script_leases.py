@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -28,21 +28,6 @@ from ratelimit_redis_module import (
     RateLimiter,
     RateLimitMiddleware,
 )
-
-
-@pytest.fixture(scope="module")
-def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlainServer]:
-    s = PlainServer(tmp_path_factory.mktemp("plain-leases"))
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = Server(tmp_path_factory.mktemp("module-leases"))
-    s.freeze(T0_MS)
-    yield s
-    s.stop()
 
 
 # (what, argument): acquire(limit, lease, options), release(token index or name, options),

@@ -17,7 +17,7 @@ import pytest
 import redis
 import redis.cluster
 
-from conftest import T0_MS, Server
+from conftest import ROOT, T0_MS, PlainServer, Server
 from ratelimit_redis_module import (
     GCRA,
     FixedWindow,
@@ -33,8 +33,7 @@ from ratelimit_redis_module import (
     Warmup,
 )
 from ratelimit_redis_module.scripts import rule_keys
-from conftest import ROOT, PlainServer
-from test_script_backend import STEPS, module_server, plain, replay_on_both  # noqa: F401
+from test_script_backend import STEPS, replay_on_both
 
 POLICIES = [
     Policy("tiers", rules=(GCRA(10, 10, "1s"), FixedWindow(12, "1m"), FixedWindow(5000, "1d"))),

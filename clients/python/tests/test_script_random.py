@@ -32,7 +32,6 @@ from ratelimit_redis_module import (
     Warmup,
 )
 from ratelimit_redis_module.scripts import rule_keys
-from test_script_backend import module_server, plain  # noqa: F401
 
 SEED = int(os.environ.get("SCRIPT_RANDOM_SEED", "28"))
 SEQUENCES = int(os.environ.get("SCRIPT_RANDOM_SEQUENCES", "30"))

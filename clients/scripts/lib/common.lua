@@ -401,15 +401,15 @@ local function clock(now)
   return now
 end
 
--- The key's fields `names` (the first is the layout tag `a`) as a table, or nil for a missing
--- key. A key of another type, or a hash that is not a limiter's, is refused; a lease key (a
--- sorted set, lib/concurrency.lua) is read as { a = 'cc1' }, for its caller's error.
-local function read(key, names)
-  local got = redis.pcall('HMGET', key, unpack(names))
+-- redis.pcall's reply `got` to a read of `key` whose first value is the layout: the reply; nil
+-- for a missing key; for a key of another type, `other(key)` if it gives a value (a caller's own
+-- reading of it), else the refusal, as for a key without the layout.
+local function fetched(got, key, other)
   if got.err then
     if got.err:find('^WRONGTYPE') then
-      if redis.pcall('ZSCORE', key, 'a') == '-1' then
-        return { a = 'cc1' }
+      local seen = other(key)
+      if seen then
+        return seen
       end
       fail(WRONGTYPE)
     end
@@ -420,6 +420,26 @@ local function read(key, names)
       fail(WRONGTYPE)
     end
     return nil
+  end
+  return got
+end
+
+-- A lease key (a sorted set, lib/concurrency.lua) read as a hash: { a = 'cc1' }, for the
+-- caller's error.
+local function lease_layout(key)
+  if redis.pcall('ZSCORE', key, 'a') == '-1' then
+    return { a = 'cc1' }
+  end
+  return nil
+end
+
+-- The key's fields `names` (the first is the layout tag `a`) as a table, or nil for a missing
+-- key. A key of another type, or a hash that is not a limiter's, is refused; a lease key is
+-- read as { a = 'cc1' }, for its caller's error.
+local function read(key, names)
+  local got = fetched(redis.pcall('HMGET', key, unpack(names)), key, lease_layout)
+  if not got or got.a then
+    return got
   end
   local h = {}
   for i = 1, #names do

@@ -21,23 +21,18 @@ end
 
 -- The key's layout and its generated tokens so far, or nil for a missing key. A key of another
 -- type, or a sorted set without the layout, is refused as read() refuses it; an admission
--- script's hash gets the module's text for another algorithm's key.
-local function cc_read(key)
-  local got = redis.pcall('ZMSCORE', key, 'a', 'i')
-  if got.err then
-    if got.err:find('^WRONGTYPE') then
-      local a = redis.pcall('HGET', key, 'a')
-      if type(a) == 'string' and a ~= 'cc1' then
-        expect({ a = a }, 'cc1', CC)
-      end
-      fail(WRONGTYPE)
-    end
-    fail(got.err)
+-- script's hash gets the module's text for another algorithm's key (cc_hash).
+local function cc_hash(key)
+  local a = redis.pcall('HGET', key, 'a')
+  if type(a) == 'string' and a ~= 'cc1' then
+    expect({ a = a }, 'cc1', CC)
   end
-  if not got[1] then
-    if redis.call('EXISTS', key) == 1 then
-      fail(WRONGTYPE)
-    end
+  return nil
+end
+
+local function cc_read(key)
+  local got = fetched(redis.pcall('ZMSCORE', key, 'a', 'i'), key, cc_hash)
+  if not got then
     return nil
   end
   if got[1] ~= '-1' or not got[2] then
