@@ -153,7 +153,11 @@ async function spendAcrossAFailover(durable) {
     }
     await attached;
     assert.ok(killed);
-    assert.equal(Number((await sentinels[0].master()).port), replica.port);
+    // The replica was promoted; on a loaded machine Sentinel may also have failed over once more,
+    // to the spare that replicated it (a promoted primary slow to answer for a second): the
+    // limiter followed either way, and the spare holds what the replica held.
+    const promoted = Number((await sentinels[0].master()).port);
+    assert.ok([replica.port, ...spares.map((s) => s.port)].includes(promoted), `${promoted}`);
     return { over: admitted.map((a) => a - LIMIT), stats: limiter.stats };
   } finally {
     await client.close().catch(() => {});
