@@ -88,6 +88,25 @@ def test_the_module_gets_the_policy_once(module_server: Server) -> None:
         assert m.execute_command("RL.POLICY.GET", "once") == [b"GCRA", b"3", b"1", b"1s", b"FIXEDWINDOW", b"10", b"1m"]
 
 
+def test_a_failed_policy_set_is_sent_again(module_server: Server) -> None:
+    """The first RL.POLICY.SET refused (here by the user's ACL): the check raises, and the next
+    check sends it again rather than asking for a policy the server never got."""
+    policy = Policy("again", rules=(GCRA(3, 1, "1s"),))
+    with module_server.client() as admin:
+        admin.execute_command("RL.POLICY.DEL", "again")
+        admin.execute_command("ACL", "SETUSER", "setter", "reset", "on", ">secret", "~*", "+@all", "-rl.policy.set")
+        try:
+            with module_server.client(username="setter", password="secret") as c:
+                limiter = RateLimiter(c, backend="module")
+                with pytest.raises(redis.exceptions.NoPermissionError):
+                    limiter.check(policy, "again:k")
+                admin.execute_command("ACL", "SETUSER", "setter", "+rl.policy.set")
+                assert limiter.check(policy, "again:k").allowed
+                assert admin.execute_command("RL.POLICY.GET", "again") == [b"GCRA", b"3", b"1", b"1s"]
+        finally:
+            admin.execute_command("ACL", "DELUSER", "setter")
+
+
 def test_rules_are_checked(plain: PlainServer) -> None:
     with pytest.raises(ValueError, match="at most 16 rules"):
         Policy("big", rules=tuple(GCRA(1, 1, "1s") for _ in range(17)))

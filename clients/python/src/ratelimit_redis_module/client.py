@@ -439,16 +439,17 @@ class _Backend:
 
     def _policy_set(self, args: list[Any], rules: tuple[str, ...]) -> list[Any] | None:
         """On the module, a policy whose rules the application gives is set on the server
-        (``RL.POLICY.SET``) before this limiter's first check of it: the words to send first,
-        or None."""
+        (``RL.POLICY.SET``) before this limiter's first check of it: the words to send first
+        (then :meth:`_policy_was_set`), or None. Until one succeeds, each check sends it."""
         if self._chosen != "module" or not rules or args[0] != "RL.LIMIT":
             return None
-        name = args[2]
+        if self._policies_set.get(args[2]) == rules:
+            return None
+        return ["RL.POLICY.SET", args[2], *rules]
+
+    def _policy_was_set(self, words: list[Any]) -> None:
         with self._choosing:
-            if self._policies_set.get(name) == rules:
-                return None
-            self._policies_set[name] = rules
-        return ["RL.POLICY.SET", name, *rules]
+            self._policies_set[words[1]] = tuple(words[2:])
 
     def _load_target(self, key: Any) -> dict[str, Any]:
         return {"target_nodes": self.client.get_node_from_key(key)} if _is_cluster(self.client) else {}
@@ -568,6 +569,7 @@ class RateLimiter(_Backend):
             first = self._policy_set(args, rules)
             if first:
                 self.client.execute_command(*first)
+                self._policy_was_set(first)
             words, name = self._wire(args, rules)
             for attempt in (0, 1):
                 pipe = self.client.pipeline(transaction=False)
@@ -608,6 +610,7 @@ class RateLimiter(_Backend):
         first = self._policy_set(args, rules)
         if first:
             self.client.execute_command(*first, **_keyless(self.client))
+            self._policy_was_set(first)
         words, name = self._wire(args, rules)
         try:
             return self.client.execute_command(*words)
@@ -806,6 +809,7 @@ class AsyncRateLimiter(_Backend):
             first = self._policy_set(args, rules)
             if first:
                 await self.client.execute_command(*first)
+                self._policy_was_set(first)
             words, name = self._wire(args, rules)
             for attempt in (0, 1):
                 pipe = self.client.pipeline(transaction=False)
@@ -847,6 +851,7 @@ class AsyncRateLimiter(_Backend):
         first = self._policy_set(args, rules)
         if first:
             await self.client.execute_command(*first, **_keyless(self.client))
+            self._policy_was_set(first)
         words, name = self._wire(args, rules)
         try:
             return await self.client.execute_command(*words)
