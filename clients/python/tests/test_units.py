@@ -244,3 +244,12 @@ def test_rules_and_windows() -> None:
     assert duration_ms(timedelta(seconds=2)) == 2000
     assert duration_ms(timedelta(microseconds=1500)) is None
     assert TokenBucket(5, 1, timedelta(minutes=1), interval=True).args() == ["5", "1", "60000", "INTERVAL"]
+
+
+def test_no_submodule_is_named_after_the_limits_library() -> None:
+    """``limits`` is the best-known Python limiter's package: the module of limit types is
+    ``limit_types`` (issue 29), so ``ratelimit_redis_module.limits`` is not one to mistake."""
+    import importlib.util
+
+    assert importlib.util.find_spec("ratelimit_redis_module.limits") is None
+    assert importlib.util.find_spec("ratelimit_redis_module.limit_types") is not None

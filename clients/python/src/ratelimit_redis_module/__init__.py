@@ -44,7 +44,7 @@ from .guard import (
     quota_exceeded_body,
     rate_limit_headers,
 )
-from .limits import (
+from .limit_types import (
     ADAPTIVE_KINDS,
     GCRA,
     Concurrency,

@@ -16,7 +16,7 @@ import time
 from typing import Any, Awaitable, Callable, Iterable, Mapping, MutableMapping, TypeVar, Union
 
 from .guard import PROBLEM_JSON, AsyncGuard, Stats
-from .limits import Limit
+from .limit_types import Limit
 
 __all__ = ["RateLimitMiddleware", "KeyFunc", "client_ip", "exempt", "header", "user"]
 

@@ -50,7 +50,7 @@ from typing import Any, Awaitable, Callable, Hashable
 
 import redis
 
-from .limits import FixedWindow, Limit, Policy, Warmup, duration_ms
+from .limit_types import FixedWindow, Limit, Policy, Warmup, duration_ms
 from .reply import Decision
 
 __all__ = ["BudgetStats", "LocalBudgets", "AsyncLocalBudgets", "hold_ms", "MIN_HOLD_MS", "POLICY_PERIOD_MS"]

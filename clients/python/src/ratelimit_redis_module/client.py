@@ -24,7 +24,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .limits import (
+from .limit_types import (
     rule_words,
     GCRA,
     Concurrency,

@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator, Callable, Hashable, Iterator
 import redis
 
 from .client import AsyncRateLimiter, NotDurable, RateLimiter, Rtt, async_client_from_url, client_from_url
-from .limits import Concurrency, FieldShape, Limit, More, Policy, Rule, field_shape, more_after_ms, parse_rules
+from .limit_types import Concurrency, FieldShape, Limit, More, Policy, Rule, field_shape, more_after_ms, parse_rules
 from .reply import Decision
 
 __all__ = [

@@ -1,4 +1,7 @@
-"""What to limit by: one algorithm's parameters, or the name of a policy (RL.LIMIT)."""
+"""What to limit by: one algorithm's parameters, or the name of a policy (RL.LIMIT).
+
+(Named ``limit_types``, not ``limits``: ``limits`` is the best-known Python limiter's package,
+and a module of the same name here read as if it were that one.)"""
 
 from __future__ import annotations
 
