@@ -15,7 +15,7 @@
 """
 
 from .budget import BudgetStats, hold_ms
-from .asgi import RateLimitMiddleware, client_ip, exempt, header, user
+from .asgi import RateLimitMiddleware, client_ip, exempt, header, limited, user
 from .client import (
     ADMISSION_OPTIONS,
     COMMANDS,
@@ -77,6 +77,6 @@ __all__ = [
     "Limit", "NotDurable", "PROBLEM_JSON", "Policy", "RULE_KINDS", "RateLimitMiddleware", "RateLimiter", "Rule",
     "RuleKind", "SlidingLog", "SlidingWindow", "Stats", "TokenBucket", "UNAVAILABLE_BODY", "Verdict",
     "Warmup", "async_client_from_sentinel", "async_client_from_url", "client_from_sentinel",
-    "client_from_url", "client_ip", "duration_ms", "exempt", "field_shape", "header",
+    "client_from_url", "client_ip", "duration_ms", "exempt", "field_shape", "header", "limited",
     "more_after_ms", "parse_decision", "parse_rules", "quota_exceeded_body", "rate_limit_headers", "user",
 ]

@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping, MutableMapping, 
 from .guard import PROBLEM_JSON, AsyncGuard, Stats
 from .limit_types import Limit
 
-__all__ = ["RateLimitMiddleware", "KeyFunc", "client_ip", "exempt", "header", "user"]
+__all__ = ["RateLimitMiddleware", "KeyFunc", "client_ip", "exempt", "header", "limited", "user"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -37,7 +37,8 @@ SkipFunc = Callable[[Scope], bool]
 
 _Exempted = TypeVar("_Exempted")
 _EXEMPT = "__ratelimit_exempt__"
-# How many endpoints `exempt` has marked: until one is, no route is looked up.
+_LIMIT = "__ratelimit_limit__"
+# How many endpoints `exempt` and `limited` have marked: until one is, no route is looked up.
 _marked = 0
 
 
@@ -66,13 +67,46 @@ def exempt(endpoint: _Exempted) -> _Exempted:
     return endpoint
 
 
-def _is_exempt(thing: Any) -> bool:
-    return getattr(thing, _EXEMPT, False) is True
+def limited(limit: Limit, *, name: str | None = None) -> Callable[[_Exempted], _Exempted]:
+    """A route's own limit, as slowapi's ``@limiter.limit(...)`` gives one: the
+    :class:`RateLimitMiddleware` checks the route's requests against ``limit`` instead of its
+    own, on keys of their own (the middleware's prefix, ``name``, ``:``, the caller's key), with
+    the middleware's key function, cost, shadow and failure settings; the headers name the
+    limit ``name``. ``name`` defaults to the endpoint's ``__name__``; routes marked with the
+    same name and limit share their keys. Above or below the route's decorator::
+
+        @app.get("/search")
+        @limited(GCRA(5, 10, "1m"))
+        async def search() -> dict: ...
+
+    The route is found as for :func:`exempt`.
+    """
+
+    def mark(endpoint: _Exempted) -> _Exempted:
+        global _marked
+        label = name if name is not None else getattr(endpoint, "__name__", None)
+        if not isinstance(label, str) or not label:
+            raise TypeError(f"cannot name the limit of {endpoint!r}: give limited(..., name=...)")
+        try:
+            setattr(endpoint, _LIMIT, (limit, label))
+        except (AttributeError, TypeError):
+            raise TypeError(f"cannot mark {endpoint!r} with a limit: it takes no attributes") from None
+        _marked += 1
+        return endpoint
+
+    return mark
 
 
-def _exempt_route(routes: Iterable[Any], scope: Scope) -> bool:
-    """Whether the route Starlette's router would pick for ``scope`` (the first that matches
-    it fully, in a mount the first of its routes) is marked exempt."""
+def _mark(thing: Any) -> Any:
+    """What ``exempt`` (True) or ``limited`` (the limit and its name) put on ``thing``, or None."""
+    if getattr(thing, _EXEMPT, False) is True:
+        return True
+    return getattr(thing, _LIMIT, None)
+
+
+def _route_mark(routes: Iterable[Any], scope: Scope) -> Any:
+    """The mark (see :func:`_mark`) of the route Starlette's router would pick for ``scope``
+    (the first that matches it fully, in a mount the first of its routes), or None."""
     for route in routes:
         matches = getattr(route, "matches", None)
         if matches is None:
@@ -80,12 +114,15 @@ def _exempt_route(routes: Iterable[Any], scope: Scope) -> bool:
         match, child = matches(scope)
         if getattr(match, "name", None) != "FULL":
             continue
-        if _is_exempt(route) or _is_exempt(child.get("endpoint")):
-            return True
+        mark = _mark(route)
+        if mark is None:
+            mark = _mark(child.get("endpoint"))
+        if mark is not None:
+            return mark
         # A mount: the route its own router will pick, in the scope the mount hands it.
         inner = getattr(route, "routes", None)
-        return _exempt_route(inner, {**scope, **child}) if inner else False
-    return False
+        return _route_mark(inner, {**scope, **child}) if inner else None
+    return None
 
 
 def client_ip(scope: Mapping[str, Any]) -> str | None:
@@ -227,6 +264,9 @@ class RateLimitMiddleware:
         self.cost = cost
         self.shadow = shadow
         self.skip = skip
+        self._max_remembered = max_remembered
+        # The guards of the routes marked with `limited`, by (name, limit), made at first use.
+        self._routes: dict[tuple[str, Limit], AsyncGuard] = {}
 
     @property
     def stats(self) -> Stats:
@@ -240,28 +280,49 @@ class RateLimitMiddleware:
         async def lifespan_send(message: Message) -> None:
             if message["type"] in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
                 await self.guard.aclose()
+                for guard in self._routes.values():
+                    await guard.aclose()
             await send(message)
 
         return lifespan_send
 
-    def _skipped(self, scope: Scope) -> bool:
+    def _guard_for(self, scope: Scope) -> AsyncGuard | None:
+        """The guard that checks this request: the middleware's, a ``limited`` route's own, or
+        None for a request let through untouched (``skip``, an ``exempt`` route)."""
         if self.skip is not None and self.skip(scope):
-            return True
+            return None
         if not _marked:
-            return False
+            return self.guard
         # The application being served: Starlette puts itself in the scope before its
         # middleware runs; this middleware may also wrap it directly.
         for app in (scope.get("app"), self.app):
             routes = getattr(getattr(app, "router", None), "routes", None)
             if routes is not None:
-                return _exempt_route(routes, scope)
-        return False
+                mark = _route_mark(routes, scope)
+                if mark is True:
+                    return None
+                return self._route_guard(*mark) if mark is not None else self.guard
+        return self.guard
+
+    def _route_guard(self, limit: Limit, name: str) -> AsyncGuard:
+        guard = self._routes.get((name, limit))
+        if guard is None:
+            base = self.guard
+            guard = AsyncGuard(
+                base.limiter.client, limit, name=name, prefix=f"{base.prefix}{name}:", timeout=base.timeout,
+                fail_open=base.fail_open, max_remembered=self._max_remembered, stats=base.stats,
+                clock=base.memory.clock, durable=base.durable, durable_timeout_ms=base.durable_timeout_ms,
+                backend=base.limiter.backend_option,
+            )
+            self._routes[(name, limit)] = guard
+        return guard
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self.app(scope, receive, self._at_shutdown(send))
             return
-        if scope["type"] != "http" or self._skipped(scope):
+        guard = self._guard_for(scope) if scope["type"] == "http" else None
+        if guard is None:
             await self.app(scope, receive, send)
             return
         identity = self.key(scope)
@@ -270,7 +331,7 @@ class RateLimitMiddleware:
             return
         cost = self.cost(scope) if callable(self.cost) else self.cost
         shadow = self.shadow(scope) if callable(self.shadow) else self.shadow
-        async with self.guard.in_flight(identity, cost, shadow=bool(shadow)) as request:
+        async with guard.in_flight(identity, cost, shadow=bool(shadow)) as request:
             verdict = request.verdict
             extra = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in verdict.headers]
             if not verdict.allowed:
