@@ -30,7 +30,7 @@ test('npm install of the packed package into a fresh directory', async () => {
     // The peer dependency came along, and the package's files are those it declares.
     assert.ok(existsSync(path.join(dir, 'node_modules/redis/package.json')), 'node-redis installed as the peer');
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module')).sort(),
-      ['README.md', 'index.d.ts', 'index.js', 'lib', 'package.json', 'scripts']);
+      ['README.md', 'flexible.d.ts', 'flexible.js', 'index.d.ts', 'index.js', 'lib', 'package.json', 'scripts']);
     assert.ok(!existsSync(path.join(pkg, 'scripts')), 'postpack removed the copy: clients/scripts/ stays the only one');
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module/lib')).sort(),
       ['denial-memory.js', 'fields.js', 'flexible.js', 'limits.js', 'local-budget.js', 'middleware.js', 'rate-limit.js', 'reconnect.js', 'reply.js', 'scripts.js']);
@@ -48,6 +48,14 @@ test('npm install of the packed package into a fresh directory', async () => {
     writeFileSync(path.join(dir, 'check.mjs'), script);
     const out = execFileSync(process.execPath, ['check.mjs'], { cwd: dir, encoding: 'utf8' });
     assert.equal(out, 'function function "default";r=4;t=6\n');
+    // rate-limiter-flexible's class on its own subpath: the main entry's very class.
+    writeFileSync(path.join(dir, 'flexible.mjs'), `
+      import * as main from 'ratelimit-redis-module';
+      import { RateLimiterRedis, RateLimiterRes, ModuleRequiredError } from 'ratelimit-redis-module/flexible';
+      console.log(RateLimiterRedis === main.RateLimiterRedis, RateLimiterRes === main.RateLimiterRes,
+        ModuleRequiredError === main.ModuleRequiredError);
+    `);
+    assert.equal(execFileSync(process.execPath, ['flexible.mjs'], { cwd: dir, encoding: 'utf8' }), 'true true true\n');
     // The public API, the same names through import and (on a Node that loads ES modules with
     // require: 20.19 and later) through require, whichever files under lib/ define them.
     writeFileSync(path.join(dir, 'names.cjs'), `

@@ -14,6 +14,7 @@ import {
   type Decision,
   type PolicyRule,
 } from 'ratelimit-redis-module';
+import { RateLimiterRedis as FlexibleRedis, type RateLimiterRedisOptions } from 'ratelimit-redis-module/flexible';
 
 const client = createClient({ RESP: 3, disableOfflineQueue: true, socket: { reconnectStrategy } });
 const app = express();
@@ -116,3 +117,8 @@ const onCluster = new RateLimit({ client: cluster, limit: { algorithm: 'gcra', b
 const clusterBackend: 'module' | 'script' | undefined = onCluster.stats.backend;
 rateLimitMiddleware({ client: cluster, limit: { policy: 'api', rules: [{ algorithm: 'fixedwindow', limit: 10, window: '1m' }] } });
 new RateLimiterRedis({ storeClient: cluster, points: 5, duration: 1 });
+
+// The rate-limiter-flexible drop-in on its own subpath: the same class as the main entry's.
+const flexibleOptions: RateLimiterRedisOptions = { storeClient: client, points: 5, duration: 1 };
+const fromSubpath: RateLimiterRedis = new FlexibleRedis(flexibleOptions);
+void fromSubpath.consume('k');
