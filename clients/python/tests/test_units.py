@@ -253,3 +253,20 @@ def test_no_submodule_is_named_after_the_limits_library() -> None:
 
     assert importlib.util.find_spec("ratelimit_redis_module.limits") is None
     assert importlib.util.find_spec("ratelimit_redis_module.limit_types") is not None
+
+
+def test_the_one_algorithm_methods_take_typed_options() -> None:
+    """Issue 29: ``**options`` is typed (``Unpack[CheckOptions]``), so a type checker knows
+    ``cost``, ``at_most``... and refuses a misspelt one; every option of ``check`` is in it."""
+    import inspect
+    import typing
+
+    from ratelimit_redis_module import AsyncRateLimiter, CheckOptions, RateLimiter
+
+    checked = set(inspect.signature(RateLimiter.check).parameters) - {"self", "limit", "key"}
+    assert set(typing.get_type_hints(CheckOptions)) == checked
+    for cls in (RateLimiter, AsyncRateLimiter):
+        for name in ("gcra", "token_bucket", "leaky_bucket", "fixed_window", "sliding_window", "sliding_log",
+                     "warmup", "limit"):
+            hint = typing.get_type_hints(getattr(cls, name), include_extras=True)["options"]
+            assert hint == typing.Unpack[CheckOptions], (cls.__name__, name, hint)

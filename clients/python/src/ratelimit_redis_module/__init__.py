@@ -21,6 +21,7 @@ from .client import (
     COMMANDS,
     LEFT_OUT,
     AsyncRateLimiter,
+    CheckOptions,
     Counterpart,
     NotDurable,
     RateLimiter,
@@ -72,7 +73,7 @@ from .scripts import BACKENDS, ModuleRequired
 __version__ = "0.1.0"
 
 __all__ = [
-    "ADAPTIVE_KINDS", "ADMISSION_OPTIONS", "BACKENDS", "ModuleRequired", "BudgetStats", "hold_ms", "InFlight", "Rtt", "load_shed_body", "rtt_us", "AsyncGuard", "AsyncRateLimiter", "COMMANDS", "Concurrency", "Counterpart",
+    "ADAPTIVE_KINDS", "ADMISSION_OPTIONS", "BACKENDS", "ModuleRequired", "BudgetStats", "hold_ms", "InFlight", "Rtt", "load_shed_body", "rtt_us", "AsyncGuard", "AsyncRateLimiter", "CheckOptions", "COMMANDS", "Concurrency", "Counterpart",
     "Decision", "DenialMemory", "Duration", "FieldShape", "FixedWindow", "GCRA", "Guard", "LEFT_OUT", "LeakyBucket",
     "Limit", "NotDurable", "PROBLEM_JSON", "Policy", "RULE_KINDS", "RateLimitMiddleware", "RateLimiter", "Rule",
     "RuleKind", "SlidingLog", "SlidingWindow", "Stats", "TokenBucket", "UNAVAILABLE_BODY", "Verdict",

@@ -12,7 +12,7 @@ import math
 import threading
 import time
 from datetime import timedelta
-from typing import Any, Callable, NamedTuple, Union
+from typing import Any, Callable, NamedTuple, TypedDict, Union, Unpack
 
 import redis
 import redis.asyncio
@@ -50,6 +50,7 @@ logger = logging.getLogger("ratelimit_redis_module")
 __all__ = [
     "RateLimiter",
     "AsyncRateLimiter",
+    "CheckOptions",
     "client_from_url",
     "async_client_from_url",
     "client_from_sentinel",
@@ -160,6 +161,26 @@ def _checked_durable(decision: Decision, acked: Any, durable: int, timeout_ms: i
             f"{timeout_ms} ms (WAIT): not taken as admitted"
         )
     return decision
+
+
+class CheckOptions(TypedDict, total=False):
+    """The options of a check, as :meth:`RateLimiter.check` takes them and the one-algorithm
+    methods (``gcra``, ``token_bucket``... ``limit``) pass on: a type checker checks their names
+    and types (``**options: Unpack[CheckOptions]``)."""
+
+    #: Units the request takes (``COST``; 0 to 10^12).
+    cost: int
+    #: As many units as the key allows now, up to this (``ATMOST``; the decision's ``granted``).
+    at_most: int | None
+    #: Decide without counting (``DRYRUN``).
+    dryrun: bool
+    #: A refusal locks the key for this long (``BLOCK``).
+    block: Duration | None
+    #: Never refuse; a would-be refusal says so in ``shadow_denied`` (``SHADOW``).
+    shadow: bool
+    #: Replicas that must have the admission (``WAIT``), and how long to wait for them, in ms.
+    durable: int
+    durable_timeout_ms: int
 
 
 class Counterpart(NamedTuple):
@@ -626,44 +647,44 @@ class RateLimiter(_Backend):
         self._decide()
         self._refused(what)
 
-    def gcra(self, key: str | bytes, burst: int, rate: int, period: Duration, **options: Any) -> Decision:
+    def gcra(self, key: str | bytes, burst: int, rate: int, period: Duration, **options: Unpack[CheckOptions]) -> Decision:
         """``RL.GCRA``: ``burst`` at once, then ``rate`` per ``period``."""
         return self.check(GCRA(burst, rate, period), key, **options)
 
     def token_bucket(
         self, key: str | bytes, capacity: int, refill_amount: int, refill_period: Duration,
-        interval: bool = False, **options: Any,
+        interval: bool = False, **options: Unpack[CheckOptions],
     ) -> Decision:
         """``RL.TOKENBUCKET``, refilled continuously or (``interval``) in whole batches."""
         return self.check(TokenBucket(capacity, refill_amount, refill_period, interval), key, **options)
 
     def leaky_bucket(
-        self, key: str | bytes, capacity: int, leak_amount: int, leak_period: Duration, **options: Any
+        self, key: str | bytes, capacity: int, leak_amount: int, leak_period: Duration, **options: Unpack[CheckOptions]
     ) -> Decision:
         """``RL.LEAKYBUCKET``; the decision's ``delay_ms`` is the wait before acting."""
         return self.check(LeakyBucket(capacity, leak_amount, leak_period), key, **options)
 
-    def fixed_window(self, key: str | bytes, limit: int, window: Duration, **options: Any) -> Decision:
+    def fixed_window(self, key: str | bytes, limit: int, window: Duration, **options: Unpack[CheckOptions]) -> Decision:
         """``RL.FIXEDWINDOW``."""
         return self.check(FixedWindow(limit, window), key, **options)
 
-    def sliding_window(self, key: str | bytes, limit: int, window: Duration, **options: Any) -> Decision:
+    def sliding_window(self, key: str | bytes, limit: int, window: Duration, **options: Unpack[CheckOptions]) -> Decision:
         """``RL.SLIDINGWINDOW``."""
         return self.check(SlidingWindow(limit, window), key, **options)
 
-    def sliding_log(self, key: str | bytes, limit: int, window: Duration, **options: Any) -> Decision:
+    def sliding_log(self, key: str | bytes, limit: int, window: Duration, **options: Unpack[CheckOptions]) -> Decision:
         """``RL.SLIDINGLOG``."""
         return self.check(SlidingLog(limit, window), key, **options)
 
     def warmup(
         self, key: str | bytes, rate: int, period: Duration, warmup: Duration, cold_factor: int | None = None,
-        **options: Any,
+        **options: Unpack[CheckOptions],
     ) -> Decision:
         """``RL.WARMUP``: ``rate`` per ``period`` once warm, slower after idle (``COLDFACTOR``
         times the spacing, falling back over ``warmup``)."""
         return self.check(Warmup(rate, period, warmup, cold_factor), key, **options)
 
-    def limit(self, key: str | bytes, policy: str, **options: Any) -> Decision:
+    def limit(self, key: str | bytes, policy: str, **options: Unpack[CheckOptions]) -> Decision:
         """``RL.LIMIT``: every rule of ``policy``; the decision's ``rule`` is the binding one."""
         return self.check(Policy(policy), key, **options)
 
@@ -867,43 +888,43 @@ class AsyncRateLimiter(_Backend):
         await self._decide()
         self._refused(what)
 
-    async def gcra(self, key: str | bytes, burst: int, rate: int, period: Duration, **options: Any) -> Decision:
+    async def gcra(self, key: str | bytes, burst: int, rate: int, period: Duration, **options: Unpack[CheckOptions]) -> Decision:
         """``RL.GCRA``."""
         return await self.check(GCRA(burst, rate, period), key, **options)
 
     async def token_bucket(
         self, key: str | bytes, capacity: int, refill_amount: int, refill_period: Duration,
-        interval: bool = False, **options: Any,
+        interval: bool = False, **options: Unpack[CheckOptions],
     ) -> Decision:
         """``RL.TOKENBUCKET``."""
         return await self.check(TokenBucket(capacity, refill_amount, refill_period, interval), key, **options)
 
     async def leaky_bucket(
-        self, key: str | bytes, capacity: int, leak_amount: int, leak_period: Duration, **options: Any
+        self, key: str | bytes, capacity: int, leak_amount: int, leak_period: Duration, **options: Unpack[CheckOptions]
     ) -> Decision:
         """``RL.LEAKYBUCKET``."""
         return await self.check(LeakyBucket(capacity, leak_amount, leak_period), key, **options)
 
-    async def fixed_window(self, key: str | bytes, limit: int, window: Duration, **options: Any) -> Decision:
+    async def fixed_window(self, key: str | bytes, limit: int, window: Duration, **options: Unpack[CheckOptions]) -> Decision:
         """``RL.FIXEDWINDOW``."""
         return await self.check(FixedWindow(limit, window), key, **options)
 
-    async def sliding_window(self, key: str | bytes, limit: int, window: Duration, **options: Any) -> Decision:
+    async def sliding_window(self, key: str | bytes, limit: int, window: Duration, **options: Unpack[CheckOptions]) -> Decision:
         """``RL.SLIDINGWINDOW``."""
         return await self.check(SlidingWindow(limit, window), key, **options)
 
-    async def sliding_log(self, key: str | bytes, limit: int, window: Duration, **options: Any) -> Decision:
+    async def sliding_log(self, key: str | bytes, limit: int, window: Duration, **options: Unpack[CheckOptions]) -> Decision:
         """``RL.SLIDINGLOG``."""
         return await self.check(SlidingLog(limit, window), key, **options)
 
     async def warmup(
         self, key: str | bytes, rate: int, period: Duration, warmup: Duration, cold_factor: int | None = None,
-        **options: Any,
+        **options: Unpack[CheckOptions],
     ) -> Decision:
         """``RL.WARMUP``."""
         return await self.check(Warmup(rate, period, warmup, cold_factor), key, **options)
 
-    async def limit(self, key: str | bytes, policy: str, **options: Any) -> Decision:
+    async def limit(self, key: str | bytes, policy: str, **options: Unpack[CheckOptions]) -> Decision:
         """``RL.LIMIT``."""
         return await self.check(Policy(policy), key, **options)
 
