@@ -165,18 +165,18 @@ class Server:
     files in target/bench, its log in `log` there; stop() ends it by its PID. The other
     measuring scripts use it too."""
 
-    def __init__(self, module=MODULE, module_args=(), log="redis.log"):
+    def __init__(self, module=MODULE, module_args=(), log="redis.log", binary="redis-server"):
         os.makedirs(OUT, exist_ok=True)
         self.port = free_port()
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", OUT,
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", OUT,
              "--save", "", "--appendonly", "no", "--logfile", log,
              "--loadmodule", module, *module_args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 15
         while True:
             if self.proc.poll() is not None:
-                sys.exit("redis-server exited; see %s/%s" % (OUT, log))
+                sys.exit("%s exited; see %s/%s" % (binary, OUT, log))
             try:
                 self.client = Client(self.port)
                 if self.client.cmd("PING") == "PONG":
@@ -185,7 +185,7 @@ class Server:
                 pass
             if time.time() > deadline:
                 self.stop()
-                sys.exit("redis-server did not answer")
+                sys.exit("%s did not answer" % binary)
             time.sleep(0.05)
 
     def stop(self):

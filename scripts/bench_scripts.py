@@ -46,18 +46,20 @@ and `limits`) and clients/node/node_modules (rate-limiter-flexible).
 
 import csv
 import os
-import re
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import Client, free_port  # noqa: E402 (the same RESP client and port picking)
+import bench  # noqa: E402 (the same RESP client, port picking and server)
+from bench import Client  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The scripts as the packages send them: the package's own assembly, of this tree's scripts.
+os.environ.setdefault("RATELIMIT_SCRIPTS_DIR", os.path.join(ROOT, "clients/scripts"))
+from ratelimit_redis_module.scripts import script_source  # noqa: E402
 MODULE = os.environ.get("RATELIMIT_MODULE", os.path.join(ROOT, "target/release/libratelimit.so"))
 OUT = os.path.join(ROOT, "target/bench")
-SCRIPTS = os.path.join(ROOT, "clients/scripts")
 NODE = os.path.join(ROOT, "clients/node")
 REPS = int(os.environ.get("BENCH_REPS", "3"))
 CALLS = int(os.environ.get("BENCH_SCRIPTS_CALLS", "20000"))
@@ -74,19 +76,6 @@ SERVERS = {
 BENCHMARK = "/usr/bin/redis-benchmark"
 
 
-def script_source(name):
-    """The script as the packages send it (scripts.py's script_source): the lib/ parts its
-    `-- needs:` line names, in that order, then the entry file."""
-    with open(os.path.join(SCRIPTS, name + ".lua"), encoding="utf-8") as f:
-        entry = f.read()
-    needs = re.search(r"^-- needs: (.+)$", entry, re.M).group(1).split()
-    parts = []
-    for n in needs:
-        with open(os.path.join(SCRIPTS, "lib", n + ".lua"), encoding="utf-8") as f:
-            parts.append(f.read())
-    return "".join(parts) + entry
-
-
 def rlflx_script():
     """rate-limiter-flexible's RateLimiterRedis script, as its constructor hands it to the
     client (ioredis's defineCommand), from the installed package."""
@@ -99,39 +88,14 @@ def rlflx_script():
     return out.stdout, version
 
 
-class Server:
+class Server(bench.Server):
+    """bench.py's server, of the binary `binary`, named `name`, its version read."""
+
     def __init__(self, name, binary):
-        os.makedirs(OUT, exist_ok=True)
+        super().__init__(MODULE, log="scripts-%s.log" % name, binary=binary)
         self.name = name
-        self.port = free_port()
-        self.log = "scripts-%s.log" % name
-        self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", OUT, "--save", "",
-             "--appendonly", "no", "--logfile", self.log, "--loadmodule", MODULE],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 15
-        while True:
-            if self.proc.poll() is not None:
-                sys.exit("%s exited; see %s/%s" % (binary, OUT, self.log))
-            try:
-                self.client = Client(self.port)
-                if self.client.cmd("PING") == "PONG":
-                    break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                self.stop()
-                sys.exit("%s did not answer" % binary)
-            time.sleep(0.05)
         self.version = self.client.info("server").get("redis_version", "?")
         self.valkey = self.client.info("server").get("valkey_version")
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 def padded(prefix, i, length):
