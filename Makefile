@@ -5,7 +5,7 @@
 MODULE := $(CURDIR)/target/release/libratelimit.so
 export RATELIMIT_MODULE := $(MODULE)
 
-.PHONY: deps test-deps servers build run test lint bench clean
+.PHONY: deps test-deps servers build dist run test lint bench clean
 
 deps:
 	@bash scripts/deps.sh run
@@ -25,11 +25,19 @@ run: build
 servers:
 	@bash scripts/servers.sh
 
-# The lints (as `make lint`: rustfmt, clippy and rustdoc with warnings denied), the unit,
+# The release, into dist/ (emptied first): the module for x86_64 and aarch64 Linux with glibc
+# 2.17 or later (cargo-zigbuild and Zig, from PyPI), the Python wheel and sdist, the npm tarball,
+# SHA256SUMS; scripts/check_dist.py checks each file (machine, glibc symbol versions, version).
+dist: test-deps
+	bash scripts/dist.sh
+
+# The lints (as `make lint`: rustfmt, clippy and rustdoc with warnings denied, mypy), the unit,
 # property and doc tests, then the integration tests against each server in turn (Debian's
 # Redis 7.0, Redis 8.2, Valkey 8.1), real processes that the tests start on free loopback
-# ports and stop themselves.
-test: test-deps build servers
+# ports and stop themselves; then make dist's modules: the x86_64 one in each server, the
+# aarch64 one in an aarch64 Redis 8.2 under qemu-user (the smoke tests: version, algorithms,
+# GCRA, persistence, damaged payloads); then the Python and Node packages' tests.
+test: test-deps build servers dist
 	bash scripts/test.sh
 
 # Not part of `make test` or CI: numbers on a shared 2-core machine are for reading, not for
@@ -50,12 +58,14 @@ bench: test-deps build
 # Formatting, clippy with every warning an error, and the docs with every rustdoc warning an
 # error (a broken intra-doc link; in the algorithms crate a link to a private item too): the
 # algorithms crate's public API, then the module's rooms, private items included (the module
-# is a cdylib, its docs are for the people who work on it).
-lint: deps
+# is a cdylib, its docs are for the people who work on it); then the client packages' types:
+# the Python package under mypy --strict (from the test venv, hence test-deps).
+lint: test-deps
 	cargo fmt --all -- --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc -p ratelimit-algorithms --no-deps
 	RUSTDOCFLAGS="-D warnings" cargo doc -p ratelimit --no-deps --document-private-items
+	clients/python/.venv/bin/python -m mypy --strict clients/python/src/ratelimit_redis_module
 
 clean:
 	cargo clean

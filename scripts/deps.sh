@@ -4,10 +4,11 @@
 #                          redis-server and redis-tools (the server the module loads into,
 #                          redis-cli, redis-benchmark), libclang-dev (bindgen, inside the
 #                          redis-module crate, needs it), gcc and cargo.
-#   scripts/deps.sh test   that, and what the tests and benchmarks need besides: python3, its
-#                          venv module, nodejs and npm, then the pinned dependencies of the
-#                          examples and client packages (each into a folder of its own,
-#                          redone only when its pin file changed).
+#   scripts/deps.sh test   that, and what the tests, benchmarks and make dist need besides:
+#                          python3, its venv module, nodejs and npm, qemu-user with aarch64's
+#                          glibc and libstdc++, then the pinned dependencies of the examples
+#                          and client packages (each into a folder of its own, redone only
+#                          when its pin file changed).
 # Debian packages come from apt-get; nothing is installed when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +50,12 @@ if [ "$mode" = test ]; then
   command -v npm >/dev/null 2>&1 || need+=(npm)
   command -v promtool >/dev/null 2>&1 || need+=(prometheus)
   command -v prometheus-redis-exporter >/dev/null 2>&1 || need+=(prometheus-redis-exporter)
+  # make test loads make dist's aarch64 module into an aarch64 redis-server (scripts/servers.sh)
+  # under qemu-user, with Debian's aarch64 glibc and libstdc++ built for cross use (packages of
+  # this machine's architecture, no multiarch set-up).
+  command -v qemu-aarch64 >/dev/null 2>&1 || need+=(qemu-user)
+  [ -e /usr/aarch64-linux-gnu/lib/libc.so.6 ] || need+=(libc6-arm64-cross)
+  [ -e /usr/aarch64-linux-gnu/lib/libstdc++.so.6 ] || need+=(libstdc++6-arm64-cross)
 fi
 
 if ((${#need[@]})); then

@@ -23,6 +23,8 @@ cargo fmt --all -- --check || failed+=("rustfmt")
 cargo clippy --release --workspace --all-targets -- -D warnings || failed+=("clippy")
 RUSTDOCFLAGS="-D warnings" cargo doc -p ratelimit-algorithms --no-deps || failed+=("docs (algorithms)")
 RUSTDOCFLAGS="-D warnings" cargo doc -p ratelimit --no-deps --document-private-items || failed+=("docs (module)")
+# The Python package's sources under mypy --strict (what its `Typing :: Typed` promises).
+clients/python/.venv/bin/python -m mypy --strict clients/python/src/ratelimit_redis_module || failed+=("mypy")
 cargo test --release --workspace --lib || failed+=("unit and property tests")
 cargo test --release -p ratelimit-algorithms --doc || failed+=("doc tests")
 summary=()
@@ -35,6 +37,28 @@ for server in "${servers[@]}"; do
   else
     summary+=("$version: FAILED")
     failed+=("$version")
+  fi
+done
+# The release's modules (make dist wrote them; scripts/check_dist.py checked their machine and
+# glibc symbol versions): loaded into the servers users run, the smoke tests (the reported
+# version, every algorithm's replies, GCRA's with a panic caught as an error (unwinding through
+# Zig's linking), persistence through RDB, AOF and DUMP/RESTORE, damaged payloads refused). The x86_64 module into each server; the aarch64 one into Redis 8.2 for
+# aarch64 under qemu-user, without damaged.rs, whose real-time expiries an emulated server
+# is too slow for.
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+smoke=(--test version --test algorithms --test gcra --test persistence)
+for server in "${servers[@]}" "$PWD/target/servers/redis-8.2.3-aarch64/redis-server"; do
+  case "$server" in
+    *aarch64*) machine=aarch64 tests=("${smoke[@]}") ;;
+    *) machine=x86_64 tests=("${smoke[@]}" --test damaged) ;;
+  esac
+  module="$PWD/dist/ratelimit-$version-linux-$machine.so"
+  echo "== $module in $server"
+  if RATELIMIT_MODULE="$module" RATELIMIT_SERVER="$server" cargo test --release --no-fail-fast "${tests[@]}"; then
+    summary+=("dist/ $machine module in $server: passed")
+  else
+    summary+=("dist/ $machine module in $server: FAILED")
+    failed+=("dist/ $machine module in $server")
   fi
 done
 # The Python package's tests (pytest, real servers and uvicorn), once, against Redis 7.0.

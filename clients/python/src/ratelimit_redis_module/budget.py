@@ -118,7 +118,7 @@ class _Refill:
 
     def __init__(self) -> None:
         self.event: threading.Event | None = None
-        self.task: asyncio.Future[Any] | None = None
+        self.task: asyncio.Future[tuple[Decision, Decision | None]] | None = None
         self.reply: Decision | None = None
         self.error: BaseException | None = None
 
@@ -251,15 +251,15 @@ class _Core:
                 self.expire(b, now, everything=True)
         while self.heap and self.heap[0][0] <= now:
             _, _, bkey = heapq.heappop(self.heap)
-            b = self.table.get(bkey)
-            if b is not None:
-                self.expire(b, now)
+            held = self.table.get(bkey)
+            if held is not None:
+                self.expire(held, now)
         refunds = []
         for bkey in self.due:
-            b = self.table.get(bkey)
-            if b is not None and b.due:
-                refunds.append((b.key, b.due, b.limit))
-                b.due = 0
+            held = self.table.get(bkey)
+            if held is not None and held.due:
+                refunds.append((held.key, held.due, held.limit))
+                held.due = 0
         self.due.clear()
         for bkey in [k for k, b in self.table.items() if self.idle(b, now)]:
             del self.table[bkey]

@@ -12,7 +12,7 @@ import math
 import threading
 import time
 from datetime import timedelta
-from typing import Any, Callable, NamedTuple, TypedDict, Union, Unpack
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypedDict, Union, Unpack
 
 import redis
 import redis.asyncio
@@ -44,6 +44,13 @@ from .limit_types import (
 from .budget import AsyncLocalBudgets, BudgetStats, LocalBudgets
 from .reply import Decision, _text, parse_decision
 from .scripts import BACKENDS, ModuleRequired, evalsha_words, missing_module, module_required, script_call, script_source
+
+if TYPE_CHECKING:
+    from .guard import Stats
+
+#: The redis-py clients :class:`RateLimiter` takes, and :class:`AsyncRateLimiter`'s.
+SyncClient = Union[redis.Redis, redis.cluster.RedisCluster]
+AsyncClient = Union[redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster]
 
 logger = logging.getLogger("ratelimit_redis_module")
 
@@ -129,10 +136,12 @@ def client_from_sentinel(
     ``service``, set as :func:`client_from_url` sets one: after a failover it asks them again
     and follows the new primary (a request in between fails, open or closed)."""
     settings = _settings(timeout, Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)), options)
-    sentinel = redis.sentinel.Sentinel(
+    # redis-py leaves its Sentinel classes unannotated.
+    sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
         sentinels, socket_timeout=timeout, socket_connect_timeout=timeout
     )
-    return sentinel.master_for(service, **settings)
+    primary: redis.Redis = sentinel.master_for(service, **settings)  # type: ignore[no-untyped-call]
+    return primary
 
 
 def async_client_from_sentinel(
@@ -142,10 +151,11 @@ def async_client_from_sentinel(
     settings = _settings(
         timeout, AsyncRetry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)), options
     )
-    sentinel = redis.asyncio.sentinel.Sentinel(
+    sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
         sentinels, socket_timeout=timeout, socket_connect_timeout=timeout
     )
-    return sentinel.master_for(service, **settings)
+    primary: redis.asyncio.Redis = sentinel.master_for(service, **settings)
+    return primary
 
 
 class NotDurable(redis.RedisError):
@@ -511,7 +521,8 @@ class RateLimiter(_Backend):
     """
 
     def __init__(
-        self, client: Any, *, clock: Callable[[], float] = time.monotonic, stats: Any = None, backend: str = "auto"
+        self, client: SyncClient, *, clock: Callable[[], float] = time.monotonic,
+        stats: BudgetStats | Stats | None = None, backend: str = "auto",
     ) -> None:
         self.client = _prepare(client, asynchronous=False)
         #: What the local budgets did (:class:`~ratelimit_redis_module.BudgetStats`, or the
@@ -770,7 +781,8 @@ class AsyncRateLimiter(_Backend):
     :class:`RateLimiter`, as coroutines."""
 
     def __init__(
-        self, client: Any, *, clock: Callable[[], float] = time.monotonic, stats: Any = None, backend: str = "auto"
+        self, client: AsyncClient, *, clock: Callable[[], float] = time.monotonic,
+        stats: BudgetStats | Stats | None = None, backend: str = "auto",
     ) -> None:
         self.client = _prepare(client, asynchronous=True)
         self.stats = stats if stats is not None else BudgetStats()
