@@ -59,13 +59,16 @@ bench: test-deps build
 # error (a broken intra-doc link; in the algorithms crate a link to a private item too): the
 # algorithms crate's public API, then the module's rooms, private items included (the module
 # is a cdylib, its docs are for the people who work on it); then the client packages' types:
-# the Python package under mypy --strict (from the test venv, hence test-deps).
+# the Python package under mypy --strict (from the test venv, hence test-deps), the Node
+# package's JavaScript against its declarations with tsc (and those against a sample of use;
+# npm test runs both too, in test/types.test.js).
 lint: test-deps
 	cargo fmt --all -- --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc -p ratelimit-algorithms --no-deps
 	RUSTDOCFLAGS="-D warnings" cargo doc -p ratelimit --no-deps --document-private-items
 	clients/python/.venv/bin/python -m mypy --strict clients/python/src/ratelimit_redis_module
+	cd clients/node && node_modules/.bin/tsc -p . && node_modules/.bin/tsc -p test
 
 clean:
 	cargo clean

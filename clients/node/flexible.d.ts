@@ -1,3 +1,2 @@
-// The types of ratelimit-redis-module/flexible: those of the main entry's classes.
-export { ModuleRequiredError, RateLimiterRedis, RateLimiterRes } from './index.js';
-export type { RateLimiterRedisOptions } from './index.js';
+// The types of ratelimit-redis-module/flexible for `import` (flexible.js): those of flexible.cjs.
+export * from './flexible.cjs';

@@ -1,8 +1,5 @@
-// ratelimit-redis-module/flexible: rate-limiter-flexible's RateLimiterRedis and RateLimiterRes,
-// backed by the module (lib/flexible.js), on a subpath of their own, so that an application
-// moving from rate-limiter-flexible changes one import:
+// ratelimit-redis-module/flexible for `import`: the members of flexible.cjs (rate-limiter-flexible's
+// classes on a subpath of their own), the main entry's very classes:
 //   import { RateLimiterRedis } from 'ratelimit-redis-module/flexible';
-// The package's main entry exports the same classes.
 
-export { RateLimiterRedis, RateLimiterRes } from './lib/flexible.js';
-export { ModuleRequiredError } from './lib/scripts.js';
+export { ModuleRequiredError, RateLimiterRedis, RateLimiterRes } from './flexible.cjs';

@@ -12,7 +12,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { RateLimit, RateLimiterRedis, rateLimitMiddleware } from '../index.js';
-import { TEST_NOW, ruleKeys, scripts } from '../lib/scripts.js';
+import { TEST_NOW, ruleKeys, scripts } from '../lib/scripts.cjs';
 import { T0_MS, helloApp, memoryLogger, refusal, startCluster } from './helpers.js';
 
 const stacks = {}; // 'module' and 'script': startCluster's { direct, cluster, nodeOf, calls, ... }

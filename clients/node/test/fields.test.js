@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
 import { RateLimit, rateLimitHeaders } from '../index.js';
-import { ALGORITHMS, fieldShape } from '../lib/limits.js';
+import { ALGORITHMS, fieldShape } from '../lib/limits.cjs';
 import { ROOT, clocks, memoryLogger, serverForFile } from './helpers.js';
 
 const { cases, t0_ms: T0 } = JSON.parse(readFileSync(path.join(ROOT, 'clients/http-fields-cases.json'), 'utf8'));

@@ -390,3 +390,13 @@ test('rejectIfRedisNotReady: a client that says it is not ready gets no command'
   const ready = new RateLimiterRedis({ storeClient: client, points: 2, duration: 1, rejectIfRedisNotReady: true, keyPrefix: 'ours-ready' });
   assert.equal((await ready.consume('k')).remainingPoints, 1);
 });
+
+test('a number key without keyPrefix is sent as a string (getKey returns one, as declared)', async () => {
+  // Found by the type check (tsc -p .): getKey(7) with keyPrefix '' returned the number 7, which
+  // node-redis refuses as a command word, so every call with such a key failed.
+  const limiter = new RateLimiterRedis({ storeClient: client, points: 2, duration: 60, keyPrefix: '' });
+  assert.equal(limiter.getKey(7), '7');
+  assert.equal((await limiter.consume(7)).consumedPoints, 1);
+  assert.equal((await limiter.get(7)).consumedPoints, 1);
+  assert.equal(await limiter.delete(7), true);
+});

@@ -14,7 +14,7 @@ import path from 'node:path';
 import { after } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import express from 'express';
-import { TEST_NOW } from '../lib/scripts.js';
+import { TEST_NOW } from '../lib/scripts.cjs';
 import { createClient, createCluster } from 'redis';
 import { RateLimiterRes } from '../index.js';
 

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { createClient } from 'redis';
-import { scripts } from '../lib/scripts.js';
+import { scripts } from '../lib/scripts.cjs';
 import { startRedis } from './helpers.js';
 
 const pkg = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -30,10 +30,12 @@ test('npm install of the packed package into a fresh directory', async () => {
     // The peer dependency came along, and the package's files are those it declares.
     assert.ok(existsSync(path.join(dir, 'node_modules/redis/package.json')), 'node-redis installed as the peer');
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module')).sort(),
-      ['README.md', 'flexible.d.ts', 'flexible.js', 'index.d.ts', 'index.js', 'lib', 'package.json', 'scripts']);
+      ['README.md', 'flexible.cjs', 'flexible.d.cts', 'flexible.d.ts', 'flexible.js', 'index.cjs', 'index.d.cts', 'index.d.ts', 'index.js',
+        'lib', 'package.json', 'scripts']);
     assert.ok(!existsSync(path.join(pkg, 'scripts')), 'postpack removed the copy: clients/scripts/ stays the only one');
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module/lib')).sort(),
-      ['denial-memory.js', 'fields.js', 'flexible.js', 'limits.js', 'local-budget.js', 'middleware.js', 'rate-limit.js', 'reconnect.js', 'reply.js', 'scripts.js']);
+      ['denial-memory.cjs', 'fields.cjs', 'flexible.cjs', 'limits.cjs', 'local-budget.cjs', 'middleware.cjs', 'rate-limit.cjs', 'reconnect.cjs',
+        'reply.cjs', 'scripts.cjs']);
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module/scripts')).sort(),
       readdirSync(path.join(pkg, '../scripts')).filter((f) => f !== 'README.md').sort());
     const script = `
@@ -56,10 +58,10 @@ test('npm install of the packed package into a fresh directory', async () => {
         ModuleRequiredError === main.ModuleRequiredError);
     `);
     assert.equal(execFileSync(process.execPath, ['flexible.mjs'], { cwd: dir, encoding: 'utf8' }), 'true true true\n');
-    // The public API, the same names through import and (on a Node that loads ES modules with
-    // require: 20.19 and later) through require, whichever files under lib/ define them.
+    // The public API, the same names through import and through require (on any Node:
+    // require.test.js runs it as Node 18 would), whichever files under lib/ define them.
     writeFileSync(path.join(dir, 'names.cjs'), `
-      const required = process.features.require_module ? Object.keys(require('ratelimit-redis-module')) : null;
+      const required = Object.keys(require('ratelimit-redis-module'));
       import('ratelimit-redis-module').then((m) => console.log(JSON.stringify([Object.keys(m), required])));
     `);
     const [imported, required] = JSON.parse(execFileSync(process.execPath, ['names.cjs'], { cwd: dir, encoding: 'utf8' }));
@@ -68,7 +70,7 @@ test('npm install of the packed package into a fresh directory', async () => {
       'UNAVAILABLE_BODY', 'durationMs', 'loadSheddingBody', 'parseReply', 'policyWindows', 'quotaExceededBody',
       'rateLimitHeaders', 'rateLimitMiddleware', 'reconnectStrategy',
     ]);
-    if (process.features.require_module) assert.deepEqual(required, imported);
+    assert.deepEqual(required, imported);
     // Every script, from the installed package, on a server without the module.
     const plain = await startRedis({ withModule: false });
     try {

@@ -11,7 +11,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
 import { RateLimit, policyWindows } from '../index.js';
-import { ALGORITHMS } from '../lib/limits.js';
+import { ALGORITHMS } from '../lib/limits.cjs';
 import { ROOT, memoryLogger, serverForFile } from './helpers.js';
 
 const { client } = await serverForFile();

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { rateLimitMiddleware, reconnectStrategy } from '../index.js';
-import { RECONNECT_MAX_MS } from '../lib/reconnect.js';
+import { RECONNECT_MAX_MS } from '../lib/reconnect.cjs';
 import { connect, helloApp, memoryLogger, startRedis } from './helpers.js';
 
 // The traffic's pace once the server is back: a request every PACE_MS, so that the refused

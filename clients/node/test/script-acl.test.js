@@ -19,7 +19,7 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { RateLimit, rateLimitMiddleware } from '../index.js';
-import { TEST_NOW } from '../lib/scripts.js';
+import { TEST_NOW } from '../lib/scripts.cjs';
 import { connect, helloApp, limitFields, ROOT, sharedClock, startRedis, T0_MS } from './helpers.js';
 
 const MODULE = process.env.RATELIMIT_MODULE || path.join(ROOT, 'target/release/libratelimit.so');

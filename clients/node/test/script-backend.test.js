@@ -10,7 +10,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { ModuleRequiredError, RateLimit, RateLimiterRedis, rateLimitMiddleware } from '../index.js';
-import { TEST_NOW, scripts } from '../lib/scripts.js';
+import { TEST_NOW, scripts } from '../lib/scripts.cjs';
 import { connect, helloApp, limitFields, sharedClock, startRedis, T0_MS } from './helpers.js';
 
 let withModule;

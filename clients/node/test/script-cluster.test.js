@@ -12,8 +12,8 @@
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { parseReply } from '../lib/reply.js';
-import { evalScript, resolveBackend, scripts } from '../lib/scripts.js';
+import { parseReply } from '../lib/reply.cjs';
+import { evalScript, resolveBackend, scripts } from '../lib/scripts.cjs';
 import { T0_MS, connect, startCluster, startRedis } from './helpers.js';
 
 let direct = []; // a client on each, for what the test asks of one node

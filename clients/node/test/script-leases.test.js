@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import express from 'express';
 import { ModuleRequiredError, RateLimit, rateLimitMiddleware } from '../index.js';
-import { TEST_NOW } from '../lib/scripts.js';
+import { TEST_NOW } from '../lib/scripts.cjs';
 import { connect, get, limitFields, serve, sharedClock, startRedis, T0_MS } from './helpers.js';
 
 let withModule;

@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { ModuleRequiredError, RateLimit, rateLimitMiddleware } from '../index.js';
 import { readFileSync } from 'node:fs';
-import { TEST_NOW, ruleKeys, scripts } from '../lib/scripts.js';
+import { TEST_NOW, ruleKeys, scripts } from '../lib/scripts.cjs';
 import { calls, connect, helloApp, limitFields, sharedClock, startRedis, T0_MS } from './helpers.js';
 
 let withModule;

@@ -12,7 +12,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { RateLimit } from '../index.js';
-import { TEST_NOW, ruleKeys } from '../lib/scripts.js';
+import { TEST_NOW, ruleKeys } from '../lib/scripts.cjs';
 import { T0_MS, connect, startRedis } from './helpers.js';
 
 const SEED = Number(process.env.SCRIPT_RANDOM_SEED ?? 28);

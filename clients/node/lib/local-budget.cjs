@@ -29,24 +29,27 @@
 // The path of a request served locally is kept cheap (it is most requests): no closure, no
 // object spread, no await; one decision object and one resolved promise per request.
 
-import { moreAfterMs } from './limits.js';
+// @ts-check
+'use strict';
+
+const { moreAfterMs } = require('./limits.cjs');
 
 const MIN_DEFAULT_HOLD_MS = 10;
 
 /** A policy's default hold: a quarter of a second (its rules' periods are not known here). */
-export const POLICY_HOLD_MS = 250;
+const POLICY_HOLD_MS = 250;
 
 /**
  * The default hold: a quarter of the limit's period or window (GCRA and the buckets: their
  * period; the windows and the log: the window; warm-up: its period), 250 ms for a policy, at
  * least 10 ms. Units are then spent within an eighth of the period (hold / 2) or given back.
  */
-export function defaultHoldMs(periodMs) {
+function defaultHoldMs(periodMs) {
   if (periodMs === undefined) return POLICY_HOLD_MS;
   return Math.max(MIN_DEFAULT_HOLD_MS, Math.floor(periodMs / 4));
 }
 
-export class LocalBudget {
+class LocalBudget {
   /**
    * `limiter`: the RateLimit (its stats, logger, failMode, now, memory, name); `ask(key, atMost)`:
    * one refill, `[decision, more]` or a rejection (timeout and WAIT included); `refund(key, n)`:
@@ -378,3 +381,5 @@ export class LocalBudget {
     return this.flush();
   }
 }
+
+module.exports = { POLICY_HOLD_MS, defaultHoldMs, LocalBudget };

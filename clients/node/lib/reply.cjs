@@ -1,6 +1,11 @@
 // The module's reply to an admission command, in either protocol, as the package's decision
 // fields.
 
+// @ts-check
+'use strict';
+
+/** @typedef {Omit<import('../index.cjs').Decision, 'name' | 'windowSeconds' | 'moreAfterMs' | 'local'>} Reply */
+
 const FIVE = ['allowed', 'limit', 'remaining', 'retry_after_ms', 'reset_after_ms'];
 
 const unexpected = (what) => new Error(`unexpected reply from the module: ${what}`);
@@ -14,9 +19,14 @@ const unexpected = (what) => new Error(`unexpected reply from the module: ${what
  * (`granted` for ATMOST, `shadow_denied` for SHADOW). A reply of another shape (other fields,
  * more or fewer, `allowed` neither 0 nor 1) throws: the module said something the package
  * cannot read.
+ * @param {unknown} reply
+ * @param {'rule' | 'delay_ms' | 'token'} [sixth]
+ * @param {ReadonlyArray<'granted' | 'shadow_denied'>} [extras]
+ * @returns {Reply}
  */
-export function parseReply(reply, sixth, extras = []) {
+function parseReply(reply, sixth, extras = []) {
   const names = sixth ? [...FIVE, sixth, ...extras] : [...FIVE, ...extras];
+  /** @type {Record<string, any>} */
   let r;
   if (Array.isArray(reply)) {
     if (reply.length !== names.length) {
@@ -38,6 +48,7 @@ export function parseReply(reply, sixth, extras = []) {
   if (allowed !== true && allowed !== false && allowed !== 0 && allowed !== 1) {
     throw unexpected(`allowed is ${String(r.allowed)}`);
   }
+  /** @type {Reply} */
   const out = {
     allowed: allowed === true || allowed === 1,
     limit: Number(r.limit),
@@ -51,7 +62,9 @@ export function parseReply(reply, sixth, extras = []) {
   if (extras.includes('granted')) out.granted = Number(r.granted);
   if (extras.includes('shadow_denied')) out.shadowDenied = Number(r.shadow_denied) === 1;
   for (const k of ['limit', 'remaining', 'retryAfterMs', 'resetAfterMs', 'rule', 'delayMs', 'granted']) {
-    if (Object.hasOwn(out, k) && !Number.isFinite(out[k])) throw unexpected(`${k} is not a number`);
+    if (Object.hasOwn(out, k) && !Number.isFinite(/** @type {Record<string, unknown>} */ (out)[k])) throw unexpected(`${k} is not a number`);
   }
   return out;
 }
+
+module.exports = { parseReply };

@@ -1,10 +1,22 @@
 // RateLimit: one limit (one algorithm's command, or an RL.LIMIT policy) checked for a key, with
 // the denial memory, the timeout and fail open / fail closed; and a concurrency lease given back.
 
-import { DenialMemory, monotonicMs } from './denial-memory.js';
-import { checkName } from './fields.js';
-import { LocalBudget, defaultHoldMs } from './local-budget.js';
-import {
+// @ts-check
+'use strict';
+
+// The public API's types are index.d.cts's: the options and results below are read and built
+// as declared there, so that tsc (tsconfig.json) fails when the two part.
+/** @typedef {import('../index.cjs').RateLimitOptions} RateLimitOptions */
+/** @typedef {import('../index.cjs').CheckOptions} CheckOptions */
+/** @typedef {import('../index.cjs').RefundOptions} RefundOptions */
+/** @typedef {import('../index.cjs').ReleaseOptions} ReleaseOptions */
+/** @typedef {import('../index.cjs').Decision} Decision */
+/** @typedef {import('../index.cjs').Failure} Failure */
+
+const { DenialMemory, monotonicMs } = require('./denial-memory.cjs');
+const { checkName } = require('./fields.cjs');
+const { LocalBudget, defaultHoldMs } = require('./local-budget.cjs');
+const {
   ALGORITHMS,
   DURATION_PARAMS,
   MAX_DURATION_MS,
@@ -13,9 +25,9 @@ import {
   fieldShape,
   moreAfterMs,
   policyShapes,
-} from './limits.js';
-import { parseReply } from './reply.js';
-import {
+} = require('./limits.cjs');
+const { parseReply } = require('./reply.cjs');
+const {
   ModuleRequiredError,
   TEST_NOW,
   checkBackend,
@@ -24,7 +36,7 @@ import {
   evalScript,
   isCluster,
   resolveBackend,
-} from './scripts.js';
+} = require('./scripts.cjs');
 
 class TimeoutError extends Error {
   constructor(ms) {
@@ -38,7 +50,12 @@ class TimeoutError extends Error {
  * (WAIT): a failover could lose it, so it is not taken as admitted; the request fails open or
  * closed like any Redis failure.
  */
-export class NotDurableError extends Error {
+class NotDurableError extends Error {
+  /**
+   * @param {number} acked
+   * @param {number} wanted
+   * @param {number} ms
+   */
   constructor(acked, wanted, ms) {
     super(`admitted, but acknowledged by ${acked} of the ${wanted} replicas asked for within ${ms} ms (WAIT): not taken as admitted`);
     this.name = 'NotDurableError';
@@ -196,11 +213,11 @@ function policyRules(rules) {
  * never rejects on a Redis failure (the decision then says `failed` and whether the request
  * passes).
  */
-export class RateLimit {
-  constructor(options = {}) {
+class RateLimit {
+  /** @param {RateLimitOptions} options */
+  constructor(options = /** @type {RateLimitOptions} */ ({})) {
     const {
       client,
-      limit,
       name,
       prefix = 'rl:http:',
       timeout = 50,
@@ -211,6 +228,10 @@ export class RateLimit {
       backend = 'auto',
     } = options;
     this.backendOption = checkBackend(backend);
+    // A Limit of index.d.cts, read as a plain object: its members are checked at run time below
+    // (an application in JavaScript may pass anything).
+    /** @type {Record<string, any>} */
+    const limit = options.limit;
     if (client === null || typeof client !== 'object' || typeof client.sendCommand !== 'function') {
       throw new TypeError('invalid client: expected a node-redis client (createClient, createSentinel or createCluster from "redis")');
     }
@@ -233,21 +254,27 @@ export class RateLimit {
       throw new TypeError(`invalid denialMemory: expected an integer, 0 or more; got ${String(denialMemory)}`);
     }
     if (typeof prefix !== 'string') throw new TypeError('invalid prefix: expected a string');
-    this.client = client;
+    // The three kinds of client are told apart at run time (getMasterNode, getSlotMaster).
+    /** @type {any} */
+    const duck = client;
+    this.client = duck;
     // node-redis's Sentinel client (createSentinel) takes sendCommand(isReadonly, args), its
     // standalone client sendCommand(args); the Sentinel client alone has getMasterNode. Its
     // cluster client (createCluster) takes sendCommand(firstKey, isReadonly, args), firstKey
     // choosing the node (undefined: any); it alone has getSlotMaster and nodeClient. `send(args,
     // key)`: on a cluster, to the primary of `key`'s slot (left out: the key the command
     // declares, clusterKey), elsewhere to the one server (`key` ignored).
-    this.sentinel = typeof client.getMasterNode === 'function';
-    this.cluster = isCluster(client);
-    if (this.sentinel) this.send = (args) => client.sendCommand(false, args);
-    else if (this.cluster) this.send = (args, key = clusterKey(args)) => client.sendCommand(key, false, args);
-    else this.send = (args) => client.sendCommand(args);
+    this.sentinel = typeof duck.getMasterNode === 'function';
+    this.cluster = isCluster(duck);
+    /** @type {(args: string[], key?: string) => Promise<unknown>} */
+    this.send = (args) => duck.sendCommand(args);
+    if (this.sentinel) this.send = (args) => duck.sendCommand(false, args);
+    else if (this.cluster) this.send = (args, key = clusterKey(args)) => duck.sendCommand(key, false, args);
     // The backend in use once known ('module' or 'script'); the promise of it while asked.
     // (backend "module": once the module is found there, per client).
+    /** @type {'module' | 'script' | undefined} */
     this.backend = backend === 'script' ? 'script' : undefined;
+    /** @type {Promise<'module' | 'script'> | undefined} */
     this.backendPending = undefined;
     this[TEST_NOW] = undefined;
     this.prefix = prefix;
@@ -256,7 +283,7 @@ export class RateLimit {
     this.logger = logger;
     this.now = now;
     this.memory = new DenialMemory(denialMemory);
-    /** Counters the application can read. */
+    /** @type {import('../index.cjs').RateLimitStats} Counters the application can read. */
     this.stats = {
       calls: 0, // round trips to Redis for a decision
       admitted: 0,
@@ -338,11 +365,10 @@ export class RateLimit {
       this.block = ['BLOCK', `${durationMs(limit.block, 'limit.block')}`];
     }
     // The script backend forced: what needs the module is refused now, before anything is sent.
-    if (this.backend === 'script' && this.#moduleOnly() !== undefined) {
-      throw new ModuleRequiredError(this.#moduleOnly());
-    }
+    const moduleOnly = this.#moduleOnly();
+    if (this.backend === 'script' && moduleOnly !== undefined) throw new ModuleRequiredError(moduleOnly);
     // A local budget: up to `localBudget` units taken at once (ATMOST), spent within `hold / 2`
-    // of their refill or given back then (local-budget.js says why half).
+    // of their refill or given back then (local-budget.cjs says why half).
     const { localBudget, hold } = options;
     this.budget = undefined;
     if (localBudget !== undefined) {
@@ -386,7 +412,10 @@ export class RateLimit {
     return this.budget === undefined ? Promise.resolve(0) : this.budget.close();
   }
 
-  /** The key in Redis for an application key. */
+  /**
+   * The key in Redis for an application key.
+   * @param {string} key
+   */
   redisKey(key) {
     return `${this.prefix}${key}`;
   }
@@ -397,7 +426,7 @@ export class RateLimit {
   #policyShapes() {
     if (this.shapes === undefined && this.rules !== undefined) this.shapes = Promise.resolve(this.rules.shapes);
     if (this.shapes === undefined) {
-      const pending = this.send(['RL.POLICY.GET', this.policy]).then((flat) => {
+      const pending = this.send(['RL.POLICY.GET', /** @type {string} */ (this.policy)]).then((flat) => {
         if (!Array.isArray(flat)) throw new Error(`no policy named ${JSON.stringify(this.policy)} (RL.POLICY.GET)`);
         return policyShapes(flat);
       });
@@ -405,6 +434,7 @@ export class RateLimit {
       pending.catch(() => {
         if (this.shapes === pending) this.shapes = undefined;
       });
+      return pending;
     }
     return this.shapes;
   }
@@ -444,7 +474,7 @@ export class RateLimit {
     const now = typeof clock === 'function' ? clock() : undefined;
     if (this.policy !== undefined) {
       // RL.LIMIT (the probe's too) and RL.REFUND of a policy: over its rules' keys.
-      if (this.rules === undefined) throw new ModuleRequiredError(this.#moduleOnly());
+      if (this.rules === undefined) throw new ModuleRequiredError(/** @type {string} */ (this.#moduleOnly()));
       return evalPolicy(send, args, this.rules, now);
     }
     return evalScript(send, args, now);
@@ -456,8 +486,9 @@ export class RateLimit {
   // On a cluster, sent once, to the node of the key whose RL.LIMIT follows (the module sends
   // it on to every other node over the cluster bus).
   #setPolicy(key) {
-    if (this.policySet === undefined) {
-      const pending = Promise.resolve().then(() => this.send(['RL.POLICY.SET', this.policy, ...this.rules.words], key));
+    const rules = this.rules;
+    if (this.policySet === undefined && rules !== undefined) {
+      const pending = Promise.resolve().then(() => this.send(['RL.POLICY.SET', this.policy, ...rules.words], key));
       this.policySet = pending;
       pending.catch(() => {
         if (this.policySet === pending) this.policySet = undefined;
@@ -466,6 +497,11 @@ export class RateLimit {
     return this.policySet;
   }
 
+  /**
+   * @param {string} key
+   * @param {number} cost
+   * @param {CheckOptions} options
+   */
   async #ask(key, cost, { atMost, shadow, dryRun, id }) {
     if ((this.backend ?? (await this.resolveBackend())) === 'script') {
       const what = this.#moduleOnly();
@@ -474,6 +510,7 @@ export class RateLimit {
       await this.#setPolicy(this.redisKey(key));
     }
     const args = [this.command, this.redisKey(key), ...this.args, ...this.block];
+    /** @type {Array<'granted' | 'shadow_denied'>} */
     const extras = [];
     if (atMost !== undefined) {
       args.push('ATMOST', String(atMost));
@@ -490,14 +527,15 @@ export class RateLimit {
     if (this.policy === undefined) {
       const [raw, acked] = await this.#sendWaiting(args, dryRun);
       const reply = this.#durable(parseReply(raw, this.sixth, extras), acked);
-      const decision = { ...reply, name: this.name, windowSeconds: this.shape.windowSeconds };
+      const shape = /** @type {NonNullable<typeof this.shape>} */ (this.shape); // set for all but a policy
+      const decision = { ...reply, name: this.name, windowSeconds: shape.windowSeconds };
       if (this.concurrent) decision.concurrent = true;
       if (this.adaptive !== undefined) decision.adaptive = this.adaptive;
-      return [decision, this.shape.more];
+      return [decision, shape.more];
     }
     const [shapes, [raw, acked]] = await Promise.all([this.#policyShapes(), this.#sendWaiting(args, dryRun)]);
     const reply = this.#durable(parseReply(raw, 'rule', extras), acked);
-    const { rule } = reply;
+    const rule = /** @type {number} */ (reply.rule); // RL.LIMIT's reply always has it
     // A rule past those read: the policy has grown on the server since; read it again next time.
     if (rule >= shapes.length && this.shapes !== undefined) this.shapes = undefined;
     const name = shapes.length > 1 || rule > 0 ? `${this.name}/${rule}` : this.name;
@@ -541,7 +579,7 @@ export class RateLimit {
   }
 
   // When an admitted decision's `remaining` grows (RateLimit's `t`), in whole ms: from the reply
-  // where it says (limits.js moreAfterMs), else asked with a DRYRUN of remaining + 1 units, whose
+  // where it says (limits.cjs moreAfterMs), else asked with a DRYRUN of remaining + 1 units, whose
   // retry_after_ms is exactly that. The request is decided already: a probe that fails or takes
   // longer than the timeout leaves `t` out, nothing else.
   async #moreAfter(key, decision, more) {
@@ -574,6 +612,10 @@ export class RateLimit {
    * a promise already resolved, without the async function's own promise and the ticks it takes
    * to adopt another; anything else (an invalid argument too: a rejection, never a throw) goes
    * through #check.
+   * @param {string} key
+   * @param {number} [cost]
+   * @param {CheckOptions} [options]
+   * @returns {Promise<Decision | Failure>}
    */
   check(key, cost = 1, options = undefined) {
     const budget = this.budget;
@@ -587,6 +629,12 @@ export class RateLimit {
     return this.#check(key, cost, options);
   }
 
+  /**
+   * @param {string} key
+   * @param {number} cost
+   * @param {CheckOptions} [options]
+   * @returns {Promise<Decision | Failure>}
+   */
   async #check(key, cost, options = {}) {
     const { atMost, shadow = false, dryRun = false, id } = options;
     count(cost, 'cost', 0);
@@ -679,6 +727,10 @@ export class RateLimit {
    * too high. Resolves to the units given back; rejects when Redis fails or does not answer
    * within the timeout (nothing is decided here, so there is nothing to fail open or closed).
    * A denial of `key` remembered by this limit is forgotten once units are given back.
+   * @param {string} key
+   * @param {number} units
+   * @param {RefundOptions} [options]
+   * @returns {Promise<number>}
    */
   async refund(key, units, options = {}) {
     const { dryRun = false } = options;
@@ -705,6 +757,10 @@ export class RateLimit {
    * is not adaptive takes both and ignores them. Rejects only on invalid options (TypeError): a
    * Redis failure is logged and counted (`releaseFailures`), and the lease then ends by itself
    * (counted as dropped by an adaptive limit).
+   * @param {string} key
+   * @param {Decision} decision
+   * @param {ReleaseOptions} [options]
+   * @returns {Promise<void>}
    */
   async release(key, decision, options = {}) {
     const { rtt, dropped = false } = options ?? {};
@@ -727,3 +783,5 @@ export class RateLimit {
     }
   }
 }
+
+module.exports = { NotDurableError, RateLimit };

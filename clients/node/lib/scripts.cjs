@@ -11,18 +11,20 @@
 // by `npm pack` (prepack copies it into scripts/, postpack removes it), so an installed package
 // reads its own scripts/, and the repository's tree reads ../scripts/.
 
-import { createHash } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+// @ts-check
+'use strict';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
+const { createHash } = require('node:crypto');
+const { existsSync, readFileSync } = require('node:fs');
+const path = require('node:path');
+
+const here = __dirname;
 
 /**
  * The scripts' directory: in the repository (this package is clients/node), clients/scripts/,
  * even if an interrupted `npm pack` left a copy behind; installed, the package's own scripts/.
  */
-export function scriptsDir() {
+function scriptsDir() {
   const pkg = path.resolve(here, '..');
   const repo = path.join(pkg, '../scripts');
   const dirs = path.basename(pkg) === 'node' ? [repo, path.join(pkg, 'scripts')] : [path.join(pkg, 'scripts')];
@@ -33,7 +35,7 @@ export function scriptsDir() {
 }
 
 /** The script that stands for each module command. */
-export const SCRIPT_OF = {
+const SCRIPT_OF = {
   'RL.GCRA': 'gcra',
   'RL.TOKENBUCKET': 'tokenbucket',
   'RL.LEAKYBUCKET': 'leakybucket',
@@ -51,7 +53,7 @@ export const SCRIPT_OF = {
  * RL.REFUND of its key, over one key per rule (ruleKeys). No single module command stands for
  * them, so they are apart from SCRIPT_OF.
  */
-export const POLICY_SCRIPT_OF = {
+const POLICY_SCRIPT_OF = {
   'RL.LIMIT': 'policy',
   'RL.REFUND': 'policyrefund',
 };
@@ -64,7 +66,7 @@ export const POLICY_SCRIPT_OF = {
  * end the tag early, and two keys could then name the same rule keys): the keys share a hash
  * tag, so a slot. The Python package's rule_keys names them the same.
  */
-export function ruleKeys(key, n) {
+function ruleKeys(key, n) {
   const k = String(key);
   const open = k.indexOf('{');
   const close = open < 0 ? -1 : k.indexOf('}', open + 1);
@@ -76,7 +78,7 @@ export function ruleKeys(key, n) {
  * A script as it is sent: the lib/ parts its `-- needs:` line names, in that order, then the
  * entry file (clients/scripts/README.md, "One source").
  */
-export function scriptSource(name, dir = scriptsDir()) {
+function scriptSource(name, dir = scriptsDir()) {
   const entry = readFileSync(path.join(dir, `${name}.lua`), 'utf8');
   const needs = /^-- needs: (.+)$/m.exec(entry);
   if (!needs) throw new Error(`ratelimit: ${name}.lua names no parts (-- needs:)`);
@@ -85,7 +87,7 @@ export function scriptSource(name, dir = scriptsDir()) {
 }
 
 let loaded; // name -> { source, sha }, read once per process
-export function scripts() {
+function scripts() {
   if (loaded === undefined) {
     const dir = scriptsDir();
     loaded = {};
@@ -98,7 +100,8 @@ export function scripts() {
 }
 
 /** What needs the module, asked of the script backend: refused before anything is sent. */
-export class ModuleRequiredError extends Error {
+class ModuleRequiredError extends Error {
+  /** @param {string} what what needs the module, the message's subject */
   constructor(what) {
     super(`${what} needs the ratelimit module: the server has none (or backend is "script"), and the script backend ` +
       'runs the seven algorithms, COST, ATMOST, DRYRUN, BLOCK, SHADOW, RL.REFUND, policies whose rules the application gives ' +
@@ -108,7 +111,7 @@ export class ModuleRequiredError extends Error {
 }
 
 /** The backend option, checked. */
-export function checkBackend(backend) {
+function checkBackend(backend) {
   if (backend !== 'auto' && backend !== 'module' && backend !== 'script') {
     throw new TypeError(`invalid backend: expected "auto", "module" or "script"; got ${String(backend)}`);
   }
@@ -120,7 +123,7 @@ export function checkBackend(backend) {
  * (firstKey, isReadonly, args) and its multi(routing) a key; it alone has getSlotMaster and
  * nodeClient (the Sentinel client has getMasterNode, the standalone client neither).
  */
-export function isCluster(client) {
+function isCluster(client) {
   return typeof client?.getMasterNode !== 'function' && typeof client?.getSlotMaster === 'function' &&
     typeof client?.nodeClient === 'function';
 }
@@ -132,7 +135,7 @@ export function isCluster(client) {
  * module spreads a change over the cluster bus; RateLimit sends its SET with the key of the
  * RL.LIMIT that follows). WAIT and SCRIPT LOAD are sent with the key of the command before them.
  */
-export function clusterKey(args) {
+function clusterKey(args) {
   const command = String(args[0]).toUpperCase();
   if (command === 'EVALSHA' || command === 'EVAL') return Number(args[2]) > 0 ? args[3] : undefined;
   if (command.startsWith('RL.') && !command.startsWith('RL.POLICY.')) return args[1];
@@ -141,7 +144,7 @@ export function clusterKey(args) {
 
 // Test-only: a limiter with this symbol set to a function returning µs sends the scripts' test
 // clock (`NOW <µs>`). Not exported by the package's index: the public API never sends it.
-export const TEST_NOW = Symbol('ratelimit script test clock');
+const TEST_NOW = Symbol('ratelimit script test clock');
 
 // The backend `auto` found, per client: { promise }, asked once per client.
 const found = new WeakMap();
@@ -152,13 +155,15 @@ const found = new WeakMap();
  * the choice once; a user whose ACL refuses COMMAND INFO (NOPERM) gets the scripts, with a
  * warning once. `module` checks the module is there (once per client), with a clear error
  * when it is not (and, when it cannot be asked, takes the option's word).
+ * @returns {Promise<'module' | 'script'>}
  */
-export function resolveBackend(client, send, backend, logger) {
+function resolveBackend(client, send, backend, logger) {
   if (backend === 'script') return Promise.resolve('script');
   let entry = found.get(client);
   if (entry === undefined) {
     entry = { promise: undefined, logged: false, unasked: false };
     const asked = entry;
+    /** @type {Promise<'module' | 'script'>} */
     const promise = Promise.resolve()
       .then(() => send(['COMMAND', 'INFO', 'RL.GCRA']))
       .then(
@@ -205,7 +210,7 @@ export function resolveBackend(client, send, backend, logger) {
 }
 
 /** A "no permission" error (NOPERM: the user's ACL refuses the command). */
-export function noPermission(error) {
+function noPermission(error) {
   const message = String(error?.message ?? '');
   return message.startsWith('NOPERM') || /\bno permissions?\b/i.test(message);
 }
@@ -215,7 +220,7 @@ export function noPermission(error) {
  * SHA computed here, and after NOSCRIPT, SCRIPT LOAD and EVALSHA once more. `now`: the test
  * clock's µs, or undefined.
  */
-export async function evalScript(send, args, now = undefined) {
+async function evalScript(send, args, now = undefined) {
   const [command, key, ...words] = args;
   const name = SCRIPT_OF[String(command).toUpperCase()];
   if (name === undefined) throw new ModuleRequiredError(command);
@@ -229,7 +234,7 @@ export async function evalScript(send, args, now = undefined) {
  * rules' words for RL.LIMIT only; the policy's name is not sent). `rules`: `{ count, words }`,
  * the words as RL.POLICY.SET takes them. NOSCRIPT as evalScript.
  */
-export async function evalPolicy(send, args, rules, now = undefined) {
+async function evalPolicy(send, args, rules, now = undefined) {
   const [command, key, ...words] = args;
   const name = POLICY_SCRIPT_OF[String(command).toUpperCase()];
   if (name === undefined) throw new ModuleRequiredError(command);
@@ -261,7 +266,7 @@ async function evalNamed(send, name, keys, words, now) {
  * one script twice, which fails or succeeds both times, or a write then a DRYRUN, which reads
  * again harmlessly). Resolves to the replies, as exec() does.
  */
-export async function evalMulti(client, commands, now = undefined) {
+async function evalMulti(client, commands, now = undefined) {
   const calls = commands.map((args) => {
     const [command, key, ...words] = args;
     const name = SCRIPT_OF[String(command).toUpperCase()];
@@ -295,3 +300,22 @@ export async function evalMulti(client, commands, now = undefined) {
   if (failed !== undefined) throw failed;
   return replies;
 }
+
+module.exports = {
+  scriptsDir,
+  SCRIPT_OF,
+  POLICY_SCRIPT_OF,
+  ruleKeys,
+  scriptSource,
+  scripts,
+  ModuleRequiredError,
+  checkBackend,
+  isCluster,
+  clusterKey,
+  TEST_NOW,
+  resolveBackend,
+  noPermission,
+  evalScript,
+  evalPolicy,
+  evalMulti,
+};

@@ -3,11 +3,14 @@
 // X-RateLimit-*, Retry-After, and the application/problem+json bodies of 429 and 503 (fail
 // closed, and an adaptive concurrency limit shedding load).
 
+// @ts-check
+'use strict';
+
 const ceilSeconds = (ms) => Math.ceil(ms / 1000);
 
 // A name in RateLimit-Policy and RateLimit is a Structured Field String: printable ASCII, with
 // `"` and `\` escaped.
-export function checkName(name, what) {
+function checkName(name, what) {
   if (typeof name !== 'string' || name.length === 0 || !/^[\x20-\x7e]*$/.test(name)) {
     throw new TypeError(`invalid ${what}: expected a non-empty string of printable ASCII; got ${String(name)}`);
   }
@@ -15,12 +18,15 @@ export function checkName(name, what) {
 }
 const sfString = (s) => `"${s.replace(/[\\"]/g, (c) => `\\${c}`)}"`;
 
-export const QUOTA_EXCEEDED_TYPE = 'https://iana.org/assignments/http-problem-types#quota-exceeded';
-export const REDUCED_CAPACITY_TYPE =
+const QUOTA_EXCEEDED_TYPE = 'https://iana.org/assignments/http-problem-types#quota-exceeded';
+const REDUCED_CAPACITY_TYPE =
   'https://iana.org/assignments/http-problem-types#temporary-reduced-capacity';
 
-/** The 429 body (application/problem+json), its keys in a fixed order and no spaces. */
-export function quotaExceededBody(name) {
+/**
+ * The 429 body (application/problem+json), its keys in a fixed order and no spaces.
+ * @param {string} name
+ */
+function quotaExceededBody(name) {
   return JSON.stringify({
     type: QUOTA_EXCEEDED_TYPE,
     title: 'Request cannot be satisfied as assigned quota has been exceeded',
@@ -33,8 +39,9 @@ export function quotaExceededBody(name) {
  * The 503 body of an adaptive concurrency limit's refusal (application/problem+json): the
  * service sheds load, it has as many requests in flight as it can take now; not the caller's
  * quota. The draft's temporary-reduced-capacity type, naming the limit as a 429 does.
+ * @param {string} name
  */
-export function loadSheddingBody(name) {
+function loadSheddingBody(name) {
   return JSON.stringify({
     type: REDUCED_CAPACITY_TYPE,
     title: 'Request cannot be satisfied due to temporary server capacity constraints',
@@ -45,7 +52,7 @@ export function loadSheddingBody(name) {
 }
 
 /** The 503 body of fail closed (application/problem+json). */
-export const UNAVAILABLE_BODY = JSON.stringify({
+const UNAVAILABLE_BODY = JSON.stringify({
   type: REDUCED_CAPACITY_TYPE,
   title: 'Rate limiter unavailable',
   status: 503,
@@ -56,8 +63,9 @@ export const UNAVAILABLE_BODY = JSON.stringify({
  * RateLimit, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, and on a refusal
  * Retry-After (left out when the request can never pass; at least 1 for an adaptive
  * concurrency limit's 503, and `t` with it).
+ * @param {import('../index.cjs').Decision} d
  */
-export function rateLimitHeaders(d) {
+function rateLimitHeaders(d) {
   // A refusal's seconds: an adaptive limit's 503 says at least 1 (a retry at once would be shed).
   const retrySeconds = (ms) => (d.adaptive === undefined ? ceilSeconds(ms) : Math.max(1, ceilSeconds(ms)));
   let w = d.windowSeconds === undefined ? '' : `;w=${d.windowSeconds}`;
@@ -68,6 +76,7 @@ export function rateLimitHeaders(d) {
   let t = '';
   if (d.allowed && d.moreAfterMs !== undefined) t = `;t=${ceilSeconds(d.moreAfterMs)}`;
   else if (!d.allowed && d.retryAfterMs >= 0) t = `;t=${retrySeconds(d.retryAfterMs)}`;
+  /** @type {Array<[string, string]>} */
   const headers = [
     ['RateLimit-Policy', `${name};q=${d.limit}${w}`],
     ['RateLimit', `${name};r=${d.remaining}${t}`],
@@ -78,3 +87,13 @@ export function rateLimitHeaders(d) {
   if (!d.allowed && d.retryAfterMs >= 0) headers.push(['Retry-After', String(retrySeconds(d.retryAfterMs))]);
   return headers;
 }
+
+module.exports = {
+  checkName,
+  QUOTA_EXCEEDED_TYPE,
+  REDUCED_CAPACITY_TYPE,
+  quotaExceededBody,
+  loadSheddingBody,
+  UNAVAILABLE_BODY,
+  rateLimitHeaders,
+};

@@ -2,15 +2,21 @@
 // positional parameters, what the HTTP fields say of each (RateLimit-Policy's `w`, how RateLimit's
 // `t` is known), and the same for a policy's rules as RL.POLICY.GET gives them back.
 
-export const MAX_DURATION_MS = 315_360_000_000; // 10 years: the module's bound on every duration
-export const MAX_COUNT = 1_000_000_000_000; // 10^12: the module's bound on every count
+// @ts-check
+'use strict';
+
+const MAX_DURATION_MS = 315_360_000_000; // 10 years: the module's bound on every duration
+const MAX_COUNT = 1_000_000_000_000; // 10^12: the module's bound on every count
 const UNIT_MS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
 /**
  * A duration in the module's grammar (a bare integer is milliseconds; units ms, s, m, h, d),
  * or a number of milliseconds; returns milliseconds. Throws a TypeError naming `what`.
+ * @param {import('../index.cjs').Duration} value
+ * @param {string} [what]
+ * @returns {number}
  */
-export function durationMs(value, what = 'duration') {
+function durationMs(value, what = 'duration') {
   let ms;
   if (typeof value === 'number') {
     ms = value;
@@ -29,7 +35,7 @@ export function durationMs(value, what = 'duration') {
   return ms;
 }
 
-export function count(value, what, min = 1) {
+function count(value, what, min = 1) {
   if (!Number.isSafeInteger(value) || value < min || value > MAX_COUNT) {
     throw new TypeError(`invalid ${what}: expected an integer from ${min} to 10^12; got ${String(value)}`);
   }
@@ -41,7 +47,7 @@ export function count(value, what, min = 1) {
 // and `fields`, what RateLimit-Policy and RateLimit say of it (see `fieldShape`). A policy's
 // rules are these algorithms too (concurrency excepted), so RL.POLICY.GET's reply is read with
 // the same table.
-export const ALGORITHMS = {
+const ALGORITHMS = {
   gcra: { command: 'RL.GCRA', params: ['burst', 'rate', 'period'], fields: 'spaced' },
   tokenbucket: {
     command: 'RL.TOKENBUCKET',
@@ -76,7 +82,7 @@ export const ALGORITHMS = {
     adaptive: { aimd: { min: 20, max: 200 }, vegas: { min: 1, max: 1000 }, gradient2: { min: 20, max: 200 } },
   },
 };
-export const DURATION_PARAMS = new Set(['period', 'refillPeriod', 'leakPeriod', 'window', 'lease', 'warmup']);
+const DURATION_PARAMS = new Set(['period', 'refillPeriod', 'leakPeriod', 'window', 'lease', 'warmup']);
 
 // The largest integer a Structured Field may carry (RFC 9651: 15 digits).
 const SF_INTEGER_MAX = 999_999_999_999_999n;
@@ -101,7 +107,7 @@ function wholeSecondsOf(a, b, c) {
  * `'probe'` (sliding window and log, warm-up: the reply does not say; a DRYRUN asks) or
  * undefined (concurrency: when a holder gives its lease back).
  */
-export function fieldShape(name, words) {
+function fieldShape(name, words) {
   const algorithm = ALGORITHMS[name];
   const ms = (i) => durationMs(/^[0-9]+$/.test(String(words[i])) ? Number(words[i]) : String(words[i]));
   switch (algorithm.fields) {
@@ -138,7 +144,7 @@ const ceilDivBig = (a, b) => (a + b - 1n) / b;
  * window frees its units at its end. In Numbers while every product is below 2^53 (the common
  * case, on every request), else in BigInts.
  */
-export function moreAfterMs(more, d) {
+function moreAfterMs(more, d) {
   if (d.remaining >= d.limit || d.resetAfterMs <= 0) return undefined;
   if (more === 'reset') return d.resetAfterMs;
   const missing = d.limit - d.remaining;
@@ -167,7 +173,7 @@ export function moreAfterMs(more, d) {
  * rules included. A rule the package does not know, or a rule cut short, throws: the package
  * would otherwise misread every rule after it.
  */
-export function policyShapes(flat) {
+function policyShapes(flat) {
   const words = flat.map((w) => (Buffer.isBuffer(w) ? w.toString() : String(w)));
   const shapes = [];
   let i = 0;
@@ -196,7 +202,24 @@ export function policyShapes(flat) {
   return shapes;
 }
 
-/** The `w` of each rule in RL.POLICY.GET's reply (policyShapes' windowSeconds). */
-export function policyWindows(flat) {
+/**
+ * The `w` of each rule in RL.POLICY.GET's reply (policyShapes' windowSeconds).
+ * @param {ReadonlyArray<string | Buffer>} flat
+ * @returns {Array<number | undefined>}
+ */
+function policyWindows(flat) {
   return policyShapes(flat).map((s) => s.windowSeconds);
 }
+
+module.exports = {
+  MAX_DURATION_MS,
+  MAX_COUNT,
+  durationMs,
+  count,
+  ALGORITHMS,
+  DURATION_PARAMS,
+  fieldShape,
+  moreAfterMs,
+  policyShapes,
+  policyWindows,
+};

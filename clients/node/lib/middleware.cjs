@@ -3,8 +3,19 @@
 // lease held while the response is in flight, and for an adaptive limit, the request's latency
 // and whether it dropped reported when it is given back.
 
-import { UNAVAILABLE_BODY, loadSheddingBody, quotaExceededBody, rateLimitHeaders } from './fields.js';
-import { RateLimit } from './rate-limit.js';
+// @ts-check
+'use strict';
+
+/** @typedef {import('../index.cjs').MiddlewareOptions} MiddlewareOptions */
+/** @typedef {import('../index.cjs').RateLimitOptions} RateLimitOptions */
+
+const {
+  UNAVAILABLE_BODY,
+  loadSheddingBody,
+  quotaExceededBody,
+  rateLimitHeaders,
+} = require('./fields.cjs');
+const { RateLimit } = require('./rate-limit.cjs');
 
 function send(res, status, body) {
   res.statusCode = status;
@@ -65,9 +76,12 @@ function holdLease(limiter, key, d, req, res, next) {
  * and answered in the fields, but never refuses) and `skip(req, res)` (true, or a promise of
  * true: the request passes unlimited, with no round trip and no fields; health checks, internal
  * callers). The returned function has the RateLimit as `.limiter`.
+ * @param {MiddlewareOptions} options
+ * @returns {import('../index.cjs').Middleware}
  */
-export function rateLimitMiddleware(options = {}) {
-  const limiter = options.limiter ?? new RateLimit(options);
+function rateLimitMiddleware(options = {}) {
+  // Without `limiter`, the options are RateLimit's, which checks `client` and `limit` itself.
+  const limiter = options.limiter ?? new RateLimit(/** @type {RateLimitOptions} */ (options));
   const keyOf = options.key ?? ((req) => req.ip ?? req.socket?.remoteAddress ?? 'unknown');
   const costOf = options.cost ?? (() => 1);
   const shadowOf = (req) => Boolean(typeof options.shadow === 'function' ? options.shadow(req) : options.shadow);
@@ -110,6 +124,8 @@ export function rateLimitMiddleware(options = {}) {
       limit(req, res, next);
       return;
     }
+    // A boolean, or anything with `then` (not only a Promise).
+    /** @type {any} */
     let skipped;
     try {
       skipped = skip(req, res);
@@ -130,3 +146,5 @@ export function rateLimitMiddleware(options = {}) {
   middleware.limiter = limiter;
   return middleware;
 }
+
+module.exports = { rateLimitMiddleware };

@@ -2,11 +2,14 @@
 // over its limit is refused without a round trip; and its default clock. RateLimit keeps one,
 // and RateLimiterRedis's in-memory blocks are one.
 
+// @ts-check
+'use strict';
+
 /**
  * Denials remembered until their retry time, at most `max` of them. A full memory first drops
  * expired entries among the oldest few, else the oldest one: bounded work per insert.
  */
-export class DenialMemory {
+class DenialMemory {
   constructor(max) {
     this.max = max;
     this.entries = new Map(); // key -> { until, resetAt, decision }, oldest first
@@ -56,4 +59,6 @@ export class DenialMemory {
 }
 
 /** The default clock of a denial memory: monotonic milliseconds. */
-export const monotonicMs = () => performance.now();
+const monotonicMs = () => performance.now();
+
+module.exports = { DenialMemory, monotonicMs };

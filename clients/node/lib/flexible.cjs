@@ -1,13 +1,34 @@
 // rate-limiter-flexible's interface, backed by the module: RateLimiterRes and RateLimiterRedis,
 // so that its users switch by changing one constructor.
 
-import { DenialMemory, monotonicMs } from './denial-memory.js';
-import { MAX_COUNT, MAX_DURATION_MS, durationMs } from './limits.js';
-import { parseReply } from './reply.js';
-import { TEST_NOW, checkBackend, clusterKey, evalMulti, evalScript, isCluster, resolveBackend } from './scripts.js';
+// @ts-check
+'use strict';
+
+const { DenialMemory, monotonicMs } = require('./denial-memory.cjs');
+const { MAX_COUNT, MAX_DURATION_MS, durationMs } = require('./limits.cjs');
+const { parseReply } = require('./reply.cjs');
+const {
+  TEST_NOW,
+  checkBackend,
+  clusterKey,
+  evalMulti,
+  evalScript,
+  isCluster,
+  resolveBackend,
+} = require('./scripts.cjs');
+
+// The options are read as index.d.cts declares them, so that tsc (tsconfig.json) fails when the
+// two part.
+/** @typedef {import('../index.cjs').RateLimiterRedisOptions} RateLimiterRedisOptions */
 
 /** rate-limiter-flexible's RateLimiterRes: what consume and the others resolve (or reject) with. */
-export class RateLimiterRes {
+class RateLimiterRes {
+  /**
+   * @param {number} [remainingPoints]
+   * @param {number} [msBeforeNext]
+   * @param {number} [consumedPoints]
+   * @param {boolean} [isFirstInDuration]
+   */
   constructor(remainingPoints = 0, msBeforeNext = 0, consumedPoints = 0, isFirstInDuration = false) {
     this.remainingPoints = remainingPoints;
     this.msBeforeNext = msBeforeNext;
@@ -38,12 +59,15 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  * INTERVAL: all the points come back at once, `duration` after the window began). See
  * docs/clients.md for every difference.
  */
-export class RateLimiterRedis {
-  constructor(opts = {}) {
+class RateLimiterRedis {
+  /** @param {RateLimiterRedisOptions} opts */
+  constructor(opts = /** @type {RateLimiterRedisOptions} */ ({})) {
     if (opts.storeClient === undefined) throw new Error('storeClient is not set');
     for (const o of UNSUPPORTED_OPTIONS) {
-      if (opts[o]) throw new Error(`${o} is not supported by ratelimit-redis-module's RateLimiterRedis`);
+      if (Reflect.get(opts, o)) throw new Error(`${o} is not supported by ratelimit-redis-module's RateLimiterRedis`);
     }
+    // A standalone or a cluster client, told apart at run time (isCluster).
+    /** @type {any} */
     this.client = opts.storeClient;
     // node-redis's cluster client (createCluster) as RateLimit takes it: each command to its
     // key's node (the SCRIPT LOAD after NOSCRIPT too), COMMAND INFO to any, a MULTI to its key's.
@@ -54,6 +78,7 @@ export class RateLimiterRedis {
     // The backend, as RateLimit's (not in rate-limiter-flexible): "auto" (default), "module" or
     // "script"; `backend` is 'module' or 'script' once decided. `logger` hears the choice.
     this.backendOption = checkBackend(opts.backend ?? 'auto');
+    /** @type {'module' | 'script' | undefined} */
     this.backend = this.backendOption === 'script' ? 'script' : undefined;
     this.logger = opts.logger === undefined ? console : opts.logger;
     this[TEST_NOW] = undefined;
@@ -83,11 +108,11 @@ export class RateLimiterRedis {
     this.execEvenlyMinDelayMs = opts.execEvenlyMinDelayMs ?? Math.ceil(this.msDuration / this.points);
     // In-memory block: a key that has consumed inMemoryBlockOnConsumed points is refused in
     // this process, without Redis, for inMemoryBlockDuration seconds (or the window's time left).
-    this.inMemoryBlockOnConsumed = opts.inMemoryBlockOnConsumed ? parseInt(opts.inMemoryBlockOnConsumed, 10) : 0;
+    this.inMemoryBlockOnConsumed = opts.inMemoryBlockOnConsumed ? parseInt(String(opts.inMemoryBlockOnConsumed), 10) : 0;
     if (this.inMemoryBlockOnConsumed > 0 && this.points > this.inMemoryBlockOnConsumed) {
       throw new Error('inMemoryBlockOnConsumed option must be greater or equal "points" option');
     }
-    this.inMemoryBlockDuration = opts.inMemoryBlockDuration ? parseInt(opts.inMemoryBlockDuration, 10) : 0;
+    this.inMemoryBlockDuration = opts.inMemoryBlockDuration ? parseInt(String(opts.inMemoryBlockDuration), 10) : 0;
     if (this.inMemoryBlockDuration > 0 && this.inMemoryBlockOnConsumed === 0) {
       throw new Error('inMemoryBlockOnConsumed option must be set up');
     }
@@ -117,10 +142,19 @@ export class RateLimiterRedis {
     return this.blockDuration * 1000;
   }
 
+  /**
+   * @param {string | number} key
+   * @returns {string}
+   */
   getKey(key) {
-    return this.keyPrefix.length > 0 ? `${this.keyPrefix}:${key}` : key;
+    // A string either way: a number sent as a key word fails in node-redis.
+    return this.keyPrefix.length > 0 ? `${this.keyPrefix}:${key}` : String(key);
   }
 
+  /**
+   * @param {string} rlKey
+   * @returns {string}
+   */
   parseKey(rlKey) {
     return this.keyPrefix.length > 0 ? rlKey.substring(this.keyPrefix.length + 1) : rlKey;
   }
@@ -208,13 +242,17 @@ export class RateLimiterRedis {
     return new RateLimiterRes(r.remaining, this.#ms(r.resetAfterMs), consumed, changed > 0 && consumed === changed);
   }
 
+  /**
+   * @param {unknown} points
+   * @returns {number}
+   */
   #checkPoints(points) {
-    if (typeof points === 'string' && /^[1-9][0-9]*$/.test(points)) points = Number(points);
-    if (!Number.isSafeInteger(points)) {
+    const n = typeof points === 'string' && /^[1-9][0-9]*$/.test(points) ? Number(points) : points;
+    if (typeof n !== 'number' || !Number.isSafeInteger(n)) {
       throw new Error('Consuming decimal number of points is not supported by this package');
     }
-    if (points < 0 || points > MAX_COUNT) throw new Error('points must be an integer from 0 to 10^12');
-    return points;
+    if (n < 0 || n > MAX_COUNT) throw new Error('points must be an integer from 0 to 10^12');
+    return n;
   }
 
   // rate-limiter-flexible's insurance: on a store error (not a refusal), ask insuranceLimiter.
@@ -245,7 +283,7 @@ export class RateLimiterRedis {
       taken = await this.#send(take, ['granted']);
       ms = taken.allowed ? taken.resetAfterMs : taken.retryAfterMs;
     }
-    const held = taken.limit - taken.remaining - taken.granted;
+    const held = taken.limit - taken.remaining - /** @type {number} */ (taken.granted); // asked for: there
     return new RateLimiterRes(0, this.#ms(ms), held + points, false);
   }
 
@@ -253,6 +291,10 @@ export class RateLimiterRedis {
    * Takes `points` (default 1). Resolves with a RateLimiterRes when admitted; rejects with a
    * RateLimiterRes when refused (the window is full, or the key is blocked), with an Error when
    * Redis fails and there is no insuranceLimiter.
+   * @param {string | number} key
+   * @param {number | string} [points]
+   * @param {object} [options]
+   * @returns {Promise<RateLimiterRes>}
    */
   consume(key, points = 1, options = {}) {
     return this.#insured('consume', [key, points, options], async () => {
@@ -307,7 +349,12 @@ export class RateLimiterRedis {
     });
   }
 
-  /** The key's state, or null when it has taken nothing in its window. */
+  /**
+   * The key's state, or null when it has taken nothing in its window.
+   * @param {string | number} key
+   * @param {object} [options]
+   * @returns {Promise<RateLimiterRes | null>}
+   */
   get(key, options = {}) {
     return this.#insured('get', [key, options], async () => {
       if (this.points === 0) return null;
@@ -317,7 +364,12 @@ export class RateLimiterRedis {
     });
   }
 
-  /** Deletes the key: resolves true when there was one. */
+  /**
+   * Deletes the key: resolves true when there was one.
+   * @param {string | number} key
+   * @param {object} [options]
+   * @returns {Promise<boolean>}
+   */
   delete(key, options = {}) {
     return this.#insured('delete', [key, options], async () => {
       const n = await this.client.del(this.getKey(key));
@@ -329,6 +381,10 @@ export class RateLimiterRedis {
   /**
    * Gives back `points` (default 1) with RL.REFUND, up to what the window has taken; resolves
    * with the state after it.
+   * @param {string | number} key
+   * @param {number} [points]
+   * @param {object} [options]
+   * @returns {Promise<RateLimiterRes>}
    */
   reward(key, points = 1, options = {}) {
     return this.#insured('reward', [key, points, options], async () => {
@@ -345,6 +401,10 @@ export class RateLimiterRedis {
   /**
    * Takes `points` (default 1) without refusing: as many as the window still has, at most
    * `points` (the module never counts past the limit). Resolves with the state after it.
+   * @param {string | number} key
+   * @param {number} [points]
+   * @param {object} [options]
+   * @returns {Promise<RateLimiterRes>}
    */
   penalty(key, points = 1, options = {}) {
     return this.#insured('penalty', [key, points, options], async () => {
@@ -365,6 +425,10 @@ export class RateLimiterRedis {
   /**
    * Blocks the key for `secDuration` seconds (0: as long as the module allows, 10 years):
    * every consume is refused until then. Resolves with RateLimiterRes(0, ms, points + 1).
+   * @param {string | number} key
+   * @param {number} secDuration
+   * @param {object} [options]
+   * @returns {Promise<RateLimiterRes>}
    */
   block(key, secDuration, options = {}) {
     return this.#insured('block', [key, secDuration, options], async () => {
@@ -382,8 +446,13 @@ export class RateLimiterRedis {
     });
   }
 
-  /** rate-limiter-flexible's set(): the module has no way to write a count, so it refuses. */
+  /**
+   * rate-limiter-flexible's set(): the module has no way to write a count, so it refuses.
+   * @returns {Promise<never>}
+   */
   set() {
     return Promise.reject(new Error("set() is not supported by ratelimit-redis-module's RateLimiterRedis"));
   }
 }
+
+module.exports = { RateLimiterRes, RateLimiterRedis };
