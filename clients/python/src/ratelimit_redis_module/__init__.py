@@ -7,7 +7,9 @@
   fail open or closed; ``in_flight`` holds a concurrency lease while a request is served and
   releases it with the request's latency (adaptive limits: a refusal is a 503).
 - :class:`RateLimitMiddleware`: the same as ASGI middleware for Starlette and FastAPI
-  (:func:`exempt` and ``skip`` leave requests alone).
+  (:func:`exempt` and ``skip`` leave requests alone, :func:`limited` gives a route its own
+  limit); :class:`WSGIRateLimitMiddleware` for Flask or any WSGI app, and
+  :class:`DjangoRateLimitMiddleware`, with the same options and marks.
 - :func:`client_from_url` / :func:`async_client_from_url`: redis-py clients set for the
   request path (they fail at once while Redis refuses connections).
 - :data:`COMMANDS`, :data:`LEFT_OUT`, :data:`RULE_KINDS`: what the package covers of the
@@ -16,6 +18,7 @@
 
 from .budget import BudgetStats, hold_ms
 from .asgi import RateLimitMiddleware, client_ip, exempt, header, limited, user
+from .wsgi import DjangoRateLimitMiddleware, WSGIRateLimitMiddleware
 from .client import (
     ADMISSION_OPTIONS,
     COMMANDS,
@@ -80,4 +83,5 @@ __all__ = [
     "Warmup", "async_client_from_sentinel", "async_client_from_url", "client_from_sentinel",
     "client_from_url", "client_ip", "duration_ms", "exempt", "field_shape", "header", "limited",
     "more_after_ms", "parse_decision", "parse_rules", "quota_exceeded_body", "rate_limit_headers", "user",
+    "DjangoRateLimitMiddleware", "WSGIRateLimitMiddleware",
 ]

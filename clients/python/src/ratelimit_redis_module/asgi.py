@@ -12,101 +12,37 @@
 
 from __future__ import annotations
 
-import time
-from typing import Any, Awaitable, Callable, Iterable, Mapping, MutableMapping, TypeVar, Union
+from typing import Any, Awaitable, Callable, Iterable, MutableMapping, Unpack
 
-from .guard import PROBLEM_JSON, AsyncGuard, Stats
+from ._http import (
+    KeyFunc,
+    Limiting,
+    Options,
+    Request,
+    client_ip,
+    exempt,
+    header,
+    limited,
+    mark_of,
+    refusal_headers,
+    user,
+)
+from .guard import AsyncGuard
 from .limit_types import Limit
 
 __all__ = ["RateLimitMiddleware", "KeyFunc", "client_ip", "exempt", "header", "limited", "user"]
 
-Scope = MutableMapping[str, Any]
+Scope = Request
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-#: Maps a request's ASGI scope to the caller's identity, or None to leave it unlimited.
-KeyFunc = Callable[[Scope], Union[str, None]]
-#: A cost in units, or a function of the scope that gives it.
-CostFunc = Union[int, Callable[[Scope], int]]
-#: True or False for every request, or a function of the scope saying which requests.
-ScopeFlag = Union[bool, Callable[[Scope], bool]]
-#: A function of the scope: True for a request the middleware lets through untouched.
-SkipFunc = Callable[[Scope], bool]
-
-_Exempted = TypeVar("_Exempted")
-_EXEMPT = "__ratelimit_exempt__"
-_LIMIT = "__ratelimit_limit__"
-# How many endpoints `exempt` and `limited` have marked: until one is, no route is looked up.
-_marked = 0
-
-
-def exempt(endpoint: _Exempted) -> _Exempted:
-    """Mark a route's endpoint, or an ASGI app to be mounted, as exempt from
-    :class:`RateLimitMiddleware`, as slowapi's ``@limiter.exempt`` does: its requests pass
-    untouched, with no check, no headers and no round trip (health checks, metrics, internal
-    callers). Above or below the route's decorator::
-
-        @app.get("/health")
-        @exempt
-        async def health() -> dict: ...
-
-        app.mount("/internal", exempt(internal_app))
-
-    The middleware finds the route the way Starlette's router will (a Starlette or FastAPI
-    application, mounts included): the first route whose path and method match. Elsewhere, use
-    the middleware's ``skip``.
-    """
-    global _marked
-    try:
-        setattr(endpoint, _EXEMPT, True)
-    except (AttributeError, TypeError):
-        raise TypeError(f"cannot mark {endpoint!r} as exempt: it takes no attributes") from None
-    _marked += 1
-    return endpoint
-
-
-def limited(limit: Limit, *, name: str | None = None) -> Callable[[_Exempted], _Exempted]:
-    """A route's own limit, as slowapi's ``@limiter.limit(...)`` gives one: the
-    :class:`RateLimitMiddleware` checks the route's requests against ``limit`` instead of its
-    own, on keys of their own (the middleware's prefix, ``name``, ``:``, the caller's key), with
-    the middleware's key function, cost, shadow and failure settings; the headers name the
-    limit ``name``. ``name`` defaults to the endpoint's ``__name__``; routes marked with the
-    same name and limit share their keys. Above or below the route's decorator::
-
-        @app.get("/search")
-        @limited(GCRA(5, 10, "1m"))
-        async def search() -> dict: ...
-
-    The route is found as for :func:`exempt`.
-    """
-
-    def mark(endpoint: _Exempted) -> _Exempted:
-        global _marked
-        label = name if name is not None else getattr(endpoint, "__name__", None)
-        if not isinstance(label, str) or not label:
-            raise TypeError(f"cannot name the limit of {endpoint!r}: give limited(..., name=...)")
-        try:
-            setattr(endpoint, _LIMIT, (limit, label))
-        except (AttributeError, TypeError):
-            raise TypeError(f"cannot mark {endpoint!r} with a limit: it takes no attributes") from None
-        _marked += 1
-        return endpoint
-
-    return mark
-
-
-def _mark(thing: Any) -> Any:
-    """What ``exempt`` (True) or ``limited`` (the limit and its name) put on ``thing``, or None."""
-    if getattr(thing, _EXEMPT, False) is True:
-        return True
-    return getattr(thing, _LIMIT, None)
-
 
 def _route_mark(routes: Iterable[Any], scope: Scope) -> Any:
-    """The mark (see :func:`_mark`) of the route Starlette's router would pick for ``scope``
-    (the first that matches it fully, in a mount the first of its routes), or None."""
+    """The mark (see :func:`~ratelimit_redis_module._http.mark_of`) of the route Starlette's
+    router would pick for ``scope`` (the first that matches it fully, in a mount the first of
+    its routes), or None."""
     for route in routes:
         matches = getattr(route, "matches", None)
         if matches is None:
@@ -114,9 +50,9 @@ def _route_mark(routes: Iterable[Any], scope: Scope) -> Any:
         match, child = matches(scope)
         if getattr(match, "name", None) != "FULL":
             continue
-        mark = _mark(route)
+        mark = mark_of(route)
         if mark is None:
-            mark = _mark(child.get("endpoint"))
+            mark = mark_of(child.get("endpoint"))
         if mark is not None:
             return mark
         # A mount: the route its own router will pick, in the scope the mount hands it.
@@ -125,49 +61,7 @@ def _route_mark(routes: Iterable[Any], scope: Scope) -> Any:
     return None
 
 
-def client_ip(scope: Mapping[str, Any]) -> str | None:
-    """The peer's address, as the ASGI server gives it (behind a proxy, use the server's
-    proxy-headers setting, e.g. uvicorn's ``--forwarded-allow-ips``)."""
-    client = scope.get("client")
-    return str(client[0]) if client else None
-
-
-def header(name: str, fallback: KeyFunc | None = client_ip) -> KeyFunc:
-    """A key function reading the request header ``name`` (e.g. an API key), or ``fallback``
-    when the request has none."""
-    wanted = name.lower().encode("latin-1")
-
-    def key(scope: Scope) -> str | None:
-        for field, value in scope.get("headers", ()):
-            if field.lower() == wanted and value:
-                return str(value.decode("latin-1"))
-        return fallback(scope) if fallback else None
-
-    return key
-
-
-def user(fallback: KeyFunc | None = client_ip) -> KeyFunc:
-    """A key function reading the authenticated user that Starlette's
-    ``AuthenticationMiddleware`` puts in ``scope["user"]`` (its ``identity``, else its
-    ``display_name``), or ``fallback`` for an anonymous request. Add it inside (after) the
-    authentication middleware."""
-
-    def key(scope: Scope) -> str | None:
-        who = scope.get("user")
-        if who is not None and getattr(who, "is_authenticated", False):
-            identity: Any
-            try:
-                identity = who.identity
-            except (AttributeError, NotImplementedError):
-                identity = getattr(who, "display_name", None)
-            if identity:
-                return "user:" + str(identity)
-        return fallback(scope) if fallback else None
-
-    return key
-
-
-class RateLimitMiddleware:
+class RateLimitMiddleware(Limiting[AsyncGuard]):
     """Limits each caller of an ASGI application with the ratelimit module.
 
     Every HTTP request costs ``cost`` units of its caller's limit, the caller being what
@@ -234,44 +128,14 @@ class RateLimitMiddleware:
         redis: Any = None,
         limit: Limit | None = None,
         *,
-        key: KeyFunc = client_ip,
-        name: str | None = None,
-        prefix: str = "rl:http:",
-        cost: CostFunc = 1,
-        skip: SkipFunc | None = None,
-        shadow: ScopeFlag = False,
-        timeout: float = 0.05,
-        fail_open: bool = True,
-        max_remembered: int = 10_000,
-        durable: int = 0,
-        durable_timeout_ms: int = 100,
-        stats: Stats | None = None,
         guard: AsyncGuard | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        backend: str = "auto",
+        **options: Unpack[Options],
     ) -> None:
         self.app = app
-        if guard is None:
-            if redis is None or limit is None:
-                raise TypeError("RateLimitMiddleware needs redis= and limit= (or guard=)")
-            guard = AsyncGuard(
-                redis, limit, name=name, prefix=prefix, timeout=timeout, fail_open=fail_open,
-                max_remembered=max_remembered, stats=stats, clock=clock, durable=durable,
-                durable_timeout_ms=durable_timeout_ms, backend=backend,
-            )
-        self.guard = guard
-        self.key = key
-        self.cost = cost
-        self.shadow = shadow
-        self.skip = skip
-        self._max_remembered = max_remembered
-        # The guards of the routes marked with `limited`, by (name, limit), made at first use.
-        self._routes: dict[tuple[str, Limit], AsyncGuard] = {}
+        super().__init__(redis, limit, guard, options)
 
-    @property
-    def stats(self) -> Stats:
-        """The counters: round trips, admitted, denied, remembered, failures..."""
-        return self.guard.stats
+    def _new_guard(self, redis: Any, limit: Limit, timeout: float, **options: Any) -> AsyncGuard:
+        return AsyncGuard(redis, limit, timeout=timeout, **options)
 
     def _at_shutdown(self, send: Send) -> Send:
         """The lifespan's ``send``: before the application's shutdown is reported complete, the
@@ -286,62 +150,34 @@ class RateLimitMiddleware:
 
         return lifespan_send
 
-    def _guard_for(self, scope: Scope) -> AsyncGuard | None:
-        """The guard that checks this request: the middleware's, a ``limited`` route's own, or
-        None for a request let through untouched (``skip``, an ``exempt`` route)."""
-        if self.skip is not None and self.skip(scope):
-            return None
-        if not _marked:
-            return self.guard
+    def _find_mark(self, scope: Scope) -> Any:
+        """The mark of the route the application will pick for ``scope``, or None."""
         # The application being served: Starlette puts itself in the scope before its
         # middleware runs; this middleware may also wrap it directly.
         for app in (scope.get("app"), self.app):
             routes = getattr(getattr(app, "router", None), "routes", None)
             if routes is not None:
-                mark = _route_mark(routes, scope)
-                if mark is True:
-                    return None
-                return self._route_guard(*mark) if mark is not None else self.guard
-        return self.guard
-
-    def _route_guard(self, limit: Limit, name: str) -> AsyncGuard:
-        guard = self._routes.get((name, limit))
-        if guard is None:
-            base = self.guard
-            guard = AsyncGuard(
-                base.limiter.client, limit, name=name, prefix=f"{base.prefix}{name}:", timeout=base.timeout,
-                fail_open=base.fail_open, max_remembered=self._max_remembered, stats=base.stats,
-                clock=base.memory.clock, durable=base.durable, durable_timeout_ms=base.durable_timeout_ms,
-                backend=base.limiter.backend_option,
-            )
-            self._routes[(name, limit)] = guard
-        return guard
+                return _route_mark(routes, scope)
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self.app(scope, receive, self._at_shutdown(send))
             return
-        guard = self._guard_for(scope) if scope["type"] == "http" else None
-        if guard is None:
+        guard = self._guard_for(scope, lambda: self._find_mark(scope)) if scope["type"] == "http" else None
+        terms = self._terms(scope) if guard is not None else None
+        if guard is None or terms is None:
             await self.app(scope, receive, send)
             return
-        identity = self.key(scope)
-        if identity is None:
-            await self.app(scope, receive, send)
-            return
-        cost = self.cost(scope) if callable(self.cost) else self.cost
-        shadow = self.shadow(scope) if callable(self.shadow) else self.shadow
-        async with guard.in_flight(identity, cost, shadow=bool(shadow)) as request:
+        identity, cost, shadow = terms
+        async with guard.in_flight(identity, cost, shadow=shadow) as request:
             verdict = request.verdict
-            extra = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in verdict.headers]
+            extra = _raw(verdict.headers)
             if not verdict.allowed:
                 await send({
                     "type": "http.response.start",
                     "status": verdict.status,
-                    "headers": extra + [
-                        (b"content-type", PROBLEM_JSON.encode()),
-                        (b"content-length", str(len(verdict.body)).encode()),
-                    ],
+                    "headers": _raw(refusal_headers(verdict)),
                 })
                 await send({"type": "http.response.body", "body": verdict.body})
                 return
@@ -370,6 +206,11 @@ class RateLimitMiddleware:
             if not request.finished:
                 # Returned without a complete response: the server answers 500 or cuts it.
                 request.dropped = True
+
+
+def _raw(fields: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    """Header fields as ASGI sends them: bytes."""
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in fields]
 
 
 def _completes(message: Message) -> bool:
