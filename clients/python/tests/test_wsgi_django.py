@@ -2,25 +2,28 @@
 MIDDLEWARE setting, options in RATELIMIT_REDIS_MODULE), and as WSGI middleware around
 get_wsgi_application(). Django configured in this process (settings.configure, a URLconf of
 this file's views), served by Werkzeug's server on loopback; Redis with the debug clock; every
-field asserted exactly."""
+field asserted exactly. A concurrency lease is held while a streamed body is sent."""
 
 from __future__ import annotations
 
+import socket
 import sys
+import threading
 import types
-from typing import Any
+from typing import Any, Iterator
 
 import django
 import pytest
 from django.conf import settings
 from django.core.handlers.wsgi import WSGIHandler
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import path
 from django.views import View
 
 from conftest import FakeTime, Server
 from ratelimit_redis_module import (
     GCRA,
+    Concurrency,
     FixedWindow,
     Stats,
     WSGIRateLimitMiddleware,
@@ -30,7 +33,10 @@ from ratelimit_redis_module import (
     quota_exceeded_body,
     user,
 )
-from test_wsgi import down_then_back, fields, refusal, serve_wsgi, three_a_minute  # noqa: F401 (a fixture)
+from test_adaptive import inspect_key, released
+from test_wsgi import (  # noqa: F401 (serve_wsgi: a fixture)
+    PROBLEM, down_then_back, eventually, fields, refusal, serve_wsgi, three_a_minute,
+)
 
 HTML = [("content-type", "text/html; charset=utf-8")]
 MIDDLEWARE = "ratelimit_redis_module.DjangoRateLimitMiddleware"
@@ -66,6 +72,41 @@ class Status(View):
         return HttpResponse("up")
 
 
+class Streamed:
+    """What the streaming view and a test share: the view's body, asked to (``?hold``), sends
+    ``he``, says so, and waits for the gate; then ``llo``, or (``?more``) chunks until the
+    server closes it. ``ends`` says how each body ended: ``whole``, or ``closed`` before."""
+
+    def __init__(self) -> None:
+        self.sending = threading.Event()
+        self.gate = threading.Event()
+        self.ends: list[str] = []
+
+
+streamed = Streamed()
+
+
+def stream(request: HttpRequest) -> StreamingHttpResponse:
+    def body() -> Iterator[bytes]:
+        end = "closed"
+        try:
+            yield b"he"
+            if "hold" in request.GET:
+                streamed.sending.set()
+                streamed.gate.wait(10)
+            for _ in range(100_000 if "more" in request.GET else 1):
+                yield b"llo"
+            end = "whole"
+        finally:
+            streamed.ends.append(end)
+
+    return StreamingHttpResponse(body(), content_type="text/plain")
+
+
+def fail(request: HttpRequest) -> HttpResponse:
+    raise RuntimeError("the view failed")
+
+
 urls = types.ModuleType("wsgi_django_urls")
 urls.urlpatterns = [  # type: ignore[attr-defined]
     path("", root),
@@ -74,6 +115,8 @@ urls.urlpatterns = [  # type: ignore[attr-defined]
     path("export-all", export_all),
     path("health", health),
     path("status", Status.as_view()),
+    path("stream", stream),
+    path("fail", fail),
 ]
 sys.modules[urls.__name__] = urls
 if not settings.configured:
@@ -174,3 +217,87 @@ def test_redis_down_fails_open_or_closed_then_recovers(server: Server, serve_wsg
     http = serve_wsgi(django_app([MIDDLEWARE], redis=f"redis://127.0.0.1:{server.port}", limit=GCRA(5, 10, "1m"),
                                  key=header("x-client-id"), stats=stats, fail_open=fail_open, timeout=1.0))
     down_then_back(http, server, stats, fail_open, HTML)
+
+
+@pytest.fixture
+def streaming() -> Iterator[Streamed]:
+    """The streaming view's gates, new for the test; the gate opened at its end."""
+    global streamed
+    streamed = Streamed()
+    yield streamed
+    streamed.gate.set()
+
+
+def test_a_concurrency_lease_is_held_until_a_streamed_body_is_sent(
+    server: Server, serve_wsgi: Any, streaming: Streamed
+) -> None:
+    """A StreamingHttpResponse: the view has returned, its body is still being sent; the
+    lease is held until the server closes the response, not given back when the view
+    returns."""
+    http = serve_wsgi(django_app([MIDDLEWARE], redis=f"redis://127.0.0.1:{server.port}",
+                                 limit=Concurrency(1, "1m"), name="inflight", key=header("x-client-id"),
+                                 timeout=1.0))
+    who = {"X-Client-Id": "hal"}
+    first: list[Any] = []
+    worker = threading.Thread(target=lambda: first.append(http.get("/stream?hold", headers=who)))
+    worker.start()
+    try:
+        assert streaming.sending.wait(10), "the first body was not sent"
+        body = quota_exceeded_body("inflight")
+        policy = ("ratelimit-policy", '"inflight";q=1;qu="concurrent-requests"')
+        assert http.get("/stream", headers=who) == (429, [
+            policy, ("ratelimit", '"inflight";r=0;t=60'), ("x-ratelimit-limit", "1"),
+            ("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "60"), ("retry-after", "60"),
+            ("content-type", PROBLEM), ("content-length", str(len(body))),
+        ], body), "a second request was admitted while the first body was being sent"
+    finally:
+        streaming.gate.set()
+        worker.join(10)
+    status, got, text = first[0]
+    assert (status, text, got[:3]) == (200, b"hello", [
+        ("content-type", "text/plain"), policy, ("ratelimit", '"inflight";r=0'),
+    ])
+    assert streaming.ends == ["whole"]
+    with server.client() as c:
+        # Released at the close, the key gone with its last lease (the client may have read
+        # the last chunk just before the server closed the body).
+        eventually(lambda: c.exists("rl:http:hal") == 0, "the lease was not released")
+    assert http.get("/stream", headers=who)[:3:2] == (200, b"hello")
+
+
+def test_a_client_gone_mid_stream_gives_its_lease_back_dropped(
+    server: Server, serve_wsgi: Any, streaming: Streamed
+) -> None:
+    """The client closes its connection while the body streams: the server's next write
+    fails, it closes the response, and the lease is released with DROPPED (an adaptive
+    limit backs off: AIMD's 4 becomes int(4 * 0.9)); the next request is admitted."""
+    http = serve_wsgi(django_app([MIDDLEWARE], redis=f"redis://127.0.0.1:{server.port}",
+                                 limit=Concurrency(4, "30s", adaptive="aimd", min=1, max=10),
+                                 key=header("x-client-id"), timeout=1.0))
+    with socket.create_connection(("127.0.0.1", http.port), timeout=10) as s:
+        s.sendall(b"GET /stream?hold&more HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Client-Id: kim\r\n\r\n")
+        received = b""
+        while b"\r\n\r\n2\r\nhe\r\n" not in received:
+            chunk = s.recv(4096)
+            assert chunk, f"the connection closed before the first chunk: {received!r}"
+            received += chunk
+        assert streaming.sending.wait(10), "the body was not sent"
+        assert inspect_key(server, "rl:http:kim")["held"] == "1", "the lease was not held while the body streams"
+    streaming.gate.set()
+    state = released(server, "rl:http:kim")
+    assert (state["held"], state["limit"]) == ("0", "3"), "released without DROPPED"
+    assert streaming.ends == ["closed"]
+    assert http.get("/stream", headers={"X-Client-Id": "kim"})[:3:2] == (200, b"hello")
+    assert released(server, "rl:http:kim")["limit"] == "3"  # one in flight of 3: no growth
+
+
+def test_a_view_that_raises_gives_its_lease_back(server: Server, serve_wsgi: Any) -> None:
+    """Django answers the view's exception with a 500: the lease is released with it, so the
+    next request is admitted."""
+    http = serve_wsgi(django_app([MIDDLEWARE], redis=f"redis://127.0.0.1:{server.port}",
+                                 limit=Concurrency(1, "1m"), key=header("x-client-id"), timeout=1.0))
+    who = {"X-Client-Id": "ivy"}
+    assert http.get("/fail", headers=who)[0] == 500
+    with server.client() as c:
+        assert c.exists("rl:http:ivy") == 0
+    assert http.get("/stream", headers=who)[:3:2] == (200, b"hello")

@@ -43,9 +43,13 @@ class _DjangoRequest(Protocol):
 
 
 class _DjangoResponse(Protocol):
-    """What it writes of Django's ``HttpResponse``."""
+    """What it writes of Django's ``HttpResponse`` (``streaming_content``, ``is_async``: of a
+    ``StreamingHttpResponse``)."""
 
     status_code: int
+    streaming: bool
+    streaming_content: Iterable[bytes]
+    is_async: bool
 
     def __setitem__(self, header: str, value: str) -> None: ...
 
@@ -230,7 +234,9 @@ class DjangoRateLimitMiddleware(_SyncLimiting):
     found with the request's URL resolver, before any view runs; a path with no view is
     limited (a 404 costs as any request). A refusal is answered here, so the middleware below
     it and the view do not run. A :class:`~ratelimit_redis_module.Concurrency` lease is held
-    until the view returns its response.
+    until the view returns its response, or for a body streamed from an iterator
+    (``StreamingHttpResponse``, ``FileResponse``; not an asynchronous iterator) until the
+    server closes the response (its body sent, or the client gone: then ``DROPPED``).
     """
 
     sync_capable = True
@@ -254,14 +260,19 @@ class DjangoRateLimitMiddleware(_SyncLimiting):
         if guard is None or terms is None:
             return self.get_response(request)
         identity, cost, shadow = terms
-        with guard.in_flight(identity, cost, shadow=shadow) as flight:
-            verdict = flight.verdict
+        with ExitStack() as flight:
+            held = flight.enter_context(guard.in_flight(identity, cost, shadow=shadow))
+            verdict = held.verdict
             if not verdict.allowed:
                 return _refusal(verdict)
             response: _DjangoResponse = self.get_response(request)
-            flight.status = response.status_code
+            held.status = response.status_code
             for name, value in verdict.headers:
                 response[name] = value
+            if verdict.lease is not None and response.streaming and not response.is_async:
+                # Sent after this returns: the lease is held until the server closes the
+                # response (Django's close() calls the body's), as the WSGI middleware holds it.
+                response.streaming_content = _Held(response.streaming_content, held, flight.pop_all())
             return response
 
 
