@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { RateLimit, RateLimiterRedis, rateLimitMiddleware } from '../index.js';
 import { TEST_NOW, ruleKeys, scripts } from '../lib/scripts.cjs';
-import { T0_MS, helloApp, memoryLogger, refusal, startCluster } from './helpers.js';
+import { T0_MS, helloApp, memoryLogger, quiet, refusal, startCluster } from './helpers.js';
 
 const stacks = {}; // 'module' and 'script': startCluster's { direct, cluster, nodeOf, calls, ... }
 
@@ -28,7 +28,6 @@ after(async () => {
 });
 
 const BACKENDS = ['module', 'script'];
-const quiet = { warn() {}, info() {} };
 
 /** A RateLimit over `kind`'s cluster client at T0 (the scripts' clock through TEST_NOW). */
 function limiter(kind, options) {

@@ -166,10 +166,36 @@ export async function serverForFile() {
   return { redis, client };
 }
 
+/**
+ * A module server and a plain redis-server (no module), a RESP3 client on each, for every test
+ * of a file (the script backend's tests run one sequence on both and compare): started now (a
+ * top-level await in the file), stopped after the file's last test. `m` is the module server's
+ * client, `p` the plain one's.
+ */
+export async function moduleAndPlainForFile() {
+  const [withModule, plain] = await Promise.all([startRedis(), startRedis({ withModule: false })]);
+  const clients = [];
+  after(async () => {
+    await Promise.all(clients.map((c) => c.quit()));
+    await Promise.all([withModule.stop(), plain.stop()]);
+  });
+  const [m, p] = await Promise.all([connect(withModule), connect(plain)]);
+  clients.push(m, p);
+  return { withModule, plain, m, p };
+}
+
+/** A logger that says nothing (for the warnings a test expects, such as the backend's choice). */
+export const quiet = { warn() {}, info() {} };
+
+/** A decision without `local`, which says which call made it (a round trip, either backend). */
+export const strip = ({ local, ...d }) => d;
+
 /** Calls of a command so far, from INFO commandstats (0 when never called). */
 export async function calls(client, command) {
   const info = await client.sendCommand(['INFO', 'commandstats']);
-  const m = new RegExp(`^cmdstat_${command.toLowerCase().replace('.', '\\.')}:calls=(\\d+)`, 'm').exec(String(info));
+  // Every `.` and `|` (a subcommand's stat: cmdstat_acl|log) matched as itself.
+  const name = command.toLowerCase().replace(/[.|]/g, '\\$&');
+  const m = new RegExp(`^cmdstat_${name}:calls=(\\d+)`, 'm').exec(String(info));
   return m ? Number(m[1]) : 0;
 }
 

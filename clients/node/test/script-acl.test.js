@@ -20,7 +20,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { RateLimit, rateLimitMiddleware } from '../index.js';
 import { TEST_NOW } from '../lib/scripts.cjs';
-import { connect, helloApp, limitFields, ROOT, sharedClock, startRedis, T0_MS } from './helpers.js';
+import { calls, connect, helloApp, limitFields, quiet, ROOT, sharedClock, startRedis, T0_MS } from './helpers.js';
 
 const MODULE = process.env.RATELIMIT_MODULE || path.join(ROOT, 'target/release/libratelimit.so');
 
@@ -110,14 +110,6 @@ async function refusals() {
   return log.map((e) => [e.reason, e.object, e.username, e.count]);
 }
 
-/** Calls of a command so far (INFO commandstats; refused calls are not counted). */
-async function calls(client, command) {
-  const info = String(await client.sendCommand(['INFO', 'commandstats']));
-  const m = new RegExp(`^cmdstat_${command.replace(/[.|]/g, '\\$&')}:calls=(\\d+)`, 'm').exec(info);
-  return m ? Number(m[1]) : 0;
-}
-
-const quiet = { warn() {}, info() {} };
 /** A logger that keeps what it is told, level first. */
 function keeper() {
   const lines = [];

@@ -7,29 +7,15 @@
 // per request in flight there; adaptive limits still need the module.
 
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import express from 'express';
 import { ModuleRequiredError, RateLimit, rateLimitMiddleware } from '../index.js';
 import { TEST_NOW } from '../lib/scripts.cjs';
-import { connect, get, limitFields, serve, sharedClock, startRedis, T0_MS } from './helpers.js';
+import { get, limitFields, moduleAndPlainForFile, quiet, serve, sharedClock, strip } from './helpers.js';
 
-let withModule;
-let plain;
-let m; // a client on the module's server
-let p; // a client on the plain server
+// m: a client on the module's server, p: on the plain one (RESP3).
+const { withModule, plain, m, p } = await moduleAndPlainForFile();
 
-before(async () => {
-  [withModule, plain] = await Promise.all([startRedis(), startRedis({ withModule: false })]);
-  [m, p] = await Promise.all([connect(withModule), connect(plain)]);
-});
-
-after(async () => {
-  await Promise.all([m?.quit(), p?.quit()]);
-  await Promise.all([withModule?.stop(), plain?.stop()]);
-});
-
-const quiet = { warn() {}, info() {} };
-const strip = ({ local, ...d }) => d;
 
 // Both clocks at T0 + ms: the module's debug clock, and the scripts' NOW for the limiters given.
 const clockFor = (limiters) => sharedClock(m, limiters);

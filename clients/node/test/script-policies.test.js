@@ -9,34 +9,19 @@
 // on the scripts, the Express middleware's fields and 429, and a local budget's refunds.
 
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import { ModuleRequiredError, RateLimit, rateLimitMiddleware } from '../index.js';
 import { readFileSync } from 'node:fs';
 import { TEST_NOW, ruleKeys, scripts } from '../lib/scripts.cjs';
-import { calls, connect, helloApp, limitFields, sharedClock, startRedis, T0_MS } from './helpers.js';
+import { calls, helloApp, limitFields, moduleAndPlainForFile, quiet, sharedClock, strip, T0_MS } from './helpers.js';
 
-let withModule;
-let plain;
-let m; // a client on the module's server (RESP3)
-let p; // a client on the plain server (RESP3)
+// m: a client on the module's server, p: on the plain one (RESP3).
+const { withModule, plain, m, p } = await moduleAndPlainForFile();
 
-before(async () => {
-  [withModule, plain] = await Promise.all([startRedis(), startRedis({ withModule: false })]);
-  [m, p] = await Promise.all([connect(withModule), connect(plain)]);
-});
-
-after(async () => {
-  await Promise.all([m?.quit(), p?.quit()]);
-  await Promise.all([withModule?.stop(), plain?.stop()]);
-});
-
-const quiet = { warn() {}, info() {} };
 
 // Both clocks at T0 + ms: the module's debug clock, and the scripts' NOW for the limiters given.
 const clockFor = (limiters) => sharedClock(m, limiters);
 
-// A decision without what says which call made it (a round trip, either backend).
-const strip = ({ local, ...d }) => d;
 
 /** Redis Cluster's slot of a key (CRC16/XMODEM of its hash tag, or of the whole key, mod 16384). */
 function keySlot(key) {

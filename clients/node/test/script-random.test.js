@@ -10,29 +10,17 @@
 // (SCRIPT_RANDOM_SEED, SCRIPT_RANDOM_SEQUENCES to vary).
 
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import { RateLimit } from '../index.js';
 import { TEST_NOW, ruleKeys } from '../lib/scripts.cjs';
-import { T0_MS, connect, startRedis } from './helpers.js';
+import { moduleAndPlainForFile, strip, T0_MS } from './helpers.js';
 
 const SEED = Number(process.env.SCRIPT_RANDOM_SEED ?? 28);
 const SEQUENCES = Number(process.env.SCRIPT_RANDOM_SEQUENCES ?? 40);
 const STEPS = 30;
 
-let withModule;
-let plain;
-let m;
-let p;
-
-before(async () => {
-  [withModule, plain] = await Promise.all([startRedis(), startRedis({ withModule: false })]);
-  [m, p] = await Promise.all([connect(withModule), connect(plain)]);
-});
-
-after(async () => {
-  await Promise.all([m?.quit(), p?.quit()]);
-  await Promise.all([withModule?.stop(), plain?.stop()]);
-});
+// m: a client on the module's server, p: on the plain one (RESP3).
+const { withModule, plain, m, p } = await moduleAndPlainForFile();
 
 // mulberry32: a small seeded generator, so that a failure names a sequence that replays.
 function generator(seed) {
@@ -95,7 +83,6 @@ function changed(r, make, old) {
   return { ...old, [k]: fresh[k] };
 }
 
-const strip = ({ local, ...d }) => d;
 
 async function runSequence(name, make, n) {
   const r = generator(SEED * 100_003 + n * 7919 + name.length);
