@@ -161,6 +161,149 @@ fn vegas_and_gradient2_show_their_estimates() {
     assert_eq!(field(&mut c, "g", "long_rtt_us"), Reply::Int(25_000));
 }
 
+/// A renewal (ACQUIRE again with the lease's own ID) keeps when the work began and the leases
+/// held then: the sample is the whole time since the first acquisition, whether the lease runs
+/// out or is released without RTT, not the last renewal's lease.
+#[test]
+fn a_renewed_lease_reports_the_time_since_its_first_acquisition() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    // Gradient2 shows each sample's RTT as short_rtt_us. A lease of 1 s, renewed after 700 ms,
+    // runs out at +1.7 s: the sample is 1.7 s (the lease's length would be 1 s).
+    let w = ["g", "20", "1s", "ADAPTIVE", "GRADIENT2", "ID", "w"];
+    assert_eq!(acquire(&mut c, &w), (vec![1, 20, 19, 0, 1_000], "w".into()));
+    c.clock_advance(700);
+    assert_eq!(acquire(&mut c, &w), (vec![1, 20, 19, 0, 1_000], "w".into()));
+    c.clock_advance(999);
+    assert_eq!(field(&mut c, "g", "short_rtt_us"), Reply::Int(0));
+    c.clock_advance(1);
+    let ended = c.cmd(&["RL.INSPECT", "g"]);
+    assert_eq!(ended.field("held"), Reply::Int(0));
+    assert_eq!(ended.field("short_rtt_us"), Reply::Int(1_700_000));
+    assert_eq!(ended.field("long_rtt_us"), Reply::Int(1_700_000));
+    // Released without RTT: 300 ms, a renewal, 200 ms more: 500 ms (not 200).
+    let x = ["g", "20", "1s", "ADAPTIVE", "GRADIENT2", "ID", "x"];
+    acquire(&mut c, &x);
+    c.clock_advance(300);
+    acquire(&mut c, &x);
+    c.clock_advance(200);
+    assert_eq!(release(&mut c, "g", "x", &[]), 1);
+    assert_eq!(field(&mut c, "g", "short_rtt_us"), Reply::Int(500_000));
+
+    // The leases in flight are the first acquisition's too. AIMD from 4 grows when at least
+    // half the limit was in flight as the lease began: w began alone (1 × 2 < 4) and is
+    // renewed with 3 held; its sample does not grow the limit.
+    let a = ["a", "4", "1m", "ADAPTIVE", "AIMD", "MIN", "1", "MAX", "10"];
+    acquire(&mut c, &[&a[..], &["ID", "w"]].concat());
+    let (r, second) = acquire(&mut c, &a);
+    assert_eq!(r, [1, 4, 2, 0, 60_000]);
+    acquire(&mut c, &a);
+    let (r, _) = acquire(&mut c, &[&a[..], &["ID", "w"]].concat());
+    assert_eq!(r, [1, 4, 1, 0, 60_000]);
+    assert_eq!(release(&mut c, "a", "w", &["RTT", "1ms"]), 1);
+    assert_eq!(field(&mut c, "a", "limit"), Reply::Int(4));
+    // The second lease began with 2 in flight (2 × 2 >= 4): + 1.
+    assert_eq!(release(&mut c, "a", &second, &["RTT", "1ms"]), 1);
+    assert_eq!(field(&mut c, "a", "limit"), Reply::Int(5));
+}
+
+/// Vegas as Netflix's `VegasLimit._update`: a sample below the no-load RTT becomes the no-load
+/// RTT and moves nothing else, dropped or not; a dropped sample otherwise lowers the limit
+/// whatever the leases in flight; only a sample that is not dropped is ignored below half the
+/// limit in flight. Every sample counts toward the next probe.
+#[test]
+fn vegas_takes_a_dropped_sample_below_the_no_load_rtt_as_the_no_load_rtt_only() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    let vegas = ["v", "20", "1m", "ADAPTIVE", "VEGAS"];
+    // Ten leases, taken with 1 to 10 in flight.
+    let mut tokens: Vec<String> = (0..10).map(|_| acquire(&mut c, &vegas).1).collect();
+    let mut next = || tokens.pop().unwrap_or_default();
+    let state = |c: &mut Client| {
+        let inspect = c.cmd(&["RL.INSPECT", "v"]);
+        [
+            "limit",
+            "estimated_limit_milli",
+            "rtt_noload_us",
+            "probe_count",
+        ]
+        .map(|name| inspect.field(name).int())
+    };
+    // The first sample (10 in flight) is the no-load RTT.
+    assert_eq!(release(&mut c, "v", &next(), &["RTT", "10ms"]), 1);
+    assert_eq!(state(&mut c), [20, 20_000, 10_000, 1]);
+    // Dropped, below the no-load RTT (9 in flight): the new no-load RTT, the limit unchanged.
+    assert_eq!(release(&mut c, "v", &next(), &["RTT", "5ms", "DROPPED"]), 1);
+    assert_eq!(state(&mut c), [20, 20_000, 5_000, 2]);
+    // Dropped, at the no-load RTT, with 8 in flight (8 × 2 < 20): − log10(20) = − 1.
+    assert_eq!(release(&mut c, "v", &next(), &["RTT", "5ms", "DROPPED"]), 1);
+    assert_eq!(state(&mut c), [19, 19_000, 5_000, 3]);
+    // Not dropped, with 7 in flight (7 × 2 < 19): ignored, but counted toward the probe.
+    assert_eq!(release(&mut c, "v", &next(), &["RTT", "50ms"]), 1);
+    assert_eq!(state(&mut c), [19, 19_000, 5_000, 4]);
+    // A lease that runs out is a dropped sample: one of 2 ms (7 in flight) is below the
+    // no-load RTT, and only becomes it.
+    let (r, _) = acquire(&mut c, &["v", "20", "2ms", "ADAPTIVE", "VEGAS"]);
+    assert_eq!(r, [1, 19, 12, 0, 60_000]);
+    c.clock_advance(2);
+    assert_eq!(state(&mut c), [19, 19_000, 2_000, 5]);
+    // The six leases of 1 m left run out at +1 m: six samples of 60 s, dropped, − 1 each.
+    c.clock_advance(60_000 - 2);
+    assert_eq!(state(&mut c), [13, 13_000, 2_000, 11]);
+}
+
+/// Gradient2 as Netflix's `Gradient2Limit._update`: a sample with fewer than half the limit in
+/// flight does not move the limit but still feeds the long-term RTT (and is the short RTT),
+/// and DROPPED changes nothing.
+#[test]
+fn gradient2_samples_below_half_in_flight_still_feed_the_long_term_rtt() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    let g2 = ["g", "20", "1m", "ADAPTIVE", "GRADIENT2"];
+    let state = |c: &mut Client| {
+        let inspect = c.cmd(&["RL.INSPECT", "g"]);
+        ["estimated_limit_milli", "short_rtt_us", "long_rtt_us"]
+            .map(|name| inspect.field(name).int())
+    };
+    // Two leases taken alone (1 in flight of 20), the second dropped: the limit stays, the
+    // long-term RTT is their mean.
+    let (_, t) = acquire(&mut c, &g2);
+    assert_eq!(release(&mut c, "g", &t, &["RTT", "10ms"]), 1);
+    assert_eq!(state(&mut c), [20_000, 10_000, 10_000]);
+    let (_, t) = acquire(&mut c, &g2);
+    assert_eq!(release(&mut c, "g", &t, &["RTT", "16ms", "DROPPED"]), 1);
+    assert_eq!(state(&mut c), [20_000, 16_000, 13_000]);
+    // With 11 in flight, 30 ms: long = (10 + 16 + 30) / 3 = 18.67 ms, gradient = 1.5 × 18.67
+    // / 30 = 0.933, limit = 20 × 0.8 + (20 × 0.933 + 4) × 0.2 = 20.533 (from 30 ms alone the
+    // gradient would be 1 and the limit 20.8).
+    let mut tokens: Vec<String> = (0..11).map(|_| acquire(&mut c, &g2).1).collect();
+    let last = tokens.pop().unwrap_or_default();
+    assert_eq!(release(&mut c, "g", &last, &["RTT", "30ms"]), 1);
+    assert_eq!(state(&mut c), [20_533, 30_000, 18_666]);
+}
+
+/// Vegas' probe jitter is drawn from a seed made of the clock reading of the call that made
+/// the estimate and the key's count of tokens issued so far: two keys made adaptive at the
+/// same instant probe at different counts when one had issued tokens before.
+#[test]
+fn the_vegas_jitter_seed_mixes_in_the_tokens_issued() {
+    let server = Server::start();
+    let mut c = server.client();
+    c.clock_set(T0_MS);
+    acquire(&mut c, &["fresh", "20", "1m", "ADAPTIVE", "VEGAS"]);
+    for _ in 0..3 {
+        acquire(&mut c, &["plain", "20", "1m"]);
+    }
+    acquire(&mut c, &["plain", "20", "1m", "ADAPTIVE", "VEGAS"]);
+    // SplitMix64 from 1700000000000000 (µs) and from 1700000000000000 ^ (3 << 32): jitter
+    // 0.85883... and 0.52719..., × 30 × 20 rounded up.
+    assert_eq!(field(&mut c, "fresh", "probe_at"), Reply::Int(516));
+    assert_eq!(field(&mut c, "plain", "probe_at"), Reply::Int(317));
+}
+
 #[test]
 fn bad_arguments_are_refused_and_change_nothing() {
     let server = Server::start();

@@ -106,7 +106,8 @@ impl PartialEq for EndedCount {
 
 impl Eq for EndedCount {}
 
-/// The sample a lease that ran out reports: dropped, after the whole lease.
+/// The sample a lease that ran out reports: dropped, its RTT the time from the lease's first
+/// acquisition to its end (a renewal moves the end, never the start).
 fn expired(end_us: u64, start: &Start) -> Sample {
     Sample {
         rtt_ns: rtt_ns(end_us.saturating_sub(start.started_us)),
