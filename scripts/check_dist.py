@@ -5,6 +5,10 @@
 - each module an ELF shared object for its machine (x86_64, aarch64) whose highest glibc symbol
   version is 2.17 or older (read from its .gnu.version_r section, the versions the dynamic
   linker checks when the server loads it), and exporting RedisModule_OnLoad;
+- each module unwinding with the system's unwinder: libgcc_s.so.1 among its DT_NEEDED, every
+  _Unwind_* function it calls imported (none defined inside: no unwinder of its own, such as
+  the LLVM libunwind that once crashed Redis 8.2 on a caught panic, see scripts/dist.sh), and
+  no GCC_ symbol version newer than 4.2.0;
 - the wheel, the sdist and the npm tarball: VERSION in their metadata, and the script backend's
   Lua scripts inside.
 
@@ -25,8 +29,13 @@ import zipfile
 GLIBC_MAX = (2, 17)
 # ELF e_machine values.
 MACHINES = {"x86_64": 62, "aarch64": 183}
+GCC_MAX = (4, 2, 0)
+SHT_DYNAMIC = 6
 SHT_DYNSYM = 11
 SHT_GNU_VERNEED = 0x6FFFFFFE
+DT_NEEDED = 1
+# The unwinder's entry points a Rust panic goes through (Rust's `unwind` crate).
+UNWINDER = ("_Unwind_RaiseException", "_Unwind_Resume", "_Unwind_GetLanguageSpecificData")
 
 
 class Elf:
@@ -67,15 +76,28 @@ class Elf:
                 at += following
         return names
 
-    def defined_symbols(self) -> set[str]:
+    def symbols(self, defined: bool) -> set[str]:
+        """The dynamic symbols the file defines (`defined`), or those it imports."""
         names = set()
         for kind, offset, size, link, _info, entsize in self.sections:
             if kind != SHT_DYNSYM:
                 continue
             for at in range(offset, offset + size, entsize):
                 name, _info, _other, shndx = struct.unpack_from("<IBBH", self.data, at)
-                if shndx != 0:
+                if name and (shndx != 0) == defined:
                     names.add(self.string(link, name))
+        return names
+
+    def needed(self) -> list[str]:
+        """The libraries the file names in DT_NEEDED, in order."""
+        names = []
+        for kind, offset, size, link, _info, _entsize in self.sections:
+            if kind != SHT_DYNAMIC:
+                continue
+            for at in range(offset, offset + size, 16):
+                tag, value = struct.unpack_from("<qQ", self.data, at)
+                if tag == DT_NEEDED:
+                    names.append(self.string(link, value))
         return names
 
 
@@ -96,10 +118,24 @@ def check_module(path: str, machine: str, problems: list[str]) -> str:
         problems.append(f"{path}: needs no glibc symbol version at all")
     elif highest > GLIBC_MAX:
         problems.append(f"{path}: needs GLIBC_{'.'.join(map(str, highest))}, newer than 2.17")
-    if "RedisModule_OnLoad" not in elf.defined_symbols():
+    if "RedisModule_OnLoad" not in elf.symbols(defined=True):
         problems.append(f"{path}: does not export RedisModule_OnLoad")
+    if "libgcc_s.so.1" not in elf.needed():
+        problems.append(f"{path}: does not link libgcc_s.so.1, the system's unwinder (needs {elf.needed()})")
+    imported = elf.symbols(defined=False)
+    missing = [name for name in UNWINDER if name not in imported]
+    if missing:
+        problems.append(f"{path}: does not import {', '.join(missing)}: an unwinder of its own is inside")
+    gcc = sorted(
+        tuple(int(part) for part in v.removeprefix("GCC_").split("."))
+        for v in elf.needed_versions()
+        if v.startswith("GCC_") and v[4:5].isdigit()
+    )
+    if gcc and gcc[-1] > GCC_MAX:
+        problems.append(f"{path}: needs GCC_{'.'.join(map(str, gcc[-1]))}, newer than 4.2.0")
     named = {number: name for name, number in MACHINES.items()}.get(elf.machine, f"e_machine {elf.machine}")
-    return f"{named}, highest glibc symbol version GLIBC_{'.'.join(map(str, highest))}"
+    unwinder = f", unwinder libgcc_s.so.1 (GCC_{'.'.join(map(str, gcc[-1]))})" if gcc else ""
+    return f"{named}, highest glibc symbol version GLIBC_{'.'.join(map(str, highest))}{unwinder}"
 
 
 def main() -> int:

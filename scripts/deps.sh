@@ -56,6 +56,9 @@ if [ "$mode" = test ]; then
   command -v qemu-aarch64 >/dev/null 2>&1 || need+=(qemu-user)
   [ -e /usr/aarch64-linux-gnu/lib/libc.so.6 ] || need+=(libc6-arm64-cross)
   [ -e /usr/aarch64-linux-gnu/lib/libstdc++.so.6 ] || need+=(libstdc++6-arm64-cross)
+  # make dist links each module against its machine's libgcc_s.so.1, the unwinder (dist.sh).
+  [ -e /lib/x86_64-linux-gnu/libgcc_s.so.1 ] || need+=(libgcc-s1)
+  [ -e /usr/aarch64-linux-gnu/lib/libgcc_s.so.1 ] || need+=(libgcc-s1-arm64-cross)
 fi
 
 if ((${#need[@]})); then

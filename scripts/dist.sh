@@ -42,12 +42,31 @@ else
   done
 fi
 
+# The unwinder: the system's libgcc_s.so.1, as the host build, Rust's own builds for Linux and
+# the servers themselves use it, never one carried inside the module. Rust asks for it with
+# -lgcc_s; cargo-zigbuild turns that into Zig's -lunwind, LLVM's libunwind linked in, which
+# takes the exception object Rust allocates (8-byte aligned, as Rust declares it) to be
+# 16-byte aligned: in a server whose allocator gives the 56-byte block 8-aligned (Redis's own
+# jemalloc), a caught panic crashed the server (tests/gcra.rs). Naming the target's
+# libgcc_s.so.1 to the linker first resolves every _Unwind_* there, so nothing of libunwind is
+# linked in (scripts/check_dist.py checks it): the module needs libgcc_s.so.1's symbols of
+# GCC 4.2 or older, as every glibc system has (glibc itself loads it to cancel threads).
+declare -A libgcc_s=(
+  [x86_64-unknown-linux-gnu]=/lib/x86_64-linux-gnu/libgcc_s.so.1
+  [aarch64-unknown-linux-gnu]=/usr/aarch64-linux-gnu/lib/libgcc_s.so.1
+)
+
 # `<target>.2.17` is cargo-zigbuild's way of naming the glibc version to link against; the
 # build lands in target/<target>/release, beside (not over) make build's target/release.
 # One target a run: cargo-zigbuild points bindgen (inside the redis-module crate) at Zig's
 # headers for one target only, so with both at once the second finds no <sys/types.h>.
 for target in "${targets[@]}"; do
-  PATH="$tools/bin:$PATH" cargo zigbuild --release --locked -p ratelimit --target "$target.2.17"
+  [ -e "${libgcc_s[$target]}" ] || {
+    echo "dist: ${libgcc_s[$target]} is missing (scripts/deps.sh test installs it)" >&2
+    exit 1
+  }
+  PATH="$tools/bin:$PATH" RUSTFLAGS="-C link-arg=${libgcc_s[$target]}" \
+    cargo zigbuild --release --locked -p ratelimit --target "$target.2.17"
 done
 
 rm -rf dist

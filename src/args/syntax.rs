@@ -540,6 +540,13 @@ pub const CLOCK_CHANGE: Arg = arg(
     c"how to change the clock",
 );
 
+/// RL.DEBUG.PANIC's one argument: how much of the heap to hold while it panics.
+pub const PANIC_BLOCKS: Arg = integer(
+    c"blocks",
+    c"hold this many blocks of each size from 8 to 128 bytes while panicking (0 to 64), so that the unwinder's exception lands elsewhere in the heap",
+)
+.optional();
+
 /// The options every admission command takes after its parameters, in any order.
 pub const ADMISSION_OPTIONS: [Arg; 4] = [COST, DRYRUN, BLOCK, SHADOW];
 

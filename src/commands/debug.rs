@@ -5,7 +5,7 @@
 
 use super::{command, Command, When, NO_KEYS, O1, PRIVILEGED};
 use crate::args;
-use crate::args::syntax::{name, string, KeyUse, CLOCK_CHANGE};
+use crate::args::syntax::{name, string, KeyUse, CLOCK_CHANGE, PANIC_BLOCKS};
 use crate::clock::{self, MAX_DEBUG_MS};
 use crate::dispatch::{read_clock, Call};
 use crate::error::Error;
@@ -74,16 +74,36 @@ pub static RL_DEBUG_PANIC: Command = command! {
     summary: c"Panic on purpose, to show the guard turns a panic into an error reply (only with debug-clock yes)",
     complexity: O1,
     key: KeyUse::None,
-    args: &[],
+    args: &[PANIC_BLOCKS],
     handler: rl_debug_panic,
 };
 
-/// `RL.DEBUG.PANIC`: panics on purpose, to show that the guard turns a panic into an error
-/// reply and the server lives on.
-pub fn rl_debug_panic(_call: &Call) -> Result<Response, Error> {
+/// The most blocks of each size RL.DEBUG.PANIC holds: 64 x 16 allocations at most.
+const MAX_PANIC_BLOCKS: u64 = 64;
+
+/// `RL.DEBUG.PANIC [blocks]`: panics on purpose, to show that the guard turns a panic into an
+/// error reply and the server lives on. Reply: never a value; the guard's error.
+///
+/// With `blocks`, it first allocates that many blocks of each size from 8 to 128 bytes (in
+/// steps of 8) and holds them until the panic unwinds: the unwinder's exception object, which
+/// the panic allocates next, then lands at another slot of its size class. A server's
+/// allocator may hand out slots of one class at more than one alignment (Redis's own jemalloc
+/// has 8-byte steps: a 56-byte block may be 8- but not 16-aligned), so a test that panics with
+/// 0, 1, 2... blocks meets every alignment the exception can have there (tests/gcra.rs).
+pub fn rl_debug_panic(call: &Call) -> Result<Response, Error> {
     if !clock::debug_enabled() {
         return Err(Error::DebugClockOff);
     }
+    let mut a = RL_DEBUG_PANIC.syntax.read(call.args);
+    let blocks = match a.optional() {
+        Some(word) => args::count(word, "blocks", 0, MAX_PANIC_BLOCKS)?,
+        None => 0,
+    };
+    a.finish()?;
+    let held: Vec<Vec<u8>> = (0..blocks)
+        .flat_map(|_| (1..=16).map(|eighths| vec![0u8; eighths * 8]))
+        .collect();
+    std::hint::black_box(&held);
     panic!("RL.DEBUG.PANIC: a deliberate panic");
 }
 
