@@ -1,10 +1,17 @@
 // A failover through the package, as an application meets it (docs/cluster.md, Failover): a
 // primary with the module, its replica and three real Sentinels (the server binary in sentinel
 // mode, as Debian's redis-sentinel package links it); a RateLimit on node-redis's Sentinel client
-// (createSentinel) spends the quota of 20 fixed windows of 100, failing closed; the primary is
-// killed (SIGKILL) halfway, Sentinel promotes the replica, and a new server is made its replica
-// as an operator would. The limit follows the new primary by itself; with `durable: 1` no key is
-// admitted past its limit. And `durable` with no replica in time fails as configured.
+// (createSentinel) spends the quota of 20 fixed windows of 20, failing closed. Halfway, once the
+// replica has acknowledged everything the primary has, the replica is cut off and five keys get
+// one request each that only the primary sees; then the primary is killed (SIGKILL), Sentinel
+// promotes the replica, and a new server is made its replica as an operator would. The limit
+// follows the new primary by itself. What the primary admitted in the cut is lost with it: without
+// `durable` a key is over its limit by at most its admission in the cut; with `durable: 1` the cut
+// admits nothing (no replica acknowledges) and no key is over its limit. And `durable` with no
+// replica in time fails as configured.
+//
+// Every step waits for an event (a port answering, the replica's acknowledgement, Sentinel naming
+// the new primary, the spare online, a decision from the new primary), never for a chosen time.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -17,15 +24,72 @@ import { RateLimit } from '../index.js';
 import { T0_MS, freePort, memoryLogger, serverForFile, startRedis } from './helpers.js';
 
 const KEYS = 20;
-const LIMIT = 100;
+const LIMIT = 20;
+// Keys given one request each while the replica is cut off.
+const CUT = 5;
+// A hang guard, not a measure: each event below comes within seconds even on a loaded 2-core
+// machine (the failover: Sentinel's 5 s down-after period and about a second more); this only
+// turns one that never comes into a failure that says which.
+const HANG_MS = 300_000;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/** A client of one node, for the test's own commands. */
+/**
+ * Resolves once `condition` (async) holds, polling it; a condition that throws has not held yet
+ * (a server not answering yet), except an assertion's failure, which is the test's.
+ */
+async function until(what, condition, scenario = {}) {
+  const since = Date.now();
+  for (;;) {
+    assert.ok(!scenario.ended, `ended while waiting for ${what}`);
+    try {
+      if (await condition()) return;
+    } catch (error) {
+      if (error instanceof assert.AssertionError) throw error;
+    }
+    assert.ok(Date.now() - since < HANG_MS, `hung: no ${what} in ${HANG_MS / 1000} s`);
+    await sleep(20);
+  }
+}
+
+/** A client of one node, for the test's own commands (no reconnection: a refused port throws). */
 async function plain(port) {
-  const c = createClient({ url: `redis://127.0.0.1:${port}`, disableOfflineQueue: true });
+  const c = createClient({ url: `redis://127.0.0.1:${port}`, disableOfflineQueue: true, socket: { reconnectStrategy: false } });
   c.on('error', () => {});
   await c.connect();
   return c;
+}
+
+/** `command` on the node at `port`, by a client of its own. */
+async function on(port, command) {
+  const c = await plain(port);
+  try {
+    return await c.sendCommand(command);
+  } finally {
+    c.destroy();
+  }
+}
+
+/** A flat [field, value, ...] reply as an object of strings. */
+function fields(flat) {
+  const map = {};
+  for (let i = 0; i + 1 < flat.length; i += 2) map[String(flat[i])] = String(flat[i + 1]);
+  return map;
+}
+
+/** INFO replication of the node at `port`, its fields by name. */
+async function replication(port) {
+  const map = {};
+  for (const line of String(await on(port, ['INFO', 'replication'])).split('\r\n')) {
+    const colon = line.indexOf(':');
+    if (colon > 0) map[line.slice(0, colon)] = line.slice(colon + 1);
+  }
+  return map;
+}
+
+/** Whether the node at `port` lists a replica at `replicaPort` as online (its own view). */
+async function online(port, replicaPort) {
+  const info = await replication(port);
+  return Object.keys(info).some((f) => /^slave\d+$/.test(f) && info[f].includes(`port=${replicaPort},state=online`));
 }
 
 /** A Sentinel process watching `main` at `primary`, stopped by its PID. */
@@ -33,31 +97,27 @@ async function startSentinel(primary) {
   const port = await freePort();
   const dir = mkdtempSync(path.join(tmpdir(), 'rl-sentinel-'));
   const conf = path.join(dir, 'sentinel.conf');
+  // down-after-milliseconds: how long a primary does not answer before Sentinel takes it for
+  // down. Long enough that a live primary on a loaded machine is never taken for down (the
+  // scenario kills it at a chosen point); the test waits for the failover, whatever it takes.
   writeFileSync(conf, `port ${port}\nbind 127.0.0.1\ndir ${dir}\nlogfile sentinel.log\n` +
-    `sentinel monitor main 127.0.0.1 ${primary} 2\nsentinel down-after-milliseconds main 2000\n` +
+    `sentinel monitor main 127.0.0.1 ${primary} 2\nsentinel down-after-milliseconds main 5000\n` +
     'sentinel failover-timeout main 10000\n');
   const child = spawn(process.env.RATELIMIT_SERVER || 'redis-server', [conf, '--sentinel'], { stdio: 'ignore' });
-  for (let i = 0; i < 200; i++) {
-    try {
-      const c = await plain(port);
-      c.destroy();
-      break;
-    } catch {
-      await sleep(25);
-    }
-  }
   const sentinel = {
     port,
+    async ask(...args) {
+      return on(port, ['SENTINEL', ...args]);
+    },
     async master() {
-      const c = await plain(port);
-      try {
-        const fields = await c.sendCommand(['SENTINEL', 'master', 'main']);
-        const map = {};
-        for (let i = 0; i + 1 < fields.length; i += 2) map[String(fields[i])] = String(fields[i + 1]);
-        return map;
-      } finally {
-        c.destroy();
-      }
+      return fields(await sentinel.ask('master', 'main'));
+    },
+    async replicas() {
+      return (await sentinel.ask('replicas', 'main')).map(fields);
+    },
+    /** The port of the primary this Sentinel names (what a client asks it). */
+    async primaryPort() {
+      return Number((await sentinel.ask('get-master-addr-by-name', 'main'))[1]);
     },
     async stop() {
       if (child.exitCode === null && child.signalCode === null) {
@@ -68,41 +128,56 @@ async function startSentinel(primary) {
       rmSync(dir, { recursive: true, force: true });
     },
   };
+  try {
+    await until(`Sentinel answering on port ${port}`, async () => {
+      assert.ok(child.exitCode === null, `Sentinel exited (${child.exitCode})`);
+      return (await on(port, ['PING'])) === 'PONG';
+    });
+  } catch (error) {
+    await sentinel.stop();
+    throw error;
+  }
   return sentinel;
 }
 
+/** A primary and its replica, online, watched by three Sentinels that know both and each other. */
 async function watched() {
   const primary = await startRedis();
   const replica = await startRedis();
-  const spares = [];
-  for (const s of [primary, replica]) {
-    const c = await plain(s.port);
-    await c.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
-    if (s === replica) {
-      await c.sendCommand(['REPLICAOF', '127.0.0.1', `${primary.port}`]);
-      for (let i = 0; i < 800 && !/master_link_status:up/.test(String(await c.sendCommand(['INFO', 'replication']))); i++) await sleep(25);
-    }
-    c.destroy();
-  }
-  // Online as the primary sees it: after a diskless sync it streams nothing to the replica until
-  // the replica's first REPLCONF ACK (docs/cluster.md, Failover).
-  const p = await plain(primary.port);
-  for (let i = 0; i < 800 && !/slave0:.*state=online/.test(String(await p.sendCommand(['INFO', 'replication']))); i++) await sleep(25);
-  p.destroy();
   const sentinels = [];
-  for (let i = 0; i < 3; i++) sentinels.push(await startSentinel(primary.port));
-  for (let i = 0; i < 800; i++) {
-    const masters = await Promise.all(sentinels.map((s) => s.master()));
-    if (masters.every((m) => m['num-slaves'] === '1' && m['num-other-sentinels'] === '2')) break;
-    await sleep(25);
-  }
+  const spares = [];
   const stop = async () => {
     for (const s of [...sentinels, ...spares, primary, replica]) await s.stop();
   };
+  try {
+    for (const s of [primary, replica]) await on(s.port, ['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+    await on(replica.port, ['REPLICAOF', '127.0.0.1', `${primary.port}`]);
+    // Online as the primary sees it: after a diskless sync it streams nothing to the replica
+    // until the replica's first REPLCONF ACK (docs/cluster.md, Failover).
+    await until('replica online', () => online(primary.port, replica.port));
+    for (let i = 0; i < 3; i++) sentinels.push(await startSentinel(primary.port));
+    // Each Sentinel knows the two others (a quorum elects a leader) and has read the replica's
+    // INFO with its link up (a replica whose INFO it has not read, Sentinel does not promote).
+    await until('Sentinels that know each other and the replica', async () => {
+      for (const s of sentinels) {
+        if ((await s.master())['num-other-sentinels'] !== '2') return false;
+        const replicas = await s.replicas();
+        if (replicas.length !== 1 || replicas[0]['master-link-status'] !== 'ok') return false;
+      }
+      return true;
+    });
+  } catch (error) {
+    await stop();
+    throw error;
+  }
   return { primary, replica, sentinels, spares, stop };
 }
 
-/** Every key's quota spent through a RateLimit on the Sentinel client, the primary killed halfway. */
+/**
+ * Every key's quota spent through a RateLimit on the Sentinel client, the primary cut off from its
+ * replica and killed halfway: each key's admissions over its limit (`over`), its admissions while
+ * the replica was cut off (`cut`), and the limiter's counters.
+ */
 async function spendAcrossAFailover(durable) {
   const setup = await watched();
   const { primary, replica, sentinels, spares } = setup;
@@ -111,66 +186,106 @@ async function spendAcrossAFailover(durable) {
     sentinelRootNodes: sentinels.map((s) => ({ host: '127.0.0.1', port: s.port })),
   });
   client.on('error', () => {});
-  await client.connect();
   const limiter = new RateLimit({
     client, limit: { algorithm: 'fixedwindow', limit: LIMIT, window: '1h' }, failMode: 'closed', durable,
     timeout: 1000, denialMemory: 0, logger: memoryLogger(),
   });
   const admitted = new Array(KEYS).fill(0);
   const full = new Array(KEYS).fill(false);
-  let killed = false;
-  // Once Sentinel names the replica primary, the operator gives it a replica of its own
-  // (watched apart from the requests, which take up to the timeout each while none answers).
-  let attached;
-  const attachSpare = async () => {
-    for (let i = 0; i < 1200; i++) {
-      const m = await sentinels[0].master().catch(() => ({}));
-      if (Number(m.port) === replica.port) break;
-      await sleep(25);
-    }
-    const spare = await startRedis();
-    spares.push(spare);
-    const c = await plain(spare.port);
-    await c.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
-    await c.sendCommand(['REPLICAOF', '127.0.0.1', `${replica.port}`]);
-    c.destroy();
+  const cut = new Array(KEYS).fill(0);
+  const scenario = { ended: false };
+  let failover;
+  let lastDecision = Date.now();
+  const ask = async (k) => {
+    const d = await limiter.check(`k${k}`);
+    if (d.failed) return 0;
+    lastDecision = Date.now();
+    if (d.allowed) admitted[k] += 1;
+    else full[k] = true;
+    return d.allowed ? 1 : 0;
   };
-  const started = Date.now();
-  try {
-    while (!full.every(Boolean)) {
-      assert.ok(Date.now() - started < 90_000, `not done: ${admitted} ${JSON.stringify(limiter.stats)}`);
-      for (let k = 0; k < KEYS; k++) {
-        if (full[k]) continue;
-        const d = await limiter.check(`k${k}`);
-        if (d.allowed) admitted[k] += 1;
-        else if (!d.failed) full[k] = true;
-        if (!killed && admitted.reduce((a, b) => a + b, 0) >= (KEYS * LIMIT) / 2) {
-          await primary.stop();
-          killed = true;
-          attached = attachSpare();
-        }
-      }
+  // One request for each key not yet refused in turn, from where the last call stopped, until
+  // `done()`. A request fails (closed) while no node is primary; the hang guard wants a decision
+  // now and then.
+  let next = 0;
+  const spend = async (done) => {
+    while (!done()) {
+      if (!full[next]) await ask(next);
+      next = (next + 1) % KEYS;
+      assert.ok(Date.now() - lastDecision < HANG_MS,
+        `hung: no decision in ${HANG_MS / 1000} s: ${admitted} ${JSON.stringify(limiter.stats)}`);
     }
-    await attached;
-    assert.ok(killed);
-    assert.equal(Number((await sentinels[0].master()).port), replica.port);
-    return { over: admitted.map((a) => a - LIMIT), stats: limiter.stats };
+  };
+  try {
+    await client.connect();
+    await spend(() => admitted.reduce((a, b) => a + b, 0) >= (KEYS * LIMIT) / 2);
+    // The replica has everything the primary has: it acknowledged (WAIT, no timeout but the hang
+    // guard's) a write made on the primary after all of the limiter's.
+    const p = await plain(primary.port);
+    await p.sendCommand(['SET', 'fence', '1']);
+    assert.equal(Number(await p.sendCommand(['WAIT', '1', `${HANG_MS}`])), 1, 'the replica did not acknowledge');
+    // Then it is cut off: its link closed, and it can no longer authenticate to the primary (a
+    // password the primary does not have), so what the primary admits from now on only the
+    // primary has, as a lagging replica would not have it.
+    await on(replica.port, ['CONFIG', 'SET', 'masterauth', 'not-the-primary-s']);
+    await p.sendCommand(['CLIENT', 'KILL', 'TYPE', 'replica']);
+    p.destroy();
+    await until('the replica cut off', async () =>
+      (await replication(replica.port)).master_link_status === 'down' && (await replication(primary.port)).connected_slaves === '0');
+    // Sentinel promotes a replica whose link has been down for no more than ten down-after
+    // periods (50 s) before it took the primary for down: here the CUT requests (each at most a
+    // limiter timeout) and one down-after period.
+    for (let i = 0; i < CUT; i++, next = (next + 1) % KEYS) cut[next] = await ask(next);
+    await primary.stop();
+    // The promotion as Sentinel and the client see it: Sentinel names the replica; the client's
+    // requests reach it (the loop below gets decisions again; the old primary is dead). Then the
+    // operator gives it a replica of its own, the spare, apart from the requests.
+    failover = (async () => {
+      await until('Sentinel naming the replica primary', async () => (await sentinels[0].primaryPort()) === replica.port, scenario);
+      // The spare never becomes primary (replica-priority 0): Sentinel would take it, still empty,
+      // for as good a candidate as any (a replica that never synced reports
+      // master_link_down_since_seconds:-1, which passes Sentinel's check of how long a link has been
+      // down), so a second failover, should Sentinel take the new primary for down while the spare
+      // loads, would go to a node without the keys: every key's quota again.
+      const spare = await startRedis({ args: ['--replica-priority', '0'] });
+      spares.push(spare);
+      await on(spare.port, ['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+      await on(spare.port, ['REPLICAOF', '127.0.0.1', `${replica.port}`]);
+      // With durable, admissions wait for it: none is acknowledged until the new primary lists it online.
+      await until('the spare online', () => online(replica.port, spare.port), scenario);
+    })();
+    let failed;
+    failover.catch((error) => { failed = error; });
+    await spend(() => {
+      if (failed !== undefined) throw failed;
+      return full.every(Boolean);
+    });
+    await failover;
+    // Every Sentinel names the replica: no second failover.
+    assert.deepEqual(await Promise.all(sentinels.map((s) => s.primaryPort())), sentinels.map(() => replica.port));
+    return { over: admitted.map((a) => a - LIMIT), cut, stats: limiter.stats };
   } finally {
+    scenario.ended = true;
+    await failover?.catch(() => {});
     await client.close().catch(() => {});
     await setup.stop();
   }
 }
 
 test('the limit follows the promoted replica through the Sentinel client', async () => {
-  const { over, stats } = await spendAcrossAFailover(0);
-  // Every key's quota was spent to the end (the loop ends only then) on the new primary; what
-  // failed, failed closed, while no node was primary.
+  const { over, cut, stats } = await spendAcrossAFailover(0);
+  // Every key's quota was spent to the end (the loop ends only then) on the new primary, which
+  // has every admission but those of the cut: a key admits those again, and no more. What failed,
+  // failed closed, while no node was primary.
+  over.forEach((o, k) => assert.ok(o <= cut[k], `k${k}: ${o} over its limit, ${cut[k]} admitted in the cut`));
   assert.equal(stats.failures, stats.failClosed);
-  console.log(`without durable: ${over.filter((o) => o > 0).length} of ${KEYS} keys over; ${stats.failures} requests failed closed`);
+  console.log(`without durable: ${cut.filter((c) => c > 0).length} admitted in the cut; ${over.filter((o) => o > 0).length} of ${KEYS} keys over; ${stats.failures} requests failed closed`);
 });
 
 test('with durable: 1 no key is admitted past its limit across the failover', async () => {
-  const { over, stats } = await spendAcrossAFailover(1);
+  const { over, cut, stats } = await spendAcrossAFailover(1);
+  // No replica acknowledged the cut's admissions: none was taken as admitted (each failed closed).
+  assert.deepEqual(cut, new Array(KEYS).fill(0));
   assert.ok(over.every((o) => o <= 0), String(over));
   console.log(`durable: at most ${Math.max(...over)} over; ${stats.notDurable} admissions not acknowledged`);
 });
@@ -189,4 +304,3 @@ test('durable with no replica in time: the admission fails as configured, the re
     assert.deepEqual([second.failed, second.allowed, limiter.stats.notDurable], [undefined, false, 1]);
   }
 });
-
