@@ -133,7 +133,8 @@ export interface RateLimitOptions {
   durableTimeoutMs?: number;
   /**
    * "auto" (default): the module when the server has it (`COMMAND INFO RL.GCRA`, asked once per
-   * client before the first command, the choice logged at info level), else the script backend;
+   * client, by the setup or else before the first command, the choice logged at info level),
+   * else the script backend;
    * "module": the module, a check rejecting with ModuleRequiredError where it is missing;
    * "script": the Lua scripts of clients/scripts (EVALSHA), for servers that refuse MODULE LOAD.
    * On the scripts, a policy without `rules` (the server's) and adaptive concurrency limits
@@ -166,6 +167,15 @@ export interface RateLimitOptions {
    * policy), at least 10 ms. Needs `localBudget`.
    */
   hold?: Duration;
+  /**
+   * Milliseconds the setup may take; default 1000. The setup (the backend, COMMAND INFO for
+   * "auto"; on the scripts, SCRIPT LOAD of the limit's; on the module, a policy's rules) runs in
+   * the background when the RateLimit is created with a ready client and each time the client
+   * becomes ready again. A request that arrives while it runs waits for it, within this bound and
+   * outside its own `timeout`; a setup that fails or overruns is logged and counted
+   * (`stats.setupFailures`), never thrown, and requests then ask what they need themselves.
+   */
+  setupTimeout?: number;
 }
 
 export interface Decision {
@@ -238,8 +248,10 @@ export interface RateLimitStats {
   refundFailures: number;
   /** Local budget, a gauge: units held unspent now, over every key (this process's under-admission). */
   held: number;
-  /** The backend in use: undefined until the first call decides it (backend "auto" or "module"). */
+  /** The backend in use: undefined until the setup or the first call decides it (backend "auto" or "module"). */
   backend: 'module' | 'script' | undefined;
+  /** Setups that failed or did not finish within `setupTimeout` (each logged once). */
+  setupFailures: number;
 }
 
 /** The options of one call. */
@@ -377,8 +389,10 @@ export interface RateLimiterRedisOptions {
   storeClient: RedisStoreClientLike | RedisClusterStoreClientLike;
   /** As RateLimitOptions' backend (not in rate-limiter-flexible); default "auto". */
   backend?: 'auto' | 'module' | 'script';
-  /** Hears the backend "auto" chose (info); default console; null: nothing. */
+  /** Hears the backend "auto" chose (info) and a failed setup (warn); default console; null: nothing. */
   logger?: Logger | null;
+  /** As RateLimitOptions' setupTimeout (not in rate-limiter-flexible): a consume waits for the setup this long at most; default 1000. */
+  setupTimeout?: number;
   /** Points per duration; default 4. */
   points?: number;
   /** Seconds; default 1; 0: never reset. */

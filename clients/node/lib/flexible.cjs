@@ -7,7 +7,9 @@
 const { DenialMemory, monotonicMs } = require('./denial-memory.cjs');
 const { MAX_COUNT, MAX_DURATION_MS, durationMs } = require('./limits.cjs');
 const { parseReply } = require('./reply.cjs');
+const { SETUP_TIMEOUT_MS, Setup, checkSetupTimeout, checkStoreClient, loadScripts } = require('./setup.cjs');
 const {
+  SCRIPT_OF,
   TEST_NOW,
   checkBackend,
   clusterKey,
@@ -66,6 +68,9 @@ class RateLimiterRedis {
     for (const o of UNSUPPORTED_OPTIONS) {
       if (Reflect.get(opts, o)) throw new Error(`${o} is not supported by ratelimit-redis-module's RateLimiterRedis`);
     }
+    // A client it cannot drive is refused now, by name (an ioredis client would fail deep
+    // inside ioredis at the first consume).
+    checkStoreClient(opts.storeClient);
     // A standalone or a cluster client, told apart at run time (isCluster).
     /** @type {any} */
     this.client = opts.storeClient;
@@ -121,6 +126,24 @@ class RateLimiterRedis {
     // test gives a fake one that moves with the server's debug clock).
     this.now = opts.now ?? monotonicMs;
     if (typeof this.now !== 'function') throw new Error('now must be a function returning milliseconds');
+    // The setup (setup.cjs), as RateLimit's: the backend, and on the scripts SCRIPT LOAD of the
+    // token bucket's and the refund's (reward), in the background from now and each time the
+    // client is ready again; a call waits for a setup in flight (setupTimeout at most). A
+    // failure is logged, never thrown: the calls then ask for themselves.
+    this.setup = new Setup(this.client, {
+      work: async () => {
+        if ((await this.#backend()) === 'script') {
+          await loadScripts(this.client, this.send, [SCRIPT_OF['RL.TOKENBUCKET'], SCRIPT_OF['RL.REFUND']]);
+        }
+      },
+      timeoutMs: checkSetupTimeout(opts.setupTimeout ?? SETUP_TIMEOUT_MS),
+      failed: (error) => {
+        this.logger?.warn?.(
+          `ratelimit: the setup of RateLimiterRedis (backend, scripts) failed (${error?.message ?? error}); ` +
+            'it runs again when the client is ready again, and until then each call asks what it needs',
+        );
+      },
+    });
   }
 
   // Blocks from `now`, read before the consume was sent: the server's msBeforeNext counts
@@ -206,6 +229,7 @@ class RateLimiterRedis {
 
   async #send(args, extras) {
     this.#checkReady();
+    await this.setup.pending;
     if ((await this.#backend()) === 'script') {
       return parseReply(await evalScript(this.send, args, this.#testNow()), undefined, extras);
     }
@@ -214,6 +238,7 @@ class RateLimiterRedis {
 
   async #multi(commands) {
     this.#checkReady();
+    await this.setup.pending;
     if ((await this.#backend()) === 'script') return evalMulti(this.client, commands, this.#testNow());
     if (this.cluster) {
       const multi = this.client.multi(commands[0][1]);

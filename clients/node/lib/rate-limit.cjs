@@ -27,8 +27,11 @@ const {
   policyShapes,
 } = require('./limits.cjs');
 const { parseReply } = require('./reply.cjs');
+const { SETUP_TIMEOUT_MS, Setup, checkClient, checkSetupTimeout, loadScripts } = require('./setup.cjs');
 const {
   ModuleRequiredError,
+  POLICY_SCRIPT_OF,
+  SCRIPT_OF,
   TEST_NOW,
   checkBackend,
   clusterKey,
@@ -226,15 +229,15 @@ class RateLimit {
       logger = console,
       now = monotonicMs,
       backend = 'auto',
+      setupTimeout = SETUP_TIMEOUT_MS,
     } = options;
     this.backendOption = checkBackend(backend);
     // A Limit of index.d.cts, read as a plain object: its members are checked at run time below
     // (an application in JavaScript may pass anything).
     /** @type {Record<string, any>} */
     const limit = options.limit;
-    if (client === null || typeof client !== 'object' || typeof client.sendCommand !== 'function') {
-      throw new TypeError('invalid client: expected a node-redis client (createClient, createSentinel or createCluster from "redis")');
-    }
+    checkClient(client);
+    checkSetupTimeout(setupTimeout);
     const { durable = 0, durableTimeoutMs = 100 } = options;
     if (!Number.isSafeInteger(durable) || durable < 0) {
       throw new TypeError(`invalid durable: expected a number of replicas, 0 or more; got ${String(durable)}`);
@@ -302,7 +305,8 @@ class RateLimit {
       lapsed: 0, // unspent units let go without a refund: their fixed window ended
       refundFailures: 0, // RL.REFUNDs that failed (the limit gets those units back by itself)
       held: 0, // gauge: units held unspent now, over all keys (the under-admission of this process)
-      // 'module' or 'script' once decided (backend "auto": at the first call; undefined before).
+      setupFailures: 0, // setups (setup.cjs) that failed or overran setupTimeout, each logged
+      // 'module' or 'script' once decided (backend "auto": by the setup, or the first call; undefined before).
       backend: backend === 'script' ? 'script' : undefined,
     };
 
@@ -381,12 +385,45 @@ class RateLimit {
         limiter: this,
         k,
         holdMs,
-        ask: (key, atMost) => withTimeout(this.#ask(key, 1, { atMost }), this.timeout),
+        ask: async (key, atMost) => {
+          await this.setup.pending;
+          return withTimeout(this.#ask(key, 1, { atMost }), this.timeout);
+        },
         refund: (key, n) => this.refund(key, n),
         windowed: this.algorithm === 'fixedwindow',
       });
     } else if (hold !== undefined) {
       throw new TypeError('invalid hold: only a limit with localBudget holds units');
+    }
+    // The setup (setup.cjs), last: everything it reads is set. A failure is logged and counted,
+    // never thrown: the requests then ask what they need themselves, within their timeout.
+    this.setup = new Setup(duck, {
+      work: () => this.#setUp(),
+      timeoutMs: setupTimeout,
+      failed: (error) => {
+        this.stats.setupFailures += 1;
+        this.logger?.warn?.(
+          `ratelimit: the setup of ${this.command} (backend, scripts) failed (${error?.message ?? error}); ` +
+            'it runs again when the client is ready again, and until then each request asks what it needs within its timeout',
+        );
+      },
+    });
+  }
+
+  // The setup's work: the backend (COMMAND INFO for "auto", once per client); on the scripts,
+  // SCRIPT LOAD of this limit's and its refund's (a concurrency limit's: its release's), so that
+  // its first call is one EVALSHA; on the module, a policy's rules (RL.POLICY.SET; on a cluster
+  // it goes with the first RL.LIMIT's key instead, see #setPolicy).
+  async #setUp() {
+    const backend = await this.resolveBackend();
+    if (backend === 'script') {
+      if (this.#moduleOnly() !== undefined) return; // refused at the check: nothing to load
+      const names = this.policy !== undefined
+        ? [POLICY_SCRIPT_OF['RL.LIMIT'], POLICY_SCRIPT_OF['RL.REFUND']]
+        : [SCRIPT_OF[this.command], SCRIPT_OF[this.concurrent ? 'RL.CONCURRENCY.RELEASE' : 'RL.REFUND']];
+      await loadScripts(this.client, this.send, names);
+    } else if (this.rules !== undefined && !this.cluster) {
+      await this.#setPolicy(undefined);
     }
   }
 
@@ -562,7 +599,17 @@ class RateLimit {
       const reply = await this.#run(args, send);
       return [reply, Number(await this.send(wait, routed))];
     }
-    const both = (send) => Promise.all([this.#run(args, send), send(wait)]);
+    // A command sent again (after NOSCRIPT, or RULEKEYS for a policy that lost rules) writes
+    // after that WAIT, which cannot vouch for it: a WAIT of its own follows the reply then.
+    const both = async (send) => {
+      let sent = 0;
+      const counted = (/** @type {string[]} */ a) => {
+        sent += 1;
+        return send(a);
+      };
+      const [reply, acked] = await Promise.all([this.#run(args, counted), send(wait)]);
+      return [reply, sent > 1 ? await send(wait) : acked];
+    };
     const [reply, acked] = this.sentinel
       ? await this.client.use((c) => both((a) => c.sendCommand(false, a)))
       : await both(this.send);
@@ -672,6 +719,8 @@ class RateLimit {
         local: true,
       };
     }
+    // A setup in flight is waited for first, outside the timeout (setupTimeout bounds it).
+    if (this.setup.pending !== undefined) await this.setup.pending;
     this.stats.calls += 1;
     let decision;
     let more;
@@ -739,6 +788,7 @@ class RateLimit {
     if (this.concurrent) throw new TypeError('invalid refund: a concurrency limit gives its leases back with release');
     const args = ['RL.REFUND', this.redisKey(key), String(units)];
     if (dryRun) args.push('DRYRUN');
+    await this.setup.pending;
     const reply = await withTimeout(this.#run(args), this.timeout);
     const given = Number(reply);
     if (typeof reply !== 'number' || !Number.isSafeInteger(given) || given < 0) {
@@ -772,6 +822,7 @@ class RateLimit {
     const args = ['RL.CONCURRENCY.RELEASE', this.redisKey(key), decision.token];
     if (rtt !== undefined) args.push('RTT', `${Math.max(1, Math.round(rtt * 1000))}us`);
     if (dropped) args.push('DROPPED');
+    await this.setup.pending;
     try {
       await withTimeout(this.#run(args), this.timeout); // on the backend the lease was taken on
     } catch (error) {

@@ -238,8 +238,33 @@ async function evalPolicy(send, args, rules, now = undefined) {
   const [command, key, ...words] = args;
   const name = POLICY_SCRIPT_OF[String(command).toUpperCase()];
   if (name === undefined) throw new ModuleRequiredError(command);
-  const rest = name === 'policy' ? [...rules.words, ...words.slice(1)] : words;
-  return evalNamed(send, name, ruleKeys(key, rules.count), rest, now);
+  for (;;) {
+    // Every rule key of an earlier, longer policy found before, the number of rules then first.
+    const n = Math.max(rules.count, ruleKeysHeld.get(rules) ?? 0);
+    const count = n > rules.count ? [String(rules.count)] : [];
+    const rest = name === 'policy' ? [...count, ...rules.words, ...words.slice(1)] : words;
+    try {
+      return await evalNamed(send, name, ruleKeys(key, n), rest, now);
+    } catch (error) {
+      const wanted = rulekeysWanted(error, n);
+      if (wanted === undefined) throw error;
+      ruleKeysHeld.set(rules, Math.max(wanted, ruleKeysHeld.get(rules) ?? 0));
+    }
+  }
+}
+
+// Per policy's rules (a RateLimit's `rules`): the most rule keys a key was found to hold, named
+// by every later call of those rules.
+const ruleKeysHeld = new WeakMap();
+
+/**
+ * The policy scripts' `RULEKEYS n` (the first rule key holds a policy of `n` rule keys, more than
+ * the `named` keys the call named: a policy that lost rules, whose states a rule may still take):
+ * `n`, to call again with; undefined for any other error.
+ */
+function rulekeysWanted(error, named) {
+  const found = /\bRULEKEYS (\d+) /.exec(String(error?.message ?? ''));
+  return found && Number(found[1]) > named ? Number(found[1]) : undefined;
 }
 
 // EVALSHA of the script `name` over `keys` with `words` (and the test clock), loaded after
@@ -251,11 +276,15 @@ async function evalNamed(send, name, keys, words, now) {
   const call = ['EVALSHA', sha, String(keys.length), ...keys, ...words];
   if (now !== undefined) call.push('NOW', String(now));
   try {
-    return await send(call, keys[0]);
+    try {
+      return await send(call, keys[0]);
+    } catch (error) {
+      if (!String(error?.message ?? '').startsWith('NOSCRIPT')) throw error;
+      await send(['SCRIPT', 'LOAD', source], keys[0]);
+      return await send(call, keys[0]);
+    }
   } catch (error) {
-    if (!String(error?.message ?? '').startsWith('NOSCRIPT')) throw error;
-    await send(['SCRIPT', 'LOAD', source], keys[0]);
-    return send(call, keys[0]);
+    throw await refusedInScript(error, name, keys[0], send);
   }
 }
 
@@ -296,9 +325,95 @@ async function evalMulti(client, commands, now = undefined) {
     const rest = calls.slice(first);
     replies.splice(first, rest.length, ...(await exec(rest, [...new Set(rest.map((c) => c.name))])));
   }
-  const failed = replies.find((r) => r instanceof Error);
-  if (failed !== undefined) throw failed;
+  const failed = replies.findIndex((r) => r instanceof Error);
+  if (failed >= 0) {
+    const send = cluster ? (args) => client.sendCommand(calls[0].call[3], false, args) : (args) => client.sendCommand(args);
+    throw await refusedInScript(replies[failed], calls[failed].name, calls[failed].call[3], send);
+  }
   return replies;
+}
+
+// A command a script runs, refused by the user's ACL: Redis 8.2 and Valkey name the command;
+// Redis 7.0 says only "The user executing the script can't run this command or subcommand",
+// with the line it was run on when the script did not catch the error (" script: <sha>, on
+// @user_script:<line>.").
+const ACL_NAMED = /ACL failure in script: User \S+ has no permissions to run the '([^']+)' command/;
+const ACL_UNNAMED = /The user executing the script can't run this command or subcommand/;
+const ACL_LINE = /script: ([0-9a-f]{40}), on @user_script:(\d+)\./;
+// A command on a source line; a command whose refusal a script reports (redis.call, and the
+// redis.pcall reads whose errors fetched() raises: the others' errors are let go).
+const CALLED = /redis\.p?call\('([A-Z]+)'/g;
+const REPORTED = /redis\.call\('([A-Z]+)'|fetched\(redis\.pcall\('([A-Z]+)'/g;
+
+// Which of the commands in ARGV the user may not run on KEYS[1]: the question Redis 7.0 leaves
+// open, asked of the server (redis.acl_check_cmd, Redis 7.0 and later, Valkey). Not a limiter's
+// script, so not in clients/scripts/: the package's own, sent only after such a refusal.
+const ACL_PROBE = 'local refused = {}\n' +
+  'for i = 1, #ARGV do\n' +
+  '  if not redis.acl_check_cmd(ARGV[i], KEYS[1]) then refused[#refused + 1] = ARGV[i] end\n' +
+  'end\n' +
+  'return refused\n';
+const ACL_PROBE_SHA = createHash('sha1').update(ACL_PROBE).digest('hex');
+
+/** The commands `pattern` finds in a script's source, each once, in order. */
+function commandsOf(source, pattern) {
+  return [...new Set(Array.from(source.matchAll(pattern), (m) => m[1] ?? m[2]))];
+}
+
+/**
+ * Which of `commands` the user may not run on `key`, asked with ACL_PROBE (loaded after
+ * NOSCRIPT); none when that cannot be asked (the probe failed too: the error is then left as
+ * the server gave it).
+ */
+async function refusedCommands(commands, key, send) {
+  const call = ['EVALSHA', ACL_PROBE_SHA, '1', key, ...commands];
+  try {
+    let reply;
+    try {
+      reply = await send(call, key);
+    } catch (error) {
+      if (!String(error?.message ?? '').startsWith('NOSCRIPT')) throw error;
+      await send(['SCRIPT', 'LOAD', ACL_PROBE], key);
+      reply = await send(call, key);
+    }
+    return Array.isArray(reply) ? reply.map(String) : [];
+  } catch {
+    return [];
+  }
+}
+
+/** Words as a list: "A", "A and B", "A, B and C". */
+function listed(words) {
+  return words.length < 2 ? words.join('') : `${words.slice(0, -1).join(', ')} and ${words[words.length - 1]}`;
+}
+
+/**
+ * `error`, from the script `name` on `key`, as the package reports it: a command the script
+ * runs that the user's ACL refuses is named (the server's word on Redis 8.2 and Valkey; on
+ * Redis 7.0 the command on the source line the server gives, else the server asked which of the
+ * script's commands the user may not run), with the `+command` that lets it and a pointer to
+ * docs/managed.md, the server's text kept at the end; any other error (or one whose command
+ * cannot be told) is returned as it is.
+ */
+async function refusedInScript(error, name, key, send) {
+  const said = String(error?.message ?? '');
+  const named = ACL_NAMED.exec(said);
+  if (!named && !ACL_UNNAMED.test(said)) return error;
+  let refused;
+  if (named) {
+    refused = [named[1].toUpperCase()];
+  } else {
+    const line = ACL_LINE.exec(said);
+    const source = line ? Object.values(scripts()).find((s) => s.sha === line[1])?.source : undefined;
+    const onLine = source === undefined ? [] : commandsOf(source.split('\n')[Number(line?.[2]) - 1] ?? '', CALLED);
+    refused = onLine.length === 1 ? onLine : await refusedCommands(commandsOf(scripts()[name].source, REPORTED), key, send);
+    if (refused.length === 0) return error;
+  }
+  // The Python package's words (its _script_acl.py), with the key.
+  const message = `ratelimit: the ACL of the connection's user refuses ${listed(refused)}, which the script backend's ` +
+    `${name} script runs on ${JSON.stringify(key)}: give the user ${refused.map((c) => `+${c.toLowerCase()}`).join(' ')} ` +
+    `(docs/managed.md, "An application user's ACL", lists every command the scripts run); the server said: ${said}`;
+  return new Error(message, { cause: error });
 }
 
 module.exports = {

@@ -6,8 +6,10 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import Redis, { Cluster } from 'ioredis';
 import * as RLF from 'rate-limiter-flexible';
-import { RateLimiterRedis, RateLimiterRes } from '../index.js';
+import { createSentinel } from 'redis';
+import { RateLimit, RateLimiterRedis, RateLimiterRes } from '../index.js';
 import { T0_MS, calls, connect, refusal, serverForFile } from './helpers.js';
 
 const { redis, client } = await serverForFile();
@@ -238,6 +240,35 @@ test('options rate-limiter-flexible has and the module cannot honour are refused
   }
   assert.throws(() => new RateLimiterRedis({ points: 5 }), /storeClient is not set/);
   assert.throws(() => new RateLimiterRedis({ storeClient: client, points: 1.5 }), /points must be an integer/);
+});
+
+test('a client it does not take is refused in the constructor, saying which it takes: ioredis, a Sentinel client', async () => {
+  // An ioredis client, connected to the same server: its sendCommand takes a Command object, so
+  // unrefused, the first consume failed deep inside ioredis ("Cannot read properties of
+  // undefined (reading 'toLowerCase')"). Supporting it is another issue's.
+  const io = new Redis({ host: '127.0.0.1', port: redis.port });
+  const ioCluster = new Cluster([{ host: '127.0.0.1', port: redis.port }], { lazyConnect: true });
+  const sentinel = createSentinel({ name: 'mymaster', sentinelRootNodes: [{ host: '127.0.0.1', port: redis.port }] });
+  try {
+    assert.equal(await io.ping(), 'PONG');
+    const takes = 'invalid storeClient: RateLimiterRedis takes a node-redis client (createClient from "redis") or its cluster client (createCluster); got ';
+    for (const storeClient of [io, ioCluster]) {
+      assert.throws(() => new RateLimiterRedis({ storeClient, points: 5, duration: 1 }),
+        { name: 'Error', message: `${takes}an ioredis client, which it does not take yet` });
+    }
+    assert.throws(() => new RateLimiterRedis({ storeClient: sentinel, points: 5, duration: 1 }),
+      { name: 'Error', message: `${takes}node-redis's Sentinel client (createSentinel), which it does not take (RateLimit and rateLimitMiddleware do)` });
+    assert.throws(() => new RateLimiterRedis({ storeClient: {}, points: 5, duration: 1 }),
+      { name: 'Error', message: `${takes}an object without sendCommand` });
+    // RateLimit (and so the middleware) says the same of ioredis.
+    assert.throws(() => new RateLimit({ client: io, limit: { algorithm: 'gcra', burst: 1, rate: 1, period: '1s' } }), {
+      name: 'TypeError',
+      message: 'invalid client: expected a node-redis client (createClient, createSentinel or createCluster from "redis"); got an ioredis client, which the package does not take yet',
+    });
+  } finally {
+    io.disconnect();
+    ioCluster.disconnect();
+  }
 });
 
 test('points 0 admits nothing: every consume is refused, without a round trip', async () => {

@@ -77,7 +77,7 @@ test('shadow: a request the limit would refuse is answered allowed, shadowDenied
     backend: 'module',
     calls: 5, admitted: 2, denied: 1, deniedLocally: 0, failures: 0, failOpen: 0, failClosed: 0,
     shadowDenied: 2, notDurable: 0, releaseFailures: 0,
-    localAdmitted: 0, refills: 0, refunded: 0, lapsed: 0, refundFailures: 0, held: 0,
+    localAdmitted: 0, refills: 0, refunded: 0, lapsed: 0, refundFailures: 0, held: 0, setupFailures: 0,
   });
   // A concurrency limit: a would-be refusal takes no lease, so there is no token to give back.
   const leases = await limiter({ algorithm: 'concurrency', limit: 1, lease: '30s' }, 'rl:shadow-conc:');
@@ -134,7 +134,7 @@ test('dryRun: the decision the call would get, nothing written, counted in calls
     backend: 'module',
     calls: 7, admitted: 2, denied: 1, deniedLocally: 0, failures: 0, failOpen: 0, failClosed: 0,
     shadowDenied: 0, notDurable: 0, releaseFailures: 0,
-    localAdmitted: 0, refills: 0, refunded: 0, lapsed: 0, refundFailures: 0, held: 0,
+    localAdmitted: 0, refills: 0, refunded: 0, lapsed: 0, refundFailures: 0, held: 0, setupFailures: 0,
   });
   // A concurrency limit's preview holds no lease and has no token.
   const leases = await limiter({ algorithm: 'concurrency', limit: 1, lease: '30s' }, 'rl:dryrun-conc:');

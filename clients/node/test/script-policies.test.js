@@ -337,3 +337,102 @@ test('a local budget on a policy of rules: refills with ATMOST, unspent units re
   assert.deepEqual(strip(b), strip(a));
   assert.deepEqual([a.remaining, a.rule], [3, 0], "10 - 6 admitted - this 1");
 });
+
+// Midnight (UTC) after T0, in ms after T0: the day's and the minute's windows start there.
+const MIDNIGHT = 6_400_000;
+
+// `steps` ([ms after midnight, limit, cost]) on both backends at the same instants, a new
+// RateLimit pair whenever the limit changes (a redeploy), each pair of decisions equal field by
+// field; resolves to the module's.
+async function throughChanges(prefix, steps) {
+  await p.sendCommand(['DEL', ...ruleKeys(`${prefix}k`, 16)]);
+  await m.sendCommand(['DEL', `${prefix}k`]);
+  const decisions = [];
+  let current, mod, scr, clock;
+  for (const [i, [ms, limit, cost]] of steps.entries()) {
+    if (limit !== current) {
+      const options = { limit, prefix, denialMemory: 0, logger: quiet, timeout: 2000 };
+      [mod, scr, current] = [new RateLimit({ ...options, client: m, backend: 'module' }), new RateLimit({ ...options, client: p, backend: 'script' }), limit];
+      clock = clockFor([scr]);
+    }
+    await clock.at(MIDNIGHT + ms);
+    const [a, b] = [await mod.check('k', cost), await scr.check('k', cost)];
+    assert.ok(a.failed === undefined && b.failed === undefined, `step ${i}: ${a.error ?? b.error}`);
+    assert.deepEqual(strip(b), strip(a), `step ${i} (${ms} ms, ${JSON.stringify(limit.rules)})`);
+    decisions.push(a);
+  }
+  return decisions;
+}
+
+test('a policy that loses a rule keeps the others\' state (issue 36): FIXEDWINDOW 3 1m + 5 1d, then 5 1d alone', async () => {
+  const fw = (limit, window) => ({ algorithm: 'fixedwindow', limit, window });
+  const both = { policy: 'day', rules: [fw(3, '1m'), fw(5, '1d')] };
+  const day = { policy: 'day', rules: [fw(5, '1d')] };
+  const steps = [...Array(3).fill([0, both, 1]), ...Array(2).fill([60_000, both, 1]), [120_000, both, 1],
+    ...Array(5).fill([120_000, day, 1]), [180_000, day, 1], [240_000, both, 1]];
+  const decisions = await throughChanges('rl:lost:day:', steps);
+  assert.deepEqual(decisions.map((d) => d.allowed), [...Array(5).fill(true), ...Array(8).fill(false)]);
+  assert.deepEqual(decisions.slice(6, 11).map((d) => [d.limit, d.remaining, d.retryAfterMs, d.rule]), Array(5).fill([5, 0, 86_280_000, 0]));
+  assert.deepEqual([decisions[12].rule, decisions[12].retryAfterMs], [1, 86_160_000]);
+});
+
+test('docs/policies.md\'s tiers lose their middle rule, then are reordered: the day stays spent on both backends', async () => {
+  const gcra = (burst) => ({ algorithm: 'gcra', burst, rate: 10, period: '1s' });
+  const fw = (limit, window) => ({ algorithm: 'fixedwindow', limit, window });
+  const tiers = { policy: 'tiers', rules: [gcra(10), fw(300, '1m'), fw(5000, '1d')] };
+  const two = { policy: 'tiers', rules: [gcra(10), fw(5000, '1d')] };
+  const moved = { policy: 'tiers', rules: [fw(5000, '1d'), gcra(20)] };
+  const steps = [];
+  for (let minute = 0; minute < 17; minute++) for (let s = 0; s < 30; s++) steps.push([minute * 60_000 + s * 1000, tiers, 10]);
+  for (let s = 30; s < 40; s++) steps.push([16 * 60_000 + s * 1000, two, 10]);
+  for (let s = 0; s < 5; s++) steps.push([17 * 60_000 + s * 1000, moved, 10]);
+  const decisions = await throughChanges('rl:lost:tiers:', steps);
+  assert.equal(decisions.filter((d) => d.allowed).length * 10, 5000);
+  assert.deepEqual(decisions.slice(-15).map((d) => [d.allowed, d.limit, d.rule]),
+    [...Array(10).fill([false, 5000, 1]), ...Array(5).fill([false, 5000, 0])]);
+});
+
+test('after RULEKEYS a RateLimit names a lost rule\'s key in its later calls: one refusal, not one per call; durable too', async () => {
+  const both = { policy: 'rk', rules: [{ algorithm: 'slidingwindow', limit: 3, window: '1m' }, { algorithm: 'fixedwindow', limit: 5, window: '1d' }] };
+  const day = { policy: 'rk', rules: [{ algorithm: 'fixedwindow', limit: 5, window: '1d' }] };
+  const keys = ruleKeys('rl:rk:k', 2);
+  const make = (limit, options = {}) => new RateLimit({ client: p, limit, prefix: 'rl:rk:', backend: 'script', denialMemory: 0, logger: quiet, timeout: 2000, ...options });
+  await p.sendCommand(['DEL', ...keys]);
+  const before = make(both);
+  assert.equal((await before.check('k', 2)).remaining, 1);
+  assert.equal(await before.refund('k', 0), 0); // both scripts loaded
+  await p.sendCommand(['CONFIG', 'RESETSTAT']);
+  const after = make(day);
+  const remaining = [];
+  for (let i = 0; i < 3; i++) remaining.push((await after.check('k')).remaining);
+  assert.deepEqual(remaining, [2, 1, 0]);
+  assert.deepEqual([await p.sendCommand(['EXISTS', keys[1]]), String(await p.sendCommand(['HGET', keys[0], 'r']))], [0, '1']);
+  assert.equal(await after.refund('k', 1), 1);
+  // The 3 checks, their 3 probes (moreAfterMs: a DRYRUN), the refund, and the one refused.
+  assert.equal(await calls(p, 'EVALSHA'), 8);
+  assert.match(String(await p.sendCommand(['INFO', 'errorstats'])), /^errorstat_RULEKEYS:count=1\r?$/m);
+  // durable: the check and WAIT together, RULEKEYS answered as well (the day's 5 are spent).
+  await p.sendCommand(['DEL', ...keys]);
+  const spent = { policy: 'rk', rules: [{ algorithm: 'slidingwindow', limit: 5, window: '1m' }, day.rules[0]] };
+  assert.equal((await make(spent).check('k', 5)).remaining, 0);
+  const d = await make(day, { durable: 1, durableTimeoutMs: 1 }).check('k');
+  assert.deepEqual([d.failed, d.allowed, d.remaining, d.limit], [undefined, false, 0, 5]);
+});
+
+test('durable: a write sent again after RULEKEYS is followed by a WAIT of its own', async () => {
+  const both = { policy: 'rw', rules: [{ algorithm: 'slidingwindow', limit: 3, window: '1m' }, { algorithm: 'fixedwindow', limit: 5, window: '1d' }] };
+  const day = { policy: 'rw', rules: [{ algorithm: 'fixedwindow', limit: 5, window: '1d' }] };
+  const keys = ruleKeys('rl:rw:k', 2);
+  const make = (limit, options = {}) => new RateLimit({ client: p, limit, prefix: 'rl:rw:', backend: 'script', denialMemory: 0, logger: quiet, timeout: 2000, ...options });
+  await p.sendCommand(['DEL', ...keys]);
+  assert.equal((await make(both).check('k', 2)).remaining, 1);
+  await p.sendCommand(['CONFIG', 'RESETSTAT']);
+  // The first EVALSHA names one key and is refused (RULEKEYS), WAIT goes with it; the second,
+  // with both keys, writes: only a WAIT sent after it can say a replica has that write. This
+  // server has none, so the admission is not durable, and says so.
+  const d = await make(day, { durable: 1, durableTimeoutMs: 1 }).check('k');
+  assert.deepEqual([d.failed, d.error?.name], [true, 'NotDurableError']);
+  assert.match(String(await p.sendCommand(['INFO', 'errorstats'])), /^errorstat_RULEKEYS:count=1\r?$/m);
+  assert.deepEqual([await calls(p, 'EVALSHA'), await calls(p, 'WAIT')], [2, 2]);
+  assert.equal(String(await p.sendCommand(['HGET', keys[0], 'r'])), '1');
+});

@@ -3,8 +3,10 @@
 // instants: the module on its server with the debug clock, the scripts on a plain server with
 // their test-only clock (TEST_NOW). Each step's decision (or refund) must be equal field by
 // field. The steps: costs 0 to limit + 2, ATMOST, DRYRUN, SHADOW, refunds (and their DRYRUN),
-// BLOCK, parameter changes (a new limiter on the same keys, as a redeploy makes), idle gaps from
-// none to several periods, and keys deleted as if expired. clients/python/tests/
+// BLOCK, parameter changes (a new limiter on the same keys, as a redeploy makes; a policy's
+// anywhere in it: a rule's parameter, rules added, dropped, moved, replaced, a shadow mark on or
+// off), idle gaps from none to several periods, and keys deleted as if expired (and when one
+// expired in real time on one server only). clients/python/tests/
 // test_script_equal.py drives the scripts themselves far harder; this one drives them through
 // the package (its words, its reply parsing, its options), with the same seeds every run
 // (SCRIPT_RANDOM_SEED, SCRIPT_RANDOM_SEQUENCES to vary).
@@ -58,24 +60,55 @@ const ms = (d) => {
 };
 const periodOf = (l) => ms(l.period ?? l.refillPeriod ?? l.leakPeriod ?? l.window);
 
-// A policy of `least` to 3 rules: a change never drops rules here (the scripts read the keys of
-// the rules a call names, so a policy that loses rules drops the state past its new count where
-// the module may still match it: clients/scripts/README.md, Policies; Python's
-// test_script_equal_policy.py covers the rest).
-function policy(r, least = 1) {
-  const n = r.int(least, 3);
-  const rules = Array.from({ length: n }, () => {
-    const rule = ALGORITHMS[r.pick(Object.keys(ALGORITHMS))](r);
-    if (r.next() < 0.15) rule.shadow = true;
-    return rule;
-  });
-  if (rules.every((x) => x.shadow)) delete rules[0].shadow;
-  return { policy: 'random', rules };
+const MAX_RULES = 4;
+
+// A rule of any algorithm, now and then a shadow one.
+function newRule(r, shadow = r.next() < 0.15) {
+  const rule = ALGORITHMS[r.pick(Object.keys(ALGORITHMS))](r);
+  return shadow ? { ...rule, shadow } : rule;
+}
+
+// At least one rule enforced.
+function enforced(rules) {
+  if (rules.every((x) => x.shadow)) rules[0] = { ...rules[0], shadow: undefined };
+  return { policy: 'random', rules: rules.map(({ shadow, ...rule }) => (shadow ? { ...rule, shadow } : rule)) };
+}
+
+// A policy of 1 to 3 rules.
+function policy(r) {
+  return enforced(Array.from({ length: r.int(1, 3) }, () => newRule(r)));
+}
+
+// A change an application makes, anywhere in a policy: a rule's parameter, a rule added, dropped,
+// moved, replaced by another (of any algorithm), its shadow mark on or off; or a new policy.
+function changedPolicy(r, old) {
+  const rules = [...old.rules];
+  const i = r.int(0, rules.length - 1);
+  const pick = r.next();
+  if (pick < 0.25) {
+    const fresh = ALGORITHMS[rules[i].algorithm](r);
+    const k = r.pick(Object.keys(fresh).filter((x) => x !== 'algorithm'));
+    rules[i] = { ...rules[i], [k]: fresh[k] };
+  } else if (pick < 0.4 && rules.length < MAX_RULES) {
+    rules.splice(r.int(0, rules.length), 0, newRule(r));
+  } else if (pick < 0.65 && rules.length > 1) {
+    rules.splice(i, 1);
+  } else if (pick < 0.75 && rules.length > 1) {
+    const [moved] = rules.splice(i, 1);
+    rules.splice(r.int(0, rules.length), 0, moved);
+  } else if (pick < 0.85) {
+    rules[i] = newRule(r, rules[i].shadow === true);
+  } else if (pick < 0.93) {
+    rules[i] = { ...rules[i], shadow: !rules[i].shadow };
+  } else {
+    return policy(r);
+  }
+  return enforced(rules);
 }
 
 // A new limit: all new, or (half the time) the same algorithm with one parameter changed.
 function changed(r, make, old) {
-  if (old.rules) return make(r, old.rules.length);
+  if (old.rules) return changedPolicy(r, old);
   const fresh = make(r);
   if (r.next() < 0.5) return fresh;
   const keys = Object.keys(fresh).filter((k) => k !== 'algorithm');
@@ -92,7 +125,7 @@ async function runSequence(name, make, n) {
   const key = 'k';
   let now = r.int(0, 86_400_000);
   const log = [];
-  const counts = { admitted: 0, refused: 0, refunds: 0, changes: 0 };
+  const counts = { admitted: 0, refused: 0, refunds: 0, changes: 0, ...(limit.rules ? { lost: 0 } : {}) };
   const pair = () => {
     const options = { limit, prefix, denialMemory: 0, logger: null, timeout: 2000, failClosed: true };
     const mod = new RateLimit({ ...options, client: m, backend: 'module' });
@@ -103,7 +136,20 @@ async function runSequence(name, make, n) {
   let [mod, scr] = pair();
   const forget = async () => {
     await m.sendCommand(['DEL', prefix + key]);
-    await p.sendCommand(['DEL', prefix + key, ...ruleKeys(prefix + key, 3)]);
+    await p.sendCommand(['DEL', prefix + key, ...ruleKeys(prefix + key, MAX_RULES)]);
+  };
+  // The keys kept from the real clock, which moves on while the sequence's stands. A key may
+  // expire in real time before its PERSIST (a slow step on a loaded machine), on one server and
+  // not on the other: then both go, as if expired together.
+  const persist = async () => {
+    await Promise.all([m.sendCommand(['PERSIST', prefix + key]),
+      ...[prefix + key, ...ruleKeys(prefix + key, MAX_RULES)].map((k) => p.sendCommand(['PERSIST', k]))]);
+    const first = limit.rules ? ruleKeys(prefix + key, 1)[0] : prefix + key;
+    const [kept, mine] = await Promise.all([m.sendCommand(['EXISTS', prefix + key]), p.sendCommand(['EXISTS', first])]);
+    if (kept !== mine) {
+      await forget();
+      log.push(`@${now} expired in real time on one server: DEL`);
+    }
   };
   await forget();
   for (let step = 0; step < STEPS; step++) {
@@ -115,11 +161,16 @@ async function runSequence(name, make, n) {
       await forget();
       log.push(`@${now} DEL`);
     }
-    if (r.next() < 0.1) {
+    if (r.next() < (limit.rules ? 0.15 : 0.1)) {
       limit = changed(r, make, limit);
       [mod, scr] = pair();
       counts.changes++;
       log.push(`@${now} limit ${JSON.stringify(limit)}`);
+    }
+    if (limit.rules) {
+      // The policy lost rules whose states the keys still hold: the scripts name them all.
+      const held = await p.sendCommand(['HGET', ruleKeys(prefix + key, 1)[0], 'r']);
+      if (held !== null && Number(held) > limit.rules.length) counts.lost++;
     }
     const most = limit.rules ? Math.min(...limit.rules.map(limitOf)) : limitOf(limit);
     let call;
@@ -142,6 +193,7 @@ async function runSequence(name, make, n) {
     const want = await call(mod);
     const got = await call(scr);
     const where = `${name} sequence ${n} (seed ${SEED}), step ${step}:\n  ${log.slice(-10).join('\n  ')}`;
+    await persist();
     if (typeof want === 'number') {
       assert.equal(got, want, where);
       continue;
@@ -157,11 +209,13 @@ async function runSequence(name, make, n) {
 for (const name of [...Object.keys(ALGORITHMS), 'policy']) {
   test(`random sequences through the package: ${name} on the scripts answers as on the module`, async () => {
     const make = name === 'policy' ? policy : ALGORITHMS[name];
-    const totals = { admitted: 0, refused: 0, refunds: 0, changes: 0 };
-    for (let n = 0; n < SEQUENCES; n++) {
+    const totals = {};
+    // Policies: more sequences, their changes being what the algorithms' sequences do not make.
+    for (let n = 0; n < SEQUENCES * (name === 'policy' ? 3 : 1); n++) {
       const counts = await runSequence(name, make, n);
-      for (const k of Object.keys(totals)) totals[k] += counts[k];
+      for (const [k, v] of Object.entries(counts)) totals[k] = (totals[k] ?? 0) + v;
     }
+    if (name === 'policy') console.log(`${name}: ${JSON.stringify(totals)}`);
     // The sequences reach admissions, refusals, refunds and changes of the limit.
     assert.ok(Object.values(totals).every((v) => v > 0), JSON.stringify(totals));
   });

@@ -28,8 +28,9 @@ const limit = rateLimitMiddleware({
 });
 app.use(limit);
 const failures: number = limit.limiter.stats.failures;
-const managed = new RateLimit({ client, limit: { algorithm: 'slidinglog', limit: 10, window: '1m' }, backend: 'script' });
+const managed = new RateLimit({ client, limit: { algorithm: 'slidinglog', limit: 10, window: '1m' }, backend: 'script', setupTimeout: 2000 });
 const backend: 'module' | 'script' | undefined = managed.stats.backend;
+const setupFailures: number = managed.stats.setupFailures;
 const moduleMissing = (e: unknown): boolean => e instanceof ModuleRequiredError;
 
 const policy = new RateLimit({ client, limit: { policy: 'api' }, denialMemory: 0 });
@@ -57,7 +58,7 @@ async function login(): Promise<number> {
 const maybe: Promise<RateLimiterRes | null> = limiter.get('ip');
 // The in-memory blocks' clock, injectable as the middleware's is.
 const fake = { ms: 0 };
-new RateLimiterRedis({ storeClient: client, points: 5, inMemoryBlockOnConsumed: 6, now: () => fake.ms });
+new RateLimiterRedis({ storeClient: client, points: 5, inMemoryBlockOnConsumed: 6, now: () => fake.ms, setupTimeout: 2000 });
 rateLimitMiddleware({ client, limit: { policy: 'api' }, now: () => fake.ms, shadow: (req) => req.headers['x-shadow'] === '1' });
 rateLimitMiddleware({ client, limit: { algorithm: 'warmup', rate: 10, period: '1s', warmup: '10s', coldFactor: 3 } });
 rateLimitMiddleware({ client, limit: { policy: 'api', block: '1m' } });

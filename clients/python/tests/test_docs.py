@@ -49,7 +49,7 @@ def test_the_complete_fastapi_app_of_the_manual(server: Server, serve: Any, monk
         "round_trips": 5, "admitted": 4, "denied": 1, "remembered": 0,
         "failures": 0, "timeouts": 0, "fail_open": 0, "fail_closed": 0, "shadow_denied": 0,
         "not_durable": 0, "local_admitted": 0, "refills": 0, "refunded": 0, "refund_failures": 0,
-        "expired": 0, "held": 0, "backend": "module",
+        "expired": 0, "held": 0, "backend": "module", "setup_failures": 0,
     }
     server.stop()
     status, fields, body = http.get("/items/7", headers={"X-API-Key": "k3"})

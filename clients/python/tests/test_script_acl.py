@@ -18,7 +18,10 @@ sequences on a module server with its debug clock give the same replies).
 from __future__ import annotations
 
 import logging
+import re
+import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -28,9 +31,10 @@ import redis.asyncio
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 
-from conftest import T0_MS, Server, module_path, server_binary
+from conftest import T0_MS, PlainServer, Server, module_path, server_binary
 from ratelimit_redis_module import (
     GCRA,
+    AsyncRateLimiter,
     FixedWindow,
     LeakyBucket,
     ModuleRequired,
@@ -41,11 +45,16 @@ from ratelimit_redis_module import (
     SlidingWindow,
     Stats,
     TokenBucket,
+    ScriptPermissionError,
     Warmup,
 )
+from ratelimit_redis_module.scripts import script_sha, script_source
 
 #: The package's commands, then the scripts' own: the least a script-backend user needs.
 MINIMAL = ["+evalsha", "+script|load", "+time", "+hmget", "+exists", "+hset", "+pexpire", "+del", "+hdel"]
+#: The lease scripts' commands, for a user of leases besides MINIMAL (docs/managed.md).
+LEASES = ["+zmscore", "+zcount", "+zscore", "+zrangebyscore", "+zrevrangebyscore", "+zremrangebyscore", "+zadd",
+          "+zrem", "+zrange", "+hget"]
 #: The user of the issue: EVALSHA, EVAL, SCRIPT LOAD, what the scripts call, and the limiter's keys.
 USER_RULES = ["reset", "on", ">secret", "~rl:*", "-@all", "+eval", *MINIMAL]
 
@@ -148,8 +157,7 @@ def test_auto_picks_the_scripts_and_each_algorithm_answers(name: str, locked: Lo
     key = f"rl:{name}"
     evalsha, asked = locked.calls("evalsha"), locked.calls("command|info")
     with locked.client() as c:
-        limiter = RateLimiter(c)  # backend="auto"
-        assert limiter.backend is None
+        limiter = RateLimiter(c, setup_timeout=60)  # backend="auto"
         limiter._script_now = lambda: T0_MS * 1000
         got: list[Any] = [decision(limiter.check(limit, key)) for _ in range(3)]
         assert limiter.backend == "script" and limiter.stats.backend == "script"
@@ -157,9 +165,9 @@ def test_auto_picks_the_scripts_and_each_algorithm_answers(name: str, locked: Lo
         got.append(decision(limiter.check(limit, key)))
     assert got == want
     assert admin.type(key) == "hash" and admin.pttl(key) > 0
-    assert locked.calls("command|info") == asked + 1  # asked once
-    # Five calls, and the two scripts' first calls once more after NOSCRIPT and SCRIPT LOAD.
-    assert locked.calls("evalsha") == evalsha + 5 + 2
+    assert locked.calls("command|info") == asked + 1  # asked once, by the setup
+    # Five calls, each answered at once: the setup loaded the scripts (no NOSCRIPT).
+    assert locked.calls("evalsha") == evalsha + 5
 
 
 def test_auto_on_the_servers_clock(locked: LockedServer, admin: redis.Redis) -> None:
@@ -224,21 +232,55 @@ WORKLOAD_ANSWERS = {
 
 
 def test_the_script_backend_works_for_the_acl_user(locked: LockedServer, admin: redis.Redis, limited: redis.Redis) -> None:
-    loads = locked.calls("script|load")
-    limiter = RateLimiter(limited, backend="script")
+    loads, evalsha = locked.calls("script|load"), locked.calls("evalsha")
+    limiter = RateLimiter(limited, backend="script", setup_timeout=60)
     for step, call in workload(limiter):
         assert call() == WORKLOAD_ANSWERS[step], step
-    assert locked.calls("script|load") == loads + 3  # gcra, refund, slidinglog: loaded by this user after NOSCRIPT
+    # Every script, loaded by this user's limiter in its setup: no call got NOSCRIPT.
+    assert locked.calls("script|load") == loads + len(RateLimiter.SETUP_SCRIPTS) == loads + 12
+    assert locked.calls("evalsha") == evalsha + 11  # the workload's calls
     assert admin.exists("rl:g") == 0  # the refund's DEL
     assert admin.hkeys("rl:b") == ["a", "p", "t", "f"]  # the block's `k` deleted (HDEL)
     assert refusals(admin) == []  # nothing refused
 
 
+#: What the package says of a command a script runs that the ACL refuses, before the server's
+#: own words (``refused``: ``HMGET``, or ``DEL and HDEL``; ``plus``: ``+hmget``).
+REFUSED = (
+    "the ACL of the connection's user refuses {refused}, which the script backend's {script} script runs: "
+    "give the user {plus} (docs/managed.md, \"An application user's ACL\", lists every command the scripts "
+    "run); the server said: "
+)
+
+
+def assert_names_the_command(refused: BaseException, user: str, command: str, script: str) -> None:
+    """``refused`` is the package's ScriptPermissionError for ``command`` in ``script``: the
+    command and a pointer to the docs, then the server's error as it is (Redis 7.0 does not name
+    the command: the package found it, from the line the server named in the script it sent, or
+    by asking the server which of the script's commands the user may not run; Redis 8.2 and
+    Valkey name it)."""
+    assert isinstance(refused, ScriptPermissionError) and isinstance(refused, redis.exceptions.NoPermissionError)
+    assert (refused.script, refused.commands) == (script, (command,))
+    server = refused.server_message
+    assert str(refused) == REFUSED.format(refused=command.upper(), script=script, plus="+" + command) + server
+    assert re.fullmatch(
+        IN_SCRIPT.format(user=user, command=command) + rf"( script: {script_sha(script)}, on @user_script:\d+\.)?", server,
+    ), server
+
+
+#: The workload's script at each step.
+WORKLOAD_SCRIPTS = {
+    "fresh": "gcra", "again": "gcra", "refused": "gcra", "refund_all": "refund", "block": "gcra", "after_block": "gcra",
+    "log": "slidinglog", "log_expired": "slidinglog", "clock": "gcra",
+}
+
+
 @pytest.mark.parametrize("dropped", ["+eval", *MINIMAL])
 def test_each_command_of_the_minimal_acl_is_needed(dropped: str, locked: LockedServer, admin: redis.Redis) -> None:
     """The user without one of them: the first step that needs it fails (TIME: only the step on
-    the server's clock), with the server's error as a redis.ResponseError; without EVAL nothing
-    fails."""
+    the server's clock); without EVAL nothing fails. A command a script runs is named by the
+    package (ScriptPermissionError, a redis-py NoPermissionError) on every server, with the
+    docs' page; EVALSHA and SCRIPT LOAD (the package's own) are the server's NoPermissionError."""
     first_failing = {
         "+eval": None, "+evalsha": "fresh", "+script|load": "fresh", "+time": "clock", "+hmget": "fresh",
         "+exists": "fresh", "+hset": "fresh", "+pexpire": "fresh", "+del": "refund_all", "+hdel": "after_block",
@@ -252,15 +294,90 @@ def test_each_command_of_the_minimal_acl_is_needed(dropped: str, locked: LockedS
                 continue
             command = dropped[1:]
             if dropped in ("+evalsha", "+script|load"):  # the package's own command: refused before any script runs
-                with pytest.raises(redis.exceptions.NoPermissionError, match=f"no permissions to run the '{command}' command"):
+                with pytest.raises(redis.exceptions.NoPermissionError, match=f"no permissions to run the '{command}' command") as error:
                     call()
+                assert not isinstance(error.value, ScriptPermissionError)
             else:
-                with pytest.raises(redis.ResponseError, match=IN_SCRIPT.format(user="partial", command=command)) as error:
+                with pytest.raises(ScriptPermissionError) as error:
                     call()
-                assert not isinstance(error.value, redis.exceptions.NoPermissionError)
+                assert_names_the_command(error.value, "partial", command, WORKLOAD_SCRIPTS[step])
             break
         else:
             assert first_failing is None
+
+
+def lease_workload(limiter: RateLimiter) -> list[tuple[str, str, Callable[[], Any]]]:
+    """Steps that between them take every path the lease scripts call Redis on: two leases
+    taken (a fresh key, then one that holds a lease), a third refused at the limit of 2, and both
+    given back (the last one deletes the key). Each with its script."""
+    return [
+        ("acquire", "concurrency_acquire", lambda: limiter.acquire("rl:c", 2, "1m", token="t1").allowed),
+        ("again", "concurrency_acquire", lambda: limiter.acquire("rl:c", 2, "1m", token="t2").allowed),
+        ("refused", "concurrency_acquire", lambda: limiter.acquire("rl:c", 2, "1m", token="t3").allowed),
+        ("release", "concurrency_release", lambda: limiter.release("rl:c", "t1")),
+        ("release_last", "concurrency_release", lambda: limiter.release("rl:c", "t2")),
+    ]
+
+
+LEASE_ANSWERS = {"acquire": True, "again": True, "refused": False, "release": True, "release_last": True}
+
+
+@pytest.mark.parametrize("dropped", [r for r in LEASES if r != "+hget"] + ["+time", "+pexpire", "+del"])
+def test_a_command_of_the_lease_scripts_refused_is_named(dropped: str, locked: LockedServer, admin: redis.Redis) -> None:
+    """Leases for a user of MINIMAL and the lease commands but one: the first step that needs it
+    fails, the command named (the lease scripts run every command inside their error handling:
+    on Redis 7.0 no line says which, so the package asks the server which of the script's
+    commands the user may not run)."""
+    first_failing = {
+        "+zmscore": "acquire", "+zcount": "again", "+zscore": "again", "+zrangebyscore": "refused",
+        "+zrevrangebyscore": "again", "+zremrangebyscore": "again", "+zadd": "acquire", "+zrem": "release",
+        "+zrange": "release", "+time": "acquire", "+pexpire": "acquire", "+del": "release_last",
+    }[dropped]
+    with user_client(locked, "lessee", [r for r in [*USER_RULES, *LEASES] if r != dropped], admin) as c:
+        limiter = RateLimiter(c, backend="script")
+        for step, script, call in lease_workload(limiter):
+            if step != first_failing:
+                assert call() == LEASE_ANSWERS[step], step
+                continue
+            with pytest.raises(ScriptPermissionError) as error:
+                call()
+            assert_names_the_command(error.value, "lessee", dropped[1:], script)
+            break
+        else:
+            raise AssertionError(f"no step failed without {dropped}")
+
+
+async def test_the_asyncio_limiter_names_the_command_too(locked: LockedServer, admin: redis.Redis) -> None:
+    """The same on an asyncio client: HMGET (Redis 7.0 names no line for it) and ZADD."""
+    for user, dropped, script in (("nohmget", "+hmget", "gcra"), ("nozadd", "+zadd", "concurrency_acquire")):
+        admin.execute_command("ACL", "SETUSER", user, *[r for r in [*USER_RULES, *LEASES] if r != dropped])
+        client = redis.asyncio.Redis(host="127.0.0.1", port=locked.port, username=user, password="secret")
+        try:
+            limiter = AsyncRateLimiter(client, backend="script")
+            with pytest.raises(ScriptPermissionError) as error:
+                await (limiter.gcra("rl:a", 2, 1, "1s") if script == "gcra" else limiter.acquire("rl:b", 2, "1s"))
+            assert_names_the_command(error.value, user, dropped[1:], script)
+        finally:
+            await client.aclose()
+
+
+def test_two_refused_commands_are_both_named(locked: LockedServer, admin: redis.Redis) -> None:
+    """A refund back to fresh, by a user without DEL nor HDEL (the refund script runs both):
+    the server names one, on 8.2 and Valkey; on 7.0 the package asks, and names both."""
+    with user_client(locked, "nodel", [r for r in USER_RULES if r not in ("+del", "+hdel")], admin) as c:
+        limiter = RateLimiter(c, backend="script")
+        assert limiter.gcra("rl:d", 2, 1, "1h").allowed
+        with pytest.raises(ScriptPermissionError) as error:
+            limiter.refund("rl:d", 1)
+    refused = error.value
+    assert refused.script == "refund"
+    if refused.commands == ("del",):  # the server named it (8.2, Valkey)
+        assert "has no permissions to run the 'del' command" in refused.server_message
+        assert str(refused).startswith(REFUSED.format(refused="DEL", script="refund", plus="+del"))
+    else:
+        assert refused.commands == ("del", "hdel")  # in the order of the script's text
+        assert refused.server_message == "The user executing the script can't run this command or subcommand"
+        assert str(refused) == REFUSED.format(refused="DEL and HDEL", script="refund", plus="+del +hdel") + refused.server_message
 
 
 def test_a_key_outside_the_pattern_is_refused_with_noperm(locked: LockedServer, admin: redis.Redis, limited: redis.Redis) -> None:
@@ -299,6 +416,31 @@ def test_a_policy_for_the_acl_user_needs_its_rule_keys_pattern(locked: LockedSer
             RateLimiter(c, backend="script").check(api, "rl:p")
 
 
+def test_a_sliding_log_moved_by_a_policy_change_needs_hgetall(locked: LockedServer, admin: redis.Redis) -> None:
+    """A policy change that moves a sliding log's state to another rule key (its rule is no
+    longer at the same place) copies the log's entries with ``HGETALL``: the user needs
+    ``+hgetall`` for it (docs/managed.md), and without it the package names it."""
+    before = Policy("log", rules=(FixedWindow(10, "1m"), SlidingLog(5, "1h")))
+    after = Policy("log", rules=(SlidingLog(5, "1h"),))
+    for extra, moved in (([], False), (["+hgetall"], True)):
+        admin.delete("{rl:m}:0", "{rl:m}:1")
+        with user_client(locked, "logs", [*USER_RULES, "~{rl:*", *extra], admin) as c:
+            limiter = RateLimiter(c, backend="script")
+            limiter._script_now = lambda: T0_MS * 1000
+            assert [limiter.check(before, "rl:m").remaining for _ in range(2)] == [4, 3]
+            if not moved:
+                with pytest.raises(ScriptPermissionError) as error:
+                    limiter.check(after, "rl:m")
+                assert error.value.commands == ("hgetall",)
+                assert str(error.value).startswith(
+                    REFUSED.format(refused="HGETALL", script="policy", plus="+hgetall")
+                ), str(error.value)
+                continue
+            # The log's two entries moved with it to the first key: 5 - 2 - 1 left.
+            assert limiter.check(after, "rl:m").remaining == 2
+        assert admin.exists("{rl:m}:1") == 0
+
+
 def test_auto_for_the_acl_user_picks_the_scripts(
     locked: LockedServer, admin: redis.Redis, limited: redis.Redis, caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -307,8 +449,7 @@ def test_auto_for_the_acl_user_picks_the_scripts(
     once, and the replies are the scripts' (the module's). With +command|info too, auto asks,
     hears nil, and picks the scripts as on any server without the module."""
     caplog.set_level(logging.INFO, logger="ratelimit_redis_module")
-    limiter = RateLimiter(limited)
-    assert limiter.backend is None
+    limiter = RateLimiter(limited, setup_timeout=60)
     limiter._script_now = lambda: T0_MS * 1000
     got: list[Any] = [decision(limiter.gcra("rl:auto", 2, 1, "1s")) for _ in range(3)]
     got.append(limiter.refund("rl:auto", 1))
@@ -378,3 +519,73 @@ def test_middleware_for_the_acl_user_as_on_the_module(locked: LockedServer, admi
     assert on_auto.get() == want[0]
     assert (auto_stats.backend, auto_stats.failures, auto_stats.fail_open, auto_stats.admitted) == ("script", 0, 0, 1)
     assert admin.type("rl:auto:127.0.0.1") == "hash"
+
+
+# --- errors as the server gives them, once (issue 36, 5) --------------------------------------
+
+
+def raw_replies(port: int, *commands: list[str]) -> list[bytes]:
+    """Each command's reply line as the server writes it (its first line: an error, a status,
+    an integer or a bulk's length), on one new connection: the error's code as it is on the
+    wire, before any client reads it (redis-py takes a leading "ERR " off)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        reader = s.makefile("rb")
+        replies = []
+        for words in commands:
+            s.sendall(b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w.encode()), w.encode()) for w in words))
+            line = reader.readline().rstrip(b"\r\n")
+            if line.startswith(b"$") and line != b"$-1":
+                reader.read(int(line[1:]) + 2)
+            replies.append(line)
+        return replies
+
+
+def test_a_command_refused_inside_a_lease_script_is_the_servers_error_with_one_code(
+    locked: LockedServer, admin: redis.Redis,
+) -> None:
+    """A lease script's command the ACL refuses (ZADD, inside the scripts' error handling, lib/
+    common.lua's run()): the server's error as the server words it, with its one code. It read
+    "-ERR ERR ..." (the error raised again, the server putting a code before one that had it) and
+    named run()'s line instead of the command's."""
+    admin.execute_command("ACL", "SETUSER", "leases", *[r for r in [*USER_RULES, *LEASES] if r != "+zadd"])
+    sha = admin.script_load(script_source("concurrency_acquire"))
+    assert sha == script_sha("concurrency_acquire")
+    auth, reply = raw_replies(locked.port, ["AUTH", "leases", "secret"], ["EVALSHA", sha, "1", "rl:lease", "2", "1s"])
+    assert auth == b"+OK"
+    assert reply in (
+        b"-ERR The user executing the script can't run this command or subcommand",  # Redis 7.0
+        b"-ERR ACL failure in script: User leases has no permissions to run the 'zadd' command",  # 8.2, Valkey
+    )
+
+
+@pytest.fixture
+def replica(tmp_path: Path) -> Iterator[PlainServer]:
+    """A plain server's replica (read only), its link to the primary up."""
+    primary = PlainServer(tmp_path / "primary", ["--repl-diskless-sync-delay", "0"])
+    follower = PlainServer(tmp_path / "replica", ["--replicaof", "127.0.0.1", str(primary.port)])
+    try:
+        with follower.client(decode_responses=True) as c:
+            while c.info("replication")["master_link_status"] != "up":
+                time.sleep(0.02)
+        yield follower
+    finally:
+        follower.stop()
+        primary.stop()
+
+
+def test_a_write_on_a_replica_is_redis_pys_read_only_error_from_every_script(replica: PlainServer) -> None:
+    """On a replica every script's first write fails with READONLY: redis-py's ReadOnlyError,
+    on which a Sentinel client (client_from_sentinel) goes to the new primary after a failover.
+    The lease scripts and the general path of the others answered "ERR READONLY ...": a plain
+    ResponseError, which no client takes for a demoted primary."""
+    with replica.client() as c:
+        limiter = RateLimiter(c, backend="script")
+        calls = {
+            "acquire": lambda: limiter.acquire("rl:l", 2, "1s"),
+            "gcra COST 2 (the general path)": lambda: limiter.gcra("rl:g", 5, 1, "1s", cost=2),
+            "gcra (the fast path)": lambda: limiter.gcra("rl:f", 5, 1, "1s"),
+        }
+        for what, call in calls.items():
+            with pytest.raises(redis.exceptions.ReadOnlyError) as error:
+                call()
+            assert str(error.value).startswith("You can't write against a read only replica."), what

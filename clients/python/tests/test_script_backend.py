@@ -215,14 +215,13 @@ def test_leaky_bucket_delay_on_the_scripts(plain: PlainServer) -> None:
 def test_auto_picks_the_module_where_it_is_loaded_and_the_scripts_where_not(
     plain: PlainServer, module_server: Server, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Asked once per limiter (COMMAND INFO RL.GCRA), logged once, shown in stats.backend
-    (None before the first call)."""
+    """Asked once per limiter (COMMAND INFO RL.GCRA, by its setup from its creation: the first
+    call waits for it rather than asking beside it), logged once, shown in stats.backend."""
     caplog.set_level(logging.INFO, logger="ratelimit_redis_module")
     for server, chosen, command in ((plain, "script", "evalsha"), (module_server, "module", "rl.gcra")):
         asked, sent = server.calls("command|info"), server.calls(command)
         with server.client() as c:
-            limiter = RateLimiter(c)
-            assert limiter.backend is None and limiter.stats.backend is None
+            limiter = RateLimiter(c, setup_timeout=60)
             for _ in range(3):
                 assert limiter.gcra(f"auto:{chosen}", 10, 10, "1h").allowed
             assert limiter.backend == chosen and limiter.stats.backend == chosen
@@ -250,13 +249,13 @@ def test_script_forced_on_a_module_server_works(module_server: Server) -> None:
     with module_server.client() as c:
         c.delete("forced:script")
         c.script_flush()
-        limiter = RateLimiter(c, backend="script")
+        limiter = RateLimiter(c, backend="script", setup_timeout=60)
         assert limiter.stats.backend == "script"
         assert [limiter.fixed_window("forced:script", 2, "1h").allowed for _ in range(3)] == [True, True, False]
         assert limiter.refund("forced:script", 1) == 1
         assert c.type("forced:script") == b"hash"
-    # Four calls, and the first of each script once more after its NOSCRIPT and SCRIPT LOAD.
-    assert module_server.calls("evalsha") == before + 4 + 2
+    # Four calls, each answered at once: the setup loaded the scripts (no NOSCRIPT).
+    assert module_server.calls("evalsha") == before + 4
     assert module_server.calls("rl.fixedwindow") == direct
 
 
@@ -304,7 +303,8 @@ async def test_async_limiter_on_the_scripts(plain: PlainServer) -> None:
 
 def test_what_needs_the_module_is_refused_before_anything_is_sent(plain: PlainServer) -> None:
     with plain.client() as c:
-        limiter = RateLimiter(c, backend="script")
+        limiter = RateLimiter(c, backend="script", setup_timeout=60)
+        assert limiter.ready()  # its scripts loaded: counted before
         total = sum(int(v["calls"]) for v in c.info("commandstats").values())
         refused = [
             lambda: limiter.limit("k", "api"),

@@ -141,7 +141,8 @@ def test_async_leases_on_the_scripts(plain: PlainServer) -> None:
 def test_adaptive_limits_still_need_the_module(plain: PlainServer) -> None:
     """Refused with ModuleRequired before anything is sent; plain leases are not."""
     with plain.client() as c:
-        limiter = RateLimiter(c, backend="script")
+        limiter = RateLimiter(c, backend="script", setup_timeout=60)
+        assert limiter.ready()  # its scripts loaded: counted before
         total = sum(int(v["calls"]) for v in c.info("commandstats").values())
         for call in [
             lambda: limiter.acquire("k", 3, "10s", adaptive="aimd", min=1, max=10),

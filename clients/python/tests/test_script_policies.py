@@ -15,11 +15,13 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 import redis.cluster
 
 from conftest import ROOT, T0_MS, PlainServer, Server
 from ratelimit_redis_module import (
     GCRA,
+    AsyncRateLimiter,
     FixedWindow,
     Guard,
     LeakyBucket,
@@ -176,3 +178,107 @@ def test_a_policy_on_a_cluster(plain_cluster: list[Server]) -> None:
         assert all(limiter.refund(k, 1, limit=policy) == 1 for k in keys)
     finally:
         client.close()
+
+
+# Midnight (UTC) after T0: the day's and the minute's windows start here.
+MIDNIGHT_MS = T0_MS + 6_400_000
+
+
+def through_changes(
+    plain: PlainServer, module_server: Server, key: str, steps: list[tuple[int, Policy, int]]
+) -> list[Any]:
+    """``steps`` (ms after midnight, the policy, the cost) on both backends at the same instants,
+    a new limiter whenever the policy changes (a redeploy), each pair of decisions equal field by
+    field; returns the module's."""
+    with plain.client() as p, module_server.client() as m:
+        p.delete(*rule_keys(key, 16))
+        m.delete(key)
+        now_ms, decisions, current = MIDNIGHT_MS, [], None
+        module_server.freeze(now_ms)
+        scripts = module = RateLimiter(p, backend="script")
+        for i, (at_ms, policy, cost) in enumerate(steps):
+            if policy is not current:
+                scripts, module, current = RateLimiter(p, backend="script"), RateLimiter(m, backend="module"), policy
+                scripts._script_now = lambda: now_ms * 1000
+            if MIDNIGHT_MS + at_ms != now_ms:
+                now_ms = MIDNIGHT_MS + at_ms
+                module_server.freeze(now_ms)
+            got, want = scripts.check(policy, key, cost=cost), module.check(policy, key, cost=cost)
+            assert got == want, (i, at_ms, policy.rule_words, cost, got, want)
+            decisions.append(want)
+        return decisions
+
+
+def test_a_policy_that_loses_a_rule_keeps_the_others_state(plain: PlainServer, module_server: Server) -> None:
+    """Issue 36: FIXEDWINDOW 3 1m + FIXEDWINDOW 5 1d spends the day's 5 (3 at 0 s, 2 at 60 s);
+    the per-minute rule dropped, the day's rule keeps its state: refused until midnight, on the
+    scripts as on the module (the scripts matched by position and admitted 5 more that day).
+    The minute's rule back: fresh, the day's still spent."""
+    both = Policy("day", rules=(FixedWindow(3, "1m"), FixedWindow(5, "1d")))
+    day = Policy("day", rules=(FixedWindow(5, "1d"),))
+    steps = [(0, both, 1)] * 3 + [(60_000, both, 1)] * 2 + [(120_000, both, 1)] + [(120_000, day, 1)] * 5 + \
+        [(180_000, day, 1), (240_000, both, 1)]
+    decisions = through_changes(plain, module_server, "lost:day", steps)
+    assert [d.allowed for d in decisions] == [True] * 5 + [False] * 8
+    assert [(d.limit, d.remaining, d.retry_after_ms, d.rule) for d in decisions[6:11]] == [(5, 0, 86_280_000, 0)] * 5
+    assert (decisions[12].rule, decisions[12].retry_after_ms) == (1, 86_160_000)
+
+
+def test_the_docs_tiers_lose_their_middle_rule(plain: PlainServer, module_server: Server) -> None:
+    """docs/policies.md's tiers (10/s, 300/min, 5000/day), the day spent in 17 minutes at 10 a
+    second; then the per-minute rule dropped, then the rules reordered and the burst changed:
+    each rule keeps its state (the day stays spent), on both backends."""
+    tiers = Policy("tiers", rules=(GCRA(10, 10, "1s"), FixedWindow(300, "1m"), FixedWindow(5000, "1d")))
+    two = Policy("tiers", rules=(GCRA(10, 10, "1s"), FixedWindow(5000, "1d")))
+    moved = Policy("tiers", rules=(FixedWindow(5000, "1d"), GCRA(20, 10, "1s")))
+    steps = [(minute * 60_000 + s * 1000, tiers, 10) for minute in range(17) for s in range(30)]
+    steps += [(16 * 60_000 + s * 1000, two, 10) for s in range(30, 40)]
+    steps += [(17 * 60_000 + s * 1000, moved, 10) for s in range(5)]
+    decisions = through_changes(plain, module_server, "lost:tiers", steps)
+    admitted = sum(10 for d in decisions if d.allowed)
+    assert admitted == 5000
+    assert not any(d.allowed for d in decisions[-15:])
+    assert [(d.limit, d.rule) for d in decisions[-15:]] == [(5000, 1)] * 10 + [(5000, 0)] * 5
+
+
+def test_a_limiter_names_a_lost_rules_key_after_one_refusal(plain: PlainServer) -> None:
+    """The scripts refuse a call that names fewer keys than the first key's generation wrote
+    (RULEKEYS); the limiter calls again with them all, and names them in its later calls of the
+    same rules (checks and refunds): one refusal per limiter and rules, not per call."""
+    both = Policy("rk", rules=(FixedWindow(3, "1m"), FixedWindow(5, "1d")))
+    day = Policy("rk", rules=(FixedWindow(5, "1d"),))
+    keys = rule_keys("rk:k", 2)
+    with plain.client() as p:
+        p.delete(*keys)
+        before = RateLimiter(p, backend="script")
+        assert before.check(both, "rk:k", cost=2).remaining == 1
+        assert before.refund("rk:k", 0, limit=both) == 0  # both scripts loaded
+        p.config_resetstat()
+        limiter = RateLimiter(p, backend="script")
+        assert [limiter.check(day, "rk:k").remaining for _ in range(3)] == [2, 1, 0]
+        assert p.exists(keys[1]) == 0 and p.hget(keys[0], "r") == b"1"  # the lost rule's key went
+        assert limiter.refund("rk:k", 1, limit=day) == 1
+        assert p.info("commandstats")["cmdstat_evalsha"]["calls"] == 5
+        assert p.info("errorstats")["errorstat_RULEKEYS"]["count"] == 1
+
+
+async def test_a_lost_rules_key_on_every_path(plain: PlainServer) -> None:
+    """RULEKEYS answered on each way a check is sent: AsyncRateLimiter, and with ``durable`` (a
+    pipeline with WAIT), sync and async: the day's spent state is found, the check refused."""
+    both = Policy("paths", rules=(SlidingWindow(5, "1m"), FixedWindow(5, "1d")))
+    day = Policy("paths", rules=(FixedWindow(5, "1d"),))
+    keys = rule_keys("paths:k", 2)
+    with plain.client() as p:
+        aclient = redis.asyncio.Redis(host="127.0.0.1", port=plain.port)
+        try:
+            for path in ("async", "durable", "async durable"):
+                p.delete(*keys)
+                assert RateLimiter(p, backend="script").check(both, "paths:k", cost=5).remaining == 0
+                durable = {"durable": 1, "durable_timeout_ms": 1} if "durable" in path else {}
+                if path.startswith("async"):
+                    decision = await AsyncRateLimiter(aclient, backend="script").check(day, "paths:k", **durable)
+                else:
+                    decision = RateLimiter(p, backend="script").check(day, "paths:k", **durable)
+                assert (decision.allowed, decision.remaining, decision.limit) == (False, 0, 5), path
+        finally:
+            await aclient.aclose()

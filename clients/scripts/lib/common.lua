@@ -548,7 +548,12 @@ local function admit(A, key, params, o, now)
   return reply
 end
 
--- Runs main(), turning a fail() into its error reply.
+-- Runs main(), turning a fail() into its error reply. A command's error (a redis.call refused:
+-- READONLY on a replica, OOM, the ACL) reaches this pcall as its text, code first ("READONLY
+-- You can't ..."): it is replied as it is, since raised again the server would take it for a
+-- Lua error and put "ERR " before it ("ERR READONLY ...": a client no longer sees a read-only
+-- replica, and an error read "ERR ERR ..."), with this line's number instead of the command's.
+-- Anything else (a Lua error: a bug) is raised again, with its own position in its text.
 local function run(main)
   local ok, result = pcall(main)
   if ok then
@@ -556,6 +561,9 @@ local function run(main)
   end
   if type(result) == 'table' and result.rl then
     return redis.error_reply(result.rl)
+  end
+  if type(result) == 'string' and result:find('^%u+ ') then
+    return redis.error_reply(result)
   end
   error(result, 0)
 end

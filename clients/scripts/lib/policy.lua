@@ -2,7 +2,13 @@
 -- at once, all or nothing, the binding rule's reply. The module keeps a policy key's rules in one
 -- key; the scripts keep rule i's state in the call's key i (KEYS[i], the keys sharing a hash tag,
 -- so that they share a slot), as that algorithm's script keeps it, with `g`: the generation of the
--- write that last wrote the rule keys together (clients/scripts/README.md, "Policies").
+-- write that last wrote the rule keys together, and on the first key `r`: how many rule keys that
+-- write wrote (clients/scripts/README.md, "Policies"). A call may name more keys than it has
+-- rules (an earlier, longer policy's), and must name every key the first key's `r` counts.
+
+-- Every field a rule key may hold but a log's entries: an algorithm's, `g`, and the first key's `r`.
+local POLICY_FIELDS = { unpack(FIELDS) }
+POLICY_FIELDS[#POLICY_FIELDS + 1] = 'r'
 
 -- The rules a policy may name, as RL.POLICY.SET parses them (src/args/rules.rs): the algorithm,
 -- its positional arguments, its flag (INTERVAL) or its option with a value (COLDFACTOR).
@@ -41,16 +47,32 @@ local RULE_KINDS = {
     end },
 }
 
--- `wanted` rules from args[1..n], each `[SHADOW] ALGORITHM arguments...`, with RL.POLICY.SET's
+-- How many rules the call gives, and the index of their first word: the number before them when
+-- there is one (a call that names more keys than rules), else one rule per key.
+local function policy_count(args, n, keys)
+  local word = args[1]
+  if n < 1 or not word:find('^[0-9]+$') then
+    return keys, 1
+  end
+  local wanted = tonumber(word)
+  if #word > 2 or wanted < 1 or wanted > keys then
+    fail(format('ERR the rule count before the rules must be 1 to the number of keys, %d: got %s', keys,
+      quote(word)))
+  end
+  return wanted, 2
+end
+
+-- `wanted` rules from args[start..n], each `[SHADOW] ALGORITHM arguments...`, with RL.POLICY.SET's
 -- errors and positions (as `RL.POLICY.SET name rule ...` counts them). Returns the rules
 -- ({ A, params, shadow }) and the index of the first word after them.
-local function policy_rules(args, n, wanted)
-  local rules, i, enforced = {}, 1, false
+local function policy_rules(args, n, wanted, start)
+  local rules, i, enforced = {}, start, false
   while #rules < wanted do
     if i > n then
-      fail(format('ERR the script takes one key per rule: %d keys, %d rules', wanted, #rules))
+      fail(format('ERR %d rules expected, %d given: the script takes one key per rule, or more keys (an earlier '
+        .. 'policy\'s) and the number of rules before them', wanted, #rules))
     end
-    local position, word, shadow = i + 1, args[i], false
+    local position, word, shadow = i + 2 - start, args[i], false
     if word:upper() == 'SHADOW' then
       if i + 1 > n then
         fail(format('ERR SHADOW at argument %d must be followed by a rule, as in SHADOW GCRA 5 5 1s',
@@ -102,13 +124,14 @@ end
 
 -- The rule keys' states as the module's one key holds them: key i counts when the first key
 -- exists and key i was written with it (the same generation `g`), so a key an earlier, longer
--- policy left, or one that outlived the first key, is not read (nor its BLOCK). Returns the
--- states in order ({ A, h, key, stored }, from the first key on) and the highest generation in
--- any of the keys.
+-- policy left, or one that outlived the first key, is not read (nor its BLOCK). A call must name
+-- every key the first key's `r` counts (its generation's), or it is refused: RULEKEYS r, and the
+-- packages call again with that many. Returns the states in order ({ A, h, key, stored }, from
+-- the first key on) and the highest generation in any of the keys.
 local function policy_read(keys)
   local hs, top = {}, 0
   for i = 1, #keys do
-    local h = read(keys[i], FIELDS)
+    local h = read(keys[i], POLICY_FIELDS)
     if h then
       if not ALGORITHMS[h.a] then
         fail(WRONGTYPE)
@@ -119,6 +142,11 @@ local function policy_read(keys)
       end
     end
     hs[i] = h
+    local held = i == 1 and h and tonumber(h.r or '')
+    if held and held > #keys then
+      fail(format('RULEKEYS %d the first key holds a policy of %d rule keys, and the call names %d: call '
+        .. 'again with all %d (clients/scripts/README.md, Policies)', held, held, #keys, held))
+    end
   end
   local old, g = {}, hs[1] and hs[1].g
   for i = 1, #keys do
@@ -254,6 +282,14 @@ local function policy_write(keys, rules, old, found, now, cost, g)
     local j = found[i]
     if j and j ~= i and r.A == SL then
       raw[i] = redis.call('HGETALL', keys[j]) -- before any key is written
+      for f = #raw[i] - 1, 1, -2 do
+        -- Not the first key's count, nor a BLOCK: an admission ends any (a clock stepped back
+        -- would find it in force again).
+        if raw[i][f] == 'r' or raw[i][f] == 'k' then
+          table.remove(raw[i], f + 1)
+          table.remove(raw[i], f)
+        end
+      end
     end
   end
   for i, r in ipairs(rules) do
@@ -282,6 +318,10 @@ local function policy_write(keys, rules, old, found, now, cost, g)
     words[#words + 1] = r.A.tag
     words[#words + 1] = 'g'
     words[#words + 1] = format('%d', g)
+    if i == 1 then
+      words[#words + 1] = 'r'
+      words[#words + 1] = format('%d', #rules)
+    end
     hset_all(keys[i], words)
     if found[i] == i and from.h.k then
       redis.call('HDEL', keys[i], 'k')
@@ -350,6 +390,10 @@ local function policy_admit(keys, rules, o, now)
       -- the first key last expired cannot pass for one of this write.
       policy_write(keys, rules, old, found, now, take, top < now and now or top + 1)
       policy_expire(keys, #rules, d.reset)
+      if #old > #rules then
+        -- The states of the rules the policy no longer has (any a rule took moved to its key).
+        redis.call('DEL', unpack(keys, #rules + 1, #old))
+      end
     end
   end
   return reply

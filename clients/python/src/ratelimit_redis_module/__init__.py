@@ -72,11 +72,12 @@ from .limit_types import (
 )
 from .reply import Decision, parse_decision
 from .scripts import BACKENDS, ModuleRequired
+from ._script_acl import ScriptPermissionError
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ADAPTIVE_KINDS", "ADMISSION_OPTIONS", "BACKENDS", "ModuleRequired", "BudgetStats", "hold_ms", "InFlight", "Rtt", "load_shed_body", "rtt_us", "AsyncGuard", "AsyncRateLimiter", "CheckOptions", "COMMANDS", "Concurrency", "Counterpart",
+    "ADAPTIVE_KINDS", "ADMISSION_OPTIONS", "BACKENDS", "ModuleRequired", "ScriptPermissionError", "BudgetStats", "hold_ms", "InFlight", "Rtt", "load_shed_body", "rtt_us", "AsyncGuard", "AsyncRateLimiter", "CheckOptions", "COMMANDS", "Concurrency", "Counterpart",
     "Decision", "DenialMemory", "Duration", "FieldShape", "FixedWindow", "GCRA", "Guard", "LEFT_OUT", "LeakyBucket",
     "Limit", "NotDurable", "PROBLEM_JSON", "Policy", "RULE_KINDS", "RateLimitMiddleware", "RateLimiter", "Rule",
     "RuleKind", "SlidingLog", "SlidingWindow", "Stats", "TokenBucket", "UNAVAILABLE_BODY", "Verdict",

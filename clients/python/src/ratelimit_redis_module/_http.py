@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Generic, Mapping, MutableMapping, TypedDict, TypeVar, Union
 
+from ._setup import SETUP_TIMEOUT_S
 from .guard import PROBLEM_JSON, AsyncGuard, Guard, Stats, Verdict
 from .limit_types import Limit
 
@@ -199,6 +200,7 @@ class Options(TypedDict, total=False):
     stats: Stats | None
     clock: Callable[[], float]
     backend: str
+    setup_timeout: float
 
 
 class Limiting(Generic[G]):
@@ -222,6 +224,7 @@ class Limiting(Generic[G]):
                 max_remembered=max_remembered, stats=options.get("stats"),
                 clock=options.get("clock", time.monotonic), durable=options.get("durable", 0),
                 durable_timeout_ms=options.get("durable_timeout_ms", 100), backend=options.get("backend", "auto"),
+                setup_timeout=options.get("setup_timeout", SETUP_TIMEOUT_S),
             )
         self.guard: G = guard
         self.key: KeyFunc = options.get("key", client_ip)
@@ -257,10 +260,10 @@ class Limiting(Generic[G]):
         guard = self._routes.get((name, limit))
         if guard is None:
             base = self.guard
-            # The base's client itself: the timeout only bounds an async guard's checks (a sync
-            # guard's client has its own socket timeout).
+            # The base's limiter itself (its client, backend, setup and stats): the timeout only
+            # bounds an async guard's checks (a sync guard's client has its own socket timeout).
             made = self._new_guard(
-                base.limiter.client, limit, getattr(base, "timeout", 0.05), name=name,
+                base.limiter, limit, getattr(base, "timeout", 0.05), name=name,
                 prefix=f"{base.prefix}{name}:", fail_open=base.fail_open, max_remembered=self._max_remembered,
                 stats=base.stats, clock=base.memory.clock, durable=base.durable,
                 durable_timeout_ms=base.durable_timeout_ms, backend=base.limiter.backend_option,

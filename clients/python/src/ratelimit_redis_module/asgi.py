@@ -115,6 +115,13 @@ class RateLimitMiddleware(Limiting[AsyncGuard]):
         backend: ``"auto"`` (default: the module where the server has it, else the script
             backend), ``"module"`` or ``"script"`` (see :class:`RateLimiter`); the choice is in
             ``stats.backend``.
+        setup_timeout: seconds a request waits for the setup (default 1), outside ``timeout``.
+            The setup (the backend; the scripts loaded; a policy's rules on the module) starts
+            when the middleware is made inside the running event loop (Starlette and FastAPI
+            make it at the first ASGI call: the lifespan's startup), else at its first call;
+            a request that comes while it runs waits for it. A setup that fails (Redis down) is
+            tried again in the background, logged and counted (``stats.setup_failures``); the
+            requests meanwhile fail open or closed as any other.
 
     A limit with a local budget (``GCRA(..., local_budget=64)``) is served from it: a request
     costs a round trip only when its key's budget is empty, and at the ASGI lifespan's
@@ -161,6 +168,9 @@ class RateLimitMiddleware(Limiting[AsyncGuard]):
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # The setup, if the middleware was made outside the event loop: at the lifespan's
+        # startup, before the first request (a no-op once started or done).
+        self.guard.limiter._setup.start()
         if scope["type"] == "lifespan":
             await self.app(scope, receive, self._at_shutdown(send))
             return

@@ -101,7 +101,9 @@ class BudgetStats:
         held: units held unspent now, all keys together (a gauge): at most ``k`` per key; the
             limit admits this many fewer elsewhere until they are spent or given back.
         backend: the limiter's backend, ``"module"`` or ``"script"``; None until
-            ``backend="auto"`` has asked the server (before the first command).
+            ``backend="auto"`` has asked the server (the limiter's setup, from its creation).
+        setup_failures: steps of the limiter's setup that failed (each attempt while the
+            server does not answer; see :class:`~ratelimit_redis_module.RateLimiter`).
     """
 
     local_admitted: int = 0
@@ -111,6 +113,7 @@ class BudgetStats:
     expired: int = 0
     held: int = 0
     backend: str | None = None
+    setup_failures: int = 0
 
 
 class _Refill:

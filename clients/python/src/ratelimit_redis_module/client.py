@@ -43,7 +43,11 @@ from .limit_types import (
 )
 from .budget import AsyncLocalBudgets, BudgetStats, LocalBudgets
 from .reply import Decision, _text, parse_decision
-from .scripts import BACKENDS, ModuleRequired, evalsha_words, missing_module, module_required, script_call, script_source
+from ._script_acl import PROBE, PROBE_SHA, probed, refused_in_script, script_commands
+from ._setup import SETUP_TIMEOUT_S, AsyncSetup, SyncSetup
+from .scripts import (
+    BACKENDS, SCRIPTS, ModuleRequired, evalsha_words, missing_module, module_required, rule_keys_wanted, script_call, script_source,
+)
 
 if TYPE_CHECKING:
     from .guard import Stats
@@ -415,11 +419,17 @@ def _has_module(reply: Any) -> bool:
 class _Backend:
     """The choice of backend, shared by :class:`RateLimiter` and :class:`AsyncRateLimiter`:
     ``"module"`` (the ``RL.*`` commands) or ``"script"`` (the same limits as server-side Lua
-    scripts, where the module cannot be loaded). ``"auto"`` asks the server once, before the
-    first command (``COMMAND INFO RL.GCRA``: nothing means no module)."""
+    scripts, where the module cannot be loaded). ``"auto"`` asks the server once (``COMMAND
+    INFO RL.GCRA``: nothing means no module), in the limiter's setup (:mod:`._setup`), or else
+    before the first command."""
 
     client: Any
     stats: Any
+    #: The setup has failed since it last succeeded (a warning for the first failure only).
+    _setup_failing: bool = False
+    #: The scripts a setup loads on the script backend: all of them (a limiter may use any; a
+    #: script the server has already is not compiled again).
+    SETUP_SCRIPTS = tuple(dict.fromkeys([*SCRIPTS.values(), "policy", "policyrefund"]))
 
     def _set_backend(self, backend: str) -> None:
         if backend not in BACKENDS:
@@ -432,14 +442,45 @@ class _Backend:
         self._script_now: Callable[[], int] | None = None
         # The policies (name -> rules) this limiter has set on the module (see _policy_set).
         self._policies_set: dict[Any, tuple[str, ...]] = {}
+        # On the scripts, per policy's rules: the most rule keys a key was found to hold (an
+        # earlier, longer policy's: RULEKEYS), named by every later call of those rules.
+        self._rule_keys: dict[tuple[str, ...], int] = {}
         if backend != "auto":
             self._chose(backend)
 
     @property
     def backend(self) -> str | None:
-        """``"module"`` or ``"script"``; None while ``"auto"`` has not asked the server yet
-        (before the first command). ``stats.backend`` says the same."""
+        """``"module"`` or ``"script"``; None while ``"auto"`` has not asked the server yet (its
+        setup, in the background from the limiter's creation, or else the first command).
+        ``stats.backend`` says the same."""
         return self._chosen
+
+    def _setup_failed(self, error: BaseException, retried: bool) -> None:
+        """A step of the setup failed (see :mod:`._setup`): counted, and logged (a warning for
+        the first failure of a run of them, at debug level after)."""
+        self.stats.setup_failures += 1
+        what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        if not retried:
+            # The requests do the step themselves, and report its failure as any other: once here.
+            logger.info(
+                "ratelimit: the setup (the backend, the scripts) left a step to the requests (%s)", what,
+            )
+            return
+        level = logging.DEBUG if self._setup_failing else logging.WARNING
+        self._setup_failing = True
+        logger.log(
+            level, "ratelimit: the setup (the backend, the scripts) failed (%s); it is tried again in the "
+            "background, and until it succeeds each request asks what it needs itself, within its timeout", what,
+        )
+
+    def _setup_succeeded(self) -> None:
+        if self._setup_failing:
+            self._setup_failing = False
+            logger.info("ratelimit: the setup (the backend, the scripts) succeeded")
+
+    def _everywhere(self) -> dict[str, Any]:
+        """Where a script is loaded by the setup: every primary of a cluster (a script is per node)."""
+        return {"target_nodes": self.client.get_primaries()} if _is_cluster(self.client) else {}
 
     def _chose(self, backend: str, unasked: bool = False) -> str:
         """``unasked``: ``"auto"`` could not ask the server (NOPERM on ``COMMAND INFO``)."""
@@ -465,8 +506,20 @@ class _Backend:
         application's configuration (RL.LIMIT and RL.REFUND on its key)."""
         if self._chosen == "module":
             return args, None
-        name, keys, rest = script_call(args, rules)
+        name, keys, rest = script_call(args, rules, self._rule_keys.get(rules, 0))
         return evalsha_words(name, keys, rest, self._script_now() if self._script_now else None), name
+
+    def _rewire(self, error: redis.ResponseError, words: list[Any], args: list[Any], rules: tuple[str, ...],
+                name: str | None) -> list[Any]:
+        """After an error of ``words``: the words to send again when it is the policy scripts'
+        ``RULEKEYS n`` (a key of an earlier, longer policy: every one of its rule keys named, and
+        remembered for these rules), else the error raised."""
+        wanted = rule_keys_wanted(error, int(words[2])) if rules and name is not None else None
+        if wanted is None:
+            raise _module_error(error, name) from error
+        with self._choosing:
+            self._rule_keys[rules] = max(wanted, self._rule_keys.get(rules, 0))
+        return self._wire(args, rules)[0]
 
     def _policy_set(self, args: list[Any], rules: tuple[str, ...]) -> list[Any] | None:
         """On the module, a policy whose rules the application gives is set on the server
@@ -512,26 +565,50 @@ class RateLimiter(_Backend):
             ...  # refuse; retry after d.retry_after_ms
 
     ``backend``: ``"auto"`` (the default: the module where the server has it, else the script
-    backend, decided once, before the first command, and logged), ``"module"`` or ``"script"``
-    (the same limits as server-side Lua scripts, ``EVALSHA``; the server's ``TIME``; one key
-    per call, so cluster-safe). On the script backend, policies and adaptive concurrency limits
-    raise :class:`ModuleRequired` before anything is sent (``shadow`` and concurrency leases
-    work there as on the module); ``backend="module"`` on a server without the module raises it at
-    the first command.
+    backend, decided once and logged), ``"module"`` or ``"script"`` (the same limits as
+    server-side Lua scripts, ``EVALSHA``; the server's ``TIME``; one key per call, so
+    cluster-safe). On the script backend, policies and adaptive concurrency limits raise
+    :class:`ModuleRequired` before anything is sent (``shadow`` and concurrency leases work there
+    as on the module); ``backend="module"`` on a server without the module raises it at the first
+    command.
+
+    The limiter's setup starts when it is created, in a thread: ``"auto"`` asks the server
+    which backend to use, and on the script backend every script is loaded (``SCRIPT LOAD``;
+    on a cluster, on each primary), so that no call pays for them. A call made while the setup
+    runs waits for it; a setup that fails (the server down) is tried again in the background
+    (logged, counted in ``stats.setup_failures``), and calls meanwhile ask what they need
+    themselves, as they would without it. ``setup_timeout`` (seconds, default 1): how long
+    :meth:`ready` (the guards, before each check's own timeout) waits for an attempt.
     """
 
     def __init__(
         self, client: SyncClient, *, clock: Callable[[], float] = time.monotonic,
-        stats: BudgetStats | Stats | None = None, backend: str = "auto",
+        stats: BudgetStats | Stats | None = None, backend: str = "auto", setup_timeout: float = SETUP_TIMEOUT_S,
     ) -> None:
         self.client = _prepare(client, asynchronous=False)
         #: What the local budgets did (:class:`~ratelimit_redis_module.BudgetStats`, or the
-        #: guard's :class:`~ratelimit_redis_module.Stats`), and ``backend``.
+        #: guard's :class:`~ratelimit_redis_module.Stats`), ``backend`` and ``setup_failures``.
         self.stats = stats if stats is not None else BudgetStats()
         self._set_backend(backend)
         #: The local budgets of the limits that have one (``local_budget=``); ``clock``
         #: (seconds, monotonic) times their ``hold``.
         self.budgets = LocalBudgets(lambda key, units, limit: self.refund(key, units, limit=limit), clock, self.stats)
+        self._setup_failing = False
+        self._setup = SyncSetup(setup_timeout, self._setup_failed, self._setup_succeeded)
+        self._setup.add(self._set_up)
+
+    def ready(self) -> bool:
+        """Wait for the limiter's setup: the attempt in progress, or one made at once if the last
+        one failed, for at most ``setup_timeout`` after it began; True when the setup is done.
+        The guards call it before each check (outside its timeout) until it is; an application
+        may call it at its start, to serve only once it is."""
+        return self._setup.wait()
+
+    def _set_up(self) -> None:
+        """The setup's own step: the backend, and on the scripts every script loaded."""
+        if self._ask_backend() == "script":
+            for name in self.SETUP_SCRIPTS:
+                self.client.execute_command("SCRIPT LOAD", script_source(name), **self._everywhere())
 
     def check(
         self, limit: Limit, key: str | bytes, *, cost: int = 1, at_most: int | None = None, dryrun: bool = False,
@@ -566,8 +643,9 @@ class RateLimiter(_Backend):
         return self.budgets.flush()
 
     def close(self) -> int:
-        """At shutdown: :meth:`flush`, and stop the local budgets' sweeper thread. The
-        redis-py client stays open (it is the application's)."""
+        """At shutdown: :meth:`flush`, and stop the local budgets' sweeper thread and the setup's
+        attempts. The redis-py client stays open (it is the application's)."""
+        self._setup.close()
         return self.budgets.close()
 
     def _ask(
@@ -603,7 +681,8 @@ class RateLimiter(_Backend):
                 self.client.execute_command(*first)
                 self._policy_was_set(first)
             words, name = self._wire(args, rules)
-            for attempt in (0, 1):
+            loaded = False
+            while True:
                 pipe = self.client.pipeline(transaction=False)
                 pipe.execute_command(*words)
                 pipe.execute_command("WAIT", durable, durable_timeout_ms)
@@ -611,15 +690,22 @@ class RateLimiter(_Backend):
                     reply, acked = pipe.execute(raise_on_error=True)
                     break
                 except redis.exceptions.NoScriptError:
-                    if attempt or name is None:
+                    if loaded or name is None:
                         raise
                     self._load(name, words[3])
+                    loaded = True
                 except redis.ResponseError as error:
-                    raise _module_error(error, name) from error
+                    self._refusal(error, name, words)
+                    words = self._rewire(error, words, args, rules, name)
             decision = parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
         return _checked_durable(decision, acked, durable, durable_timeout_ms)
 
     def _decide(self) -> str:
+        """The backend, once the setup's attempt in progress (if any) has ended."""
+        self._setup.wait(trigger=False)
+        return self._ask_backend()
+
+    def _ask_backend(self) -> str:
         if self._chosen is None:
             try:
                 reply = self.client.execute_command("COMMAND INFO", "RL.GCRA", **_keyless(self.client))
@@ -635,6 +721,26 @@ class RateLimiter(_Backend):
     def _load(self, name: str, key: Any) -> None:
         self.client.execute_command("SCRIPT LOAD", script_source(name), **self._load_target(key))
 
+    def _refusal(self, error: redis.ResponseError, name: str | None, words: list[Any]) -> None:
+        """Raise the server's ``error`` to the script ``name`` (sent as ``words``) as a
+        :class:`ScriptPermissionError` when it is a command of the script that the ACL refused:
+        named, if the server did not, by asking it (:data:`~ratelimit_redis_module._script_acl.PROBE`
+        on the call's first key). Any other error: nothing."""
+        refused = refused_in_script(error, name) if name is not None else None
+        if refused is None:
+            return
+        if not refused.commands:
+            probe = ["EVALSHA", PROBE_SHA, 1, words[3], *script_commands(refused.script)]
+            try:
+                try:
+                    probed(refused, self.client.execute_command(*probe))
+                except redis.exceptions.NoScriptError:
+                    self.client.execute_command("SCRIPT LOAD", PROBE, **self._load_target(words[3]))
+                    probed(refused, self.client.execute_command(*probe))
+            except redis.RedisError:
+                pass  # not told: the error lists the script's commands
+        raise refused from error
+
     def _send(self, args: list[Any], rules: tuple[str, ...] = ()) -> Any:
         """The module's command ``args`` on the chosen backend (a script: by its SHA, loaded
         again and retried once after ``NOSCRIPT``); ``rules``: see :meth:`_wire`."""
@@ -644,15 +750,18 @@ class RateLimiter(_Backend):
             self.client.execute_command(*first, **_keyless(self.client))
             self._policy_was_set(first)
         words, name = self._wire(args, rules)
-        try:
-            return self.client.execute_command(*words)
-        except redis.exceptions.NoScriptError:
-            if name is None:
-                raise
-            self._load(name, words[3])
-            return self.client.execute_command(*words)
-        except redis.ResponseError as error:
-            raise _module_error(error, name) from error
+        loaded = False
+        while True:
+            try:
+                return self.client.execute_command(*words)
+            except redis.exceptions.NoScriptError:
+                if loaded or name is None:
+                    raise
+                self._load(name, words[3])
+                loaded = True
+            except redis.ResponseError as error:
+                self._refusal(error, name, words)
+                words = self._rewire(error, words, args, rules, name)
 
     def _require_module(self, what: str) -> None:
         self._decide()
@@ -778,17 +887,37 @@ class RateLimiter(_Backend):
 class AsyncRateLimiter(_Backend):
     """The module's commands on an asyncio redis-py client (:class:`redis.asyncio.Redis` or
     :class:`redis.asyncio.cluster.RedisCluster`). The methods are those of
-    :class:`RateLimiter`, as coroutines."""
+    :class:`RateLimiter`, as coroutines.
+
+    Its setup (see :class:`RateLimiter`) runs in a task: started when the limiter is created
+    inside a running event loop, else at its first call or :meth:`ready` (the middleware
+    starts it at the ASGI lifespan's startup). An attempt that takes longer than
+    ``setup_timeout`` counts as failed, and is tried again."""
 
     def __init__(
         self, client: AsyncClient, *, clock: Callable[[], float] = time.monotonic,
-        stats: BudgetStats | Stats | None = None, backend: str = "auto",
+        stats: BudgetStats | Stats | None = None, backend: str = "auto", setup_timeout: float = SETUP_TIMEOUT_S,
     ) -> None:
         self.client = _prepare(client, asynchronous=True)
         self.stats = stats if stats is not None else BudgetStats()
         self._set_backend(backend)
         self.budgets = AsyncLocalBudgets(lambda key, units, limit: self.refund(key, units, limit=limit), clock,
                                          self.stats)
+        self._setup_failing = False
+        self._setup = AsyncSetup(setup_timeout, self._setup_failed, self._setup_succeeded)
+        self._setup.add(self._set_up)
+
+    async def ready(self) -> bool:
+        """Wait for the setup, as :meth:`RateLimiter.ready` (and start it, when the limiter was
+        made outside a running event loop)."""
+        return await self._setup.wait()
+
+    async def _set_up(self) -> None:
+        """The setup's own step: the backend, and on the scripts every script loaded."""
+        if await self._ask_backend() == "script":
+            where = {"target_nodes": await self._primaries()} if _is_cluster(self.client) else {}
+            for name in self.SETUP_SCRIPTS:
+                await self.client.execute_command("SCRIPT LOAD", script_source(name), **where)
 
     async def check(
         self, limit: Limit, key: str | bytes, *, cost: int = 1, at_most: int | None = None, dryrun: bool = False,
@@ -817,8 +946,9 @@ class AsyncRateLimiter(_Backend):
         return await self.budgets.flush()
 
     async def close(self) -> int:
-        """At shutdown: :meth:`flush`, and stop the local budgets' timer (the name of
-        :meth:`RateLimiter.close`, as a coroutine). The redis-py client stays open."""
+        """At shutdown: :meth:`flush`, and stop the local budgets' timer and the setup's task
+        (the name of :meth:`RateLimiter.close`, as a coroutine). The redis-py client stays open."""
+        self._setup.close()
         return await self.budgets.aclose()
 
     async def _ask(
@@ -844,7 +974,8 @@ class AsyncRateLimiter(_Backend):
                 await self.client.execute_command(*first)
                 self._policy_was_set(first)
             words, name = self._wire(args, rules)
-            for attempt in (0, 1):
+            loaded = False
+            while True:
                 pipe = self.client.pipeline(transaction=False)
                 pipe.execute_command(*words)
                 pipe.execute_command("WAIT", durable, durable_timeout_ms)
@@ -852,15 +983,22 @@ class AsyncRateLimiter(_Backend):
                     reply, acked = await pipe.execute(raise_on_error=True)
                     break
                 except redis.exceptions.NoScriptError:
-                    if attempt or name is None:
+                    if loaded or name is None:
                         raise
                     await self._load(name, words[3])
+                    loaded = True
                 except redis.ResponseError as error:
-                    raise _module_error(error, name) from error
+                    await self._refusal(error, name, words)
+                    words = self._rewire(error, words, args, rules, name)
             decision = parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
         return _checked_durable(decision, acked, durable, durable_timeout_ms)
 
     async def _decide(self) -> str:
+        """The backend, once the setup's attempt in progress (if any) has ended."""
+        await self._setup.wait(trigger=False)
+        return await self._ask_backend()
+
+    async def _ask_backend(self) -> str:
         if self._chosen is None:
             if _is_cluster(self.client):
                 await self.client.initialize()
@@ -878,6 +1016,23 @@ class AsyncRateLimiter(_Backend):
     async def _load(self, name: str, key: Any) -> None:
         await self.client.execute_command("SCRIPT LOAD", script_source(name), **self._load_target(key))
 
+    async def _refusal(self, error: redis.ResponseError, name: str | None, words: list[Any]) -> None:
+        """See :meth:`RateLimiter._refusal`."""
+        refused = refused_in_script(error, name) if name is not None else None
+        if refused is None:
+            return
+        if not refused.commands:
+            probe = ["EVALSHA", PROBE_SHA, 1, words[3], *script_commands(refused.script)]
+            try:
+                try:
+                    probed(refused, await self.client.execute_command(*probe))
+                except redis.exceptions.NoScriptError:
+                    await self.client.execute_command("SCRIPT LOAD", PROBE, **self._load_target(words[3]))
+                    probed(refused, await self.client.execute_command(*probe))
+            except redis.RedisError:
+                pass  # not told: the error lists the script's commands
+        raise refused from error
+
     async def _send(self, args: list[Any], rules: tuple[str, ...] = ()) -> Any:
         """See :meth:`RateLimiter._send`."""
         await self._decide()
@@ -886,15 +1041,18 @@ class AsyncRateLimiter(_Backend):
             await self.client.execute_command(*first, **_keyless(self.client))
             self._policy_was_set(first)
         words, name = self._wire(args, rules)
-        try:
-            return await self.client.execute_command(*words)
-        except redis.exceptions.NoScriptError:
-            if name is None:
-                raise
-            await self._load(name, words[3])
-            return await self.client.execute_command(*words)
-        except redis.ResponseError as error:
-            raise _module_error(error, name) from error
+        loaded = False
+        while True:
+            try:
+                return await self.client.execute_command(*words)
+            except redis.exceptions.NoScriptError:
+                if loaded or name is None:
+                    raise
+                await self._load(name, words[3])
+                loaded = True
+            except redis.ResponseError as error:
+                await self._refusal(error, name, words)
+                words = self._rewire(error, words, args, rules, name)
 
     async def _require_module(self, what: str) -> None:
         await self._decide()

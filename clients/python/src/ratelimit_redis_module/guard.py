@@ -15,7 +15,10 @@ from typing import Any, AsyncIterator, Callable, Hashable, Iterator
 
 import redis
 
-from .client import AsyncRateLimiter, NotDurable, RateLimiter, Rtt, async_client_from_url, client_from_url
+from ._setup import SETUP_TIMEOUT_S
+from .client import (
+    AsyncRateLimiter, NotDurable, RateLimiter, Rtt, _is_cluster, async_client_from_url, client_from_url,
+)
 from .limit_types import Concurrency, FieldShape, Limit, More, Policy, Rule, field_shape, more_after_ms, parse_rules
 from .reply import Decision
 
@@ -150,7 +153,10 @@ class Stats:
             it ends within ``hold`` of their refill).
         held: units the local budgets hold unspent now (a gauge: at most ``k`` per key).
         backend: ``"module"`` or ``"script"`` (the server has no module, or ``backend="script"``);
-            None until ``backend="auto"`` has asked the server (before the first check).
+            None until ``backend="auto"`` has asked the server (the setup, from the guard's
+            creation).
+        setup_failures: steps of the setup that failed (each attempt while the server does not
+            answer, logged; the requests meanwhile ask what they need themselves).
     """
 
     round_trips: int = 0
@@ -170,6 +176,7 @@ class Stats:
     expired: int = 0
     held: int = 0
     backend: str | None = None
+    setup_failures: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,6 +430,11 @@ class _GuardBase:
     @limit.setter
     def limit(self, limit: Limit) -> None:
         self._setup = self._set_up(limit)
+        self._prepare(self._setup)
+
+    def _prepare(self, setup: _Setup) -> None:
+        """Have the limiter's setup do what the first check of ``setup``'s limit needs besides
+        its own command (see the subclasses)."""
 
     @property
     def name(self) -> str:
@@ -574,7 +586,8 @@ class Guard(_GuardBase):
             :func:`~ratelimit_redis_module.client_from_url` (a URL here makes one): its
             ``socket_timeout`` is the time Redis has to answer (e.g. 0.05), and it fails at
             once while Redis refuses connections, where redis-py's default client retries
-            with back-off for seconds.
+            with back-off for seconds. Or a :class:`~ratelimit_redis_module.RateLimiter` to share
+            (its backend, setup and stats; ``backend`` and ``setup_timeout`` are then its own).
         limit: one algorithm's parameters (``GCRA(5, 10, "1m")``...) or ``Policy("api")``.
         name: the limit's name in the headers (default ``"default"``; for a policy, its name,
             and ``"<policy>/<rule>"`` for the binding rule of a policy of several rules).
@@ -593,6 +606,10 @@ class Guard(_GuardBase):
             limit on the script backend raises :class:`~ratelimit_redis_module.ModuleRequired` at
             the first check (it is not failed open or closed); a plain concurrency limit works
             there as on the module.
+        setup_timeout: how long a check waits for the limiter's setup, in seconds (default 1).
+            The setup (the backend, the scripts; a policy's rules on the module) starts when
+            the guard is created, in the background; a check that comes while it runs waits
+            for it before its own time starts (see :class:`~ratelimit_redis_module.RateLimiter`).
     """
 
     def __init__(
@@ -609,15 +626,42 @@ class Guard(_GuardBase):
         durable: int = 0,
         durable_timeout_ms: int = 100,
         backend: str = "auto",
+        setup_timeout: float = SETUP_TIMEOUT_S,
     ) -> None:
         super().__init__(
             limit, name=name, prefix=prefix, fail_open=fail_open, max_remembered=max_remembered,
             stats=stats, clock=clock, durable=durable, durable_timeout_ms=durable_timeout_ms,
         )
-        self.limiter = RateLimiter(
-            client_from_url(client) if isinstance(client, str) else client, clock=clock, stats=self.stats,
-            backend=backend,
-        )
+        if isinstance(client, RateLimiter):  # shared with another guard (a route's own limit)
+            self.limiter = client
+        else:
+            self.limiter = RateLimiter(
+                client_from_url(client) if isinstance(client, str) else client, clock=clock, stats=self.stats,
+                backend=backend, setup_timeout=setup_timeout,
+            )
+        self._prepare(self._setup)
+
+    def _prepare(self, setup: _Setup) -> None:
+        """A policy's rules in the limiter's setup, on the module: the server's read
+        (``RL.POLICY.GET``, for the headers' names and windows), or the application's set
+        (``RL.POLICY.SET``; on a cluster, with the first check), instead of at the first check."""
+        policy = setup.policy
+        if policy is None:
+            return
+        limiter = self.limiter
+
+        def step() -> None:
+            if limiter._ask_backend() != "module":
+                return
+            if setup.rules is None:
+                setup.rules = limiter.policy_get(policy)
+                return
+            words = limiter._policy_set(["RL.LIMIT", "", policy], getattr(setup.limit, "rule_words", ()))
+            if words and not _is_cluster(limiter.client):
+                limiter.client.execute_command(*words)
+                limiter._policy_was_set(words)
+
+        limiter._setup.add(step)
 
     def flush(self) -> None:
         """Give back every unit the local budgets hold (``RL.REFUND``); failures are logged and
@@ -648,6 +692,8 @@ class Guard(_GuardBase):
             remembered = self._recall(setup, redis_key, cost)
             if remembered is not None:
                 return remembered
+        if not self.limiter._setup.done:
+            self.limiter.ready()  # the setup in progress, or one now: not inside this check's time
         try:
             if setup.policy is not None and setup.rules is None:
                 setup.rules = self.limiter.policy_get(setup.policy)
@@ -718,10 +764,15 @@ class AsyncGuard(_GuardBase):
         client: a :class:`redis.asyncio.Redis` or :class:`redis.asyncio.cluster.RedisCluster`,
             best made with :func:`~ratelimit_redis_module.async_client_from_url` (a URL here
             makes one, with ``timeout``): with redis-py's default client, every check pays
-            the whole ``timeout`` while Redis refuses connections.
+            the whole ``timeout`` while Redis refuses connections. Or an
+            :class:`~ratelimit_redis_module.AsyncRateLimiter` to share.
         timeout: seconds Redis has to answer a check (default 0.05); past it the request
             fails open or closed. With ``durable``, the replicas' acknowledgement is part of
-            the check: give ``timeout`` room for ``durable_timeout_ms``.
+            the check: give ``timeout`` room for ``durable_timeout_ms``. A check that comes
+            while the setup runs waits for it first (``setup_timeout``), outside ``timeout``.
+
+    The setup runs in a task, from the guard's creation inside a running event loop, else from
+    its first check (the middleware starts it at the ASGI lifespan's startup).
     """
 
     def __init__(
@@ -739,16 +790,43 @@ class AsyncGuard(_GuardBase):
         durable: int = 0,
         durable_timeout_ms: int = 100,
         backend: str = "auto",
+        setup_timeout: float = SETUP_TIMEOUT_S,
     ) -> None:
         super().__init__(
             limit, name=name, prefix=prefix, fail_open=fail_open, max_remembered=max_remembered,
             stats=stats, clock=clock, durable=durable, durable_timeout_ms=durable_timeout_ms,
         )
-        if isinstance(client, str):
-            client = async_client_from_url(client, timeout=timeout)
-        self.limiter = AsyncRateLimiter(client, clock=clock, stats=self.stats, backend=backend)
+        if isinstance(client, AsyncRateLimiter):  # shared with another guard (a route's own limit)
+            self.limiter = client
+        else:
+            if isinstance(client, str):
+                client = async_client_from_url(client, timeout=timeout)
+            self.limiter = AsyncRateLimiter(
+                client, clock=clock, stats=self.stats, backend=backend, setup_timeout=setup_timeout
+            )
         self.timeout = timeout
         self._timeout_s = timeout
+        self._prepare(self._setup)
+
+    def _prepare(self, setup: _Setup) -> None:
+        """As :meth:`Guard._prepare`, in the setup's task."""
+        policy = setup.policy
+        if policy is None:
+            return
+        limiter = self.limiter
+
+        async def step() -> None:
+            if await limiter._ask_backend() != "module":
+                return
+            if setup.rules is None:
+                setup.rules = await limiter.policy_get(policy)
+                return
+            words = limiter._policy_set(["RL.LIMIT", "", policy], getattr(setup.limit, "rule_words", ()))
+            if words and not _is_cluster(limiter.client):
+                await limiter.client.execute_command(*words)
+                limiter._policy_was_set(words)
+
+        limiter._setup.add(step)
 
     async def _ask(
         self, setup: _Setup, redis_key: str, cost: int, at_most: int | None, shadow: bool
@@ -775,6 +853,8 @@ class AsyncGuard(_GuardBase):
             remembered = self._recall(setup, redis_key, cost)
             if remembered is not None:
                 return remembered
+        if not self.limiter._setup.done:
+            await self.limiter.ready()  # the setup in progress, or one now: before this check's timeout starts
         try:
             decision, sent = await asyncio.wait_for(
                 self._ask(setup, redis_key, cost, at_most, shadow), self.timeout

@@ -114,26 +114,38 @@ def rule_keys(key: Any, n: int) -> list[Any]:
     return keys if isinstance(key, bytes) else [k.decode() for k in keys]
 
 
-def script_call(args: list[Any], rules: tuple[str, ...] = ()) -> tuple[str, list[Any], list[Any]]:
+def script_call(args: list[Any], rules: tuple[str, ...] = (), keys: int = 0) -> tuple[str, list[Any], list[Any]]:
     """The module's command words ``[command, key, *rest]`` as a script call: the script's
     name, its keys and the words after them. A command the scripts do not have is refused here,
     and so are an adaptive concurrency limit (``ADAPTIVE``, after ``limit lease``) and a policy
     without ``rules`` (the application's rules, as RL.POLICY.SET takes them: ``RL.LIMIT key
     name`` becomes the policy script over a key per rule, and ``RL.REFUND`` on such a key its
-    refund); the options (SHADOW included) are the scripts' own."""
+    refund); the options (SHADOW included) are the scripts' own. ``keys``: a policy's rule keys
+    to name at least (an earlier, longer policy's, see :func:`rule_keys_wanted`), the number of
+    rules then before the rules."""
     command, key, *rest = args
     if command == "RL.LIMIT":
         if not rules:
             raise module_required("RL.LIMIT")
-        return "policy", rule_keys(key, _rule_count(rules)), [*rules, *rest[1:]]
+        count = _rule_count(rules)
+        n = max(count, keys)
+        return "policy", rule_keys(key, n), [*([str(count)] if n > count else []), *rules, *rest[1:]]
     if command == "RL.REFUND" and rules:
-        return "policyrefund", rule_keys(key, _rule_count(rules)), rest
+        return "policyrefund", rule_keys(key, max(_rule_count(rules), keys)), rest
     name = SCRIPTS.get(command)
     if name is None:
         raise module_required(command)
     if name == "concurrency_acquire" and len(rest) > 2 and str(rest[2]).upper() == "ADAPTIVE":
         raise module_required("an adaptive concurrency limit (RL.CONCURRENCY.ACQUIRE ... ADAPTIVE)")
     return name, [key], rest
+
+
+def rule_keys_wanted(error: Exception, named: int) -> int | None:
+    """The policy scripts' ``RULEKEYS n`` (the first rule key holds a policy of ``n`` rule keys,
+    more than the ``named`` keys the call named: a policy that lost rules, whose states a rule
+    may still take): ``n``, to call again with; None for any other error."""
+    found = re.search(r"\bRULEKEYS (\d+) ", str(error))
+    return int(found.group(1)) if found and int(found.group(1)) > named else None
 
 
 def _rule_count(words: tuple[str, ...]) -> int:
