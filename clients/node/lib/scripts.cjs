@@ -276,15 +276,21 @@ async function evalNamed(send, name, keys, words, now) {
   const call = ['EVALSHA', sha, String(keys.length), ...keys, ...words];
   if (now !== undefined) call.push('NOW', String(now));
   try {
-    try {
-      return await send(call, keys[0]);
-    } catch (error) {
-      if (!String(error?.message ?? '').startsWith('NOSCRIPT')) throw error;
-      await send(['SCRIPT', 'LOAD', source], keys[0]);
-      return await send(call, keys[0]);
-    }
+    return await evalLoading(send, call, source, keys[0]);
   } catch (error) {
     throw await refusedInScript(error, name, keys[0], send);
+  }
+}
+
+// The EVALSHA `call` of the script `source`, on `key`'s node: after NOSCRIPT, SCRIPT LOAD of it
+// there and the call once more.
+async function evalLoading(send, call, source, key) {
+  try {
+    return await send(call, key);
+  } catch (error) {
+    if (!String(error?.message ?? '').startsWith('NOSCRIPT')) throw error;
+    await send(['SCRIPT', 'LOAD', source], key);
+    return send(call, key);
   }
 }
 
@@ -368,14 +374,7 @@ function commandsOf(source, pattern) {
 async function refusedCommands(commands, key, send) {
   const call = ['EVALSHA', ACL_PROBE_SHA, '1', key, ...commands];
   try {
-    let reply;
-    try {
-      reply = await send(call, key);
-    } catch (error) {
-      if (!String(error?.message ?? '').startsWith('NOSCRIPT')) throw error;
-      await send(['SCRIPT', 'LOAD', ACL_PROBE], key);
-      reply = await send(call, key);
-    }
+    const reply = await evalLoading(send, call, ACL_PROBE, key);
     return Array.isArray(reply) ? reply.map(String) : [];
   } catch {
     return [];

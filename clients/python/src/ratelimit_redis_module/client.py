@@ -675,12 +675,7 @@ class RateLimiter(_Backend):
             node = self.client.get_node_from_key(key)
             acked = self.client.execute_command("WAIT", durable, durable_timeout_ms, target_nodes=node)
         else:
-            self._decide()
-            first = self._policy_set(args, rules)
-            if first:
-                self.client.execute_command(*first)
-                self._policy_was_set(first)
-            words, name = self._wire(args, rules)
+            words, name = self._words(args, rules)
             loaded = False
             while True:
                 pipe = self.client.pipeline(transaction=False)
@@ -689,14 +684,8 @@ class RateLimiter(_Backend):
                 try:
                     reply, acked = pipe.execute(raise_on_error=True)
                     break
-                except redis.exceptions.NoScriptError:
-                    if loaded or name is None:
-                        raise
-                    self._load(name, words[3])
-                    loaded = True
                 except redis.ResponseError as error:
-                    self._refusal(error, name, words)
-                    words = self._rewire(error, words, args, rules, name)
+                    words, loaded = self._again(error, words, args, rules, name, loaded)
             decision = parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
         return _checked_durable(decision, acked, durable, durable_timeout_ms)
 
@@ -744,24 +733,38 @@ class RateLimiter(_Backend):
     def _send(self, args: list[Any], rules: tuple[str, ...] = ()) -> Any:
         """The module's command ``args`` on the chosen backend (a script: by its SHA, loaded
         again and retried once after ``NOSCRIPT``); ``rules``: see :meth:`_wire`."""
+        words, name = self._words(args, rules)
+        loaded = False
+        while True:
+            try:
+                return self.client.execute_command(*words)
+            except redis.ResponseError as error:
+                words, loaded = self._again(error, words, args, rules, name, loaded)
+
+    def _words(self, args: list[Any], rules: tuple[str, ...]) -> tuple[list[Any], str | None]:
+        """:meth:`_wire` of ``args``, the backend known first (the setup's attempt in progress
+        waited for) and, on the module, a policy's rules set before its first check."""
         self._decide()
         first = self._policy_set(args, rules)
         if first:
             self.client.execute_command(*first, **_keyless(self.client))
             self._policy_was_set(first)
-        words, name = self._wire(args, rules)
-        loaded = False
-        while True:
-            try:
-                return self.client.execute_command(*words)
-            except redis.exceptions.NoScriptError:
-                if loaded or name is None:
-                    raise
-                self._load(name, words[3])
-                loaded = True
-            except redis.ResponseError as error:
-                self._refusal(error, name, words)
-                words = self._rewire(error, words, args, rules, name)
+        return self._wire(args, rules)
+
+    def _again(self, error: redis.ResponseError, words: list[Any], args: list[Any], rules: tuple[str, ...],
+               name: str | None, loaded: bool) -> tuple[list[Any], bool]:
+        """After ``error`` of ``words`` (``args`` on the script ``name``; None: the module's
+        command): what to send again and whether the script is loaded now. After a first
+        ``NOSCRIPT``, the same words, the script loaded; after the policy scripts' ``RULEKEYS``,
+        every rule key named (:meth:`_rewire`); else the error raised, a command of the script
+        that the ACL refused named (:meth:`_refusal`)."""
+        if isinstance(error, redis.exceptions.NoScriptError):
+            if loaded or name is None:
+                raise error
+            self._load(name, words[3])
+            return words, True
+        self._refusal(error, name, words)
+        return self._rewire(error, words, args, rules, name), loaded
 
     def _require_module(self, what: str) -> None:
         self._decide()
@@ -968,12 +971,7 @@ class AsyncRateLimiter(_Backend):
             node = self.client.get_node_from_key(key)
             acked = await self.client.execute_command("WAIT", durable, durable_timeout_ms, target_nodes=node)
         else:
-            await self._decide()
-            first = self._policy_set(args, rules)
-            if first:
-                await self.client.execute_command(*first)
-                self._policy_was_set(first)
-            words, name = self._wire(args, rules)
+            words, name = await self._words(args, rules)
             loaded = False
             while True:
                 pipe = self.client.pipeline(transaction=False)
@@ -982,14 +980,8 @@ class AsyncRateLimiter(_Backend):
                 try:
                     reply, acked = await pipe.execute(raise_on_error=True)
                     break
-                except redis.exceptions.NoScriptError:
-                    if loaded or name is None:
-                        raise
-                    await self._load(name, words[3])
-                    loaded = True
                 except redis.ResponseError as error:
-                    await self._refusal(error, name, words)
-                    words = self._rewire(error, words, args, rules, name)
+                    words, loaded = await self._again(error, words, args, rules, name, loaded)
             decision = parse_decision(reply, limit.extra, granted=at_most is not None, shadow=shadow)
         return _checked_durable(decision, acked, durable, durable_timeout_ms)
 
@@ -1035,24 +1027,33 @@ class AsyncRateLimiter(_Backend):
 
     async def _send(self, args: list[Any], rules: tuple[str, ...] = ()) -> Any:
         """See :meth:`RateLimiter._send`."""
+        words, name = await self._words(args, rules)
+        loaded = False
+        while True:
+            try:
+                return await self.client.execute_command(*words)
+            except redis.ResponseError as error:
+                words, loaded = await self._again(error, words, args, rules, name, loaded)
+
+    async def _words(self, args: list[Any], rules: tuple[str, ...]) -> tuple[list[Any], str | None]:
+        """See :meth:`RateLimiter._words`."""
         await self._decide()
         first = self._policy_set(args, rules)
         if first:
             await self.client.execute_command(*first, **_keyless(self.client))
             self._policy_was_set(first)
-        words, name = self._wire(args, rules)
-        loaded = False
-        while True:
-            try:
-                return await self.client.execute_command(*words)
-            except redis.exceptions.NoScriptError:
-                if loaded or name is None:
-                    raise
-                await self._load(name, words[3])
-                loaded = True
-            except redis.ResponseError as error:
-                await self._refusal(error, name, words)
-                words = self._rewire(error, words, args, rules, name)
+        return self._wire(args, rules)
+
+    async def _again(self, error: redis.ResponseError, words: list[Any], args: list[Any], rules: tuple[str, ...],
+                     name: str | None, loaded: bool) -> tuple[list[Any], bool]:
+        """See :meth:`RateLimiter._again`."""
+        if isinstance(error, redis.exceptions.NoScriptError):
+            if loaded or name is None:
+                raise error
+            await self._load(name, words[3])
+            return words, True
+        await self._refusal(error, name, words)
+        return self._rewire(error, words, args, rules, name), loaded
 
     async def _require_module(self, what: str) -> None:
         await self._decide()
