@@ -62,11 +62,36 @@ pub(crate) fn top_settings() -> (usize, u64) {
     (top_size(), seconds * 1_000_000)
 }
 
+/// `policy-max-ahead seconds` (load time and CONFIG SET, 1 to 86400, default 60): how far
+/// ahead of this node's wall clock a policy change's version may be when it comes from
+/// another node of a cluster; one further ahead is refused (docs/cluster.md, Policies).
+pub(crate) static POLICY_MAX_AHEAD: AtomicI64 = AtomicI64::new(POLICY_MAX_AHEAD_DEFAULT);
+pub(crate) const POLICY_MAX_AHEAD_DEFAULT: i64 = 60;
+pub(crate) const POLICY_MAX_AHEAD_CEILING: u64 = 86_400;
+
+/// The bound of `policy-max-ahead`, in ms.
+pub(crate) fn policy_max_ahead_ms() -> u64 {
+    u64::try_from(POLICY_MAX_AHEAD.load(Ordering::Relaxed))
+        .unwrap_or(1)
+        .max(1)
+        * 1000
+}
+
+/// `max-policies n` (load time and CONFIG SET, 1 to 1000000, default 10000): the most live
+/// policies the server holds, and the most tombstones of deleted ones a cluster node keeps.
+pub(crate) static MAX_POLICIES: AtomicI64 = AtomicI64::new(MAX_POLICIES_DEFAULT);
+pub(crate) const MAX_POLICIES_DEFAULT: i64 = 10_000;
+pub(crate) const MAX_POLICIES_CEILING: u64 = 1_000_000;
+
+pub(crate) fn max_policies() -> usize {
+    usize::try_from(MAX_POLICIES.load(Ordering::Relaxed)).unwrap_or(1)
+}
+
 /// The load arguments the module accepts: the flags take `yes` or `no`, the numbers a whole
 /// number in range.
 const FLAGS: [(&str, &AtomicBool); 2] =
     [("cell-compat", &CELL_COMPAT), ("debug-clock", &DEBUG_CLOCK)];
-const NUMBERS: [(&str, &AtomicI64, u64, u64); 4] = [
+const NUMBERS: [(&str, &AtomicI64, u64, u64); 6] = [
     (
         "sliding-log-max-limit",
         &SLIDING_LOG_MAX_LIMIT,
@@ -81,6 +106,13 @@ const NUMBERS: [(&str, &AtomicI64, u64, u64); 4] = [
     ),
     ("top-size", &TOP_SIZE, 0, TOP_SIZE_CEILING),
     ("top-period", &TOP_PERIOD, 1, TOP_PERIOD_CEILING),
+    (
+        "policy-max-ahead",
+        &POLICY_MAX_AHEAD,
+        1,
+        POLICY_MAX_AHEAD_CEILING,
+    ),
+    ("max-policies", &MAX_POLICIES, 1, MAX_POLICIES_CEILING),
 ];
 
 /// Checks the load arguments, pairs `name value`, and then sets them. Anything wrong

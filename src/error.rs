@@ -86,6 +86,14 @@ pub enum Error {
     PolicyName { max: usize },
     /// RL.LIMIT naming a policy that does not exist.
     NoPolicy { name: String },
+    /// RL.LIMIT naming a policy this cluster node does not hold before it has caught up with
+    /// the cluster's policies (docs/cluster.md): the client may try again.
+    PolicyNotYet { name: String },
+    /// A policy change on a cluster node that has not caught up with the cluster's policies:
+    /// acknowledged now, it could lose to a change the node has not learned yet.
+    PolicyChangeNotYet,
+    /// RL.POLICY.SET of a new policy past `ratelimit.max-policies`.
+    PoliciesFull { max: usize },
     /// `SHADOW` in a policy not followed by a rule.
     ShadowWithoutRule { position: usize },
     /// A policy whose every rule is a shadow rule.
@@ -206,6 +214,17 @@ impl fmt::Display for Error {
             Error::NoPolicy { name } => write!(
                 f,
                 "ERR no policy named '{name}': create it with RL.POLICY.SET {name} rule [rule ...]"
+            ),
+            Error::PolicyNotYet { name } => write!(
+                f,
+                "TRYAGAIN no policy named '{name}' on this node yet: it has not caught up with the cluster's policies since it started"
+            ),
+            Error::PolicyChangeNotYet => f.write_str(
+                "TRYAGAIN this node has not caught up with the cluster's policies since it started: a change made now could lose to one it has not learned yet; try again in a moment",
+            ),
+            Error::PoliciesFull { max } => write!(
+                f,
+                "ERR the policies table is full: {max} policies (ratelimit.max-policies); delete one or raise the setting"
             ),
             Error::Panic => f.write_str(
                 "ERR ratelimit caught an internal error (a bug, please report it) and the server carries on",

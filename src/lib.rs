@@ -211,6 +211,24 @@ redis_module! {
                 ConfigurationFlags::DEFAULT,
                 None
             ],
+            [
+                "policy-max-ahead",
+                &config::POLICY_MAX_AHEAD,
+                config::POLICY_MAX_AHEAD_DEFAULT,
+                1,
+                config::POLICY_MAX_AHEAD_CEILING as i64,
+                ConfigurationFlags::DEFAULT,
+                None
+            ],
+            [
+                "max-policies",
+                &config::MAX_POLICIES,
+                config::MAX_POLICIES_DEFAULT,
+                1,
+                config::MAX_POLICIES_CEILING as i64,
+                ConfigurationFlags::DEFAULT,
+                None
+            ],
         ],
         string: [],
         bool: [

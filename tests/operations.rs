@@ -168,26 +168,33 @@ fn info_counts_calls_admissions_denials_and_errors_per_command() {
     assert!(text.contains(
         "\r\nratelimit_rl.replay:calls=1,admitted=0,denied=0,shadow_denied=0,errors=1\r\n"
     ));
-    // The same section by its own name (INFO ratelimit then adds the policies', the rules',
-    // the policy table's, RL.TOP's and the memory sections), and within INFO modules /
-    // everything; not in the default INFO or INFO all, which leave module sections out.
+    // The same section by its own name (INFO ratelimit then adds the policy table's, RL.TOP's
+    // and the memory sections), and within INFO modules / everything; not in the default INFO
+    // or INFO all, which leave module sections out. The sections of a line per policy and
+    // per rule come only by name: INFO ratelimit costs the same whatever the policies.
     let section = info(&mut c, "ratelimit_commandstats");
-    let others: Vec<String> = ["policystats", "rulestats", "policies", "top", "memory"]
+    let others: Vec<String> = ["policies", "top", "memory", "policystats", "rulestats"]
         .iter()
         .map(|s| info(&mut c, &format!("ratelimit_{s}")))
         .collect();
-    assert_eq!(text, format!("{section}\r\n{}", others.join("\r\n")));
+    assert_eq!(text, format!("{section}\r\n{}", others[..3].join("\r\n")));
     assert_eq!(
-        others[0],
+        others[3],
         "# ratelimit_policystats\r\nratelimit_p:calls=3,admitted=1,denied=1,shadow_denied=0\r\n"
     );
     assert_eq!(
-        others[1],
+        others[4],
         "# ratelimit_rulestats\r\nratelimit_p.0:shadow=0,denied=1\r\n"
+    );
+    // Asked for with another section, they come too.
+    assert_eq!(
+        c.cmd(&["INFO", "ratelimit_top", "ratelimit_policystats"])
+            .text(),
+        format!("{}\r\n{}", others[1], others[3])
     );
     // The table of one policy on a standalone server: no exchange, no message; its digest 16
     // hex digits (docs/cluster.md).
-    let digest = others[2]
+    let digest = others[0]
         .lines()
         .find_map(|l| l.strip_prefix("ratelimit_policies_digest:"))
         .unwrap_or_default()
@@ -199,14 +206,32 @@ fn info_counts_calls_admissions_denials_and_errors_per_command() {
                 .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
         "{digest}"
     );
+    // Its clock: the wall clock's ms when the policy was set, in the high 48 bits, and the
+    // counter at 0 (the first change of that ms).
+    let clock: u64 = others[0]
+        .lines()
+        .find_map(|l| l.strip_prefix("ratelimit_policy_clock:"))
+        .unwrap_or_default()
+        .parse()
+        .unwrap();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(
+        clock & 0xffff == 0 && (now_ms - 600_000..=now_ms).contains(&(clock >> 16)),
+        "{clock}"
+    );
     assert_eq!(
-        others[2],
+        others[0],
         format!(
             "# ratelimit_policies\r\nratelimit_policies:1\r\nratelimit_policy_tombstones:0\r\n\
-             ratelimit_policies_digest:{digest}\r\nratelimit_policy_clock:1\r\n\
+             ratelimit_policies_digest:{digest}\r\nratelimit_policy_clock:{clock}\r\n\
+             ratelimit_policies_caught_up:1\r\n\
              ratelimit_cluster_exchange:0\r\nratelimit_cluster_messages_sent:0\r\n\
              ratelimit_cluster_messages_received:0\r\nratelimit_cluster_messages_refused:0\r\n\
-             ratelimit_cluster_changes_applied:0\r\n"
+             ratelimit_cluster_changes_applied:0\r\nratelimit_cluster_changes_refused:0\r\n\
+             ratelimit_cluster_answers_skipped:0\r\n"
         )
     );
     let modules = info(&mut c, "modules");
@@ -516,6 +541,8 @@ fn config_get_lists_every_setting_with_its_default() {
         ("ratelimit.concurrency-max-limit", "100000"),
         ("ratelimit.top-size", "100"),
         ("ratelimit.top-period", "60"),
+        ("ratelimit.policy-max-ahead", "60"),
+        ("ratelimit.max-policies", "10000"),
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -640,7 +667,8 @@ fn bad_load_arguments_refuse_the_load_with_a_clear_line() {
         (
             &["frobnicate", "yes"],
             "unknown load argument 'frobnicate': expected one of cell-compat, debug-clock, \
-             sliding-log-max-limit, concurrency-max-limit, top-size, top-period",
+             sliding-log-max-limit, concurrency-max-limit, top-size, top-period, \
+             policy-max-ahead, max-policies",
         ),
         (
             &["debug-clock", "yes", "cell-compat"],

@@ -151,12 +151,14 @@ fn acl_key_patterns_and_command_grants_apply_to_every_command() {
 const ZERO_NODE: &str = "0000000000000000000000000000000000000000";
 
 /// On Redis 7.0, what a `+@all` user must be refused by name (docs/security.md, Access control).
-const SEVEN_ZERO_REVOKE: [&str; 8] = [
+const SEVEN_ZERO_REVOKE: [&str; 10] = [
     "-rl.policy.set",
     "-rl.policy.del",
+    "-rl.policy.force",
     "-rl.debug.clock",
     "-rl.debug.panic",
     "-rl.debug.clustermsg",
+    "-rl.debug.policyversion",
     "-rl.replay",
     "-rl.loadstate",
     "-rl.policy.sync",
@@ -192,10 +194,12 @@ fn application_user_checks_limits_only(server: &Server, user: &str) {
         Reply::Array(vec![Reply::Bulk(b"p3".to_vec())])
     );
     assert!(matches!(app.cmd(&["RL.POLICY.GET", "p3"]), Reply::Array(_)));
-    let forbidden: [&[&str]; 9] = [
+    let forbidden: [&[&str]; 11] = [
         &["RL.POLICY.SET", "p3", "FIXEDWINDOW", "1000000000000", "1s"],
         &["RL.POLICY.SET", "new", "FIXEDWINDOW", "1", "1s"],
         &["RL.POLICY.DEL", "p3"],
+        &["RL.POLICY.FORCE", "p3"],
+        &["RL.DEBUG.POLICYVERSION", "p3", "1"],
         &["RL.DEBUG.CLOCK", "SET", "0"],
         &["RL.DEBUG.PANIC"],
         &["RL.REPLAY", "rl:x", "1:1:RL.GCRA:5", "1", "1h"],
@@ -254,8 +258,10 @@ fn an_application_user_checks_limits_but_cannot_change_policies() {
             "rl.debug.clock",
             "rl.debug.clustermsg",
             "rl.debug.panic",
+            "rl.debug.policyversion",
             "rl.loadstate",
             "rl.policy.del",
+            "rl.policy.force",
             "rl.policy.set",
             "rl.policy.sync",
             "rl.replay",
@@ -307,8 +313,10 @@ fn an_application_user_checks_limits_but_cannot_change_policies() {
     for call in [
         &["RL.POLICY.SET", "x", "GCRA", "1", "1", "1s"][..],
         &["RL.POLICY.DEL", "x"],
+        &["RL.POLICY.FORCE", "x"],
         &["RL.DEBUG.CLOCK", "REAL"],
         &["RL.DEBUG.PANIC"],
+        &["RL.DEBUG.POLICYVERSION", "x", "1"],
         &["RL.REPLAY", "k", "1:1:RL.GCRA:5", "1", "1h"],
         &["RL.LOADSTATE", "k", "x"],
     ] {

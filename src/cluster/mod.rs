@@ -14,18 +14,28 @@
 //!   which messages arrive does not matter. A change learned here on a primary is sent to its
 //!   replicas and the AOF as `RL.POLICY.SYNC` (from a timer, the one context that may
 //!   propagate outside a command).
-//! - A message that does not decode (`wire.rs`), comes from a node this one does not know, or
-//!   carries a policy whose rules do not parse is refused whole, counted and logged (at most
-//!   a line a second), never applied.
+//! - Catching up ([`caught_up`]): a node that knows other nodes starts not caught up, sends
+//!   its digest to every other node each period, and is caught up once a node that is says
+//!   its digest is the same (or every reachable node does, when none is: a cluster started
+//!   whole). Until then RL.LIMIT on a name it does not hold answers TRYAGAIN, not "no such
+//!   policy". A node alone is caught up, and is not any more when it meets a cluster.
+//! - Untrusted peers (the bus has no authentication): a message that does not decode
+//!   (`wire.rs`), comes from a node this one does not know, or carries a policy whose rules do
+//!   not parse is refused whole; a change whose version is too far ahead of this node's clock,
+//!   or that would grow the table past its bound, is refused alone (`storage::policies`).
+//!   Each is counted and logged (at most a line a second), never applied. A peer's DIGEST or
+//!   PULL is answered at most once per [`ANSWER_INTERVAL_MS`], so that a flood of them cannot
+//!   make this node send more than a table per interval to its sender.
 //!
 //! On a standalone server nothing here runs.
 
 pub mod wire;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::log::{log, Level};
+use crate::log::{log, monotonic_ms, Level, Throttle};
 use crate::redis::{my_cluster_id, ClusterReceiver, Ctx, Timer};
 use crate::storage::policies::{self, Content, Held, Merged, NodeId, Versioned, STANDALONE};
 use wire::{Change, Message, Summary};
@@ -38,6 +48,9 @@ const MESSAGE_TYPE: u8 = b'R';
 /// How often a node sends its digest to another.
 pub const PERIOD_MS: i64 = 1000;
 
+/// The shortest time between two answers (a table, or a digest) to one peer's DIGEST or PULL.
+pub const ANSWER_INTERVAL_MS: u64 = 500;
+
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// What the bus carried, for `INFO ratelimit`.
@@ -46,6 +59,10 @@ pub struct Counters {
     pub received: AtomicU64,
     pub refused: AtomicU64,
     pub applied: AtomicU64,
+    /// Changes refused alone: too far ahead, or past the table's bound.
+    pub changes_refused: AtomicU64,
+    /// A peer's DIGEST or PULL left unanswered: answered less than an interval before.
+    pub answers_skipped: AtomicU64,
 }
 
 pub static COUNTERS: Counters = Counters {
@@ -53,6 +70,8 @@ pub static COUNTERS: Counters = Counters {
     received: AtomicU64::new(0),
     refused: AtomicU64::new(0),
     applied: AtomicU64::new(0),
+    changes_refused: AtomicU64::new(0),
+    answers_skipped: AtomicU64::new(0),
 };
 
 /// Whether the server runs in a cluster and the module takes part in its policy exchange.
@@ -75,6 +94,133 @@ pub fn init(ctx: Ctx) {
         return;
     }
     ENABLED.store(true, Ordering::Relaxed);
+    look_around(ctx);
+}
+
+/// Whether this node has caught up with the cluster's policies since it started (always on
+/// a standalone server): see the module docs.
+pub fn caught_up() -> bool {
+    !enabled() || CAUGHT_UP.load(Ordering::Relaxed)
+}
+
+/// [`caught_up`], looking again first whether a node that was alone has met a cluster since
+/// the last period (RL.LIMIT on a name it does not hold asks this).
+pub fn caught_up_now(ctx: Ctx) -> bool {
+    if enabled() && ALONE.load(Ordering::Relaxed) {
+        look_around(ctx);
+    }
+    caught_up()
+}
+
+static CAUGHT_UP: AtomicBool = AtomicBool::new(false);
+/// Whether this node knew no other node when it last looked.
+static ALONE: AtomicBool = AtomicBool::new(false);
+
+/// The nodes that said their digest equals this node's, while it has not caught up: the
+/// digest they matched, and who.
+static HEARD: Mutex<(u64, Vec<NodeId>)> = Mutex::new((0, Vec::new()));
+
+fn heard() -> MutexGuard<'static, (u64, Vec<NodeId>)> {
+    HEARD.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn catch_up(ctx: Ctx, how: &str) {
+    if !CAUGHT_UP.swap(true, Ordering::Relaxed) {
+        heard().1.clear();
+        log(
+            Some(ctx),
+            Level::Notice,
+            &format!("caught up with the cluster's policies ({how})"),
+        );
+    }
+}
+
+/// The other nodes this one knows.
+fn others(ctx: Ctx) -> Vec<NodeId> {
+    let me = my_cluster_id();
+    ctx.cluster_nodes()
+        .into_iter()
+        .filter(|n| Some(*n) != me)
+        .collect()
+}
+
+/// Updates whether this node is alone: a node alone is caught up (it is the whole cluster);
+/// one that was alone and now knows others has met a cluster and is not, until it exchanges.
+/// The other nodes it knows.
+fn look_around(ctx: Ctx) -> Vec<NodeId> {
+    let others = others(ctx);
+    if others.is_empty() {
+        ALONE.store(true, Ordering::Relaxed);
+        CAUGHT_UP.store(true, Ordering::Relaxed);
+    } else if ALONE.swap(false, Ordering::Relaxed) {
+        CAUGHT_UP.store(false, Ordering::Relaxed);
+        heard().1.clear();
+    }
+    others
+}
+
+/// A peer said its digest equals this node's: caught up when the peer is, or when every
+/// reachable node has said so (none has caught up: the cluster started whole).
+fn heard_equal(ctx: Ctx, sender: &NodeId, digest: u64, theirs_caught_up: bool) {
+    if theirs_caught_up {
+        return catch_up(ctx, "a node that has said its table is the same");
+    }
+    {
+        let mut heard = heard();
+        if heard.0 != digest {
+            *heard = (digest, Vec::new());
+        }
+        if !heard.1.contains(sender) {
+            heard.1.push(*sender);
+        }
+    }
+    check_heard_from_all(ctx);
+}
+
+/// Caught up when every other node that is reachable has said its table is the same, or
+/// when none is reachable (there is no one to catch up from).
+fn check_heard_from_all(ctx: Ctx) {
+    let digest = summary().digest;
+    let reachable: Vec<NodeId> = others(ctx)
+        .into_iter()
+        .filter(|n| ctx.cluster_node_reachable(n))
+        .collect();
+    if reachable.is_empty() {
+        return catch_up(ctx, "no other node is reachable");
+    }
+    let everyone = {
+        let heard = heard();
+        heard.0 == digest && reachable.iter().all(|n| heard.1.contains(n))
+    };
+    if everyone {
+        catch_up(ctx, "every reachable node has said its table is the same");
+    }
+}
+
+/// When this node last answered each peer's DIGEST or PULL (ms, [`monotonic_ms`]).
+static ANSWERED: Mutex<Option<HashMap<NodeId, u64>>> = Mutex::new(None);
+
+/// Whether this node may answer `peer` now (and then it counts as answered); counted when
+/// not.
+fn may_answer(peer: &NodeId) -> bool {
+    let now = monotonic_ms();
+    let mut answered = ANSWERED.lock().unwrap_or_else(PoisonError::into_inner);
+    let answered = answered.get_or_insert_with(HashMap::new);
+    match answered.get(peer) {
+        Some(&last) if now.saturating_sub(last) < ANSWER_INTERVAL_MS => {
+            COUNTERS.answers_skipped.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+        _ => {
+            // Only known nodes get here: the map holds at most the cluster's nodes, and
+            // forgets those it has not answered for a while.
+            if answered.len() > 64 {
+                answered.retain(|_, &mut last| now.saturating_sub(last) < 10 * ANSWER_INTERVAL_MS);
+            }
+            answered.insert(*peer, now);
+            true
+        }
+    }
 }
 
 /// The id this node writes its changes' versions with: its cluster node id, or the
@@ -155,30 +301,54 @@ fn summary() -> Summary {
         live: u32::try_from(live).unwrap_or(u32::MAX),
         tombstones: u32::try_from(tombstones).unwrap_or(u32::MAX),
         clock,
+        caught_up: caught_up(),
     }
 }
 
-/// The last time a refusal was logged (ms), so that a flood writes a line a second at most.
-static LAST_LOGGED_MS: AtomicU64 = AtomicU64::new(0);
+/// So that a flood writes a line a second at most.
+static REFUSALS_LOGGED: Throttle = Throttle::new();
 
 fn refuse(ctx: Ctx, sender: &NodeId, why: &str) {
     COUNTERS.refused.fetch_add(1, Ordering::Relaxed);
-    let now = crate::redis::milliseconds().max(0) as u64;
-    let last = LAST_LOGGED_MS.load(Ordering::Relaxed);
-    if now.saturating_sub(last) >= 1000
-        && LAST_LOGGED_MS
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
-        log(
-            Some(ctx),
-            Level::Warning,
-            &format!(
-                "refusing a cluster message from node {}: {why} (INFO ratelimit counts them)",
-                String::from_utf8_lossy(sender)
-            ),
-        );
-    }
+    REFUSALS_LOGGED.log(Some(ctx), Level::Warning, || {
+        format!(
+            "refusing a cluster message from node {}: {why} (INFO ratelimit counts them)",
+            String::from_utf8_lossy(sender)
+        )
+    });
+}
+
+static CHANGES_LOGGED: Throttle = Throttle::new();
+
+/// A change of `name` refused alone (the rest of its message is applied).
+fn refuse_change(ctx: Ctx, sender: &NodeId, name: &[u8], clock: u64, merged: Merged) {
+    COUNTERS.changes_refused.fetch_add(1, Ordering::Relaxed);
+    CHANGES_LOGGED.log(Some(ctx), Level::Warning, || {
+        let why = if merged == Merged::Ahead {
+            let now = crate::storage::policies::ceiling(
+                u64::try_from(crate::redis::milliseconds()).unwrap_or(0),
+                0,
+            );
+            let ahead_s = (clock >> policies::COUNTER_BITS)
+                .saturating_sub(now >> policies::COUNTER_BITS)
+                / 1000;
+            format!(
+                "its version is {ahead_s} s ahead of this node's clock \
+                 (ratelimit.policy-max-ahead is {} s)",
+                crate::config::policy_max_ahead_ms() / 1000
+            )
+        } else {
+            format!(
+                "the policies table is full ({} policies or tombstones, ratelimit.max-policies)",
+                crate::config::max_policies()
+            )
+        };
+        format!(
+            "refusing a policy change of '{}' from node {}: {why} (INFO ratelimit counts them)",
+            crate::error::quote(name),
+            String::from_utf8_lossy(sender)
+        )
+    });
 }
 
 /// The changes of a CHANGES message as the table takes them, or why not: every policy must
@@ -217,28 +387,53 @@ impl ClusterReceiver for Receiver {
         if !ctx.knows_cluster_node(sender) {
             return refuse(ctx, sender, "a node this one does not know");
         }
+        if ALONE.load(Ordering::Relaxed) {
+            // A known node writes: this one has met a cluster since the last period.
+            look_around(ctx);
+        }
         let message = match wire::decode(payload) {
             Ok(message) => message,
             Err(why) => return refuse(ctx, sender, why),
         };
         match message {
             Message::Digest(theirs) => {
-                if theirs.digest != summary().digest {
-                    send_table(ctx, sender);
-                    send(ctx, Some(sender), &Message::Pull);
+                let mine = summary();
+                if theirs.digest != mine.digest {
+                    if may_answer(sender) {
+                        send_table(ctx, sender);
+                        send(ctx, Some(sender), &Message::Pull);
+                    }
+                } else if !mine.caught_up {
+                    heard_equal(ctx, sender, mine.digest, theirs.caught_up);
+                } else if !theirs.caught_up {
+                    // The same table, and the sender has not caught up: say so, with the flag
+                    // (a message for a message: no answer to bound).
+                    send(ctx, Some(sender), &Message::Digest(mine));
                 }
             }
-            Message::Pull => send_table(ctx, sender),
+            Message::Pull => {
+                if may_answer(sender) {
+                    send_table(ctx, sender);
+                }
+            }
             Message::Changes(changes) => {
                 let changes = match parsed(changes) {
                     Ok(changes) => changes,
                     Err(why) => return refuse(ctx, sender, why),
                 };
+                let bounds = policies::bounds();
                 let mut learned = Vec::new();
                 for (name, held) in changes {
-                    if policies::merge(&name, held) == Merged::Applied {
-                        COUNTERS.applied.fetch_add(1, Ordering::Relaxed);
-                        learned.push(name);
+                    let clock = held.version.clock;
+                    match policies::merge(&name, held, bounds) {
+                        Merged::Applied => {
+                            COUNTERS.applied.fetch_add(1, Ordering::Relaxed);
+                            learned.push(name);
+                        }
+                        Merged::Stale => {}
+                        refused @ (Merged::Ahead | Merged::Full) => {
+                            refuse_change(ctx, sender, &name, clock, refused);
+                        }
                     }
                 }
                 if !learned.is_empty() && ctx.is_primary() {
@@ -287,23 +482,42 @@ fn random() -> u64 {
     x.wrapping_mul(0x2545_f491_4f6c_dd1d)
 }
 
-/// Once a period: drop the tombstones past their time, send the digest to one other node,
-/// and set the next period.
+/// The periods of a tenth a node that has not caught up runs before it goes back to whole
+/// periods (two seconds of them).
+const FAST_TICKS_MAX: u64 = 20;
+static FAST_TICKS: AtomicU64 = AtomicU64::new(0);
+
+/// Once a period: drop the tombstones past their time, send the digest to one other node
+/// (to every other node while this one has not caught up), and set the next period.
 struct Exchange;
 
 impl Timer for Exchange {
     fn fire(ctx: Ctx<'_>) {
         policies::expire_tombstones(now_ms());
-        let me = my_cluster_id();
-        let others: Vec<NodeId> = ctx
-            .cluster_nodes()
-            .into_iter()
-            .filter(|n| Some(*n) != me)
-            .collect();
-        if !others.is_empty() {
-            let target = others[(random() % others.len() as u64) as usize];
-            send(ctx, Some(&target), &Message::Digest(summary()));
+        let others = look_around(ctx);
+        if !caught_up() {
+            // Nodes may have failed since they were heard from.
+            check_heard_from_all(ctx);
         }
-        ctx.timer::<Exchange>(PERIOD_MS);
+        let digest = Message::Digest(summary());
+        if caught_up() {
+            if !others.is_empty() {
+                let target = others[(random() % others.len() as u64) as usize];
+                send(ctx, Some(&target), &digest);
+            }
+        } else {
+            for target in &others {
+                send(ctx, Some(target), &digest);
+            }
+        }
+        // A node alone has nothing to send, and looks around more often: so that it says it
+        // has not caught up soon after it meets a cluster. One that has not caught up sends
+        // more often for its first periods: it refuses policy changes until it has.
+        let fast = others.is_empty()
+            || (!caught_up() && FAST_TICKS.fetch_add(1, Ordering::Relaxed) < FAST_TICKS_MAX);
+        if caught_up() {
+            FAST_TICKS.store(0, Ordering::Relaxed);
+        }
+        ctx.timer::<Exchange>(if fast { PERIOD_MS / 10 } else { PERIOD_MS });
     }
 }

@@ -9,7 +9,10 @@
 //! whole. Integers are little-endian.
 //!
 //! - `DIGEST` (1): the sender's table digest (u64), its live policies and tombstones (u32
-//!   each) and its clock (u64): sent once a period to one other node.
+//!   each), its clock (u64) and flags (u8; bit 0: the sender has caught up with the
+//!   cluster's policies): sent once a period to one other node (to every other node while
+//!   the sender has not caught up). A DIGEST without the flags byte (the module before it)
+//!   is taken as from a node that has caught up.
 //! - `PULL` (2): no body: "send me your whole table".
 //! - `CHANGES` (3): a count (u32), then per name: the name (u16 length, bytes), the version
 //!   (clock u64, node id 40 bytes), and either `0` and the policy's words (u8 count, each a
@@ -44,6 +47,8 @@ pub struct Summary {
     pub live: u32,
     pub tombstones: u32,
     pub clock: u64,
+    /// Whether the sender has caught up with the cluster's policies since it started.
+    pub caught_up: bool,
 }
 
 /// One name's latest change.
@@ -75,6 +80,7 @@ pub fn encode(message: &Message) -> Vec<u8> {
             out.extend_from_slice(&s.live.to_le_bytes());
             out.extend_from_slice(&s.tombstones.to_le_bytes());
             out.extend_from_slice(&s.clock.to_le_bytes());
+            out.push(u8::from(s.caught_up));
         }
         Message::Pull => out.push(PULL),
         Message::Changes(changes) => {
@@ -176,6 +182,10 @@ pub fn decode(payload: &[u8]) -> Result<Message, &'static str> {
             live: r.u32()?,
             tombstones: r.u32()?,
             clock: r.u64()?,
+            caught_up: match r.bytes {
+                [] => true,
+                _ => r.u8()? & 1 == 1,
+            },
         }),
         PULL => Message::Pull,
         CHANGES => {
@@ -253,6 +263,14 @@ mod tests {
                 live: 3,
                 tombstones: 1,
                 clock: 99,
+                caught_up: false,
+            }),
+            Message::Digest(Summary {
+                digest: 1,
+                live: 0,
+                tombstones: 0,
+                clock: u64::MAX,
+                caught_up: true,
             }),
             Message::Pull,
             Message::Changes(vec![]),
@@ -306,6 +324,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_digest_of_the_module_before_flags_reads_as_from_a_node_caught_up() {
+        let summary = Summary {
+            digest: 7,
+            live: 1,
+            tombstones: 2,
+            clock: 3,
+            caught_up: false,
+        };
+        let mut old = encode(&Message::Digest(summary));
+        // Drop the flags byte, and sign again as the module before it did.
+        old.truncate(old.len() - CHECKSUM - 1);
+        let sum = Fnv::new().bytes(&old).finish();
+        old.extend_from_slice(&sum.to_le_bytes());
+        assert_eq!(old.len(), 37);
+        assert_eq!(
+            decode(&old),
+            Ok(Message::Digest(Summary {
+                caught_up: true,
+                ..summary
+            }))
+        );
     }
 
     /// A forged message with a valid checksum: each bound is checked on its own.

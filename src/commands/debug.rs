@@ -136,3 +136,43 @@ pub fn rl_debug_clustermsg(call: &Call) -> Result<Response, Error> {
     let sent = crate::cluster::send_raw(call.ctx, node, payload);
     Ok(Response::reply(Reply::Int(i64::from(sent))))
 }
+
+pub static RL_DEBUG_POLICYVERSION: Command = command! {
+    name: name!("rl.debug.policyversion"),
+    flags: c"admin",
+    acl: PRIVILEGED,
+    keys: NO_KEYS,
+    when: When::Always,
+    replayable: false,
+    summary: c"Set the version clock of what a policy name holds on this node, with no bound and nothing sent, to test how a poisoned table recovers (only with debug-clock yes)",
+    complexity: O1,
+    key: KeyUse::None,
+    args: &[
+        string(c"name", c"the policy's name"),
+        string(c"clock", c"the version's clock, 0 to 18446744073709551615"),
+    ],
+    handler: rl_debug_policyversion,
+};
+
+/// `RL.DEBUG.POLICYVERSION name clock`: plants the version clock `clock` on what `name`
+/// holds here, as the module before bounded versions could take it from a peer. Reply: OK,
+/// or an error when `name` holds nothing.
+pub fn rl_debug_policyversion(call: &Call) -> Result<Response, Error> {
+    if !clock::debug_enabled() {
+        return Err(Error::DebugClockOff);
+    }
+    let mut a = RL_DEBUG_POLICYVERSION.syntax.args_bounded(call.args)?;
+    let name = a.next()?;
+    let version = a.next()?;
+    let version = crate::digits::digits(version).ok_or(Error::Count {
+        arg: "clock",
+        min: 0,
+        max: u64::MAX,
+    })?;
+    if !crate::storage::policies::plant(name, version) {
+        return Err(Error::NoPolicy {
+            name: crate::error::quote(name),
+        });
+    }
+    Ok(Response::reply(Reply::Ok))
+}

@@ -29,21 +29,19 @@ const POLICY_FIELDS: [&std::ffi::CStr; 4] = [c"calls", c"admitted", c"denied", c
 /// ```text
 /// # ratelimit_commandstats
 /// ratelimit_rl.gcra:calls=10,admitted=6,denied=2,shadow_denied=1,errors=1
-/// # ratelimit_policystats
-/// ratelimit_api:calls=7,admitted=4,denied=2,shadow_denied=1
-/// # ratelimit_rulestats
-/// ratelimit_api.0:shadow=0,denied=2
-/// ratelimit_api.1:shadow=1,denied=1
 /// # ratelimit_policies
 /// ratelimit_policies:2
 /// ratelimit_policy_tombstones:0
 /// ratelimit_policies_digest:9f0c4c7a1d2e3b45
-/// ratelimit_policy_clock:7
+/// ratelimit_policy_clock:117093590311108608
+/// ratelimit_policies_caught_up:1
 /// ratelimit_cluster_exchange:1
 /// ratelimit_cluster_messages_sent:12
 /// ratelimit_cluster_messages_received:12
 /// ratelimit_cluster_messages_refused:0
 /// ratelimit_cluster_changes_applied:3
+/// ratelimit_cluster_changes_refused:0
+/// ratelimit_cluster_answers_skipped:0
 /// # ratelimit_top
 /// ratelimit_top_counters:3
 /// # ratelimit_memory
@@ -55,27 +53,44 @@ const POLICY_FIELDS: [&std::ffi::CStr; 4] = [c"calls", c"admitted", c"denied", c
 /// ```
 ///
 /// Shown by `INFO ratelimit`, `INFO ratelimit_<section>`, `INFO modules` and
-/// `INFO everything` (not by `INFO` or `INFO all`, which leave module sections out).
+/// `INFO everything` (not by `INFO` or `INFO all`, which leave module sections out): each
+/// costs the same whatever the number of policies. A line per policy and per rule comes only
+/// with `INFO ratelimit_policystats` and `INFO ratelimit_rulestats` (asked for by name):
+///
+/// ```text
+/// # ratelimit_policystats
+/// ratelimit_api:calls=7,admitted=4,denied=2,shadow_denied=1
+/// # ratelimit_rulestats
+/// ratelimit_api.0:shadow=0,denied=2
+/// ratelimit_api.1:shadow=1,denied=1
+/// ```
+///
 /// A policy's name is written with every byte outside `A-Z a-z 0-9 _ - .` (and `%`) as
 /// `%XX`, so a name cannot break INFO's `name:value` lines.
 pub fn info(ctx: &InfoContext, _for_crash_report: bool) {
     let info = Info::new(ctx);
     // A panic here would abort the server like one in a command.
-    let _ = catch_unwind(AssertUnwindSafe(|| write_info(&info)));
-    let _ = catch_unwind(AssertUnwindSafe(|| write_policies(&info)));
-    let _ = catch_unwind(AssertUnwindSafe(|| write_table(&info)));
-    let _ = catch_unwind(AssertUnwindSafe(|| write_top(&info)));
-    let _ = catch_unwind(AssertUnwindSafe(|| write_memory(&info)));
+    let written = [
+        catch_unwind(AssertUnwindSafe(|| write_info(&info))),
+        catch_unwind(AssertUnwindSafe(|| write_table(&info))),
+        catch_unwind(AssertUnwindSafe(|| write_top(&info))),
+        catch_unwind(AssertUnwindSafe(|| write_memory(&info))),
+    ];
+    // Every section taken: INFO asked for the whole module (`INFO ratelimit`, `INFO modules`,
+    // `INFO everything`), which costs the same whatever the number of policies; the sections
+    // of a line per policy or rule come only when asked for by name.
+    if !written.iter().all(|w| matches!(w, Ok(true))) {
+        let _ = catch_unwind(AssertUnwindSafe(|| write_policies(&info)));
+    }
 }
 
 /// `# ratelimit_policies`: the policies table (live policies, tombstones, its digest, equal on
 /// every node of a converged cluster, and its clock) and what the cluster bus carried for it
 /// (`crate::cluster`).
-fn write_table(info: &Info) {
+fn write_table(info: &Info) -> bool {
     if !info.section(c"policies") {
-        return;
+        return false;
     }
-    // The digest hashes the whole table: only when the section is asked for.
     let (digest, live, tombstones, clock) = policies::summary();
     info.field(c"policies", live as u64);
     info.field(c"policy_tombstones", tombstones as u64);
@@ -83,6 +98,10 @@ fn write_table(info: &Info) {
         info.text(c"policies_digest", &text);
     }
     info.field(c"policy_clock", clock);
+    info.field(
+        c"policies_caught_up",
+        u64::from(crate::cluster::caught_up()),
+    );
     let counters = &crate::cluster::COUNTERS;
     info.field(c"cluster_exchange", u64::from(crate::cluster::enabled()));
     for (name, value) in [
@@ -90,18 +109,21 @@ fn write_table(info: &Info) {
         (c"cluster_messages_received", &counters.received),
         (c"cluster_messages_refused", &counters.refused),
         (c"cluster_changes_applied", &counters.applied),
+        (c"cluster_changes_refused", &counters.changes_refused),
+        (c"cluster_answers_skipped", &counters.answers_skipped),
     ] {
         info.field(name, value.load(std::sync::atomic::Ordering::Relaxed));
     }
+    true
 }
 
 /// `# ratelimit_memory`: what the interned parameter table holds (see
 /// `storage::compact::Interner`): distinct sets, slots, and the bytes they take; and whether
 /// the server's `maxmemory-policy` can evict limiter keys (`storage::eviction`).
-fn write_memory(info: &Info) {
+fn write_memory(info: &Info) -> bool {
     let usage = crate::storage::compact::interner().usage();
     if !info.section(c"memory") {
-        return;
+        return false;
     }
     for (name, value) in [
         (c"interned_params", usage.params),
@@ -116,23 +138,25 @@ fn write_memory(info: &Info) {
     if let Ok(policy) = CString::new(policy) {
         info.text(c"maxmemory_policy", &policy);
     }
+    true
 }
 
 /// `# ratelimit_top`: RL.TOP's counters in use (both generations) and the denials of keys
 /// too long to record.
-fn write_top(info: &Info) {
+fn write_top(info: &Info) -> bool {
     let (counters, untracked) = crate::top::usage();
     if !info.section(c"top") {
-        return;
+        return false;
     }
     info.field(c"top_counters", counters as u64);
     info.field(c"top_untracked", untracked);
+    true
 }
 
-fn write_info(info: &Info) {
+fn write_info(info: &Info) -> bool {
     // Refused when INFO asked for other sections only.
     if !info.section(c"commandstats") {
-        return;
+        return false;
     }
     for command in COMMANDS {
         if !command.stats.is_registered() {
@@ -144,6 +168,7 @@ fn write_info(info: &Info) {
         }
         info.end_dict();
     }
+    true
 }
 
 /// A policy name as INFO shows it: bytes outside `A-Z a-z 0-9 _ - .` as `%XX`.

@@ -43,7 +43,14 @@ pub fn rl_limit(call: &Call) -> Result<Response, Error> {
     let mut a = RL_LIMIT.syntax.args(call.args)?;
     let name = a.next()?;
     let opts = a.options()?;
-    let policy = policies::get(name).ok_or_else(|| Error::NoPolicy { name: quote(name) })?;
+    let policy = policies::get(name).ok_or_else(|| {
+        // A cluster node that has not caught up may only not have learned it yet.
+        if crate::cluster::caught_up_now(call.ctx) {
+            Error::NoPolicy { name: quote(name) }
+        } else {
+            Error::PolicyNotYet { name: quote(name) }
+        }
+    })?;
     let shadow = policy.shadow;
     // The step hands back the rules' outcome: the binding rule, its own decision, and the
     // shadow rules that would have refused.

@@ -140,7 +140,7 @@ const PRIVILEGED: &CStr = c"admin dangerous";
 const O1: &CStr = c"O(1)";
 
 /// Every command of the module, in the order they are registered (and listed by INFO).
-pub static COMMANDS: [&Command; 24] = [
+pub static COMMANDS: [&Command; 26] = [
     &gcra::RL_GCRA,
     &gcra::CL_THROTTLE,
     &token_bucket::RL_TOKENBUCKET,
@@ -158,11 +158,13 @@ pub static COMMANDS: [&Command; 24] = [
     &policy::RL_POLICY_DEL,
     &policy::RL_POLICY_LIST,
     &policy::RL_POLICY_SYNC,
+    &policy::RL_POLICY_FORCE,
     &top::RL_TOP,
     &inspect::RL_INSPECT,
     &debug::RL_DEBUG_CLOCK,
     &debug::RL_DEBUG_PANIC,
     &debug::RL_DEBUG_CLUSTERMSG,
+    &debug::RL_DEBUG_POLICYVERSION,
     &replay::RL_REPLAY,
     &replay::RL_LOADSTATE,
 ];

@@ -1,4 +1,4 @@
-//! RL.POLICY.SET/GET/DEL/LIST: named lists of rules kept on the server (the table is
+//! RL.POLICY.SET/GET/DEL/LIST/FORCE: named lists of rules kept on the server (the table is
 //! `storage::policies`), which RL.LIMIT (`limit.rs`) checks a key against.
 
 use std::ffi::CStr;
@@ -8,7 +8,8 @@ use crate::args::rules;
 use crate::args::syntax::{arg, name, string, token, Arg, KeyUse, Kind};
 use crate::cluster;
 use crate::dispatch::Call;
-use crate::error::Error;
+use crate::error::{quote, Error};
+use crate::log::{Level, Throttle};
 use crate::response::{Propagate, Reply, Response};
 use crate::storage::policies::{
     self, Content, Held, Policy, Version, Versioned, MAX_NAME, NODE_ID_LEN, STANDALONE,
@@ -49,6 +50,17 @@ pub static RL_POLICY_SET: Command = command! {
 
 /// How a change made here goes to replicas and the AOF: verbatim on a standalone server, as
 /// RL.POLICY.SYNC with its version on a cluster node (which also tells every other node).
+/// A change made here must not be acknowledged before this node has caught up with the
+/// cluster's policies (docs/cluster.md, Catching up): it could lose to a change it has not
+/// learned yet. A replica's stream and the AOF are not clients: they always apply.
+fn may_change(call: &Call) -> Result<(), Error> {
+    if call.ctx.replicated_or_loading() || cluster::caught_up_now(call.ctx) {
+        Ok(())
+    } else {
+        Err(Error::PolicyChangeNotYet)
+    }
+}
+
 fn changed() -> Propagate {
     if cluster::enabled() {
         Propagate::PolicyChange
@@ -70,10 +82,25 @@ pub fn rl_policy_set(call: &Call) -> Result<Response, Error> {
         crate::config::sliding_log_max_limit()
     };
     let parsed = rules::parse(&mut a, log_max)?;
+    may_change(call)?;
     let policy = Policy::new(parsed.rules, parsed.shadow, parsed.words);
-    policies::set(name, policy, cluster::node_id());
+    let bounded = !call.ctx.replicated_or_loading();
+    if let Err(full) = policies::set(name, policy, cluster::node_id(), bounded) {
+        FULL_LOGGED.log(Some(call.ctx), Level::Warning, || {
+            format!(
+                "refusing RL.POLICY.SET of '{}': the policies table is full ({} policies, \
+                 ratelimit.max-policies)",
+                quote(name),
+                full.max
+            )
+        });
+        return Err(Error::PoliciesFull { max: full.max });
+    }
     Ok(Response::propagating(Reply::Ok, changed()))
 }
+
+/// So that a client looping on a full table writes a line a second at most.
+static FULL_LOGGED: Throttle = Throttle::new();
 
 pub static RL_POLICY_GET: Command = command! {
     name: name!("rl.policy.get"),
@@ -91,11 +118,16 @@ pub static RL_POLICY_GET: Command = command! {
 
 /// `RL.POLICY.GET name`
 ///
-/// Reply: the policy's rules as words (algorithm names upper case), or nil.
+/// Reply: the policy's rules as words (algorithm names upper case), or nil (on a cluster node
+/// that has not caught up with the cluster's policies, TRYAGAIN instead of nil).
 pub fn rl_policy_get(call: &Call) -> Result<Response, Error> {
     let name = RL_POLICY_GET.syntax.args_bounded(call.args)?.next()?;
     Ok(Response::reply(match policies::get(name) {
         Some(policy) => Reply::Strings(policy.words.clone()),
+        // A cluster node that has not caught up may only not have learned it yet.
+        None if !cluster::caught_up_now(call.ctx) => {
+            return Err(Error::PolicyNotYet { name: quote(name) })
+        }
         None => Reply::Nil,
     }))
 }
@@ -121,6 +153,7 @@ pub static RL_POLICY_DEL: Command = command! {
 /// same rules picks it up again). Reply: 1 if it existed, else 0.
 pub fn rl_policy_del(call: &Call) -> Result<Response, Error> {
     let name = RL_POLICY_DEL.syntax.args_bounded(call.args)?.next()?;
+    may_change(call)?;
     let deleted = policies::delete(
         name,
         cluster::node_id(),
@@ -162,6 +195,42 @@ pub fn rl_policy_list(call: &Call) -> Result<Response, Error> {
     Ok(Response::reply(Reply::Strings(names)))
 }
 
+pub static RL_POLICY_FORCE: Command = command! {
+    name: name!("rl.policy.force"),
+    flags: c"write fast",
+    acl: CONFIG,
+    keys: NO_KEYS,
+    when: When::Always,
+    replayable: false,
+    summary: c"Make this node's policy of a name (or its deletion) win on every node of a cluster, over any version the cluster holds",
+    complexity: RULES_COMPLEXITY,
+    key: KeyUse::None,
+    args: &[POLICY_NAME],
+    handler: rl_policy_force,
+};
+
+/// `RL.POLICY.FORCE name`
+///
+/// On a cluster node: what this node holds for `name`, its rules or its deletion (a
+/// tombstone), gets a version a second under the most this node takes from others
+/// (`ratelimit.policy-max-ahead` ahead of its clock), and goes to every node, where it wins
+/// over any version a node took (docs/cluster.md, Policies). For the operator whose change
+/// keeps losing to a version ahead of the clocks. Reply: 1, or 0 when this node holds
+/// nothing for `name`. On a standalone server nothing changes: 1 if the policy exists.
+pub fn rl_policy_force(call: &Call) -> Result<Response, Error> {
+    let name = RL_POLICY_FORCE.syntax.args_bounded(call.args)?.next()?;
+    if !cluster::enabled() {
+        return Ok(Response::reply(Reply::Int(i64::from(
+            policies::get(name).is_some(),
+        ))));
+    }
+    may_change(call)?;
+    Ok(match policies::force(name, cluster::node_id()) {
+        Some(_) => Response::propagating(Reply::Int(1), Propagate::PolicyChange),
+        None => Response::reply(Reply::Int(0)),
+    })
+}
+
 pub static RL_POLICY_SYNC: Command = command! {
     name: name!("rl.policy.sync"),
     flags: c"write",
@@ -194,7 +263,7 @@ pub fn rl_policy_sync(call: &Call) -> Result<Response, Error> {
     }
     let (name, held) =
         sync_change(call.args.get(1..).unwrap_or_default()).ok_or(Error::BadPolicySync)?;
-    policies::merge(name, held);
+    policies::merge_loaded(name, held);
     Ok(Response::propagating(Reply::Ok, Propagate::Verbatim))
 }
 

@@ -119,19 +119,35 @@ impl Ctx<'_> {
 
     /// Whether `id` is a node this one knows.
     pub fn knows_cluster_node(self, id: &[u8; NODE_ID_LEN]) -> bool {
+        self.cluster_node_flags(id).is_some()
+    }
+
+    /// Whether `id` is a node this one knows and does not take for failing (`PFAIL` or
+    /// `FAIL`): one that can be expected to answer.
+    pub fn cluster_node_reachable(self, id: &[u8; NODE_ID_LEN]) -> bool {
+        self.cluster_node_flags(id).is_some_and(|flags| {
+            flags & (raw::REDISMODULE_NODE_PFAIL | raw::REDISMODULE_NODE_FAIL) as i32 == 0
+        })
+    }
+
+    /// The flags of the node `id` (`REDISMODULE_NODE_*`), or None when this node does not
+    /// know it.
+    fn cluster_node_flags(self, id: &[u8; NODE_ID_LEN]) -> Option<i32> {
         let id = c_id(id);
-        // SAFETY: a live context; the id is NUL-terminated; the out-pointers may be null.
+        let mut flags: i32 = 0;
+        // SAFETY: a live context; the id is NUL-terminated; the other out-pointers may be
+        // null, and `flags` is written during the call only.
         unsafe {
-            raw::RedisModule_GetClusterNodeInfo.is_some_and(|info| {
-                info(
-                    self.raw(),
-                    id.as_ptr(),
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                ) == raw::REDISMODULE_OK as i32
-            })
+            let info = raw::RedisModule_GetClusterNodeInfo?;
+            (info(
+                self.raw(),
+                id.as_ptr(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                &mut flags,
+            ) == raw::REDISMODULE_OK as i32)
+                .then_some(flags)
         }
     }
 }

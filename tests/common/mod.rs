@@ -627,6 +627,11 @@ pub fn cluster_with(primaries: usize, replicas: usize, extra: &[&str]) -> Vec<Se
     for node in &nodes {
         wait_for_cluster_ok(node);
     }
+    // Every node caught up with the cluster's policies (it refuses policy changes until then:
+    // docs/cluster.md, Catching up).
+    for node in &nodes {
+        wait_for_caught_up(node);
+    }
     // Every replica in sync with its primary, as the primary sees it (a failover before that
     // loses every key: see `wait_until_online`).
     for node in &nodes {
@@ -636,6 +641,22 @@ pub fn cluster_with(primaries: usize, replicas: usize, extra: &[&str]) -> Vec<Se
         }
     }
     nodes
+}
+
+/// Waits (up to 30 s) until `node` says it has caught up with the cluster's policies
+/// (`ratelimit_policies_caught_up:1`).
+pub fn wait_for_caught_up(node: &Server) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut c = node.client();
+    while c.info_field("ratelimit_policies", "ratelimit_policies_caught_up") != "1" {
+        assert!(
+            Instant::now() < deadline,
+            "node {} has not caught up: {}",
+            node.port,
+            c.cmd(&["INFO", "ratelimit_policies"]).text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Whether this primary has replicas configured (CLUSTER NODES lists one of it).

@@ -78,12 +78,62 @@ function plainOptions(o) {
   );
 }
 
-function withTimeout(promise, ms) {
+/** The pause before a call's round trips are sent again after a TRYAGAIN, in ms. */
+const TRY_AGAIN_PAUSE_MS = 20;
+
+/**
+ * Whether a call whose round trips failed with `error`, `leftMs` of its timeout left, sends them
+ * again: the pause before it in ms, or undefined (the error is the call's failure). A TRYAGAIN is
+ * the server saying it did not run the command and may later: a cluster node that has not caught
+ * up with the cluster's policies since it started or joined, asked for a policy it does not hold
+ * yet or for a policy change (docs/cluster.md), or a multi-key command (a policy's rule keys on
+ * the scripts) while its slot moves. node-redis follows MOVED and ASK itself, not TRYAGAIN. Sent
+ * again only when time is left after the pause for the answer to come.
+ * @param {unknown} error
+ * @param {number} leftMs
+ * @returns {number | undefined}
+ */
+function retryPauseMs(error, leftMs) {
+  const message = error instanceof Error ? error.message : '';
+  return message.startsWith('TRYAGAIN') && leftMs > TRY_AGAIN_PAUSE_MS ? TRY_AGAIN_PAUSE_MS : undefined;
+}
+
+/**
+ * A call's round trips (`attempt()`) within its timeout, `ms`: rejects with TimeoutError once
+ * `ms` have passed, and sends them again after a TRYAGAIN while time is left (retryPauseMs). The
+ * one place the request path applies the timeout, so every module command it sends goes through
+ * here (a check, a local budget's refill, the probe of `t`, a refund, a release). A TRYAGAIN comes
+ * from a command the server did not run, and what an attempt did before it is kept by its caller
+ * (a policy's RL.POLICY.SET is sent once), so a second attempt repeats no write. The deadline is
+ * this process's real time (setTimeout's), not the limiter's `now`, which tests make fake.
+ * @template T
+ * @param {() => Promise<T>} attempt
+ * @param {number} ms
+ * @returns {Promise<T>}
+ */
+async function withTimeout(attempt, ms) {
+  const deadline = performance.now() + ms;
   let timer;
+  let pause;
   const timeout = new Promise((_, reject) => {
     timer = setTimeout(() => reject(new TimeoutError(ms)), ms);
   });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+  try {
+    for (;;) {
+      try {
+        return await Promise.race([attempt(), timeout]);
+      } catch (error) {
+        const wait = retryPauseMs(error, deadline - performance.now());
+        if (wait === undefined) throw error;
+        // The timer of the timeout is due after the pause (time is left after it): it still
+        // ends the call should the pause run late.
+        await Promise.race([new Promise((resolve) => { pause = setTimeout(resolve, wait); }), timeout]);
+      }
+    }
+  } finally {
+    clearTimeout(timer);
+    clearTimeout(pause);
+  }
 }
 
 /**
@@ -387,7 +437,7 @@ class RateLimit {
         holdMs,
         ask: async (key, atMost) => {
           await this.setup.pending;
-          return withTimeout(this.#ask(key, 1, { atMost }), this.timeout);
+          return withTimeout(() => this.#ask(key, 1, { atMost }), this.timeout);
         },
         refund: (key, n) => this.refund(key, n),
         windowed: this.algorithm === 'fixedwindow',
@@ -459,11 +509,15 @@ class RateLimit {
 
   // One RL.POLICY.GET for all the requests that need it. A failure (Redis's, or a reply the
   // package cannot read: no such policy, a rule it does not know) is not kept: the request
-  // fails as configured, and the next one reads the policy again.
-  #policyShapes() {
+  // fails as configured, and the next one reads the policy again. On a cluster, sent by `key`,
+  // the key of the RL.LIMIT it goes with, so to the node that answers that RL.LIMIT: a node that
+  // has not caught up with the cluster's policies (one that has just joined) answers both with
+  // TRYAGAIN, and the RL.LIMIT's is the one the call goes by (tried again: withTimeout). The
+  // rejection of a reading not awaited is handled (the catch above).
+  #policyShapes(key) {
     if (this.shapes === undefined && this.rules !== undefined) this.shapes = Promise.resolve(this.rules.shapes);
     if (this.shapes === undefined) {
-      const pending = this.send(['RL.POLICY.GET', /** @type {string} */ (this.policy)]).then((flat) => {
+      const pending = this.send(['RL.POLICY.GET', /** @type {string} */ (this.policy)], key).then((flat) => {
         if (!Array.isArray(flat)) throw new Error(`no policy named ${JSON.stringify(this.policy)} (RL.POLICY.GET)`);
         return policyShapes(flat);
       });
@@ -570,7 +624,13 @@ class RateLimit {
       if (this.adaptive !== undefined) decision.adaptive = this.adaptive;
       return [decision, shape.more];
     }
-    const [shapes, [raw, acked]] = await Promise.all([this.#policyShapes(), this.#sendWaiting(args, dryRun)]);
+    // RL.LIMIT, then RL.POLICY.GET when the rules are not known yet, in the same round trip:
+    // the RL.LIMIT's failure is the call's (a TRYAGAIN is tried again: withTimeout), the
+    // reading's only once the RL.LIMIT has decided.
+    const limited = this.#sendWaiting(args, dryRun);
+    const read = this.#policyShapes(args[1]);
+    const [raw, acked] = await limited;
+    const shapes = await read;
     const reply = this.#durable(parseReply(raw, 'rule', extras), acked);
     const rule = /** @type {number} */ (reply.rule); // RL.LIMIT's reply always has it
     // A rule past those read: the policy has grown on the server since; read it again next time.
@@ -634,7 +694,7 @@ class RateLimit {
     if (decision.remaining >= decision.limit) return undefined;
     const args = [this.command, this.redisKey(key), ...this.args, 'COST', String(decision.remaining + 1), 'DRYRUN'];
     try {
-      const probe = parseReply(await withTimeout(this.#run(args), this.timeout), this.sixth);
+      const probe = parseReply(await withTimeout(() => this.#run(args), this.timeout), this.sixth);
       return probe.retryAfterMs >= 0 ? probe.retryAfterMs : undefined;
     } catch {
       return undefined;
@@ -725,7 +785,7 @@ class RateLimit {
     let decision;
     let more;
     try {
-      [decision, more] = await withTimeout(this.#ask(key, cost, { atMost, shadow, dryRun, id }), this.timeout);
+      [decision, more] = await withTimeout(() => this.#ask(key, cost, { atMost, shadow, dryRun, id }), this.timeout);
     } catch (error) {
       // What needs the module, on the script backend (or backend "module" without it): the
       // application's configuration, not a Redis failure: rejected, never passed.
@@ -789,7 +849,7 @@ class RateLimit {
     const args = ['RL.REFUND', this.redisKey(key), String(units)];
     if (dryRun) args.push('DRYRUN');
     await this.setup.pending;
-    const reply = await withTimeout(this.#run(args), this.timeout);
+    const reply = await withTimeout(() => this.#run(args), this.timeout);
     const given = Number(reply);
     if (typeof reply !== 'number' || !Number.isSafeInteger(given) || given < 0) {
       throw new Error(`unexpected reply from the module: RL.REFUND answered ${String(reply)}`);
@@ -824,7 +884,7 @@ class RateLimit {
     if (dropped) args.push('DROPPED');
     await this.setup.pending;
     try {
-      await withTimeout(this.#run(args), this.timeout); // on the backend the lease was taken on
+      await withTimeout(() => this.#run(args), this.timeout); // on the backend the lease was taken on
     } catch (error) {
       this.stats.releaseFailures += 1;
       this.logger?.warn?.(
@@ -835,4 +895,4 @@ class RateLimit {
   }
 }
 
-module.exports = { NotDurableError, RateLimit };
+module.exports = { NotDurableError, RateLimit, TRY_AGAIN_PAUSE_MS, retryPauseMs };

@@ -114,7 +114,11 @@ export async function startCluster({ withModule = true } = {}) {
     for (;;) {
       const info = String(await c.sendCommand(['CLUSTER', 'INFO']));
       const known = String(await c.sendCommand(['CLUSTER', 'NODES'])).trim().split('\n').length;
-      if (info.includes('cluster_state:ok') && known === 3) break;
+      // With the module: caught up with the cluster's policies too (a node refuses policy
+      // changes until it has: docs/cluster.md, Catching up).
+      const policies = String(await c.sendCommand(['INFO', 'ratelimit_policies']));
+      const caughtUp = !policies.includes('caught_up') || policies.includes('ratelimit_policies_caught_up:1');
+      if (info.includes('cluster_state:ok') && known === 3 && caughtUp) break;
       assert.ok(Date.now() < deadline, 'the cluster did not come up');
       await sleep(50);
     }

@@ -63,6 +63,8 @@ const NOT_REACHED = {
   'RL.DEBUG.CLOCK': 'tests only (debug-clock yes); the package\'s tests use it directly',
   'RL.DEBUG.PANIC': 'tests only (debug-clock yes)',
   'RL.DEBUG.CLUSTERMSG': 'tests only (debug-clock yes)',
+  'RL.DEBUG.POLICYVERSION': 'tests only (debug-clock yes)',
+  'RL.POLICY.FORCE': 'administration, as RL.POLICY.SET: an operator\'s repair on Redis Cluster',
   'RL.REPLAY': 'internal: replication and the AOF, refused from clients',
   'RL.LOADSTATE': 'internal: replication and the AOF, refused from clients',
   'RL.POLICY.SYNC': 'internal: replication and the AOF, refused from clients',

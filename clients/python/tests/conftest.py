@@ -220,9 +220,13 @@ def start_cluster(base: Path, kind: type[Server]) -> list[Server]:
         deadline = time.monotonic() + 30
         for node in nodes:
             with node.client(decode_responses=True) as c:
-                while "cluster_state:ok" not in c.execute_command("CLUSTER", "INFO") or len(
-                    c.execute_command("CLUSTER", "NODES").splitlines()
-                ) < 3:
+                # With the module: caught up with the cluster's policies too (a node refuses
+                # policy changes until it has: docs/cluster.md, Catching up).
+                while (
+                    "cluster_state:ok" not in c.execute_command("CLUSTER", "INFO")
+                    or len(c.execute_command("CLUSTER", "NODES").splitlines()) < 3
+                    or c.info("ratelimit_policies").get("ratelimit_policies_caught_up", 1) != 1
+                ):
                     assert time.monotonic() < deadline, "the cluster did not come up"
                     time.sleep(0.05)
     except BaseException:

@@ -34,7 +34,10 @@ use crate::metrics::PolicyStats;
 use crate::redis::{Ctx, Io, ServerEvent, Timer};
 use algorithms::rule_set::Rules;
 
-pub use versions::{Content, Fnv, Merged, NodeId, Version, Versioned, NODE_ID_LEN, STANDALONE};
+pub use versions::{
+    ceiling, Bounds, Content, Fnv, Full, Merged, NodeId, Version, Versioned, COUNTER_BITS,
+    NODE_ID_LEN, STANDALONE,
+};
 
 /// The longest policy name, in bytes.
 pub const MAX_NAME: usize = 256;
@@ -104,28 +107,84 @@ fn carry_stats(table: &Table, name: &[u8], incoming: &Held) {
     }
 }
 
+/// The server's wall clock in ms: what a version's clock starts from (never the debug clock:
+/// versions are compared between nodes).
+fn wall_ms() -> u64 {
+    u64::try_from(crate::redis::milliseconds()).unwrap_or(0)
+}
+
+/// What the table takes now from another node: versions up to `ratelimit.policy-max-ahead`
+/// ahead of the wall clock, and `ratelimit.max-policies` of each kind.
+pub fn bounds() -> Bounds {
+    Bounds {
+        ceiling: ceiling(wall_ms(), crate::config::policy_max_ahead_ms()),
+        max: crate::config::max_policies(),
+    }
+}
+
 /// Creates or replaces the policy `name`, a change made on this node (`node`, see
-/// `crate::cluster::node_id`); a replaced policy's counters carry over. Its version.
-pub fn set(name: &[u8], policy: Policy, node: NodeId) -> Version {
+/// `crate::cluster::node_id`); a replaced policy's counters carry over. Its version, or the
+/// bound reached when it would be a new policy past `ratelimit.max-policies` (`bounded`: a
+/// client's change; a replica's stream and the AOF take what the primary, or this server
+/// before it restarted, accepted).
+pub fn set(name: &[u8], policy: Policy, node: NodeId, bounded: bool) -> Result<Version, Full> {
     let mut table = table();
     if let Some(old) = table.get(name) {
         policy.stats.carry(&old.stats);
     }
-    table.set_local(name, Arc::new(policy), node)
+    let max = if bounded {
+        crate::config::max_policies()
+    } else {
+        usize::MAX
+    };
+    table.set_local(name, Arc::new(policy), node, wall_ms(), max)
 }
 
 /// Deletes the policy `name`, a change made on this node at `now_ms` (a tombstone is kept on
 /// a cluster node, `tombstone`); its version, or None when there was no such policy.
 pub fn delete(name: &[u8], node: NodeId, now_ms: u64, tombstone: bool) -> Option<Version> {
-    table().delete_local(name, node, now_ms, tombstone)
+    table().delete_local(
+        name,
+        node,
+        now_ms,
+        wall_ms(),
+        tombstone,
+        crate::config::max_policies(),
+    )
 }
 
-/// A change made elsewhere (another node, or this node's primary or AOF): applied when newer
-/// than what `name` holds, a replaced policy's counters carrying over.
-pub fn merge(name: &[u8], incoming: Held) -> Merged {
+/// RL.POLICY.FORCE: what this node holds for `name` (a policy or a tombstone) stamped by
+/// `node` with a version a second under this node's ceiling, so that it wins on every node
+/// whose clock is at most that much behind. The new version, or None when `name` holds
+/// nothing here.
+pub fn force(name: &[u8], node: NodeId) -> Option<Version> {
+    let floor = versions::wall_clock(
+        (wall_ms() + crate::config::policy_max_ahead_ms()).saturating_sub(1000),
+    );
+    table().restamp(name, node, floor)
+}
+
+/// RL.DEBUG.POLICYVERSION: sets the clock of what `name` holds, with no bound (what a table
+/// poisoned before versions were bounded held). Whether `name` holds anything.
+pub fn plant(name: &[u8], clock: u64) -> bool {
+    table().plant(name, clock)
+}
+
+/// A change made on another node, received over the bus: applied when newer than what
+/// `name` holds and within [`bounds`], a replaced policy's counters carrying over.
+pub fn merge(name: &[u8], incoming: Held, bounds: Bounds) -> Merged {
     let mut table = table();
     carry_stats(&table, name, &incoming);
-    table.merge(name, incoming)
+    table.merge(name, incoming, bounds)
+}
+
+/// A change from this node's primary or its own AOF (RL.POLICY.SYNC): as [`merge`], but a
+/// version past the ceiling is taken at clock 0 and no count refuses it (see `versions.rs`).
+pub fn merge_loaded(name: &[u8], incoming: Held) -> Merged {
+    let mut table = table();
+    carry_stats(&table, name, &incoming);
+    let ceiling = bounds().ceiling;
+    table.load(name, incoming, ceiling)
 }
 
 /// What `name` holds, tombstone included, with its version.
@@ -142,7 +201,7 @@ pub fn all_versioned() -> Vec<(Vec<u8>, Held)> {
 }
 
 /// The table's digest, live policies, tombstones and clock (`INFO ratelimit`, and what one
-/// cluster node tells another).
+/// cluster node tells another): O(1), kept up to date with each change.
 pub fn summary() -> (u64, usize, usize, u64) {
     let table = table();
     (
@@ -159,13 +218,14 @@ pub fn expire_tombstones(now_ms: u64) -> usize {
 }
 
 /// Replaces every name with `loaded` (an RDB's, at `clock`), the counters of a live name
-/// carrying over.
+/// carrying over; a version past the ceiling is taken at clock 0 (see `versions.rs`).
 fn replace_all(loaded: Names, clock: u64) {
+    let ceiling = bounds().ceiling;
     let mut table = table();
     for (name, incoming) in loaded.iter() {
         carry_stats(&table, name, incoming);
     }
-    table.replace_all(loaded, clock);
+    table.replace_all(loaded, clock, ceiling);
 }
 
 /// Runs `f` on every live policy, in name order, under the table's lock (INFO: no copy of

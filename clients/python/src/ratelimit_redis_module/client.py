@@ -243,6 +243,8 @@ LEFT_OUT: dict[str, str] = {
     "RL.DEBUG.CLOCK": "for tests only, on a server started with debug-clock yes",
     "RL.DEBUG.PANIC": "for tests only, on a server started with debug-clock yes",
     "RL.DEBUG.CLUSTERMSG": "for tests only, on a server started with debug-clock yes",
+    "RL.DEBUG.POLICYVERSION": "for tests only, on a server started with debug-clock yes",
+    "RL.POLICY.FORCE": "an operator's repair on Redis Cluster (docs/cluster.md), not the application's",
     "RL.REPLAY": "internal: accepted only from replication or the AOF",
     "RL.LOADSTATE": "internal: accepted only from replication or the AOF",
     "RL.POLICY.SYNC": "internal: accepted only from replication or the AOF",
