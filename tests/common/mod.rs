@@ -627,6 +627,9 @@ pub fn cluster_with(primaries: usize, replicas: usize, extra: &[&str]) -> Vec<Se
     for node in &nodes {
         wait_for_cluster_ok(node);
     }
+    // Every node knows every other (gossip after `--cluster create` takes a moment: a replica
+    // that only its primary knows gets no vote once that primary is dead).
+    wait_for_cluster_agreement(&nodes.iter().collect::<Vec<_>>());
     // Every node caught up with the cluster's policies (it refuses policy changes until then:
     // docs/cluster.md, Catching up).
     for node in &nodes {
