@@ -11,98 +11,23 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use common::{cluster_config, node_id, wait_for_cluster_ok, Client, ClusterClient, Reply, Server};
+use common::bus::{changes_message, digest_message, pull_message, wall_ms, Content, Forged};
+use common::{
+    cluster, cluster_config, cluster_with, node_id, policies_converged as converged,
+    policies_count as counter, policies_info as info, policy_on, wait_for_cluster_ok, Client,
+    ClusterClient, Reply, Server,
+};
 
-/// What `RL.POLICY.GET name` answers on `node`, as text ("" for nil).
-fn policy_on(node: &Server, name: &str) -> String {
-    match node.client().cmd(&["RL.POLICY.GET", name]) {
-        Reply::Nil => String::new(),
-        other => other.render(),
-    }
-}
-
-/// `INFO ratelimit_policies`'s field `name` on `node`, if the module writes it (the module
-/// before issue 37 writes fewer fields: its tests fail on what it does, not on a missing one).
+/// `INFO ratelimit_policies`'s field `name` on `node`, if the module writes it (a module
+/// before the field, run as the old code, then fails on what it does, not on a missing field).
 fn info_opt(node: &Server, name: &str) -> Option<String> {
     let text = node.client().cmd(&["INFO", "ratelimit_policies"]).text();
     let prefix = format!("ratelimit_{name}:");
     text.lines()
         .find_map(|l| l.strip_prefix(&prefix))
         .map(|v| v.trim().to_string())
-}
-
-/// `INFO ratelimit_policies`'s field `name` on `node`.
-fn info(node: &Server, name: &str) -> String {
-    info_opt(node, name).unwrap_or_else(|| panic!("no ratelimit_{name} in INFO ratelimit_policies"))
-}
-
-/// A counter of `INFO ratelimit_policies`.
-fn counter(node: &Server, name: &str) -> u64 {
-    info(node, name).parse().expect("a counter")
-}
-
-/// Waits until every node of `nodes` has the same policies digest and `check` holds on each;
-/// how long that took. Fails after `limit`.
-#[track_caller]
-fn converged(nodes: &[&Server], limit: Duration, check: impl Fn(&Server) -> bool) -> Duration {
-    let start = Instant::now();
-    loop {
-        let digests: Vec<String> = nodes.iter().map(|n| info(n, "policies_digest")).collect();
-        if digests.iter().all(|d| d == &digests[0]) && nodes.iter().all(|n| check(n)) {
-            return start.elapsed();
-        }
-        assert!(
-            start.elapsed() < limit,
-            "not converged after {limit:?}: digests {digests:?}, policies {:?}, tombstones \
-             {:?}",
-            nodes
-                .iter()
-                .map(|n| info(n, "policies"))
-                .collect::<Vec<_>>(),
-            nodes
-                .iter()
-                .map(|n| info(n, "policy_tombstones"))
-                .collect::<Vec<_>>(),
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// A cluster of `primaries` primaries, each started with the `extra` arguments too, made with
-/// `redis-cli --cluster create` and up: every node says `cluster_state:ok` and has caught up
-/// with the cluster's policies. As common's `cluster_with`, but a module that does not say
-/// whether it has caught up (the module before issue 37) is not waited for: its tests then
-/// fail on what it does.
-fn cluster_with(primaries: usize, extra: &[&str]) -> Vec<Server> {
-    let nodes: Vec<Server> = (0..primaries)
-        .map(|_| Server::with(cluster_config().extra(extra)))
-        .collect();
-    let out = std::process::Command::new("redis-cli")
-        .args(["--cluster", "create"])
-        .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)))
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .output()
-        .expect("redis-cli --cluster create");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    for node in &nodes {
-        wait_for_cluster_ok(node);
-        wait_for(
-            Duration::from_secs(30),
-            "caught up with the policies",
-            || info_opt(node, "policies_caught_up").is_none_or(|v| v == "1"),
-        );
-    }
-    nodes
-}
-
-fn cluster(primaries: usize) -> Vec<Server> {
-    cluster_with(primaries, &[])
 }
 
 /// Polls `done` every few ms until it holds; fails with `what` after `limit`.
@@ -128,82 +53,6 @@ fn set_api(node: &Server) {
         "1m",
     ]);
     assert_eq!(r, Reply::Simple("OK".into()));
-}
-
-/// The FNV-1a 64 of the module's messages, to write a well-formed one here.
-fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
-/// `RLP\x01`, the kind, the body, and the checksum: a message as the module writes one
-/// (src/cluster/wire.rs).
-fn message(kind: u8, body: &[u8]) -> Vec<u8> {
-    let mut out = b"RLP\x01".to_vec();
-    out.push(kind);
-    out.extend_from_slice(body);
-    let sum = fnv(&out);
-    out.extend_from_slice(&sum.to_le_bytes());
-    out
-}
-
-/// PULL: "send me your whole table".
-fn pull_message() -> Vec<u8> {
-    message(2, &[])
-}
-
-/// DIGEST of a table with `digest`, `live` policies, no tombstones, clock `clock`; with
-/// `flags` (bit 0: the sender has caught up), or without (the form of the module before issue
-/// 37, which the new one reads as from a node that has caught up, so that both modules take
-/// it).
-fn digest_message(digest: u64, live: u32, clock: u64, flags: Option<u8>) -> Vec<u8> {
-    let mut body = digest.to_le_bytes().to_vec();
-    body.extend_from_slice(&live.to_le_bytes());
-    body.extend_from_slice(&0u32.to_le_bytes());
-    body.extend_from_slice(&clock.to_le_bytes());
-    body.extend(flags);
-    message(1, &body)
-}
-
-/// What a forged change says of its name.
-enum Content<'a> {
-    Words(&'a [&'a str]),
-    /// A deletion, at this time (ms since the Unix epoch).
-    Tombstone(u64),
-}
-
-/// A CHANGES message: each name with its version (`clock`, `node`) and its content.
-fn changes_message(changes: &[(String, u64, &str, Content)]) -> Vec<u8> {
-    let mut body = (changes.len() as u32).to_le_bytes().to_vec();
-    for (name, clock, node, content) in changes {
-        body.extend_from_slice(&(name.len() as u16).to_le_bytes());
-        body.extend_from_slice(name.as_bytes());
-        body.extend_from_slice(&clock.to_le_bytes());
-        body.extend_from_slice(node.as_bytes());
-        match content {
-            Content::Words(words) => {
-                body.push(0);
-                body.push(words.len() as u8);
-                for w in *words {
-                    body.extend_from_slice(&(w.len() as u16).to_le_bytes());
-                    body.extend_from_slice(w.as_bytes());
-                }
-            }
-            Content::Tombstone(at_ms) => {
-                body.push(1);
-                body.extend_from_slice(&at_ms.to_le_bytes());
-            }
-        }
-    }
-    message(3, &body)
-}
-
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("a clock after 1970")
-        .as_millis() as u64
 }
 
 /// A version clock of now, as a node stamps a change it makes (docs/cluster.md, Versions:
@@ -251,7 +100,7 @@ const PERIOD: Duration = Duration::from_secs(1);
 
 #[test]
 fn a_flood_of_pulls_and_digests_gets_at_most_one_table_an_interval() {
-    let nodes = cluster(3);
+    let nodes = cluster(3, 0);
     let all: Vec<&Server> = nodes.iter().collect();
     // 600 policies: the table goes as 3 CHANGES messages.
     const POLICIES: usize = 600;
@@ -378,7 +227,7 @@ fn a_flood_of_pulls_and_digests_gets_at_most_one_table_an_interval() {
 
 #[test]
 fn a_flood_of_new_policies_and_tombstones_stops_at_max_policies() {
-    let nodes = cluster(3);
+    let nodes = cluster(3, 0);
     let all: Vec<&Server> = nodes.iter().collect();
     for node in &all {
         assert_eq!(
@@ -399,12 +248,12 @@ fn a_flood_of_new_policies_and_tombstones_stops_at_max_policies() {
             let changes: Vec<_> = (0..MAX_CHANGES)
                 .map(|j| {
                     let name = format!("f{m}.{j}");
-                    (
+                    Forged {
                         name,
-                        clock + j as u64,
-                        sender_id.as_str(),
-                        Content::Words(words),
-                    )
+                        clock: clock + j as u64,
+                        node: sender_id.as_str(),
+                        content: Content::Words(words),
+                    }
                 })
                 .collect();
             changes_message(&changes)
@@ -473,12 +322,12 @@ fn a_flood_of_new_policies_and_tombstones_stops_at_max_policies() {
             let changes: Vec<_> = (0..MAX_CHANGES)
                 .map(|j| {
                     let name = format!("gone{m}.{j}");
-                    (
+                    Forged {
                         name,
-                        clock + j as u64,
-                        sender_id.as_str(),
-                        Content::Tombstone(at),
-                    )
+                        clock: clock + j as u64,
+                        node: sender_id.as_str(),
+                        content: Content::Tombstone(at),
+                    }
                 })
                 .collect();
             changes_message(&changes)
@@ -650,7 +499,7 @@ const NO_API: &str = "ERR no policy named 'api': create it with RL.POLICY.SET ap
 /// 3 nodes): it serves that slot before it meets them, so that its first moments in the
 /// cluster are seen from the first. Not met yet; `prepare` runs on it before the meeting.
 fn cluster_and_a_node_alone(prepare: impl FnOnce(&mut Client)) -> (Vec<Server>, Server) {
-    let nodes = cluster_with(3, &["--cluster-node-timeout", "500"]);
+    let nodes = cluster_with(3, 0, &["--cluster-node-timeout", "500"]);
     set_api(&nodes[0]);
     converged(
         &nodes.iter().collect::<Vec<_>>(),

@@ -10,41 +10,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::bus::{changes_message, fnv, Forged};
 use common::{
-    cluster, cluster_config, cluster_with, node_id, wait_for_cluster_agreement,
-    wait_for_cluster_ok, ClusterClient, Reply, Server,
+    cluster, cluster_config, cluster_with, node_id, policies_converged as converged,
+    policies_info as info, policy_on, wait_for_cluster_agreement, wait_for_cluster_ok,
+    ClusterClient, Reply, Server,
 };
-
-/// What `RL.POLICY.GET name` answers on `node`, as text ("" for nil).
-fn policy_on(node: &Server, name: &str) -> String {
-    match node.client().cmd(&["RL.POLICY.GET", name]) {
-        Reply::Nil => String::new(),
-        other => other.render(),
-    }
-}
-
-/// `INFO ratelimit_policies`'s field `name` on `node`.
-fn info(node: &Server, name: &str) -> String {
-    node.client()
-        .info_field("ratelimit_policies", &format!("ratelimit_{name}"))
-}
-
-/// Waits until every node of `nodes` has the same policies digest and `check` holds on each;
-/// how long that took. Fails after `limit`.
-fn converged(nodes: &[&Server], limit: Duration, check: impl Fn(&Server) -> bool) -> Duration {
-    let start = Instant::now();
-    loop {
-        let digests: Vec<String> = nodes.iter().map(|n| info(n, "policies_digest")).collect();
-        if digests.iter().all(|d| d == &digests[0]) && nodes.iter().all(|n| check(n)) {
-            return start.elapsed();
-        }
-        assert!(
-            start.elapsed() < limit,
-            "not converged after {limit:?}: digests {digests:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 const API: [&str; 8] = [
     "RL.POLICY.SET",
@@ -268,34 +239,6 @@ fn a_node_stopped_while_policies_change_catches_up_after_its_restart() {
     assert_eq!(info(&nodes[2], "policies"), "2");
 }
 
-/// The FNV-1a 64 of the module's messages, to write a well-formed one here.
-fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
-/// A CHANGES message for one policy `name` with `words`, version (`clock`, `node`),
-/// checksummed as the module writes it.
-fn changes_message(name: &str, clock: u64, node: &str, words: &[&str]) -> Vec<u8> {
-    let mut out = b"RLP\x01".to_vec();
-    out.push(3);
-    out.extend_from_slice(&1u32.to_le_bytes());
-    out.extend_from_slice(&(name.len() as u16).to_le_bytes());
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(&clock.to_le_bytes());
-    out.extend_from_slice(node.as_bytes());
-    out.push(0);
-    out.push(words.len() as u8);
-    for w in words {
-        out.extend_from_slice(&(w.len() as u16).to_le_bytes());
-        out.extend_from_slice(w.as_bytes());
-    }
-    let sum = fnv(&out);
-    out.extend_from_slice(&sum.to_le_bytes());
-    out
-}
-
 #[test]
 fn a_damaged_or_forged_message_is_refused_and_logged_never_applied() {
     let nodes = cluster(3, 0);
@@ -307,12 +250,27 @@ fn a_damaged_or_forged_message_is_refused_and_logged_never_applied() {
     let target = node_id(&nodes[1]);
     let sender = node_id(&nodes[0]);
     let digest = info(&nodes[1], "policies_digest");
-    let good = changes_message("forged", 1_000_000, &sender, &["GCRA", "1", "1", "1s"]);
+    let good = changes_message(&[Forged::live(
+        "forged",
+        1_000_000,
+        &sender,
+        &["GCRA", "1", "1", "1s"],
+    )]);
     let mut damaged = good.clone();
     let last = damaged.len() - 9;
     damaged[last] ^= 0x20;
-    let bad_rules = changes_message("forged", 1_000_000, &sender, &["GCRA", "0", "1", "1s"]);
-    let unknown_kind = changes_message("forged", 1_000_000, &sender, &["NEWRULE", "1", "1", "1s"]);
+    let bad_rules = changes_message(&[Forged::live(
+        "forged",
+        1_000_000,
+        &sender,
+        &["GCRA", "0", "1", "1s"],
+    )]);
+    let unknown_kind = changes_message(&[Forged::live(
+        "forged",
+        1_000_000,
+        &sender,
+        &["NEWRULE", "1", "1", "1s"],
+    )]);
     let huge_count = {
         let mut m = b"RLP\x01\x03".to_vec();
         m.extend_from_slice(&u32::MAX.to_le_bytes());

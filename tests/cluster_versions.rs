@@ -1,5 +1,5 @@
 //! Policy versions no restart can lose, and no runaway version can freeze (docs/cluster.md,
-//! Policies; issue 37): a change made on a primary restarted with no data, from an older RDB
+//! Policies): a change made on a primary restarted with no data, from an older RDB
 //! or an older AOF wins on every node; a version too far ahead of the clocks, sent by a peer,
 //! is refused and counted, and the next change of its name wins; a table poisoned before
 //! versions were bounded recovers when it loads; RL.POLICY.FORCE makes a node's policy win
@@ -9,52 +9,20 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use common::bus::{changes_message, wall_ms, Forged};
 use common::{
-    cluster, cluster_with, node_id, wait_for_cluster_agreement, wait_for_cluster_ok, Client, Reply,
-    Server,
+    cluster, cluster_with, node_id, policies_converged, policies_count as count,
+    policies_info as info, policy_on, wait_for_cluster_agreement, wait_for_cluster_ok, Client,
+    Reply, Server,
 };
 
-/// What `RL.POLICY.GET name` answers on `node`, as text ("" for nil).
-fn policy_on(node: &Server, name: &str) -> String {
-    match node.client().cmd(&["RL.POLICY.GET", name]) {
-        Reply::Nil => String::new(),
-        other => other.render(),
-    }
-}
-
-/// `INFO ratelimit_policies`'s field `name` on `node`.
-fn info(node: &Server, name: &str) -> String {
-    node.client()
-        .info_field("ratelimit_policies", &format!("ratelimit_{name}"))
-}
-
-/// [`info`] as a number.
-fn count(node: &Server, name: &str) -> u64 {
-    let text = info(node, name);
-    text.parse()
-        .unwrap_or_else(|_| panic!("ratelimit_{name} is not a number: {text}"))
-}
-
 /// Waits (up to `limit`) until every node of `nodes` has the same policies digest and holds
-/// `expected` for `name` (as [`policy_on`] shows it, "" for none); how long that took. The
-/// failure names what each node holds.
+/// `expected` for `name` (as [`policy_on`] shows it, "" for none); how long that took.
+#[track_caller]
 fn converged(nodes: &[&Server], limit: Duration, name: &str, expected: &str) -> Duration {
-    let start = Instant::now();
-    loop {
-        let digests: Vec<String> = nodes.iter().map(|n| info(n, "policies_digest")).collect();
-        let held: Vec<String> = nodes.iter().map(|n| policy_on(n, name)).collect();
-        if digests.iter().all(|d| d == &digests[0]) && held.iter().all(|h| h == expected) {
-            return start.elapsed();
-        }
-        assert!(
-            start.elapsed() < limit,
-            "not converged on {name} = {expected:?} after {limit:?}: the nodes hold {held:?}, \
-             digests {digests:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    policies_converged(nodes, limit, |n| policy_on(n, name) == expected)
 }
 
 /// Waits until every node of `nodes` has received at least `exchanges` more messages of the
@@ -82,14 +50,6 @@ fn after_exchanges(nodes: &[&Server], exchanges: u64) {
     }
 }
 
-/// The wall clock in ms since the Unix epoch, as the servers on this machine read it.
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("a clock after 1970")
-        .as_millis() as u64
-}
-
 /// A version's clock at `ms` (ms since the epoch in the high 48 bits, a counter in the low 16).
 fn clock_at(ms: u64) -> u64 {
     ms << 16
@@ -106,45 +66,6 @@ const TEN_YEARS_MS: u64 = 10 * 365 * 24 * 3_600_000;
 
 /// The largest version clock a message can carry.
 const RUNAWAY: u64 = u64::MAX;
-
-/// The FNV-1a 64 of the module's messages, to write a well-formed one here.
-fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
-/// One change of a forged CHANGES message: policy `name` with `words`, version (`clock`,
-/// `node`).
-struct Forged<'a> {
-    name: &'a str,
-    clock: u64,
-    node: &'a str,
-    words: &'a [&'a str],
-}
-
-/// A CHANGES message carrying `changes`, checksummed as the module writes it (src/cluster/
-/// wire.rs).
-fn changes_message(changes: &[Forged]) -> Vec<u8> {
-    let mut out = b"RLP\x01".to_vec();
-    out.push(3);
-    out.extend_from_slice(&(changes.len() as u32).to_le_bytes());
-    for c in changes {
-        out.extend_from_slice(&(c.name.len() as u16).to_le_bytes());
-        out.extend_from_slice(c.name.as_bytes());
-        out.extend_from_slice(&c.clock.to_le_bytes());
-        out.extend_from_slice(c.node.as_bytes());
-        out.push(0);
-        out.push(c.words.len() as u8);
-        for w in c.words {
-            out.extend_from_slice(&(w.len() as u16).to_le_bytes());
-            out.extend_from_slice(w.as_bytes());
-        }
-    }
-    let sum = fnv(&out);
-    out.extend_from_slice(&sum.to_le_bytes());
-    out
-}
 
 /// Sends `message` from `from` (as its module's message, so with `from`'s id as the sender)
 /// to the node `to` only.
@@ -487,18 +408,8 @@ fn a_version_far_ahead_of_the_clocks_is_refused_and_the_next_change_wins_everywh
     // At 2^64-1, to the middle node, with a change of another name at a small clock. (Nothing
     // else is ever refused in this cluster: the counts are exact.)
     let runaway = changes_message(&[
-        Forged {
-            name: "api",
-            clock: RUNAWAY,
-            node: &forger,
-            words: &["GCRA", "99", "99", "1s"],
-        },
-        Forged {
-            name: "marker1",
-            clock: 1,
-            node: &forger,
-            words: &["FIXEDWINDOW", "1", "1s"],
-        },
+        Forged::live("api", RUNAWAY, &forger, &["GCRA", "99", "99", "1s"]),
+        Forged::live("marker1", 1, &forger, &["FIXEDWINDOW", "1", "1s"]),
     ]);
     forge(high, mid, &runaway);
     wait_for_policy(mid, "marker1");
@@ -512,18 +423,13 @@ fn a_version_far_ahead_of_the_clocks_is_refused_and_the_next_change_wins_everywh
 
     // At ten years from now, of a name no node holds, to the lowest node.
     let ten_years = changes_message(&[
-        Forged {
-            name: "later",
-            clock: clock_at(wall_ms() + TEN_YEARS_MS),
-            node: &forger,
-            words: &["GCRA", "99", "99", "1s"],
-        },
-        Forged {
-            name: "marker2",
-            clock: 1,
-            node: &forger,
-            words: &["FIXEDWINDOW", "1", "1s"],
-        },
+        Forged::live(
+            "later",
+            clock_at(wall_ms() + TEN_YEARS_MS),
+            &forger,
+            &["GCRA", "99", "99", "1s"],
+        ),
+        Forged::live("marker2", 1, &forger, &["FIXEDWINDOW", "1", "1s"]),
     ]);
     forge(high, low, &ten_years);
     wait_for_policy(low, "marker2");
@@ -756,12 +662,12 @@ fn rl_policy_force_makes_a_nodes_policy_win_over_a_version_ahead() {
         count(mid, "cluster_changes_refused"),
         count(low, "cluster_changes_refused"),
     );
-    let ahead = changes_message(&[Forged {
-        name: "api",
-        clock: clock_at(wall_ms() + 45_000),
-        node: &forger,
-        words: &["GCRA", "33", "33", "1s"],
-    }]);
+    let ahead = changes_message(&[Forged::live(
+        "api",
+        clock_at(wall_ms() + 45_000),
+        &forger,
+        &["GCRA", "33", "33", "1s"],
+    )]);
     forge(high, mid, &ahead);
     let forged = "[GCRA 33 33 1s]";
     converged(&[mid, high], Duration::from_secs(20), "api", forged);
@@ -881,18 +787,13 @@ fn ratelimit_policy_max_ahead_bounds_what_a_node_takes_from_its_peers() {
     let id = node_id(sender);
     let message = |name: &str, ahead_ms: u64, marker: &str| {
         changes_message(&[
-            Forged {
+            Forged::live(
                 name,
-                clock: clock_at(wall_ms() + ahead_ms),
-                node: &id,
-                words: &["GCRA", "1", "1", "1s"],
-            },
-            Forged {
-                name: marker,
-                clock: 1,
-                node: &id,
-                words: &["FIXEDWINDOW", "1", "1s"],
-            },
+                clock_at(wall_ms() + ahead_ms),
+                &id,
+                &["GCRA", "1", "1", "1s"],
+            ),
+            Forged::live(marker, 1, &id, &["FIXEDWINDOW", "1", "1s"]),
         ])
     };
     forge(sender, target, &message("ahead10", 10_000, "marker1"));

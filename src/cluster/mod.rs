@@ -174,15 +174,15 @@ fn heard_equal(ctx: Ctx, sender: &NodeId, digest: u64, theirs_caught_up: bool) {
             heard.1.push(*sender);
         }
     }
-    check_heard_from_all(ctx);
+    check_heard_from_all(ctx, &others(ctx));
 }
 
 /// Caught up when every other node that is reachable has said its table is the same, or
 /// when none is reachable (there is no one to catch up from).
-fn check_heard_from_all(ctx: Ctx) {
+fn check_heard_from_all(ctx: Ctx, others: &[NodeId]) {
     let digest = summary().digest;
-    let reachable: Vec<NodeId> = others(ctx)
-        .into_iter()
+    let reachable: Vec<&NodeId> = others
+        .iter()
         .filter(|n| ctx.cluster_node_reachable(n))
         .collect();
     if reachable.is_empty() {
@@ -325,13 +325,8 @@ fn refuse_change(ctx: Ctx, sender: &NodeId, name: &[u8], clock: u64, merged: Mer
     COUNTERS.changes_refused.fetch_add(1, Ordering::Relaxed);
     CHANGES_LOGGED.log(Some(ctx), Level::Warning, || {
         let why = if merged == Merged::Ahead {
-            let now = crate::storage::policies::ceiling(
-                u64::try_from(crate::redis::milliseconds()).unwrap_or(0),
-                0,
-            );
-            let ahead_s = (clock >> policies::COUNTER_BITS)
-                .saturating_sub(now >> policies::COUNTER_BITS)
-                / 1000;
+            let ahead_ms = (clock >> policies::COUNTER_BITS).saturating_sub(policies::wall_ms());
+            let ahead_s = ahead_ms / 1000;
             format!(
                 "its version is {ahead_s} s ahead of this node's clock \
                  (ratelimit.policy-max-ahead is {} s)",
@@ -497,7 +492,7 @@ impl Timer for Exchange {
         let others = look_around(ctx);
         if !caught_up() {
             // Nodes may have failed since they were heard from.
-            check_heard_from_all(ctx);
+            check_heard_from_all(ctx, &others);
         }
         let digest = Message::Digest(summary());
         if caught_up() {

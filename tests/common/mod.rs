@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod bus;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -856,4 +858,59 @@ pub fn try_start_in(config: Config, dir: PathBuf) -> Result<Server, String> {
     };
     server.launch()?;
     Ok(server)
+}
+
+/// What `RL.POLICY.GET name` answers on `node`, as text ("" for nil).
+pub fn policy_on(node: &Server, name: &str) -> String {
+    match node.client().cmd(&["RL.POLICY.GET", name]) {
+        Reply::Nil => String::new(),
+        other => other.render(),
+    }
+}
+
+/// `INFO ratelimit_policies`'s field `ratelimit_<name>` on `node`.
+pub fn policies_info(node: &Server, name: &str) -> String {
+    node.client()
+        .info_field("ratelimit_policies", &format!("ratelimit_{name}"))
+}
+
+/// [`policies_info`] as a number.
+pub fn policies_count(node: &Server, name: &str) -> u64 {
+    let text = policies_info(node, name);
+    text.parse()
+        .unwrap_or_else(|_| panic!("ratelimit_{name} is not a number: {text}"))
+}
+
+/// Waits until every node of `nodes` has the same policies digest and `check` holds on each;
+/// how long that took. Fails after `limit`, with each node's digest and sizes.
+#[track_caller]
+pub fn policies_converged(
+    nodes: &[&Server],
+    limit: Duration,
+    check: impl Fn(&Server) -> bool,
+) -> Duration {
+    let start = Instant::now();
+    loop {
+        let digests: Vec<String> = nodes
+            .iter()
+            .map(|n| policies_info(n, "policies_digest"))
+            .collect();
+        if digests.iter().all(|d| d == &digests[0]) && nodes.iter().all(|n| check(n)) {
+            return start.elapsed();
+        }
+        let sizes: Vec<(String, String)> = nodes
+            .iter()
+            .map(|n| {
+                (
+                    policies_info(n, "policies"),
+                    policies_info(n, "policy_tombstones"),
+                )
+            })
+            .collect();
+        assert!(
+            start.elapsed() < limit,
+            "not converged after {limit:?}: digests {digests:?}, (policies, tombstones) {sizes:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

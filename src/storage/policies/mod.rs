@@ -109,7 +109,7 @@ fn carry_stats(table: &Table, name: &[u8], incoming: &Held) {
 
 /// The server's wall clock in ms: what a version's clock starts from (never the debug clock:
 /// versions are compared between nodes).
-fn wall_ms() -> u64 {
+pub fn wall_ms() -> u64 {
     u64::try_from(crate::redis::milliseconds()).unwrap_or(0)
 }
 
