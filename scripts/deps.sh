@@ -6,7 +6,8 @@
 #                          redis-module crate, needs it), gcc and cargo.
 #   scripts/deps.sh test   that, and what the tests, benchmarks and make dist need besides:
 #                          python3, its venv module, nodejs and npm, qemu-user with aarch64's
-#                          glibc and libstdc++, then the pinned dependencies of the examples
+#                          glibc and libstdc++, make and libc6-dev (scripts/servers.sh
+#                          builds Redis 8.10 from source), then the pinned dependencies of the examples
 #                          and client packages (each into a folder of its own, redone only
 #                          when its pin file changed).
 # Debian packages come from apt-get; nothing is installed when everything is already there.
@@ -56,6 +57,10 @@ if [ "$mode" = test ]; then
   command -v qemu-aarch64 >/dev/null 2>&1 || need+=(qemu-user)
   [ -e /usr/aarch64-linux-gnu/lib/libc.so.6 ] || need+=(libc6-arm64-cross)
   [ -e /usr/aarch64-linux-gnu/lib/libstdc++.so.6 ] || need+=(libstdc++6-arm64-cross)
+  # scripts/servers.sh builds Redis 8.10 from source: make and the C library's headers (gcc
+  # is above; its compiler, without libc6-dev, cannot build a program).
+  command -v make >/dev/null 2>&1 || need+=(make)
+  [ -e /usr/include/stdio.h ] || need+=(libc6-dev)
   # make dist links each module against its machine's libgcc_s.so.1, the unwinder (dist.sh).
   [ -e /lib/x86_64-linux-gnu/libgcc_s.so.1 ] || need+=(libgcc-s1)
   [ -e /usr/aarch64-linux-gnu/lib/libgcc_s.so.1 ] || need+=(libgcc-s1-arm64-cross)

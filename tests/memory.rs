@@ -1,8 +1,9 @@
 //! What a key costs (docs/performance.md, Memory): `MEMORY USAGE` of every kind of key and
 //! every form a value takes (a state inline in the value pointer, a policy's block of words,
-//! a 16-byte cell, a whole value) is within 5% of the `used_memory` growth that storing it
-//! took; and a packed key reads back, copies, dumps and digests exactly as it was written,
-//! also after its state moved past its epoch.
+//! a 16-byte cell, a whole value) is what storing it took (`used_memory`'s growth): the key's
+//! part within 5% on Redis 7.0 and 8% elsewhere, the value's within the allocator's rounding;
+//! and a packed key reads back, copies, dumps and digests exactly as it was written, also
+//! after its state moved past its epoch.
 
 mod common;
 
@@ -29,15 +30,79 @@ fn used_memory(c: &mut Client) -> i64 {
     c.info_field("memory", "used_memory").parse().unwrap()
 }
 
-/// Whether the server is Redis 7, where the 5% promise is measured; other servers lay a key
-/// out otherwise, and are held to 15%.
-fn is_redis_7(c: &mut Client) -> bool {
+/// Whether the server is Redis 7.0, where issue 17's figures (a whole key within 5%, and its
+/// bytes) were measured, on Debian's jemalloc (16-byte classes: Redis 7.4 as Redis builds it
+/// has 8-byte ones, and lays a key out as 7.0 does).
+fn is_redis_7_0(c: &mut Client) -> bool {
     let info = c.cmd(&["INFO", "server"]).text();
-    !info.contains("valkey_version") && info.contains("redis_version:7.")
+    !info.contains("valkey_version") && info.contains("redis_version:7.0.")
 }
 
-/// (used_memory growth per key, mean MEMORY USAGE of a hundred of them) for `KEYS` keys
-/// `k:<i>`, each made by the commands `make(i)` (each admitted).
+/// Whether the server allocates with jemalloc, whose size classes the module counts its
+/// blocks in (`mem_allocator` says `libc` for a server built with `MALLOC=libc`).
+fn is_jemalloc(c: &mut Client) -> bool {
+    c.info_field("memory", "mem_allocator")
+        .starts_with("jemalloc")
+}
+
+/// Whether a table of database 0 is being rehashed: `DEBUG HTSTATS` shows Redis's second
+/// table as its "rehashing target", and Valkey's "rehashing index" (-1 when none).
+fn rehashing(c: &mut Client) -> bool {
+    let stats = c.cmd(&["DEBUG", "HTSTATS", "0"]).text();
+    stats.contains("rehashing target")
+        || stats.lines().any(|line| {
+            line.trim()
+                .strip_prefix("rehashing index:")
+                .is_some_and(|index| index.trim() != "-1")
+        })
+}
+
+/// Moves on a rehash the writes left under way until it is over, with lookups of the keys
+/// (each takes a step of each table's rehash): `used_memory` then counts the tables a key
+/// shares once it is stored, not an old table on its way out. Redis's own timer leaves it
+/// under way while the keyspace is idle (still so after half a second on Redis 7.0 and 8.2), and
+/// the writes end it or not as the hash seed falls: on Redis 8 the growth of an inline key
+/// was 92.1 or 86.5 bytes, run to run.
+fn finish_rehash(c: &mut Client) {
+    for round in 0.. {
+        if !rehashing(c) {
+            return;
+        }
+        assert!(
+            round < 100,
+            "a rehash still under way after {round} rounds of lookups"
+        );
+        let lookups: Vec<Vec<String>> = (0..KEYS)
+            .map(|i| vec!["EXISTS".into(), format!("k:{i}")])
+            .collect();
+        pipeline(c, &lookups, |r| matches!(r, Reply::Int(_)));
+    }
+}
+
+/// The mean `MEMORY USAGE` of the `KEYS` keys `k:<i>`: every key, not a sample. (A sample of
+/// every thousandth key took the first key of each pipelined batch, whose object glibc's
+/// malloc often gives a chunk 16 bytes larger than the others': on Valkey 9.1 the mean of such
+/// a sample of policy keys was 136.8 bytes where every key's is 125-127.)
+fn usage_of_every_key(c: &mut Client) -> f64 {
+    let mut total = 0;
+    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(1000) {
+        for i in chunk {
+            let key = format!("k:{i}");
+            c.send(&[b"MEMORY", b"USAGE", key.as_bytes(), b"SAMPLES", b"0"]);
+        }
+        for i in chunk {
+            let reply = c.read();
+            let Reply::Int(bytes) = reply else {
+                panic!("MEMORY USAGE k:{i}: {reply:?}");
+            };
+            total += bytes;
+        }
+    }
+    total as f64 / KEYS as f64
+}
+
+/// (used_memory growth per key, mean MEMORY USAGE) for `KEYS` keys `k:<i>`, each made by
+/// the commands `make(i)` (each admitted).
 fn per_key(c: &mut Client, make: impl Fn(usize) -> Vec<Vec<String>>) -> (f64, f64) {
     assert_eq!(c.cmd(&["FLUSHALL", "SYNC"]), Reply::Simple("OK".into()));
     c.clock_set(T0_MS);
@@ -59,16 +124,9 @@ fn per_key(c: &mut Client, make: impl Fn(usize) -> Vec<Vec<String>>) -> (f64, f6
         pipeline(c, &commands, admitted);
         c.clock_advance(1);
     }
+    finish_rehash(c);
     let growth = (used_memory(c) - before) as f64 / KEYS as f64;
-    let sample: Vec<i64> = (0..KEYS)
-        .step_by(KEYS / 100)
-        .map(|i| {
-            c.cmd(&["MEMORY", "USAGE", &format!("k:{i}"), "SAMPLES", "0"])
-                .int()
-        })
-        .collect();
-    let usage = sample.iter().sum::<i64>() as f64 / sample.len() as f64;
-    (growth, usage)
+    (growth, usage_of_every_key(c))
 }
 
 fn words(s: &str) -> Vec<String> {
@@ -86,8 +144,10 @@ fn memory_usage_is_what_storing_a_key_took_for_every_kind_and_form() {
     let warm = words("RL.POLICY.SET warm WARMUP 10 1h 1h FIXEDWINDOW 1000 1h");
     let warm: Vec<&str> = warm.iter().map(String::as_str).collect();
     assert_eq!(c.cmd(&warm), Reply::Simple("OK".into()));
-    let tolerance = if is_redis_7(&mut c) { 0.05 } else { 0.15 };
-    // (kind and form, the commands that make key i, the most bytes it may cost on Redis 7)
+    let redis_7 = is_redis_7_0(&mut c);
+    let jemalloc = is_jemalloc(&mut c);
+    // (kind and form, the commands that make key i, the most bytes it may cost on Redis 7.0; the
+    // first is a key of the smallest form, whose value allocates nothing)
     type Make = Box<dyn Fn(usize) -> Vec<Vec<String>>>;
     let one = |command: &'static str| -> Make {
         Box::new(move |i| vec![words(&command.replace("KEY", &format!("k:{i}")))])
@@ -153,11 +213,12 @@ fn memory_usage_is_what_storing_a_key_took_for_every_kind_and_form() {
             Some(150.0),
         ),
         (
-            // A billion a millisecond warming up in ten years stores permits in 93 bits: the
-            // 3 left would make an epoch of a few ticks. The whole value (COST: a key that
-            // lives 4 s).
+            // A billion a second warming up in ten years stores permits in 93 bits (as a
+            // billion a millisecond does: they depend on the count and the warm-up): the 3
+            // left would make an epoch of a few ticks. The whole value (COST: a key that lives
+            // an hour, past the measure; a billion a millisecond's lived 4 s).
             "warm-up, whole",
-            one("RL.WARMUP KEY 1000000000 1ms 3650d COST 1000000000000"),
+            one("RL.WARMUP KEY 1000000000 1s 3650d COST 1000000000000"),
             None,
         ),
         (
@@ -194,7 +255,38 @@ fn memory_usage_is_what_storing_a_key_took_for_every_kind_and_form() {
             None,
         ),
     ];
+    // `MEMORY USAGE` of a key of ours is the server's count of the key (its name, and on Redis
+    // 8 and Valkey the object that embeds it) plus the module's `mem_usage`: what the rest of
+    // the key costs the server (a constant for the server's layout) and the value's own blocks.
+    // Each part is held to what it can be exact to, on every server; a `mem_usage` a key's
+    // worth (an inline key: 92 bytes on Redis 8 and Valkey, 132 on Redis 7.0) off is told:
+    //
+    // - The key's part, on a key whose value allocates nothing (inline): within 8% of its
+    //   growth (5% on Redis 7.0). Measured: Redis 7.0 -0.2%, Valkey 8.1 and 9.1 within 0.8%;
+    //   Redis 8 +6% (86.7 bytes a key once its tables' rehash is over, against the 52 bytes
+    //   counted for every server that embeds the name, which fit Valkey's 92).
+    // - The value's part: `MEMORY USAGE` less an inline key's, against the growth less an
+    //   inline key's (the server's part cancels). The module counts a cell or a policy's block
+    //   in jemalloc's size classes, 8 or 16 bytes apart as the server's allocator shows at load
+    //   (Redis's own jemalloc gives a block of two rules 24 bytes, Debian's 32), and a whole
+    //   value at its size, so where the server allocates with jemalloc the two are within 16
+    //   bytes (measured within 9; a whole value's blocks are rounded up). A server built with glibc's malloc (the Valkey 8.1 and
+    //   9.1 of `make test`) gives each block 8 bytes of header, rounded to 16 and at least 24,
+    //   and fits a lease's B-tree nodes tighter than the jemalloc classes the module's count
+    //   follows: measured -8 (a cell), -9 to +1 (a policy's block), -16 (a whole value), -32 (a
+    //   sliding log), +70 and +63 (a lease, an adaptive one: 6.5% and 5.4% of the count). It
+    //   is held to 32 bytes and 8% of the value's count: a key's worth too much is told there
+    //   for every form, and too little for every form but a lease, whose count is the same on
+    //   every server (the report prints it) and is told on the jemalloc servers.
+    //
+    // On Redis 7.0 (Debian's jemalloc, 16-byte classes) the whole key is also within 5% of its
+    // growth, and no bigger than issue 17's figures. Valkey 9.1 stores a key as Valkey 8.1
+    // does (the same growth for every form: 92 bytes an inline key, 116 a policy of two
+    // rules), and both count the object with its name in `MEMORY USAGE` of a module key
+    // (valkey-io/valkey#2661; measured: a name of 119 bytes adds 112 on both). What failed
+    // there was the measure: a sample of the first key of each batch, and glibc's chunks.
     let mut report = Vec::new();
+    let mut inline: Option<(f64, f64)> = None;
     for (name, make, ceiling) in &cases {
         let (growth, usage) = if name.contains("under a block") {
             // The second request is denied: count it as made.
@@ -202,17 +294,36 @@ fn memory_usage_is_what_storing_a_key_took_for_every_kind_and_form() {
         } else {
             per_key(&mut c, make)
         };
+        let (inline_growth, inline_usage) = *inline.get_or_insert((growth, usage));
+        let (said, took) = (usage - inline_usage, growth - inline_growth);
         report.push(format!(
-            "{name}: growth {growth:.1}, MEMORY USAGE {usage:.1}"
+            "{name}: growth {growth:.1}, MEMORY USAGE {usage:.1}; the value's: {took:.1} taken, {said:.1} counted"
         ));
-        let ratio = usage / growth;
+        let fail = |what: &str| format!("{name}: {what}\n{}", report.join("\n"));
+        let within = if redis_7 { 0.05 } else { 0.08 };
+        if name.ends_with(", inline") || redis_7 {
+            assert!(
+                (usage / growth - 1.0).abs() <= within,
+                "{}",
+                fail(&format!(
+                    "MEMORY USAGE {usage:.1} for a growth of {growth:.1}"
+                ))
+            );
+        }
+        let bound = if jemalloc { 16.0 } else { 32.0 + said * 0.08 };
         assert!(
-            (ratio - 1.0).abs() <= tolerance,
-            "{name}: MEMORY USAGE {usage:.1} for a growth of {growth:.1}\n{}",
-            report.join("\n")
+            (said - took).abs() <= bound,
+            "{}",
+            fail(&format!(
+                "the value counted {said:.1} bytes, took {took:.1} (within {bound:.1})"
+            ))
         );
-        if let (Some(ceiling), true) = (ceiling, tolerance == 0.05) {
-            assert!(growth <= *ceiling, "{name}: {growth:.1} bytes a key");
+        if let (Some(ceiling), true) = (ceiling, redis_7) {
+            assert!(
+                growth <= *ceiling,
+                "{}",
+                fail(&format!("{growth:.1} bytes a key"))
+            );
         }
     }
     eprintln!("{}", report.join("\n"));
@@ -236,18 +347,9 @@ fn per_key_allowing_denials(
         let commands: Vec<Vec<String>> = (0..KEYS).map(|i| make(i).swap_remove(step)).collect();
         pipeline(c, &commands, |r| matches!(r, Reply::Array(_)));
     }
+    finish_rehash(c);
     let growth = (used_memory(c) - before) as f64 / KEYS as f64;
-    let sample: Vec<i64> = (0..KEYS)
-        .step_by(KEYS / 100)
-        .map(|i| {
-            c.cmd(&["MEMORY", "USAGE", &format!("k:{i}"), "SAMPLES", "0"])
-                .int()
-        })
-        .collect();
-    (
-        growth,
-        sample.iter().sum::<i64>() as f64 / sample.len() as f64,
-    )
+    (growth, usage_of_every_key(c))
 }
 
 /// The five fields of an admission reply.

@@ -140,6 +140,9 @@ export interface RateLimitOptions {
    * On the scripts, a policy without `rules` (the server's) and adaptive concurrency limits
    * need the module: refused with ModuleRequiredError (in the constructor when "script" is
    * given, else at the check); a policy with `rules` and `shadow` work there as on the module.
+   * A server without Lua (Valkey 9.1 with its lua module unloaded) cannot run the scripts:
+   * "script" there, and "auto" where the module is missing too, reject each check with one
+   * ModuleRequiredError (docs/managed.md, "A server without Lua").
    */
   backend?: 'auto' | 'module' | 'script';
   /**
@@ -287,10 +290,14 @@ export class NotDurableError extends Error {
   constructor(acked: number, wanted: number, ms: number);
 }
 
-/** What needs the ratelimit module, asked where it is missing (the script backend). */
+/**
+ * What needs the ratelimit module, asked where it is missing (the script backend); also the
+ * script backend on a server without Lua (Valkey 9.1 with its lua module unloaded), where the
+ * module is all that can run (docs/managed.md, "A server without Lua").
+ */
 export class ModuleRequiredError extends Error {
-  /** `what`: what needs the module, the message's subject. */
-  constructor(what: string);
+  /** `what`: what needs the module, the message's subject; `message`: the whole message instead. */
+  constructor(what: string, message?: string);
 }
 
 export class RateLimit {

@@ -119,32 +119,58 @@ unsafe extern "C" fn aof_rewrite(
 }
 
 /// What a key of this type costs the server beyond what `MEMORY USAGE` counts by itself (the
-/// key's name and its entry in the keyspace), so that `MEMORY USAGE` of a key is within 5% of
-/// what storing it took (`make bench` and tests/memory.rs check it). On Redis 7: the value's
-/// object and the module's wrapper around our pointer (16 bytes each), the key's entry in the
-/// expiry table (24 bytes: every key of ours expires), and its share of both tables' buckets
-/// and of the allocator's rounding, measured at 37 bytes a key (docs/performance.md, Memory).
+/// key's name and its entry in the keyspace, at the entry's 24 bytes), so that `MEMORY USAGE`
+/// of a key is within 5% of what storing it took (`make bench` and tests/memory.rs check it).
+/// Where the name has an entry of its own (Redis 7): the value's object and the module's
+/// wrapper around our pointer (16-byte requests), the key's entry in the expiry table (a
+/// 24-byte request: every key of ours expires), what the allocator adds to the 24 bytes of its
+/// entry in the keyspace, and its share of both tables' buckets: 21 bytes at 100,000 keys (two
+/// tables of 2^17 buckets of 8 bytes). Each request is counted at what the server's allocator
+/// gives it, asked at load: the layout is the same from Redis 7.0 to 7.4, the allocator is
+/// not. Redis's own jemalloc has 8-byte size classes (a 24-byte request takes 24), Debian's
+/// 16-byte ones (it takes 32): 77 bytes (Redis 7.4.1 as Redis builds it, Redis Stack's) or 93
+/// (Debian's Redis 7.0.15); measured: an inline key of ours takes 116.7 and 132.7 bytes
+/// (docs/performance.md, Memory).
 /// Redis 8 and Valkey 8 embed the name in the object and need no entries: 52 bytes, measured.
-static KEY_OVERHEAD: AtomicUsize = AtomicUsize::new(KEY_OVERHEAD_WITH_ENTRIES);
-const KEY_OVERHEAD_WITH_ENTRIES: usize = 16 + 16 + 24 + 37;
+static KEY_OVERHEAD: AtomicUsize = AtomicUsize::new(key_overhead_with_entries(16, 32));
 const KEY_OVERHEAD_EMBEDDED: usize = 52;
+/// A key's share of the buckets of the keyspace and of the expiry table (see [`KEY_OVERHEAD`]).
+const BUCKETS_PER_KEY: usize = 21;
 
-/// Sets what [`mem_usage`] counts for the key around a value (at load): whether the server
-/// embeds key names in their objects ([`crate::redis::Ctx::embeds_key_names`]).
+/// [`KEY_OVERHEAD`] where the name has entries, for an allocator that gives a 16-byte request
+/// `small` bytes and a 24-byte one `entry`.
+const fn key_overhead_with_entries(small: usize, entry: usize) -> usize {
+    2 * small + entry + entry.saturating_sub(24) + BUCKETS_PER_KEY
+}
+
+/// The spacing of the allocator's size classes up to 8 of them (jemalloc's quantum), which
+/// [`size_class`] rounds a cell or a policy's words to: 8 bytes in Redis's own jemalloc (a
+/// policy of two rules, 24 bytes, takes 24), 16 in Debian's (it takes 32). Asked at load.
+static SIZE_SPACING: AtomicUsize = AtomicUsize::new(16);
+
+/// Sets what [`mem_usage`] counts (at load): for the key around a value, whether the server
+/// embeds key names in their objects ([`crate::redis::Ctx::embeds_key_names`]) and what its
+/// allocator gives the key's blocks ([`crate::redis::allocated_size`]; without that API,
+/// Debian's jemalloc is assumed); for a value's blocks, the spacing of its size classes.
 pub fn count_key_overhead(embedded: bool) {
+    let allocated = |n: usize| crate::redis::allocated_size(n).unwrap_or(size_class(n));
+    let spacing = if allocated(24) == 24 { 8 } else { 16 };
+    SIZE_SPACING.store(spacing, Ordering::Relaxed);
     let bytes = if embedded {
         KEY_OVERHEAD_EMBEDDED
     } else {
-        KEY_OVERHEAD_WITH_ENTRIES
+        key_overhead_with_entries(allocated(16), allocated(24))
     };
     KEY_OVERHEAD.store(bytes, Ordering::Relaxed);
 }
 
-/// The bytes the allocator hands out for a request of `n` bytes (jemalloc's size classes).
+/// The bytes the allocator hands out for a request of `n` bytes (jemalloc's size classes: 8,
+/// then [`SIZE_SPACING`] apart up to 8 of it, then four to each doubling).
 fn size_class(n: usize) -> usize {
+    let spacing = SIZE_SPACING.load(Ordering::Relaxed);
     match n {
         0..=8 => 8,
-        9..=128 => n.next_multiple_of(16),
+        _ if n <= 8 * spacing => n.next_multiple_of(spacing),
         _ => n.next_multiple_of(1 << ((n - 1).ilog2() - 2)),
     }
 }

@@ -817,6 +817,11 @@ impl ClusterClient {
 /// The modules `MODULE LIST` shows, as (name, version), in the order given. Newer servers
 /// load modules of their own (Redis 8 ships `vectorset` and others): look for ours by name.
 pub fn modules(c: &mut Client) -> Vec<(String, i64)> {
+    module_list(c, |field| (field("name").text(), field("ver").int()))
+}
+
+/// Each entry of `MODULE LIST`, as `read` makes it of the entry's fields (`field("path")`...).
+pub fn module_list<T>(c: &mut Client, read: impl Fn(&dyn Fn(&str) -> Reply) -> T) -> Vec<T> {
     let Reply::Array(entries) = c.cmd(&["MODULE", "LIST"]) else {
         panic!("MODULE LIST is not an array");
     };
@@ -833,7 +838,7 @@ pub fn modules(c: &mut Client) -> Vec<(String, i64)> {
                     .map(|pair| pair[1].clone())
                     .unwrap_or_else(|| panic!("no {name} in {entry:?}"))
             };
-            (field("name").text(), field("ver").int())
+            read(&field)
         })
         .collect()
 }
@@ -845,6 +850,84 @@ pub fn module_acl_categories(c: &mut Client) -> bool {
     let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
     let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     (major, minor) >= (7, 2)
+}
+
+/// The module's commands (lower case, sorted) in the ACL category `category` (no `@`), as the
+/// server says and enforces it. Not from `ACL CAT`: Redis 7.2 and 7.4 leave module commands out
+/// of its list (acl.c's `aclCatWithFlags` skipped them until Redis 8.0, redis/redis#13489),
+/// while they are in their categories and checked there. So: the commands of `MODULE LIST`'s
+/// `ratelimit` (`COMMAND LIST FILTERBY MODULE`) whose `COMMAND INFO` names the category, which
+/// must be exactly those that `ACL DRYRUN` lets a user of `+@category` alone run; and where
+/// `ACL CAT` lists module commands (Redis 8, Valkey), its list must be the same.
+pub fn module_category_members(c: &mut Client, category: &str) -> Vec<String> {
+    let Reply::Array(names) = c.cmd(&["COMMAND", "LIST", "FILTERBY", "MODULE", "ratelimit"]) else {
+        panic!("COMMAND LIST FILTERBY MODULE ratelimit is not an array");
+    };
+    let names: Vec<String> = names.iter().map(Reply::text).collect();
+    assert!(names.contains(&"rl.gcra".to_string()), "{names:?}");
+    let mut info = vec!["COMMAND", "INFO"];
+    info.extend(names.iter().map(String::as_str));
+    let Reply::Array(entries) = c.cmd(&info) else {
+        panic!("COMMAND INFO is not an array");
+    };
+    let tag = format!("@{category}");
+    let mut by_info = Vec::new();
+    let mut arities = Vec::new();
+    for entry in &entries {
+        // name, arity, flags, first key, last key, step, ACL categories, ...
+        let Reply::Array(fields) = entry else {
+            panic!("a COMMAND INFO entry is not an array: {entry:?}");
+        };
+        let Reply::Array(categories) = &fields[6] else {
+            panic!("no ACL categories in {entry:?}");
+        };
+        let name = fields[0].text();
+        if categories.iter().any(|c| c.text() == tag) {
+            by_info.push(name.clone());
+        }
+        arities.push((name, fields[1].int()));
+    }
+    by_info.sort();
+    let user = format!("probe-{category}");
+    let rule = format!("+@{category}");
+    assert_eq!(
+        c.cmd(&["ACL", "SETUSER", &user, "on", "nopass", "~*", &rule]),
+        Reply::Simple("OK".into())
+    );
+    let mut by_dryrun = Vec::new();
+    for (name, arity) in &arities {
+        let mut call = vec!["ACL", "DRYRUN", &user, name];
+        call.extend(std::iter::repeat_n("x", arity.unsigned_abs() as usize - 1));
+        match c.cmd(&call) {
+            Reply::Simple(ok) if ok == "OK" => by_dryrun.push(name.clone()),
+            Reply::Bulk(b)
+                if String::from_utf8_lossy(&b)
+                    .ends_with(&format!("no permissions to run the '{name}' command")) => {}
+            other => panic!("ACL DRYRUN {user} {name}: {other:?}"),
+        }
+    }
+    by_dryrun.sort();
+    assert_eq!(c.cmd(&["ACL", "DELUSER", &user]), Reply::Int(1));
+    assert_eq!(
+        by_info, by_dryrun,
+        "@{category}: COMMAND INFO's members, then those ACL DRYRUN lets +@{category} run"
+    );
+    let Reply::Array(listed) = c.cmd(&["ACL", "CAT", category]) else {
+        panic!("ACL CAT {category} is not an array");
+    };
+    let mut listed: Vec<String> = listed
+        .iter()
+        .map(Reply::text)
+        .filter(|n| names.contains(n))
+        .collect();
+    listed.sort();
+    if !listed.is_empty() {
+        assert_eq!(
+            listed, by_info,
+            "@{category}: ACL CAT's members, then COMMAND INFO's"
+        );
+    }
+    by_info
 }
 
 /// Tries to start a server on the files already in `dir` (an RDB or AOF put there by the

@@ -9,6 +9,7 @@ const { MAX_COUNT, MAX_DURATION_MS, durationMs } = require('./limits.cjs');
 const { parseReply } = require('./reply.cjs');
 const { SETUP_TIMEOUT_MS, Setup, checkSetupTimeout, checkStoreClient, loadScripts } = require('./setup.cjs');
 const {
+  ModuleRequiredError,
   SCRIPT_OF,
   TEST_NOW,
   checkBackend,
@@ -16,7 +17,9 @@ const {
   evalMulti,
   evalScript,
   isCluster,
+  moduleError,
   resolveBackend,
+  scriptingError,
 } = require('./scripts.cjs');
 
 // The options are read as index.d.cts declares them, so that tsc (tsconfig.json) fails when the
@@ -132,12 +135,15 @@ class RateLimiterRedis {
     // failure is logged, never thrown: the calls then ask for themselves.
     this.setup = new Setup(this.client, {
       work: async () => {
-        if ((await this.#backend()) === 'script') {
-          await loadScripts(this.client, this.send, [SCRIPT_OF['RL.TOKENBUCKET'], SCRIPT_OF['RL.REFUND']]);
-        }
+        if ((await this.#backend()) === 'script') await this.#loadScripts();
       },
       timeoutMs: checkSetupTimeout(opts.setupTimeout ?? SETUP_TIMEOUT_MS),
       failed: (error) => {
+        // A server where no backend can run (no Lua, no module): said in its own words, as RateLimit's.
+        if (error instanceof ModuleRequiredError) {
+          this.logger?.warn?.(`ratelimit: ${error.message}`);
+          return;
+        }
         this.logger?.warn?.(
           `ratelimit: the setup of RateLimiterRedis (backend, scripts) failed (${error?.message ?? error}); ` +
             'it runs again when the client is ready again, and until then each call asks what it needs',
@@ -217,9 +223,25 @@ class RateLimiterRedis {
 
   async #backend() {
     if (this.backend === undefined) {
-      this.backend = await resolveBackend(this.client, this.send, this.backendOption, this.logger);
+      // "auto" takes the scripts once they are loaded (a server without Lua refuses them).
+      this.backend = await resolveBackend(this.client, this.send, this.backendOption, this.logger, () => this.#loadOnce());
     }
     return this.backend;
+  }
+
+  // SCRIPT LOAD of the token bucket's script and the refund's (reward), once per client; a server
+  // without Lua refuses them: the script backend's error.
+  async #loadScripts() {
+    try {
+      await this.#loadOnce();
+    } catch (error) {
+      throw scriptingError(error, this.backendOption);
+    }
+  }
+
+  // The SCRIPT LOADs themselves, the server's refusal as it is.
+  #loadOnce() {
+    return loadScripts(this.client, this.send, [SCRIPT_OF['RL.TOKENBUCKET'], SCRIPT_OF['RL.REFUND']]);
   }
 
   #testNow() {
@@ -231,15 +253,25 @@ class RateLimiterRedis {
     this.#checkReady();
     await this.setup.pending;
     if ((await this.#backend()) === 'script') {
-      return parseReply(await evalScript(this.send, args, this.#testNow()), undefined, extras);
+      const reply = await evalScript(this.send, args, this.#testNow()).catch((error) => {
+        throw scriptingError(error, this.backendOption);
+      });
+      return parseReply(reply, undefined, extras);
     }
-    return parseReply(await this.send(args), undefined, extras);
+    const reply = await this.send(args).catch((error) => {
+      throw moduleError(this.client, error);
+    });
+    return parseReply(reply, undefined, extras);
   }
 
   async #multi(commands) {
     this.#checkReady();
     await this.setup.pending;
-    if ((await this.#backend()) === 'script') return evalMulti(this.client, commands, this.#testNow());
+    if ((await this.#backend()) === 'script') {
+      return evalMulti(this.client, commands, this.#testNow()).catch((error) => {
+        throw scriptingError(error, this.backendOption);
+      });
+    }
     if (this.cluster) {
       const multi = this.client.multi(commands[0][1]);
       for (const args of commands) multi.addCommand(undefined, false, args);
@@ -247,7 +279,9 @@ class RateLimiterRedis {
     }
     const multi = this.client.multi();
     for (const args of commands) multi.addCommand(args);
-    return multi.exec();
+    return multi.exec().catch((error) => {
+      throw moduleError(this.client, error);
+    });
   }
 
   // msBeforeNext: -1 for "never", as rate-limiter-flexible says of a key without expiry. The

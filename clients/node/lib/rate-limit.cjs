@@ -38,7 +38,9 @@ const {
   evalPolicy,
   evalScript,
   isCluster,
+  moduleError,
   resolveBackend,
+  scriptingError,
 } = require('./scripts.cjs');
 
 class TimeoutError extends Error {
@@ -452,6 +454,12 @@ class RateLimit {
       timeoutMs: setupTimeout,
       failed: (error) => {
         this.stats.setupFailures += 1;
+        // A server where no backend can run (no Lua, no module): the application's to fix, and
+        // each request rejects with it; said in its own words.
+        if (error instanceof ModuleRequiredError) {
+          this.logger?.warn?.(`ratelimit: ${error.message}`);
+          return;
+        }
         this.logger?.warn?.(
           `ratelimit: the setup of ${this.command} (backend, scripts) failed (${error?.message ?? error}); ` +
             'it runs again when the client is ready again, and until then each request asks what it needs within its timeout',
@@ -468,13 +476,28 @@ class RateLimit {
     const backend = await this.resolveBackend();
     if (backend === 'script') {
       if (this.#moduleOnly() !== undefined) return; // refused at the check: nothing to load
-      const names = this.policy !== undefined
-        ? [POLICY_SCRIPT_OF['RL.LIMIT'], POLICY_SCRIPT_OF['RL.REFUND']]
-        : [SCRIPT_OF[this.command], SCRIPT_OF[this.concurrent ? 'RL.CONCURRENCY.RELEASE' : 'RL.REFUND']];
-      await loadScripts(this.client, this.send, names);
+      await this.#loadScripts();
     } else if (this.rules !== undefined && !this.cluster) {
       await this.#setPolicy(undefined);
     }
+  }
+
+  // SCRIPT LOAD of this limit's script and its refund's (a concurrency limit's: its release's),
+  // once per client; a server without Lua refuses them: the script backend's error.
+  async #loadScripts() {
+    try {
+      await this.#loadOnce();
+    } catch (error) {
+      throw scriptingError(error, this.backendOption);
+    }
+  }
+
+  // The SCRIPT LOADs themselves (loadScripts: once per client), the server's refusal as it is.
+  #loadOnce() {
+    const names = this.policy !== undefined
+      ? [POLICY_SCRIPT_OF['RL.LIMIT'], POLICY_SCRIPT_OF['RL.REFUND']]
+      : [SCRIPT_OF[this.command], SCRIPT_OF[this.concurrent ? 'RL.CONCURRENCY.RELEASE' : 'RL.REFUND']];
+    return loadScripts(this.client, this.send, names);
   }
 
   /** The local budget's size (k) and hold in ms, or undefined without localBudget. */
@@ -543,7 +566,10 @@ class RateLimit {
   /** The backend, 'module' or 'script': decided at the first call (backend "auto"), then kept. */
   resolveBackend() {
     if (this.backend !== undefined) return Promise.resolve(this.backend);
-    this.backendPending ??= resolveBackend(this.client, this.send, this.backendOption, this.logger).then(
+    // "auto" takes the scripts once they are loaded (a server without Lua refuses them); a limit
+    // that needs the module loads none (refused at the check).
+    const load = this.#moduleOnly() === undefined ? () => this.#loadOnce() : undefined;
+    this.backendPending ??= resolveBackend(this.client, this.send, this.backendOption, this.logger, load).then(
       (chosen) => {
         this.backend = chosen;
         this.stats.backend = chosen;
@@ -560,15 +586,23 @@ class RateLimit {
   // A module command (`[command, key, ...words]`) on the backend: as it is, or as its script.
   async #run(args, send = this.send) {
     const backend = this.backend ?? (await this.resolveBackend());
-    if (backend === 'module') return send(args);
+    if (backend === 'module') {
+      return send(args).catch((error) => {
+        throw moduleError(this.client, error);
+      });
+    }
     const clock = this[TEST_NOW];
     const now = typeof clock === 'function' ? clock() : undefined;
-    if (this.policy !== undefined) {
-      // RL.LIMIT (the probe's too) and RL.REFUND of a policy: over its rules' keys.
-      if (this.rules === undefined) throw new ModuleRequiredError(/** @type {string} */ (this.#moduleOnly()));
-      return evalPolicy(send, args, this.rules, now);
+    try {
+      if (this.policy !== undefined) {
+        // RL.LIMIT (the probe's too) and RL.REFUND of a policy: over its rules' keys.
+        if (this.rules === undefined) throw new ModuleRequiredError(/** @type {string} */ (this.#moduleOnly()));
+        return await evalPolicy(send, args, this.rules, now);
+      }
+      return await evalScript(send, args, now);
+    } catch (error) {
+      throw scriptingError(error, this.backendOption); // a server without Lua: the script backend's error
     }
-    return evalScript(send, args, now);
   }
 
   // Backend "module" with the rules in the configuration: RL.POLICY.SET of them, once per

@@ -99,15 +99,65 @@ function scripts() {
   return loaded;
 }
 
-/** What needs the module, asked of the script backend: refused before anything is sent. */
+/**
+ * What needs the module, asked of the script backend: refused before anything is sent; or the
+ * script backend on a server without Lua (noLuaError), where the module is all that can run.
+ */
 class ModuleRequiredError extends Error {
-  /** @param {string} what what needs the module, the message's subject */
-  constructor(what) {
-    super(`${what} needs the ratelimit module: the server has none (or backend is "script"), and the script backend ` +
+  /**
+   * @param {string} what what needs the module, the message's subject
+   * @param {string} [message] the whole message instead (noLuaError's)
+   */
+  constructor(what, message = undefined) {
+    super(message ?? `${what} needs the ratelimit module: the server has none (or backend is "script"), and the script backend ` +
       'runs the seven algorithms, COST, ATMOST, DRYRUN, BLOCK, SHADOW, RL.REFUND, policies whose rules the application gives ' +
       '(limit.rules) and concurrency leases (not adaptive) only');
     this.name = 'ModuleRequiredError';
   }
+}
+
+// What a server without a Lua scripting engine answers SCRIPT LOAD and EVAL: Valkey 9.1 and
+// later, whose Lua is a module an operator can unload ("ERR Could not find scripting engine
+// 'lua'"; EVALSHA answers NOSCRIPT there, the scripts gone with the engine).
+const NO_LUA = /could not find scripting engine/i;
+
+/** The server's `error` says it has no Lua scripting engine (not the package's error saying so). */
+function luaMissing(error) {
+  return !(error instanceof ModuleRequiredError) && NO_LUA.test(String(error?.message ?? ''));
+}
+
+/**
+ * The one error of the script backend on a server without Lua (docs/managed.md, "A server
+ * without Lua"): `said`, the server's answer; `backend`, the option that took the scripts
+ * ("script", or "auto" on a server without the module). The Python package's words.
+ */
+function noLuaError(said, backend) {
+  const asked = backend === 'script' ? 'backend "script"' : 'backend "auto", and the server has no ratelimit module';
+  return new ModuleRequiredError('the script backend',
+    `the script backend needs a Lua scripting engine, and the server has none (${asked}; the server said: ${said}): ` +
+      'load the ratelimit module on the server (backend "auto" or "module" then uses it), or use a server with Lua ' +
+      '(docs/managed.md, "A server without Lua")');
+}
+
+/** `error`, from the script backend under the option `backend`: noLuaError's on a server without Lua. */
+function scriptingError(error, backend) {
+  return luaMissing(error) ? noLuaError(String(error.message), backend) : error;
+}
+
+// Per client, what a server without Lua answered when "auto" took the module for want of Lua
+// without asking whether it has it (NOPERM on COMMAND INFO): a module command it then does not
+// know is the script backend's error (moduleError).
+const withoutLua = new WeakMap();
+
+/**
+ * `error`, from a module command with `client`: noLuaError's where auto took the module for want
+ * of Lua (withoutLua) and the server does not know it either.
+ */
+function moduleError(client, error) {
+  const said = withoutLua.get(client);
+  // Unknown, or a MULTI discarded for it (EXECABORT).
+  const unknown = /unknown command|^EXECABORT/i.test(String(error?.message ?? ''));
+  return said !== undefined && unknown ? noLuaError(said, 'auto') : error;
 }
 
 /** The backend option, checked. */
@@ -155,9 +205,17 @@ const found = new WeakMap();
  * the choice once; a user whose ACL refuses COMMAND INFO (NOPERM) gets the scripts, with a
  * warning once. `module` checks the module is there (once per client), with a clear error
  * when it is not (and, when it cannot be asked, takes the option's word).
+ *
+ * `load`: the limiter's SCRIPT LOADs (its setup's, once per client: loadScripts), which `auto`
+ * makes before it takes the scripts: a server without Lua (Valkey 9.1 with its lua module
+ * unloaded) refuses them, and then `auto` rejects with noLuaError's error, taking nothing (asked
+ * again at the next call: a server given the module or Lua later is used); or, where it could not
+ * ask (NOPERM), takes the module, all that can run there. Any other refusal (NOPERM on SCRIPT
+ * LOAD: scripts an administrator loaded may still run) takes the scripts, as before.
+ * @param {(() => Promise<unknown>) | undefined} [load]
  * @returns {Promise<'module' | 'script'>}
  */
-function resolveBackend(client, send, backend, logger) {
+function resolveBackend(client, send, backend, logger, load = undefined) {
   if (backend === 'script') return Promise.resolve('script');
   let entry = found.get(client);
   if (entry === undefined) {
@@ -185,14 +243,29 @@ function resolveBackend(client, send, backend, logger) {
       if (found.get(client) === entry) found.delete(client); // asked again next time
     });
   }
-  return entry.promise.then((chosen) => {
+  return entry.promise.then(async (chosen) => {
     if (backend === 'module' && chosen === 'script') {
       if (entry.unasked) return 'module'; // not known: as the option says
       throw new ModuleRequiredError('backend "module"');
     }
-    if (backend === 'auto' && !entry.logged) {
+    if (backend !== 'auto') return chosen;
+    if (chosen === 'script' && load !== undefined) {
+      const refused = await load().then(() => undefined, (error) => error);
+      if (luaMissing(refused)) {
+        const said = String(refused.message);
+        if (!entry.unasked) throw noLuaError(said, 'auto');
+        withoutLua.set(client, said);
+        chosen = 'module';
+      }
+    }
+    if (!entry.logged) {
       entry.logged = true;
-      if (entry.unasked) {
+      if (entry.unasked && chosen === 'module') {
+        logger?.warn?.(
+          'ratelimit: cannot ask the server whether it has the module (NOPERM on COMMAND INFO), and it has no Lua ' +
+            "scripting engine for the script backend: using the module; set backend='module' to say so",
+        );
+      } else if (entry.unasked) {
         logger?.warn?.(
           'ratelimit: cannot ask the server whether it has the module (NOPERM on COMMAND INFO): ' +
             "using the script backend; set backend='module' or 'script' to say which",
@@ -318,12 +391,17 @@ async function evalMulti(client, commands, now = undefined) {
     const add = cluster ? (args) => multi.addCommand(undefined, false, args) : (args) => multi.addCommand(args);
     for (const name of load) add(['SCRIPT', 'LOAD', scripts()[name].source]);
     for (const { call } of list) add(call);
+    let replies;
     try {
-      return (await multi.exec()).slice(load.length);
+      replies = await multi.exec();
     } catch (error) {
       if (!Array.isArray(error?.replies)) throw error;
-      return error.replies.slice(load.length);
+      replies = error.replies;
     }
+    // A SCRIPT LOAD refused (a server without Lua): the reason its calls failed, not their NOSCRIPT.
+    const refused = replies.slice(0, load.length).find((r) => r instanceof Error);
+    if (refused !== undefined) throw refused;
+    return replies.slice(load.length);
   };
   const replies = await exec(calls, []);
   const first = replies.findIndex((r) => r instanceof Error && String(r.message).startsWith('NOSCRIPT'));
@@ -423,6 +501,8 @@ module.exports = {
   scriptSource,
   scripts,
   ModuleRequiredError,
+  scriptingError,
+  moduleError,
   checkBackend,
   isCluster,
   clusterKey,

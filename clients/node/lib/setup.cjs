@@ -202,7 +202,10 @@ async function loadScripts(client, send, names) {
     }
     return load;
   });
-  await Promise.all(loads);
+  // Every load answered before the first refusal is passed on (a server without Lua refuses
+  // them all): a call made after it sends them again, none found still in flight.
+  const refused = (await Promise.allSettled(loads)).find((r) => r.status === 'rejected');
+  if (refused !== undefined) throw refused.reason;
 }
 
 // SCRIPT LOAD of `source` on every primary of node-redis's cluster client.

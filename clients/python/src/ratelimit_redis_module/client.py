@@ -46,7 +46,8 @@ from .reply import Decision, _text, parse_decision
 from ._script_acl import PROBE, PROBE_SHA, probed, refused_in_script, script_commands
 from ._setup import SETUP_TIMEOUT_S, AsyncSetup, SyncSetup
 from .scripts import (
-    BACKENDS, SCRIPTS, ModuleRequired, evalsha_words, missing_module, module_required, rule_keys_wanted, script_call, script_source,
+    BACKENDS, SCRIPTS, ModuleRequired, evalsha_words, lua_missing, missing_module, module_required, no_lua, rule_keys_wanted,
+    script_call, script_source,
 )
 
 if TYPE_CHECKING:
@@ -401,6 +402,11 @@ _UNASKED = (
     "ratelimit: cannot ask the server whether it has the module (NOPERM on COMMAND INFO): "
     "using the script backend; set backend='module' or 'script' to say which"
 )
+#: Its warning when the server has no Lua either: the module is all that can run there.
+_UNASKED_NO_LUA = (
+    "ratelimit: cannot ask the server whether it has the module (NOPERM on COMMAND INFO), and it has no Lua "
+    "scripting engine for the script backend: using the module; set backend='module' to say so"
+)
 
 
 def _no_permission(error: BaseException) -> bool:
@@ -423,7 +429,11 @@ class _Backend:
     ``"module"`` (the ``RL.*`` commands) or ``"script"`` (the same limits as server-side Lua
     scripts, where the module cannot be loaded). ``"auto"`` asks the server once (``COMMAND
     INFO RL.GCRA``: nothing means no module), in the limiter's setup (:mod:`._setup`), or else
-    before the first command."""
+    before the first command; it takes the scripts only once the server has loaded the first
+    (the setup's first ``SCRIPT LOAD``, made before choosing): a server without Lua (Valkey 9.1
+    with its ``lua`` module unloaded) refuses it, and then ``"auto"`` takes no backend and each
+    call is :func:`~.scripts.no_lua`'s error, asked again (a server given the module or Lua later
+    is used)."""
 
     client: Any
     stats: Any
@@ -447,6 +457,16 @@ class _Backend:
         # On the scripts, per policy's rules: the most rule keys a key was found to hold (an
         # earlier, longer policy's: RULEKEYS), named by every later call of those rules.
         self._rule_keys: dict[tuple[str, ...], int] = {}
+        # "auto"'s first SCRIPT LOAD, made before it takes the scripts (_chose_scripts): True when
+        # it loaded, or the server's refusal (not sent again by the setup); None once the setup
+        # has read it, or when none was made.
+        self._first_load: bool | BaseException | None = None
+        # What a server without Lua answered that first SCRIPT LOAD, when "auto" took the module
+        # for want of Lua without asking it (NOPERM on COMMAND INFO): a call that then finds no
+        # module is the script backend's error.
+        self._no_lua_said: str | None = None
+        # The setup has logged the error of a server where no backend can run (once).
+        self._said_no_backend = False
         if backend != "auto":
             self._chose(backend)
 
@@ -461,6 +481,13 @@ class _Backend:
         """A step of the setup failed (see :mod:`._setup`): counted, and logged (a warning for
         the first failure of a run of them, at debug level after)."""
         self.stats.setup_failures += 1
+        if isinstance(error, ModuleRequired):
+            # The server cannot run the limits (no Lua, no module): the application's to fix,
+            # and each call raises it; said once, as a warning, in its own words.
+            if not self._said_no_backend:
+                self._said_no_backend = True
+                logger.warning("ratelimit: %s", error)
+            return
         what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
         if not retried:
             # The requests do the step themselves, and report its failure as any other: once here.
@@ -492,7 +519,7 @@ class _Backend:
             self._chosen = backend
             self.stats.backend = backend
             if unasked:
-                logger.warning(_UNASKED)
+                logger.warning(_UNASKED if backend == "script" else _UNASKED_NO_LUA)
             elif backend == "script":
                 logger.info(
                     "ratelimit: the server has no ratelimit module; using the script backend"
@@ -501,6 +528,36 @@ class _Backend:
             else:
                 logger.info("ratelimit: using the module")
         return self._chosen
+
+    def _chose_scripts(self, refused: BaseException | None, unasked: bool) -> None:
+        """``"auto"`` on a server without the module (or that it could not ask, ``unasked``),
+        after its first ``SCRIPT LOAD`` (``refused``: the server's error to it, or None): the
+        scripts, unless the server has no Lua to run them; then, ``unasked``, the module, which
+        is all that can run there, else :func:`~.scripts.no_lua`'s error, and no backend taken.
+        Any other refusal (NOPERM on ``SCRIPT LOAD``: scripts an administrator loaded may still
+        run) takes the scripts, as before: the calls report what fails."""
+        if refused is None or not lua_missing(refused):
+            self._first_load = True if refused is None else refused
+            self._chose("script", unasked=unasked)
+        elif unasked:
+            self._no_lua_said = str(refused)
+            self._chose("module", unasked=True)
+        else:
+            raise no_lua(str(refused), self.backend_option) from refused
+
+    def _setup_scripts(self) -> tuple[str, ...]:
+        """The scripts the setup loads: all of them, but the first when ``"auto"`` has just
+        loaded it to choose (:meth:`_chose_scripts`); the server's refusal of that load raised
+        again rather than sent twice."""
+        first, self._first_load = self._first_load, None
+        if isinstance(first, BaseException):
+            raise first
+        return self.SETUP_SCRIPTS[1:] if first else self.SETUP_SCRIPTS
+
+    def _scripting(self, error: redis.ResponseError) -> BaseException:
+        """The error to raise for the server's ``error`` to a ``SCRIPT LOAD``: the script
+        backend's on a server without Lua, else ``error``."""
+        return no_lua(str(error), self.backend_option) if lua_missing(error) else error
 
     def _wire(self, args: list[Any], rules: tuple[str, ...] = ()) -> tuple[list[Any], str | None]:
         """The words to send for the module's command ``args`` on the chosen backend, and the
@@ -518,7 +575,7 @@ class _Backend:
         remembered for these rules), else the error raised."""
         wanted = rule_keys_wanted(error, int(words[2])) if rules and name is not None else None
         if wanted is None:
-            raise _module_error(error, name) from error
+            raise _module_error(error, name, self._no_lua_said) from error
         with self._choosing:
             self._rule_keys[rules] = max(wanted, self._rule_keys.get(rules, 0))
         return self._wire(args, rules)[0]
@@ -545,8 +602,14 @@ class _Backend:
             raise module_required(what)
 
 
-def _module_error(error: redis.ResponseError, name: str | None) -> BaseException:
+def _module_error(error: redis.ResponseError, name: str | None, no_lua_said: str | None) -> BaseException:
+    """The error to raise for the server's ``error`` to the module's command (``name`` None):
+    a server without the module says so (:func:`~.scripts.missing_module`), or, where ``"auto"``
+    took the module for want of Lua without asking (``no_lua_said``: what the server answered
+    its ``SCRIPT LOAD``), the script backend's error (no backend can run there)."""
     missing = missing_module(error) if name is None else None
+    if missing is not None and no_lua_said is not None:
+        return no_lua(no_lua_said, "auto")
     return missing if missing is not None else error
 
 
@@ -572,7 +635,9 @@ class RateLimiter(_Backend):
     cluster-safe). On the script backend, policies and adaptive concurrency limits raise
     :class:`ModuleRequired` before anything is sent (``shadow`` and concurrency leases work there
     as on the module); ``backend="module"`` on a server without the module raises it at the first
-    command.
+    command; and so does every call of the script backend on a server without Lua (Valkey 9.1 with
+    its ``lua`` module unloaded), where ``"auto"`` takes the module if it is loaded, no backend if
+    not (docs/managed.md, "A server without Lua").
 
     The limiter's setup starts when it is created, in a thread: ``"auto"`` asks the server
     which backend to use, and on the script backend every script is loaded (``SCRIPT LOAD``;
@@ -609,8 +674,11 @@ class RateLimiter(_Backend):
     def _set_up(self) -> None:
         """The setup's own step: the backend, and on the scripts every script loaded."""
         if self._ask_backend() == "script":
-            for name in self.SETUP_SCRIPTS:
-                self.client.execute_command("SCRIPT LOAD", script_source(name), **self._everywhere())
+            for name in self._setup_scripts():
+                try:
+                    self.client.execute_command("SCRIPT LOAD", script_source(name), **self._everywhere())
+                except redis.ResponseError as error:
+                    raise self._scripting(error) from error
 
     def check(
         self, limit: Limit, key: str | bytes, *, cost: int = 1, at_most: int | None = None, dryrun: bool = False,
@@ -698,19 +766,35 @@ class RateLimiter(_Backend):
 
     def _ask_backend(self) -> str:
         if self._chosen is None:
+            unasked = False
             try:
                 reply = self.client.execute_command("COMMAND INFO", "RL.GCRA", **_keyless(self.client))
             except redis.ResponseError as error:
                 if not _no_permission(error):
                     raise
-                self._chose("script", unasked=True)
+                unasked = True
             else:
-                self._chose("module" if _has_module(reply) else "script")
+                if _has_module(reply):
+                    self._chose("module")
+            if self._chosen is None:
+                self._chose_scripts(self._load_first(), unasked)
         assert self._chosen is not None
         return self._chosen
 
+    def _load_first(self) -> redis.ResponseError | None:
+        """The setup's first script loaded (where it loads them), before ``"auto"`` takes the
+        scripts: the server's refusal, or None."""
+        try:
+            self.client.execute_command("SCRIPT LOAD", script_source(self.SETUP_SCRIPTS[0]), **self._everywhere())
+        except redis.ResponseError as error:
+            return error
+        return None
+
     def _load(self, name: str, key: Any) -> None:
-        self.client.execute_command("SCRIPT LOAD", script_source(name), **self._load_target(key))
+        try:
+            self.client.execute_command("SCRIPT LOAD", script_source(name), **self._load_target(key))
+        except redis.ResponseError as error:
+            raise self._scripting(error) from error
 
     def _refusal(self, error: redis.ResponseError, name: str | None, words: list[Any]) -> None:
         """Raise the server's ``error`` to the script ``name`` (sent as ``words``) as a
@@ -920,9 +1004,16 @@ class AsyncRateLimiter(_Backend):
     async def _set_up(self) -> None:
         """The setup's own step: the backend, and on the scripts every script loaded."""
         if await self._ask_backend() == "script":
-            where = {"target_nodes": await self._primaries()} if _is_cluster(self.client) else {}
-            for name in self.SETUP_SCRIPTS:
-                await self.client.execute_command("SCRIPT LOAD", script_source(name), **where)
+            where = await self._everywhere_async()
+            for name in self._setup_scripts():
+                try:
+                    await self.client.execute_command("SCRIPT LOAD", script_source(name), **where)
+                except redis.ResponseError as error:
+                    raise self._scripting(error) from error
+
+    async def _everywhere_async(self) -> dict[str, Any]:
+        """Where a script is loaded by the setup: every primary of a cluster."""
+        return {"target_nodes": await self._primaries()} if _is_cluster(self.client) else {}
 
     async def check(
         self, limit: Limit, key: str | bytes, *, cost: int = 1, at_most: int | None = None, dryrun: bool = False,
@@ -996,19 +1087,36 @@ class AsyncRateLimiter(_Backend):
         if self._chosen is None:
             if _is_cluster(self.client):
                 await self.client.initialize()
+            unasked = False
             try:
                 reply = await self.client.execute_command("COMMAND INFO", "RL.GCRA", **_keyless(self.client))
             except redis.ResponseError as error:
                 if not _no_permission(error):
                     raise
-                self._chose("script", unasked=True)
+                unasked = True
             else:
-                self._chose("module" if _has_module(reply) else "script")
+                if _has_module(reply):
+                    self._chose("module")
+            if self._chosen is None:
+                self._chose_scripts(await self._load_first(), unasked)
         assert self._chosen is not None
         return self._chosen
 
+    async def _load_first(self) -> redis.ResponseError | None:
+        """See :meth:`RateLimiter._load_first`."""
+        try:
+            await self.client.execute_command(
+                "SCRIPT LOAD", script_source(self.SETUP_SCRIPTS[0]), **await self._everywhere_async()
+            )
+        except redis.ResponseError as error:
+            return error
+        return None
+
     async def _load(self, name: str, key: Any) -> None:
-        await self.client.execute_command("SCRIPT LOAD", script_source(name), **self._load_target(key))
+        try:
+            await self.client.execute_command("SCRIPT LOAD", script_source(name), **self._load_target(key))
+        except redis.ResponseError as error:
+            raise self._scripting(error) from error
 
     async def _refusal(self, error: redis.ResponseError, name: str | None, words: list[Any]) -> None:
         """See :meth:`RateLimiter._refusal`."""

@@ -19,6 +19,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import redis
+
 __all__ = ["BACKENDS", "ModuleRequired", "SCRIPTS", "script_source", "script_sha"]
 
 #: The values of the limiters' ``backend=`` option.
@@ -42,8 +44,8 @@ SCRIPTS: dict[str, str] = {
 class ModuleRequired(Exception):
     """Something that needs the ratelimit module was asked where it is not used: a policy
     (``RL.LIMIT``, ``policy_*``) or an adaptive concurrency limit on the script backend (with or
-    without ``shadow``; plain concurrency leases work there); or ``backend="module"`` on a server
-    without the module.
+    without ``shadow``; plain concurrency leases work there); ``backend="module"`` on a server
+    without the module; or the script backend on a server without Lua (:func:`no_lua`).
 
     Raised before anything is sent (for the script backend). Not a :class:`redis.RedisError`:
     the guards and the middleware do not fail it open or closed, it is a configuration error.
@@ -162,6 +164,29 @@ def evalsha_words(name: str, keys: list[Any], rest: list[Any], now_us: int | Non
     if now_us is not None:  # the scripts' test-only clock: the public API never sets it
         words += ["NOW", str(now_us)]
     return words
+
+
+#: What a server without a Lua scripting engine answers ``SCRIPT LOAD`` and ``EVAL`` (Valkey 9.1
+#: and later, whose Lua is a module an operator can unload: "ERR Could not find scripting engine
+#: 'lua'"; ``EVALSHA`` answers ``NOSCRIPT`` there, the scripts gone with the engine).
+_NO_LUA = re.compile(r"could not find scripting engine", re.IGNORECASE)
+
+
+def lua_missing(error: BaseException) -> bool:
+    """The server's ``error`` says it has no Lua scripting engine."""
+    return isinstance(error, redis.ResponseError) and _NO_LUA.search(str(error)) is not None
+
+
+def no_lua(said: str, backend: str) -> ModuleRequired:
+    """The one error of the script backend on a server without Lua (docs/managed.md, "A server
+    without Lua"): ``said``, the server's answer; ``backend``, the option that took the scripts
+    (``"script"``, or ``"auto"`` on a server without the module)."""
+    asked = "backend='script'" if backend == "script" else "backend='auto', and the server has no ratelimit module"
+    return ModuleRequired(
+        f"the script backend needs a Lua scripting engine, and the server has none ({asked}; the server said: "
+        f"{said}): load the ratelimit module on the server (backend='auto' or 'module' then uses it), or use a "
+        "server with Lua (docs/managed.md, \"A server without Lua\")"
+    )
 
 
 def missing_module(error: Exception) -> ModuleRequired | None:
