@@ -6,7 +6,7 @@
 
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
@@ -19,10 +19,24 @@ const pkg = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const npm = (args, cwd) =>
   execFileSync('npm', [...args, '--no-audit', '--no-fund', '--loglevel=error'], { cwd, encoding: 'utf8' });
 
+// npm pack runs the package's prepack and postpack, which make and remove clients/node/scripts:
+// it packs a copy of clients/node and clients/scripts, so that other runs of this test (make
+// test runs the suite against several servers at once) never find the folder half made or
+// removed under them (one did: its tarball lacked scripts/).
+function packableCopy() {
+  const work = mkdtempSync(path.join(tmpdir(), 'rl-node-pack-'));
+  cpSync(path.join(pkg, '../scripts'), path.join(work, 'scripts'), { recursive: true });
+  const skip = [path.join(pkg, 'node_modules'), path.join(pkg, 'scripts')];
+  cpSync(pkg, path.join(work, 'node'), { recursive: true, filter: (from) => !skip.some((s) => from === s || from.startsWith(s + path.sep)) });
+  return work;
+}
+
 test('npm install of the packed package into a fresh directory', async () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'rl-node-install-'));
+  const work = packableCopy();
+  const source = path.join(work, 'node');
   try {
-    npm(['pack', pkg, '--pack-destination', dir], dir);
+    npm(['pack', source, '--pack-destination', dir], dir);
     const tarball = readdirSync(dir).find((f) => f.endsWith('.tgz'));
     assert.match(tarball, /^ratelimit-redis-module-\d+\.\d+\.\d+\.tgz$/);
     writeFileSync(path.join(dir, 'package.json'), JSON.stringify({ name: 'fresh', version: '1.0.0', private: true, type: 'module' }));
@@ -32,7 +46,7 @@ test('npm install of the packed package into a fresh directory', async () => {
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module')).sort(),
       ['README.md', 'flexible.cjs', 'flexible.d.cts', 'flexible.d.ts', 'flexible.js', 'index.cjs', 'index.d.cts', 'index.d.ts', 'index.js',
         'lib', 'package.json', 'scripts']);
-    assert.ok(!existsSync(path.join(pkg, 'scripts')), 'postpack removed the copy: clients/scripts/ stays the only one');
+    assert.ok(!existsSync(path.join(source, 'scripts')), 'postpack removed the copy: clients/scripts/ stays the only one');
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module/lib')).sort(),
       ['denial-memory.cjs', 'fields.cjs', 'flexible.cjs', 'limits.cjs', 'local-budget.cjs', 'middleware.cjs', 'rate-limit.cjs', 'reconnect.cjs',
         'reply.cjs', 'scripts.cjs', 'setup.cjs']);
@@ -119,5 +133,6 @@ test('npm install of the packed package into a fresh directory', async () => {
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });
+    rmSync(work, { recursive: true, force: true });
   }
 });
