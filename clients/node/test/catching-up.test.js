@@ -22,7 +22,7 @@ import { RateLimit } from '../index.js';
 // The module's object, not its names: run on the package before the retry (which has no
 // retryPauseMs), the scenario below still runs, and fails.
 import rateLimitModule from '../lib/rate-limit.cjs';
-import { T0_MS, connect, memoryLogger, startCluster, startRedis, strip } from './helpers.js';
+import { PATIENT, T0_MS, connect, memoryLogger, startCluster, startRedis, strip } from './helpers.js';
 
 const { retryPauseMs, TRY_AGAIN_PAUSE_MS } = rateLimitModule;
 
@@ -210,19 +210,20 @@ test('a call made while the node has not caught up gets its decision once it has
   const api = { policy: 'api' };
   const limiters = {
     // A cluster client made after the slot moved: its RL.LIMIT goes to the fourth node.
-    a: new RateLimit({ client: fresh, limit: api, failMode: 'closed', ...options }),
+    a: new RateLimit({ ...PATIENT, client: fresh, limit: api, failMode: 'closed', ...options }),
     // A standalone client on the fourth node.
-    b: new RateLimit({ client: direct, limit: api, failMode: 'open', ...options }),
+    b: new RateLimit({ ...PATIENT, client: direct, limit: api, failMode: 'open', ...options }),
     // A policy whose rules the limiter sets itself: its RL.POLICY.SET goes to the node of its
     // key, the fourth, which refuses the change until it has caught up.
     c: new RateLimit({
+      ...PATIENT,
       client: fresh2,
       limit: { policy: 'api2', rules: [{ algorithm: 'gcra', burst: 5, rate: 5, period: '1m' }] },
       failMode: 'open',
       ...options,
     }),
     // startCluster's cluster client, made before the slot moved: MOVED leads it to the fourth node.
-    d: new RateLimit({ client: stack.cluster, limit: api, failMode: 'closed', ...options }),
+    d: new RateLimit({ ...PATIENT, client: stack.cluster, limit: api, failMode: 'closed', ...options }),
   };
   await Promise.all(Object.values(limiters).map((l) => l.setup.pending));
   const ids = { a: await connectionToAdded(fresh), b: Number(await direct.sendCommand(['CLIENT', 'ID'])) };

@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { RateLimit, RateLimiterRedis, rateLimitMiddleware } from '../index.js';
 import { TEST_NOW, ruleKeys, scripts } from '../lib/scripts.cjs';
-import { T0_MS, helloApp, memoryLogger, quiet, refusal, startCluster } from './helpers.js';
+import { PATIENT, T0_MS, helloApp, memoryLogger, quiet, refusal, startCluster } from './helpers.js';
 
 const stacks = {}; // 'module' and 'script': startCluster's { direct, cluster, nodeOf, calls, ... }
 
@@ -95,6 +95,7 @@ for (const kind of BACKENDS) {
   test(`${kind}: backend "auto" over the cluster client picks the ${kind === 'module' ? 'module' : 'scripts'}, logged once`, async () => {
     const lines = [];
     const l = new RateLimit({
+      ...PATIENT,
       client: stacks[kind].cluster, limit: LIMITS.gcra[0], logger: { warn: (s) => lines.push(`warn ${s}`), info: (s) => lines.push(`info ${s}`) },
     });
     assert.equal(l.cluster, true);

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { RateLimit, RateLimiterRedis, parseReply } from '../index.js';
-import { calls, clocks, memoryLogger, refusal, serverForFile } from './helpers.js';
+import { PATIENT, calls, clocks, memoryLogger, refusal, serverForFile } from './helpers.js';
 
 const { client } = await serverForFile();
 
@@ -27,6 +27,7 @@ test('the memory counts from when the request was sent, not from when its answer
   const clock = await clocks(client);
   await client.sendCommand(['RL.GCRA', 'rl:rtt:ivy', '1', '1', '60000']); // the burst of 1, taken
   const limiter = new RateLimit({
+    ...PATIENT,
     client: slowAnswers(clock, 7),
     limit: { algorithm: 'gcra', burst: 1, rate: 1, period: '1m' },
     prefix: 'rl:rtt:',
@@ -54,6 +55,7 @@ test('a policy changed on the server is not refused from a denial remembered und
   const clock = await clocks(client);
   await client.sendCommand(['RL.POLICY.SET', 'grow', 'GCRA', '3', '1', '3m']);
   const limiter = new RateLimit({
+    ...PATIENT,
     client, limit: { policy: 'grow' }, prefix: 'rl:grow:', now: () => clock.ms, logger: memoryLogger(),
   });
   for (const r of [2, 1, 0]) assert.equal((await limiter.check('jo')).remaining, r);

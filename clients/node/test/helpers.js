@@ -188,6 +188,15 @@ export async function moduleAndPlainForFile() {
   return { withModule, plain, m, p };
 }
 
+/**
+ * The timeouts of a limiter in a test that is not about timeouts. The package's defaults (a
+ * call's 50 ms, a setup's 1 s) are for a server nearby with time to spare; `make test` runs four
+ * suites on two cores, where a round trip can take longer, and a call that times out fails open
+ * and changes what the test sees. A minute is a hang, not a busy machine. Tests of the timeout
+ * itself set theirs.
+ */
+export const PATIENT = { timeout: 60_000, setupTimeout: 60_000 };
+
 /** A logger that says nothing (for the warnings a test expects, such as the backend's choice). */
 export const quiet = { warn() {}, info() {} };
 

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import express from 'express';
 import { parseReply, rateLimitMiddleware } from '../index.js';
-import { T0_MS, calls, clocks, connect, get, helloApp, limitFields, memoryLogger, serve, serverForFile } from './helpers.js';
+import { PATIENT, T0_MS, calls, clocks, connect, get, helloApp, limitFields, memoryLogger, serve, serverForFile } from './helpers.js';
 
 const PROBLEM_429 =
   '{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",' +
@@ -241,6 +241,7 @@ test('RESP2 clients get the same fields', async () => {
 test('concurrency: a lease per request in flight, given back when its response ends', async () => {
   await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
   const limit = rateLimitMiddleware({
+    ...PATIENT,
     client,
     limit: { algorithm: 'concurrency', limit: 2, lease: '30s' },
     key: () => 'jobs',

@@ -46,7 +46,7 @@ if (process.env.RL_LB_CLUSTER === '1' && cluster.isPrimary && typeof process.sen
     localBudget: Number(RL_K),
     hold: RL_HOLD || undefined,
     key: () => 'shared',
-    timeout: 2000,
+    timeout: 60_000, // a busy machine is not a failure: none is counted here
     logger: null,
   });
   const { stats } = limit.limiter;

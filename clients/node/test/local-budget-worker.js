@@ -53,7 +53,7 @@ if (process.env.RL_LB_WORKER === '1' && typeof process.send === 'function') {
     prefix: RL_PREFIX,
     localBudget: Number(RL_K),
     hold: RL_HOLD || undefined,
-    timeout: 2000,
+    timeout: 60_000, // a busy machine is not a failure: none is counted here
     logger: null,
   });
   const counts = { admitted: 0, denied: 0, failed: 0 };

@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { test } from 'node:test';
 import { RateLimit, rateLimitMiddleware } from '../index.js';
-import { calls, clocks, helloApp, memoryLogger, serverForFile } from './helpers.js';
+import { PATIENT, calls, clocks, helloApp, memoryLogger, serverForFile } from './helpers.js';
 import { budgetWorker } from './local-budget-worker.js';
 
 const { redis, client } = await serverForFile();
@@ -106,6 +106,7 @@ test('a process SIGKILLed while holding units: lost to the limit until the GCRA 
 test('no stampede: 50 concurrent requests on an empty budget cost one refill', async () => {
   await clocks(client);
   const limiter = new RateLimit({
+    ...PATIENT,
     client, limit: { algorithm: 'gcra', burst: 1000, rate: 1, period: '1h' }, prefix: 'rl:lbs:', localBudget: 64,
   });
   const calls0 = await calls(client, 'RL.GCRA');
@@ -121,6 +122,7 @@ test('no stampede: 50 concurrent requests on an empty budget cost one refill', a
   assert.equal(limiter.stats.localAdmitted, 1);
   // 100 concurrent with k = 8: ceil(100 / 8) refills, one after the other, nothing more.
   const small = new RateLimit({
+    ...PATIENT,
     client, limit: { algorithm: 'gcra', burst: 1000, rate: 1, period: '1h' }, prefix: 'rl:lbs:', localBudget: 8,
   });
   await Promise.all(Array.from({ length: 100 }, () => small.check('herd8')));
@@ -134,6 +136,7 @@ test('no stampede: 50 concurrent requests on an empty budget cost one refill', a
 test('units are spent until hold / 2 after their refill left, then given back: on the request path (fake clock) and by the timer', async () => {
   const clock = await clocks(client);
   const limiter = new RateLimit({
+    ...PATIENT,
     client,
     limit: { algorithm: 'gcra', burst: 100, rate: 1, period: '1h' },
     prefix: 'rl:lbh:',
@@ -162,6 +165,7 @@ test('units are spent until hold / 2 after their refill left, then given back: o
   // The timer, on the real clock (default `now`): a hold of 50 ms, due 25 ms after the refill
   // left, unref'd.
   const timed = new RateLimit({
+    ...PATIENT,
     client, limit: { algorithm: 'gcra', burst: 100, rate: 1, period: '1h' }, prefix: 'rl:lbt:', localBudget: 10, hold: 50,
   });
   const sent = performance.now();
@@ -180,6 +184,7 @@ test('units are spent until hold / 2 after their refill left, then given back: o
 test('close gives back what is held; later checks are round trips', async () => {
   await clocks(client);
   const limiter = new RateLimit({
+    ...PATIENT,
     client, limit: { algorithm: 'tokenbucket', capacity: 50, refillAmount: 1, refillPeriod: '1h' }, prefix: 'rl:lbc:', localBudget: 20,
   });
   await Promise.all([limiter.check('a'), limiter.check('b', 3)]);
@@ -197,6 +202,7 @@ test('close gives back what is held; later checks are round trips', async () => 
 test('a refill that grants nothing refuses, and is remembered until its retry time', async () => {
   const clock = await clocks(client);
   const limiter = new RateLimit({
+    ...PATIENT,
     client, limit: { algorithm: 'gcra', burst: 5, rate: 1, period: '1m' }, prefix: 'rl:lbd:', localBudget: 4,
     now: () => clock.ms,
   });
@@ -218,6 +224,7 @@ test("a fixed window's held units lapse at its end when it comes within the hold
   const clock = await clocks(client);
   // T0 is 20 s into a minute: the window ends in 40 s.
   const limiter = new RateLimit({
+    ...PATIENT,
     client, limit: { algorithm: 'fixedwindow', limit: 10, window: '1m' }, prefix: 'rl:lbw:', localBudget: 5,
     hold: '1h', now: () => clock.ms,
   });
@@ -236,6 +243,7 @@ test("a fixed window's held units lapse at its end when it comes within the hold
   // still spent at 30 s and up to the end, and lapse then.
   const clock2 = await clocks(client);
   const half = new RateLimit({
+    ...PATIENT,
     client, limit: { algorithm: 'fixedwindow', limit: 10, window: '1m' }, prefix: 'rl:lbw2:', localBudget: 5,
     hold: '1m', now: () => clock2.ms,
   });
@@ -257,6 +265,7 @@ test("a fixed window whose end is past the hold: its units are given back at hol
   const clock = await clocks(client);
   // The window ends in 40 s; hold 30 s: due at 15 s, given back then (25 s before the end).
   const limiter = new RateLimit({
+    ...PATIENT,
     client, limit: { algorithm: 'fixedwindow', limit: 10, window: '1m' }, prefix: 'rl:lbw3:', localBudget: 5,
     hold: '30s', now: () => clock.ms,
   });
@@ -278,6 +287,7 @@ test('a failed refill fails every waiter open or closed, with one warning', asyn
   const logger = memoryLogger();
   const broken = { sendCommand: () => Promise.reject(new Error('down')) };
   const limiter = new RateLimit({
+    ...PATIENT,
     client: broken, limit: { algorithm: 'gcra', burst: 5, rate: 1, period: '1m' }, localBudget: 4, failMode: 'closed', logger,
   });
   const ds = await Promise.all(Array.from({ length: 3 }, () => limiter.check('x')));
@@ -295,7 +305,7 @@ test('options: refused on a concurrency limit, hold without localBudget, k out o
   assert.throws(() => new RateLimit({ client, limit: gcra, localBudget: 0 }), /invalid localBudget/);
   assert.throws(() => new RateLimit({ client, limit: gcra, localBudget: 4, hold: '0s' }), /invalid hold/);
   // Default holds: a quarter of the period or window, 250 ms for a policy, at least 10 ms.
-  const hold = (limit) => new RateLimit({ client, limit, localBudget: 4 }).localBudget.holdMs;
+  const hold = (limit) => new RateLimit({ ...PATIENT, client, limit, localBudget: 4 }).localBudget.holdMs;
   assert.equal(hold(gcra), 15_000);
   assert.equal(hold({ algorithm: 'slidingwindow', limit: 5, window: '10s' }), 2_500);
   assert.equal(hold({ algorithm: 'warmup', rate: 10, period: '1s', warmup: '10s' }), 250);
@@ -306,6 +316,7 @@ test('options: refused on a concurrency limit, hold without localBudget, k out o
 test('the middleware with a local budget: one round trip for k requests, the fields from the budget', async () => {
   await clocks(client);
   const mw = rateLimitMiddleware({
+    ...PATIENT,
     client,
     limit: { algorithm: 'gcra', burst: 10, rate: 1, period: '1m' },
     prefix: 'rl:lbm:',

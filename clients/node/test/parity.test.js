@@ -12,7 +12,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { RateLimit, policyWindows } from '../index.js';
 import { ALGORITHMS } from '../lib/limits.cjs';
-import { ROOT, memoryLogger, serverForFile } from './helpers.js';
+import { PATIENT, ROOT, memoryLogger, serverForFile } from './helpers.js';
 
 const { client } = await serverForFile();
 
@@ -211,7 +211,7 @@ test('every rule kind of the module is one the package reads, alone, as a shadow
     // The rule with every option of its command that the package gives the limit: INTERVAL and
     // COLDFACTOR are the rule's words (args); BLOCK is RL.LIMIT's, kept out of them.
     const limitOptions = [...commands.get(command).options.keys()].map((t) => OPTIONS[t]?.way.limit).filter(Boolean);
-    const rule = new RateLimit({ client, limit: Object.assign({}, REACHED[command].limit, ...limitOptions) });
+    const rule = new RateLimit({ ...PATIENT, client, limit: Object.assign({}, REACHED[command].limit, ...limitOptions) });
     for (const [rules, words] of [[1, [kind, ...rule.args]], [2, ['GCRA', '5', '10', '1m', 'SHADOW', kind, ...rule.args]]]) {
       await client.sendCommand(['RL.POLICY.SET', `parity-${kind}`, ...words]);
       assert.equal(policyWindows(await client.sendCommand(['RL.POLICY.GET', `parity-${kind}`])).length, rules, words.join(' '));

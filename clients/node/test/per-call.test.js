@@ -8,14 +8,14 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { RateLimit, rateLimitMiddleware } from '../index.js';
-import { calls, clocks, connect, get, helloApp, limitFields, memoryLogger, serverForFile } from './helpers.js';
+import { PATIENT, calls, clocks, connect, get, helloApp, limitFields, memoryLogger, serverForFile } from './helpers.js';
 
 const { redis, client } = await serverForFile();
 
 /** A RateLimit on `limit`, its memory on the fake clock, keys under `prefix`. */
 async function limiter(limit, prefix, options = {}) {
   const clock = await clocks(client);
-  return new RateLimit({ client, limit, prefix, now: () => clock.ms, logger: memoryLogger(), ...options });
+  return new RateLimit({ ...PATIENT, client, limit, prefix, now: () => clock.ms, logger: memoryLogger(), ...options });
 }
 
 /** The fields of a decision that the options add or decide. */
@@ -90,6 +90,7 @@ test('shadow: a request the limit would refuse is answered allowed, shadowDenied
 test('the middleware with shadow: every request passes, with the fields the limit gives it', async () => {
   const clock = await clocks(client);
   const limit = rateLimitMiddleware({
+    ...PATIENT,
     client,
     limit: { algorithm: 'fixedwindow', limit: 1, window: '1m' },
     key: (req) => req.get('X-Client-Id'),

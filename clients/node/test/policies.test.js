@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseReply, policyWindows, rateLimitHeaders, rateLimitMiddleware } from '../index.js';
-import { calls, clocks, helloApp, limitFields, memoryLogger, serverForFile } from './helpers.js';
+import { PATIENT, calls, clocks, helloApp, limitFields, memoryLogger, serverForFile } from './helpers.js';
 
 const { client } = await serverForFile();
 
@@ -16,6 +16,7 @@ async function policyApp(policy, options = {}) {
   const clock = await clocks(client);
   const logger = memoryLogger();
   const limit = rateLimitMiddleware({
+    ...PATIENT,
     client,
     limit: { policy },
     key: (req) => req.get('X-Client-Id'),

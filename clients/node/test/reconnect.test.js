@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { rateLimitMiddleware, reconnectStrategy } from '../index.js';
 import { RECONNECT_MAX_MS } from '../lib/reconnect.cjs';
-import { connect, helloApp, memoryLogger, startRedis } from './helpers.js';
+import { PATIENT, connect, helloApp, memoryLogger, startRedis } from './helpers.js';
 
 // The traffic's pace once the server is back: a request every PACE_MS, so that the refused
 // requests can be counted against a bound: those sent in the RECONNECT_MAX_MS the client may
@@ -26,6 +26,7 @@ test(`reconnectStrategy: failing closed, at most ${BOUND} requests refused once 
     if (attempts === 8) awayLongEnough();
   });
   const limit = rateLimitMiddleware({
+    ...PATIENT,
     client,
     limit: { algorithm: 'gcra', burst: 1000, rate: 1000, period: '1s' },
     key: () => 'k',

@@ -51,7 +51,7 @@ test('require of both entries works without require(esm), and talks to the serve
     (async () => {
       const client = createClient({ url: process.argv[2] });
       await client.connect();
-      const limit = new RateLimit({ client, limit: { algorithm: 'gcra', burst: 2, rate: 1, period: '1m' }, logger: null });
+      const limit = new RateLimit({ client, limit: { algorithm: 'gcra', burst: 2, rate: 1, period: '1m' }, logger: null, timeout: 60_000 });
       const checks = [];
       for (let i = 0; i < 3; i++) checks.push((await limit.check('required')).allowed);
       const limiter = new RateLimiterRedis({ storeClient: client, points: 2, duration: 60, logger: null });

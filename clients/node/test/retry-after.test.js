@@ -10,7 +10,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { RateLimiterRedis, parseReply, rateLimitMiddleware } from '../index.js';
-import { calls, clocks, helloApp, limitFields, memoryLogger, refusal, serverForFile } from './helpers.js';
+import { PATIENT, calls, clocks, helloApp, limitFields, memoryLogger, refusal, serverForFile } from './helpers.js';
 
 const { client } = await serverForFile();
 
@@ -27,6 +27,7 @@ async function direct(command) {
  */
 async function service(clock, limit, prefix) {
   const make = (l) => rateLimitMiddleware({
+    ...PATIENT,
     client, limit: l, prefix, key: (req) => req.get('X-Client-Id'), now: () => clock.ms, logger: memoryLogger(),
   });
   let current = make(limit);

@@ -20,7 +20,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { RateLimit, RateLimiterRedis, rateLimitMiddleware } from '../index.js';
 import { scripts, TEST_NOW } from '../lib/scripts.cjs';
-import { calls, connect, helloApp, limitFields, quiet, ROOT, sharedClock, startRedis, T0_MS } from './helpers.js';
+import { PATIENT, calls, connect, helloApp, limitFields, quiet, ROOT, sharedClock, startRedis, T0_MS } from './helpers.js';
 
 const MODULE = process.env.RATELIMIT_MODULE || path.join(ROOT, 'target/release/libratelimit.so');
 
@@ -202,8 +202,8 @@ async function everyAlgorithmAsTheModule(client, backend, logger) {
   const made = [];
   for (const [name, limit] of Object.entries({ ...LIMITS, gcraBlock: { ...LIMITS.gcra, block: '5s' } })) {
     const options = { limit, prefix: `rl:${name}:`, denialMemory: 0, timeout: 2000 };
-    const mod = new RateLimit({ ...options, client: m, backend: 'module', logger: quiet });
-    const scr = new RateLimit({ ...options, client, backend, logger });
+    const mod = new RateLimit({ ...PATIENT, ...options, client: m, backend: 'module', logger: quiet });
+    const scr = new RateLimit({ ...PATIENT, ...options, client, backend, logger });
     made.push(scr);
     const clock = clockFor([scr]);
     const got = [];
@@ -254,7 +254,7 @@ test('auto picks the scripts: every algorithm answers as the module, refunds inc
 
 test('auto on the server\'s clock: a first admission\'s values, and a refund of all of it leaves the key fresh', async () => {
   await reset();
-  const limiter = new RateLimit({ client: admin, limit: { algorithm: 'gcra', burst: 2, rate: 1, period: '1h' }, prefix: 'rl:', logger: quiet });
+  const limiter = new RateLimit({ ...PATIENT, client: admin, limit: { algorithm: 'gcra', burst: 2, rate: 1, period: '1h' }, prefix: 'rl:', logger: quiet });
   assert.deepEqual(pick(await limiter.check('clock')), [true, 1, 0, 3_600_000, undefined]);
   assert.equal(limiter.stats.backend, 'script');
   assert.equal(await limiter.refund('clock', 5), 1);
@@ -391,7 +391,7 @@ test('the Express middleware as the ACL user (auto): 200, 200, 429 with the modu
   const limit = { algorithm: 'gcra', burst: 2, rate: 1, period: '1h' };
   const key = (req) => req.get('X-Client-Id');
   const logger = keeper();
-  const onModule = rateLimitMiddleware({ client: m, limit, key, prefix: 'rl:mw:', backend: 'module', logger: quiet });
+  const onModule = rateLimitMiddleware({ ...PATIENT, client: m, limit, key, prefix: 'rl:mw:', backend: 'module', logger: quiet });
   const onScripts = rateLimitMiddleware({ client: user, limit, key, prefix: 'rl:mw:', logger, timeout: 2000 });
   await clockFor([onScripts.limiter]).at(0);
   const [a, b] = [await helloApp(onModule), await helloApp(onScripts)];

@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ModuleRequiredError, RateLimit, RateLimiterRedis, rateLimitMiddleware } from '../index.js';
 import { TEST_NOW, scripts } from '../lib/scripts.cjs';
-import { connect, helloApp, limitFields, moduleAndPlainForFile, quiet, sharedClock, strip, T0_MS } from './helpers.js';
+import { PATIENT, connect, helloApp, limitFields, moduleAndPlainForFile, quiet, sharedClock, strip, T0_MS } from './helpers.js';
 
 // m: a client on the module's server, p: on the plain one (RESP3).
 const { withModule, plain, m, p } = await moduleAndPlainForFile();
@@ -56,8 +56,8 @@ const STEPS = [
 test('every algorithm on the scripts answers as the module: admitted, refused, COST, ATMOST, DRYRUN, refund, BLOCK', async () => {
   for (const [name, limit] of Object.entries(LIMITS)) {
     const options = { limit, prefix: `rl:eq:${name}:`, denialMemory: 0, logger: quiet };
-    const mod = new RateLimit({ ...options, client: m, backend: 'module' });
-    const scr = new RateLimit({ ...options, client: p });
+    const mod = new RateLimit({ ...PATIENT, ...options, client: m, backend: 'module' });
+    const scr = new RateLimit({ ...PATIENT, ...options, client: p });
     const clock = clockFor([scr]);
     const seen = [];
     for (const [ms, step] of STEPS) {
@@ -98,8 +98,8 @@ const SHADOW_STEPS = [
 test('shadow on the scripts answers as the module: shadowDenied, nothing written, no BLOCK started', async () => {
   for (const [name, limit] of Object.entries(LIMITS)) {
     const options = { limit, prefix: `rl:shadow:${name}:`, denialMemory: 0, logger: quiet };
-    const mod = new RateLimit({ ...options, client: m, backend: 'module' });
-    const scr = new RateLimit({ ...options, client: p, backend: 'script' });
+    const mod = new RateLimit({ ...PATIENT, ...options, client: m, backend: 'module' });
+    const scr = new RateLimit({ ...PATIENT, ...options, client: p, backend: 'script' });
     const clock = clockFor([scr]);
     const shadowed = [];
     for (const [i, [ms, step]] of SHADOW_STEPS.entries()) {
@@ -116,7 +116,7 @@ test('shadow on the scripts answers as the module: shadowDenied, nothing written
 });
 
 test('exact values on the scripts: GCRA 3 per 3 s, a queue\'s delay, a refund, a BLOCK', async () => {
-  const gcra = new RateLimit({ client: p, limit: LIMITS.gcra, prefix: 'rl:exact:', denialMemory: 0, logger: quiet });
+  const gcra = new RateLimit({ ...PATIENT, client: p, limit: LIMITS.gcra, prefix: 'rl:exact:', denialMemory: 0, logger: quiet });
   const clock = clockFor([gcra]);
   await clock.at(0);
   const pick = (d) => [d.allowed, d.limit, d.remaining, d.retryAfterMs, d.resetAfterMs];
@@ -131,12 +131,13 @@ test('exact values on the scripts: GCRA 3 per 3 s, a queue\'s delay, a refund, a
   assert.deepEqual([...pick(granted), granted.granted], [true, 3, 0, 0, 3000, 3]);
   // A queue: 3 turns a second; the third request waits 2/3 of a second in it.
   const queue = new RateLimit({
+    ...PATIENT,
     client: p, limit: { algorithm: 'leakybucket', capacity: 3, leakAmount: 3, leakPeriod: '1s' }, prefix: 'rl:exact:', denialMemory: 0, logger: quiet,
   });
   queue[TEST_NOW] = gcra[TEST_NOW];
   assert.deepEqual((await Promise.all([1, 2, 3, 4].map(() => queue.check('q')))).map((d) => d.delayMs), [0, 334, 667, -1]);
   // BLOCK: refused for 5 s after the refusal, though GCRA has room again after 1 s.
-  const blocked = new RateLimit({ client: p, limit: LIMITS.gcraBlock, prefix: 'rl:exact:', denialMemory: 0, logger: quiet });
+  const blocked = new RateLimit({ ...PATIENT, client: p, limit: LIMITS.gcraBlock, prefix: 'rl:exact:', denialMemory: 0, logger: quiet });
   blocked[TEST_NOW] = gcra[TEST_NOW];
   await clock.at(10_000);
   assert.deepEqual([(await blocked.check('c', 2)).allowed, (await blocked.check('c')).allowed], [true, false]);
@@ -152,8 +153,8 @@ test('auto: the module where it is loaded, the scripts where not, decided once p
   const client = await connect(plain);
   try {
     const limit = LIMITS.gcra;
-    const a = new RateLimit({ client, limit, prefix: 'rl:auto:', logger });
-    const b = new RateLimit({ client, limit, prefix: 'rl:auto:', logger });
+    const a = new RateLimit({ ...PATIENT, client, limit, prefix: 'rl:auto:', logger });
+    const b = new RateLimit({ ...PATIENT, client, limit, prefix: 'rl:auto:', logger });
     assert.equal(a.stats.backend, undefined, 'undefined before the first call');
     assert.equal((await a.check('x')).allowed, true);
     assert.equal((await b.check('y')).allowed, true);
@@ -163,7 +164,7 @@ test('auto: the module where it is loaded, the scripts where not, decided once p
     await client.quit();
   }
   const mlines = [];
-  const onModule = new RateLimit({ client: m, limit: LIMITS.gcra, prefix: 'rl:auto:', logger: { warn() {}, info: (s) => mlines.push(s) } });
+  const onModule = new RateLimit({ ...PATIENT, client: m, limit: LIMITS.gcra, prefix: 'rl:auto:', logger: { warn() {}, info: (s) => mlines.push(s) } });
   assert.equal((await onModule.check('x')).allowed, true);
   assert.equal(onModule.stats.backend, 'module');
   assert.equal(await m.sendCommand(['TYPE', 'rl:auto:x']), 'ratelimit');
@@ -171,10 +172,10 @@ test('auto: the module where it is loaded, the scripts where not, decided once p
 });
 
 test('backend "module" without the module rejects with an error naming it; "script" on a module server works', async () => {
-  const limiter = new RateLimit({ client: p, limit: LIMITS.gcra, prefix: 'rl:forced:', backend: 'module', logger: quiet });
+  const limiter = new RateLimit({ ...PATIENT, client: p, limit: LIMITS.gcra, prefix: 'rl:forced:', backend: 'module', logger: quiet });
   await assert.rejects(limiter.check('x'), (e) => e instanceof ModuleRequiredError && /needs the ratelimit module/.test(e.message));
   assert.equal(limiter.stats.failures, 0);
-  const scr = new RateLimit({ client: m, limit: LIMITS.gcra, prefix: 'rl:forced:', backend: 'script', logger: quiet });
+  const scr = new RateLimit({ ...PATIENT, client: m, limit: LIMITS.gcra, prefix: 'rl:forced:', backend: 'script', logger: quiet });
   assert.equal(scr.stats.backend, 'script');
   const d = await scr.check('x', 2);
   assert.deepEqual([d.allowed, d.remaining], [true, 1]);
@@ -184,7 +185,7 @@ test('backend "module" without the module rejects with an error naming it; "scri
 });
 
 test('NOSCRIPT: after SCRIPT FLUSH the next call loads the script again and answers', async () => {
-  const limiter = new RateLimit({ client: p, limit: LIMITS.slidinglog, prefix: 'rl:flush:', denialMemory: 0, logger: quiet });
+  const limiter = new RateLimit({ ...PATIENT, client: p, limit: LIMITS.slidinglog, prefix: 'rl:flush:', denialMemory: 0, logger: quiet });
   const { sha } = scripts().slidinglog;
   assert.equal((await limiter.check('k')).remaining, 2);
   assert.deepEqual(await p.sendCommand(['SCRIPT', 'EXISTS', sha]), [1]);
@@ -201,18 +202,18 @@ test('what needs the module is refused on the scripts before anything is sent, n
   const needs = (e) => e instanceof ModuleRequiredError && /needs the ratelimit module/.test(e.message);
   for (const limit of [{ policy: 'p' }, { algorithm: 'concurrency', limit: 20, lease: '10s', adaptive: 'aimd' }]) {
     assert.throws(() => new RateLimit({ client: p, limit, backend: 'script', logger: quiet }), needs);
-    const auto = new RateLimit({ client: p, limit, prefix: 'rl:needs:', logger: quiet });
+    const auto = new RateLimit({ ...PATIENT, client: p, limit, prefix: 'rl:needs:', logger: quiet });
     await assert.rejects(auto.check('k'), needs);
     assert.equal(auto.stats.failures, 0);
   }
   // With shadow too: shadow itself runs on the scripts, a policy or an adaptive limit does not.
   for (const limit of [{ policy: 'p' }, { algorithm: 'concurrency', limit: 20, lease: '10s', adaptive: 'vegas' }]) {
-    const auto = new RateLimit({ client: p, limit, prefix: 'rl:needs:', logger: quiet });
+    const auto = new RateLimit({ ...PATIENT, client: p, limit, prefix: 'rl:needs:', logger: quiet });
     await assert.rejects(auto.check('k', 1, { shadow: true }), needs);
   }
   assert.equal(await p.sendCommand(['EXISTS', 'rl:needs:k']), 0, 'nothing was written');
   // A policy with a local budget: its refill rejects too (not a pass).
-  const budget = new RateLimit({ client: p, limit: { policy: 'p' }, localBudget: 3, prefix: 'rl:needs:', logger: quiet });
+  const budget = new RateLimit({ ...PATIENT, client: p, limit: { policy: 'p' }, localBudget: 3, prefix: 'rl:needs:', logger: quiet });
   await assert.rejects(budget.check('k'), needs);
   await budget.close();
 });
@@ -221,8 +222,8 @@ test('a key written by one backend is refused by the other with a clear error', 
   const options = { client: m, limit: LIMITS.gcra, prefix: 'rl:cross:', failMode: 'closed', denialMemory: 0 };
   const warned = [];
   const logger = { warn: (s) => warned.push(s), info() {} };
-  const mod = new RateLimit({ ...options, backend: 'module', logger });
-  const scr = new RateLimit({ ...options, backend: 'script', logger });
+  const mod = new RateLimit({ ...PATIENT, ...options, backend: 'module', logger });
+  const scr = new RateLimit({ ...PATIENT, ...options, backend: 'script', logger });
   assert.equal((await mod.check('byModule')).allowed, true);
   assert.equal((await scr.check('byScript')).allowed, true);
   const a = await scr.check('byModule');
@@ -239,11 +240,11 @@ test('a key written by one backend is refused by the other with a clear error', 
 test('a RESP2 client and a local budget on the scripts', async () => {
   const client = await connect(plain, { RESP: 2 });
   try {
-    const limiter = new RateLimit({ client, limit: LIMITS.gcra, prefix: 'rl:resp2:', denialMemory: 0, logger: quiet });
+    const limiter = new RateLimit({ ...PATIENT, client, limit: LIMITS.gcra, prefix: 'rl:resp2:', denialMemory: 0, logger: quiet });
     limiter[TEST_NOW] = () => T0_MS * 1000;
     const d = await limiter.check('k', 1, { atMost: 2 });
     assert.deepEqual([d.allowed, d.remaining, d.granted, d.resetAfterMs], [true, 1, 2, 2000]);
-    const budget = new RateLimit({ client, limit: LIMITS.fixedwindow, prefix: 'rl:budget:', localBudget: 3, logger: quiet });
+    const budget = new RateLimit({ ...PATIENT, client, limit: LIMITS.fixedwindow, prefix: 'rl:budget:', localBudget: 3, logger: quiet });
     const taken = [];
     for (let i = 0; i < 4; i++) taken.push(await budget.check('k'));
     assert.deepEqual(taken.map((t) => [t.allowed, t.local]), [[true, false], [true, true], [true, true], [false, false]]);
@@ -258,8 +259,8 @@ test('a RESP2 client and a local budget on the scripts', async () => {
 test('the Express middleware on the scripts: the same fields and 429 as on the module', async () => {
   const limit = { algorithm: 'gcra', burst: 2, rate: 1, period: '30s' };
   const key = (req) => req.get('X-Client-Id');
-  const onModule = rateLimitMiddleware({ client: m, limit, key, prefix: 'rl:mw:', logger: quiet });
-  const onScripts = rateLimitMiddleware({ client: p, limit, key, prefix: 'rl:mw:', logger: quiet });
+  const onModule = rateLimitMiddleware({ ...PATIENT, client: m, limit, key, prefix: 'rl:mw:', logger: quiet });
+  const onScripts = rateLimitMiddleware({ ...PATIENT, client: p, limit, key, prefix: 'rl:mw:', logger: quiet });
   clockFor([onScripts.limiter]);
   await m.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
   const [a, b] = [await helloApp(onModule), await helloApp(onScripts)];
@@ -274,8 +275,8 @@ test('the Express middleware on the scripts: the same fields and 429 as on the m
     assert.deepEqual(got, [200, 200, 429]);
     assert.equal(onScripts.limiter.stats.backend, 'script');
     // shadow: the same fields as on the module, and never a 429.
-    const shadowOnModule = rateLimitMiddleware({ client: m, limit, key, shadow: true, prefix: 'rl:mw:', logger: quiet });
-    const shadowOnScripts = rateLimitMiddleware({ client: p, limit, key, shadow: true, prefix: 'rl:mw:', backend: 'script', logger: quiet });
+    const shadowOnModule = rateLimitMiddleware({ ...PATIENT, client: m, limit, key, shadow: true, prefix: 'rl:mw:', logger: quiet });
+    const shadowOnScripts = rateLimitMiddleware({ ...PATIENT, client: p, limit, key, shadow: true, prefix: 'rl:mw:', backend: 'script', logger: quiet });
     clockFor([shadowOnScripts.limiter]);
     const [c, e] = [await helloApp(shadowOnModule), await helloApp(shadowOnScripts)];
     try {

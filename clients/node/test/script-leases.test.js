@@ -11,7 +11,7 @@ import { test } from 'node:test';
 import express from 'express';
 import { ModuleRequiredError, RateLimit, rateLimitMiddleware } from '../index.js';
 import { TEST_NOW } from '../lib/scripts.cjs';
-import { get, limitFields, moduleAndPlainForFile, quiet, serve, sharedClock, strip } from './helpers.js';
+import { PATIENT, get, limitFields, moduleAndPlainForFile, quiet, serve, sharedClock, strip } from './helpers.js';
 
 // m: a client on the module's server, p: on the plain one (RESP3).
 const { withModule, plain, m, p } = await moduleAndPlainForFile();
@@ -47,7 +47,7 @@ test('leases on the scripts answer as the module: generated tokens and ID, renew
     three: { algorithm: 'concurrency', limit: 3, lease: '1m' },
   };
   const make = (client, backend) =>
-    Object.fromEntries(Object.entries(limits).map(([n, limit]) => [n, new RateLimit({ client, limit, prefix: 'rl:leases:', denialMemory: 0, logger: quiet, backend })]));
+    Object.fromEntries(Object.entries(limits).map(([n, limit]) => [n, new RateLimit({ ...PATIENT, client, limit, prefix: 'rl:leases:', denialMemory: 0, logger: quiet, backend })]));
   const mod = make(m, 'module');
   const scr = make(p, 'auto');
   const clock = clockFor(Object.values(scr));
@@ -81,12 +81,12 @@ test('adaptive concurrency limits still need the module on the scripts, refused 
   const needs = (e) => e instanceof ModuleRequiredError && /adaptive concurrency limit needs the ratelimit module/.test(e.message);
   const limit = { algorithm: 'concurrency', limit: 20, lease: '10s', adaptive: 'aimd' };
   assert.throws(() => new RateLimit({ client: p, limit, backend: 'script', logger: quiet }), needs);
-  const auto = new RateLimit({ client: p, limit, prefix: 'rl:adaptive:', logger: quiet });
+  const auto = new RateLimit({ ...PATIENT, client: p, limit, prefix: 'rl:adaptive:', logger: quiet });
   await assert.rejects(auto.check('k'), needs);
   assert.equal(auto.stats.failures, 0);
   assert.equal(await p.sendCommand(['EXISTS', 'rl:adaptive:k']), 0, 'nothing was written');
   // A plain one works there.
-  const plainLimit = new RateLimit({ client: p, limit: { algorithm: 'concurrency', limit: 1, lease: '10s' }, prefix: 'rl:adaptive:', backend: 'script', logger: quiet });
+  const plainLimit = new RateLimit({ ...PATIENT, client: p, limit: { algorithm: 'concurrency', limit: 1, lease: '10s' }, prefix: 'rl:adaptive:', backend: 'script', logger: quiet });
   const d = await plainLimit.check('k');
   assert.deepEqual([d.allowed, d.remaining, d.limit], [true, 0, 1]);
   await plainLimit.release('k', d);
@@ -96,6 +96,7 @@ test('adaptive concurrency limits still need the module on the scripts, refused 
 test('the middleware on the scripts: a lease per request in flight, the (limit + 1)-th refused, given back when its response ends', async () => {
   await p.sendCommand(['DEL', 'rl:conc:jobs']);
   const limit = rateLimitMiddleware({
+    ...PATIENT,
     client: p,
     limit: { algorithm: 'concurrency', limit: 2, lease: '30s' },
     key: () => 'jobs',

@@ -13,7 +13,7 @@ import { test } from 'node:test';
 import { ModuleRequiredError, RateLimit, rateLimitMiddleware } from '../index.js';
 import { readFileSync } from 'node:fs';
 import { TEST_NOW, ruleKeys, scripts } from '../lib/scripts.cjs';
-import { calls, helloApp, limitFields, moduleAndPlainForFile, quiet, sharedClock, strip, T0_MS } from './helpers.js';
+import { PATIENT, calls, helloApp, limitFields, moduleAndPlainForFile, quiet, sharedClock, strip, T0_MS } from './helpers.js';
 
 // m: a client on the module's server, p: on the plain one (RESP3).
 const { withModule, plain, m, p } = await moduleAndPlainForFile();
@@ -105,8 +105,8 @@ test('a policy of rules on the scripts answers as on the module: rule index, gra
   const gets = await calls(m, 'RL.POLICY.GET');
   for (const [name, limit] of Object.entries(POLICIES)) {
     const options = { limit, prefix: `rl:eq:${name}:`, denialMemory: 0, logger: quiet };
-    const mod = new RateLimit({ ...options, client: m, backend: 'module' });
-    const scr = new RateLimit({ ...options, client: p, backend: 'script' });
+    const mod = new RateLimit({ ...PATIENT, ...options, client: m, backend: 'module' });
+    const scr = new RateLimit({ ...PATIENT, ...options, client: p, backend: 'script' });
     const clock = clockFor([scr]);
     const seen = [];
     for (const [i, [ms, step]] of STEPS.entries()) {
@@ -142,8 +142,8 @@ test('a policy of rules on the scripts answers as on the module: rule index, gra
 
 test('the rule keys on the plain server: {key}:0 .. {key}:n-1, hashes of one slot, with one TTL', async () => {
   const limit = POLICIES.tiers;
-  const scr = new RateLimit({ client: p, limit, prefix: 'rl:keys:', backend: 'script', denialMemory: 0, logger: quiet });
-  const mod = new RateLimit({ client: m, limit, prefix: 'rl:keys:', backend: 'module', denialMemory: 0, logger: quiet });
+  const scr = new RateLimit({ ...PATIENT, client: p, limit, prefix: 'rl:keys:', backend: 'script', denialMemory: 0, logger: quiet });
+  const mod = new RateLimit({ ...PATIENT, client: m, limit, prefix: 'rl:keys:', backend: 'module', denialMemory: 0, logger: quiet });
   const clock = clockFor([scr]);
   await clock.at(0);
   const [a, b] = [await mod.check('user:42', 2), await scr.check('user:42', 2)];
@@ -183,7 +183,7 @@ test('the rule keys on the plain server: {key}:0 .. {key}:n-1, hashes of one slo
 });
 
 test('NOSCRIPT: after SCRIPT FLUSH policy.lua and policyrefund.lua are loaded again', async () => {
-  const scr = new RateLimit({ client: p, limit: POLICIES.tiers, prefix: 'rl:flush:', backend: 'script', denialMemory: 0, logger: quiet });
+  const scr = new RateLimit({ ...PATIENT, client: p, limit: POLICIES.tiers, prefix: 'rl:flush:', backend: 'script', denialMemory: 0, logger: quiet });
   scr[TEST_NOW] = () => T0_MS * 1000;
   const { policy, policyrefund } = scripts();
   await p.sendCommand(['SCRIPT', 'FLUSH']);
@@ -197,21 +197,21 @@ test('NOSCRIPT: after SCRIPT FLUSH policy.lua and policyrefund.lua are loaded ag
 test('a policy without rules needs the module on the scripts; with rules it runs there', async () => {
   const needs = (e) => e instanceof ModuleRequiredError && /needs the ratelimit module/.test(e.message) && /without rules/.test(e.message);
   assert.throws(() => new RateLimit({ client: p, limit: { policy: 'api' }, backend: 'script', logger: quiet }), needs);
-  const auto = new RateLimit({ client: p, limit: { policy: 'api' }, prefix: 'rl:needs:', logger: quiet });
+  const auto = new RateLimit({ ...PATIENT, client: p, limit: { policy: 'api' }, prefix: 'rl:needs:', logger: quiet });
   await assert.rejects(auto.check('k'), needs);
   await assert.rejects(auto.check('k', 1, { shadow: true }), needs);
   await assert.rejects(auto.refund('k', 1), needs);
   assert.equal(auto.stats.failures, 0);
   assert.deepEqual(await p.sendCommand(['KEYS', '*needs*']), [], 'nothing was written');
   // auto with rules: the scripts.
-  const ruled = new RateLimit({ client: p, limit: { ...POLICIES.tiers, policy: 'api' }, prefix: 'rl:needs:', logger: quiet });
+  const ruled = new RateLimit({ ...PATIENT, client: p, limit: { ...POLICIES.tiers, policy: 'api' }, prefix: 'rl:needs:', logger: quiet });
   const d = await ruled.check('k');
   assert.deepEqual([d.allowed, d.rule, d.name, ruled.stats.backend], [true, 0, 'api/0', 'script']);
 });
 
 test('the rules are checked in the constructor', () => {
   const gcra = { algorithm: 'gcra', burst: 1, rate: 1, period: '1s' };
-  const make = (limit, options = {}) => new RateLimit({ client: p, limit, logger: quiet, ...options });
+  const make = (limit, options = {}) => new RateLimit({ ...PATIENT, client: p, limit, logger: quiet, ...options });
   const cases = [
     [{ policy: 'x', rules: [] }, /invalid limit\.rules: expected an array of 1 to 16 rules; got 0 rules/],
     [{ policy: 'x', rules: Array(17).fill(gcra) }, /1 to 16 rules; got 17 rules/],
@@ -244,7 +244,7 @@ test('the module: RL.POLICY.SET of the rules once per RateLimit, replacing the s
   await m.sendCommand(['RL.POLICY.SET', 'replaced', 'FIXEDWINDOW', '1', '1h']);
   const sets = await calls(m, 'RL.POLICY.SET');
   const limit = { policy: 'replaced', rules: [{ algorithm: 'gcra', burst: 5, rate: 5, period: '1s' }] };
-  const mod = new RateLimit({ client: m, limit, prefix: 'rl:set:', backend: 'module', denialMemory: 0, logger: quiet });
+  const mod = new RateLimit({ ...PATIENT, client: m, limit, prefix: 'rl:set:', backend: 'module', denialMemory: 0, logger: quiet });
   await m.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
   const first = await Promise.all([1, 2, 3].map(() => mod.check('k')));
   assert.deepEqual(first.map((d) => [d.allowed, d.limit, d.name]), [[true, 5, 'replaced'], [true, 5, 'replaced'], [true, 5, 'replaced']]);
@@ -258,6 +258,7 @@ test('the module: RL.POLICY.SET of the rules once per RateLimit, replacing the s
   const counting = { sendCommand: (args) => (sent.push(args[0]), m.sendCommand(args)) };
   const warned = [];
   const bad = new RateLimit({
+    ...PATIENT,
     client: counting, limit: { policy: 'toolong', rules: [{ algorithm: 'slidinglog', limit: 1e12, window: '1s' }] },
     prefix: 'rl:set:', backend: 'module', failMode: 'closed', logger: { warn: (s) => warned.push(s), info() {} },
   });
@@ -281,8 +282,8 @@ test('the Express middleware with a policy of rules: the same fields, 200s then 
     ],
   };
   const key = (req) => req.get('X-Client-Id');
-  const onModule = rateLimitMiddleware({ client: m, limit, key, prefix: 'rl:mw:', backend: 'module', logger: quiet });
-  const onScripts = rateLimitMiddleware({ client: p, limit, key, prefix: 'rl:mw:', backend: 'script', logger: quiet });
+  const onModule = rateLimitMiddleware({ ...PATIENT, client: m, limit, key, prefix: 'rl:mw:', backend: 'module', logger: quiet });
+  const onScripts = rateLimitMiddleware({ ...PATIENT, client: p, limit, key, prefix: 'rl:mw:', backend: 'script', logger: quiet });
   const clock = clockFor([onScripts.limiter]);
   await clock.at(0);
   const [a, b] = [await helloApp(onModule), await helloApp(onScripts)];
@@ -313,8 +314,8 @@ test('a local budget on a policy of rules: refills with ATMOST, unspent units re
     ],
   };
   const options = { limit, prefix: 'rl:lb:', localBudget: 4, hold: '1h', denialMemory: 0, logger: quiet };
-  const mod = new RateLimit({ ...options, client: m, backend: 'module' });
-  const scr = new RateLimit({ ...options, client: p, backend: 'script' });
+  const mod = new RateLimit({ ...PATIENT, ...options, client: m, backend: 'module' });
+  const scr = new RateLimit({ ...PATIENT, ...options, client: p, backend: 'script' });
   const clock = clockFor([scr]);
   await clock.at(0);
   await p.sendCommand(['SCRIPT', 'FLUSH']);
@@ -352,7 +353,7 @@ async function throughChanges(prefix, steps) {
   for (const [i, [ms, limit, cost]] of steps.entries()) {
     if (limit !== current) {
       const options = { limit, prefix, denialMemory: 0, logger: quiet, timeout: 2000 };
-      [mod, scr, current] = [new RateLimit({ ...options, client: m, backend: 'module' }), new RateLimit({ ...options, client: p, backend: 'script' }), limit];
+      [mod, scr, current] = [new RateLimit({ ...PATIENT, ...options, client: m, backend: 'module' }), new RateLimit({ ...PATIENT, ...options, client: p, backend: 'script' }), limit];
       clock = clockFor([scr]);
     }
     await clock.at(MIDNIGHT + ms);

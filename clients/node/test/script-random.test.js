@@ -15,7 +15,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { RateLimit } from '../index.js';
 import { TEST_NOW, ruleKeys } from '../lib/scripts.cjs';
-import { moduleAndPlainForFile, strip, T0_MS } from './helpers.js';
+import { PATIENT, moduleAndPlainForFile, strip, T0_MS } from './helpers.js';
 
 const SEED = Number(process.env.SCRIPT_RANDOM_SEED ?? 28);
 const SEQUENCES = Number(process.env.SCRIPT_RANDOM_SEQUENCES ?? 40);
@@ -128,8 +128,8 @@ async function runSequence(name, make, n) {
   const counts = { admitted: 0, refused: 0, refunds: 0, changes: 0, ...(limit.rules ? { lost: 0 } : {}) };
   const pair = () => {
     const options = { limit, prefix, denialMemory: 0, logger: null, timeout: 2000, failClosed: true };
-    const mod = new RateLimit({ ...options, client: m, backend: 'module' });
-    const scr = new RateLimit({ ...options, client: p, backend: 'script' });
+    const mod = new RateLimit({ ...PATIENT, ...options, client: m, backend: 'module' });
+    const scr = new RateLimit({ ...PATIENT, ...options, client: p, backend: 'script' });
     scr[TEST_NOW] = () => (T0_MS + now) * 1000;
     return [mod, scr];
   };

@@ -27,11 +27,11 @@ if (kind !== undefined) {
   if (kind === 'express') {
     const app = express();
     app.use((req, res, next) => { arrived(); next(); });
-    app.use(rateLimitMiddleware({ client, limit }));
+    app.use(rateLimitMiddleware({ client, limit, timeout: 60_000 }));
     app.get('/', (req, res) => res.send('hello'));
     server = http.createServer(app);
   } else if (kind === 'http') {
-    const limited = rateLimitMiddleware({ client, limit });
+    const limited = rateLimitMiddleware({ client, limit, timeout: 60_000 });
     server = http.createServer((req, res) => {
       arrived();
       limited(req, res, () => res.end('hello'));

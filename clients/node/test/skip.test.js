@@ -8,7 +8,7 @@ import { ServerResponse } from 'node:http';
 import { test } from 'node:test';
 import express from 'express';
 import { rateLimitMiddleware } from '../index.js';
-import { calls, clocks, get, limitFields, memoryLogger, serve, serverForFile } from './helpers.js';
+import { PATIENT, calls, clocks, get, limitFields, memoryLogger, serve, serverForFile } from './helpers.js';
 
 const { client } = await serverForFile();
 const NO_FIELDS = [undefined, undefined, undefined, undefined, undefined, undefined];
@@ -17,6 +17,7 @@ const NO_FIELDS = [undefined, undefined, undefined, undefined, undefined, undefi
 async function app(prefix, skip) {
   const clock = await clocks(client);
   const limit = rateLimitMiddleware({
+    ...PATIENT,
     client,
     limit: { algorithm: 'gcra', burst: 2, rate: 1, period: '1m' },
     key: (req) => req.get('X-Client-Id'),
