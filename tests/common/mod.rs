@@ -422,7 +422,14 @@ impl Reply {
 pub struct Client {
     reader: BufReader<TcpStream>,
     writer: TcpStream,
+    /// Commands sent and not yet written: written in one go by the next read (or once
+    /// `WRITE_AT` bytes wait), so that a pipeline of a thousand commands is a few writes and
+    /// the server a few reads, not a segment and a syscall on each side per command.
+    pending: Vec<u8>,
 }
+
+/// How many bytes of sent commands wait before they are written without a read.
+const WRITE_AT: usize = 64 * 1024;
 
 impl Client {
     pub fn connect(port: u16) -> Client {
@@ -436,6 +443,7 @@ impl Client {
         Ok(Client {
             reader: BufReader::new(stream.try_clone()?),
             writer: stream,
+            pending: Vec::new(),
         })
     }
 
@@ -449,18 +457,33 @@ impl Client {
         self.read()
     }
 
-    /// Sends a command without reading its reply (for pipelining).
+    /// Sends a command without reading its reply (for pipelining): it is written with the
+    /// commands after it, at the latest when a reply is read.
     pub fn send(&mut self, args: &[&[u8]]) {
-        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        let out = &mut self.pending;
+        out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
         for a in args {
             out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
             out.extend_from_slice(a);
             out.extend_from_slice(b"\r\n");
         }
-        self.writer.write_all(&out).expect("write to redis");
+        if self.pending.len() >= WRITE_AT {
+            self.flush();
+        }
+    }
+
+    /// Writes the commands sent so far.
+    pub fn flush(&mut self) {
+        if !self.pending.is_empty() {
+            self.writer
+                .write_all(&self.pending)
+                .expect("write to redis");
+            self.pending.clear();
+        }
     }
 
     pub fn read(&mut self) -> Reply {
+        self.flush();
         let mut line = String::new();
         let n = self.reader.read_line(&mut line).expect("read from redis");
         assert!(n > 0, "the server closed the connection");
