@@ -27,7 +27,7 @@ const {
   policyShapes,
 } = require('./limits.cjs');
 const { parseReply } = require('./reply.cjs');
-const { SETUP_TIMEOUT_MS, Setup, checkClient, checkSetupTimeout, loadScripts } = require('./setup.cjs');
+const { SETUP_TIMEOUT_MS, Setup, checkClient, checkSetupTimeout, loadScripts, loadScriptsFor } = require('./setup.cjs');
 const {
   ModuleRequiredError,
   POLICY_SCRIPT_OF,
@@ -101,8 +101,9 @@ function retryPauseMs(error, leftMs) {
 }
 
 /**
- * A call's round trips (`attempt()`) within its timeout, `ms`: rejects with TimeoutError once
- * `ms` have passed, and sends them again after a TRYAGAIN while time is left (retryPauseMs). The
+ * A call's round trips (`attempt()`) within its timeout, `ms`: rejects once `ms` have passed
+ * (with TimeoutError, or with the server's last TRYAGAIN when it answered one), and sends them
+ * again after a TRYAGAIN while time is left (retryPauseMs). The
  * one place the request path applies the timeout, so every module command it sends goes through
  * here (a check, a local budget's refill, the probe of `t`, a refund, a release). A TRYAGAIN comes
  * from a command the server did not run, and what an attempt did before it is kept by its caller
@@ -120,16 +121,24 @@ async function withTimeout(attempt, ms) {
   const timeout = new Promise((_, reject) => {
     timer = setTimeout(() => reject(new TimeoutError(ms)), ms);
   });
+  // The last TRYAGAIN the server answered: should the timeout end the call after it (the
+  // round trips sent again not answered in time, or the pause running late), the call fails
+  // with what the server said, not with the silence after it.
+  let said;
+  const spent = timeout.catch((error) => {
+    throw said ?? error;
+  });
   try {
     for (;;) {
       try {
-        return await Promise.race([attempt(), timeout]);
+        return await Promise.race([attempt(), spent]);
       } catch (error) {
         const wait = retryPauseMs(error, deadline - performance.now());
         if (wait === undefined) throw error;
+        said = error;
         // The timer of the timeout is due after the pause (time is left after it): it still
         // ends the call should the pause run late.
-        await Promise.race([new Promise((resolve) => { pause = setTimeout(resolve, wait); }), timeout]);
+        await Promise.race([new Promise((resolve) => { pause = setTimeout(resolve, wait); }), spent]);
       }
     }
   } finally {
@@ -476,23 +485,15 @@ class RateLimit {
     const backend = await this.resolveBackend();
     if (backend === 'script') {
       if (this.#moduleOnly() !== undefined) return; // refused at the check: nothing to load
-      await this.#loadScripts();
+      await loadScriptsFor(this.backendOption, () => this.#loadOnce());
     } else if (this.rules !== undefined && !this.cluster) {
       await this.#setPolicy(undefined);
     }
   }
 
   // SCRIPT LOAD of this limit's script and its refund's (a concurrency limit's: its release's),
-  // once per client; a server without Lua refuses them: the script backend's error.
-  async #loadScripts() {
-    try {
-      await this.#loadOnce();
-    } catch (error) {
-      throw scriptingError(error, this.backendOption);
-    }
-  }
-
-  // The SCRIPT LOADs themselves (loadScripts: once per client), the server's refusal as it is.
+  // once per client (loadScripts; a server without Lua refuses them: the setup makes that the
+  // script backend's error, loadScriptsFor), the server's refusal as it is.
   #loadOnce() {
     const names = this.policy !== undefined
       ? [POLICY_SCRIPT_OF['RL.LIMIT'], POLICY_SCRIPT_OF['RL.REFUND']]

@@ -180,6 +180,41 @@ test('held behind: the call is sent again until its timeout, then fails closed w
   assert.equal(await info(addedClient, 'ratelimit_policies_caught_up'), '0');
 });
 
+test('held behind past its timeout: the call fails with the TRYAGAIN the node said, not the silence after it', async () => {
+  // The node answers the first RL.LIMIT with TRYAGAIN; before that answer reaches the limiter,
+  // the node's writes are paused for longer than the call's timeout, so the RL.LIMIT sent again
+  // is not answered within it. What the node said is still why the call failed: it has not
+  // caught up (the package before this failed it with "no answer from Redis").
+  const direct = await connect(added);
+  opened.push(direct);
+  let paused = false;
+  const client = {
+    async sendCommand(args) {
+      try {
+        return await direct.sendCommand(args);
+      } catch (error) {
+        if (!paused && String(args[0]) === 'RL.LIMIT' && String(error?.message).startsWith('TRYAGAIN')) {
+          paused = true;
+          await addedClient.sendCommand(['CLIENT', 'PAUSE', '60000', 'WRITE']);
+        }
+        throw error;
+      }
+    },
+  };
+  const logger = memoryLogger();
+  const limiter = new RateLimit({ client, limit: { policy: 'api' }, timeout: 2000, failMode: 'closed', logger });
+  await limiter.setup.pending;
+  let d;
+  try {
+    d = await limiter.check(`${TAG}:paused`);
+  } finally {
+    await addedClient.sendCommand(['CLIENT', 'UNPAUSE']);
+  }
+  assert.ok(paused, 'the node answered TRYAGAIN first');
+  assert.deepEqual([d.failed, d.allowed, d.error?.message], [true, false, NOT_YET]);
+  assert.match(logger.lines[0], /failed \(TRYAGAIN no policy named 'api' on this node yet: .*\); fail closed/);
+});
+
 test('meanwhile a policy is read from the node of the call\'s key: keys on caught-up nodes are decided', async () => {
   // Four limiters of `api` on a cluster client that knows the four nodes, each's first call on a
   // key of the first node: each reads the policy with the RL.POLICY.GET of its first call. Sent
