@@ -26,6 +26,16 @@ import uvicorn
 ROOT = Path(__file__).resolve().parents[3]
 T0_MS = 1_700_000_000_000
 
+#: The timeouts, in seconds, of a guard, a middleware or a client made from a URL in a test that
+#: is not about timeouts: pass ``timeout=PATIENT`` and, where the constructor takes one,
+#: ``setup_timeout=PATIENT``. The package's defaults (50 ms for a check, 1 s for the setup) are for
+#: a server nearby with time to spare; ``make test`` runs four suites at once on two cores, where
+#: one round trip can take longer, and a check that times out fails open (or closed), so a test
+#: that kept them would pass or fail by the machine's load. A minute is a hang, not a busy
+#: machine. Tests of the timeout itself (Redis down or hung, failover, a setup overrunning its
+#: timeout) set theirs.
+PATIENT = 60.0
+
 # The script backend's scripts as they are in this tree (clients/scripts, their one source), not
 # the copy the installed package carries (made when scripts/deps.sh installed it): see
 # ratelimit_redis_module.scripts. test_script_backend.py checks the installed copy itself.
@@ -155,10 +165,10 @@ class FakeTime:
 
 @pytest.fixture(autouse=True)
 def collected_first() -> None:
-    """Garbage collected before each test. The tests give Redis 50 ms an answer, and uvicorn
-    serves in this process: a full collection of what earlier tests left, falling in a
-    request, can take longer than that on a loaded machine (it failed the manual's app's first
-    request, now and then, on Redis 8.2)."""
+    """Garbage collected before each test. Some tests give Redis 50 ms an answer (the
+    package's default; the others have PATIENT), and uvicorn serves in this process: a full
+    collection of what earlier tests left, falling in a request, can take longer than that on a
+    loaded machine (it failed the manual's app's first request, now and then, on Redis 8.2)."""
     gc.collect()
 
 

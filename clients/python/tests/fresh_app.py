@@ -1,9 +1,9 @@
 """The application of test_setup.py's fresh processes: what a user writes, with the package's
-defaults (``backend="auto"``, a timeout of 50 ms): a limit in front of "/", served on a free
-loopback port. It prints its port once listening (``{"port": n}``), and counts each request as
-it reaches it, before the limit, in Redis (``INCR requests``, as an application keeps a hit
-counter; waited for, so that the test's proxy reads it before any command the request makes):
-the proxy knows from it which commands came before the request.
+defaults (``backend="auto"``) but for the timeouts (a minute, ``PATIENT``): a limit in front of
+"/", served on a free loopback port. It prints its port once listening (``{"port": n}``), and
+counts each request as it reaches it, before the limit, in Redis (``INCR requests``, as an
+application keeps a hit counter; waited for, so that the test's proxy reads it before any command
+the request makes): the proxy knows from it which commands came before the request.
 
 $RL_FRESH_APP says which application: ``asgi`` (FastAPI, ``app.add_middleware(RateLimitMiddleware,
 ...)``, under uvicorn with its lifespan), ``flask`` (``app.wsgi_app = WSGIRateLimitMiddleware(...)``,
@@ -24,10 +24,14 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from ratelimit_redis_module import GCRA, AsyncGuard, Guard
+from ratelimit_redis_module import GCRA, AsyncGuard, Guard, client_from_url
 
 URL = os.environ.get("RL_FRESH_REDIS", "")
 LIMIT = GCRA(5, 10, "1m")
+#: The timeouts of every limiter here, a check's and the setup's, in seconds: tests/conftest.py's
+#: PATIENT (this runs in a process of its own). The defaults (50 ms, 1 s) would fail the first
+#: request open now and then on a loaded test machine; a minute is a hang, not a busy machine.
+PATIENT = 60.0
 
 
 def listening() -> socket.socket:
@@ -92,7 +96,9 @@ def flask() -> None:
     def root() -> str:
         return "hello"
 
-    app.wsgi_app = WSGIRateLimitMiddleware(app.wsgi_app, redis=URL, limit=LIMIT)  # type: ignore[method-assign]
+    app.wsgi_app = WSGIRateLimitMiddleware(  # type: ignore[method-assign]
+        app.wsgi_app, redis=URL, limit=LIMIT, timeout=PATIENT, setup_timeout=PATIENT,
+    )
     serve_wsgi(counted_wsgi(app))
 
 
@@ -108,7 +114,7 @@ def django() -> None:
     settings.configure(
         DEBUG=False, ALLOWED_HOSTS=["*"], ROOT_URLCONF=__name__, SECRET_KEY="fresh",
         MIDDLEWARE=["ratelimit_redis_module.DjangoRateLimitMiddleware"],
-        RATELIMIT_REDIS_MODULE={"redis": URL, "limit": LIMIT},
+        RATELIMIT_REDIS_MODULE={"redis": URL, "limit": LIMIT, "timeout": PATIENT, "setup_timeout": PATIENT},
     )
     import django as framework
     from django.core.wsgi import get_wsgi_application
@@ -118,7 +124,8 @@ def django() -> None:
 
 
 def guard() -> None:
-    limits = Guard(URL, LIMIT)
+    # The sync guard takes no timeout: its client's socket timeout is the time Redis has.
+    limits = Guard(client_from_url(URL, timeout=PATIENT), LIMIT, setup_timeout=PATIENT)
 
     def app(environ: Any, start_response: Any) -> list[bytes]:
         verdict = limits.check(environ["REMOTE_ADDR"])
@@ -139,7 +146,8 @@ def asyncguard() -> None:
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
-                    holder["guard"] = AsyncGuard(URL, LIMIT)  # made in the event loop: its setup starts now
+                    # Made in the event loop: its setup starts now.
+                    holder["guard"] = AsyncGuard(URL, LIMIT, timeout=PATIENT, setup_timeout=PATIENT)
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     await send({"type": "lifespan.shutdown.complete"})
@@ -169,7 +177,7 @@ def asgi() -> None:
     async def root() -> PlainTextResponse:
         return PlainTextResponse("hello")
 
-    app.add_middleware(RateLimitMiddleware, redis=URL, limit=LIMIT)
+    app.add_middleware(RateLimitMiddleware, redis=URL, limit=LIMIT, timeout=PATIENT, setup_timeout=PATIENT)
     serve_asgi(counted_asgi(app))
 
 

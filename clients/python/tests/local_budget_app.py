@@ -59,8 +59,9 @@ limited = RateLimitMiddleware(
     inner, redis=os.environ["RL_BUDGET_REDIS"], limit=LIMITS[os.environ["RL_BUDGET_KIND"]],
     key=lambda scope: "shared", skip=lambda scope: scope["path"] == "/held",
     # Counted exactly: a slow answer on a loaded machine must not let a request through
-    # uncounted (fail open) or refuse it as a 503 the test would have to tell apart.
-    timeout=10.0, fail_open=False, stats=stats,
+    # uncounted (fail open) or refuse it as a 503 the test would have to tell apart. A minute
+    # (tests/conftest.py's PATIENT) is a hang, not a busy machine; the setup's too.
+    timeout=60.0, setup_timeout=60.0, fail_open=False, stats=stats,
 )
 
 

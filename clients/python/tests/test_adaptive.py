@@ -20,7 +20,7 @@ import redis.asyncio
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import PlainTextResponse
 
-from conftest import ROOT, FakeTime, Server
+from conftest import PATIENT, ROOT, FakeTime, Server
 from ratelimit_redis_module import (
     PROBLEM_JSON,
     AsyncGuard,
@@ -233,7 +233,8 @@ async def test_async_guard_in_flight_releases_with_the_measured_latency(server: 
     clock = FakeTime(server)
     client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
     try:
-        guard = AsyncGuard(client, Concurrency(4, "30s", adaptive="gradient2"), prefix="g:", clock=clock, timeout=1)
+        guard = AsyncGuard(client, Concurrency(4, "30s", adaptive="gradient2"), prefix="g:", clock=clock,
+                           timeout=PATIENT, setup_timeout=PATIENT)
         async with guard.in_flight("svc") as request:
             assert (request.verdict.allowed, request.verdict.headers) == (True, fields(4, 3, 30))
             clock.advance(125)
@@ -262,7 +263,7 @@ def test_guard_in_flight_drops_on_5xx_and_exceptions(server: Server) -> None:
 async def test_async_guard_in_flight_drops_on_exception_and_cancellation(server: Server) -> None:
     client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
     try:
-        guard = AsyncGuard(client, AIMD, prefix="a:", timeout=1)
+        guard = AsyncGuard(client, AIMD, prefix="a:", timeout=PATIENT, setup_timeout=PATIENT)
         with pytest.raises(asyncio.TimeoutError):
             async with guard.in_flight("svc"):
                 await asyncio.wait_for(asyncio.Event().wait(), 0.001)
@@ -326,7 +327,8 @@ async def test_an_async_adaptive_refusal_is_a_503_with_retry_after(server: Serve
     clock = FakeTime(server)
     client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
     try:
-        guard = AsyncGuard(client, Concurrency(1, "30s", adaptive="vegas", min=1, max=10), clock=clock, timeout=1)
+        guard = AsyncGuard(client, Concurrency(1, "30s", adaptive="vegas", min=1, max=10), clock=clock,
+                           timeout=PATIENT, setup_timeout=PATIENT)
         async with guard.in_flight("svc") as held:
             assert held.verdict.allowed
             first = await guard.check("svc")
@@ -381,7 +383,8 @@ def adaptive_app(server: Server, limit: Concurrency, clock: Callable[[], float] 
         return PlainTextResponse("gone")
 
     app.add_middleware(RateLimitMiddleware, redis=redis.asyncio.Redis(host="127.0.0.1", port=server.port),
-                       limit=limit, key=header("x-service"), prefix="mw:", timeout=1, clock=clock)
+                       limit=limit, key=header("x-service"), prefix="mw:", timeout=PATIENT,
+                       setup_timeout=PATIENT, clock=clock)
     return app
 
 
@@ -433,7 +436,7 @@ async def test_middleware_drops_a_cancelled_request(server: Server) -> None:
     client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
     try:
         middleware = RateLimitMiddleware(app, redis=client, limit=AIMD, key=header("x-service"), prefix="mw:",
-                                         timeout=1)
+                                         timeout=PATIENT, setup_timeout=PATIENT)
         scope = {"type": "http", "method": "GET", "path": "/", "headers": [(b"x-service", b"api")]}
         task = asyncio.create_task(middleware(scope, receive, send))
         await entered.wait()
@@ -498,11 +501,12 @@ def test_the_readme_example(server: Server, serve: Any) -> None:
     readme = (ROOT / "clients" / "python" / "README.md").read_text()
     blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if 'adaptive="gradient2"' in b]
     assert len(blocks) == 1
-    # The test's server, and a timeout a loaded test machine cannot miss (the page's 50 ms would
-    # fail the request open now and then).
+    # The test's server, and timeouts a loaded test machine cannot miss (the page's default 50 ms
+    # would fail the request open now and then): conftest's PATIENT.
     url = 'redis="redis://127.0.0.1:6379",'
     assert url in blocks[0]
-    code = blocks[0].replace(url, f'redis="redis://127.0.0.1:{server.port}", timeout=1,')
+    patient = f"timeout={PATIENT}, setup_timeout={PATIENT},"
+    code = blocks[0].replace(url, f'redis="redis://127.0.0.1:{server.port}", {patient}')
     namespace: dict[str, Any] = {"__name__": "readme_app"}
     exec(compile(code, "README.md", "exec"), namespace)
     http = serve(namespace["app"])

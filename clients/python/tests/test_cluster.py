@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio.cluster
 import redis.cluster
 
-from conftest import Server
+from conftest import PATIENT, Server
 from ratelimit_redis_module import (
     GCRA,
     AsyncGuard,
@@ -82,7 +82,7 @@ async def test_asyncio_cluster_client_routes_by_key(cluster: list[Server], proto
             assert stored_on_owner(cluster, key)
         await rl.policy_set(f"ap{protocol}", FixedWindow(5, "1m"))
         # The guard on a cluster client: a denial on each node's key, then remembered.
-        guard = AsyncGuard(client, GCRA(1, 1, "1m"), prefix=f"g{protocol}:", timeout=1.0)
+        guard = AsyncGuard(client, GCRA(1, 1, "1m"), prefix=f"g{protocol}:", timeout=PATIENT, setup_timeout=PATIENT)
         for key in keys_on_every_node(cluster, f"g{protocol}:"):
             identity = key.removeprefix(f"g{protocol}:")
             assert (await guard.check(identity)).status == 200
@@ -142,8 +142,9 @@ async def test_a_fresh_client_sets_and_deletes_a_policy_on_every_primary_and_lis
 async def test_the_packages_cluster_clients_route_by_key(cluster: list[Server]) -> None:
     """client_from_url and async_client_from_url with cluster=True: RedisCluster clients with
     the limiter's settings (timeouts, one retry at once), routing by key as any other."""
-    sync_client: Any = client_from_url(f"redis://127.0.0.1:{cluster[1].port}", cluster=True)
-    async_client: Any = async_client_from_url(f"redis://127.0.0.1:{cluster[2].port}", cluster=True)
+    sync_client: Any = client_from_url(f"redis://127.0.0.1:{cluster[1].port}", cluster=True, timeout=PATIENT)
+    async_client: Any = async_client_from_url(f"redis://127.0.0.1:{cluster[2].port}", cluster=True,
+                                               timeout=PATIENT)
     try:
         assert isinstance(sync_client, redis.cluster.RedisCluster)
         assert isinstance(async_client, redis.asyncio.cluster.RedisCluster)

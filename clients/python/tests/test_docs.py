@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, Server
+from conftest import PATIENT, ROOT, Server
 
 PAGE = ROOT / "docs" / "clients.md"
 
@@ -21,10 +21,21 @@ def the_app_block() -> str:
     return apps[0]
 
 
+def patient(code: str) -> str:
+    """The page's app with conftest's PATIENT for its timeouts, which a loaded test machine
+    cannot miss (the page's 50 ms would fail a request closed now and then). A refused
+    connection still fails at once, as the test's last step checks."""
+    client = 'async_client_from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379"))'
+    timeout = "    timeout=0.05,\n"
+    assert code.count(client) == 1 and code.count(timeout) == 1, "the page's timeouts moved: update patient()"
+    code = code.replace(client, f"{client[:-1]}, timeout={PATIENT})")
+    return code.replace(timeout, f"    timeout={PATIENT},\n    setup_timeout={PATIENT},\n")
+
+
 def test_the_complete_fastapi_app_of_the_manual(server: Server, serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{server.port}")
     namespace: dict[str, Any] = {"__name__": "docs_app"}
-    exec(compile(the_app_block(), str(PAGE), "exec"), namespace)
+    exec(compile(patient(the_app_block()), str(PAGE), "exec"), namespace)
     http = serve(namespace["app"], lifespan="on")
     key = {"X-API-Key": "k1"}
 

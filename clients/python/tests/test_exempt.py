@@ -13,7 +13,7 @@ import redis.asyncio
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 
-from conftest import Server
+from conftest import PATIENT, Server
 from ratelimit_redis_module import GCRA, RateLimitMiddleware, Stats, exempt, header
 
 
@@ -66,7 +66,7 @@ def test_exempt_routes_and_skipped_requests_pass_untouched(server: Server, serve
     app.add_middleware(
         RateLimitMiddleware, redis=redis.asyncio.Redis(host="127.0.0.1", port=server.port), limit=GCRA(1, 1, "1m"),
         key=header("x-client-id"), stats=stats, skip=lambda scope: (b"x-internal", b"1") in scope["headers"],
-        timeout=1.0,  # what is checked is which requests are; a slow first connection must not fail one
+        timeout=PATIENT, setup_timeout=PATIENT,  # what is checked is which requests are: a slow one must not fail
     )
     http = serve(app)
     who = {"X-Client-Id": "ann"}
@@ -107,7 +107,8 @@ def test_exempt_routes_of_an_app_the_middleware_wraps_directly(server: Server, s
         return PlainTextResponse("ok")
 
     http = serve(RateLimitMiddleware(app, redis=redis.asyncio.Redis(host="127.0.0.1", port=server.port),
-                                     limit=GCRA(1, 1, "1m"), key=header("x-client-id"), timeout=1.0))
+                                     limit=GCRA(1, 1, "1m"), key=header("x-client-id"), timeout=PATIENT,
+                                     setup_timeout=PATIENT))
     who = {"X-Client-Id": "bo"}
     assert [http.get(headers=who)[0] for _ in range(2)] == [200, 429]
     assert [http.get("/health", headers=who)[0] for _ in range(2)] == [200, 200]

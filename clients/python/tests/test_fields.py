@@ -15,7 +15,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from conftest import FakeTime, Server
+from conftest import PATIENT, FakeTime, Server
 from ratelimit_redis_module import (
     GCRA,
     AsyncGuard,
@@ -105,7 +105,7 @@ def test_fields(server: Server, n: int, guard: str) -> None:
         if "setup" in case:
             c.execute_command(*case["setup"])
         if guard == "sync":
-            sync = Guard(server.client(socket_timeout=1), limit, prefix=prefix, clock=time)
+            sync = Guard(server.client(socket_timeout=PATIENT), limit, prefix=prefix, clock=time, setup_timeout=PATIENT)
             for step in case["steps"]:
                 if T0 + step["at"] > time.ms:
                     time.advance(T0 + step["at"] - time.ms)
@@ -115,7 +115,8 @@ def test_fields(server: Server, n: int, guard: str) -> None:
             async def run() -> None:
                 client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
                 try:
-                    guarded = AsyncGuard(client, limit, prefix=prefix, timeout=1, clock=time)
+                    guarded = AsyncGuard(client, limit, prefix=prefix, clock=time, timeout=PATIENT,
+                                         setup_timeout=PATIENT)
                     for step in case["steps"]:
                         if T0 + step["at"] > time.ms:
                             time.advance(T0 + step["at"] - time.ms)

@@ -14,7 +14,7 @@ from redis.backoff import NoBackoff
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 
-from conftest import Server
+from conftest import PATIENT, Server
 from ratelimit_redis_module import (
     GCRA,
     UNAVAILABLE_BODY,
@@ -47,7 +47,9 @@ def cost_header(scope: Any) -> int:
     return 1
 
 
-def app_for(server: Server, **options: Any) -> FastAPI:
+def app_for(server: Server, patient: bool = True, **options: Any) -> FastAPI:
+    """The app, limited by the middleware with ``options``; with conftest's PATIENT for its
+    timeouts unless the test sets its own, or keeps the package's defaults (``patient=False``)."""
     app = FastAPI()
 
     @app.get("/")
@@ -56,6 +58,9 @@ def app_for(server: Server, **options: Any) -> FastAPI:
 
     protocol = options.pop("protocol", 2)
     options.setdefault("redis", redis.asyncio.Redis(host="127.0.0.1", port=server.port, protocol=protocol))
+    if patient:
+        options.setdefault("timeout", PATIENT)
+        options.setdefault("setup_timeout", PATIENT)
     app.add_middleware(RateLimitMiddleware, **options)
     return app
 
@@ -220,10 +225,11 @@ def test_fail_open_and_closed_when_redis_hangs_then_dies(
     # Without retries, a refused connection fails at once (redis-py retries by default, and
     # its back-off then outlasts the 50 ms timeout).
     no_retry = redis.asyncio.Redis(host="127.0.0.1", port=server.port, protocol=2, retry=Retry(NoBackoff(), 0))
-    opened = serve(app_for(server, redis=no_retry, limit=GCRA(5, 10, "1m"), key=header("x-client-id"),
-                           stats=open_stats))
-    closed = serve(app_for(server, limit=GCRA(5, 10, "1m"), key=header("x-client-id"), stats=closed_stats,
-                           fail_open=False))
+    # The package's default timeouts (patient=False): their 50 ms is what the hang costs.
+    opened = serve(app_for(server, patient=False, redis=no_retry, limit=GCRA(5, 10, "1m"),
+                           key=header("x-client-id"), stats=open_stats))
+    closed = serve(app_for(server, patient=False, limit=GCRA(5, 10, "1m"), key=header("x-client-id"),
+                           stats=closed_stats, fail_open=False))
     a, b = {"X-Client-Id": "a"}, {"X-Client-Id": "b"}
     assert opened.get(headers=a) == (200, PLAIN + limited("default", 5, 30, 4, 6, 6), b"hello")
     assert closed.get(headers=b) == (200, PLAIN + limited("default", 5, 30, 4, 6, 6), b"hello")
@@ -295,7 +301,8 @@ def test_concurrency_limit_releases_the_lease_when_the_response_is_done(server: 
         return PlainTextResponse("hello")
 
     app.add_middleware(RateLimitMiddleware, redis=redis.asyncio.Redis(host="127.0.0.1", port=server.port),
-                       limit=Concurrency(1, "30s"), name="inflight", key=header("x-client-id"))
+                       limit=Concurrency(1, "30s"), name="inflight", key=header("x-client-id"), timeout=PATIENT,
+                       setup_timeout=PATIENT)
     http = serve(app)
     who = {"X-Client-Id": "hank"}
     first: list[Any] = []

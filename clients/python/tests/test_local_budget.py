@@ -18,7 +18,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from conftest import T0_MS, FakeTime, Server
+from conftest import PATIENT, T0_MS, FakeTime, Server
 from ratelimit_redis_module import (
     GCRA,
     AsyncRateLimiter,
@@ -349,7 +349,7 @@ def test_the_middleware_gives_back_at_shutdown(server: Server, serve: Any) -> No
     stats = Stats()
     mw = RateLimitMiddleware(
         app, redis=f"redis://127.0.0.1:{server.port}", limit=GCRA(100, 1, "1h", local_budget=16),
-        key=lambda scope: "svc", stats=stats,
+        key=lambda scope: "svc", stats=stats, timeout=PATIENT, setup_timeout=PATIENT,
     )
     http = serve(mw, lifespan="on")
     assert [http.get("/")[0] for _ in range(5)] == [200] * 5

@@ -22,7 +22,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from conftest import PlainServer, Server
+from conftest import PATIENT, PlainServer, Server
 from ratelimit_redis_module import GCRA, AsyncGuard, AsyncRateLimiter, Decision, Guard, ModuleRequired, RateLimiter
 
 #: What the server answers SCRIPT LOAD without Lua, as redis-py gives it ("ERR " taken off).
@@ -144,7 +144,7 @@ async def test_without_module_or_lua_the_async_script_backend_is_the_same_error(
         with pytest.raises(ModuleRequired) as caught:
             await limiter.gcra("k", 5, 10, "1m")
         assert str(caught.value) == NO_LUA[backend]
-        guard = AsyncGuard(limiter, GCRA(5, 10, "1m"), timeout=5)
+        guard = AsyncGuard(limiter, GCRA(5, 10, "1m"), timeout=PATIENT)  # the setup: the limiter's own
         with pytest.raises(ModuleRequired) as caught:
             await guard.check("someone")
         assert str(caught.value) == NO_LUA[backend]

@@ -16,7 +16,7 @@ import redis.asyncio
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 
-from conftest import FakeTime, Server
+from conftest import PATIENT, FakeTime, Server
 from ratelimit_redis_module import (
     GCRA,
     AsyncGuard,
@@ -143,7 +143,7 @@ def test_middleware_over_http_a_client_obeying_retry_after_is_admitted_at_its_fi
     time = FakeTime(server)
     rl = RateLimiter(server.client())
     guard = AsyncGuard(redis.asyncio.Redis(host="127.0.0.1", port=server.port), use(rl, case, case.before),
-                       clock=time)
+                       clock=time, timeout=PATIENT, setup_timeout=PATIENT)
     app = FastAPI()
 
     @app.get("/")

@@ -13,7 +13,7 @@ import redis.asyncio
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 
-from conftest import T0_MS, Server
+from conftest import PATIENT, T0_MS, Server
 from ratelimit_redis_module import GCRA, FixedWindow, RateLimitMiddleware, Stats, exempt, header, limited
 
 
@@ -56,7 +56,7 @@ def test_a_route_with_its_own_limit(server: Server, serve: Any) -> None:
     stats = Stats()
     app.add_middleware(
         RateLimitMiddleware, redis=redis.asyncio.Redis(host="127.0.0.1", port=server.port), limit=GCRA(1, 1, "1m"),
-        key=header("x-client-id"), stats=stats, timeout=1.0,
+        key=header("x-client-id"), stats=stats, timeout=PATIENT, setup_timeout=PATIENT,
     )
     http = serve(app)
     who = {"X-Client-Id": "ann"}

@@ -31,7 +31,7 @@ import redis.asyncio
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 
-from conftest import T0_MS, PlainServer, Server, module_path, server_binary
+from conftest import PATIENT, T0_MS, PlainServer, Server, module_path, server_binary
 from ratelimit_redis_module import (
     GCRA,
     AsyncRateLimiter,
@@ -497,6 +497,8 @@ def app_for(client: redis.asyncio.Redis, **options: Any) -> FastAPI:
     async def root(request: Request) -> PlainTextResponse:
         return PlainTextResponse("hello")
 
+    options.setdefault("timeout", PATIENT)
+    options.setdefault("setup_timeout", PATIENT)
     app.add_middleware(RateLimitMiddleware, redis=client, limit=GCRA(2, 1, "1h"), **options)
     return app
 

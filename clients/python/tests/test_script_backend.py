@@ -28,7 +28,7 @@ import redis.cluster
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 
-from conftest import ROOT, T0_MS, PlainServer, Server
+from conftest import PATIENT, ROOT, T0_MS, PlainServer, Server
 from ratelimit_redis_module import (
     GCRA,
     AsyncRateLimiter,
@@ -362,6 +362,8 @@ def app_for(server: Server, **options: Any) -> FastAPI:
         return PlainTextResponse("hello")
 
     client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+    options.setdefault("timeout", PATIENT)
+    options.setdefault("setup_timeout", PATIENT)
     app.add_middleware(RateLimitMiddleware, redis=client, limit=GCRA(2, 1, "1h"), **options)
     return app
 

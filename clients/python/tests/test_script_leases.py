@@ -19,7 +19,7 @@ import redis.asyncio
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 
-from conftest import T0_MS, PlainServer, Server
+from conftest import PATIENT, T0_MS, PlainServer, Server
 from ratelimit_redis_module import (
     AsyncRateLimiter,
     Concurrency,
@@ -210,7 +210,7 @@ def test_middleware_refuses_the_request_over_the_limit_until_one_is_done(plain: 
     with plain.client() as c:
         c.delete("rl:http:127.0.0.1")
     app.add_middleware(RateLimitMiddleware, redis=redis.asyncio.Redis(host="127.0.0.1", port=plain.port),
-                       limit=Concurrency(1, "30s"), name="inflight")
+                       limit=Concurrency(1, "30s"), name="inflight", timeout=PATIENT, setup_timeout=PATIENT)
     http = serve(app)
     first: list[Any] = []
     worker = threading.Thread(target=lambda: first.append(http.get("/slow")))

@@ -7,7 +7,8 @@ fail open or closed as configured.
 
 A fresh process (fresh_app.py: each middleware, and each guard used by hand) on a fresh server
 (an empty script cache; the module's, or a plain one for the scripts), with the package's
-defaults (a timeout of 50 ms), and its very first request, limited, field for field.
+defaults but for the timeouts (a minute: conftest's PATIENT, so that a loaded machine does not
+fail the request open), and its very first request, limited, field for field.
 
 Between the process and the server sits a TCP proxy (Proxy): each command the process sends is
 read there and passed on in order, and the setup's commands (COMMAND INFO, SCRIPT LOAD,
@@ -19,7 +20,8 @@ process sent them, which commands came before the request:
 - a setup command first sent after it (no setup before the request: the request's own, as before
   issue 36) is held until the response: a setup a cold or loaded server makes slow (the issue's
   19-78 ms for COMMAND INFO, NOSCRIPT, SCRIPT LOAD) stands in the request's way until its timeout,
-  which it then fails open on, every time.
+  which it then fails open on, every time (with the fresh app's minute, the request is not
+  answered within the test's own 60 s: a failure all the same).
 A proxy, and not a paused server (CLIENT PAUSE, DEBUG SLEEP, SIGSTOP), because only the setup is
 to be slow: a paused server holds the request's own command too, so a request that waited for
 the setup would then fail by the pause as well, and the test could not tell the two apart.
@@ -218,12 +220,13 @@ KINDS = ["asgi", "flask", "django", "guard", "asyncguard"]
 @pytest.mark.parametrize("backend", ["module", "script"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_fresh_process_first_request_is_limited_its_setup_done_before(kind: str, backend: str, tmp_path: Path) -> None:
-    """The first request of a fresh process, with the default timeout (50 ms), on an empty
+    """The first request of a fresh process (its timeouts a minute), on an empty
     script cache: limited (the fields of GCRA(5, 10, "1m")'s first unit), the setup sent before
     it (at the limiter's creation), and the request's only command its own: RL.GCRA, or one
     EVALSHA answered at once (its script loaded by the setup: no NOSCRIPT, no SCRIPT LOAD after
     it). Before issue 36 the request asked COMMAND INFO and loaded its script itself, which the
-    proxy held as a slow server would: it failed open, 200 without fields."""
+    proxy held as a slow server would: with the default 50 ms it failed open, 200 without
+    fields; with the minute, no answer within the test's 60 s."""
     server = Server(tmp_path / "redis") if backend == "module" else PlainServer(tmp_path / "redis")
     try:
         with server.client() as c:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Iterator
 import pytest
 from werkzeug.serving import make_server
 
-from conftest import FakeTime, Http, Server
+from conftest import PATIENT, FakeTime, Http, Server
 from ratelimit_redis_module import (
     GCRA,
     UNAVAILABLE_BODY,
@@ -152,7 +152,7 @@ def test_the_functions_of_the_environ(server: Server, serve_wsgi: Any) -> None:
     app = WSGIRateLimitMiddleware(
         hello, redis=f"redis://127.0.0.1:{server.port}", limit=GCRA(5, 10, "1m"), key=header("x-client-id"),
         cost=lambda environ: int(environ.get("HTTP_X_COST", 1)), skip=lambda environ: environ["PATH_INFO"] == "/ping",
-        shadow=lambda environ: "HTTP_X_SHADOW" in environ, stats=stats, timeout=1.0,
+        shadow=lambda environ: "HTTP_X_SHADOW" in environ, stats=stats, timeout=PATIENT, setup_timeout=PATIENT,
     )
     http = serve_wsgi(app)
     who = {"X-Client-Id": "ada"}
@@ -202,7 +202,8 @@ def test_a_concurrency_lease_is_held_until_the_server_closes_the_body(server: Se
         return body()
 
     app = WSGIRateLimitMiddleware(slow, redis=f"redis://127.0.0.1:{server.port}", limit=Concurrency(1, "30s"),
-                                  name="inflight", key=header("x-client-id"), timeout=1.0)
+                                  name="inflight", key=header("x-client-id"), timeout=PATIENT,
+                                  setup_timeout=PATIENT)
     http = serve_wsgi(app)
     who = {"X-Client-Id": "hal"}
     first: list[Any] = []
@@ -249,7 +250,8 @@ for name in ("flask", "werkzeug", "django"):
 from ratelimit_redis_module import GCRA, WSGIRateLimitMiddleware, exempt
 exempt(lambda: None)  # a mark: routes are looked up from now on
 app = WSGIRateLimitMiddleware(lambda environ, start: start("200 OK", []) or [b"hi"],
-                              redis="redis://127.0.0.1:{server.port}", limit=GCRA(1, 1, "1m"), timeout=1.0)
+                              redis="redis://127.0.0.1:{server.port}", limit=GCRA(1, 1, "1m"),
+                              timeout={PATIENT}, setup_timeout={PATIENT})
 seen = []
 body = app({{"REMOTE_ADDR": "10.1.1.1", "PATH_INFO": "/"}}, lambda status, headers, exc_info=None: seen.append(
     (status, [name for name, _ in headers])))

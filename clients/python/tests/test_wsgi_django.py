@@ -20,7 +20,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import path
 from django.views import View
 
-from conftest import FakeTime, Server
+from conftest import PATIENT, FakeTime, Server
 from ratelimit_redis_module import (
     GCRA,
     Concurrency,
@@ -154,7 +154,11 @@ class SignIn:
 
 def django_app(middleware: list[str], **options: Any) -> WSGIHandler:
     """Django's WSGI handler, its middleware loaded from these settings (as
-    get_wsgi_application() makes it, without setting Django up again)."""
+    get_wsgi_application() makes it, without setting Django up again); the rate limiter's
+    timeouts conftest's PATIENT unless given."""
+    if options:
+        options.setdefault("timeout", PATIENT)
+        options.setdefault("setup_timeout", PATIENT)
     settings.MIDDLEWARE = middleware
     settings.RATELIMIT_REDIS_MODULE = options
     return WSGIHandler()
@@ -164,14 +168,14 @@ def test_django_middleware_three_a_minute_then_429(server: Server, serve_wsgi: A
     time = FakeTime(server)
     stats = Stats()
     http = serve_wsgi(django_app([MIDDLEWARE], redis=f"redis://127.0.0.1:{server.port}", limit=FixedWindow(3, "1m"),
-                                 key=header("x-client-id"), stats=stats, clock=time, timeout=1.0))
+                                 key=header("x-client-id"), stats=stats, clock=time))
     three_a_minute(http, server, time, stats, HTML)
 
 
 def test_the_user_key_reads_djangos_user(server: Server, serve_wsgi: Any) -> None:
     """user() keys a signed-in request by request.user, an anonymous one by its address."""
     http = serve_wsgi(django_app([f"{__name__}.SignIn", MIDDLEWARE], redis=f"redis://127.0.0.1:{server.port}",
-                                 limit=FixedWindow(3, "1m"), key=user(), timeout=1.0))
+                                 limit=FixedWindow(3, "1m"), key=user()))
     assert http.get(headers={"X-User": "amy"}) == (200, HTML + fields("default", 3, 60, 2, 40, 40), b"hello")
     assert http.get(headers={"X-User": "amy"}) == (200, HTML + fields("default", 3, 60, 1, 40, 40), b"hello")
     assert http.get() == (200, HTML + fields("default", 3, 60, 2, 40, 40), b"hello")
@@ -185,7 +189,7 @@ def test_views_with_their_own_limit_and_exempt_views(server: Server, serve_wsgi:
     or WSGI middleware around Django's handler."""
     stats = Stats()
     options: dict[str, Any] = dict(redis=f"redis://127.0.0.1:{server.port}", limit=GCRA(1, 1, "1m"),
-                                   key=header("x-client-id"), stats=stats, timeout=1.0)
+                                   key=header("x-client-id"), stats=stats, timeout=PATIENT, setup_timeout=PATIENT)
     if shape == "middleware":
         app: Any = django_app([MIDDLEWARE], **options)
     else:
@@ -235,8 +239,7 @@ def test_a_concurrency_lease_is_held_until_a_streamed_body_is_sent(
     lease is held until the server closes the response, not given back when the view
     returns."""
     http = serve_wsgi(django_app([MIDDLEWARE], redis=f"redis://127.0.0.1:{server.port}",
-                                 limit=Concurrency(1, "1m"), name="inflight", key=header("x-client-id"),
-                                 timeout=1.0))
+                                 limit=Concurrency(1, "1m"), name="inflight", key=header("x-client-id")))
     who = {"X-Client-Id": "hal"}
     first: list[Any] = []
     worker = threading.Thread(target=lambda: first.append(http.get("/stream?hold", headers=who)))
@@ -273,7 +276,7 @@ def test_a_client_gone_mid_stream_gives_its_lease_back_dropped(
     limit backs off: AIMD's 4 becomes int(4 * 0.9)); the next request is admitted."""
     http = serve_wsgi(django_app([MIDDLEWARE], redis=f"redis://127.0.0.1:{server.port}",
                                  limit=Concurrency(4, "30s", adaptive="aimd", min=1, max=10),
-                                 key=header("x-client-id"), timeout=1.0))
+                                 key=header("x-client-id")))
     with socket.create_connection(("127.0.0.1", http.port), timeout=10) as s:
         s.sendall(b"GET /stream?hold&more HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Client-Id: kim\r\n\r\n")
         received = b""
@@ -295,7 +298,7 @@ def test_a_view_that_raises_gives_its_lease_back(server: Server, serve_wsgi: Any
     """Django answers the view's exception with a 500: the lease is released with it, so the
     next request is admitted."""
     http = serve_wsgi(django_app([MIDDLEWARE], redis=f"redis://127.0.0.1:{server.port}",
-                                 limit=Concurrency(1, "1m"), key=header("x-client-id"), timeout=1.0))
+                                 limit=Concurrency(1, "1m"), key=header("x-client-id")))
     who = {"X-Client-Id": "ivy"}
     assert http.get("/fail", headers=who)[0] == 500
     with server.client() as c:

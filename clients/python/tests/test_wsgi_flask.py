@@ -12,7 +12,7 @@ import pytest
 from flask import Blueprint, Flask
 from flask.views import MethodView
 
-from conftest import T0_MS, FakeTime, Server
+from conftest import PATIENT, T0_MS, FakeTime, Server
 from ratelimit_redis_module import (
     GCRA,
     FixedWindow,
@@ -29,7 +29,8 @@ HTML = [("content-type", "text/html; charset=utf-8"), ("content-length", "5")]
 
 
 def flask_app(server: Server, **options: Any) -> Flask:
-    """An app of one route, "/", its wsgi_app wrapped with the options given."""
+    """An app of one route, "/", its wsgi_app wrapped with the options given (the timeouts
+    conftest's PATIENT unless given)."""
     app = Flask(__name__)
 
     @app.route("/")
@@ -37,6 +38,8 @@ def flask_app(server: Server, **options: Any) -> Flask:
         return "hello"
 
     options.setdefault("redis", f"redis://127.0.0.1:{server.port}")
+    options.setdefault("timeout", PATIENT)
+    options.setdefault("setup_timeout", PATIENT)
     app.wsgi_app = WSGIRateLimitMiddleware(app.wsgi_app, **options)  # type: ignore[method-assign]
     return app
 
@@ -45,7 +48,7 @@ def test_three_a_minute_then_429_with_exact_fields(server: Server, serve_wsgi: A
     time = FakeTime(server)
     stats = Stats()
     http = serve_wsgi(flask_app(server, limit=FixedWindow(3, "1m"), key=header("x-client-id"), stats=stats,
-                                clock=time, timeout=1.0))
+                                clock=time))
     three_a_minute(http, server, time, stats, HTML)
 
 
@@ -94,7 +97,7 @@ def test_views_with_their_own_limit_and_exempt_views(server: Server, serve_wsgi:
     stats = Stats()
     app.wsgi_app = WSGIRateLimitMiddleware(  # type: ignore[method-assign]
         app.wsgi_app, redis=f"redis://127.0.0.1:{server.port}", limit=GCRA(1, 1, "1m"),
-        key=header("x-client-id"), stats=stats, timeout=1.0,
+        key=header("x-client-id"), stats=stats, timeout=PATIENT, setup_timeout=PATIENT,
     )
     http = serve_wsgi(app)
     who = {"X-Client-Id": "ann"}
@@ -129,7 +132,7 @@ def test_views_with_their_own_limit_and_exempt_views(server: Server, serve_wsgi:
 
 
 def test_the_callers_address_is_the_default_key(server: Server, serve_wsgi: Any) -> None:
-    http = serve_wsgi(flask_app(server, limit=FixedWindow(3, "1m"), prefix="ip:", timeout=1.0))
+    http = serve_wsgi(flask_app(server, limit=FixedWindow(3, "1m"), prefix="ip:"))
     assert http.get() == (200, HTML + fields("default", 3, 60, 2, 40, 40), b"hello")
     with server.client() as c:
         assert c.exists("ip:127.0.0.1") == 1
