@@ -7,7 +7,7 @@
 const { DenialMemory, monotonicMs } = require('./denial-memory.cjs');
 const { MAX_COUNT, MAX_DURATION_MS, durationMs } = require('./limits.cjs');
 const { parseReply } = require('./reply.cjs');
-const { SETUP_TIMEOUT_MS, Setup, checkSetupTimeout, checkStoreClient, loadScripts } = require('./setup.cjs');
+const { SETUP_TIMEOUT_MS, Setup, checkSetupTimeout, checkStoreClient, loadScripts, loadScriptsFor } = require('./setup.cjs');
 const {
   ModuleRequiredError,
   SCRIPT_OF,
@@ -135,7 +135,7 @@ class RateLimiterRedis {
     // failure is logged, never thrown: the calls then ask for themselves.
     this.setup = new Setup(this.client, {
       work: async () => {
-        if ((await this.#backend()) === 'script') await this.#loadScripts();
+        if ((await this.#backend()) === 'script') await loadScriptsFor(this.backendOption, () => this.#loadOnce());
       },
       timeoutMs: checkSetupTimeout(opts.setupTimeout ?? SETUP_TIMEOUT_MS),
       failed: (error) => {
@@ -229,17 +229,9 @@ class RateLimiterRedis {
     return this.backend;
   }
 
-  // SCRIPT LOAD of the token bucket's script and the refund's (reward), once per client; a server
-  // without Lua refuses them: the script backend's error.
-  async #loadScripts() {
-    try {
-      await this.#loadOnce();
-    } catch (error) {
-      throw scriptingError(error, this.backendOption);
-    }
-  }
-
-  // The SCRIPT LOADs themselves, the server's refusal as it is.
+  // SCRIPT LOAD of the token bucket's script and the refund's (reward), once per client (a
+  // server without Lua refuses them: the setup makes that the script backend's error,
+  // loadScriptsFor), the server's refusal as it is.
   #loadOnce() {
     return loadScripts(this.client, this.send, [SCRIPT_OF['RL.TOKENBUCKET'], SCRIPT_OF['RL.REFUND']]);
   }

@@ -11,7 +11,7 @@
 // @ts-check
 'use strict';
 
-const { isCluster, scripts } = require('./scripts.cjs');
+const { isCluster, scriptingError, scripts } = require('./scripts.cjs');
 
 /** The default `setupTimeout`: how long a setup may take before it counts as failed. */
 const SETUP_TIMEOUT_MS = 1000;
@@ -208,6 +208,19 @@ async function loadScripts(client, send, names) {
   if (refused !== undefined) throw refused.reason;
 }
 
+/**
+ * A limiter's SCRIPT LOADs (`load()`, loadScripts with its scripts) under the option `backend`:
+ * a server without Lua refuses them, and that refusal is the script backend's error
+ * (scriptingError); any other is passed on as it is.
+ */
+async function loadScriptsFor(backend, load) {
+  try {
+    await load();
+  } catch (error) {
+    throw scriptingError(error, backend);
+  }
+}
+
 // SCRIPT LOAD of `source` on every primary of node-redis's cluster client.
 async function loadOnPrimaries(client, source) {
   await Promise.all(client.masters.map(async (node) => (await client.nodeClient(node)).sendCommand(['SCRIPT', 'LOAD', source])));
@@ -222,4 +235,5 @@ module.exports = {
   clientReady,
   isIoredis,
   loadScripts,
+  loadScriptsFor,
 };

@@ -135,7 +135,9 @@ const FIRST = {
  * - a setup command first sent after it (no setup before: the request's own, as before issue
  *   36) is held until the response: a setup a cold server makes slow (the issue's 19-78 ms for
  *   COMMAND INFO, NOSCRIPT, SCRIPT LOAD) stands in the request's way until its timeout, which it
- *   then fails open on, every time. RateLimiterRedis has no timeout (its call would wait for
+ *   then fails open on, every time (setup-app.js gives the middleware a minute, so that a loaded
+ *   machine does not fail a request whose setup was done: such a failure takes the minute).
+ *   RateLimiterRedis has no timeout (its call would wait for
  *   ever): for it, nothing is held then, and the commands say it.
  * Resolves { res, before (a setup command was sent before the request), commands, stderr }.
  */
