@@ -38,7 +38,7 @@ dist: test-deps
 # stop themselves: the integration tests, make dist's x86_64 module (the smoke tests: version,
 # algorithms, GCRA, persistence, damaged payloads), the Python and Node packages' tests; and
 # the aarch64 module in an aarch64 Redis 8.2 under qemu-user. The runs against different
-# servers go side by side (scripts/test.sh: RATELIMIT_TEST_JOBS at a time, 4 by default).
+# servers go side by side (scripts/test.sh: RATELIMIT_TEST_JOBS at a time, 6 by default).
 test: test-deps build servers dist
 	bash scripts/test.sh
 

@@ -190,12 +190,23 @@ export async function moduleAndPlainForFile() {
 
 /**
  * The timeouts of a limiter in a test that is not about timeouts. The package's defaults (a
- * call's 50 ms, a setup's 1 s) are for a server nearby with time to spare; `make test` runs four
+ * call's 50 ms, a setup's 1 s) are for a server nearby with time to spare; `make test` runs six
  * suites on two cores, where a round trip can take longer, and a call that times out fails open
  * and changes what the test sees. A minute is a hang, not a busy machine. Tests of the timeout
  * itself set theirs.
  */
 export const PATIENT = { timeout: 60_000, setupTimeout: 60_000 };
+
+/**
+ * The `skip` of a test of the package itself rather than of a server: its type declarations
+ * (tsc), its tarball installed into a fresh folder, require and import of it, the manual's app
+ * installed from it. make test runs this suite on five servers and sets
+ * RATELIMIT_SKIP_PACKAGE_TESTS=1 on all but the first, where such a test would repeat itself
+ * (about 35 s of CPU each time on a machine make test keeps busy).
+ */
+export const PACKAGE_TEST = process.env.RATELIMIT_SKIP_PACKAGE_TESTS === '1'
+  ? 'a test of the package, not of the server: make test runs it with the first server'
+  : false;
 
 /** A logger that says nothing (for the warnings a test expects, such as the backend's choice). */
 export const quiet = { warn() {}, info() {} };

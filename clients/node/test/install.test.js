@@ -13,7 +13,7 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { createClient } from 'redis';
 import { scripts } from '../lib/scripts.cjs';
-import { startRedis } from './helpers.js';
+import { PACKAGE_TEST, startRedis } from './helpers.js';
 
 const pkg = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const npm = (args, cwd) =>
@@ -31,7 +31,7 @@ function packableCopy() {
   return work;
 }
 
-test('npm install of the packed package into a fresh directory', async () => {
+test('npm install of the packed package into a fresh directory', { skip: PACKAGE_TEST }, async () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'rl-node-install-'));
   const work = packableCopy();
   const source = path.join(work, 'node');

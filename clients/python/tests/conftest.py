@@ -29,12 +29,20 @@ T0_MS = 1_700_000_000_000
 #: The timeouts, in seconds, of a guard, a middleware or a client made from a URL in a test that
 #: is not about timeouts: pass ``timeout=PATIENT`` and, where the constructor takes one,
 #: ``setup_timeout=PATIENT``. The package's defaults (50 ms for a check, 1 s for the setup) are for
-#: a server nearby with time to spare; ``make test`` runs four suites at once on two cores, where
+#: a server nearby with time to spare; ``make test`` runs six suites at once on two cores, where
 #: one round trip can take longer, and a check that times out fails open (or closed), so a test
 #: that kept them would pass or fail by the machine's load. A minute is a hang, not a busy
 #: machine. Tests of the timeout itself (Redis down or hung, failover, a setup overrunning its
 #: timeout) set theirs.
 PATIENT = 60.0
+
+#: The mark of a test of the package itself rather than of a server (its types under mypy, the
+#: package installed into a fresh venv): make test runs this suite on five servers and sets
+#: RATELIMIT_SKIP_PACKAGE_TESTS=1 on all but the first, where such a test would repeat itself.
+package_test = pytest.mark.skipif(
+    os.environ.get("RATELIMIT_SKIP_PACKAGE_TESTS") == "1",
+    reason="a test of the package, not of the server: make test runs it with the first server",
+)
 
 # The script backend's scripts as they are in this tree (clients/scripts, their one source), not
 # the copy the installed package carries (made when scripts/deps.sh installed it): see

@@ -28,7 +28,7 @@ import redis.cluster
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 
-from conftest import PATIENT, ROOT, T0_MS, PlainServer, Server
+from conftest import PATIENT, ROOT, T0_MS, PlainServer, Server, package_test
 from ratelimit_redis_module import (
     GCRA,
     AsyncRateLimiter,
@@ -437,6 +437,7 @@ print(sorted(p.name for p in folder.rglob("*.lua")))
 """
 
 
+@package_test
 def test_an_installed_package_carries_the_scripts(plain: PlainServer, tmp_path: Path) -> None:
     """pip install of clients/python into a fresh venv (the build hook puts clients/scripts in
     the wheel): every script loads from the installed package and answers a plain server."""

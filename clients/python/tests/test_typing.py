@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import package_test
+
+pytestmark = package_test
+
 GOOD = '''
 import redis
 import redis.asyncio
