@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::bus::{changes_message, fnv, Forged};
+use common::bus::{changes_message, fnv, wall_ms, Content, Forged};
 use common::{
     cluster, cluster_config, cluster_with, node_id, policies_converged as converged,
     policies_info as info, policy_on, wait_for_cluster_agreement, wait_for_cluster_ok,
@@ -74,6 +74,108 @@ fn a_policy_set_or_deleted_on_one_node_reaches_every_node_replicas_included() {
         assert_eq!(info(node, "policy_tombstones"), "1");
         assert_eq!(info(node, "cluster_messages_refused"), "0");
     }
+}
+
+/// A replica's full sync (a replica just added, restarted without its data, or cut off past
+/// its primary's backlog) loads the primary's table as it was when the primary forked. A change
+/// that reached the replica over the bus after that fork is not in it: the replica keeps it (and
+/// a deletion's tombstone), the newer version winning as for every change from elsewhere, rather
+/// than holding the older table until the primary's stream or an exchange brings it back (a
+/// policy gone from the replica, or a deleted one back, for that while). To hold that moment,
+/// the primary here never learns the change: only the replica takes its version (its
+/// `policy-max-ahead` is larger; the other nodes refuse it), so that neither the primary's copy,
+/// nor its stream, nor an exchange can bring it back.
+#[test]
+fn a_replicas_full_sync_keeps_what_it_learned_that_its_primarys_copy_lacks() {
+    let nodes = cluster(3, 1);
+    let all: Vec<&Server> = nodes.iter().collect();
+    set_api(&nodes[0]);
+    converged(&all, Duration::from_secs(5), |n| {
+        !policy_on(n, "api").is_empty()
+    });
+    let replica = nodes
+        .iter()
+        .find(|n| n.client().info_field("replication", "role") == "slave")
+        .expect("a replica");
+    let primary_port: u16 = replica
+        .client()
+        .info_field("replication", "master_port")
+        .parse()
+        .unwrap();
+    let primary = nodes.iter().find(|n| n.port == primary_port).unwrap();
+    let forger = nodes
+        .iter()
+        .find(|n| n.port != primary.port && n.port != replica.port)
+        .unwrap();
+    // Its first sync loaded (a primary may list a replica online before it has: Valkey 9.1
+    // did), so that the sync below is the one that loads the copy.
+    let link_up = |n: &Server| n.client().info_field("replication", "master_link_status") == "up";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !link_up(replica) {
+        assert!(Instant::now() < deadline, "the replica's first sync");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Ten minutes ahead: the replica takes it, every other node refuses it.
+    assert_eq!(
+        replica
+            .client()
+            .cmd(&["CONFIG", "SET", "ratelimit.policy-max-ahead", "3600"]),
+        Reply::Simple("OK".into())
+    );
+    let (now, sender) = (wall_ms(), node_id(forger));
+    let ahead = (now + 600_000) << 16;
+    let message = changes_message(&[
+        Forged::live("fresh", ahead, &sender, &["GCRA", "7", "7", "1s"]),
+        Forged {
+            name: "api".into(),
+            clock: ahead,
+            node: &sender,
+            content: Content::Tombstone(now),
+        },
+    ]);
+    // Sent again until the replica holds it: a server may drop a module's message that is the
+    // first on a new bus link (docs/cluster.md), and no exchange sends this one again.
+    let target = node_id(replica);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while policy_on(replica, "fresh").is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the replica never took the change"
+        );
+        let r = forger
+            .client()
+            .cmd_bytes(&[b"RL.DEBUG.CLUSTERMSG", target.as_bytes(), &message]);
+        assert_eq!(r.int(), 1, "sent");
+        let sent = Instant::now();
+        while policy_on(replica, "fresh").is_empty() && sent.elapsed() < Duration::from_millis(500)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    assert_eq!(policy_on(replica, "api"), "");
+    assert_eq!(policy_on(primary, "fresh"), "");
+    assert!(!policy_on(primary, "api").is_empty());
+    // A full sync: the primary takes a new replication id and drops the replica's link, so
+    // that the replica cannot continue where it was and loads the primary's copy.
+    let full_syncs =
+        |n: &Server| -> u64 { n.client().info_field("stats", "sync_full").parse().unwrap() };
+    let before = full_syncs(primary);
+    let mut c = primary.client();
+    assert_eq!(
+        c.cmd(&["DEBUG", "CHANGE-REPL-ID"]),
+        Reply::Simple("OK".into())
+    );
+    assert!(c.cmd(&["CLIENT", "KILL", "TYPE", "replica"]).int() >= 1);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while full_syncs(primary) == before || !link_up(replica) {
+        assert!(Instant::now() < deadline, "no full sync of the replica");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Loaded: what it learned is still there, the deletion too.
+    assert_eq!(policy_on(replica, "fresh"), "[GCRA 7 7 1s]");
+    assert_eq!(policy_on(replica, "api"), "");
+    assert_eq!(info(replica, "policies"), "1");
+    assert_eq!(info(replica, "policy_tombstones"), "1");
 }
 
 #[test]

@@ -11,7 +11,10 @@
 //!   its version with it, so that replicas and the AOF hold the same version;
 //! - the RDB (and the RDB preamble of an AOF rewrite) carries them as the data type's aux
 //!   data, versions and tombstones included, written before the keys and loaded in place of
-//!   what the server held (an RDB of the format before versions loads too, at clock 0);
+//!   what the server held, or on a cluster node merged into it, the newer version of each name
+//!   kept (a replica's full sync is its primary's table at the fork, which may lack what the
+//!   replica learned over the bus since); an RDB of the format before versions loads too, at
+//!   clock 0;
 //! - an AOF rewrite without the RDB preamble writes only keys, so when an AOF rewrite forks,
 //!   every policy is propagated again as RL.POLICY.SET: the rewrite's new incremental file,
 //!   which is opened before the fork, starts by recreating them. Other forks (BGSAVE, a
@@ -217,15 +220,24 @@ pub fn expire_tombstones(now_ms: u64) -> usize {
     table().expire_tombstones(now_ms)
 }
 
-/// Replaces every name with `loaded` (an RDB's, at `clock`), the counters of a live name
-/// carrying over; a version past the ceiling is taken at clock 0 (see `versions.rs`).
-fn replace_all(loaded: Names, clock: u64) {
+/// Takes `loaded` (an RDB's, at `clock`), the counters of a live name carrying over; a version
+/// past the ceiling is taken at clock 0 (see `versions.rs`). On a cluster node it is merged
+/// into what the node holds, each name keeping the newer version: a replica's full sync brings
+/// its primary's table as of the primary's fork, and what the replica learned over the bus
+/// since (a policy, or a deletion's tombstone) would otherwise be gone until the primary's
+/// stream or an exchange brought it back. Elsewhere it replaces every name: a standalone
+/// server's deletes leave no tombstone, so only the copy says what was deleted.
+fn take_loaded(loaded: Names, clock: u64) {
     let ceiling = bounds().ceiling;
     let mut table = table();
     for (name, incoming) in loaded.iter() {
         carry_stats(&table, name, incoming);
     }
-    table.replace_all(loaded, clock, ceiling);
+    if crate::cluster::enabled() {
+        table.load_all(loaded, clock, ceiling);
+    } else {
+        table.replace_all(loaded, clock, ceiling);
+    }
 }
 
 /// Runs `f` on every live policy, in name order, under the table's lock (INFO: no copy of
@@ -397,7 +409,8 @@ pub fn write_aux(io: Io) {
 }
 
 /// Reads what [`write_aux`] wrote (the data type's `aux_load`; `known`: of this encoding
-/// version, before the keys) and replaces the server's policies with it, all at once (or,
+/// version, before the keys) and takes it as the server's policies ([`take_loaded`]: in place
+/// of them, or merged on a cluster node), all at once (or,
 /// during a `repl-diskless-load swapdb` sync, when the sync completes: see [`AsyncLoad`]).
 /// Anything that does not read or parse fails the load, with a line in the server's log that
 /// says why; the policies held stay as they were.
@@ -414,7 +427,7 @@ pub fn read_aux(rdb: Io, known: bool) -> Result<(), ()> {
             if ASYNC_LOADING.load(Ordering::Relaxed) {
                 *staged() = Some((loaded, clock));
             } else {
-                replace_all(loaded, clock);
+                take_loaded(loaded, clock);
             }
             Ok(())
         }
@@ -523,7 +536,7 @@ impl ServerEvent for AsyncLoad {
             raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_COMPLETED => {
                 ASYNC_LOADING.store(false, Ordering::Relaxed);
                 if let Some((loaded, clock)) = staged().take() {
-                    replace_all(loaded, clock);
+                    take_loaded(loaded, clock);
                 }
             }
             _ => {

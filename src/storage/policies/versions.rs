@@ -502,6 +502,21 @@ impl<P: Words> Table<P> {
         self.clock = largest;
     }
 
+    /// Takes `names` (an RDB's, with its `clock`) into what the table holds, each as
+    /// [`Table::load`] takes a change: kept where newer, a version past `ceiling` at clock 0,
+    /// no bound on the count. A cluster node's load: its table is a set of versioned changes,
+    /// which an RDB can add to but never take back (a replica's full sync brings its primary's
+    /// table as of the primary's fork, older than what the replica may have learned since over
+    /// the bus). O(n log n) for n names, as [`Table::replace_all`].
+    pub fn load_all(&mut self, names: BTreeMap<Vec<u8>, Versioned<P>>, clock: u64, ceiling: u64) {
+        if clock <= ceiling {
+            self.clock = self.clock.max(clock);
+        }
+        for (name, v) in names {
+            self.load(&name, v, ceiling);
+        }
+    }
+
     /// The digest of the whole table (names, versions, contents, tombstones included): equal
     /// on two nodes exactly when they hold the same table (bar a collision). O(1): kept up to
     /// date with each change.
@@ -730,6 +745,35 @@ mod tests {
         assert_eq!(t.clock(), 50);
         assert_eq!(set(&mut t, b"q", "GCRA 2 2 1s", b'a', 0).clock, 51);
         assert_eq!((t.live_count(), t.digest()), (1, recomputed(&t)));
+    }
+
+    #[test]
+    fn a_load_into_a_cluster_nodes_table_keeps_what_is_newer_there() {
+        // The replica learned a new name and a deletion after its primary's copy was made.
+        let mut t: Table<W> = Table::new();
+        merge(&mut t, b"api", live(5, b'a', "GCRA 1 1 1s"));
+        merge(&mut t, b"web", live(8, b'b', "GCRA 2 2 1s"));
+        let grave = Versioned {
+            version: Version {
+                clock: 9,
+                node: node(b'b'),
+            },
+            content: Content::Tombstone { deleted_at_ms: 3 },
+        };
+        merge(&mut t, b"api", grave.clone());
+        let mut copy = BTreeMap::new();
+        copy.insert(b"api".to_vec(), live(5, b'a', "GCRA 1 1 1s"));
+        copy.insert(b"old".to_vec(), live(2, b'a', "GCRA 3 3 1s"));
+        copy.insert(b"new".to_vec(), live(u64::MAX, b'z', "GCRA 4 4 1s"));
+        t.load_all(copy, 6, 100);
+        assert_eq!(t.versioned(b"api"), Some(&grave));
+        assert_eq!(t.get(b"web"), Some(&w("GCRA 2 2 1s")));
+        assert_eq!(t.get(b"old"), Some(&w("GCRA 3 3 1s")));
+        // Past the ceiling: at clock 0, as a load takes it.
+        assert_eq!(t.versioned(b"new").unwrap().version.clock, 0);
+        assert_eq!(t.clock(), 9);
+        assert_eq!((t.live_count(), t.tombstones()), (3, 1));
+        assert_eq!(t.digest(), recomputed(&t));
     }
 
     #[test]
