@@ -44,6 +44,18 @@ pub fn free_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
+/// A free port for a cluster node: at most 55535, so that its cluster bus port (10000 above)
+/// exists (Redis refuses to start a cluster node above it: "Redis port number too high"), with
+/// that bus port free too. About four in five ephemeral ports qualify.
+pub fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port <= 55_535 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
 static DIRS: AtomicUsize = AtomicUsize::new(0);
 
 /// A fresh directory under target/tmp for one server's files.
@@ -147,7 +159,11 @@ impl Server {
     }
 
     fn launch_once(&mut self) -> Result<(), String> {
-        self.port = free_port();
+        self.port = if self.config.extra.iter().any(|a| a == "--cluster-enabled") {
+            free_cluster_port()
+        } else {
+            free_port()
+        };
         let mut args: Vec<String> = vec![
             "--port".into(),
             self.port.to_string(),

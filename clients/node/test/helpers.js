@@ -32,6 +32,24 @@ export function freePort() {
   });
 }
 
+/**
+ * A free port for a cluster node: at most 55535, so that its cluster bus port (10000 above)
+ * exists (Redis refuses to start a cluster node above it: "Redis port number too high"), with
+ * that bus port free too. About four in five ephemeral ports qualify.
+ */
+export async function freeClusterPort() {
+  for (;;) {
+    const port = await freePort();
+    if (port > 55535) continue;
+    const busFree = await new Promise((resolve) => {
+      const s = net.createServer();
+      s.once('error', () => resolve(false));
+      s.listen(port + 10000, '127.0.0.1', () => s.close(() => resolve(true)));
+    });
+    if (busFree) return port;
+  }
+}
+
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /**
@@ -45,7 +63,7 @@ export async function startRedis({ port: wanted, withModule = true, args = [] } 
   if (withModule && !existsSync(module)) throw new Error(`${module} is missing: run cargo build --release first`);
   const dir = mkdtempSync(path.join(tmpdir(), 'rl-node-'));
   for (let attempt = 0; attempt < 5; attempt++) {
-    const port = wanted ?? (await freePort());
+    const port = wanted ?? (args.includes('--cluster-enabled') ? await freeClusterPort() : await freePort());
     const child = spawn(
       binary,
       ['--port', `${port}`, '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no',

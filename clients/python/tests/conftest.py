@@ -64,6 +64,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_cluster_port() -> int:
+    """A free port for a cluster node: at most 55535, so that its cluster bus port (10000
+    above) exists (Redis refuses to start a cluster node above it: "Redis port number too
+    high"), with that bus port free too. About four in five ephemeral ports qualify."""
+    while True:
+        port = free_port()
+        if port <= 55535:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port + 10000))
+                except OSError:
+                    continue
+            return port
+
+
 class Server:
     """One redis-server with the module and the debug clock, on a free loopback port,
     stopped by its PID."""
@@ -73,7 +88,7 @@ class Server:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.extra = extra or []
         for _ in range(5):
-            self.port = free_port()
+            self.port = free_cluster_port() if "--cluster-enabled" in self.extra else free_port()
             self._spawn()
             if self._wait_ready():
                 return
