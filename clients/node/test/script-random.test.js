@@ -140,7 +140,7 @@ async function runSequence(name, make, n) {
   };
   // The keys kept from the real clock, which moves on while the sequence's stands. A key may
   // expire in real time before its PERSIST (a slow step on a loaded machine), on one server and
-  // not on the other: then both go, as if expired together.
+  // not on the other: then both go, as if expired together. True when a key is gone on either.
   const persist = async () => {
     await Promise.all([m.sendCommand(['PERSIST', prefix + key]),
       ...[prefix + key, ...ruleKeys(prefix + key, MAX_RULES)].map((k) => p.sendCommand(['PERSIST', k]))]);
@@ -150,6 +150,7 @@ async function runSequence(name, make, n) {
       await forget();
       log.push(`@${now} expired in real time on one server: DEL`);
     }
+    return kept === 0 || mine === 0;
   };
   await forget();
   for (let step = 0; step < STEPS; step++) {
@@ -193,14 +194,19 @@ async function runSequence(name, make, n) {
     const want = await call(mod);
     const got = await call(scr);
     const where = `${name} sequence ${n} (seed ${SEED}), step ${step}:\n  ${log.slice(-10).join('\n  ')}`;
-    await persist();
+    const gone = await persist();
     if (typeof want === 'number') {
       assert.equal(got, want, where);
       continue;
     }
     assert.equal(want.failed, undefined, `${where}\nmodule: ${want.error}`);
     assert.equal(got.failed, undefined, `${where}\nscripts: ${got.error}`);
-    assert.deepEqual(strip(got), strip(want), where);
+    // moreAfterMs of a sliding window, a log, a warm-up or a policy is a second, DRYRUN call's
+    // (RateLimit's probe): a key the decision wrote with a TTL of a few ms may have expired in
+    // real time between the two calls on one server and not the other. Where a key is gone after
+    // the step, the decision is compared without it.
+    const [a, b] = gone ? [strip(got), strip(want)].map(({ moreAfterMs, ...d }) => d) : [strip(got), strip(want)];
+    assert.deepEqual(a, b, where);
     counts[want.allowed ? 'admitted' : 'refused']++;
   }
   return counts;
