@@ -16,6 +16,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
@@ -59,14 +60,62 @@ async function plain(port) {
   return c;
 }
 
-/** `command` on the node at `port`, by a client of its own. */
-async function on(port, command) {
-  const c = await plain(port);
-  try {
-    return await c.sendCommand(command);
-  } finally {
-    c.destroy();
+/** `command` RESP-encoded. */
+function encode(command) {
+  return `*${command.length}\r\n${command.map((a) => `$${Buffer.byteLength(String(a))}\r\n${a}\r\n`).join('')}`;
+}
+
+/**
+ * The RESP2 reply at `at` in `buffer` and where it ends, or undefined if not all of it is there:
+ * strings as strings, integers as numbers, arrays as arrays, an error as an Error.
+ */
+function parse(buffer, at) {
+  const eol = buffer.indexOf('\r\n', at);
+  if (eol < 0) return undefined;
+  const line = buffer.toString('utf8', at + 1, eol);
+  const kind = String.fromCharCode(buffer[at]);
+  if (kind === '+') return { value: line, next: eol + 2 };
+  if (kind === '-') return { value: new Error(line), next: eol + 2 };
+  if (kind === ':') return { value: Number(line), next: eol + 2 };
+  const n = Number(line);
+  if (n < 0) return { value: null, next: eol + 2 };
+  if (kind === '$') {
+    if (buffer.length < eol + 2 + n + 2) return undefined;
+    return { value: buffer.toString('utf8', eol + 2, eol + 2 + n), next: eol + 2 + n + 2 };
   }
+  const items = [];
+  let next = eol + 2;
+  for (let i = 0; i < n; i++) {
+    const item = parse(buffer, next);
+    if (item === undefined) return undefined;
+    items.push(item.value);
+    next = item.next;
+  }
+  return { value: items, next };
+}
+
+/**
+ * `command` on the node at `port`, over a connection of its own (a refused port throws, as does
+ * an error reply). A socket, not a node-redis client: `until` polls every 20 ms, and a node-redis
+ * client costs milliseconds of CPU to create (its command methods are built per client), which
+ * was most of this file's CPU.
+ */
+function on(port, command) {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1');
+    let buffer = Buffer.alloc(0);
+    socket.once('error', reject);
+    socket.once('close', () => reject(new Error(`port ${port}: closed before a reply`)));
+    socket.once('connect', () => socket.write(encode(command)));
+    socket.on('data', (chunk) => {
+      buffer = Buffer.concat([buffer, chunk]);
+      const reply = parse(buffer, 0);
+      if (reply === undefined) return;
+      socket.destroy();
+      if (reply.value instanceof Error) reject(reply.value);
+      else resolve(reply.value);
+    });
+  });
 }
 
 /** A flat [field, value, ...] reply as an object of strings. */
