@@ -94,6 +94,7 @@ pub fn init(ctx: Ctx) {
         return;
     }
     ENABLED.store(true, Ordering::Relaxed);
+    policies::merge_loads();
     look_around(ctx);
 }
 

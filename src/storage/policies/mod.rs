@@ -220,6 +220,17 @@ pub fn expire_tombstones(now_ms: u64) -> usize {
     table().expire_tombstones(now_ms)
 }
 
+/// Whether a loaded table merges into the one held (`merge_loads`) rather than replaces it.
+static MERGE_LOADS: AtomicBool = AtomicBool::new(false);
+
+/// From now on a loaded table (an RDB's, a full sync's) merges into the one held, each name
+/// keeping the newer version, instead of replacing it: for a cluster node, whose deletes leave
+/// tombstones and whose table the bus exchange changes between syncs. `crate::cluster` calls it
+/// when the exchange starts.
+pub fn merge_loads() {
+    MERGE_LOADS.store(true, Ordering::Relaxed);
+}
+
 /// Takes `loaded` (an RDB's, at `clock`), the counters of a live name carrying over; a version
 /// past the ceiling is taken at clock 0 (see `versions.rs`). On a cluster node it is merged
 /// into what the node holds, each name keeping the newer version: a replica's full sync brings
@@ -233,7 +244,7 @@ fn take_loaded(loaded: Names, clock: u64) {
     for (name, incoming) in loaded.iter() {
         carry_stats(&table, name, incoming);
     }
-    if crate::cluster::enabled() {
+    if MERGE_LOADS.load(Ordering::Relaxed) {
         table.load_all(loaded, clock, ceiling);
     } else {
         table.replace_all(loaded, clock, ceiling);
