@@ -50,6 +50,7 @@ step "docs (algorithms)" env RUSTDOCFLAGS="-D warnings" cargo doc --release -p r
 # CPU against 16).
 step "docs (module)" env RUSTDOCFLAGS="-D warnings" cargo doc --release -p ratelimit --no-deps --document-private-items
 # The Python package's sources under mypy --strict (what its `Typing :: Typed` promises).
+step "docs (gateway)" env RUSTDOCFLAGS="-D warnings" cargo doc --release -p ratelimit-gateway --no-deps --document-private-items
 step "mypy" clients/python/.venv/bin/python -m mypy --strict clients/python/src/ratelimit_redis_module
 step "unit and property tests" cargo test --release --workspace --lib
 step "doc tests" cargo test --release -p ratelimit-algorithms --doc
