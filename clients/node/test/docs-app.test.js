@@ -54,9 +54,16 @@ test("docs/clients.md's install and complete Express app, in a fresh folder, run
   let stderr = '';
   child.stderr.on('data', (d) => { stderr += d; });
   try {
+    // The port is the line the app prints that is a number (anything it prints before, such
+    // as a warning on a slow machine, is not; a line may come in more than one chunk).
     const port = await new Promise((resolve, reject) => {
-      child.stdout.once('data', (d) => resolve(Number(String(d).trim())));
-      child.once('exit', (code) => reject(new Error(`the app exited (${code}): ${stderr}`)));
+      let out = '';
+      child.stdout.on('data', (d) => {
+        out += d;
+        const line = out.split('\n').slice(0, -1).find((l) => /^\d+$/.test(l.trim()));
+        if (line !== undefined) resolve(Number(line.trim()));
+      });
+      child.once('exit', (code) => reject(new Error(`the app exited (${code}): ${stderr}${out}`)));
     });
     const base = `http://127.0.0.1:${port}`;
     for (const [r, reset] of [[4, 6], [3, 12], [2, 18], [1, 24], [0, 30]]) {

@@ -218,9 +218,13 @@ def test_every_limit_spends_until_half_the_hold_then_gives_back(server: Server, 
 
 def test_the_sweeper_thread_gives_back_by_itself(server: Server) -> None:
     rl = RateLimiter(server.client())  # the real clock; the server's is frozen
-    limit = GCRA(100, 1, "1h", local_budget=10, hold="50ms")
+    # Held 1 s, given back at 0.5 s: the refill's reply must come back before then (else its
+    # units are due at once and another refill follows), which a loaded machine's 50 ms hold
+    # did not leave room for (held 9 after the sweeper gave 9 back).
+    limit = GCRA(100, 1, "1h", local_budget=10, hold="1s")
     assert rl.check(limit, "k").allowed
-    deadline = time.monotonic() + 5
+    assert rl.stats.refills == 1
+    deadline = time.monotonic() + PATIENT
     while rl.stats.refunded < 9:
         assert time.monotonic() < deadline, "no refund from the sweeper"
         time.sleep(0.01)
