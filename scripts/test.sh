@@ -49,8 +49,8 @@ step "docs (algorithms)" env RUSTDOCFLAGS="-D warnings" cargo doc --release -p r
 # (bindgen, syn, serde_derive) are built already, where the dev profile built them again (50 s of
 # CPU against 16).
 step "docs (module)" env RUSTDOCFLAGS="-D warnings" cargo doc --release -p ratelimit --no-deps --document-private-items
-# The Python package's sources under mypy --strict (what its `Typing :: Typed` promises).
 step "docs (gateway)" env RUSTDOCFLAGS="-D warnings" cargo doc --release -p ratelimit-gateway --no-deps --document-private-items
+# The Python package's sources under mypy --strict (what its `Typing :: Typed` promises).
 step "mypy" clients/python/.venv/bin/python -m mypy --strict clients/python/src/ratelimit_redis_module
 step "unit and property tests" cargo test --release --workspace --lib
 step "doc tests" cargo test --release -p ratelimit-algorithms --doc

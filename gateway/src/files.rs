@@ -86,11 +86,12 @@ impl Layout {
                 continue;
             }
             let path = entry.path();
-            // Followed, as a symlink to a file or directory is (a Kubernetes ConfigMap's files).
-            let meta = fs::metadata(&path)?;
-            if meta.is_dir() {
+            // As Go's filepath.Walk: a directory is entered, a symlink to one is not (a
+            // Kubernetes ConfigMap's `..data`, which would load every file twice, and a loop
+            // would never end); a symlink to a file is read (the ConfigMap's files are ones).
+            if fs::symlink_metadata(&path)?.is_dir() {
                 self.walk(&path, &format!("{prefix}{name}."), out)?;
-            } else if meta.is_file() {
+            } else if fs::metadata(&path)?.is_file() {
                 out.push((format!("{prefix}{name}"), fs::read_to_string(&path)?));
             }
         }
@@ -195,6 +196,26 @@ mod tests {
         assert_eq!(names, ["a.yaml", "nested.b.yml"]);
         assert_eq!(root.watched(), dir.0);
         assert_eq!(plain.watched(), dir.0.join("current/ratelimit/config"));
+    }
+
+    /// A Kubernetes ConfigMap's volume: the files are symlinks into `..data`, itself a symlink
+    /// to the timestamped directory that holds them.
+    #[test]
+    fn a_configmaps_symlinks_load_each_file_once() {
+        let dir = Dir::new("configmap");
+        let config = dir.0.join("current/ratelimit/config");
+        dir.write("current/ratelimit/config/..2026_11_29/a.yaml", A);
+        std::os::unix::fs::symlink("..2026_11_29", config.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/a.yaml", config.join("a.yaml")).unwrap();
+        std::os::unix::fs::symlink(".", config.join("loop")).unwrap();
+        let l = Layout {
+            watch_root: false,
+            ignore_dotfiles: true,
+            ..layout(&dir, true)
+        };
+        let names: Vec<String> = l.read().unwrap().into_iter().map(|f| f.0).collect();
+        assert_eq!(names, ["a.yaml"]);
+        assert_eq!(load(&l, false).unwrap().len(), 1);
     }
 
     #[test]

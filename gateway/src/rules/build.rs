@@ -87,6 +87,7 @@ fn add_level(level: &mut Level, path: &str, list: Option<&Value>) -> Result<(), 
             detailed_metric: flag(map, "detailed_metric")?,
             value_to_metric: flag(map, "value_to_metric")?,
             share_threshold,
+            quota_mode: flag(map, "quota_mode")?,
             children: Level::default(),
         };
         add_level(&mut node.children, &full_key, map.get("descriptors"))?;

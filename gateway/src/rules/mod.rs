@@ -145,6 +145,8 @@ pub struct Node {
     pub detailed_metric: bool,
     pub value_to_metric: bool,
     pub share_threshold: bool,
+    /// `quota_mode`: taken, and shown by `dump`; decisions do not use it yet.
+    pub quota_mode: bool,
     pub(crate) children: Level,
 }
 
@@ -202,18 +204,19 @@ impl Rules {
     }
 
     /// One line per node with a limit, as `/rlconfig` prints them, sorted:
-    /// `<full key>: unit=<UNIT> requests_per_unit=<n>, shadow_mode: <bool>`.
+    /// `<full key>: unit=<UNIT> requests_per_unit=<n>, shadow_mode: <bool>, quota_mode: <bool>`.
     pub fn dump(&self) -> Vec<String> {
         let mut lines = Vec::new();
         for domain in self.domains.values() {
             domain.top.each(&mut |node| {
                 if let Some(limit) = &node.limit {
                     lines.push(format!(
-                        "{}: unit={} requests_per_unit={}, shadow_mode: {}",
+                        "{}: unit={} requests_per_unit={}, shadow_mode: {}, quota_mode: {}",
                         node.full_key,
                         limit.unit.map_or("UNKNOWN", Unit::name),
                         limit.requests_per_unit,
-                        node.shadow_mode
+                        node.shadow_mode,
+                        node.quota_mode
                     ));
                 }
             });

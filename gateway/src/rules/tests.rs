@@ -669,7 +669,7 @@ descriptors:
     assert_eq!(found.limit.requests_per_unit, 7);
     assert_eq!(
         r.dump(),
-        ["d.code_123: unit=SECOND requests_per_unit=7, shadow_mode: true"]
+        ["d.code_123: unit=SECOND requests_per_unit=7, shadow_mode: true, quota_mode: false"]
     );
 }
 
@@ -680,6 +680,6 @@ fn a_hexadecimal_value_is_read_as_its_decimal() {
     let r = rules("domain: d\ndescriptors:\n  - key: k\n    value: 0x1F\n    rate_limit: {unit: second, requests_per_unit: 1}\n");
     assert_eq!(
         r.dump(),
-        ["d.k_31: unit=SECOND requests_per_unit=1, shadow_mode: false"]
+        ["d.k_31: unit=SECOND requests_per_unit=1, shadow_mode: false, quota_mode: false"]
     );
 }
