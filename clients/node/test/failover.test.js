@@ -22,7 +22,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { createClient, createSentinel } from 'redis';
 import { RateLimit } from '../index.js';
-import { T0_MS, freePort, memoryLogger, serverForFile, startRedis } from './helpers.js';
+import { T0_MS, freePort, memoryLogger, respEncode, respParse, serverForFile, startRedis } from './helpers.js';
 
 const KEYS = 20;
 const LIMIT = 20;
@@ -60,40 +60,6 @@ async function plain(port) {
   return c;
 }
 
-/** `command` RESP-encoded. */
-function encode(command) {
-  return `*${command.length}\r\n${command.map((a) => `$${Buffer.byteLength(String(a))}\r\n${a}\r\n`).join('')}`;
-}
-
-/**
- * The RESP2 reply at `at` in `buffer` and where it ends, or undefined if not all of it is there:
- * strings as strings, integers as numbers, arrays as arrays, an error as an Error.
- */
-function parse(buffer, at) {
-  const eol = buffer.indexOf('\r\n', at);
-  if (eol < 0) return undefined;
-  const line = buffer.toString('utf8', at + 1, eol);
-  const kind = String.fromCharCode(buffer[at]);
-  if (kind === '+') return { value: line, next: eol + 2 };
-  if (kind === '-') return { value: new Error(line), next: eol + 2 };
-  if (kind === ':') return { value: Number(line), next: eol + 2 };
-  const n = Number(line);
-  if (n < 0) return { value: null, next: eol + 2 };
-  if (kind === '$') {
-    if (buffer.length < eol + 2 + n + 2) return undefined;
-    return { value: buffer.toString('utf8', eol + 2, eol + 2 + n), next: eol + 2 + n + 2 };
-  }
-  const items = [];
-  let next = eol + 2;
-  for (let i = 0; i < n; i++) {
-    const item = parse(buffer, next);
-    if (item === undefined) return undefined;
-    items.push(item.value);
-    next = item.next;
-  }
-  return { value: items, next };
-}
-
 /**
  * `command` on the node at `port`, over a connection of its own (a refused port throws, as does
  * an error reply). A socket, not a node-redis client: `until` polls every 20 ms, and a node-redis
@@ -106,10 +72,10 @@ function on(port, command) {
     let buffer = Buffer.alloc(0);
     socket.once('error', reject);
     socket.once('close', () => reject(new Error(`port ${port}: closed before a reply`)));
-    socket.once('connect', () => socket.write(encode(command)));
+    socket.once('connect', () => socket.write(respEncode(command)));
     socket.on('data', (chunk) => {
       buffer = Buffer.concat([buffer, chunk]);
-      const reply = parse(buffer, 0);
+      const reply = respParse(buffer, 0);
       if (reply === undefined) return;
       socket.destroy();
       if (reply.value instanceof Error) reject(reply.value);

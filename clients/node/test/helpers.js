@@ -232,6 +232,41 @@ export const quiet = { warn() {}, info() {} };
 /** A decision without `local`, which says which call made it (a round trip, either backend). */
 export const strip = ({ local, ...d }) => d;
 
+/** `command` (its words) as a RESP array of bulk strings, as clients send commands. */
+export function respEncode(command) {
+  return `*${command.length}\r\n${command.map((a) => `$${Buffer.byteLength(String(a))}\r\n${a}\r\n`).join('')}`;
+}
+
+/**
+ * The RESP2 value at `at` in `buffer` (a reply, or a command: an array of bulk strings) and
+ * where it ends, `{ value, next }`, or undefined while not all of it is there: strings as
+ * strings, integers as numbers, arrays as arrays, an error as an Error, nil as null.
+ */
+export function respParse(buffer, at) {
+  const eol = buffer.indexOf('\r\n', at);
+  if (eol < 0) return undefined;
+  const line = buffer.toString('utf8', at + 1, eol);
+  const kind = String.fromCharCode(buffer[at]);
+  if (kind === '+') return { value: line, next: eol + 2 };
+  if (kind === '-') return { value: new Error(line), next: eol + 2 };
+  if (kind === ':') return { value: Number(line), next: eol + 2 };
+  const n = Number(line);
+  if (n < 0) return { value: null, next: eol + 2 };
+  if (kind === '$') {
+    if (buffer.length < eol + 2 + n + 2) return undefined;
+    return { value: buffer.toString('utf8', eol + 2, eol + 2 + n), next: eol + 2 + n + 2 };
+  }
+  const items = [];
+  let next = eol + 2;
+  for (let i = 0; i < n; i++) {
+    const item = respParse(buffer, next);
+    if (item === undefined) return undefined;
+    items.push(item.value);
+    next = item.next;
+  }
+  return { value: items, next };
+}
+
 /** Calls of a command so far, from INFO commandstats (0 when never called). */
 export async function calls(client, command) {
   const info = await client.sendCommand(['INFO', 'commandstats']);

@@ -20,7 +20,7 @@ import { fileURLToPath } from 'node:url';
 import { RateLimit, rateLimitMiddleware } from '../index.js';
 import { reconnectStrategy } from '../lib/reconnect.cjs';
 import { scripts } from '../lib/scripts.cjs';
-import { connect, get, helloApp, limitFields, startCluster, startRedis } from './helpers.js';
+import { connect, get, helloApp, limitFields, respParse, startCluster, startRedis } from './helpers.js';
 
 const APP = path.join(path.dirname(fileURLToPath(import.meta.url)), 'setup-app.js');
 
@@ -34,20 +34,8 @@ const HANDSHAKE = /^(CLIENT|HELLO|AUTH|SELECT)\b/;
 function readCommand(buf) {
   if (buf.length === 0) return undefined;
   if (buf[0] !== 0x2a) throw new Error(`not a RESP array: ${JSON.stringify(String(buf.subarray(0, 20)))}`);
-  let at = buf.indexOf('\r\n');
-  if (at < 0) return undefined;
-  const n = Number(buf.subarray(1, at));
-  let pos = at + 2;
-  const args = [];
-  for (let i = 0; i < n; i++) {
-    at = buf.indexOf('\r\n', pos);
-    if (at < 0) return undefined;
-    const len = Number(buf.subarray(pos + 1, at));
-    if (buf.length < at + 2 + len + 2) return undefined;
-    args.push(String(buf.subarray(at + 2, at + 2 + len)));
-    pos = at + 2 + len + 2;
-  }
-  return { args, end: pos };
+  const command = respParse(buf, 0);
+  return command && { args: command.value, end: command.next };
 }
 
 // A command's name as the log keeps it: upper case, a container's subcommand after a space.

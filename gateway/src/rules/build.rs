@@ -8,7 +8,7 @@ use serde_yaml_ng::{Mapping, Value};
 
 use super::check::shown;
 use super::error;
-use super::{Algorithm, Domain, Level, Limit, Node, RulesError, Unit};
+use super::{key_value, Algorithm, Domain, Level, Limit, Node, RulesError, Unit};
 
 /// Adds the file's domain (`value`, checked by `check::parse`) to `domains`.
 pub(crate) fn add_file(
@@ -59,11 +59,7 @@ fn add_level(level: &mut Level, path: &str, list: Option<&Value>) -> Result<(), 
             return Err(error::EMPTY_KEY.to_string());
         }
         let value = word(map, "value")?;
-        let key_value = if value.is_empty() {
-            key.clone()
-        } else {
-            format!("{key}_{value}")
-        };
+        let key_value = key_value(&key, &value);
         let full_key = format!("{path}.{key_value}");
         if level.exact.contains_key(&key_value)
             || level.wildcards.iter().any(|n| n.key_value == key_value)

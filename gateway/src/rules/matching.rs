@@ -2,7 +2,7 @@
 //! which stat name it is counted, and which key its fixed window counts in, as
 //! envoyproxy/ratelimit decides them.
 
-use super::{Domain, Level, Limit, Node};
+use super::{key_value, Domain, Level, Limit, Node};
 
 /// How a level's node was found for an entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,14 +149,6 @@ fn matches(pattern: &str, text: &str) -> bool {
         }
     }
     rest.ends_with(last)
-}
-
-fn key_value(key: &str, value: &str) -> String {
-    if value.is_empty() {
-        key.to_string()
-    } else {
-        format!("{key}_{value}")
-    }
 }
 
 /// The stat name: the domain and, per level, the node's `key_value` as configured (a wildcard

@@ -165,6 +165,16 @@ pub struct Domain {
     pub(crate) top: Level,
 }
 
+/// `key_value`, or `key` alone with no value: how a level names a node, and how a stat name
+/// shows an entry.
+pub(crate) fn key_value(key: &str, value: &str) -> String {
+    if value.is_empty() {
+        key.to_string()
+    } else {
+        format!("{key}_{value}")
+    }
+}
+
 /// Every domain of a set of files, as one load made them.
 #[derive(Clone, Debug, Default)]
 pub struct Rules {
