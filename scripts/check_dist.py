@@ -9,6 +9,8 @@
   _Unwind_* function it calls imported (none defined inside: no unwinder of its own, such as
   the LLVM libunwind that once crashed Redis 8.2 on a caught panic, see scripts/dist.sh), and
   no GCC_ symbol version newer than 4.2.0;
+- each gateway (the rate limit service's binary) an ELF executable for its machine whose highest
+  glibc symbol version is 2.17 or older;
 - the wheel, the sdist and the npm tarball: VERSION in their metadata, and the script backend's
   Lua scripts inside.
 
@@ -105,6 +107,17 @@ def glibc(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.removeprefix("GLIBC_").split("."))
 
 
+def highest_glibc(elf: Elf, path: str, problems: list[str]) -> tuple[int, ...]:
+    """The newest glibc symbol version the file needs; a problem if none, or newer than 2.17."""
+    versions = sorted((glibc(v) for v in elf.needed_versions() if v.startswith("GLIBC_") and v[6:7].isdigit()))
+    highest = versions[-1] if versions else ()
+    if not highest:
+        problems.append(f"{path}: needs no glibc symbol version at all")
+    elif highest > GLIBC_MAX:
+        problems.append(f"{path}: needs GLIBC_{'.'.join(map(str, highest))}, newer than 2.17")
+    return highest
+
+
 def check_module(path: str, machine: str, problems: list[str]) -> str:
     with open(path, "rb") as f:
         elf = Elf(f.read())
@@ -112,12 +125,7 @@ def check_module(path: str, machine: str, problems: list[str]) -> str:
         problems.append(f"{path}: not a shared object (e_type {elf.type})")
     if elf.machine != MACHINES[machine]:
         problems.append(f"{path}: e_machine {elf.machine}, not {machine}'s {MACHINES[machine]}")
-    versions = sorted((glibc(v) for v in elf.needed_versions() if v.startswith("GLIBC_") and v[6:7].isdigit()))
-    highest = versions[-1] if versions else ()
-    if not highest:
-        problems.append(f"{path}: needs no glibc symbol version at all")
-    elif highest > GLIBC_MAX:
-        problems.append(f"{path}: needs GLIBC_{'.'.join(map(str, highest))}, newer than 2.17")
+    highest = highest_glibc(elf, path, problems)
     if "RedisModule_OnLoad" not in elf.symbols(defined=True):
         problems.append(f"{path}: does not export RedisModule_OnLoad")
     if "libgcc_s.so.1" not in elf.needed():
@@ -138,13 +146,27 @@ def check_module(path: str, machine: str, problems: list[str]) -> str:
     return f"{named}, highest glibc symbol version GLIBC_{'.'.join(map(str, highest))}{unwinder}"
 
 
+def check_gateway(path: str, machine: str, problems: list[str]) -> str:
+    with open(path, "rb") as f:
+        elf = Elf(f.read())
+    if elf.type not in (2, 3):  # ET_EXEC, or ET_DYN for a position-independent executable
+        problems.append(f"{path}: not an executable (e_type {elf.type})")
+    if elf.machine != MACHINES[machine]:
+        problems.append(f"{path}: e_machine {elf.machine}, not {machine}'s {MACHINES[machine]}")
+    if not os.access(path, os.X_OK):
+        problems.append(f"{path}: not executable")
+    highest = highest_glibc(elf, path, problems)
+    return f"{machine} executable, highest glibc symbol version GLIBC_{'.'.join(map(str, highest))}"
+
+
 def main() -> int:
     folder, version = sys.argv[1], sys.argv[2]
     modules = {f"ratelimit-{version}-linux-{machine}.so": machine for machine in MACHINES}
     wheel = f"ratelimit_redis_module-{version}-py3-none-any.whl"
     sdist = f"ratelimit_redis_module-{version}.tar.gz"
     npm = f"ratelimit-redis-module-{version}.tgz"
-    expected = sorted([*modules, wheel, sdist, npm, "SHA256SUMS"])
+    gateways = {f"ratelimit-gateway-{version}-linux-{machine}": machine for machine in MACHINES}
+    expected = sorted([*modules, *gateways, wheel, sdist, npm, "SHA256SUMS"])
     problems: list[str] = []
     present = sorted(os.listdir(folder))
     if present != expected:
@@ -169,6 +191,8 @@ def main() -> int:
         detail = ""
         if name in modules:
             detail = check_module(path, modules[name], problems)
+        elif name in gateways:
+            detail = check_gateway(path, gateways[name], problems)
         elif name == wheel:
             with zipfile.ZipFile(path) as z:
                 files = z.namelist()

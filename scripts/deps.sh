@@ -51,6 +51,9 @@ if [ "$mode" = test ]; then
   command -v npm >/dev/null 2>&1 || need+=(npm)
   command -v promtool >/dev/null 2>&1 || need+=(prometheus)
   command -v prometheus-redis-exporter >/dev/null 2>&1 || need+=(prometheus-redis-exporter)
+  # The gateway's tests put a real NGINX in front of it (auth_request); the tests start it on
+  # their own ports and configuration (Debian's service, if any, is not used).
+  [ -x /usr/sbin/nginx ] || need+=(nginx)
   # make test loads make dist's aarch64 module into an aarch64 redis-server (scripts/servers.sh)
   # under qemu-user, with Debian's aarch64 glibc and libstdc++ built for cross use (packages of
   # this machine's architecture, no multiarch set-up).

@@ -2,6 +2,9 @@
 # make dist: the release, for the version in Cargo.toml, into dist/ (emptied first):
 #   ratelimit-<version>-linux-x86_64.so    the module, for any x86_64 Linux with glibc 2.17 or
 #   ratelimit-<version>-linux-aarch64.so   later (CentOS 7, Debian 8, Ubuntu 14.04 and newer)
+#   ratelimit-gateway-<version>-linux-x86_64, ratelimit-gateway-<version>-linux-aarch64
+#                                          the rate limit service (gateway-server/), the same
+#                                          machines and glibc
 #   ratelimit_redis_module-<version>-py3-none-any.whl, ratelimit_redis_module-<version>.tar.gz
 #                                          the Python package (wheel and sdist)
 #   ratelimit-redis-module-<version>.tgz   the Node package (npm pack)
@@ -67,12 +70,18 @@ for target in "${targets[@]}"; do
   }
   PATH="$tools/bin:$PATH" RUSTFLAGS="-C link-arg=${libgcc_s[$target]}" \
     cargo zigbuild --release --locked -p ratelimit --target "$target.2.17"
+  # The gateway, an executable: its unwinder is the one Zig links in (LLVM's libunwind), which
+  # is right for a program on the system's malloc; the libgcc_s argument above is the module's,
+  # for the servers' jemalloc (and would make every dependency build again for nothing).
+  PATH="$tools/bin:$PATH" cargo zigbuild --release --locked -p ratelimit-gateway-server --target "$target.2.17"
 done
 
 rm -rf dist
 mkdir dist
 cp target/x86_64-unknown-linux-gnu/release/libratelimit.so "dist/ratelimit-$version-linux-x86_64.so"
 cp target/aarch64-unknown-linux-gnu/release/libratelimit.so "dist/ratelimit-$version-linux-aarch64.so"
+cp target/x86_64-unknown-linux-gnu/release/ratelimit-gateway-server "dist/ratelimit-gateway-$version-linux-x86_64"
+cp target/aarch64-unknown-linux-gnu/release/ratelimit-gateway-server "dist/ratelimit-gateway-$version-linux-aarch64"
 
 # The Python package: hatchling as its build backend, without pip's isolated build (which
 # would fetch hatchling again, unpinned).

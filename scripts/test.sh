@@ -49,7 +49,7 @@ step "docs (algorithms)" env RUSTDOCFLAGS="-D warnings" cargo doc --release -p r
 # (bindgen, syn, serde_derive) are built already, where the dev profile built them again (50 s of
 # CPU against 16).
 step "docs (module)" env RUSTDOCFLAGS="-D warnings" cargo doc --release -p ratelimit --no-deps --document-private-items
-step "docs (gateway)" env RUSTDOCFLAGS="-D warnings" cargo doc --release -p ratelimit-gateway --no-deps --document-private-items
+step "docs (gateway)" env RUSTDOCFLAGS="-D warnings" cargo doc --release -p ratelimit-gateway -p ratelimit-gateway-server --no-deps --document-private-items
 # The Python package's sources under mypy --strict (what its `Typing :: Typed` promises).
 step "mypy" clients/python/.venv/bin/python -m mypy --strict clients/python/src/ratelimit_redis_module
 step "unit and property tests" cargo test --release --workspace --lib
@@ -122,6 +122,18 @@ node_package() {
     RATELIMIT_SERVER="$1" npm test)
 }
 
+# The rate limit service (gateway-server/tests: grpcio playing Envoy, /json, a real NGINX with
+# auth_request, a Redis Cluster resharded under load) against a server: make dist's binary, the
+# aarch64 one under qemu-user. Its requests are the module's commands like any client's; it runs
+# with the three servers issue 39 names (Redis 7.0 and 8.2, Valkey 8.1).
+gateway() {
+  local server=$1 machine=$2 binary
+  binary="$(echo "$PWD"/dist/ratelimit-gateway-*-linux-"$machine")"
+  [ "$machine" = aarch64 ] && binary="qemu-aarch64 -L /usr/aarch64-linux-gnu $binary"
+  RATELIMIT_GATEWAY="$binary" RATELIMIT_SERVER="$server" \
+    clients/python/.venv/bin/python -m pytest gateway-server/tests -q
+}
+
 # The runs side by side: "name|function|argument...", the longest first. The packages' suites
 # run on every server but Redis 7.4, which is here for the module beside the Redis Stack's
 # modules (the packages talk to the module as on 7.0 and 8.2, between which 7.4 sits: they
@@ -140,6 +152,13 @@ for server in "${servers[@]}"; do
   runs+=("dist/ x86_64 module in $(version_of "$server")|smoke|$server|x86_64")
 done
 runs+=("dist/ aarch64 module in $(version_of "$aarch64") (aarch64, qemu-user)|smoke|$aarch64|aarch64")
+for server in "${servers[@]}"; do
+  version=$(version_of "$server")
+  case $version in
+    "Redis 7.0."* | "Redis 8.2."* | "Valkey 8.1."*) runs+=("dist/ x86_64 gateway on $version|gateway|$server|x86_64") ;;
+  esac
+done
+runs+=("dist/ aarch64 gateway (qemu-user) on $(version_of "${servers[0]}")|gateway|${servers[0]}|aarch64")
 
 logs=target/test-logs
 rm -rf "$logs"
@@ -154,11 +173,18 @@ finish() {
   echo "== ${run_name[$pid]} (log: ${run_log[$pid]})"
   cat "${run_log[$pid]}"
   if [ "$status" -eq 0 ]; then
-    summary+=("${run_name[$pid]}: passed in $((SECONDS - ${run_start[$pid]})) s")
+    summary+=("${run_name[$pid]}: passed in $((SECONDS - ${run_start[$pid]})) s, $(cpu_of "${run_log[$pid]}.cpu") s of CPU")
   else
     summary+=("${run_name[$pid]}: FAILED")
     failed+=("${run_name[$pid]}")
   fi
+}
+# The user and system CPU seconds of a run's processes, from its `times` (the second line:
+# its children's, as "1m2.500s 0m3.250s").
+cpu_of() {
+  local line
+  line=$(sed -n 2p "$1" 2>/dev/null) || return
+  echo "$line" | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); t += p[1] * 60 + p[2] } printf "%d", t }'
 }
 n=0
 for run in "${runs[@]}"; do
@@ -166,7 +192,13 @@ for run in "${runs[@]}"; do
   while ((running >= ${RATELIMIT_TEST_JOBS:-6})); do finish; done
   n=$((n + 1))
   log="$logs/$n.log"
-  "${fields[@]:1}" >"$log" 2>&1 &
+  # In a subshell that writes its children's CPU time (bash's `times`) beside the log.
+  (
+    "${fields[@]:1}"
+    status=$?
+    times >"$log.cpu"
+    exit $status
+  ) >"$log" 2>&1 &
   run_name[$!]=${fields[0]}
   run_log[$!]=$log
   run_start[$!]=$SECONDS

@@ -66,6 +66,11 @@ pub struct Settings {
     /// `LIMIT_RESPONSE_HEADERS_ENABLED`, and the three names (`LIMIT_LIMIT_HEADER`,
     /// `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`).
     pub response_headers: Option<[String; 3]>,
+    /// `RATELIMIT_HEADERS` (`envoy`): with `draft-11`, the response headers are the IETF
+    /// draft's `RateLimit-Policy` and `RateLimit` (every descriptor with a limit) and, on a
+    /// refusal, `Retry-After`, in place of the three above (still only with
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED`).
+    pub draft11_headers: bool,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`.
     pub healthy_needs_rules: bool,
     /// `LOG_LEVEL` (warn) and `LOG_FORMAT` (text, or json).
@@ -122,6 +127,11 @@ impl Settings {
             "script" => Backend::Script,
             other => return Err(bad("RATELIMIT_BACKEND", other, "auto, module or script")),
         };
+        let draft11_headers = match text("RATELIMIT_HEADERS", "envoy").as_str() {
+            "envoy" => false,
+            "draft-11" => true,
+            other => return Err(bad("RATELIMIT_HEADERS", other, "envoy or draft-11")),
+        };
         let log_format = text("LOG_FORMAT", "text");
         Ok(Settings {
             http: (text("HOST", "0.0.0.0"), port("PORT", 8080)?),
@@ -160,6 +170,7 @@ impl Settings {
                 .map_err(|_| bad("NEAR_LIMIT_RATIO", &ratio, "a number"))?,
             shadow_mode: flag("SHADOW_MODE")?,
             response_headers: headers,
+            draft11_headers,
             healthy_needs_rules: flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")?,
             log_level: text("LOG_LEVEL", "warn").to_ascii_lowercase(),
             log_json: match log_format.as_str() {

@@ -59,15 +59,15 @@ impl Domain {
 }
 
 impl Found<'_> {
-    /// The fixed window's key, as envoyproxy/ratelimit names it: `prefix`, the domain, each
-    /// entry's key and value (a shared wildcard's pattern for its value), then the window's start
-    /// in Unix seconds, joined by `_`.
+    /// The rule's key, as envoyproxy/ratelimit names its fixed window's: `prefix`, the domain,
+    /// each entry's key and value (a shared wildcard's pattern for its value), then `tail`
+    /// (there the window's start in Unix seconds), joined by `_`.
     pub fn cache_key(
         &self,
         prefix: &str,
         domain: &str,
         entries: &[(&str, &str)],
-        window_start: u64,
+        tail: impl std::fmt::Display,
     ) -> String {
         let mut key = format!("{prefix}{domain}_");
         for ((k, v), shared) in entries.iter().zip(&self.shared) {
@@ -76,7 +76,7 @@ impl Found<'_> {
             key.push_str(shared.unwrap_or(v));
             key.push('_');
         }
-        key.push_str(&window_start.to_string());
+        key.push_str(&tail.to_string());
         key
     }
 }

@@ -106,6 +106,18 @@ impl Algorithm {
         })
     }
 
+    /// As a file names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::Gcra => "gcra",
+            Algorithm::TokenBucket => "token_bucket",
+            Algorithm::LeakyBucket => "leaky_bucket",
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::SlidingLog => "sliding_log",
+        }
+    }
+
     /// Whether `burst:` means something for it (the bucket's or GCRA's capacity).
     pub fn takes_burst(self) -> bool {
         matches!(

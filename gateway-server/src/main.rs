@@ -1,0 +1,177 @@
+//! `ratelimit-gateway`: envoyproxy/ratelimit's drop-in, every decision a call to the ratelimit
+//! module (docs/gateway.md). Its rooms: `rls` (Envoy's gRPC API), `http` (`/json`,
+//! `/healthcheck`, the proxies' check, the debug port), `service` (a request from plan to
+//! answer), `store` (Redis), `scripts` (the script backend), `reload` (the rules files watched), `metrics`, `log`. What a
+//! request means and what its answer is are the library's (`gateway`, in ../gateway).
+
+mod http;
+mod log;
+mod metrics;
+mod reload;
+mod rls;
+mod scripts;
+mod service;
+mod store;
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gateway::settings::{Backend, Settings};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::scripts::Scripts;
+use crate::service::Service;
+use crate::store::Store;
+
+/// How long in-flight requests get to finish after SIGTERM.
+const DRAIN: Duration = Duration::from_secs(10);
+
+fn address((host, port): &(String, u16)) -> Result<SocketAddr, String> {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    format!(
+        "{}:{port}",
+        if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.to_string()
+        }
+    )
+    .parse()
+    .map_err(|_| format!("not an address to listen on: {host}:{port}"))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let settings = match Settings::from_env() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("ratelimit-gateway: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    log::init(&settings.log_level, settings.log_json);
+    match run(settings).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            log::error(&e);
+            eprintln!("ratelimit-gateway: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(settings: Settings) -> Result<(), String> {
+    let (grpc, http, debug) = (
+        address(&settings.grpc)?,
+        address(&settings.http)?,
+        address(&settings.debug)?,
+    );
+    let (seen, rules) = reload::first(&settings);
+    // As envoyproxy/ratelimit: Redis first, retried with a growing wait, then the listeners.
+    let mut wait = Duration::from_secs(1);
+    let store = loop {
+        match Store::connect(&settings).await {
+            Ok(store) => break store,
+            Err(e) => {
+                log::warn(&format!("connecting to Redis: {e}; again in {wait:?}"));
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(30));
+            }
+        }
+    };
+    let has_module = store
+        .has_module()
+        .await
+        .map_err(|e| format!("Redis: {e}"))?;
+    let scripts = match (settings.backend, has_module) {
+        (Backend::Module, false) => {
+            return Err(
+                "RATELIMIT_BACKEND=module: the ratelimit module is not loaded in Redis \
+                 (COMMAND INFO RL.GCRA knows no such command)"
+                    .to_string(),
+            )
+        }
+        (Backend::Module | Backend::Auto, true) => None,
+        (Backend::Script, _) | (Backend::Auto, false) => {
+            let mut loaded = Vec::new();
+            for (command, text) in Scripts::texts() {
+                let sha = store.load_script(&text).await.map_err(|e| {
+                    format!("the script backend needs a Lua scripting engine, and SCRIPT LOAD failed: {e}")
+                })?;
+                loaded.push((command, text, sha));
+            }
+            log::warn("the ratelimit module is not used: the script backend (clients/scripts)");
+            Some(Scripts::new(loaded))
+        }
+    };
+    let service = Arc::new(Service::new(settings, store, scripts, rules));
+    tokio::spawn(reload::watch(service.clone(), seen, Duration::from_secs(1)));
+
+    let grpc_listener = TcpListener::bind(grpc)
+        .await
+        .map_err(|e| format!("gRPC on {grpc}: {e}"))?;
+    let http_listener = TcpListener::bind(http)
+        .await
+        .map_err(|e| format!("HTTP on {http}: {e}"))?;
+    let debug_listener = TcpListener::bind(debug)
+        .await
+        .map_err(|e| format!("debug on {debug}: {e}"))?;
+    let (stop, stopping) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+
+    let grpc_server = tonic::transport::Server::builder()
+        .add_service(rls::RateLimitService(service.clone()))
+        .add_service(rls::Health(service.clone()))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
+            stopped(stopping.clone()),
+        );
+    let http_server = axum::serve(http_listener, http::main_routes(service.clone()))
+        .with_graceful_shutdown(stopped(stopping.clone()));
+    let debug_server = axum::serve(debug_listener, http::debug_routes(service.clone()))
+        .with_graceful_shutdown(stopped(stopping.clone()));
+    log::info(&format!(
+        "listening: gRPC {grpc}, HTTP {http}, debug {debug}"
+    ));
+    let servers = async {
+        let (g, h, d) = tokio::join!(grpc_server, http_server, debug_server);
+        g.map_err(|e| e.to_string())?;
+        h.map_err(|e| e.to_string())?;
+        d.map_err(|e| e.to_string())
+    };
+    tokio::pin!(servers);
+    tokio::select! {
+        result = &mut servers => return result,
+        () = signalled() => {}
+    }
+    // SIGTERM: the health checks fail from now on, the listeners close, in-flight requests finish.
+    log::info("stopping: draining in-flight requests");
+    service.stop_serving();
+    let _ = stop.send(true);
+    match tokio::time::timeout(DRAIN, servers).await {
+        Ok(result) => result,
+        Err(_) => {
+            log::warn(&format!(
+                "stopping: requests still in flight after {DRAIN:?}"
+            ));
+            Ok(())
+        }
+    }
+}
+
+/// SIGTERM or SIGINT.
+async fn signalled() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
