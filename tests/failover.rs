@@ -424,10 +424,19 @@ impl Spending {
                     };
                     let mut conn = reconnect();
                     let mut full = [false; KEYS_PER_CLIENT];
+                    let mut port = conn.as_ref().map(|c| c.port);
                     let mut k = 0;
                     while !full.iter().all(|f| *f) && Instant::now() < deadline {
                         let Some(c) = conn.as_mut() else {
                             conn = reconnect();
+                            // On another node (the promoted replica), every key is tried again,
+                            // as a client would: one spent on the old primary before the kill (a
+                            // kill late on a loaded machine) may have room there.
+                            let now = conn.as_ref().map(|c| c.port);
+                            if now.is_some() && now != port {
+                                full = [false; KEYS_PER_CLIENT];
+                                port = now;
+                            }
                             continue;
                         };
                         k = (k + 1) % KEYS_PER_CLIENT;
