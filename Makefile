@@ -49,7 +49,9 @@ test: test-deps build servers dist
 # Debian's Redis 7.0 (BENCH_SERVER names another binary); INCREX, the core command of Redis 8.8+
 # that a fixed window can be built on, is measured beside RL.FIXEDWINDOW on a second server,
 # Redis 8.10.2, when `make servers` has built it into target/servers (BENCH_INCREX_SERVER names
-# another; BENCH_ONLY=increx runs that part alone).
+# another; BENCH_ONLY=increx runs that part alone). Last, the rate limit service against the
+# INCRBY+EXPIRE pipeline envoyproxy/ratelimit sends (scripts/bench_gateway.py; its report in
+# target/bench/gateway.md).
 bench: test-deps build
 	cargo bench -p ratelimit-algorithms --bench algorithms
 	python3 scripts/bench.py
@@ -60,6 +62,7 @@ bench: test-deps build
 	node scripts/bench_clients_node.mjs
 	clients/python/.venv/bin/python scripts/bench_local_budget_python.py
 	node scripts/bench_local_budget_node.mjs
+	python3 scripts/bench_gateway.py
 
 # Formatting, clippy with every warning an error, and the docs with every rustdoc warning an
 # error (a broken intra-doc link; in the algorithms crate a link to a private item too): the
