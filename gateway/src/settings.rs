@@ -81,6 +81,18 @@ pub struct Settings {
     /// `RATELIMIT_FAIL_OPEN` (false): a request Redis did not answer within the deadline is
     /// allowed (true) or fails as that service's does (false: gRPC UNKNOWN, `/json` 400).
     pub fail_open: bool,
+    /// `GRPC_SERVER_USE_TLS` with `GRPC_SERVER_TLS_CERT` and `GRPC_SERVER_TLS_KEY` (PEM files),
+    /// and `GRPC_CLIENT_TLS_CACERT` to require a client certificate it signed (mutual TLS).
+    pub grpc_tls: Option<GrpcTls>,
+}
+
+/// TLS on the gRPC port: the server's certificate chain and key, and the CA that signs the
+/// clients' certificates when they must present one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrpcTls {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    pub client_ca: Option<std::path::PathBuf>,
 }
 
 /// A setting that does not parse: its variable and why.
@@ -132,6 +144,23 @@ impl Settings {
             "draft-11" => true,
             other => return Err(bad("RATELIMIT_HEADERS", other, "envoy or draft-11")),
         };
+        let grpc_tls = if flag("GRPC_SERVER_USE_TLS")? {
+            let file = |name: &str| match get(name).filter(|v| !v.is_empty()) {
+                Some(path) => Ok(std::path::PathBuf::from(path)),
+                None => Err(SettingError(format!(
+                    "GRPC_SERVER_USE_TLS=true needs {name}: a PEM file"
+                ))),
+            };
+            Some(GrpcTls {
+                cert: file("GRPC_SERVER_TLS_CERT")?,
+                key: file("GRPC_SERVER_TLS_KEY")?,
+                client_ca: get("GRPC_CLIENT_TLS_CACERT")
+                    .filter(|v| !v.is_empty())
+                    .map(Into::into),
+            })
+        } else {
+            None
+        };
         let log_format = text("LOG_FORMAT", "text");
         Ok(Settings {
             http: (text("HOST", "0.0.0.0"), port("PORT", 8080)?),
@@ -180,6 +209,7 @@ impl Settings {
             },
             backend,
             fail_open: flag("RATELIMIT_FAIL_OPEN")?,
+            grpc_tls,
         })
     }
 }
@@ -296,6 +326,34 @@ mod tests {
             (false, false, false)
         );
         assert_eq!(s.backend, Backend::Auto);
+        assert_eq!(s.grpc_tls, None);
+    }
+
+    #[test]
+    fn tls_on_the_grpc_port() {
+        let s = with(&[
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_SERVER_TLS_CERT", "/c.pem"),
+            ("GRPC_SERVER_TLS_KEY", "/k.pem"),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.grpc_tls,
+            Some(GrpcTls {
+                cert: "/c.pem".into(),
+                key: "/k.pem".into(),
+                client_ca: None
+            })
+        );
+        assert_eq!(
+            with(&[
+                ("GRPC_SERVER_USE_TLS", "1"),
+                ("GRPC_SERVER_TLS_CERT", "/c.pem")
+            ])
+            .unwrap_err()
+            .0,
+            "GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_KEY: a PEM file"
+        );
     }
 
     #[test]
