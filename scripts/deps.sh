@@ -79,17 +79,22 @@ if ((${#need[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-# The crate needs Rust 1.87 or later (C string literals, is_multiple_of).
+# The module needs Rust 1.87 or later (C string literals, is_multiple_of); the gateway, which
+# make test and make dist build, 1.88 (tonic and redis-rs's current releases).
 version=$(cargo --version | awk '{print $2}')
 major=${version%%.*}
 rest=${version#*.}
 minor=${rest%%.*}
-if [ "$major" -lt 1 ] || { [ "$major" -eq 1 ] && [ "$minor" -lt 87 ]; }; then
-  echo "deps: cargo $version is too old: ratelimit needs Rust 1.87 or later (rustup.rs)" >&2
-  exit 1
-fi
+need_rust() {
+  if [ "$major" -lt 1 ] || { [ "$major" -eq 1 ] && [ "$minor" -lt "$1" ]; }; then
+    echo "deps: cargo $version is too old: $2 needs Rust 1.$1 or later (rustup.rs)" >&2
+    exit 1
+  fi
+}
+need_rust 87 ratelimit
 
 [ "$mode" = test ] || exit 0
+need_rust 88 "the gateway (make test, make lint and make dist build it)"
 
 # The Python package (clients/python): its checksum (pins, metadata, build hook, sources and the
 # scripts it ships from clients/scripts) says when the venvs that hold it must be redone.

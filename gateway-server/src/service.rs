@@ -87,12 +87,12 @@ impl Service {
     }
 
     /// Sends `calls` (the module's commands, or their scripts) and gives their replies, within
-    /// `deadline`; an error reply fails the request (a key of another type, say).
-    async fn send(
+    /// `deadline`: each call's reply, or its error reply (a key of another type, say).
+    async fn send_each(
         &self,
         calls: &[Vec<String>],
         deadline: std::time::Duration,
-    ) -> Result<Vec<redis::Value>, Failure> {
+    ) -> Result<Vec<Result<redis::Value, Failure>>, Failure> {
         let started = Instant::now();
         let wire: Vec<Vec<String>> = match &self.scripts {
             Some(s) => calls.iter().map(|c| s.evalsha(c)).collect(),
@@ -117,10 +117,19 @@ impl Service {
                 }
             }
         }
-        replies
+        Ok(replies
             .into_iter()
             .map(|r| r.map_err(|e| Failure::Reply(e.to_string())))
-            .collect()
+            .collect())
+    }
+
+    /// As [`Service::send_each`], failing on the first call's error.
+    async fn send(
+        &self,
+        calls: &[Vec<String>],
+        deadline: std::time::Duration,
+    ) -> Result<Vec<redis::Value>, Failure> {
+        self.send_each(calls, deadline).await?.into_iter().collect()
     }
 
     /// Decides a request: its steps, their calls in one go, and when it is refused the units its
@@ -150,11 +159,40 @@ impl Service {
         let deadline = self.settings.redis_timeout;
         let mut replies: Vec<Option<Decision>> = vec![None; steps.len()];
         let sent: Vec<Vec<String>> = calls.iter().map(|(_, c)| c.clone()).collect();
-        let outcome = match self.send(&sent, deadline).await {
-            Ok(values) => values
-                .iter()
-                .map(store::decision)
-                .collect::<Result<Vec<_>, _>>(),
+        let outcome = match self.send_each(&sent, deadline).await {
+            Ok(each) => {
+                let decided: Vec<Option<Decision>> = each
+                    .iter()
+                    .map(|r| r.as_ref().ok().and_then(|v| store::decision(v).ok()))
+                    .collect();
+                match each
+                    .into_iter()
+                    .zip(&decided)
+                    .find_map(|(r, d)| match (r, d) {
+                        (Err(e), _) => Some(e),
+                        (Ok(v), None) => Some(store::decision(&v).err().unwrap_or_else(|| {
+                            Failure::Reply("unexpected reply from the module".to_string())
+                        })),
+                        _ => None,
+                    }) {
+                    None => Ok(decided.into_iter().flatten().collect::<Vec<_>>()),
+                    Some(failure) => {
+                        // One call failed (a key of another type, say): the request fails, and
+                        // what the others took is given back, as for a refusal.
+                        for ((i, _), d) in calls.iter().zip(&decided) {
+                            replies[*i] = *d;
+                        }
+                        let back = plan::refunds(&steps, &replies);
+                        let sent: Vec<Vec<String>> = back.into_iter().map(|(_, c)| c).collect();
+                        if let Err(e) = self.send(&sent, deadline).await {
+                            log::error(&format!(
+                                "Redis, giving back a failed request's units: {e}"
+                            ));
+                        }
+                        Err(failure)
+                    }
+                }
+            }
             Err(e) => Err(e),
         };
         match outcome {

@@ -243,3 +243,15 @@ def test_a_wrong_setting_stops_it_at_start(tmp_path, redis_server) -> None:
     g = Gateway(tmp_path, f"127.0.0.1:{redis_server.port}", {}, {"REDIS_TIMEOUT": "soon"}, ready=False)
     assert g.proc.wait(30) == 2
     assert 'REDIS_TIMEOUT="soon"' in g.log()
+
+
+def test_a_call_that_fails_fails_the_request_and_takes_nothing(gateways, redis_server) -> None:
+    g = gateways({"api.yaml": RULES})
+    with redis_server.client() as c:
+        c.set("api_user_b_minute", "not a limiter")
+    with pytest.raises(grpc.RpcError) as e:
+        g.should("api", descriptor(("team", "t")), descriptor(("user", "b")))
+    assert e.value.code() == grpc.StatusCode.UNKNOWN
+    assert "WRONGTYPE" in e.value.details()
+    # The team's descriptor was admitted in the same pipeline, then given its unit back.
+    assert g.should("api", descriptor(("team", "t"))).statuses[0].limit_remaining == 4
