@@ -58,7 +58,6 @@ async fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log::error(&e);
-            eprintln!("ratelimit-gateway: {e}");
             ExitCode::FAILURE
         }
     }
@@ -108,7 +107,12 @@ async fn run(settings: Settings) -> Result<(), String> {
             Some(Scripts::new(loaded))
         }
     };
+    // The first load is counted as every later one is (none when the folder was unreadable).
+    let first_load = seen.is_some().then_some(rules.is_some());
     let service = Arc::new(Service::new(settings, store, scripts, rules));
+    if let Some(ok) = first_load {
+        service.metrics.loaded(ok);
+    }
     tokio::spawn(reload::watch(service.clone(), seen, Duration::from_secs(1)));
 
     let grpc_listener = TcpListener::bind(grpc)

@@ -60,9 +60,9 @@ def test_json_as_envoyproxy_ratelimit_serves_it(gateways) -> None:
 
 def test_rules_reloaded_and_a_bad_file_refused(gateways) -> None:
     g = gateways({"api.yaml": RULES})
-    assert g.metric("ratelimit_service_config_load_success") == 0
+    assert g.metric("ratelimit_service_config_load_success") == 1
     (g.config / "api.yaml").write_text(RULES.replace("requests_per_unit: 2}", "requests_per_unit: 3}"))
-    g.wait_metric("ratelimit_service_config_load_success", 1)
+    g.wait_metric("ratelimit_service_config_load_success", 2)
     assert "api.user: unit=MINUTE requests_per_unit=3" in g.debug("/rlconfig")
     assert g.should("api", descriptor(("user", "a"))).statuses[0].limit_remaining == 2
     # A bad file beside it: the set is refused, the rules in force stay.
@@ -72,7 +72,7 @@ def test_rules_reloaded_and_a_bad_file_refused(gateways) -> None:
     assert g.should("api", descriptor(("user", "a"))).statuses[0].limit_remaining == 1
     # Fixed: loaded, with the new domain.
     (g.config / "bad.yaml").write_text("domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
-    g.wait_metric("ratelimit_service_config_load_success", 2)
+    g.wait_metric("ratelimit_service_config_load_success", 3)
     assert g.should("other", descriptor(("k", "v"))).statuses[0].current_limit.requests_per_unit == 1
     assert g.debug("/rlconfig").splitlines() == [
         "api.team: unit=MINUTE requests_per_unit=5, shadow_mode: false, quota_mode: false",
@@ -84,6 +84,7 @@ def test_rules_reloaded_and_a_bad_file_refused(gateways) -> None:
 def test_a_bad_file_at_start_fails_every_request_until_fixed(gateways) -> None:
     g = gateways({"api.yaml": "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"})
     assert "invalid rate limit unit 'fortnight'" in g.log()
+    assert g.metric("ratelimit_service_config_load_error") == 1
     with pytest.raises(grpc.RpcError) as e:
         g.should("api", descriptor(("user", "a")))
     assert (e.value.code(), e.value.details()) == (grpc.StatusCode.UNKNOWN, "no rate limit configuration loaded")
