@@ -143,6 +143,7 @@ async fn rlconfig(State(service): State<Arc<Service>>) -> String {
 }
 
 async fn metrics(State(service): State<Arc<Service>>) -> Response {
+    service.metrics.budgets(service.budget_stats());
     (
         [("content-type", "text/plain; version=0.0.4")],
         service.metrics.text(),

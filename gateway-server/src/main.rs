@@ -5,6 +5,7 @@
 //! request means and what its answer is are the library's (`gateway`, in ../gateway).
 
 mod http;
+mod local;
 mod log;
 mod metrics;
 mod reload;
@@ -114,6 +115,7 @@ async fn run(settings: Settings) -> Result<(), String> {
         service.metrics.loaded(ok);
     }
     tokio::spawn(reload::watch(service.clone(), seen, Duration::from_secs(1)));
+    tokio::spawn(service.clone().sweep());
 
     let grpc_listener = TcpListener::bind(grpc)
         .await
@@ -175,7 +177,7 @@ async fn run(settings: Settings) -> Result<(), String> {
     log::info("stopping: draining in-flight requests");
     service.stop_serving();
     let _ = stop.send(true);
-    match tokio::time::timeout(DRAIN, servers).await {
+    let drained = match tokio::time::timeout(DRAIN, servers).await {
         Ok(result) => result,
         Err(_) => {
             log::warn(&format!(
@@ -183,7 +185,10 @@ async fn run(settings: Settings) -> Result<(), String> {
             ));
             Ok(())
         }
-    }
+    };
+    // The local budgets' units given back, every one still held.
+    service.give_back(true).await;
+    drained
 }
 
 /// The gRPC port's TLS: the certificate chain and key, and the CA of the clients' certificates

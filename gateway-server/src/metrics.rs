@@ -1,13 +1,14 @@
 //! The counters, at `/metrics` in Prometheus's text format, named as envoyproxy/ratelimit's
 //! built-in mapping names its stats (`ratelimit_service_rate_limit_total_hits{domain, key1,
 //! key2}` and the others), so that its dashboards and alerts read them unchanged; plus this
-//! service's own (`ratelimit_service_fail_open`).
+//! service's own (`ratelimit_service_fail_open`, and the local budgets' `ratelimit_local_budget_*`).
 
 use std::time::Duration;
 
 use gateway::plan::{stat_labels, Counts};
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
 };
 
 pub struct Metrics {
@@ -22,6 +23,14 @@ pub struct Metrics {
     config_load_error: IntCounter,
     global_shadow_mode: IntCounter,
     fail_open: IntCounter,
+    /// The local budgets': local_admitted, refunded, refund_failures (counted here), and
+    /// refills, expired, held (the budgets' own, read at each scrape).
+    local_admitted: IntCounter,
+    refunded: IntCounter,
+    refund_failures: IntCounter,
+    refills: IntCounter,
+    expired: IntCounter,
+    held: IntGauge,
 }
 
 const PER_RULE: [&str; 5] = [
@@ -111,8 +120,65 @@ impl Metrics {
                 "ratelimit_service_fail_open",
                 "requests allowed because Redis failed or was late (RATELIMIT_FAIL_OPEN)",
             ),
+            local_admitted: counter(
+                &registry,
+                "ratelimit_local_budget_local_admitted",
+                "descriptors admitted from a local budget, without a round trip of their own",
+            ),
+            refunded: counter(
+                &registry,
+                "ratelimit_local_budget_refunded",
+                "local budgets' units given back with RL.REFUND (the module's count)",
+            ),
+            refund_failures: counter(
+                &registry,
+                "ratelimit_local_budget_refund_failures",
+                "local budgets' units not given back (Redis failed): counted until the algorithm frees them",
+            ),
+            refills: counter(
+                &registry,
+                "ratelimit_local_budget_refills",
+                "ATMOST calls that filled a local budget",
+            ),
+            expired: counter(
+                &registry,
+                "ratelimit_local_budget_expired",
+                "fixed windows' units dropped unspent at their window's end",
+            ),
+            held: {
+                let g = IntGauge::new(
+                    "ratelimit_local_budget_held",
+                    "units the local budgets hold unspent now",
+                )
+                .expect("a valid metric name");
+                registry
+                    .register(Box::new(g.clone()))
+                    .expect("registered once");
+                g
+            },
             registry,
         }
+    }
+
+    pub fn local_admitted(&self, n: usize) {
+        self.local_admitted.inc_by(n as u64);
+    }
+
+    pub fn refunded(&self, units: u64) {
+        self.refunded.inc_by(units);
+    }
+
+    pub fn refund_failed(&self, units: u64) {
+        self.refund_failures.inc_by(units);
+    }
+
+    /// The budgets' own counters, as they stand now.
+    pub fn budgets(&self, stats: gateway::budget::Stats) {
+        self.refills
+            .inc_by(stats.refills.saturating_sub(self.refills.get()));
+        self.expired
+            .inc_by(stats.expired.saturating_sub(self.expired.get()));
+        self.held.set(i64::try_from(stats.held).unwrap_or(i64::MAX));
     }
 
     /// A rule's decision counted under its stat name.

@@ -6,11 +6,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
+use gateway::budget::{Take, Taken};
 use gateway::decide::{self, Code, Decision, Status};
 use gateway::plan::{self, Request, RequestError, Step};
 use gateway::rules::{Rules, Unit};
 use gateway::settings::Settings;
 
+use crate::local::Local;
 use crate::log;
 use crate::metrics::Metrics;
 use crate::rls;
@@ -25,6 +27,8 @@ pub struct Service {
     /// The script backend's scripts, where the server has no module.
     scripts: Option<Scripts>,
     pub metrics: Metrics,
+    /// The local budgets (`local_budget:` rules).
+    local: Local,
     /// False from SIGTERM on: the health checks fail, the listeners drain.
     serving: AtomicBool,
 }
@@ -64,6 +68,7 @@ impl Service {
             store,
             scripts,
             metrics: Metrics::new(),
+            local: Local::new(),
             serving: AtomicBool::new(true),
         }
     }
@@ -133,8 +138,9 @@ impl Service {
     }
 
     /// Decides a request: its steps, their calls in one go, and when it is refused the units its
-    /// admitted descriptors took given back (a second round trip, only then). The response
-    /// headers when `LIMIT_RESPONSE_HEADERS_ENABLED`, or always with `with_headers`.
+    /// admitted descriptors took given back (a second round trip, only then; a local budget's
+    /// go back to it). The response headers when `LIMIT_RESPONSE_HEADERS_ENABLED`, or always
+    /// with `with_headers`.
     pub async fn decide(&self, request: &Request, with_headers: bool) -> Result<Answer, Refusal> {
         let rules = self.rules();
         let steps =
@@ -148,60 +154,15 @@ impl Service {
         {
             self.metrics.domain_not_found(&request.domain);
         }
-        let calls: Vec<(usize, Vec<String>)> = steps
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| match s {
-                Step::Call { rule, key, hits } => Some((i, rule.command(key, *hits))),
-                _ => None,
-            })
-            .collect();
         let deadline = self.settings.redis_timeout;
-        let mut replies: Vec<Option<Decision>> = vec![None; steps.len()];
-        let sent: Vec<Vec<String>> = calls.iter().map(|(_, c)| c.clone()).collect();
-        let outcome = match self.send_each(&sent, deadline).await {
-            Ok(each) => {
-                let decided: Vec<Option<Decision>> = each
-                    .iter()
-                    .map(|r| r.as_ref().ok().and_then(|v| store::decision(v).ok()))
-                    .collect();
-                match each
-                    .into_iter()
-                    .zip(&decided)
-                    .find_map(|(r, d)| match (r, d) {
-                        (Err(e), _) => Some(e),
-                        (Ok(v), None) => Some(store::decision(&v).err().unwrap_or_else(|| {
-                            Failure::Reply("unexpected reply from the module".to_string())
-                        })),
-                        _ => None,
-                    }) {
-                    None => Ok(decided.into_iter().flatten().collect::<Vec<_>>()),
-                    Some(failure) => {
-                        // One call failed (a key of another type, say): the request fails, and
-                        // what the others took is given back, as for a refusal.
-                        for ((i, _), d) in calls.iter().zip(&decided) {
-                            replies[*i] = *d;
-                        }
-                        let back = plan::refunds(&steps, &replies);
-                        let sent: Vec<Vec<String>> = back.into_iter().map(|(_, c)| c).collect();
-                        if let Err(e) = self.send(&sent, deadline).await {
-                            log::error(&format!(
-                                "Redis, giving back a failed request's units: {e}"
-                            ));
-                        }
-                        Err(failure)
-                    }
-                }
-            }
-            Err(e) => Err(e),
-        };
-        match outcome {
-            Ok(decisions) => {
-                for ((i, _), d) in calls.iter().zip(decisions) {
-                    replies[*i] = Some(d);
-                }
-            }
+        let (replies, taken) = match self.resolve(&steps, deadline).await {
+            Ok(resolved) => resolved,
             Err(failure) => {
+                // The deadline as configured (the rounds were given what was left of it).
+                let failure = match failure {
+                    Failure::Deadline(_) => Failure::Deadline(deadline),
+                    other => other,
+                };
                 self.metrics.error("redis_error");
                 log::error(&format!("Redis: {failure}"));
                 if !self.settings.fail_open {
@@ -215,24 +176,40 @@ impl Service {
                     headers: Vec::new(),
                 });
             }
-        }
+        };
         let mut answer = plan::answer(&steps, &replies, self.settings.shadow_mode);
         if self.settings.shadow_mode && answer.statuses.iter().any(|s| s.code == Code::OverLimit) {
             self.metrics.global_shadow_mode();
         }
         if answer.refused {
-            let back = plan::refunds(&steps, &replies);
-            let sent: Vec<Vec<String>> = back.iter().map(|(_, c)| c.clone()).collect();
-            match self.send(&sent, deadline).await {
-                Ok(values) => {
-                    for ((i, _), v) in back.iter().zip(&values) {
-                        plan::refunded(&mut answer.statuses[*i], store::given_back(v));
+            let local: Vec<usize> = taken.iter().map(|(i, _)| *i).collect();
+            if !taken.is_empty() {
+                let mut budgets = self.local.lock();
+                let now = self.local.now();
+                for (i, t) in taken {
+                    budgets.put_back(t, now);
+                    if let Step::Call { hits, .. } = &steps[i] {
+                        plan::refunded(&mut answer.statuses[i], *hits);
                     }
                 }
-                // The refusal stands; what the others took stays taken until their reset.
-                Err(e) => log::error(&format!(
-                    "Redis, giving back a refused request's units: {e}"
-                )),
+            }
+            let back: Vec<(usize, Vec<String>)> = plan::refunds(&steps, &replies)
+                .into_iter()
+                .filter(|(i, _)| !local.contains(i))
+                .collect();
+            if !back.is_empty() {
+                let sent: Vec<Vec<String>> = back.iter().map(|(_, c)| c.clone()).collect();
+                match self.send(&sent, deadline).await {
+                    Ok(values) => {
+                        for ((i, _), v) in back.iter().zip(&values) {
+                            plan::refunded(&mut answer.statuses[*i], store::given_back(v));
+                        }
+                    }
+                    // The refusal stands; what the others took stays taken until their reset.
+                    Err(e) => log::error(&format!(
+                        "Redis, giving back a refused request's units: {e}"
+                    )),
+                }
             }
         }
         for (step, reply) in steps.iter().zip(&replies) {
@@ -259,6 +236,335 @@ impl Service {
             headers,
         })
     }
+
+    /// The module's (or a local budget's) decision of each step that makes a call, and what
+    /// each descriptor a budget admitted took from it. The calls go in one round trip: the
+    /// steps without a budget, and the refills of the budgets that are empty; a budget whose
+    /// refill another request has in flight is waited for first. A descriptor still short
+    /// after its refill (a request of several units that the refill did not cover) asks
+    /// again, up to three rounds.
+    async fn resolve(
+        &self,
+        steps: &[Step],
+        deadline: std::time::Duration,
+    ) -> Result<Resolved, Failure> {
+        let started = Instant::now();
+        let mut replies: Vec<Option<Decision>> = vec![None; steps.len()];
+        let mut taken: Vec<(usize, Taken)> = Vec::new();
+        let (mut pending, mut remote) = (Vec::new(), Vec::new());
+        for (i, step) in steps.iter().enumerate() {
+            if let Step::Call { rule, hits, .. } = step {
+                if budgeted(rule, *hits) {
+                    pending.push(i);
+                } else {
+                    remote.push(i);
+                }
+            }
+        }
+        // The module's steps are sent in the first round: what they took is given back when a
+        // later round fails.
+        let sent_remote = remote.clone();
+        for round in 1.. {
+            let left = deadline.saturating_sub(started.elapsed());
+            let refills = if pending.is_empty() {
+                Vec::new()
+            } else {
+                match self
+                    .claim(steps, &pending, &mut replies, &mut taken, left)
+                    .await
+                {
+                    Ok(refills) => refills,
+                    Err(failure) => {
+                        let taken = std::mem::take(&mut taken);
+                        self.undo(steps, &sent_remote, &[], &replies, taken, left)
+                            .await;
+                        return Err(failure);
+                    }
+                }
+            };
+            let mut calls: Vec<Vec<String>> = Vec::new();
+            for &i in &remote {
+                if let Step::Call { rule, key, hits } = &steps[i] {
+                    calls.push(rule.command(key, *hits));
+                }
+            }
+            for &(i, units) in &refills {
+                if let Step::Call { rule, key, .. } = &steps[i] {
+                    calls.push(rule.refill(key, units));
+                }
+            }
+            if calls.is_empty() {
+                break;
+            }
+            let sent = self.local.now();
+            let left = deadline.saturating_sub(started.elapsed());
+            let each = match self.send_each(&calls, left).await {
+                Ok(each) => each,
+                Err(failure) => {
+                    self.undo(
+                        steps,
+                        &sent_remote,
+                        &refills,
+                        &replies,
+                        std::mem::take(&mut taken),
+                        left,
+                    )
+                    .await;
+                    return Err(failure);
+                }
+            };
+            let mut each = each.into_iter();
+            let decided: Vec<Result<Decision, Failure>> = (&mut each)
+                .take(remote.len())
+                .map(|r| r.and_then(|v| store::decision(&v)))
+                .collect();
+            let granted: Vec<Result<(Decision, u64), Failure>> =
+                each.map(|r| r.and_then(|v| store::grant(&v))).collect();
+            for (&i, d) in remote.iter().zip(&decided) {
+                replies[i] = d.as_ref().ok().copied();
+            }
+            let mut failed: Option<Failure> = None;
+            for d in decided {
+                if let Err(e) = d {
+                    failed.get_or_insert(e);
+                }
+            }
+            let mut next = Vec::new();
+            let mut any_granted = false;
+            {
+                let mut budgets = self.local.lock();
+                let now = self.local.now();
+                for (&(i, _), g) in refills.iter().zip(granted) {
+                    let Step::Call { rule, key, hits } = &steps[i] else {
+                        continue;
+                    };
+                    match g {
+                        Err(e) => {
+                            budgets.cancel(key, now);
+                            failed.get_or_insert(e);
+                        }
+                        Ok((d, units)) => {
+                            budgets.refilled(key, Some((d, units)), sent, now);
+                            if units > 0 {
+                                any_granted = true;
+                            }
+                            if failed.is_some() {
+                                continue;
+                            }
+                            if units == 0 {
+                                replies[i] = Some(d);
+                                continue;
+                            }
+                            match budgets.take(key, rule, *hits, now) {
+                                Take::Spent(d, t) => {
+                                    replies[i] = Some(d);
+                                    taken.push((i, t));
+                                }
+                                Take::Denied(d) => replies[i] = Some(d),
+                                // Short: asks again next round; refused with this reply
+                                // if the rounds run out.
+                                short => {
+                                    if matches!(short, Take::Refill(_)) {
+                                        budgets.cancel(key, now);
+                                    }
+                                    replies[i] = Some(Decision {
+                                        allowed: false,
+                                        remaining: 0,
+                                        ..d
+                                    });
+                                    next.push(i);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            self.local.refilled.notify_waiters();
+            if any_granted {
+                self.local.wake.notify_one();
+            }
+            if let Some(failure) = failed {
+                // One call failed (a key of another type, say): the request fails, and what
+                // the others took is given back, as for a refusal.
+                let left = deadline.saturating_sub(started.elapsed());
+                self.undo(
+                    steps,
+                    &sent_remote,
+                    &[],
+                    &replies,
+                    std::mem::take(&mut taken),
+                    left,
+                )
+                .await;
+                return Err(failure);
+            }
+            remote.clear();
+            pending = next;
+            if pending.is_empty() || round == 3 {
+                // Still short after three refills: refused with the last reply.
+                break;
+            }
+        }
+        Ok((replies, taken))
+    }
+
+    /// The budgets' part of a round: each pending step spent from its budget, refused by a
+    /// remembered denial, or to refill (this request sends it). When a step's budget has a
+    /// refill in flight, nothing of the round is kept and the request waits for a refill to
+    /// come back, then asks again (within `deadline`).
+    async fn claim(
+        &self,
+        steps: &[Step],
+        pending: &[usize],
+        replies: &mut [Option<Decision>],
+        taken: &mut Vec<(usize, Taken)>,
+        deadline: std::time::Duration,
+    ) -> Result<Vec<(usize, u64)>, Failure> {
+        let started = Instant::now();
+        loop {
+            let back = self.local.refilled.notified();
+            tokio::pin!(back);
+            back.as_mut().enable();
+            {
+                let mut budgets = self.local.lock();
+                let now = self.local.now();
+                let (mut refills, mut spent, mut waits) = (Vec::new(), Vec::new(), false);
+                for &i in pending {
+                    let Step::Call { rule, key, hits } = &steps[i] else {
+                        continue;
+                    };
+                    match budgets.take(key, rule, *hits, now) {
+                        Take::Spent(d, t) => {
+                            replies[i] = Some(d);
+                            spent.push((i, t));
+                        }
+                        Take::Denied(d) => replies[i] = Some(d),
+                        Take::Refill(units) => refills.push((i, units)),
+                        Take::Wait => waits = true,
+                    }
+                }
+                if !waits {
+                    self.metrics.local_admitted(spent.len());
+                    taken.extend(spent);
+                    return Ok(refills);
+                }
+                for (i, t) in spent {
+                    budgets.put_back(t, now);
+                    replies[i] = None;
+                }
+                for (i, _) in refills {
+                    if let Step::Call { key, .. } = &steps[i] {
+                        budgets.cancel(key, now);
+                    }
+                }
+                for &i in pending {
+                    replies[i] = None;
+                }
+            }
+            let left = deadline.saturating_sub(started.elapsed());
+            if tokio::time::timeout(left, back).await.is_err() {
+                return Err(Failure::Deadline(deadline));
+            }
+        }
+    }
+
+    /// A failed request's units given back: what `taken` holds to its budgets, the `remote`
+    /// steps' the module admitted with `RL.REFUND`, and the `refills` not answered cancelled.
+    async fn undo(
+        &self,
+        steps: &[Step],
+        remote: &[usize],
+        refills: &[(usize, u64)],
+        replies: &[Option<Decision>],
+        taken: Vec<(usize, Taken)>,
+        deadline: std::time::Duration,
+    ) {
+        {
+            let mut budgets = self.local.lock();
+            let now = self.local.now();
+            for (_, t) in taken {
+                budgets.put_back(t, now);
+            }
+            for (i, _) in refills {
+                if let Step::Call { key, .. } = &steps[*i] {
+                    budgets.cancel(key, now);
+                }
+            }
+        }
+        if !refills.is_empty() {
+            self.local.refilled.notify_waiters();
+        }
+        let back: Vec<Vec<String>> = plan::refunds(steps, replies)
+            .into_iter()
+            .filter(|(i, _)| remote.contains(i))
+            .map(|(_, c)| c)
+            .collect();
+        if !back.is_empty() {
+            if let Err(e) = self.send(&back, deadline).await {
+                log::error(&format!("Redis, giving back a failed request's units: {e}"));
+            }
+        }
+    }
+
+    /// Gives back the local budgets' units due now (all of them with `everything`), and says
+    /// how long until the next are due.
+    pub async fn give_back(&self, everything: bool) -> Option<std::time::Duration> {
+        let (due, next) = self.local.due(everything);
+        if !due.is_empty() {
+            let calls: Vec<Vec<String>> = due
+                .iter()
+                .map(|(key, units)| vec!["RL.REFUND".to_string(), key.clone(), units.to_string()])
+                .collect();
+            match self.send_each(&calls, self.settings.redis_timeout).await {
+                Ok(each) => {
+                    for ((key, units), r) in due.iter().zip(each) {
+                        match r {
+                            Ok(v) => self.metrics.refunded(store::given_back(&v)),
+                            Err(e) => {
+                                self.metrics.refund_failed(*units);
+                                log::error(&format!(
+                                    "Redis, giving back {units} units of {key}: {e}"
+                                ));
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    self.metrics.refund_failed(due.iter().map(|(_, u)| u).sum());
+                    log::error(&format!("Redis, giving back local budgets' units: {e}"));
+                }
+            }
+        }
+        next
+    }
+
+    /// The local budgets' sweeper: gives back the units due, then sleeps until the next are
+    /// due or a refill adds some.
+    pub async fn sweep(self: Arc<Self>) {
+        loop {
+            match self.give_back(false).await {
+                Some(next) => {
+                    let _ = tokio::time::timeout(next, self.local.wake.notified()).await;
+                }
+                None => self.local.wake.notified().await,
+            }
+        }
+    }
+
+    /// The local budgets' counters for `/metrics`.
+    pub fn budget_stats(&self) -> gateway::budget::Stats {
+        self.local.lock().stats
+    }
+}
+
+/// Each step's decision, and what the descriptors a local budget admitted took from it.
+type Resolved = (Vec<Option<Decision>>, Vec<(usize, Taken)>);
+
+/// Whether a step is decided by its rule's local budget: a cost of 1 to the budget's units (a
+/// larger one, or 0, goes to the module as it is).
+fn budgeted(rule: &plan::Rule, hits: u64) -> bool {
+    rule.local_budget
+        .is_some_and(|b| (1..=u64::from(b.units)).contains(&hits))
 }
 
 /// envoyproxy/ratelimit's default names of its three headers.

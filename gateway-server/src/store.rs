@@ -327,6 +327,19 @@ pub fn decision(reply: &Value) -> Result<Decision, Failure> {
     })
 }
 
+/// A reply to a command with `ATMOST`: the decision, and its sixth field, `granted`.
+pub fn grant(reply: &Value) -> Result<(Decision, u64), Failure> {
+    let d = decision(reply)?;
+    if let Value::Array(fields) = reply {
+        if let Some(Value::Int(g)) = fields.get(5) {
+            return Ok((d, u64::try_from(*g).unwrap_or(0)));
+        }
+    }
+    Err(Failure::Reply(format!(
+        "unexpected reply from the module (no granted field): {reply:?}"
+    )))
+}
+
 /// RL.REFUND's reply: the units given back.
 pub fn given_back(reply: &Value) -> u64 {
     match reply {

@@ -2,7 +2,7 @@
 //! status per descriptor (its code, its limit, what remains, the seconds until the window
 //! resets), the request's overall code, and the three response headers it may add.
 
-use crate::rules::{Limit, Unit};
+use crate::rules::Unit;
 
 /// The module's five fields for one descriptor's call (an admission command, or RL.LIMIT).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,8 +56,9 @@ impl Status {
         }
     }
 
-    /// A rule's status from the module's decision; refused under a rule in shadow mode is OK.
-    pub fn of(limit: &Limit, unit: Unit, shadow_mode: bool, d: &Decision) -> Status {
+    /// A rule's status from the module's decision; `limit` is the rule's `requests_per_unit`,
+    /// unit and name. Refused under a rule in shadow mode is OK.
+    pub fn of(limit: (u32, Unit, Option<String>), shadow_mode: bool, d: &Decision) -> Status {
         let refused = !d.allowed;
         Status {
             code: if refused && !shadow_mode {
@@ -65,7 +66,7 @@ impl Status {
             } else {
                 Code::Ok
             },
-            limit: Some((limit.requests_per_unit, unit, limit.name.clone())),
+            limit: Some(limit),
             remaining: if refused {
                 0
             } else {
@@ -127,18 +128,9 @@ fn ceil_seconds(ms: i64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::Algorithm;
 
-    fn limit(rpu: u32, name: Option<&str>) -> Limit {
-        Limit {
-            unit: Some(Unit::Minute),
-            requests_per_unit: rpu,
-            unlimited: false,
-            name: name.map(str::to_string),
-            replaces: Vec::new(),
-            algorithm: Algorithm::FixedWindow,
-            burst: None,
-        }
+    fn limit(rpu: u32, name: Option<&str>) -> (u32, Unit, Option<String>) {
+        (rpu, Unit::Minute, name.map(str::to_string))
     }
 
     fn decided(allowed: bool, remaining: u64, reset_after_ms: i64) -> Decision {
@@ -162,7 +154,7 @@ mod tests {
     #[test]
     fn a_status_from_the_modules_decision() {
         let l = limit(10, Some("per_user"));
-        let ok = Status::of(&l, Unit::Minute, false, &decided(true, 7, 36_500));
+        let ok = Status::of(l.clone(), false, &decided(true, 7, 36_500));
         assert_eq!(
             ok,
             Status {
@@ -173,12 +165,12 @@ mod tests {
                 shadow_denied: false,
             }
         );
-        let over = Status::of(&l, Unit::Minute, false, &decided(false, 0, 1));
+        let over = Status::of(l.clone(), false, &decided(false, 0, 1));
         assert_eq!(
             (over.code, over.remaining, over.reset_seconds),
             (Code::OverLimit, 0, Some(1))
         );
-        let shadow = Status::of(&l, Unit::Minute, true, &decided(false, 0, 1));
+        let shadow = Status::of(l.clone(), true, &decided(false, 0, 1));
         assert_eq!((shadow.code, shadow.shadow_denied), (Code::Ok, true));
         assert_eq!(Status::unlimited().remaining, 4_294_967_295);
     }
@@ -186,8 +178,8 @@ mod tests {
     #[test]
     fn the_overall_code_and_global_shadow_mode() {
         let l = limit(10, None);
-        let ok = Status::of(&l, Unit::Minute, false, &decided(true, 3, 1000));
-        let over = Status::of(&l, Unit::Minute, false, &decided(false, 0, 1000));
+        let ok = Status::of(l.clone(), false, &decided(true, 3, 1000));
+        let over = Status::of(l.clone(), false, &decided(false, 0, 1000));
         assert_eq!(overall(&[ok.clone(), Status::no_limit()], false), Code::Ok);
         assert_eq!(overall(&[ok.clone(), over.clone()], false), Code::OverLimit);
         assert_eq!(overall(&[ok, over], true), Code::Ok);
@@ -201,12 +193,7 @@ mod tests {
             "RateLimit-Reset".into(),
         ];
         let status = |rpu, allowed, remaining, reset| {
-            Status::of(
-                &limit(rpu, None),
-                Unit::Minute,
-                false,
-                &decided(allowed, remaining, reset),
-            )
+            Status::of(limit(rpu, None), false, &decided(allowed, remaining, reset))
         };
         let pairs = |h: Vec<(String, String)>| h.into_iter().map(|(_, v)| v).collect::<Vec<_>>();
         // The least remaining, the first of equals.

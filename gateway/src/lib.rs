@@ -12,9 +12,12 @@
 //!   from the request's headers.
 //! - `scripts`: the script backend's Lua, where the server has no module: which script stands
 //!   for a command, its text assembled from its parts.
+//! - `budget`: local budgets, a hot rule's units taken a batch at a time and spent here (the
+//!   packages' rule and promise); pure, on the caller's clock.
 //! - `decide`: the module's decisions turned into that service's answer (statuses, the overall
 //!   code, the response headers).
 
+pub mod budget;
 pub mod check;
 pub mod decide;
 pub mod files;

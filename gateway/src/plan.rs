@@ -8,7 +8,9 @@
 //! back here.
 
 use crate::decide::{self, Code, Decision, Status};
-use crate::rules::{drop_replaced, override_stats_key, Algorithm, Found, Rules, Unit};
+use crate::rules::{
+    cache_key, drop_replaced, override_stats_key, Algorithm, Found, LocalBudget, Rules, Unit,
+};
 
 /// A request as Envoy sends it (`RateLimitRequest`), whichever way it came (gRPC, `/json`, the
 /// HTTP check).
@@ -73,6 +75,8 @@ pub struct Rule {
     pub burst: Option<u32>,
     /// `shadow_mode:` on its node: refused is answered OK (and counted).
     pub shadow_mode: bool,
+    /// `local_budget:`: its units taken a batch at a time (`crate::budget`).
+    pub local_budget: Option<LocalBudget>,
     /// The name its counters are kept under.
     pub stats_key: String,
 }
@@ -137,9 +141,11 @@ pub fn plan(
                 algorithm: Algorithm::FixedWindow,
                 burst: None,
                 shadow_mode: false,
+                local_budget: None,
                 stats_key: override_stats_key(&request.domain, entries),
             };
-            let key = plain_key(prefix, &request.domain, entries, &key_tail(&rule));
+            // A limit Envoy sent: the descriptor's own entries, no wildcard shares them.
+            let key = cache_key(prefix, &request.domain, entries, &[], &key_tail(&rule));
             (rule, key)
         } else {
             let Some(found) = found else {
@@ -160,9 +166,10 @@ pub fn plan(
                 algorithm: limit.algorithm,
                 burst: limit.burst,
                 shadow_mode: found.node.shadow_mode,
+                local_budget: limit.local_budget,
                 stats_key: found.stats_key.clone(),
             };
-            let key = found.cache_key(prefix, &request.domain, entries, key_tail(&rule));
+            let key = found.cache_key(prefix, &request.domain, entries, &key_tail(&rule));
             (rule, key)
         };
         steps.push(if rule.requests_per_unit == 0 {
@@ -198,24 +205,21 @@ fn key_tail(rule: &Rule) -> String {
     }
 }
 
-/// A key of a descriptor's own entries (a limit Envoy sent: no wildcard shares it).
-fn plain_key(prefix: &str, domain: &str, entries: &[(&str, &str)], tail: &str) -> String {
-    let mut key = format!("{prefix}{domain}_");
-    for (k, v) in entries {
-        key.push_str(k);
-        key.push('_');
-        key.push_str(v);
-        key.push('_');
-    }
-    key.push_str(tail);
-    key
-}
-
 impl Rule {
     /// The module call that decides `hits` units of this rule on `key`: the rule's algorithm
     /// with the unit as its period (`requests_per_unit` per unit; `burst:`, or else the rate, as
     /// GCRA's burst and the buckets' capacity), and `COST hits`.
     pub fn command(&self, key: &str, hits: u64) -> Vec<String> {
+        self.command_with(key, "COST", hits)
+    }
+
+    /// The call that fills a local budget: the rule's command with `ATMOST units` (as many as
+    /// the key allows now, up to `units`; the reply's `granted` says how many).
+    pub fn refill(&self, key: &str, units: u64) -> Vec<String> {
+        self.command_with(key, "ATMOST", units)
+    }
+
+    fn command_with(&self, key: &str, option: &str, units: u64) -> Vec<String> {
         let rate = self.requests_per_unit.to_string();
         let burst = self.burst.unwrap_or(self.requests_per_unit).to_string();
         let period = format!("{}s", self.unit.seconds());
@@ -234,7 +238,7 @@ impl Rule {
                 .filter(|p| !p.is_empty())
                 .map(|p| p.to_string()),
         );
-        args.extend(["COST".to_string(), hits.to_string()]);
+        args.extend([option.to_string(), units.to_string()]);
         args
     }
 
@@ -289,16 +293,8 @@ pub fn answer(steps: &[Step], replies: &Replies, shadow_mode: bool) -> Answer {
 }
 
 fn status(rule: &Rule, d: &Decision) -> Status {
-    let limit = crate::rules::Limit {
-        unit: Some(rule.unit),
-        requests_per_unit: rule.requests_per_unit,
-        unlimited: false,
-        name: rule.name.clone(),
-        replaces: Vec::new(),
-        algorithm: rule.algorithm,
-        burst: rule.burst,
-    };
-    Status::of(&limit, rule.unit, rule.shadow_mode, d)
+    let limit = (rule.requests_per_unit, rule.unit, rule.name.clone());
+    Status::of(limit, rule.shadow_mode, d)
 }
 
 /// A rule of 0 requests: refused (OK in shadow mode), nothing remains, no window to wait for.

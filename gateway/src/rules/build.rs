@@ -8,7 +8,7 @@ use serde_yaml_ng::{Mapping, Value};
 
 use super::check::shown;
 use super::error;
-use super::{key_value, Algorithm, Domain, Level, Limit, Node, RulesError, Unit};
+use super::{key_value, Algorithm, Domain, Level, Limit, LocalBudget, Node, RulesError, Unit};
 
 /// Adds the file's domain (`value`, checked by `check::parse`) to `domains`.
 pub(crate) fn add_file(
@@ -142,6 +142,22 @@ fn limit(rate: &Mapping) -> Result<Limit, String> {
             Some(burst)
         }
     };
+    let local_budget = match rate.get("local_budget") {
+        None | Some(Value::Null) => None,
+        Some(_) => {
+            let units = whole(rate, "local_budget")?;
+            if units == 0 {
+                return Err(error::BAD_LOCAL_BUDGET.to_string());
+            }
+            // A quarter of the unit by default, as the packages' default is of the period.
+            let unit_ms = unit.map_or(1000, |u| u.seconds() * 1000);
+            let hold_ms = hold(rate)?.unwrap_or(unit_ms / 4);
+            Some(LocalBudget { units, hold_ms })
+        }
+    };
+    if local_budget.is_none() && hold(rate)?.is_some() {
+        return Err(error::HOLD_WITHOUT_BUDGET.to_string());
+    }
     Ok(Limit {
         unit: if unlimited { None } else { unit },
         requests_per_unit: whole(rate, "requests_per_unit")?,
@@ -150,7 +166,35 @@ fn limit(rate: &Mapping) -> Result<Limit, String> {
         replaces,
         algorithm,
         burst,
+        local_budget,
     })
+}
+
+/// `hold:` in ms: the module's duration grammar (a whole number and `ms`, `s`, `m`, `h` or `d`;
+/// a bare number is ms), from 1 ms to 10 years.
+fn hold(rate: &Mapping) -> Result<Option<u64>, String> {
+    let text = word(rate, "hold")?;
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let scale = match &text[digits..] {
+        "" | "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => 0,
+    };
+    const TEN_YEARS_MS: u64 = 10 * 365 * 86_400_000;
+    text[..digits]
+        .parse::<u64>()
+        .ok()
+        .filter(|_| scale > 0 && !text.starts_with('0'))
+        .and_then(|n| n.checked_mul(scale))
+        .filter(|ms| (1..=TEN_YEARS_MS).contains(ms))
+        .map(Some)
+        .ok_or_else(|| error::bad_hold(&text))
 }
 
 /// A field read as a word, as Go's YAML decoder fills a string: a number or a bool as written,

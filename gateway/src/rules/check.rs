@@ -7,8 +7,8 @@ use super::error;
 use super::RulesError;
 
 /// The keys a file may hold, at any level (that service checks one flat set): its sixteen,
-/// and this service's extension's two.
-const KEYS: [&str; 18] = [
+/// and this service's extension's four.
+const KEYS: [&str; 20] = [
     "domain",
     "key",
     "value",
@@ -27,6 +27,8 @@ const KEYS: [&str; 18] = [
     "metadata",
     "algorithm",
     "burst",
+    "local_budget",
+    "hold",
 ];
 
 /// `text` parsed and its keys checked: the document, or the file's error.

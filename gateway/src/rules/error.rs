@@ -91,3 +91,17 @@ pub(crate) fn bad_algorithm(word: &str) -> String {
 pub(crate) fn bad_burst(algorithm: &str) -> String {
     format!("burst is for gcra, token_bucket and leaky_bucket, at least 1; not for {algorithm}")
 }
+
+/// The extension's own: a `local_budget` of 0.
+pub(crate) const BAD_LOCAL_BUDGET: &str = "local_budget is the units taken at once: at least 1";
+
+/// The extension's own: `hold` without `local_budget`.
+pub(crate) const HOLD_WITHOUT_BUDGET: &str =
+    "hold is how long a local budget's units are kept: give it with local_budget";
+
+/// The extension's own: a `hold` that is not a duration.
+pub(crate) fn bad_hold(text: &str) -> String {
+    format!(
+        "invalid hold '{text}': a duration from 1ms to 10 years, such as 250ms, 2s, 1m, 1h or 1d (a bare number is ms)"
+    )
+}

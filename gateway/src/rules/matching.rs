@@ -59,26 +59,37 @@ impl Domain {
 }
 
 impl Found<'_> {
-    /// The rule's key, as envoyproxy/ratelimit names its fixed window's: `prefix`, the domain,
-    /// each entry's key and value (a shared wildcard's pattern for its value), then `tail`
-    /// (there the window's start in Unix seconds), joined by `_`.
+    /// The rule's key ([`cache_key`], a shared wildcard's pattern for its value).
     pub fn cache_key(
         &self,
         prefix: &str,
         domain: &str,
         entries: &[(&str, &str)],
-        tail: impl std::fmt::Display,
+        tail: &str,
     ) -> String {
-        let mut key = format!("{prefix}{domain}_");
-        for ((k, v), shared) in entries.iter().zip(&self.shared) {
-            key.push_str(k);
-            key.push('_');
-            key.push_str(shared.unwrap_or(v));
-            key.push('_');
-        }
-        key.push_str(&tail.to_string());
-        key
+        cache_key(prefix, domain, entries, &self.shared, tail)
     }
+}
+
+/// A rule's key, as envoyproxy/ratelimit names its fixed window's: `prefix`, the domain, each
+/// entry's key and value (or the pattern `shared` has for it: a `share_threshold` wildcard's),
+/// then `tail` (there the window's start in Unix seconds), joined by `_`.
+pub fn cache_key(
+    prefix: &str,
+    domain: &str,
+    entries: &[(&str, &str)],
+    shared: &[Option<&str>],
+    tail: &str,
+) -> String {
+    let mut key = format!("{prefix}{domain}_");
+    for (i, (k, v)) in entries.iter().enumerate() {
+        key.push_str(k);
+        key.push('_');
+        key.push_str(shared.get(i).copied().flatten().unwrap_or(v));
+        key.push('_');
+    }
+    key.push_str(tail);
+    key
 }
 
 /// The stat name of a request's own limit (a descriptor's `limit`, which Envoy may send in

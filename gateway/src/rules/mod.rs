@@ -10,7 +10,8 @@
 //!
 //! One extension, inside `rate_limit:`, which no file written for that service has (it would
 //! refuse it as an unknown key): `algorithm:` (`fixed_window`, the default, and `gcra`,
-//! `token_bucket`, `leaky_bucket`, `sliding_window`, `sliding_log`) and `burst:`.
+//! `token_bucket`, `leaky_bucket`, `sliding_window`, `sliding_log`) and `burst:`; and
+//! `local_budget:` with `hold:`, a hot rule's units taken a batch at a time (`crate::budget`).
 
 mod build;
 mod check;
@@ -23,7 +24,7 @@ mod tests;
 use std::collections::BTreeMap;
 
 pub use error::RulesError;
-pub use matching::{drop_replaced, override_stats_key, Found};
+pub use matching::{cache_key, drop_replaced, override_stats_key, Found};
 
 /// A rule's unit: the length of its window, from the Unix epoch (`envoyproxy/ratelimit` counts a
 /// month as 30 days and a year as 365, and its weeks start on Thursdays, as the epoch did).
@@ -140,6 +141,19 @@ pub struct Limit {
     pub algorithm: Algorithm,
     /// `burst:`, for the algorithms that take one (else the rate itself).
     pub burst: Option<u32>,
+    /// `local_budget:` (and `hold:`).
+    pub local_budget: Option<LocalBudget>,
+}
+
+/// A rule's local budget: the service takes up to `units` of a key's units at once and spends
+/// them without a round trip each; what is unspent `hold_ms / 2` after it was taken is given
+/// back (`crate::budget`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LocalBudget {
+    pub units: u32,
+    /// `hold:`, else a quarter of the unit (as the packages' default: a quarter of the period
+    /// or window).
+    pub hold_ms: u64,
 }
 
 /// A node of a domain's tree, as loaded.

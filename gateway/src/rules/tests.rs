@@ -2,7 +2,7 @@
 //! written from them) and its validation errors, text for text.
 
 use super::{drop_replaced, override_stats_key};
-use super::{Algorithm, Rules, Unit};
+use super::{Algorithm, LocalBudget, Rules, Unit};
 
 fn rules(text: &str) -> Rules {
     Rules::load([("config.test.yaml", text)], false).unwrap_or_else(|e| panic!("{e}"))
@@ -92,7 +92,7 @@ descriptors:
     );
     // The keys hold the request's own values: one counter per number, per day.
     let domain = r.domain("messaging").unwrap();
-    let day = 86_400 * 20_000;
+    let day = &(86_400 * 20_000).to_string();
     assert_eq!(
         domain
             .find(&d1)
@@ -362,7 +362,7 @@ descriptors:
     let d = r.domain("example9").unwrap();
     let e = [("key1", "value1")];
     assert_eq!(
-        d.find(&e).unwrap().cache_key("", "example9", &e, 60),
+        d.find(&e).unwrap().cache_key("", "example9", &e, "60"),
         "example9_key1_value1_60"
     );
 }
@@ -451,16 +451,19 @@ descriptors:
     );
     let d = r.domain("example11").unwrap();
     let (a, b) = ([("files", "files/a.pdf")], [("files", "files/b.csv")]);
-    let ka = d.find(&a).unwrap().cache_key("", "example11", &a, 3600);
+    let ka = d.find(&a).unwrap().cache_key("", "example11", &a, "3600");
     assert_eq!(ka, "example11_files_files/*_3600");
-    assert_eq!(d.find(&b).unwrap().cache_key("", "example11", &b, 3600), ka);
+    assert_eq!(
+        d.find(&b).unwrap().cache_key("", "example11", &b, "3600"),
+        ka
+    );
     let (c, e) = (
         [("files_no_share", "files_no_share/a.pdf")],
         [("files_no_share", "files_no_share/b.csv")],
     );
     assert_ne!(
-        d.find(&c).unwrap().cache_key("", "example11", &c, 3600),
-        d.find(&e).unwrap().cache_key("", "example11", &e, 3600)
+        d.find(&c).unwrap().cache_key("", "example11", &c, "3600"),
+        d.find(&e).unwrap().cache_key("", "example11", &e, "3600")
     );
     let m = rules(
         "domain: example11_metrics
@@ -554,6 +557,49 @@ descriptors:
         refused("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 3}\n"),
         "config.bad.yaml: burst is for gcra, token_bucket and leaky_bucket, at least 1; not for fixed_window"
     );
+}
+
+#[test]
+fn the_local_budget_extension() {
+    let r = rules(
+        "domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 1000, local_budget: 50}
+  - key: b
+    rate_limit: {unit: second, requests_per_unit: 100, local_budget: 10, hold: 2s}
+  - key: c
+    rate_limit: {unit: second, requests_per_unit: 100, local_budget: 10, hold: 40}
+",
+    );
+    let d = r.domain("d").unwrap();
+    let budget = |k| d.find(&[(k, "x")]).unwrap().limit.local_budget;
+    // Without `hold:`, a quarter of the unit; a bare number is ms.
+    assert_eq!(
+        [budget("a"), budget("b"), budget("c")],
+        [(50, 15_000), (10, 2_000), (10, 40)]
+            .map(|(units, hold_ms)| Some(LocalBudget { units, hold_ms }))
+    );
+    let bad = |extra: &str| {
+        refused(&format!(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{unit: second, requests_per_unit: 1{extra}}}\n"
+        ))
+    };
+    assert_eq!(
+        bad(", local_budget: 0"),
+        "config.bad.yaml: local_budget is the units taken at once: at least 1"
+    );
+    assert_eq!(
+        bad(", hold: 1s"),
+        "config.bad.yaml: hold is how long a local budget's units are kept: give it with local_budget"
+    );
+    for hold in ["1w", "0", "05s", "-1s", "1.5s", "11000d"] {
+        assert_eq!(
+            bad(&format!(", local_budget: 2, hold: '{hold}'")),
+            format!("config.bad.yaml: invalid hold '{hold}': a duration from 1ms to 10 years, such as 250ms, 2s, 1m, 1h or 1d (a bare number is ms)")
+        );
+    }
+    assert!(bad(", local_budget: -1").contains("local_budget"));
 }
 
 #[test]
