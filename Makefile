@@ -49,9 +49,11 @@ test: test-deps build servers dist
 # Debian's Redis 7.0 (BENCH_SERVER names another binary); INCREX, the core command of Redis 8.8+
 # that a fixed window can be built on, is measured beside RL.FIXEDWINDOW on a second server,
 # Redis 8.10.2, when `make servers` has built it into target/servers (BENCH_INCREX_SERVER names
-# another; BENCH_ONLY=increx runs that part alone). Last, the rate limit service against the
-# INCRBY+EXPIRE pipeline envoyproxy/ratelimit sends (scripts/bench_gateway.py; its report in
-# target/bench/gateway.md).
+# another; BENCH_ONLY=increx runs that part alone). Last, the rate limit service against
+# Kuadrant's Limitador (its library's Redis storage behind the same gRPC API: bench/limitador-rls,
+# a crate of its own, built into target/limitador-rls, RocksDB and all the first time) and the
+# INCRBY+EXPIRE pipeline envoyproxy/ratelimit sends, on one Redis with the same descriptors
+# (scripts/bench_gateway.py; its report in target/bench/gateway.md).
 bench: test-deps build
 	cargo bench -p ratelimit-algorithms --bench algorithms
 	python3 scripts/bench.py

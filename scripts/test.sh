@@ -123,8 +123,8 @@ node_package() {
 }
 
 # The rate limit service (gateway-server/tests: grpcio playing Envoy, /json, a real NGINX with
-# auth_request, a Redis Cluster resharded under load) against a server: make dist's binary, the
-# aarch64 one under qemu-user. Its requests are the module's commands like any client's; it runs
+# auth_request, a Redis Cluster resharded under load, a Sentinel failover, the script backend,
+# TLS, local budgets) against a server: make dist's binary, the aarch64 one under qemu-user. Its requests are the module's commands like any client's; it runs
 # with the three servers issue 39 names (Redis 7.0 and 8.2, Valkey 8.1).
 gateway() {
   local server=$1 machine=$2 binary

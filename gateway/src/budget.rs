@@ -108,7 +108,10 @@ impl Budgets {
     pub fn take(&mut self, key: &str, rule: &Rule, hits: u64, now: u64) -> Take {
         let k = rule.local_budget.map_or(0, |b| u64::from(b.units));
         self.fit(key, rule, now);
-        let b = self.table.get_mut(key).expect("fit made it");
+        let Some(b) = self.table.get_mut(key) else {
+            // `fit` made it: never here. A refill without a budget gives its units back.
+            return Take::Refill(k.max(1));
+        };
         expire(key, b, now, false, &mut self.due, &mut self.stats);
         if let Some((d, at, until)) = b.denial {
             if now < until {
@@ -123,9 +126,9 @@ impl Budgets {
             }
             b.denial = None;
         }
-        if b.last.is_some() && b.held >= hits {
+        if let Some(last) = b.last.filter(|_| b.held >= hits) {
             let taken = spend(key, b, hits, &mut self.stats);
-            return Take::Spent(local_decision(b, now), taken);
+            return Take::Spent(local_decision(b.held, last, now), taken);
         }
         if b.refilling {
             return Take::Wait;
@@ -292,14 +295,14 @@ impl Budgets {
     }
 }
 
-/// The decision of a descriptor served from `b`: what remains is what the budget holds and
-/// what the module had left at the last refill; the reset counts down from that reply's.
-fn local_decision(b: &Budget, now: u64) -> Decision {
-    let (last, at) = b.last.expect("spent from a refilled budget");
+/// The decision of a descriptor served from a budget that holds `held` units after it: what
+/// remains is those and what the module had left at the last refill (`last`, answered at
+/// `at`); the reset counts down from that reply's.
+fn local_decision(held: u64, (last, at): (Decision, u64), now: u64) -> Decision {
     Decision {
         allowed: true,
         limit: last.limit,
-        remaining: b.held + last.remaining,
+        remaining: held + last.remaining,
         retry_after_ms: 0,
         reset_after_ms: (last.reset_after_ms - elapsed_ms(now, at)).max(0),
     }
