@@ -266,14 +266,14 @@ impl Service {
         let sent_remote = remote.clone();
         for round in 1.. {
             let left = deadline.saturating_sub(started.elapsed());
-            let refills = if pending.is_empty() {
-                Vec::new()
+            let (refills, mut next) = if pending.is_empty() {
+                (Vec::new(), Vec::new())
             } else {
                 match self
                     .claim(steps, &pending, &mut replies, &mut taken, left)
                     .await
                 {
-                    Ok(refills) => refills,
+                    Ok(claimed) => claimed,
                     Err(failure) => {
                         let taken = std::mem::take(&mut taken);
                         self.undo(steps, &sent_remote, &[], &replies, taken, left)
@@ -329,7 +329,6 @@ impl Service {
                     failed.get_or_insert(e);
                 }
             }
-            let mut next = Vec::new();
             let mut any_granted = false;
             {
                 let mut budgets = self.local.lock();
@@ -400,8 +399,23 @@ impl Service {
             }
             remote.clear();
             pending = next;
-            if pending.is_empty() || round == 3 {
-                // Still short after three refills: refused with the last reply.
+            if pending.is_empty() {
+                break;
+            }
+            if round == 3 {
+                // Still short after three refills: refused with the last reply (or, not
+                // asked yet, with nothing remaining).
+                for &i in &pending {
+                    if let (Step::Call { rule, .. }, None) = (&steps[i], replies[i]) {
+                        replies[i] = Some(Decision {
+                            allowed: false,
+                            limit: u64::from(rule.requests_per_unit),
+                            remaining: 0,
+                            retry_after_ms: 0,
+                            reset_after_ms: 0,
+                        });
+                    }
+                }
                 break;
             }
         }
@@ -419,7 +433,7 @@ impl Service {
         replies: &mut [Option<Decision>],
         taken: &mut Vec<(usize, Taken)>,
         deadline: std::time::Duration,
-    ) -> Result<Vec<(usize, u64)>, Failure> {
+    ) -> Result<Claimed, Failure> {
         let started = Instant::now();
         loop {
             let back = self.local.refilled.notified();
@@ -429,6 +443,7 @@ impl Service {
                 let mut budgets = self.local.lock();
                 let now = self.local.now();
                 let (mut refills, mut spent, mut waits) = (Vec::new(), Vec::new(), false);
+                let mut after = Vec::new();
                 for &i in pending {
                     let Step::Call { rule, key, hits } = &steps[i] else {
                         continue;
@@ -440,13 +455,18 @@ impl Service {
                         }
                         Take::Denied(d) => replies[i] = Some(d),
                         Take::Refill(units) => refills.push((i, units)),
+                        // The refill in flight is this request's own (the same descriptor
+                        // twice): served from it next round.
+                        Take::Wait if refills.iter().any(|&(j, _)| same_key(steps, i, j)) => {
+                            after.push(i)
+                        }
                         Take::Wait => waits = true,
                     }
                 }
                 if !waits {
                     self.metrics.local_admitted(spent.len());
                     taken.extend(spent);
-                    return Ok(refills);
+                    return Ok((refills, after));
                 }
                 for (i, t) in spent {
                     budgets.put_back(t, now);
@@ -559,6 +579,15 @@ impl Service {
 
 /// Each step's decision, and what the descriptors a local budget admitted took from it.
 type Resolved = (Vec<Option<Decision>>, Vec<(usize, Taken)>);
+
+/// A round's claims: the refills to send (step, units), and the steps to ask again once they
+/// are back (a descriptor whose key this request is refilling already).
+type Claimed = (Vec<(usize, u64)>, Vec<usize>);
+
+/// Whether two steps are calls on one key.
+fn same_key(steps: &[Step], i: usize, j: usize) -> bool {
+    matches!((&steps[i], &steps[j]), (Step::Call { key: a, .. }, Step::Call { key: b, .. }) if a == b)
+}
 
 /// Whether a step is decided by its rule's local budget: a cost of 1 to the budget's units (a
 /// larger one, or 0, goes to the module as it is).

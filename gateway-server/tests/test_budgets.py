@@ -148,3 +148,12 @@ def test_a_bad_budget_is_refused_with_the_old_rules_kept(gateways) -> None:
     g.wait_metric("ratelimit_service_config_load_error", 1)
     assert "invalid hold 'soon'" in g.log()
     assert ask(g, "api").statuses[0].limit_remaining == 99
+
+
+def test_a_request_with_one_budget_twice_waits_for_no_one(gateways, redis_server) -> None:
+    g = gateways({"hot.yaml": RULES}, {"REDIS_TIMEOUT": "2s"})
+    # Two of Envoy's actions can make the same descriptor: the second finds the first's refill
+    # in flight, its own request's, and is served from it.
+    twice = ask(g, "api", "api")
+    assert (twice.overall_code, [s.limit_remaining for s in twice.statuses]) == (OK, [99, 98])
+    assert g.metric("ratelimit_local_budget_refills") == 1
