@@ -120,7 +120,7 @@ impl Budgets {
                     allowed: false,
                     remaining: 0,
                     retry_after_ms: retry,
-                    reset_after_ms: retry.max(d.reset_after_ms - elapsed_ms(now, at)),
+                    reset_after_ms: retry.max(d.reset_after_ms.saturating_sub(elapsed_ms(now, at))),
                     ..d
                 });
             }
@@ -192,14 +192,19 @@ impl Budgets {
         self.stats.refills += 1;
         b.last = Some((reply, now));
         if granted > 0 {
-            let hold = b.rule.local_budget.map_or(0, |l| l.hold_ms) * 1000;
+            let hold = b
+                .rule
+                .local_budget
+                .map_or(0, |l| l.hold_ms.saturating_mul(1000));
             let mut batch = Batch {
-                deadline: sent + hold / 2,
+                deadline: sent.saturating_add(hold / 2),
                 units: granted,
                 lapses: false,
             };
-            let window_end = sent + u64::try_from(reply.reset_after_ms).unwrap_or(0) * 1000;
-            if b.rule.algorithm == Algorithm::FixedWindow && window_end <= sent + hold {
+            let reset = u64::try_from(reply.reset_after_ms).unwrap_or(0);
+            let window_end = sent.saturating_add(reset.saturating_mul(1000));
+            if b.rule.algorithm == Algorithm::FixedWindow && window_end <= sent.saturating_add(hold)
+            {
                 batch.deadline = window_end;
                 batch.lapses = true;
             }
@@ -210,7 +215,7 @@ impl Budgets {
             self.heap.push(Reverse((batch.deadline, key.to_string())));
         } else if !reply.allowed {
             if let Ok(retry) = u64::try_from(reply.retry_after_ms) {
-                let until = sent + retry * 1000;
+                let until = sent.saturating_add(retry.saturating_mul(1000));
                 b.denial = Some((reply, now, until));
                 self.heap.push(Reverse((until, key.to_string())));
             }
@@ -302,9 +307,12 @@ fn local_decision(held: u64, (last, at): (Decision, u64), now: u64) -> Decision 
     Decision {
         allowed: true,
         limit: last.limit,
-        remaining: held + last.remaining,
+        remaining: held.saturating_add(last.remaining),
         retry_after_ms: 0,
-        reset_after_ms: (last.reset_after_ms - elapsed_ms(now, at)).max(0),
+        reset_after_ms: last
+            .reset_after_ms
+            .saturating_sub(elapsed_ms(now, at))
+            .max(0),
     }
 }
 
