@@ -68,18 +68,27 @@ export async function startRedis({ port: wanted, withModule = true, args = [] } 
       binary,
       ['--port', `${port}`, '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no',
         ...args, ...(withModule ? ['--loadmodule', module, 'debug-clock', 'yes'] : [])],
-      { stdio: ['ignore', 'ignore', 'pipe'] },
+      { stdio: ['ignore', 'pipe', 'pipe'] },
     );
+    // Its log (stdout: where it says why it stopped, such as "Address already in use") and stderr.
     let stderr = '';
+    child.stdout.on('data', (d) => { stderr += d; });
     child.stderr.on('data', (d) => { stderr += d; });
     let exited = false;
     child.once('exit', () => { exited = true; });
     for (let i = 0; i < 200 && !exited; i++) {
+      // Ready when it answers PONG; not when it exits (its port taken): the connection may have
+      // reached another listener there, such as a cluster bus, that never answers a PING.
       const ok = await new Promise((resolve) => {
         const s = net.connect(port, '127.0.0.1');
+        const gone = () => { s.destroy(); resolve(false); };
+        child.once('exit', gone);
+        if (exited) return gone();
+        const done = (result) => { child.off('exit', gone); s.destroy(); resolve(result); };
         s.once('connect', () => { s.write('PING\r\n'); });
-        s.once('data', (d) => { s.destroy(); resolve(String(d).startsWith('+PONG')); });
-        s.once('error', () => resolve(false));
+        s.once('data', (d) => done(String(d).startsWith('+PONG')));
+        s.once('error', () => done(false));
+        s.once('close', () => done(false));
       });
       if (ok) {
         const server = {
