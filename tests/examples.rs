@@ -38,6 +38,9 @@ impl Service {
             .current_dir(dir)
             .env("PORT", "0")
             .env("REDIS_URL", format!("redis://127.0.0.1:{redis_port}"))
+            // The Node example's deadline: its 50 ms default failed a request closed on a
+            // loaded fresh machine (a 503 where a 200 was due); Redis stopped still fails at once.
+            .env("RATELIMIT_TIMEOUT_MS", "10000")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).expect("create the service's log"))

@@ -30,6 +30,9 @@ const limit = rateLimitMiddleware({
   limit: { algorithm: 'gcra', burst: 5, rate: 10, period: '1m' },
   key: (req) => req.headers['x-client-id'] || req.socket.remoteAddress,
   failMode: 'closed', // without the limiter, refuse (503) rather than serve unlimited
+  // How long a decision may take before failing closed: the package's default, 50 ms, unless
+  // RATELIMIT_TIMEOUT_MS says (this repository's tests give a loaded machine 10 s).
+  timeout: Number(process.env.RATELIMIT_TIMEOUT_MS) || 50,
 });
 
 const server = http.createServer((req, res) =>
