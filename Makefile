@@ -52,8 +52,9 @@ test: test-deps build servers dist
 # another; BENCH_ONLY=increx runs that part alone). Last, the rate limit service against
 # Kuadrant's Limitador (its library's Redis storage behind the same gRPC API: bench/limitador-rls,
 # a crate of its own, built into target/limitador-rls, RocksDB and all the first time) and the
-# INCRBY+EXPIRE pipeline envoyproxy/ratelimit sends, on one Redis with the same descriptors
-# (scripts/bench_gateway.py; its report in target/bench/gateway.md).
+# INCRBY+EXPIRE pipeline envoyproxy/ratelimit sends, beside the service's own RL.FIXEDWINDOW
+# calls sent the same way, on one Redis with the same descriptors (scripts/bench_gateway.py; its
+# report in target/bench/gateway.md).
 bench: test-deps build
 	cargo bench -p ratelimit-algorithms --bench algorithms
 	python3 scripts/bench.py

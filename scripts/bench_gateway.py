@@ -21,7 +21,11 @@ gateway-server/examples/bench_client.rs:
     pipeline of one script per counter that adds), and one key of a JSON name per counter;
   - straight to Redis, the commands envoyproxy/ratelimit sends for the same request (an INCRBY
     and an EXPIRE per descriptor, pipelined), from the same client code: the floor, with no
-    service between (no gRPC, no rules), that any service on Redis pays at least.
+    service between (no gRPC, no rules), that any service on Redis pays at least;
+  - straight to Redis, the service's own calls for the same request (an RL.FIXEDWINDOW per
+    descriptor, its keys and arguments, pipelined), from the same client code: Redis's share of
+    the service's request without the service's process on the same two cores, beside the
+    floor's;
   - to the service, every request on one hot value (a limit for a whole API), without and then
     with a local budget (`local_budget: 100`: units taken 100 at a time with ATMOST and spent
     without a round trip each);
@@ -197,6 +201,10 @@ def main():
         (f"Limitador {limitador_version()} (AsyncRedisStorage), fixed window", "grpc", limitador_address,
          "fixed", LIMITADOR_COMMANDS, USERS),
         ("INCRBY+EXPIRE pipeline (envoyproxy/ratelimit's commands, no service)", "pipeline",
+         f"127.0.0.1:{server.port}", "fixed", None, USERS),
+        # The service's own module calls for the same request, from the same client code: what
+        # Redis spends on them when no service shares its cores.
+        ("RL.FIXEDWINDOW pipeline (the service's commands, no service)", "module",
          f"127.0.0.1:{server.port}", "fixed", None, USERS),
         # One hot value for every request (a limit for a whole API): without, then with a local
         # budget of BUDGET units.

@@ -2,12 +2,15 @@
 //! a time, to a rate limit service over gRPC (this service, or another that speaks Envoy's
 //! API), or, as the floor of what a fixed window costs, the commands envoyproxy/ratelimit sends
 //! for the same request (an `INCRBY` and an `EXPIRE` per descriptor, pipelined) straight to
-//! Redis from the same client code. Prints one JSON line: requests/s, p50 and p99 in µs, errors
-//! and refusals.
+//! Redis from the same client code, or (`module`) this service's own calls for it (an
+//! `RL.FIXEDWINDOW` per descriptor, with the key and arguments the service sends for
+//! scripts/bench_gateway.py's rules), pipelined the same way. Prints one JSON line: requests/s,
+//! p50 and p99 in µs, errors and refusals.
 //!
 //! ```text
 //! bench_client grpc 127.0.0.1:8081 DOMAIN DESCRIPTORS STREAMS REQUESTS USERS
 //! bench_client pipeline 127.0.0.1:6379 DOMAIN DESCRIPTORS STREAMS REQUESTS USERS
+//! bench_client module 127.0.0.1:6379 DOMAIN DESCRIPTORS STREAMS REQUESTS USERS
 //! ```
 
 use std::sync::Arc;
@@ -64,6 +67,7 @@ fn keys(load: &Load, user: usize) -> Vec<String> {
 enum Target {
     Grpc(tonic::transport::Channel),
     Pipeline(redis::aio::MultiplexedConnection),
+    Module(redis::aio::MultiplexedConnection),
 }
 
 /// One request: its latency, and whether it was refused (OVER_LIMIT) or failed.
@@ -98,6 +102,21 @@ async fn one(target: &Target, load: &Load, user: usize) -> (Duration, bool, bool
             let mut conn = conn.clone();
             (false, pipe.query_async::<()>(&mut conn).await.is_err())
         }
+        Target::Module(conn) => {
+            let mut pipe = redis::pipe();
+            for i in 0..load.descriptors {
+                // The service's key and call for the rules scripts/bench_gateway.py writes.
+                pipe.cmd("RL.FIXEDWINDOW")
+                    .arg(format!("{}_d{i}_u{user}_minute", load.domain))
+                    .arg(1_000_000_000)
+                    .arg("60s")
+                    .arg("COST")
+                    .arg(1)
+                    .ignore();
+            }
+            let mut conn = conn.clone();
+            (false, pipe.query_async::<()>(&mut conn).await.is_err())
+        }
     };
     (started.elapsed(), refused, failed)
 }
@@ -107,7 +126,7 @@ async fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 8 {
         eprintln!(
-            "usage: bench_client grpc|pipeline ADDRESS DOMAIN DESCRIPTORS STREAMS REQUESTS USERS"
+            "usage: bench_client grpc|pipeline|module ADDRESS DOMAIN DESCRIPTORS STREAMS REQUESTS USERS"
         );
         std::process::exit(2);
     }
@@ -130,14 +149,17 @@ async fn main() {
                 .expect("an address");
             Target::Grpc(endpoint.connect().await.expect("the service answers"))
         }
-        "pipeline" => {
+        kind @ ("pipeline" | "module") => {
             let client = redis::Client::open(format!("redis://{}", args[2])).expect("an address");
-            Target::Pipeline(
-                client
-                    .get_multiplexed_async_connection()
-                    .await
-                    .expect("Redis answers"),
-            )
+            let conn = client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("Redis answers");
+            if kind == "pipeline" {
+                Target::Pipeline(conn)
+            } else {
+                Target::Module(conn)
+            }
         }
         other => {
             eprintln!("not a target: {other}");
