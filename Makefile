@@ -73,7 +73,8 @@ bench: test-deps build
 # is a cdylib, its docs are for the people who work on it); then the client packages' types:
 # the Python package under mypy --strict (from the test venv, hence test-deps), the Node
 # package's JavaScript against its declarations with tsc (and those against a sample of use;
-# npm test runs both too, in test/types.test.js).
+# npm test runs both too, in test/types.test.js); last, every commit message since the rule of
+# CONTRIBUTING.md (a subject of at most 72 characters, a body).
 lint: test-deps
 	cargo fmt --all -- --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
@@ -82,6 +83,7 @@ lint: test-deps
 	RUSTDOCFLAGS="-D warnings" cargo doc --release -p ratelimit-gateway -p ratelimit-gateway-server --no-deps --document-private-items
 	clients/python/.venv/bin/python -m mypy --strict clients/python/src/ratelimit_redis_module
 	cd clients/node && node_modules/.bin/tsc -p . && node_modules/.bin/tsc -p test
+	python3 scripts/check_commits.py
 
 clean:
 	cargo clean

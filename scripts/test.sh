@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make test: the lints (rustfmt, clippy, rustdoc, mypy, as `make lint`), then the unit,
-# property and doc tests of both crates (the algorithms and the module) once; then, against
+# make test: the lints (rustfmt, clippy, rustdoc, mypy, the commit messages, as `make lint`),
+# then the unit, property and doc tests of both crates (the algorithms and the module) once;
+# then, against
 # each of the six servers users run (Debian's Redis 7.0 on PATH; Redis 7.4, 8.2 and 8.10,
 # Valkey 8.1 and 9.1 as scripts/servers.sh brought them): every integration test, the
 # release's module (make dist's) with the smoke tests, both packages' test suites (on all but
@@ -52,6 +53,8 @@ step "docs (module)" env RUSTDOCFLAGS="-D warnings" cargo doc --release -p ratel
 step "docs (gateway)" env RUSTDOCFLAGS="-D warnings" cargo doc --release -p ratelimit-gateway -p ratelimit-gateway-server --no-deps --document-private-items
 # The Python package's sources under mypy --strict (what its `Typing :: Typed` promises).
 step "mypy" clients/python/.venv/bin/python -m mypy --strict clients/python/src/ratelimit_redis_module
+# Every commit message since CONTRIBUTING.md's rule: a subject of at most 72 characters, a body.
+step "commit messages" python3 scripts/check_commits.py
 step "unit and property tests" cargo test --release --workspace --lib
 step "doc tests" cargo test --release -p ratelimit-algorithms --doc
 # The integration test binaries, built once here so that the runs below only run them.
