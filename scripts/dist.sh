@@ -50,7 +50,7 @@ fi
 # -lgcc_s; cargo-zigbuild turns that into Zig's -lunwind, LLVM's libunwind linked in, which
 # takes the exception object Rust allocates (8-byte aligned, as Rust declares it) to be
 # 16-byte aligned: in a server whose allocator gives the 56-byte block 8-aligned (Redis's own
-# jemalloc), a caught panic crashed the server (tests/gcra.rs). Naming the target's
+# jemalloc), a caught panic crashed the server (tests/integration/gcra.rs). Naming the target's
 # libgcc_s.so.1 to the linker first resolves every _Unwind_* there, so nothing of libunwind is
 # linked in (scripts/check_dist.py checks it): the module needs libgcc_s.so.1's symbols of
 # GCC 4.2 or older, as every glibc system has (glibc itself loads it to cancel threads).

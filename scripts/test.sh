@@ -57,18 +57,19 @@ step "mypy" clients/python/.venv/bin/python -m mypy --strict clients/python/src/
 step "commit messages" python3 scripts/check_commits.py
 step "unit and property tests" cargo test --release --workspace --lib
 step "doc tests" cargo test --release -p ratelimit-algorithms --doc
-# The integration test binaries, built once here so that the runs below only run them.
-step "integration tests built" cargo test --release --no-run --test '*'
+# The integration tests' binary (tests/integration/), built once here so that the runs below
+# only run it.
+step "integration tests built" cargo test --release --no-run --test integration
 
 version_of() {
   "$1" --version | grep -o -E '^(Redis|Valkey) server v=[0-9.]+' | sed 's/ server v=/ /'
 }
 # A server that comes with other modules (Redis 7.4's, the Redis Stack's, in modules/ beside
-# it): tests/other_modules.rs loads ours beside them.
+# it): tests/integration/other_modules.rs loads ours beside them.
 integration() {
   local others
   others=$(find "$(dirname "$1")/modules" -name '*.so' 2>/dev/null | sort | paste -sd:)
-  RATELIMIT_OTHER_MODULES="$others" RATELIMIT_SERVER="$1" cargo test --release --no-fail-fast --test '*'
+  RATELIMIT_OTHER_MODULES="$others" RATELIMIT_SERVER="$1" cargo test --release --test integration
 }
 # The release's modules (make dist wrote them; scripts/check_dist.py checked their machine and
 # glibc symbol versions): loaded into the servers users run, the smoke tests (the reported
@@ -77,14 +78,15 @@ integration() {
 # The x86_64 module into each server; the aarch64 one into Redis 8.2 for aarch64 under
 # qemu-user, without damaged.rs, whose real-time expiries an emulated server is too slow for.
 smoke() {
-  local server=$1 machine=$2 tests=(--test version --test algorithms --test gcra --test persistence)
-  [ "$machine" = x86_64 ] && tests+=(--test damaged)
+  # The parts of tests/integration/ by their module paths (a test runs when its name holds one).
+  local server=$1 machine=$2 parts=(version:: algorithms:: gcra:: persistence::)
+  [ "$machine" = x86_64 ] && parts+=(damaged::)
   # dist.sh emptied dist/ and check_dist.py named its files for Cargo.toml's version: one match.
   # damaged.rs: every fourth of its 80,000 RESTOREd mutations and 500 damaged RDB files, the
   # integration tests having tried them all on the same server with the same code (60 s of CPU
   # less over the six servers).
   RATELIMIT_DAMAGED_STRIDE=4 RATELIMIT_MODULE="$(echo "$PWD"/dist/ratelimit-*-linux-"$machine".so)" \
-    RATELIMIT_SERVER="$server" cargo test --release --no-fail-fast "${tests[@]}"
+    RATELIMIT_SERVER="$server" cargo test --release --test integration -- "${parts[@]}"
 }
 # The packages' tests of the package itself rather than of a server (types under mypy and tsc,
 # the package installed into a fresh folder, require and import of it) run with the first

@@ -89,7 +89,7 @@ const MAX_PANIC_BLOCKS: u64 = 64;
 /// the panic allocates next, then lands at another slot of its size class. A server's
 /// allocator may hand out slots of one class at more than one alignment (Redis's own jemalloc
 /// has 8-byte steps: a 56-byte block may be 8- but not 16-aligned), so a test that panics with
-/// 0, 1, 2... blocks meets every alignment the exception can have there (tests/gcra.rs).
+/// 0, 1, 2... blocks meets every alignment the exception can have there (tests/integration/gcra.rs).
 pub fn rl_debug_panic(call: &Call) -> Result<Response, Error> {
     if !clock::debug_enabled() {
         return Err(Error::DebugClockOff);

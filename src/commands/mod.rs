@@ -125,7 +125,7 @@ const NO_KEYS: (c_int, c_int, c_int) = (0, 0, 0);
 
 /// ACL categories (Redis 7.2 and later). They are set, not implied by the flags: on Redis 8.2
 /// and Valkey 8.1 a module command is in exactly the categories it is given, whatever its
-/// flags (`tests/security.rs` checks `ACL CAT` on both).
+/// flags (`tests/integration/security.rs` checks `ACL CAT` on both).
 const WRITE: &CStr = c"write fast";
 const READ: &CStr = c"read";
 const READ_FAST: &CStr = c"read fast";

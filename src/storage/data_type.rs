@@ -120,7 +120,7 @@ unsafe extern "C" fn aof_rewrite(
 
 /// What a key of this type costs the server beyond what `MEMORY USAGE` counts by itself (the
 /// key's name and its entry in the keyspace, at the entry's 24 bytes), so that `MEMORY USAGE`
-/// of a key is within 5% of what storing it took (`make bench` and tests/memory.rs check it).
+/// of a key is within 5% of what storing it took (`make bench` and tests/integration/memory.rs check it).
 /// Where the name has an entry of its own (Redis 7): the value's object and the module's
 /// wrapper around our pointer (16-byte requests), the key's entry in the expiry table (a
 /// 24-byte request: every key of ours expires), what the allocator adds to the 24 bytes of its

@@ -4,7 +4,7 @@
 // RateLimit does, within its timeout: a request on such a node gets its decision once the node
 // has caught up, and fails open or closed only when the timeout is spent first.
 //
-// The node held behind, for as long as the test wants (as tests/cluster_floods.rs holds it): a
+// The node held behind, for as long as the test wants (as tests/integration/cluster_floods.rs holds it): a
 // fourth node started alone, owning the slot of `{catchup}` (taken from the 3-node cluster with
 // DELSLOTS), holding a policy of its own and taking at most one (ratelimit.max-policies 1). Once
 // it has met the cluster it refuses the cluster's `api`, so its table cannot become the
