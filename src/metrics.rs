@@ -55,12 +55,12 @@ impl Stats {
     }
 
     /// Counts what a call that replied without an error decided.
-    pub fn outcome(&self, outcome: Outcome) {
+    pub fn outcome(&self, outcome: Counted) {
         match outcome {
-            Outcome::Admitted => bump(&self.admitted),
-            Outcome::Denied => bump(&self.denied),
-            Outcome::ShadowDenied => bump(&self.shadow_denied),
-            Outcome::Other => {}
+            Counted::Admitted => bump(&self.admitted),
+            Counted::Denied => bump(&self.denied),
+            Counted::ShadowDenied => bump(&self.shadow_denied),
+            Counted::Other => {}
         }
     }
 
@@ -145,13 +145,13 @@ impl PolicyStats {
     /// Counts one RL.LIMIT call: its outcome, the rule that denied (`denied_by`, for a
     /// denial or a SHADOW call's would-be denial), and the shadow rules that would have
     /// denied a request the others admitted (bit `i` for rule `i`).
-    pub fn count(&self, outcome: Outcome, denied_by: Option<usize>, shadow_rules: u32) {
+    pub fn count(&self, outcome: Counted, denied_by: Option<usize>, shadow_rules: u32) {
         bump(&self.calls);
         match outcome {
-            Outcome::Admitted => bump(&self.admitted),
-            Outcome::Denied => bump(&self.denied),
-            Outcome::ShadowDenied => bump(&self.shadow_denied),
-            Outcome::Other => return,
+            Counted::Admitted => bump(&self.admitted),
+            Counted::Denied => bump(&self.denied),
+            Counted::ShadowDenied => bump(&self.shadow_denied),
+            Counted::Other => return,
         }
         if let Some(rule) = denied_by.and_then(|i| self.rules.get(i)) {
             bump(rule);
@@ -206,7 +206,7 @@ fn bump(counter: &AtomicU64) {
 
 /// What the running call decided, as far as counting and notifications care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Counted {
     /// A request admitted (and written, unless it had nothing to write).
     Admitted,
     /// A request denied.
@@ -227,16 +227,16 @@ mod tests {
     fn stats_count_calls_outcomes_and_errors() {
         let stats = Stats::new();
         for outcome in [
-            Outcome::Admitted,
-            Outcome::Denied,
-            Outcome::Denied,
-            Outcome::Other,
+            Counted::Admitted,
+            Counted::Denied,
+            Counted::Denied,
+            Counted::Other,
         ] {
             stats.call();
             stats.outcome(outcome);
         }
         stats.call();
-        stats.outcome(Outcome::ShadowDenied);
+        stats.outcome(Counted::ShadowDenied);
         stats.call();
         stats.error();
         assert_eq!(stats.values(), [6, 1, 2, 1, 1]);
@@ -250,11 +250,11 @@ mod tests {
     #[test]
     fn policy_stats_count_rules_and_carry_over() {
         let stats = PolicyStats::new(3);
-        stats.count(Outcome::Admitted, None, 0);
-        stats.count(Outcome::Denied, Some(1), 0);
-        stats.count(Outcome::ShadowDenied, None, 0b101);
-        stats.count(Outcome::ShadowDenied, Some(0), 0);
-        stats.count(Outcome::Other, Some(2), 0b100);
+        stats.count(Counted::Admitted, None, 0);
+        stats.count(Counted::Denied, Some(1), 0);
+        stats.count(Counted::ShadowDenied, None, 0b101);
+        stats.count(Counted::ShadowDenied, Some(0), 0);
+        stats.count(Counted::Other, Some(2), 0b100);
         assert_eq!(stats.values(), [5, 1, 1, 2]);
         assert_eq!(stats.rule_denials().collect::<Vec<_>>(), [2, 1, 1]);
         let replaced = PolicyStats::new(1);

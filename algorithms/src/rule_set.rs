@@ -146,7 +146,7 @@ pub type Rules = Arc<[Rule]>;
 
 /// What every rule said about a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
+pub struct Verdict {
     /// The request as a whole: the binding rule's decision, but `reset_after` is the longest
     /// of all the rules' (the key lives until every rule is fresh again).
     pub decision: Decision,
@@ -271,13 +271,13 @@ pub fn step(
     now_us: u64,
     cost: u64,
     write: bool,
-) -> (Outcome, Option<Vec<RuleState>>) {
+) -> (Verdict, Option<Vec<RuleState>>) {
     step_shadow(rules, 0, stored, now_us, cost, write)
 }
 
 /// [`step`] with shadow rules: bit `i` of `shadow` marks rule `i` as a shadow rule, checked
 /// like the others but never refusing the request. A shadow rule's refusal is reported in
-/// [`Outcome::shadow_denied`]; it takes no part in `allowed` or the binding rule, but its
+/// [`Verdict::shadow_denied`]; it takes no part in `allowed` or the binding rule, but its
 /// state's `reset_after` does count for the key's. When the request is admitted and writes,
 /// a shadow rule counts it only if it admitted it itself (an algorithm's refusal writes
 /// nothing), so its state never runs into a debt the algorithm cannot hold, and it goes on
@@ -289,7 +289,7 @@ pub fn step_shadow(
     now_us: u64,
     cost: u64,
     write: bool,
-) -> (Outcome, Option<Vec<RuleState>>) {
+) -> (Verdict, Option<Vec<RuleState>>) {
     let (old, mut states) = match stored {
         Some((old, states)) => (old, Some(states)),
         None => (&[][..], None),
@@ -342,7 +342,7 @@ pub fn step_shadow(
     let mut decision = binding_decision;
     decision.allowed = allowed;
     decision.reset_after = reset_after.unwrap_or(Span::ZERO);
-    let outcome = Outcome {
+    let outcome = Verdict {
         decision,
         binding: index,
         binding_decision,
@@ -566,7 +566,7 @@ mod tests {
         testing::step::<Limit>(rules, key, now_us, cost)
     }
 
-    fn outcome(rules: &Rules, key: &Key, now_us: u64, cost: u64) -> Outcome {
+    fn outcome(rules: &Rules, key: &Key, now_us: u64, cost: u64) -> Verdict {
         let mut copy = key.clone();
         let stored = copy.as_mut().map(|(r, s)| (&r[..], s));
         super::step(rules, stored, now_us, cost, false).0
@@ -674,7 +674,7 @@ mod tests {
         );
     }
 
-    fn shadow_step(rules: &Rules, shadow: u32, key: &mut Key, now_us: u64, cost: u64) -> Outcome {
+    fn shadow_step(rules: &Rules, shadow: u32, key: &mut Key, now_us: u64, cost: u64) -> Verdict {
         match key {
             Some((old, states)) => {
                 let (o, fresh) =

@@ -11,7 +11,7 @@ pub mod rules;
 pub mod syntax;
 
 pub use cursor::Cursor;
-pub use params::Algorithm;
+pub use params::AlgorithmCommand;
 
 use crate::digits::digits;
 use crate::error::{quote, Error};

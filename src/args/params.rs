@@ -19,7 +19,7 @@ use algorithms::{
 /// ([`algorithms::Algorithm`], which names no command) and the command that runs it, as the
 /// errors spell it ("the key holds RL.GCRA state, not RL.TOKENBUCKET") and a policy's rules
 /// take it (`GCRA`). Each command's entry implements it (in `commands`) with its own name.
-pub trait Algorithm: algorithms::Algorithm {
+pub trait AlgorithmCommand: algorithms::Algorithm {
     /// The command's name upper case (`RL.GCRA`).
     const NAME: &'static str;
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::params::{
-    self, Algorithm, GCRA_PARAMS, LEAKY_BUCKET_PARAMS, TOKEN_BUCKET_PARAMS, WARMUP_PARAMS,
+    self, AlgorithmCommand, GCRA_PARAMS, LEAKY_BUCKET_PARAMS, TOKEN_BUCKET_PARAMS, WARMUP_PARAMS,
     WINDOW_PARAMS,
 };
 use super::syntax::{render, Arg, Kind};
@@ -33,7 +33,7 @@ struct RuleAlgorithm {
 }
 
 impl RuleAlgorithm {
-    const fn of<A: Algorithm>(params: &'static [Arg], parse: Parse) -> RuleAlgorithm {
+    const fn of<A: AlgorithmCommand>(params: &'static [Arg], parse: Parse) -> RuleAlgorithm {
         RuleAlgorithm {
             command: A::NAME,
             params,

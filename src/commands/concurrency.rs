@@ -7,7 +7,7 @@ use crate::args::syntax::{
     name, string, KeyUse, ADAPTIVE, ADAPTIVE_MAX, ADAPTIVE_MIN, DROPPED, DRYRUN, ID, KEY, LEASE,
     LEASES, RTT, SHADOW,
 };
-use crate::args::Algorithm;
+use crate::args::AlgorithmCommand;
 use crate::args::{params, Cursor};
 use crate::dispatch::{Call, Mode};
 use crate::error::{quote, Error};
@@ -32,7 +32,7 @@ pub static RL_CONCURRENCY_ACQUIRE: Command = command! {
     handler: rl_concurrency_acquire,
 };
 
-impl Algorithm for Concurrency {
+impl AlgorithmCommand for Concurrency {
     const NAME: &'static str = RL_CONCURRENCY_ACQUIRE.name().as_str();
 }
 

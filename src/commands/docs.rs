@@ -36,7 +36,7 @@ const ARITY: c_int = -1;
 
 /// What [`describe`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Documented {
     Described,
     /// The server has no `RedisModule_SetCommandInfo` (before Redis 7.0).
     NoApi,
@@ -49,13 +49,13 @@ static NO_API_LOGGED: AtomicBool = AtomicBool::new(false);
 
 /// Gives Redis the documentation of `command`, just created. Never fails the load: whatever
 /// goes wrong is logged and the command runs without docs.
-pub fn describe(ctx: Ctx, command: &Command) -> Outcome {
+pub fn describe(ctx: Ctx, command: &Command) -> Documented {
     let outcome = catch_unwind(AssertUnwindSafe(|| set_info(ctx, command)));
-    let outcome = outcome.unwrap_or(Outcome::Refused);
+    let outcome = outcome.unwrap_or(Documented::Refused);
     let name = command.name().lower().to_string_lossy();
     match outcome {
-        Outcome::Described => {}
-        Outcome::NoApi => {
+        Documented::Described => {}
+        Documented::NoApi => {
             if !NO_API_LOGGED.swap(true, Ordering::Relaxed) {
                 log(
                     ctx,
@@ -64,7 +64,7 @@ pub fn describe(ctx: Ctx, command: &Command) -> Outcome {
                 );
             }
         }
-        Outcome::Refused => log(
+        Documented::Refused => log(
             ctx,
             &format!("ratelimit: Redis refused the COMMAND DOCS of {name}: it loads without docs"),
         ),
@@ -72,12 +72,12 @@ pub fn describe(ctx: Ctx, command: &Command) -> Outcome {
     outcome
 }
 
-fn set_info(ctx: Ctx, command: &Command) -> Outcome {
+fn set_info(ctx: Ctx, command: &Command) -> Documented {
     let name = command.name().lower();
     match redis::docs::set_command_docs(ctx, name, &command.syntax, SINCE, ARITY) {
-        None => Outcome::NoApi,
-        Some(true) => Outcome::Described,
-        Some(false) => Outcome::Refused,
+        None => Documented::NoApi,
+        Some(true) => Documented::Described,
+        Some(false) => Documented::Refused,
     }
 }
 
@@ -197,7 +197,7 @@ mod tests {
     #[test]
     fn no_api_means_no_docs_and_no_failure() {
         for command in COMMANDS {
-            assert_eq!(describe(Ctx::detached(), command), Outcome::NoApi);
+            assert_eq!(describe(Ctx::detached(), command), Documented::NoApi);
         }
     }
 }

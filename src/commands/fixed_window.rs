@@ -3,7 +3,7 @@
 use super::{admission, command, Command, When, O1, ONE_KEY, WRITE};
 use crate::args::params::{self, WINDOW_PARAMS};
 use crate::args::syntax::{admission_args, name, KeyUse};
-use crate::args::Algorithm;
+use crate::args::AlgorithmCommand;
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
@@ -23,7 +23,7 @@ pub static RL_FIXEDWINDOW: Command = command! {
     handler: rl_fixedwindow,
 };
 
-impl Algorithm for FixedWindow {
+impl AlgorithmCommand for FixedWindow {
     const NAME: &'static str = RL_FIXEDWINDOW.name().as_str();
 }
 

@@ -5,7 +5,7 @@ use crate::args::params::{self, GCRA_PARAMS};
 use crate::args::syntax::{
     admission_args, name, KeyUse, COUNT, KEY, MAX_BURST, PERIOD_S, QUANTITY,
 };
-use crate::args::{Algorithm, Options};
+use crate::args::{AlgorithmCommand, Options};
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
@@ -26,7 +26,7 @@ pub static RL_GCRA: Command = command! {
 };
 
 /// A GCRA key is RL.GCRA's (CL.THROTTLE's too: the same state).
-impl Algorithm for Gcra {
+impl AlgorithmCommand for Gcra {
     const NAME: &'static str = RL_GCRA.name().as_str();
 }
 

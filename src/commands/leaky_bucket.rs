@@ -3,7 +3,7 @@
 use super::{admission, command, Command, When, O1, ONE_KEY, WRITE};
 use crate::args::params::{self, LEAKY_BUCKET_PARAMS};
 use crate::args::syntax::{admission_args, name, KeyUse};
-use crate::args::Algorithm;
+use crate::args::AlgorithmCommand;
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{int, Extra, Response};
@@ -23,7 +23,7 @@ pub static RL_LEAKYBUCKET: Command = command! {
     handler: rl_leakybucket,
 };
 
-impl Algorithm for LeakyBucket {
+impl AlgorithmCommand for LeakyBucket {
     const NAME: &'static str = RL_LEAKYBUCKET.name().as_str();
 }
 

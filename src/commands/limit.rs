@@ -4,13 +4,13 @@ use std::sync::Arc;
 
 use super::{admission, command, Command, When, ONE_KEY, WRITE};
 use crate::args::syntax::{admission_args, name, string, KeyUse};
-use crate::args::Algorithm;
+use crate::args::AlgorithmCommand;
 use crate::dispatch::Call;
 use crate::error::{quote, Error};
 use crate::response::{Extra, Response};
 use crate::storage::policies;
 use algorithms::penalty;
-use algorithms::rule_set::{self, Limit, Outcome, Rules};
+use algorithms::rule_set::{self, Limit, Rules, Verdict};
 
 pub static RL_LIMIT: Command = command! {
     name: name!("rl.limit"),
@@ -26,7 +26,7 @@ pub static RL_LIMIT: Command = command! {
     handler: rl_limit,
 };
 
-impl Algorithm for Limit {
+impl AlgorithmCommand for Limit {
     const NAME: &'static str = RL_LIMIT.name().as_str();
 }
 
@@ -70,7 +70,7 @@ pub fn rl_limit(call: &Call) -> Result<Response, Error> {
     };
     let mut decided =
         admission::run_with::<Limit, _>(call, RL_LIMIT.replay_name(), rules, opts, check, largest)?;
-    let Outcome {
+    let Verdict {
         binding: index,
         binding_decision: mut binding,
         shadow_denied: shadow_rules,

@@ -316,7 +316,7 @@ mod tests {
     /// RL.TOKENBUCKET"), byte for byte those the algorithms crate used to spell.
     #[test]
     fn each_algorithm_is_named_by_its_command() {
-        use crate::args::Algorithm;
+        use crate::args::AlgorithmCommand;
         use algorithms::{
             concurrency::Concurrency, fixed_window::FixedWindow, gcra::Gcra,
             leaky_bucket::LeakyBucket, rule_set::Limit, sliding_log::SlidingLog,

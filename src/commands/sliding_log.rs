@@ -3,7 +3,7 @@
 use super::{admission, command, Command, When, ONE_KEY, WRITE};
 use crate::args::params::{self, WINDOW_PARAMS};
 use crate::args::syntax::{admission_args, name, KeyUse};
-use crate::args::Algorithm;
+use crate::args::AlgorithmCommand;
 use crate::dispatch::{Call, Mode};
 use crate::error::Error;
 use crate::response::{Extra, Response};
@@ -23,7 +23,7 @@ pub static RL_SLIDINGLOG: Command = command! {
     handler: rl_slidinglog,
 };
 
-impl Algorithm for SlidingLog {
+impl AlgorithmCommand for SlidingLog {
     const NAME: &'static str = RL_SLIDINGLOG.name().as_str();
 }
 

@@ -3,7 +3,7 @@
 use super::{admission, command, Command, When, O1, ONE_KEY, WRITE};
 use crate::args::params::{self, WINDOW_PARAMS};
 use crate::args::syntax::{admission_args, name, KeyUse};
-use crate::args::Algorithm;
+use crate::args::AlgorithmCommand;
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
@@ -23,7 +23,7 @@ pub static RL_SLIDINGWINDOW: Command = command! {
     handler: rl_slidingwindow,
 };
 
-impl Algorithm for SlidingWindow {
+impl AlgorithmCommand for SlidingWindow {
     const NAME: &'static str = RL_SLIDINGWINDOW.name().as_str();
 }
 

@@ -3,7 +3,7 @@
 use super::{admission, command, Command, When, O1, ONE_KEY, WRITE};
 use crate::args::params::{self, TOKEN_BUCKET_PARAMS};
 use crate::args::syntax::{admission_args, name, KeyUse};
-use crate::args::Algorithm;
+use crate::args::AlgorithmCommand;
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
@@ -23,7 +23,7 @@ pub static RL_TOKENBUCKET: Command = command! {
     handler: rl_tokenbucket,
 };
 
-impl Algorithm for TokenBucket {
+impl AlgorithmCommand for TokenBucket {
     const NAME: &'static str = RL_TOKENBUCKET.name().as_str();
 }
 

@@ -23,7 +23,7 @@ pub use replay_text::{parse_replay, ReplayText};
 
 use crate::args::syntax::{name, Name};
 use crate::error::Error;
-use crate::metrics::{Outcome, Stats};
+use crate::metrics::{Counted, Stats};
 use crate::redis::{Argv, Ctx, SharedString};
 use crate::response::render;
 use crate::response::{Propagate, Response};
@@ -51,7 +51,7 @@ pub fn run(ctx: Ctx, mut argv: Argv, handler: Handler, stats: &Stats) {
         // its couple of hundred bytes again).
         let result = call(ctx, &argv, handler);
         let Ok(response) = &result else {
-            return result.map(|_| (Outcome::Other, None));
+            return result.map(|_| (Counted::Other, None));
         };
         propagate(ctx, &mut argv, response.propagate);
         render::reply(ctx, &response.reply);

@@ -11,7 +11,7 @@ pub mod render;
 
 use std::ffi::CStr;
 
-use crate::metrics::Outcome;
+use crate::metrics::Counted;
 use algorithms::Decision;
 
 /// Clamps to the i64 range of a RESP integer.
@@ -150,18 +150,18 @@ pub enum Propagate {
 
 impl Reply {
     /// What the call counts as in `INFO ratelimit`, besides a call.
-    pub fn outcome(&self) -> Outcome {
+    pub fn outcome(&self) -> Counted {
         match self {
             Reply::Admission(a) | Reply::RedisCell(a) if !a.preview => {
                 if !a.decision.allowed {
-                    Outcome::Denied
+                    Counted::Denied
                 } else if a.shadow_denied {
-                    Outcome::ShadowDenied
+                    Counted::ShadowDenied
                 } else {
-                    Outcome::Admitted
+                    Counted::Admitted
                 }
             }
-            _ => Outcome::Other,
+            _ => Counted::Other,
         }
     }
 
@@ -219,36 +219,36 @@ mod tests {
         a.shadow = true;
         a.shadow_denied = true;
         let reply = Reply::Admission(a);
-        assert_eq!(reply.outcome(), Outcome::ShadowDenied);
+        assert_eq!(reply.outcome(), Counted::ShadowDenied);
         assert!(!reply.publishes_denial());
         assert!(reply.publishes_shadow_denial());
         let mut preview = admission(true, true, false);
         preview.shadow_denied = true;
         let reply = Reply::Admission(preview);
-        assert_eq!(reply.outcome(), Outcome::Other);
+        assert_eq!(reply.outcome(), Counted::Other);
         assert!(!reply.publishes_shadow_denial());
         let mut replayed = admission(true, false, true);
         replayed.shadow_denied = true;
         let reply = Reply::Admission(replayed);
-        assert_eq!(reply.outcome(), Outcome::ShadowDenied);
+        assert_eq!(reply.outcome(), Counted::ShadowDenied);
         assert!(!reply.publishes_shadow_denial());
         // SHADOW given, nothing would deny: an admission like any other.
         let mut plain = admission(true, false, false);
         plain.shadow = true;
-        assert_eq!(Reply::Admission(plain).outcome(), Outcome::Admitted);
+        assert_eq!(Reply::Admission(plain).outcome(), Counted::Admitted);
     }
 
     #[test]
     fn counting_and_the_denial_event_derive_from_the_reply() {
         // (allowed, preview, replayed) -> (counted as, publishes a denial)
         let cases = [
-            ((true, false, false), (Outcome::Admitted, false)),
-            ((false, false, false), (Outcome::Denied, true)),
-            ((true, true, false), (Outcome::Other, false)),
-            ((false, true, false), (Outcome::Other, false)),
-            ((true, false, true), (Outcome::Admitted, false)),
-            ((false, false, true), (Outcome::Denied, false)),
-            ((false, true, true), (Outcome::Other, false)),
+            ((true, false, false), (Counted::Admitted, false)),
+            ((false, false, false), (Counted::Denied, true)),
+            ((true, true, false), (Counted::Other, false)),
+            ((false, true, false), (Counted::Other, false)),
+            ((true, false, true), (Counted::Admitted, false)),
+            ((false, false, true), (Counted::Denied, false)),
+            ((false, true, true), (Counted::Other, false)),
         ];
         for ((allowed, preview, replayed), (outcome, publishes)) in cases {
             for reply in [
@@ -271,7 +271,7 @@ mod tests {
                 rules: Vec::new(),
             }),
         ] {
-            assert_eq!(other.outcome(), Outcome::Other);
+            assert_eq!(other.outcome(), Counted::Other);
             assert!(!other.publishes_denial());
         }
     }

@@ -11,17 +11,17 @@ use algorithms::token_bucket::TokenBucket;
 use algorithms::warmup::Warmup;
 use algorithms::{Algorithm as _, Decision, Snapshot};
 
-use crate::args::Algorithm;
+use crate::args::AlgorithmCommand;
 
 /// The parameters a key was last written with, and its state under them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stored<A: Algorithm> {
+pub struct Stored<A: AlgorithmCommand> {
     pub params: A::Params,
     pub state: A::State,
 }
 
 /// Ties an algorithm to its variant of [`Value`].
-pub trait Variant: Algorithm + Sized {
+pub trait Variant: AlgorithmCommand + Sized {
     fn get_mut(value: &mut Value) -> Option<&mut Stored<Self>>;
     fn wrap(stored: Stored<Self>) -> Value;
     /// A policy's rules, when these are RL.LIMIT's parameters (the storage layer reads a
