@@ -141,7 +141,7 @@ def test_every_algorithm_behind_a_rule(gateways, redis_server) -> None:
     def ask(key: str, hits: int = 1):
         return g.should("algo", descriptor((key, "k")), hits=hits)
 
-    # The sliding window counter (SPEC §3): 7 a minute, 5 in the previous minute and 3 in this
+    # The sliding window counter (docs/sliding-window.md): 7 a minute, 5 in the previous minute and 3 in this
     # one; 30% into it the estimate is 3 + 5 × 0.7 = 6.5, floored to 6: one more passes.
     clock.advance(40_000)  # T0 is 20 s into a minute: now at the next minute's start
     assert ask("sliding_window", 5).overall_code == OK

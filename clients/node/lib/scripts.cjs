@@ -1,4 +1,4 @@
-// The script backend (issue 28; SPEC §8): where the server has no ratelimit module (managed
+// The script backend (issue 28; docs/managed.md): where the server has no ratelimit module (managed
 // Redis and Valkey refuse MODULE LOAD), each admission command, RL.REFUND and the concurrency
 // leases (RL.CONCURRENCY.ACQUIRE without ADAPTIVE, RL.CONCURRENCY.RELEASE) run as a Lua
 // script of clients/scripts/, called by its SHA: `EVALSHA <sha> 1 <key> <the command's words

@@ -1,4 +1,4 @@
-"""The package on the script backend (issue 28; SPEC §8): ``backend="auto" | "module" |
+"""The package on the script backend (issue 28; docs/managed.md): ``backend="auto" | "module" |
 "script"``, the scripts called by their SHA (loaded again after NOSCRIPT), the module's features
 refused with ModuleRequired before anything is sent, the middleware, a cluster, and an installed
 package that carries the scripts.

@@ -1,5 +1,5 @@
 """The script backend's scripts (clients/scripts/*.lua) give the module's replies, field by field
-(issue 28; SPEC §8, the script backend).
+(issue 28; docs/managed.md, the script backend).
 
 One redis-server with the module and its debug clock; each step runs the module's command on key
 ``m:…`` at the debug clock and the script on key ``s:…`` with the test-only ``NOW <µs>`` pair at

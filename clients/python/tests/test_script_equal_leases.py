@@ -1,5 +1,5 @@
 """The script backend's concurrency leases (clients/scripts/concurrency_acquire.lua and
-concurrency_release.lua) give the module's replies, field by field (issue 28; SPEC §8, the
+concurrency_release.lua) give the module's replies, field by field (issue 28; docs/managed.md, the
 script backend).
 
 As test_script_equal.py does for the admission scripts: one redis-server with the module and

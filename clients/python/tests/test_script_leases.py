@@ -1,4 +1,4 @@
-"""Concurrency leases through the package on the script backend (issue 28; SPEC §8): ``acquire``,
+"""Concurrency leases through the package on the script backend (issue 28; docs/managed.md): ``acquire``,
 ``release`` and a :class:`Concurrency` limit's ``check`` on a server without the module (backend
 ``auto`` picks the scripts) answer as the same calls on a server with the module, at the same
 instants (the module's debug clock, and the scripts' test-only clock through the limiter's

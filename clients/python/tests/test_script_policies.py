@@ -1,5 +1,5 @@
 """Policies whose rules the application gives (``Policy(name, rules=...)``) on both backends
-(issue 28; SPEC §8): on the script backend one script over a key per rule (``{key}:0``...,
+(issue 28; docs/managed.md): on the script backend one script over a key per rule (``{key}:0``...,
 one slot), on the module the server's policy, set by the limiter before its first check of it.
 
 The same sequences as test_script_backend.py's, on a plain server through the scripts' test

@@ -1,4 +1,4 @@
-"""The script backend (issue 28; SPEC §8): the module's admission commands, ``RL.REFUND`` and the
+"""The script backend (issue 28; docs/managed.md): the module's admission commands, ``RL.REFUND`` and the
 concurrency leases (not adaptive) as server-side Lua scripts, for servers that cannot load the
 module (managed Redis and Valkey).
 
