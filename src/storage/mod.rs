@@ -17,10 +17,14 @@
 
 pub mod codec;
 pub mod compact;
+// The data type's callbacks: what Redis hands them is raw.
+#[allow(unsafe_code)]
 mod data_type;
 pub mod eviction;
 mod interner;
 mod key;
+// The value pointer in its four forms, and every unsafe block behind it.
+#[allow(unsafe_code)]
 mod pointer;
 pub mod policies;
 pub mod value;
