@@ -5,7 +5,7 @@ Starts its own redis-server with the module on a free loopback port (stopped by 
 end), then measures:
   1. throughput with redis-benchmark (50 clients, 100,000 random keys, -P 1 and -P 16) of
      INCR, every admission command and CL.THROTTLE, and a Lua script (EVALSHA) per algorithm
-     written the usual way (scripts/lua/); and each command's server-side usec_per_call from
+     written the usual way (bench/lua/); and each command's server-side usec_per_call from
      INFO commandstats. Medians of BENCH_REPS repetitions (default 3), interleaved so that
      noise spreads over all commands alike;
   2. memory: used_memory growth per key over 100,000 fresh keys, against a plain
@@ -459,7 +459,7 @@ def load(client, shas):
     except RuntimeError as e:
         print("  RL.POLICY.SET: %s" % e, file=sys.stderr)
     for twin in LUA_ARGS:
-        with open(os.path.join(ROOT, "scripts/lua", twin + ".lua")) as f:
+        with open(os.path.join(ROOT, "bench", "lua", twin + ".lua")) as f:
             shas[twin] = client.cmd("SCRIPT", "LOAD", f.read()).decode()
     return shas
 
