@@ -4,13 +4,13 @@
 //! - the wrong-number-of-arguments errors ([`Syntax::arity`], [`Syntax::required`]): the
 //!   usage after the command name is rendered from the arguments;
 //! - the [`Cursor`] the command reads its arguments with ([`Syntax::args`]);
-//! - `COMMAND DOCS` and `COMMAND INFO` (`commands::docs` hands each entry to `redis::docs`,
+//! - `COMMAND DOCS` and `COMMAND INFO` (`commands::docs` hands each entry to `redis::command_info`,
 //!   which lowers it for Redis).
 //!
 //! The arguments shared by several commands are here: the key, the options every admission
 //! command takes, and each algorithm's parameters, which the parameter parsers
 //! (`args::params`) name in their errors and a policy's rules (`args::rules`) take. No Redis
-//! types here: the raw form Redis takes is built in `redis::docs`.
+//! types here: the raw form Redis takes is built in `redis::command_info`.
 
 use std::ffi::CStr;
 

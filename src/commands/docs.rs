@@ -4,7 +4,7 @@
 //!
 //! What it says comes from the command's syntax, in its entry (`args::syntax` has what a
 //! syntax is made of), which also renders the arity errors. [`describe`] hands it to Redis
-//! right after the command is created, through the room's `redis::docs`, which lowers it to
+//! right after the command is created, through the room's `redis::command_info`, which lowers it to
 //! what `RedisModule_SetCommandInfo` takes.
 //!
 //! Nothing here can stop the module from loading: a server without
@@ -74,7 +74,7 @@ pub fn describe(ctx: Ctx, command: &Command) -> Documented {
 
 fn set_info(ctx: Ctx, command: &Command) -> Documented {
     let name = command.name().lower();
-    match redis::docs::set_command_docs(ctx, name, &command.syntax, SINCE, ARITY) {
+    match redis::command_info::set_command_docs(ctx, name, &command.syntax, SINCE, ARITY) {
         None => Documented::NoApi,
         Some(true) => Documented::Described,
         Some(false) => Documented::Refused,
@@ -93,7 +93,7 @@ mod tests {
     use super::super::{When, COMMANDS, NO_KEYS};
     use super::*;
     use crate::args::syntax::{Arg, KeyUse, Kind};
-    use crate::redis::docs::key_flags;
+    use crate::redis::command_info::key_flags;
 
     /// A command's docs, its arity error and RL.REPLAY's text name it as it is registered.
     #[test]

@@ -5,7 +5,7 @@
 //!   notifications, context flags, opening keys, the log;
 //! - [`RString`] and [`Argv`]: a command's arguments, read without copying, and the
 //!   argument-vector swap that replicates a write without rebuilding it;
-//! - [`RawKey`] (in `key.rs`): an open key, which only `storage` uses;
+//! - [`RawKey`] (in `raw_key.rs`): an open key, which only `storage` uses;
 //! - [`Io`], [`Digest`], [`Info`] (in `io.rs`): what the data type's callbacks and the INFO
 //!   callback are handed;
 //! - command registration, ACL categories and command info (in `command.rs`);
@@ -40,11 +40,11 @@
 mod acl;
 mod cluster;
 mod command;
-pub mod docs;
+pub mod command_info;
 mod events;
 mod filter;
 mod io;
-mod key;
+mod raw_key;
 
 use std::ffi::CStr;
 use std::marker::PhantomData;
@@ -61,7 +61,7 @@ pub use command::{create_command, set_acl_categories, CommandHandle};
 pub use events::{ServerEvent, Timer};
 pub use filter::{soon, watch_resetstat};
 pub use io::{Digest, Info, Io};
-pub use key::{Holds, RawKey};
+pub use raw_key::{Holds, RawKey};
 
 /// A context Redis lent to one call: a command, a timer, an event. `Copy`, and never
 /// outlives the call (`'a`).
