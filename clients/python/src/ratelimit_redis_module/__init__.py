@@ -35,19 +35,10 @@ from .client import (
     client_from_url,
     rtt_us,
 )
-from .guard import (
-    PROBLEM_JSON,
-    UNAVAILABLE_BODY,
-    AsyncGuard,
-    DenialMemory,
-    Guard,
-    InFlight,
-    Stats,
-    Verdict,
-    load_shed_body,
-    quota_exceeded_body,
-    rate_limit_headers,
-)
+from .denial_memory import DenialMemory
+from .fields import PROBLEM_JSON, UNAVAILABLE_BODY, load_shed_body, quota_exceeded_body, rate_limit_headers
+from .guard import AsyncGuard, Guard, InFlight, Verdict
+from .stats import Stats
 from .limit_types import (
     ADAPTIVE_KINDS,
     GCRA,

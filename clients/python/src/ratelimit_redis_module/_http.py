@@ -12,7 +12,9 @@ import time
 from typing import Any, Callable, Generic, Mapping, MutableMapping, TypedDict, TypeVar, Union
 
 from ._setup import SETUP_TIMEOUT_S
-from .guard import PROBLEM_JSON, AsyncGuard, Guard, Stats, Verdict
+from .fields import PROBLEM_JSON
+from .guard import AsyncGuard, Guard, Verdict
+from .stats import Stats
 from .limit_types import Limit
 
 #: An ASGI scope or a WSGI environ.

@@ -12,7 +12,7 @@ import math
 import threading
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypedDict, Union, Unpack
+from typing import Any, Callable, NamedTuple, TypedDict, Union, Unpack
 
 import redis
 import redis.asyncio
@@ -49,9 +49,6 @@ from .scripts import (
     BACKENDS, SCRIPTS, ModuleRequired, evalsha_words, lua_missing, missing_module, module_required, no_lua, rule_keys_wanted,
     script_call, script_source,
 )
-
-if TYPE_CHECKING:
-    from .guard import Stats
 
 #: The redis-py clients :class:`RateLimiter` takes, and :class:`AsyncRateLimiter`'s.
 SyncClient = Union[redis.Redis, redis.cluster.RedisCluster]
@@ -650,7 +647,7 @@ class RateLimiter(_Backend):
 
     def __init__(
         self, client: SyncClient, *, clock: Callable[[], float] = time.monotonic,
-        stats: BudgetStats | Stats | None = None, backend: str = "auto", setup_timeout: float = SETUP_TIMEOUT_S,
+        stats: BudgetStats | None = None, backend: str = "auto", setup_timeout: float = SETUP_TIMEOUT_S,
     ) -> None:
         self.client = _prepare(client, asynchronous=False)
         #: What the local budgets did (:class:`~ratelimit_redis_module.BudgetStats`, or the
@@ -985,7 +982,7 @@ class AsyncRateLimiter(_Backend):
 
     def __init__(
         self, client: AsyncClient, *, clock: Callable[[], float] = time.monotonic,
-        stats: BudgetStats | Stats | None = None, backend: str = "auto", setup_timeout: float = SETUP_TIMEOUT_S,
+        stats: BudgetStats | None = None, backend: str = "auto", setup_timeout: float = SETUP_TIMEOUT_S,
     ) -> None:
         self.client = _prepare(client, asynchronous=True)
         self.stats = stats if stats is not None else BudgetStats()

@@ -1,17 +1,16 @@
-"""The HTTP side, framework-agnostic: a check becomes a verdict with the RateLimit headers,
-the 429 problem body, the local memory of denials, and fail open or closed."""
+"""The guards, framework-agnostic: a check becomes a :class:`Verdict` (the fields and bodies of
+``fields``, a denial from ``denial_memory`` without a round trip, the counters of ``stats``), and
+a failure of Redis fails open or closed; :class:`InFlight` carries a request to its end."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-import threading
 import time
-from collections import OrderedDict
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, AsyncIterator, Callable, Hashable, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 import redis
 
@@ -19,164 +18,20 @@ from ._setup import SETUP_TIMEOUT_S
 from .client import (
     AsyncRateLimiter, NotDurable, RateLimiter, Rtt, _is_cluster, async_client_from_url, client_from_url,
 )
+from .denial_memory import DenialMemory
+from .fields import UNAVAILABLE_BODY, check_name, load_shed_body, quota_exceeded_body, rate_limit_headers
 from .limit_types import Concurrency, FieldShape, Limit, More, Policy, Rule, field_shape, more_after_ms, parse_rules
 from .reply import Decision
+from .stats import Stats
 
 __all__ = [
-    "Stats",
     "Verdict",
-    "DenialMemory",
     "Guard",
     "AsyncGuard",
     "InFlight",
-    "rate_limit_headers",
-    "quota_exceeded_body",
-    "load_shed_body",
-    "UNAVAILABLE_BODY",
-    "PROBLEM_JSON",
 ]
 
 logger = logging.getLogger("ratelimit_redis_module")
-
-PROBLEM_JSON = "application/problem+json"
-UNAVAILABLE_BODY = (
-    b'{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity",'
-    b'"title":"Rate limiter unavailable","status":503}'
-)
-
-
-def _ceil_s(ms: int) -> int:
-    return -(-ms // 1000)
-
-
-def check_name(name: str) -> str:
-    """A limit's name must be printable ASCII, so that it is a Structured Field String."""
-    if not name or any(not (0x20 <= ord(c) <= 0x7E) for c in name):
-        raise ValueError(f"invalid limit name {name!r}: expected 1 or more printable ASCII characters")
-    return name
-
-
-def _sf_string(name: str) -> str:
-    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def quota_exceeded_body(name: str) -> bytes:
-    """The 429's ``application/problem+json`` body, naming the violated policy."""
-    return (
-        b'{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",'
-        b'"title":"Request cannot be satisfied as assigned quota has been exceeded",'
-        b'"status":429,"violated-policies":[' + json.dumps(name).encode() + b"]}"
-    )
-
-
-def load_shed_body(name: str) -> bytes:
-    """The ``application/problem+json`` body of a 503 from an adaptive concurrency limit:
-    load shedding (the draft's ``temporary-reduced-capacity``), the server being at the
-    concurrency it currently sustains; not a caller's quota. Names the limit as
-    ``violated-policies``."""
-    return (
-        b'{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity",'
-        b'"title":"Request cannot be satisfied due to temporary server capacity constraints",'
-        b'"status":503,"detail":"load shedding: the server is at its adaptive concurrency limit",'
-        b'"violated-policies":[' + json.dumps(name).encode() + b"]}"
-    )
-
-
-def rate_limit_headers(
-    name: str, decision: Decision, window_s: int | None, concurrent: bool = False,
-    more_after_ms: int | None = None,
-) -> list[tuple[str, str]]:
-    """The response headers for a decision, in this order: ``RateLimit-Policy``,
-    ``RateLimit`` (draft-ietf-httpapi-ratelimit-headers-11), ``X-RateLimit-Limit``,
-    ``-Remaining``, ``-Reset``, and on a denial ``Retry-After`` (unless it never passes).
-
-    Names are lower case, as ASGI wants them; HTTP compares them without case.
-
-    Args:
-        name: the limit's name (printable ASCII).
-        decision: the module's reply.
-        window_s: ``w`` in whole seconds (:class:`~ratelimit_redis_module.FieldShape`), or None
-            to leave it out.
-        concurrent: the quota is requests in flight (``qu="concurrent-requests"``).
-        more_after_ms: when admitted, the ms until ``remaining`` grows (RateLimit's ``t``);
-            None leaves ``t`` out. A refusal's ``t`` is its retry time.
-    """
-    quoted = _sf_string(name)
-    policy = f"{quoted};q={decision.limit}" + ("" if window_s is None else f";w={window_s}")
-    if concurrent:
-        policy += ';qu="concurrent-requests"'
-    if decision.allowed:
-        t: int | None = None if more_after_ms is None else _ceil_s(more_after_ms)
-    else:
-        t = None if decision.retry_after_ms < 0 else _ceil_s(decision.retry_after_ms)
-    state = f"{quoted};r={decision.remaining}" + ("" if t is None else f";t={t}")
-    headers = [
-        ("ratelimit-policy", policy),
-        ("ratelimit", state),
-        ("x-ratelimit-limit", str(decision.limit)),
-        ("x-ratelimit-remaining", str(decision.remaining)),
-        ("x-ratelimit-reset", str(_ceil_s(decision.reset_after_ms))),
-    ]
-    if not decision.allowed and t is not None:
-        headers.append(("retry-after", str(t)))
-    return headers
-
-
-@dataclass
-class Stats:
-    """Counters an application can read (and export).
-
-    Attributes:
-        round_trips: checks that went to Redis and got an answer.
-        admitted: requests admitted by Redis.
-        denied: requests refused by Redis (429; 503 for an adaptive concurrency limit: load
-            shedding).
-        remembered: requests refused from the local denial memory: round trips saved.
-        failures: checks that Redis did not answer in time (timeout, refused connection, error).
-        timeouts: of those, checks that got no answer within the timeout (the asyncio guard's
-            ``timeout``, the sync client's socket timeout): each cost the whole timeout. A
-            failure that is not one ended sooner (a refused connection, with a client of
-            :func:`~ratelimit_redis_module.async_client_from_url`: at once).
-        fail_open: of the failures, requests let through without a limit.
-        fail_closed: of the failures, requests refused with 503.
-        shadow_denied: requests checked with ``shadow`` that the limit would have refused
-            (let through, counted here and not in ``admitted``).
-        not_durable: of the failures, admissions that fewer replicas than ``durable``
-            acknowledged in time (failed open or closed like any failure).
-        local_admitted: of the admitted, requests served from the limit's local budget
-            (``local_budget=``) without a round trip of their own.
-        refills: ``ATMOST`` commands sent to fill a local budget.
-        refunded: units of a local budget given back with ``RL.REFUND`` (``hold / 2`` after
-            their refill, or at shutdown).
-        refund_failures: units that could not be given back (Redis failed).
-        expired: units of a fixed window's budget dropped unspent at the window's end (when
-            it ends within ``hold`` of their refill).
-        held: units the local budgets hold unspent now (a gauge: at most ``k`` per key).
-        backend: ``"module"`` or ``"script"`` (the server has no module, or ``backend="script"``);
-            None until ``backend="auto"`` has asked the server (the setup, from the guard's
-            creation).
-        setup_failures: steps of the setup that failed (each attempt while the server does not
-            answer, logged; the requests meanwhile ask what they need themselves).
-    """
-
-    round_trips: int = 0
-    admitted: int = 0
-    denied: int = 0
-    remembered: int = 0
-    failures: int = 0
-    timeouts: int = 0
-    fail_open: int = 0
-    fail_closed: int = 0
-    shadow_denied: int = 0
-    not_durable: int = 0
-    local_admitted: int = 0
-    refills: int = 0
-    refunded: int = 0
-    refund_failures: int = 0
-    expired: int = 0
-    held: int = 0
-    backend: str | None = None
-    setup_failures: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,110 +109,6 @@ class InFlight:
 # Releases under way after their request was cancelled (asyncio keeps only weak references to
 # tasks): a cancelled request still gives its lease back.
 _releasing: set[asyncio.Future[None]] = set()
-
-
-@dataclass(slots=True)
-class _Denial:
-    until_us: int
-    reset_until_us: int
-    limit: int
-    cost: int
-    params: Hashable
-    name: str
-    window_s: int | None
-
-
-def _us(seconds: float) -> int:
-    """A clock reading in whole microseconds: the memory's arithmetic is integer, so that a
-    figure is exact to the ms whatever the clock's magnitude (epoch seconds leave a float no
-    room for ms sums)."""
-    return round(seconds * 1_000_000)
-
-
-def _ceil_ms(us: int) -> int:
-    return -(-us // 1000)
-
-
-class DenialMemory:
-    """Denials remembered in-process until their ``retry_after``, so a client that keeps
-    asking is refused without a round trip.
-
-    A remembered denial answers only the same request: the same key, the same cost and the
-    same parameters (``params``, compared by equality), and its figure is the module's,
-    counted down. A request of another cost or under other parameters goes to Redis: its wait
-    is another, and a larger burst may admit it at once. The wait counts from when the request
-    was ``sent`` (the server decided after that), so a denial is never remembered past the
-    module's own retry time; at most it ends a round trip early, which costs a round trip.
-
-    At most ``max_entries`` entries, one per key: when full, expired entries go first, then
-    the oldest. A denial that can never pass (``retry_after_ms == -1``) is not remembered.
-    Times come from ``clock`` (seconds, monotonic), counted in whole microseconds. Safe to
-    share between threads (a WSGI server's).
-    """
-
-    def __init__(self, max_entries: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
-        if max_entries < 0:
-            raise ValueError(f"invalid max_entries {max_entries}: expected 0 or more")
-        self.max_entries = max_entries
-        self.clock = clock
-        self._entries: OrderedDict[Hashable, _Denial] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def remember(
-        self, key: Hashable, decision: Decision, cost: int, name: str, window_s: int | None, *,
-        params: Hashable = None, sent: float | None = None,
-    ) -> None:
-        """Remember a denial of ``key`` (a refused ``decision`` for ``cost`` units under the
-        parameters ``params``), replacing what the key had; ``sent`` is the clock's reading
-        when the request was sent (default: now)."""
-        if decision.allowed or decision.retry_after_ms < 0 or self.max_entries == 0:
-            return
-        with self._lock:
-            now = _us(self.clock())
-            start = now if sent is None else min(now, _us(sent))
-            until = start + decision.retry_after_ms * 1000
-            self._entries.pop(key, None)
-            if until <= now:
-                return
-            entry = _Denial(
-                until, start + decision.reset_after_ms * 1000, decision.limit, cost, params, name, window_s,
-            )
-            # Insertion order is roughly expiry order: expired entries at the front go first,
-            # then, while still full, the oldest. O(1) per call, amortised.
-            while self._entries and next(iter(self._entries.values())).until_us <= now:
-                self._entries.popitem(last=False)
-            while len(self._entries) >= self.max_entries:
-                self._entries.popitem(last=False)
-            self._entries[key] = entry
-
-    def recall(self, key: Hashable, cost: int, params: Hashable = None) -> tuple[Decision, str, int | None] | None:
-        """The remembered denial of ``key``, recomputed for now, if it is one of ``cost`` units
-        under ``params`` and its retry time has not come: the decision, with ``remaining`` 0
-        and the times left rounded up to whole ms, the limit's name and its window."""
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        now = _us(self.clock())
-        if entry.until_us <= now:
-            with self._lock:
-                if self._entries.get(key) is entry:
-                    del self._entries[key]
-            return None
-        if cost != entry.cost or params != entry.params:
-            return None
-        retry_ms = _ceil_ms(entry.until_us - now)
-        reset_ms = max(retry_ms, _ceil_ms(entry.reset_until_us - now))
-        return Decision(False, entry.limit, 0, retry_ms, reset_ms), entry.name, entry.window_s
-
-    def forget(self, key: Hashable) -> None:
-        """Forget the denial remembered for ``key``, if any (the key was written since: an
-        admission changes every wait)."""
-        if key in self._entries:
-            with self._lock:
-                self._entries.pop(key, None)
 
 
 @dataclass(slots=True)
