@@ -13,11 +13,10 @@
 /** @typedef {import('../index.cjs').Decision} Decision */
 /** @typedef {import('../index.cjs').Failure} Failure */
 
-const { DenialMemory, monotonicMs } = require('./denial-memory.cjs');
+const { DenialMemory } = require('./denial-memory.cjs');
 const { checkName } = require('./fields.cjs');
 const { LocalBudget, defaultHoldMs } = require('./local-budget.cjs');
 const {
-  ALGORITHMS,
   DURATION_PARAMS,
   MAX_DURATION_MS,
   count,
@@ -27,20 +26,20 @@ const {
   policyShapes,
 } = require('./limits.cjs');
 const { parseReply } = require('./reply.cjs');
-const { SETUP_TIMEOUT_MS, Setup, checkClient, checkSetupTimeout, loadScripts, loadScriptsFor } = require('./setup.cjs');
+const { adaptiveWords, algorithmWords, checkOptions, policyRules } = require('./validations.cjs');
+const { Setup, loadScripts, loadScriptsFor } = require('./setup.cjs');
 const {
   ModuleRequiredError,
   POLICY_SCRIPT_OF,
   SCRIPT_OF,
   TEST_NOW,
-  checkBackend,
   clusterKey,
   evalPolicy,
   evalScript,
-  isCluster,
   moduleError,
   resolveBackend,
   scriptingError,
+  sender,
 } = require('./scripts.cjs');
 
 class TimeoutError extends Error {
@@ -148,122 +147,33 @@ async function withTimeout(attempt, ms) {
 }
 
 /**
- * A concurrency limit's `adaptive`, `min` and `max` as the words of RL.CONCURRENCY.ACQUIRE
- * (`ADAPTIVE <KIND> [MIN n] [MAX n]`) and the kind, lower case; `min` and `max` are checked
- * against each other as the module checks them (one left out takes the module's default for the
- * kind, widened to include `limit`), so that a limit the module would refuse on every request
- * is refused here, once.
+ * A limiter's counters, all 0 (`backend` known already when it is forced to the scripts).
+ * @param {string} backend
+ * @returns {import('../index.cjs').RateLimitStats}
  */
-function adaptiveWords(kinds, limit, start) {
-  if (kinds === undefined) {
-    throw new TypeError(`invalid limit.adaptive: only a concurrency limit adapts; got ${String(limit.adaptive)}`);
-  }
-  const kind = typeof limit.adaptive === 'string' ? limit.adaptive.toLowerCase() : undefined;
-  if (kind === undefined || !Object.hasOwn(kinds, kind)) {
-    throw new TypeError(`invalid limit.adaptive: expected "aimd", "vegas" or "gradient2"; got ${String(limit.adaptive)}`);
-  }
-  const words = ['ADAPTIVE', kind.toUpperCase()];
-  const min = limit.min === undefined ? undefined : count(limit.min, 'limit.min');
-  const max = limit.max === undefined ? undefined : count(limit.max, 'limit.max');
-  const defaults = kinds[kind];
-  const lo = min ?? Math.min(defaults.min, start);
-  const hi = max ?? Math.max(defaults.max, start);
-  if (lo > hi) {
-    if (max === undefined) {
-      throw new TypeError(
-        `invalid limit.min: ${min} is above limit.max, whose default for ${kind} is ${hi} (${defaults.max}, or limit if higher)`,
-      );
-    }
-    if (min === undefined) {
-      throw new TypeError(
-        `invalid limit.max: ${max} is below limit.min, whose default for ${kind} is ${lo} (${defaults.min}, or limit if lower)`,
-      );
-    }
-    throw new TypeError(`invalid limit.min: ${min} is above limit.max ${max}`);
-  }
-  if (min !== undefined) words.push('MIN', `${min}`);
-  if (max !== undefined) words.push('MAX', `${max}`);
-  return [kind, words];
-}
-
-/**
- * An algorithm's limit (`{ algorithm, ...parameters }`) as its command's words after the key:
- * its positional parameters (durations in ms), then its option with a value (COLDFACTOR k) and
- * its flag (INTERVAL). `what` names the limit in errors ('limit', or 'limit.rules[i]'); `rule`:
- * a policy's rule, which cannot be a concurrency limit. Returns { algorithm (ALGORITHMS' entry),
- * name (lower case), args }.
- */
-function algorithmWords(limit, what, rule = false) {
-  const name = String(limit.algorithm).toLowerCase();
-  const algorithm = Object.hasOwn(ALGORITHMS, name) ? ALGORITHMS[name] : undefined;
-  if (rule && algorithm?.concurrent) {
-    throw new TypeError(`invalid ${what}: a policy's rule cannot be a concurrency limit`);
-  }
-  if (algorithm === undefined) {
-    const kinds = Object.keys(ALGORITHMS).filter((k) => !(rule && ALGORITHMS[k].concurrent));
-    throw new TypeError(
-      `invalid ${what}.algorithm: expected one of ${kinds.join(', ')}${rule ? '' : ', or limit.policy'}; ` +
-        `got ${String(limit.algorithm)}`,
-    );
-  }
-  const args = algorithm.params.map((p) =>
-    DURATION_PARAMS.has(p) ? `${durationMs(limit[p], `${what}.${p}`)}` : `${count(limit[p], `${what}.${p}`)}`,
-  );
-  const { valued } = algorithm;
-  if (valued && limit[valued.name] !== undefined) {
-    const value = limit[valued.name];
-    if (!Number.isSafeInteger(value) || value < valued.min || value > valued.max) {
-      throw new TypeError(
-        `invalid ${what}.${valued.name}: expected an integer from ${valued.min} to ${valued.max}; got ${String(value)}`,
-      );
-    }
-    args.push(valued.word, `${value}`);
-  }
-  if (algorithm.flag && limit[algorithm.flag]) args.push(algorithm.flag.toUpperCase());
-  return { algorithm, name, args };
-}
-
-/**
- * A policy's rules given by the application (`limit.rules`: 1 to 16 algorithms' limits, each
- * written as a single limit is, `shadow: true` for a shadow rule, at least one not), checked,
- * as the words RL.POLICY.SET and policy.lua take them (`[SHADOW] NAME args...` each, e.g.
- * `GCRA 10 10 1000`), with each rule's field shape: { count, words, shapes }.
- */
-function policyRules(rules) {
-  if (!Array.isArray(rules) || rules.length < 1 || rules.length > 16) {
-    throw new TypeError(`invalid limit.rules: expected an array of 1 to 16 rules; got ${Array.isArray(rules) ? `${rules.length} rules` : String(rules)}`);
-  }
-  const words = [];
-  const shapes = [];
-  let enforced = false;
-  rules.forEach((rule, i) => {
-    const what = `limit.rules[${i}]`;
-    if (rule === null || typeof rule !== 'object') {
-      throw new TypeError(`invalid ${what}: expected { algorithm, ...parameters }; got ${String(rule)}`);
-    }
-    if (rule.policy !== undefined || rule.rules !== undefined) {
-      throw new TypeError(`invalid ${what}: a rule is one algorithm's limit, not a policy`);
-    }
-    if (rule.localBudget !== undefined) {
-      throw new TypeError(`invalid ${what}.localBudget: a local budget is the limiter's (the localBudget option), not a rule's`);
-    }
-    if (rule.block !== undefined) {
-      throw new TypeError(`invalid ${what}.block: a penalty is the policy's (limit.block), over every rule`);
-    }
-    for (const option of ['adaptive', 'min', 'max']) {
-      if (rule[option] !== undefined) throw new TypeError(`invalid ${what}.${option}: only a concurrency limit adapts, and a rule is not one`);
-    }
-    if (rule.shadow !== undefined && typeof rule.shadow !== 'boolean') {
-      throw new TypeError(`invalid ${what}.shadow: expected true or false; got ${String(rule.shadow)}`);
-    }
-    const { algorithm, name, args } = algorithmWords(rule, what, true);
-    if (rule.shadow) words.push('SHADOW');
-    else enforced = true;
-    words.push(algorithm.command.replace(/^RL\./, ''), ...args);
-    shapes.push(fieldShape(name, args));
-  });
-  if (!enforced) throw new TypeError('invalid limit.rules: every rule is a shadow rule; at least one must not be');
-  return { count: rules.length, words, shapes };
+function newStats(backend) {
+  return {
+    calls: 0, // round trips to Redis for a decision
+    admitted: 0,
+    denied: 0, // refusals, those from the memory included
+    deniedLocally: 0, // refusals from the denial memory: round trips saved
+    failures: 0, // Redis errors and timeouts
+    failOpen: 0, // requests passed because Redis failed
+    failClosed: 0, // requests refused because Redis failed
+    shadowDenied: 0, // requests with `shadow` the limit would have refused (passed, not admitted)
+    notDurable: 0, // of the failures, admissions fewer replicas than `durable` acknowledged in time
+    releaseFailures: 0, // concurrency leases not given back (they end by themselves)
+    // With localBudget (all 0 without):
+    localAdmitted: 0, // admitted from the local budget, without a round trip
+    refills: 0, // ATMOST round trips that refill a budget (counted in calls too)
+    refunded: 0, // unspent units given back (RL.REFUND, after hold or at flush / close)
+    lapsed: 0, // unspent units let go without a refund: their fixed window ended
+    refundFailures: 0, // RL.REFUNDs that failed (the limit gets those units back by itself)
+    held: 0, // gauge: units held unspent now, over all keys (the under-admission of this process)
+    setupFailures: 0, // setups (setup.cjs) that failed or overran setupTimeout, each logged
+    // 'module' or 'script' once decided (backend "auto": by the setup, or the first call; undefined before).
+    backend: backend === 'script' ? 'script' : undefined,
+  };
 }
 
 /**
@@ -281,59 +191,20 @@ class RateLimit {
   /** @param {RateLimitOptions} options */
   constructor(options = /** @type {RateLimitOptions} */ ({})) {
     const {
-      client,
-      name,
-      prefix = 'rl:http:',
-      timeout = 50,
-      failMode = 'open',
-      denialMemory = 10_000,
-      logger = console,
-      now = monotonicMs,
-      backend = 'auto',
-      setupTimeout = SETUP_TIMEOUT_MS,
-    } = options;
-    this.backendOption = checkBackend(backend);
-    // A Limit of index.d.cts, read as a plain object: its members are checked at run time below
-    // (an application in JavaScript may pass anything).
-    /** @type {Record<string, any>} */
-    const limit = options.limit;
-    checkClient(client);
-    checkSetupTimeout(setupTimeout);
-    const { durable = 0, durableTimeoutMs = 100 } = options;
-    if (!Number.isSafeInteger(durable) || durable < 0) {
-      throw new TypeError(`invalid durable: expected a number of replicas, 0 or more; got ${String(durable)}`);
-    }
-    if (!Number.isSafeInteger(durableTimeoutMs) || durableTimeoutMs < 0) {
-      throw new TypeError(`invalid durableTimeoutMs: expected an integer, 0 or more; got ${String(durableTimeoutMs)}`);
-    }
+      client, name, prefix, timeout, failMode, denialMemory, logger, now, backend, setupTimeout, durable,
+      durableTimeoutMs, limit,
+    } = checkOptions(options);
+    this.backendOption = backend;
     this.durable = durable;
     this.durableTimeoutMs = durableTimeoutMs;
-    if (failMode !== 'open' && failMode !== 'closed') {
-      throw new TypeError(`invalid failMode: expected "open" or "closed"; got ${String(failMode)}`);
-    }
-    if (!Number.isFinite(timeout) || timeout <= 0) {
-      throw new TypeError(`invalid timeout: expected a positive number of milliseconds; got ${String(timeout)}`);
-    }
-    if (!Number.isSafeInteger(denialMemory) || denialMemory < 0) {
-      throw new TypeError(`invalid denialMemory: expected an integer, 0 or more; got ${String(denialMemory)}`);
-    }
-    if (typeof prefix !== 'string') throw new TypeError('invalid prefix: expected a string');
-    // The three kinds of client are told apart at run time (getMasterNode, getSlotMaster).
+    // The three kinds of client are told apart at run time (scripts.cjs, sender).
     /** @type {any} */
     const duck = client;
     this.client = duck;
-    // node-redis's Sentinel client (createSentinel) takes sendCommand(isReadonly, args), its
-    // standalone client sendCommand(args); the Sentinel client alone has getMasterNode. Its
-    // cluster client (createCluster) takes sendCommand(firstKey, isReadonly, args), firstKey
-    // choosing the node (undefined: any); it alone has getSlotMaster and nodeClient. `send(args,
-    // key)`: on a cluster, to the primary of `key`'s slot (left out: the key the command
-    // declares, clusterKey), elsewhere to the one server (`key` ignored).
-    this.sentinel = typeof duck.getMasterNode === 'function';
-    this.cluster = isCluster(duck);
-    /** @type {(args: string[], key?: string) => Promise<unknown>} */
-    this.send = (args) => duck.sendCommand(args);
-    if (this.sentinel) this.send = (args) => duck.sendCommand(false, args);
-    else if (this.cluster) this.send = (args, key = clusterKey(args)) => duck.sendCommand(key, false, args);
+    const how = sender(duck);
+    this.sentinel = how.sentinel;
+    this.cluster = how.cluster;
+    this.send = how.send;
     // The backend in use once known ('module' or 'script'); the promise of it while asked.
     // (backend "module": once the module is found there, per client).
     /** @type {'module' | 'script' | undefined} */
@@ -347,33 +218,8 @@ class RateLimit {
     this.logger = logger;
     this.now = now;
     this.memory = new DenialMemory(denialMemory);
-    /** @type {import('../index.cjs').RateLimitStats} Counters the application can read. */
-    this.stats = {
-      calls: 0, // round trips to Redis for a decision
-      admitted: 0,
-      denied: 0, // refusals, those from the memory included
-      deniedLocally: 0, // refusals from the denial memory: round trips saved
-      failures: 0, // Redis errors and timeouts
-      failOpen: 0, // requests passed because Redis failed
-      failClosed: 0, // requests refused because Redis failed
-      shadowDenied: 0, // requests with `shadow` the limit would have refused (passed, not admitted)
-      notDurable: 0, // of the failures, admissions fewer replicas than `durable` acknowledged in time
-      releaseFailures: 0, // concurrency leases not given back (they end by themselves)
-      // With localBudget (all 0 without):
-      localAdmitted: 0, // admitted from the local budget, without a round trip
-      refills: 0, // ATMOST round trips that refill a budget (counted in calls too)
-      refunded: 0, // unspent units given back (RL.REFUND, after hold or at flush / close)
-      lapsed: 0, // unspent units let go without a refund: their fixed window ended
-      refundFailures: 0, // RL.REFUNDs that failed (the limit gets those units back by itself)
-      held: 0, // gauge: units held unspent now, over all keys (the under-admission of this process)
-      setupFailures: 0, // setups (setup.cjs) that failed or overran setupTimeout, each logged
-      // 'module' or 'script' once decided (backend "auto": by the setup, or the first call; undefined before).
-      backend: backend === 'script' ? 'script' : undefined,
-    };
+    this.stats = newStats(backend);
 
-    if (limit === null || typeof limit !== 'object') {
-      throw new TypeError('invalid limit: expected { algorithm, ...parameters } or { policy }');
-    }
     // ADAPTIVE's kind, lower case, for an adaptive concurrency limit; MIN and MAX bound it only.
     this.adaptive = undefined;
     if (limit.adaptive === undefined) {

@@ -192,6 +192,26 @@ function clusterKey(args) {
   return undefined;
 }
 
+/**
+ * How a limiter sends a command on `client`, of the three kinds of node-redis client: its
+ * Sentinel client (createSentinel) takes sendCommand(isReadonly, args), its standalone client
+ * sendCommand(args); the Sentinel client alone has getMasterNode. Its cluster client
+ * (createCluster) takes sendCommand(firstKey, isReadonly, args), firstKey choosing the node
+ * (undefined: any); it alone has getSlotMaster and nodeClient. `send(args, key)`: on a cluster,
+ * to the primary of `key`'s slot (left out: the key the command declares, clusterKey),
+ * elsewhere to the one server (`key` ignored).
+ * @param {any} client
+ */
+function sender(client) {
+  const sentinel = typeof client.getMasterNode === 'function';
+  const cluster = isCluster(client);
+  /** @type {(args: string[], key?: string) => Promise<unknown>} */
+  let send = (args) => client.sendCommand(args);
+  if (sentinel) send = (args) => client.sendCommand(false, args);
+  else if (cluster) send = (args, key = clusterKey(args)) => client.sendCommand(key, false, args);
+  return { sentinel, cluster, send };
+}
+
 // Test-only: a limiter with this symbol set to a function returning µs sends the scripts' test
 // clock (`NOW <µs>`). Not exported by the package's index: the public API never sends it.
 const TEST_NOW = Symbol('ratelimit script test clock');
@@ -506,6 +526,7 @@ module.exports = {
   checkBackend,
   isCluster,
   clusterKey,
+  sender,
   TEST_NOW,
   resolveBackend,
   noPermission,

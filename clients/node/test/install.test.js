@@ -49,7 +49,7 @@ test('npm install of the packed package into a fresh directory', { skip: PACKAGE
     assert.ok(!existsSync(path.join(source, 'scripts')), 'postpack removed the copy: clients/scripts/ stays the only one');
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module/lib')).sort(),
       ['denial-memory.cjs', 'fields.cjs', 'flexible.cjs', 'limits.cjs', 'local-budget.cjs', 'middleware.cjs', 'rate-limit.cjs', 'reconnect.cjs',
-        'reply.cjs', 'scripts.cjs', 'setup.cjs']);
+        'reply.cjs', 'scripts.cjs', 'setup.cjs', 'validations.cjs']);
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module/scripts')).sort(),
       readdirSync(path.join(pkg, '../scripts')).filter((f) => f !== 'README.md').sort());
     const script = `
