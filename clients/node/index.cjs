@@ -6,7 +6,7 @@
 //   fail closed; with `localBudget`, units taken k at a time and handed out in the process
 //   (local-budget.cjs).
 // - middleware.cjs, rateLimitMiddleware: Express/Connect middleware (plain node:http works too)
-//   that turns the decision into the HTTP fields of docs/clients.md.
+//   that turns the decision into the HTTP fields of docs/node.md.
 // - fields.cjs: those fields, RateLimit-Policy and RateLimit
 //   (draft-ietf-httpapi-ratelimit-headers-11), X-RateLimit-*, and on a refusal 429 with
 //   Retry-After and an application/problem+json body (quotaExceededBody, UNAVAILABLE_BODY), and

@@ -1,4 +1,4 @@
-// The HTTP fields of docs/clients.md: RateLimit-Policy and RateLimit
+// The HTTP fields of docs/node.md: RateLimit-Policy and RateLimit
 // (draft-ietf-httpapi-ratelimit-headers-11, a name being a Structured Field String),
 // X-RateLimit-*, Retry-After, and the application/problem+json bodies of 429 and 503 (fail
 // closed, and an adaptive concurrency limit shedding load).

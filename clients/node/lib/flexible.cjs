@@ -62,7 +62,7 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  * rate-limiter-flexible's RateLimiterRedis, on the module: `points` per `duration` seconds, the
  * window starting at the key's first consume (RL.TOKENBUCKET key points points duration
  * INTERVAL: all the points come back at once, `duration` after the window began). See
- * docs/clients.md for every difference.
+ * docs/node.md for every difference.
  */
 class RateLimiterRedis {
   /** @param {RateLimiterRedisOptions} opts */

@@ -1,4 +1,4 @@
-// docs/clients.md's Node.js install and complete Express app, as a new user meets them: in a
+// docs/node.md's install and complete Express app, as a new user meets them: in a
 // fresh folder, the page's install commands as written (the package's path put in; npm's
 // cache first, which npm ci filled), then the page's app saved as app.js and started with
 // node there (its Redis URL and port put to this test's). It answers with the fields the page
@@ -15,12 +15,11 @@ import { PACKAGE_TEST, ROOT, T0_MS, connect, get, limitFields, startRedis } from
 
 const pkg = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
-/** The code block of the Node.js part's section `heading` in docs/clients.md. */
+/** The code block of the section `heading` of docs/node.md. */
 function docsBlock(heading, lang = '') {
-  const page = readFileSync(path.join(ROOT, 'docs/clients.md'), 'utf8');
-  const node = page.slice(page.indexOf('## Node.js'));
-  const m = new RegExp(`### ${heading}\\n[\\s\\S]*?\`\`\`${lang}\\n([\\s\\S]*?)\`\`\``).exec(node);
-  assert.ok(m, `docs/clients.md has "### ${heading}" and its ${lang || 'plain'} block in its Node.js part`);
+  const node = readFileSync(path.join(ROOT, 'docs/node.md'), 'utf8');
+  const m = new RegExp(`## ${heading}\\n[\\s\\S]*?\`\`\`${lang}\\n([\\s\\S]*?)\`\`\``).exec(node);
+  assert.ok(m, `docs/node.md has "## ${heading}" and its ${lang || 'plain'} block`);
   return m[1];
 }
 
@@ -34,7 +33,7 @@ function install(dir) {
   }
 }
 
-test("docs/clients.md's install and complete Express app, in a fresh folder, run and limit", { skip: PACKAGE_TEST }, async () => {
+test("docs/node.md's install and complete Express app, in a fresh folder, run and limit", { skip: PACKAGE_TEST }, async () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'rl-node-docs-'));
   install(dir);
   // The package linked, its peer and express installed beside it, the app an ES module.

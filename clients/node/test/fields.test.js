@@ -36,7 +36,7 @@ async function admits(c, key, units, ms) {
   return allowed === true || allowed === 1;
 }
 
-test('the cases are the ones the table of docs/clients.md implies: every algorithm, burst below, equal to and above rate', () => {
+test('the cases are the ones the table of docs/python.md implies: every algorithm, burst below, equal to and above rate', () => {
   const commands = new Set(cases.map((c) => c.command));
   for (const { command } of Object.values(ALGORITHMS)) assert.ok(commands.has(command), command);
   assert.ok(commands.has('RL.LIMIT'));

@@ -1,5 +1,5 @@
 // The middleware over real HTTP (Express 5 on node:http) against a real server with the debug
-// clock frozen: every field of the contract in docs/clients.md, byte for byte.
+// clock frozen: every field of the contract in docs/node.md, byte for byte.
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';

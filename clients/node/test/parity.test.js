@@ -223,10 +223,10 @@ test('every rule kind of the module is one the package reads, alone, as a shadow
   }
 });
 
-test("docs/clients.md's table of what the Node package reaches names the module's commands as this test does", async () => {
-  const page = readFileSync(path.join(ROOT, 'docs/clients.md'), 'utf8');
-  const section = /### What the package reaches\n([\s\S]*?)\n### /.exec(page.slice(page.indexOf('## Node.js')));
-  assert.ok(section, 'docs/clients.md has "### What the package reaches" in its Node.js part');
+test("docs/node.md's table of what the Node package reaches names the module's commands as this test does", async () => {
+  const page = readFileSync(path.join(ROOT, 'docs/node.md'), 'utf8');
+  const section = /## What the package reaches\n([\s\S]*?)\n## /.exec(page);
+  assert.ok(section, 'docs/node.md has "## What the package reaches"');
   // A row names one or more commands; its second column says how, or starts "not reached".
   const rows = [...section[1].matchAll(/^\| (`[A-Z.]+`(?:, `[A-Z.]+`)*) \| ([^|]+) \|$/gm)]
     .flatMap(([, names, how]) => [...names.matchAll(/`([A-Z.]+)`/g)].map(([, name]) => [name, !how.startsWith('not reached')]));

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import PATIENT, ROOT, Server
 
-PAGE = ROOT / "docs" / "clients.md"
+PAGE = ROOT / "docs" / "python.md"
 
 
 def the_app_block() -> str:

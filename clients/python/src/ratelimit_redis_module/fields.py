@@ -1,7 +1,7 @@
 """The HTTP fields and bodies of a decision, framework-agnostic: ``RateLimit-Policy`` and
 ``RateLimit`` (draft-ietf-httpapi-ratelimit-headers-11), the legacy ``X-RateLimit-*`` and
-``Retry-After``, and the ``application/problem+json`` bodies of a 429 and a 503 (docs/clients.md,
-"The response's fields")."""
+``Retry-After``, and the ``application/problem+json`` bodies of a 429 and a 503 (docs/python.md,
+"The headers")."""
 
 from __future__ import annotations
 
