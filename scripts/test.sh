@@ -57,6 +57,16 @@ step "mypy" clients/python/.venv/bin/python -m mypy --strict clients/python/src/
 step "commit messages" python3 scripts/check_commits.py
 step "unit and property tests" cargo test --release --workspace --lib
 step "doc tests" cargo test --release -p ratelimit-algorithms --doc
+# The Lua scripts held to the algorithms crate: its vectors (written by algorithms/src/vectors.rs,
+# which the unit tests above check against the crate) run through each script on every server,
+# without the module (clients/scripts/conformance/run.py; about a second a server).
+conformance() {
+  local server
+  for server in "${servers[@]}"; do
+    RATELIMIT_SERVER="$server" python3 clients/scripts/conformance/run.py || return 1
+  done
+}
+step "script conformance" conformance
 # The integration tests' binary (tests/integration/), built once here so that the runs below
 # only run it.
 step "integration tests built" cargo test --release --no-run --test integration

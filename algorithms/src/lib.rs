@@ -281,6 +281,8 @@ pub fn keep<S>(stored: Option<&mut S>, new: S) -> Option<S> {
 mod budget_promise;
 #[cfg(test)]
 mod testing;
+#[cfg(test)]
+mod vectors;
 
 #[cfg(test)]
 mod tests {
