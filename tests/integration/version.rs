@@ -98,14 +98,15 @@ fn every_file_says_the_crates_version() {
         quoted_after(root, "\"version\":", "the lock file's package entry"),
         VERSION
     );
-    // The changelog's newest entry is this version (released or not).
+    // The changelog's newest entry is this version (released or not), as Keep a Changelog
+    // heads it: `## [0.1.0] - 2026-12-01`, or `- Unreleased` until it is out.
     let changelog = read("CHANGELOG.md");
     let newest = changelog
         .lines()
         .find(|l| l.starts_with("## "))
         .expect("CHANGELOG.md has no entry");
     assert!(
-        newest.starts_with(&format!("## {VERSION}")),
+        newest.starts_with(&format!("## [{VERSION}] - ")),
         "CHANGELOG.md's newest entry {newest:?} is not {VERSION}"
     );
 }
