@@ -3,9 +3,10 @@
 //! loopback ports and stops by PID (`RATELIMIT_SERVER` names the binary, `RATELIMIT_MODULE` the
 //! module; `scripts/test.sh` runs them on each server `make test` has).
 //!
-//! One binary rather than one per file: `common` is compiled once, not once per file,
-//! and the test threads take the next test of any part, not only of the part at hand. A part
-//! alone: `cargo test --release --test integration <part>::`, e.g. `examples::`.
+//! One binary rather than one per file: `common` is compiled once, not once per file. `make
+//! test` runs it part by part, as the files ran when each was a binary (scripts/test.sh says
+//! why). A part alone: `cargo test --release --test integration <part>::`, e.g. `examples::`
+//! (a filter matches anywhere in a test's name: `policies::` runs `cluster_policies::` too).
 
 mod common;
 
