@@ -103,7 +103,8 @@ def start(binary: str, folder: str) -> tuple[subprocess.Popen[bytes], Resp]:
         while proc.poll() is None:
             try:
                 conn = Resp(port)
-                if conn.call("PING") == "PONG":
+                # Ours, not another process that took the port first.
+                if f"process_id:{proc.pid}\r" in str(conn.call("INFO", "server")):
                     return proc, conn
             except OSError:
                 time.sleep(0.01)

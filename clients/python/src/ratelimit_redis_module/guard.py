@@ -5,7 +5,6 @@ a failure of Redis fails open or closed; :class:`InFlight` carries a request to 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from contextlib import asynccontextmanager, contextmanager
