@@ -83,10 +83,11 @@ version_of() {
 # A server that comes with other modules (Redis 7.4's, the Redis Stack's, in modules/ beside
 # it): tests/integration/other_modules.rs loads ours beside them.
 # Part by part (main.rs's modules), as when each file was a binary of its own: the test threads
-# on one part's tests at a time. All the parts at once took a fifth more CPU a server under make
-# test's load (72 to 86 s against 55 to 68), and make test's time rose by about as much. A part's
-# tests are named exactly (libtest's filters match anywhere: `policies::` would also run
-# `cluster_policies::`'s); a failed part does not stop the others.
+# on one part's tests at a time, the load on the servers as it was. (All the parts at once took
+# 72 to 86 s of CPU a server in one fresh run against 55 to 68 in the run before; part by part
+# took 71 to 88 s in the next, on a machine that ran the same unit tests a fifth slower: not
+# settled.) A part's tests are named exactly (libtest's filters match anywhere: `policies::`
+# would also run `cluster_policies::`'s); a failed part does not stop the others.
 integration() {
   local others part failed=0
   local -a names
