@@ -426,7 +426,10 @@ impl Spending {
                     let mut full = [false; KEYS_PER_CLIENT];
                     let mut port = conn.as_ref().map(|c| c.port);
                     let mut k = 0;
-                    while !full.iter().all(|f| *f) && Instant::now() < deadline {
+                    // Done when every key is spent on a node other than the killed primary.
+                    while !(full.iter().all(|f| *f) && port != Some(killed))
+                        && Instant::now() < deadline
+                    {
                         let Some(c) = conn.as_mut() else {
                             conn = reconnect();
                             // On another node (the promoted replica), every key is tried again,
@@ -439,6 +442,17 @@ impl Spending {
                             }
                             continue;
                         };
+                        if full.iter().all(|f| *f) {
+                            // Every key spent on the primary before its kill (a client ahead of
+                            // the others on a loaded machine): waits for the kill, then tries
+                            // every key on the promoted replica, as a client would.
+                            std::thread::sleep(Duration::from_millis(5));
+                            let ping: [&str; 1] = ["PING"];
+                            if c.pipeline(&[&ping]).is_err() {
+                                conn = None;
+                            }
+                            continue;
+                        }
                         k = (k + 1) % KEYS_PER_CLIENT;
                         if full[k] {
                             continue;
