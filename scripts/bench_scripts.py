@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`make bench`, the script backend (issue 28): each algorithm's script (clients/scripts/, as the
+"""`make bench`, the script backend (issue 28): each algorithm's script (clients/lua/, as the
 packages assemble and send it) against the module's command and against the Lua library users
 run today for it, on one server, in one run:
 
@@ -56,7 +56,7 @@ from bench import Client  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The scripts as the packages send them: the package's own assembly, of this tree's scripts.
-os.environ.setdefault("RATELIMIT_SCRIPTS_DIR", os.path.join(ROOT, "clients/scripts"))
+os.environ.setdefault("RATELIMIT_SCRIPTS_DIR", os.path.join(ROOT, "clients/lua"))
 from ratelimit_redis_module.scripts import script_source  # noqa: E402
 MODULE = os.environ.get("RATELIMIT_MODULE", os.path.join(ROOT, "target/release/libratelimit.so"))
 OUT = os.path.join(ROOT, "target/bench")

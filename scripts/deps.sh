@@ -97,10 +97,10 @@ need_rust 87 ratelimit
 need_rust 88 "the gateway (make test, make lint and make dist build it)"
 
 # The Python package (clients/python): its checksum (pins, metadata, build hook, sources and the
-# scripts it ships from clients/scripts) says when the venvs that hold it must be redone.
+# scripts it ships from clients/lua) says when the venvs that hold it must be redone.
 pkg=clients/python
 stamp=$(cat "$pkg/requirements-test.txt" "$pkg/pyproject.toml" "$pkg/hatch_build.py" "$pkg/README.md" \
-  $(find "$pkg/src" clients/scripts -type f ! -path '*/__pycache__/*' | sort) | sha256sum | cut -d' ' -f1)
+  $(find "$pkg/src" clients/lua -type f ! -path '*/__pycache__/*' | sort) | sha256sum | cut -d' ' -f1)
 
 # The Python example: a venv of its own, so nothing goes into the system's site-packages, with
 # the package installed from its folder. The copy of requirements.txt and the package's

@@ -59,11 +59,11 @@ step "unit and property tests" cargo test --release --workspace --lib
 step "doc tests" cargo test --release -p ratelimit-algorithms --doc
 # The Lua scripts held to the algorithms crate: its vectors (written by algorithms/src/vectors.rs,
 # which the unit tests above check against the crate) run through each script on every server,
-# without the module (clients/scripts/conformance/run.py; about a second a server).
+# without the module (clients/lua/conformance/run.py; about a second a server).
 conformance() {
   local server
   for server in "${servers[@]}"; do
-    RATELIMIT_SERVER="$server" python3 clients/scripts/conformance/run.py || return 1
+    RATELIMIT_SERVER="$server" python3 clients/lua/conformance/run.py || return 1
   done
 }
 step "script conformance" conformance

@@ -1,6 +1,6 @@
 //! The conformance vectors of the admission algorithms: what this crate decides for a sequence
 //! of requests, written as the module's replies, for every other copy of the algorithms to be
-//! held to (the Lua scripts of `clients/scripts/`, run by `clients/scripts/conformance/run.py`
+//! held to (the Lua scripts of `clients/lua/`, run by `clients/lua/conformance/run.py`
 //! on a server without the module).
 //!
 //! Each case is one command's parameters, as the command's arguments (durations spelled in the
@@ -26,7 +26,7 @@ use crate::{Algorithm, Decision};
 
 /// The committed file.
 fn path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../clients/scripts/conformance/replies.json")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../clients/lua/conformance/replies.json")
 }
 
 /// A small deterministic generator (xorshift64*): the vectors must not change between runs.

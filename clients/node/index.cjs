@@ -14,7 +14,7 @@
 // - flexible.cjs, RateLimiterRedis and RateLimiterRes: rate-limiter-flexible's interface, backed
 //   by the module, so that its users switch by changing one constructor.
 // - scripts.cjs: the script backend (backend "auto" where the server has no module, or
-//   "script"): each command run as its Lua script of clients/scripts/ (EVALSHA), and
+//   "script"): each command run as its Lua script of clients/lua/ (EVALSHA), and
 //   ModuleRequiredError for what needs the module there.
 // - limits.cjs: the module's durations (durationMs), each algorithm's command and parameters,
 //   and a policy's windows (policyWindows); reply.cjs: the module's reply (parseReply).

@@ -136,7 +136,7 @@ export interface RateLimitOptions {
    * client, by the setup or else before the first command, the choice logged at info level),
    * else the script backend;
    * "module": the module, a check rejecting with ModuleRequiredError where it is missing;
-   * "script": the Lua scripts of clients/scripts (EVALSHA), for servers that refuse MODULE LOAD.
+   * "script": the Lua scripts of clients/lua (EVALSHA), for servers that refuse MODULE LOAD.
    * On the scripts, a policy without `rules` (the server's) and adaptive concurrency limits
    * need the module: refused with ModuleRequiredError (in the constructor when "script" is
    * given, else at the check); a policy with `rules` and `shadow` work there as on the module.

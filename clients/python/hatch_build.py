@@ -1,10 +1,10 @@
 """A build hook (hatchling): the script backend's scripts go into the wheel and the sdist.
 
-Their one source is the repository's ``clients/scripts/`` (its README, "One source"): no copy is
-kept in this folder. Built from the repository, the hook copies ``../scripts`` (the entry files
+Their one source is the repository's ``clients/lua/`` (its README, "One source"): no copy is
+kept in this folder. Built from the repository, the hook copies ``../lua`` (the entry files
 and ``lib/``) into the package as ``ratelimit_redis_module/lua/`` (in the sdist:
 ``src/ratelimit_redis_module/lua/``, so that a wheel built from the sdist, where
-``../scripts`` is not, has them as package files).
+``../lua`` is not, has them as package files).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ class ScriptsHook(BuildHookInterface):
     PLUGIN_NAME = "custom"
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
-        source = Path(self.root).resolve().parent / "scripts"
+        source = Path(self.root).resolve().parent / "lua"
         packaged = Path(self.root) / "src" / "ratelimit_redis_module" / "lua"
         if not (source / "lib").is_dir():
             if not (packaged / "gcra.lua").is_file():

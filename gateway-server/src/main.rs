@@ -104,7 +104,7 @@ async fn run(settings: Settings) -> Result<(), String> {
                 })?;
                 loaded.push((command, text, sha));
             }
-            log::warn("the ratelimit module is not used: the script backend (clients/scripts)");
+            log::warn("the ratelimit module is not used: the script backend (clients/lua)");
             Some(Scripts::new(loaded))
         }
     };

@@ -1,5 +1,5 @@
 //! The script backend: where the server has no module, each call is sent as the client
-//! packages' Lua script that stands for it (`clients/scripts`, built into the binary),
+//! packages' Lua script that stands for it (`clients/lua`, built into the binary),
 //! `EVALSHA` with the SHA-1 the server gave at start, `EVAL` with the whole text on a node that
 //! does not have it yet (`NOSCRIPT`: nothing ran).
 
@@ -9,7 +9,7 @@ use gateway::scripts::{assemble, script_for, COMMANDS};
 
 macro_rules! lua {
     ($($name:literal),* $(,)?) => {
-        &[$(($name, include_str!(concat!("../../clients/scripts/", $name, ".lua")))),*]
+        &[$(($name, include_str!(concat!("../../clients/lua/", $name, ".lua")))),*]
     };
 }
 

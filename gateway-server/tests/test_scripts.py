@@ -1,5 +1,5 @@
 """The gateway where the server has no module (managed Redis and Valkey refuse MODULE LOAD):
-each call is the client packages' Lua script that stands for it (clients/scripts, reply for reply
+each call is the client packages' Lua script that stands for it (clients/lua, reply for reply
 the module's), loaded at start and loaded again where a server forgot it."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 //! The script backend's side of a call, where the server has no module (managed Redis and
 //! Valkey refuse `MODULE LOAD`): the Lua script that stands for each command a plan makes, from
-//! the client packages' one set (`clients/scripts`: reply for reply the module's), and its
+//! the client packages' one set (`clients/lua`: reply for reply the module's), and its
 //! text assembled as the packages assemble it (the parts its `-- needs:` line names, in that
 //! order, then the script itself).
 

@@ -1,15 +1,15 @@
 // The script backend (issue 28; docs/managed.md): where the server has no ratelimit module (managed
 // Redis and Valkey refuse MODULE LOAD), each admission command, RL.REFUND and the concurrency
 // leases (RL.CONCURRENCY.ACQUIRE without ADAPTIVE, RL.CONCURRENCY.RELEASE) run as a Lua
-// script of clients/scripts/, called by its SHA: `EVALSHA <sha> 1 <key> <the command's words
+// script of clients/lua/, called by its SHA: `EVALSHA <sha> 1 <key> <the command's words
 // after its key>`, loaded with SCRIPT LOAD after NOSCRIPT and tried once more. The reply is the
 // module's RESP2 array, read as the module's. A policy whose rules the application gives
 // (`{ policy, rules }`) runs as policy.lua (RL.LIMIT) and policyrefund.lua (RL.REFUND) over one
 // key per rule (ruleKeys): `EVALSHA <sha> N <rule keys> <rules> <options>`.
 //
-// One source: the scripts live in clients/scripts/ only. The packed package carries a copy made
-// by `npm pack` (prepack copies it into scripts/, postpack removes it), so an installed package
-// reads its own scripts/, and the repository's tree reads ../scripts/.
+// One source: the scripts live in clients/lua/ only. The packed package carries a copy made
+// by `npm pack` (prepack copies it into lua/, postpack removes it), so an installed package
+// reads its own lua/, and the repository's tree reads ../lua/.
 
 // @ts-check
 'use strict';
@@ -21,17 +21,17 @@ const path = require('node:path');
 const here = __dirname;
 
 /**
- * The scripts' directory: in the repository (this package is clients/node), clients/scripts/,
- * even if an interrupted `npm pack` left a copy behind; installed, the package's own scripts/.
+ * The scripts' directory: in the repository (this package is clients/node), clients/lua/,
+ * even if an interrupted `npm pack` left a copy behind; installed, the package's own lua/.
  */
 function scriptsDir() {
   const pkg = path.resolve(here, '..');
-  const repo = path.join(pkg, '../scripts');
-  const dirs = path.basename(pkg) === 'node' ? [repo, path.join(pkg, 'scripts')] : [path.join(pkg, 'scripts')];
+  const repo = path.join(pkg, '../lua');
+  const dirs = path.basename(pkg) === 'node' ? [repo, path.join(pkg, 'lua')] : [path.join(pkg, 'lua')];
   for (const dir of dirs) {
     if (existsSync(path.join(dir, 'lib/common.lua'))) return dir;
   }
-  throw new Error('ratelimit: the script backend\'s scripts are missing (neither scripts/ in the package nor clients/scripts/)');
+  throw new Error('ratelimit: the script backend\'s scripts are missing (neither lua/ in the package nor clients/lua/)');
 }
 
 /** The script that stands for each module command. */
@@ -76,7 +76,7 @@ function ruleKeys(key, n) {
 
 /**
  * A script as it is sent: the lib/ parts its `-- needs:` line names, in that order, then the
- * entry file (clients/scripts/README.md, "One source").
+ * entry file (clients/lua/README.md, "One source").
  */
 function scriptSource(name, dir = scriptsDir()) {
   const entry = readFileSync(path.join(dir, `${name}.lua`), 'utf8');
@@ -451,7 +451,7 @@ const REPORTED = /redis\.call\('([A-Z]+)'|fetched\(redis\.pcall\('([A-Z]+)'/g;
 
 // Which of the commands in ARGV the user may not run on KEYS[1]: the question Redis 7.0 leaves
 // open, asked of the server (redis.acl_check_cmd, Redis 7.0 and later, Valkey). Not a limiter's
-// script, so not in clients/scripts/: the package's own, sent only after such a refusal.
+// script, so not in clients/lua/: the package's own, sent only after such a refusal.
 const ACL_PROBE = 'local refused = {}\n' +
   'for i = 1, #ARGV do\n' +
   '  if not redis.acl_check_cmd(ARGV[i], KEYS[1]) then refused[#refused + 1] = ARGV[i] end\n' +

@@ -2,7 +2,7 @@
 // tarball (--prefer-offline: the tarballs come from npm's cache, which npm ci filled; npm asks
 // the registry only for what the cache lacks, such as node-redis's version list for the peer
 // dependency), then import it there and use it; and its copy of the scripts (made by prepack
-// from clients/scripts/, the one source) runs every limit on a plain redis-server.
+// from clients/lua/, the one source) runs every limit on a plain redis-server.
 
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -19,14 +19,14 @@ const pkg = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const npm = (args, cwd) =>
   execFileSync('npm', [...args, '--no-audit', '--no-fund', '--loglevel=error'], { cwd, encoding: 'utf8' });
 
-// npm pack runs the package's prepack and postpack, which make and remove clients/node/scripts:
-// it packs a copy of clients/node and clients/scripts, so that other runs of this test (make
+// npm pack runs the package's prepack and postpack, which make and remove clients/node/lua:
+// it packs a copy of clients/node and clients/lua, so that other runs of this test (make
 // test runs the suite against several servers at once) never find the folder half made or
-// removed under them (one did: its tarball lacked scripts/).
+// removed under them (one did: its tarball lacked the Lua).
 function packableCopy() {
   const work = mkdtempSync(path.join(tmpdir(), 'rl-node-pack-'));
-  cpSync(path.join(pkg, '../scripts'), path.join(work, 'scripts'), { recursive: true });
-  const skip = [path.join(pkg, 'node_modules'), path.join(pkg, 'scripts')];
+  cpSync(path.join(pkg, '../lua'), path.join(work, 'lua'), { recursive: true });
+  const skip = [path.join(pkg, 'node_modules'), path.join(pkg, 'lua')];
   cpSync(pkg, path.join(work, 'node'), { recursive: true, filter: (from) => !skip.some((s) => from === s || from.startsWith(s + path.sep)) });
   return work;
 }
@@ -45,13 +45,13 @@ test('npm install of the packed package into a fresh directory', { skip: PACKAGE
     assert.ok(existsSync(path.join(dir, 'node_modules/redis/package.json')), 'node-redis installed as the peer');
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module')).sort(),
       ['README.md', 'flexible.cjs', 'flexible.d.cts', 'flexible.d.ts', 'flexible.js', 'index.cjs', 'index.d.cts', 'index.d.ts', 'index.js',
-        'lib', 'package.json', 'scripts']);
-    assert.ok(!existsSync(path.join(source, 'scripts')), 'postpack removed the copy: clients/scripts/ stays the only one');
+        'lib', 'lua', 'package.json']);
+    assert.ok(!existsSync(path.join(source, 'lua')), 'postpack removed the copy: clients/lua/ stays the only one');
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module/lib')).sort(),
       ['denial-memory.cjs', 'fields.cjs', 'flexible.cjs', 'limits.cjs', 'local-budget.cjs', 'middleware.cjs', 'rate-limit.cjs', 'reconnect.cjs',
         'reply.cjs', 'scripts.cjs', 'setup.cjs', 'validations.cjs']);
-    assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module/scripts')).sort(),
-      readdirSync(path.join(pkg, '../scripts')).filter((f) => f !== 'README.md' && f !== 'conformance').sort());
+    assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module/lua')).sort(),
+      readdirSync(path.join(pkg, '../lua')).filter((f) => f !== 'README.md' && f !== 'conformance').sort());
     const script = `
       import { RateLimiterRedis, rateLimitMiddleware, rateLimitHeaders } from 'ratelimit-redis-module';
       import { createClient } from 'redis';

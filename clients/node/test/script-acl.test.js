@@ -5,7 +5,7 @@
 //
 // A script's redis.call runs under the calling user's ACL, so such a user needs, besides EVALSHA
 // and SCRIPT LOAD (the package's own: EVALSHA first, SCRIPT LOAD after NOSCRIPT), every command
-// the scripts of clients/scripts/ call: TIME, HMGET, EXISTS, HSET, PEXPIRE, DEL and HDEL. MINIMAL
+// the scripts of clients/lua/ call: TIME, HMGET, EXISTS, HSET, PEXPIRE, DEL and HDEL. MINIMAL
 // is that set; dropping each in turn fails the path that needs it, and EVAL (which the issue
 // names) is never needed. Such a user may not run COMMAND INFO: backend 'auto' then takes the
 // scripts and says why in one warning.

@@ -1,5 +1,5 @@
 // The script backend (issue 28): on a plain redis-server (no module) the package runs each limit
-// as its Lua script of clients/scripts/ (EVALSHA). Every algorithm through the function API gives
+// as its Lua script of clients/lua/ (EVALSHA). Every algorithm through the function API gives
 // the module's decisions, exact values included: the same sequence runs on a module server with
 // its debug clock and on the plain server with the scripts' test-only clock (NOW, sent through
 // the private TEST_NOW hook), and the decisions are compared field by field. Also: `auto`

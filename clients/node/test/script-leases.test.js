@@ -1,5 +1,5 @@
 // Concurrency leases on the script backend (issue 28): on a plain redis-server (no module) a
-// concurrency limit runs as clients/scripts/concurrency_acquire.lua and concurrency_release.lua.
+// concurrency limit runs as clients/lua/concurrency_acquire.lua and concurrency_release.lua.
 // The same sequence of acquisitions (generated tokens and the caller's, renewals, refusals,
 // SHADOW, DRYRUN) and releases runs on a module server with its debug clock and on the plain
 // server with the scripts' test-only clock (NOW, through the private TEST_NOW hook), and the

@@ -44,10 +44,10 @@ package_test = pytest.mark.skipif(
     reason="a test of the package, not of the server: make test runs it with the first server",
 )
 
-# The script backend's scripts as they are in this tree (clients/scripts, their one source), not
+# The script backend's scripts as they are in this tree (clients/lua, their one source), not
 # the copy the installed package carries (made when scripts/deps.sh installed it): see
 # ratelimit_redis_module.scripts. test_script_backend.py checks the installed copy itself.
-os.environ.setdefault("RATELIMIT_SCRIPTS_DIR", str(ROOT / "clients" / "scripts"))
+os.environ.setdefault("RATELIMIT_SCRIPTS_DIR", str(ROOT / "clients" / "lua"))
 
 
 def server_binary() -> str:

@@ -4,7 +4,7 @@ only the script commands, the commands the scripts call, and the limiter's keys 
 
 A script's ``redis.call`` runs under the calling user's ACL, so such a user needs, besides
 ``EVALSHA`` and ``SCRIPT LOAD`` (the package's own commands: ``EVALSHA`` first, ``SCRIPT LOAD``
-after ``NOSCRIPT``), every command the scripts of clients/scripts/ call: ``TIME``, ``HMGET``,
+after ``NOSCRIPT``), every command the scripts of clients/lua/ call: ``TIME``, ``HMGET``,
 ``EXISTS``, ``HSET``, ``PEXPIRE``, ``DEL`` and ``HDEL``. ``MINIMAL`` is that set, and
 :func:`test_each_command_of_the_minimal_acl_is_needed` shows that each one is needed (the path
 that needs it fails without it) and that ``EVAL``, which the issue names, is not: the package

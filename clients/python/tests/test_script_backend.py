@@ -200,7 +200,7 @@ def test_gcra_exact_values_on_the_scripts(plain: PlainServer) -> None:
 
 def test_leaky_bucket_delay_on_the_scripts(plain: PlainServer) -> None:
     """RL.LEAKYBUCKET's sixth field, delay_ms, through the script: a queue of 3 draining 2 a
-    minute (clients/scripts/README.md's example)."""
+    minute (clients/lua/README.md's example)."""
     with plain.client() as c:
         c.delete("jobs")
         limiter = RateLimiter(c, backend="script")
@@ -439,7 +439,7 @@ print(sorted(p.name for p in folder.rglob("*.lua")))
 
 @package_test
 def test_an_installed_package_carries_the_scripts(plain: PlainServer, tmp_path: Path) -> None:
-    """pip install of clients/python into a fresh venv (the build hook puts clients/scripts in
+    """pip install of clients/python into a fresh venv (the build hook puts clients/lua in
     the wheel): every script loads from the installed package and answers a plain server."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -453,12 +453,12 @@ def test_an_installed_package_carries_the_scripts(plain: PlainServer, tmp_path: 
         [str(python), "-c", textwrap.dedent(INSTALLED_CHECK), str(plain.port)],
         check=True, cwd=tmp_path, env=env, capture_output=True, text=True,
     ).stdout
-    entries = {p.name for p in (ROOT / "clients" / "scripts").glob("*.lua")}
-    parts = {p.name for p in (ROOT / "clients" / "scripts" / "lib").glob("*.lua")}
+    entries = {p.name for p in (ROOT / "clients" / "lua").glob("*.lua")}
+    parts = {p.name for p in (ROOT / "clients" / "lua" / "lib").glob("*.lua")}
     assert {f"{name}.lua" for name in SCRIPTS.values()} <= entries
     assert set(eval(out)) == entries | parts  # noqa: S307 - our own subprocess's list
     # The same text as the one source (no second copy to drift).
     installed = next((venv / "lib").glob("python3*/site-packages/ratelimit_redis_module/lua"))
     for name in SCRIPTS.values():
-        assert (installed / f"{name}.lua").read_text() == (ROOT / "clients" / "scripts" / f"{name}.lua").read_text()
-    assert script_source("gcra").endswith((ROOT / "clients" / "scripts" / "gcra.lua").read_text())
+        assert (installed / f"{name}.lua").read_text() == (ROOT / "clients" / "lua" / f"{name}.lua").read_text()
+    assert script_source("gcra").endswith((ROOT / "clients" / "lua" / "gcra.lua").read_text())

@@ -1,4 +1,4 @@
-"""The script backend's scripts (clients/scripts/*.lua) give the module's replies, field by field
+"""The script backend's scripts (clients/lua/*.lua) give the module's replies, field by field
 (issue 28; docs/managed.md, the script backend).
 
 One redis-server with the module and its debug clock; each step runs the module's command on key
@@ -41,7 +41,7 @@ import redis
 
 from conftest import T0_MS, Server
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "lua"
 NAMES = ("gcra", "tokenbucket", "fixedwindow", "leakybucket", "slidingwindow", "slidinglog", "warmup", "refund")
 
 SEQUENCES = int(os.environ.get("SCRIPT_EQUAL_SEQUENCES", "200"))

@@ -1,4 +1,4 @@
-"""The script backend's concurrency leases (clients/scripts/concurrency_acquire.lua and
+"""The script backend's concurrency leases (clients/lua/concurrency_acquire.lua and
 concurrency_release.lua) give the module's replies, field by field (issue 28; docs/managed.md, the
 script backend).
 

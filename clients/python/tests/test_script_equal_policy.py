@@ -1,4 +1,4 @@
-"""Policies on the script backend (clients/scripts/policy.lua and policyrefund.lua) give the
+"""Policies on the script backend (clients/lua/policy.lua and policyrefund.lua) give the
 module's RL.LIMIT and RL.REFUND replies, field by field, for the same rules (issue 28).
 
 As test_script_equal.py: one redis-server with the module and its debug clock; each step sets
@@ -142,7 +142,7 @@ def inspected(rule: dict[bytes, Any]) -> tuple[str, tuple[int, ...]]:
 def rulekeys(held: int, named: int) -> str:
     """The policy scripts' error for a call that names fewer keys than the first key's ``r``."""
     return (f"RULEKEYS {held} the first key holds a policy of {held} rule keys, and the call names {named}: call "
-            f"again with all {held} (clients/scripts/README.md, Policies)")
+            f"again with all {held} (clients/lua/README.md, Policies)")
 
 
 def options(rng: random.Random, limit: int, period: int, block: float) -> list[str]:

@@ -31,7 +31,7 @@ _NAMED = re.compile(r"ACL failure in script: User .* has no permissions to run t
 _UNNAMED = "The user executing the script can't run this command or subcommand"
 #: The script's line, which the server adds to an error raised where the command ran.
 _LINE = re.compile(r" script: [0-9a-f]{40}, on @user_script:(\d+)\.$")
-#: A command the scripts run: always by its name written out (clients/scripts/README.md).
+#: A command the scripts run: always by its name written out (clients/lua/README.md).
 _CALL = re.compile(r"redis\.p?call\('([A-Z]+)'")
 #: The commands that can fail a script: those it runs with redis.call, and of those it runs
 #: with redis.pcall (whose errors it handles), the reads whose error it passes on (lib/

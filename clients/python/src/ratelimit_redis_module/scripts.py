@@ -2,7 +2,7 @@
 concurrency leases (not adaptive) as server-side Lua scripts, for servers that cannot load the
 module (managed Redis and Valkey).
 
-The scripts' one source is ``clients/scripts/`` of the repository (its README: the calling
+The scripts' one source is ``clients/lua/`` of the repository (its README: the calling
 convention, and "One source"). A script is assembled when it is loaded: the parts of ``lib/``
 that its ``-- needs:`` line names, in that order, then the entry file. The wheel and the sdist
 carry a copy made at build time (``hatch_build.py``) in this package's ``lua/`` folder; a
@@ -58,7 +58,7 @@ def _folders() -> list[Path]:
         return [Path(given)]
     here = Path(__file__).resolve().parent
     # The copy in the wheel or sdist, then the repository's (a source tree: clients/python/src/...).
-    return [here / "lua", here.parents[2] / "scripts"]
+    return [here / "lua", here.parents[2] / "lua"]
 
 
 @functools.cache
@@ -69,7 +69,7 @@ def _folder() -> Path:
     raise FileNotFoundError(
         "the script backend's scripts are not here: looked in "
         + ", ".join(str(f) for f in _folders())
-        + " (a package built without them; set RATELIMIT_SCRIPTS_DIR to clients/scripts)"
+        + " (a package built without them; set RATELIMIT_SCRIPTS_DIR to clients/lua)"
     )
 
 
@@ -101,7 +101,7 @@ def module_required(what: str) -> ModuleRequired:
 
 
 def rule_keys(key: Any, n: int) -> list[Any]:
-    """The keys of a policy's ``n`` rules on the script backend (clients/scripts/README.md,
+    """The keys of a policy's ``n`` rules on the script backend (clients/lua/README.md,
     Policies), one slot: ``key:0``, ``key:1``... when ``key`` has a hash tag of its own (a ``{``
     followed later by a ``}`` with a byte between); else ``{key}:0``, ``{key}:1``..., with ``%``
     and ``}`` in the key written ``%25`` and ``%7D`` so that the braces hold all of it (a key

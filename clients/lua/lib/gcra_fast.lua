@@ -1,5 +1,5 @@
 -- The fast path of RL.GCRA and RL.LEAKYBUCKET, before the common part is defined
--- (clients/scripts/README.md, "One source"): a plain admission, `burst rate period` and nothing
+-- (clients/lua/README.md, "One source"): a plain admission, `burst rate period` and nothing
 -- else, on a fresh key or on one written with the same parameters and no BLOCK, while every
 -- value is a double far below 2^53. It takes the same steps as lib/gcra.lua's GCRA.check (and
 -- lib/leakybucket.lua's delay) and common's admit() for that case (cost 1, the key's own

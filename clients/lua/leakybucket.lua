@@ -1,5 +1,5 @@
 -- RL.LEAKYBUCKET as a server-side script, reply for reply the module's
--- (clients/scripts/README.md).
+-- (clients/lua/README.md).
 -- EVALSHA <sha> 1 key capacity leak_amount leak_period [COST n | ATMOST max] [DRYRUN]
 --   [BLOCK duration] [SHADOW]
 -- needs: fast gcra_fast leakybucket_go common gcra leakybucket

@@ -1,5 +1,5 @@
 -- RL.CONCURRENCY.ACQUIRE as a server-side script, reply for reply the module's
--- (clients/scripts/README.md). ADAPTIVE (and its MIN and MAX) needs the module.
+-- (clients/lua/README.md). ADAPTIVE (and its MIN and MAX) needs the module.
 -- EVALSHA <sha> 1 key limit lease [ID token] [DRYRUN] [SHADOW]
 -- needs: common concurrency
 

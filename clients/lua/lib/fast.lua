@@ -1,5 +1,5 @@
 -- The steps every fast path (lib/*_fast.lua) takes alike, defined before them and before the
--- common part (clients/scripts/README.md, "One source"): a plain call's words, the key's fields,
+-- common part (clients/lua/README.md, "One source"): a plain call's words, the key's fields,
 -- the clock, and a division rounded up. A call these do not take goes on to the general path,
 -- which parses and reads again and reports any error.
 local FAST_MAX_NOW = 7881299347898368 -- 2^53 - 2^50, the general path's MAX_NOW

@@ -1,5 +1,5 @@
 -- RL.REFUND as a server-side script, for the keys of every admission script, reply for reply
--- the module's (clients/scripts/README.md).
+-- the module's (clients/lua/README.md).
 -- EVALSHA <sha> 1 key units [DRYRUN]
 -- needs: common gcra tokenbucket fixedwindow leakybucket slidingwindow slidinglog warmup anykey
 

@@ -1,5 +1,5 @@
 -- algorithms/src/concurrency.rs: at most `limit` leases held at once, each ending on release
--- or `lease` after it was taken. A lease key is a sorted set (clients/scripts/README.md, State):
+-- or `lease` after it was taken. A lease key is a sorted set (clients/lua/README.md, State):
 -- one member per lease, `t` and its token, scored with when it ends (µs since the Unix epoch);
 -- and four members scored at or below 0, so that they sort before every lease: `a` at -1 (the
 -- layout, cc1), `l` at -limit and `w` at -lease_ms (the parameters of the key's last write),

@@ -1,4 +1,4 @@
--- RL.TOKENBUCKET's fast path, before the common part is defined (clients/scripts/README.md,
+-- RL.TOKENBUCKET's fast path, before the common part is defined (clients/lua/README.md,
 -- "One source"): a plain admission, `capacity refill_amount refill_period` and nothing else (a
 -- continuous refill), on a fresh key or on one written with the same parameters and no BLOCK,
 -- that is admitted. It takes the same steps as lib/tokenbucket.lua's TB.check for that case

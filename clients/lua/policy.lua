@@ -1,5 +1,5 @@
 -- RL.LIMIT as a server-side script, over rules the application defines instead of a policy set
--- with RL.POLICY.SET: reply for reply the module's for the same rules (clients/scripts/README.md,
+-- with RL.POLICY.SET: reply for reply the module's for the same rules (clients/lua/README.md,
 -- "Policies"). One key per rule, the keys sharing a hash tag; more keys than rules (those of an
 -- earlier, longer policy) with the number of rules before them.
 -- EVALSHA <sha> <keys> key1 .. keyK [N] rule1 .. ruleN [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]

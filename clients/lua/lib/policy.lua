@@ -3,7 +3,7 @@
 -- key; the scripts keep rule i's state in the call's key i (KEYS[i], the keys sharing a hash tag,
 -- so that they share a slot), as that algorithm's script keeps it, with `g`: the generation of the
 -- write that last wrote the rule keys together, and on the first key `r`: how many rule keys that
--- write wrote (clients/scripts/README.md, "Policies"). A call may name more keys than it has
+-- write wrote (clients/lua/README.md, "Policies"). A call may name more keys than it has
 -- rules (an earlier, longer policy's), and must name every key the first key's `r` counts.
 
 -- Every field a rule key may hold but a log's entries: an algorithm's, `g`, and the first key's `r`.
@@ -145,7 +145,7 @@ local function policy_read(keys)
     local held = i == 1 and h and tonumber(h.r or '')
     if held and held > #keys then
       fail(format('RULEKEYS %d the first key holds a policy of %d rule keys, and the call names %d: call '
-        .. 'again with all %d (clients/scripts/README.md, Policies)', held, held, #keys, held))
+        .. 'again with all %d (clients/lua/README.md, Policies)', held, held, #keys, held))
     end
   end
   local old, g = {}, hs[1] and hs[1].g

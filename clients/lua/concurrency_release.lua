@@ -1,5 +1,5 @@
 -- RL.CONCURRENCY.RELEASE as a server-side script, reply for reply the module's
--- (clients/scripts/README.md). RTT and DROPPED are read as the module reads them and change
+-- (clients/lua/README.md). RTT and DROPPED are read as the module reads them and change
 -- nothing, as on the module's keys that are not adaptive (the only kind a script keeps).
 -- EVALSHA <sha> 1 key token [RTT duration] [DROPPED]
 -- needs: common concurrency

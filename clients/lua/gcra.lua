@@ -1,4 +1,4 @@
--- RL.GCRA as a server-side script, reply for reply the module's (clients/scripts/README.md).
+-- RL.GCRA as a server-side script, reply for reply the module's (clients/lua/README.md).
 -- EVALSHA <sha> 1 key burst rate period [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]
 -- needs: fast gcra_fast gcra_go common gcra
 

@@ -1,4 +1,4 @@
--- RL.FIXEDWINDOW's fast path, before the common part is defined (clients/scripts/README.md,
+-- RL.FIXEDWINDOW's fast path, before the common part is defined (clients/lua/README.md,
 -- "One source"): a plain call, `limit window` and nothing else, on a fresh key or on one written
 -- with the same parameters and no BLOCK. It takes the same steps as lib/fixedwindow.lua's
 -- FW.check and common's admit() for that case (cost 1) and replies, writes and expires as they

@@ -1,5 +1,5 @@
 -- RL.REFUND as a server-side script, for the keys of policy.lua: reply for reply the module's on
--- a policy key (clients/scripts/README.md, "Policies"). The keys: at least those the first key's
+-- a policy key (clients/lua/README.md, "Policies"). The keys: at least those the first key's
 -- generation wrote (else RULEKEYS, as policy.lua).
 -- EVALSHA <sha> <keys> key1 .. keyK units [DRYRUN]
 -- needs: common gcra tokenbucket fixedwindow leakybucket slidingwindow slidinglog warmup anykey policy

@@ -1,4 +1,4 @@
--- RL.SLIDINGLOG's fast path, before the common part is defined (clients/scripts/README.md,
+-- RL.SLIDINGLOG's fast path, before the common part is defined (clients/lua/README.md,
 -- "One source"): a plain call, `limit window` and nothing else, on a fresh key or on a log
 -- written with the same parameters and no BLOCK, whose expired entries are among its four
 -- oldest (a log written regularly loses one or two a request), and, when admitted, needs no

@@ -1,5 +1,5 @@
 -- RL.TOKENBUCKET as a server-side script, reply for reply the module's
--- (clients/scripts/README.md).
+-- (clients/lua/README.md).
 -- EVALSHA <sha> 1 key capacity refill_amount refill_period [INTERVAL] [COST n | ATMOST max]
 --   [DRYRUN] [BLOCK duration] [SHADOW]
 -- needs: fast tokenbucket_fast common tokenbucket

@@ -8,8 +8,8 @@ No package in between: the scripts are assembled here as every loader assembles 
 with EVALSHA over a socket, the clock given with ``NOW``. Between calls the key is made
 persistent: its TTL runs in real time, the calls' clock does not.
 
-    python3 clients/scripts/conformance/run.py        # on redis-server from PATH
-    RATELIMIT_SERVER=path/to/valkey-server python3 clients/scripts/conformance/run.py
+    python3 clients/lua/conformance/run.py        # on redis-server from PATH
+    RATELIMIT_SERVER=path/to/valkey-server python3 clients/lua/conformance/run.py
 
 Exits 1 at the first reply that differs, naming the case and the call. Standard library only.
 """
@@ -143,7 +143,7 @@ def main() -> int:
         found = re.search(r"valkey_version:(\S+)", info) or re.search(r"redis_version:(\S+)", info)
         server = ("Valkey " if "valkey_version" in info else "Redis ") + (found.group(1) if found else "?")
         print(f"conformance: {len(vectors['cases'])} cases, {calls} calls, every reply the crate's "
-              f"(clients/scripts/*.lua on {server})")
+              f"(clients/lua/*.lua on {server})")
         return 0
     finally:
         proc.terminate()

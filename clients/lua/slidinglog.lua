@@ -1,5 +1,5 @@
 -- RL.SLIDINGLOG as a server-side script, reply for reply the module's
--- (clients/scripts/README.md).
+-- (clients/lua/README.md).
 -- EVALSHA <sha> 1 key limit window [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]
 -- needs: fast slidinglog_fast common slidinglog
 

@@ -1,4 +1,4 @@
--- RL.SLIDINGWINDOW's fast path, before the common part is defined (clients/scripts/README.md,
+-- RL.SLIDINGWINDOW's fast path, before the common part is defined (clients/lua/README.md,
 -- "One source"): a plain call, `limit window` and nothing else, on a fresh key or on one written
 -- with the same parameters and no BLOCK. It takes the same steps as lib/slidingwindow.lua's
 -- sw_counts for that case (cost 1: the counts as of now, the estimate; admitted, the settled

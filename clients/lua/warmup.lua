@@ -1,4 +1,4 @@
--- RL.WARMUP as a server-side script, reply for reply the module's (clients/scripts/README.md).
+-- RL.WARMUP as a server-side script, reply for reply the module's (clients/lua/README.md).
 -- EVALSHA <sha> 1 key rate period warmup [COLDFACTOR factor] [COST n | ATMOST max] [DRYRUN]
 --   [BLOCK duration] [SHADOW]
 -- needs: common gcra warmup
