@@ -536,8 +536,8 @@ impl Algorithm for Concurrency {
     type Params = Params;
     type State = State;
 
-    /// An acquisition with a generated token (the commands call [`acquire`] itself, which
-    /// also takes the caller's token and answers the lease's).
+    /// An acquisition with a generated token (RL.CONCURRENCY.ACQUIRE goes through
+    /// [`super::Lease::acquire`], which also takes the caller's token and answers the lease's).
     fn check(
         params: &Params,
         stored: Option<(&Params, &mut State)>,
@@ -545,15 +545,9 @@ impl Algorithm for Concurrency {
         _cost: u64,
         write: bool,
     ) -> (Decision, Option<State>) {
-        match stored {
-            Some((_, state)) => (acquire(params, state, now_us, None, write).decision, None),
-            None => {
-                let mut fresh = State::default();
-                let acquired = acquire(params, &mut fresh, now_us, None, write);
-                let keep = acquired.decision.allowed && write;
-                (acquired.decision, keep.then_some(fresh))
-            }
-        }
+        let (decision, fresh, _) =
+            <Concurrency as super::Lease>::acquire(params, stored, now_us, None, write);
+        (decision, fresh)
     }
 
     /// The leases free now, `limit - held`. (ACQUIRE takes one lease whatever the cost and
@@ -576,6 +570,69 @@ impl Algorithm for Concurrency {
 
     fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
         super::Snapshot::Concurrency(snapshot(params, state, now_us))
+    }
+
+    /// Every lease began before it ends; an adaptive key's bounds hold `min <= max`, its
+    /// state holds them, and its estimate lies within them.
+    fn is_valid(params: &Params, state: &State) -> bool {
+        let leases = state
+            .0
+            .by_end
+            .iter()
+            .all(|((end, _), start)| start.started_us <= *end);
+        let adaptive = match (params.adaptive, state.adaptive()) {
+            (None, None) => true,
+            (Some(bounds), Some((held, estimate))) => {
+                bounds.min <= bounds.max && held == bounds && estimate.is_valid(&bounds)
+            }
+            _ => false,
+        };
+        leases && adaptive
+    }
+
+    /// An adaptive key outlives its last lease by [`ADAPTIVE_KEEP_MS`].
+    fn kept_ms(params: &Params) -> u64 {
+        match params.adaptive {
+            Some(_) => ADAPTIVE_KEEP_MS,
+            None => 0,
+        }
+    }
+}
+
+/// How long an adaptive key outlives its last lease, so that the limit it learned is not
+/// forgotten between bursts of work: an hour without a lease, and it starts again at `limit`.
+pub const ADAPTIVE_KEEP_MS: u64 = 3_600_000;
+
+impl super::Lease for Concurrency {
+    type Report = Report;
+
+    fn acquire(
+        params: &Params,
+        stored: Option<(&Params, &mut State)>,
+        now_us: u64,
+        id: Option<&[u8]>,
+        write: bool,
+    ) -> (Decision, Option<State>, Option<Vec<u8>>) {
+        let (acquired, fresh) = match stored {
+            Some((_, state)) => (acquire(params, state, now_us, id, write), None),
+            None => {
+                let mut fresh = State::default();
+                let acquired = acquire(params, &mut fresh, now_us, id, write);
+                let keep = acquired.decision.allowed && write;
+                (acquired, keep.then_some(fresh))
+            }
+        };
+        // A DRYRUN takes no lease: it has no token to name.
+        let token = acquired.token.filter(|_| write);
+        (acquired.decision, fresh, token)
+    }
+
+    fn release(state: &mut State, token: &[u8], now_us: u64, report: Report) -> bool {
+        release_reporting(state, token, now_us, report)
+    }
+
+    fn reset_after(state: &State, now_us: u64) -> Span {
+        reset_after(state, now_us)
     }
 }
 

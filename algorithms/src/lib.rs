@@ -48,8 +48,9 @@
 //!
 //! The algorithms, a module each: [`gcra`], [`token_bucket`], [`leaky_bucket`],
 //! [`fixed_window`], [`sliding_window`], [`sliding_log`], [`warmup`], [`concurrency`]; and
-//! [`rule_set`], a policy's rules at once (RL.LIMIT), [`penalty`], the BLOCK option, and
-//! [`limits`], the ranges the arithmetic is exact over.
+//! [`rule_set`], a policy's rules at once (RL.LIMIT); [`request`], what the options COST,
+//! ATMOST, DRYRUN, BLOCK ([`penalty`]) and SHADOW decide around any of them; and [`limits`],
+//! the ranges the arithmetic is exact over.
 
 #![warn(missing_docs)]
 // Plain arithmetic on values: no unsafe code belongs here, and the compiler keeps it out.
@@ -62,6 +63,7 @@ pub mod gcra;
 pub mod leaky_bucket;
 pub mod limits;
 pub mod penalty;
+pub mod request;
 pub mod rule_set;
 pub mod sliding_log;
 pub mod sliding_window;
@@ -263,6 +265,49 @@ pub trait Algorithm {
         let mut copy = state.clone();
         Self::check(params, Some((params, &mut copy)), now_us, 0, false).0
     }
+
+    /// Whether `state` is one this algorithm could have written under `params`: what a
+    /// state read back from bytes (a damaged RDB, a crafted RESTORE) is checked against
+    /// before it is used. Every state is, unless the algorithm says otherwise.
+    fn is_valid(_params: &Self::Params, _state: &Self::State) -> bool {
+        true
+    }
+
+    /// How long a key is kept after it is fresh again, in ms: its expiry is the decision's
+    /// `reset_after` plus this. Nothing, unless what the key learned is worth keeping (an
+    /// adaptive concurrency limit).
+    fn kept_ms(_params: &Self::Params) -> u64 {
+        0
+    }
+}
+
+/// A limiter of work in flight rather than of a rate: a request takes a lease, held until it
+/// is released or for its longest time, and what a release reports may move the limit (an
+/// adaptive limit, [`adaptive`]). Netflix's concurrency-limits splits a limiter from its
+/// limit the same way. As an [`Algorithm`], a lease's check is an acquisition with a
+/// generated token; the commands acquire and release with the caller's tokens here.
+pub trait Lease: Algorithm {
+    /// What a release reports of the work its lease covered.
+    type Report;
+
+    /// Takes a lease at `now_us`, named `id` or a generated token, keeping
+    /// [`Algorithm::check`]'s contract (`stored` is the key's previous parameters and state,
+    /// `None` for a fresh key; the state changes only when admitted with `write`, a fresh
+    /// key's returned). Also returns the lease's token when admitted and written.
+    fn acquire(
+        params: &Self::Params,
+        stored: Option<(&Self::Params, &mut Self::State)>,
+        now_us: u64,
+        id: Option<&[u8]>,
+        write: bool,
+    ) -> (Decision, Option<Self::State>, Option<Vec<u8>>);
+
+    /// Ends the lease named `token` at `now_us`, with what its holder reports; false when no
+    /// such lease is held (unknown or ended), and then nothing changes.
+    fn release(state: &mut Self::State, token: &[u8], now_us: u64, report: Self::Report) -> bool;
+
+    /// How long until the key's last lease ends, from `now_us`.
+    fn reset_after(state: &Self::State, now_us: u64) -> Span;
 }
 
 /// Keeps `new` as the key's state: in place for a stored key (`Some`), or returned as a

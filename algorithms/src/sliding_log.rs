@@ -307,6 +307,11 @@ impl Algorithm for SlidingLog {
         given
     }
 
+    /// The log keeps the invariants documented on [`State`] ([`is_valid`]).
+    fn is_valid(_params: &Params, state: &State) -> bool {
+        is_valid(state)
+    }
+
     fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
         super::Snapshot::SlidingLog(snapshot(params, state, now_us))
     }

@@ -332,6 +332,12 @@ impl Algorithm for TokenBucket {
         u64::try_from(given).unwrap_or(u64::MAX)
     }
 
+    /// The bucket holds at most `capacity` tokens.
+    fn is_valid(params: &Params, state: &State) -> bool {
+        let full = u128::from(params.capacity) * u128::from(params.refill_period_ms) * 1000;
+        state.scaled_tokens <= full
+    }
+
     fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
         super::Snapshot::TokenBucket(snapshot(params, state, now_us))
     }

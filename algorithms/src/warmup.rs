@@ -348,6 +348,11 @@ impl Algorithm for Warmup {
         self::refund(params, state, now_us, units)
     }
 
+    /// A cold factor in [`COLD_FACTORS`], and no more stored permits than a cold key holds.
+    fn is_valid(params: &Params, state: &State) -> bool {
+        COLD_FACTORS.contains(&params.cold_factor) && state.stored <= params.max_stored()
+    }
+
     fn snapshot(params: &Params, state: &State, now_us: u64) -> super::Snapshot {
         super::Snapshot::Warmup(snapshot(params, state, now_us))
     }

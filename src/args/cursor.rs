@@ -3,7 +3,7 @@
 //! number in the call (the command's name is 0, the key 1) without anyone passing offsets.
 
 use super::syntax::Syntax;
-use super::{parse_options, Options, ACCEPTED_OPTIONS};
+use super::{parse_options, Grammar, Options};
 use crate::error::Error;
 
 /// A call's arguments, read in order.
@@ -132,34 +132,20 @@ impl<'a> Cursor<'a> {
     #[inline]
     pub fn options(&mut self) -> Result<Options, Error> {
         let at = self.at;
-        parse_options(self.rest(), at, &[], None, ACCEPTED_OPTIONS).map(|(opts, _, _)| opts)
+        parse_options(self.rest(), at, &Grammar::ADMISSION, |_, _| Ok(())).map(|(opts, _)| opts)
     }
 
-    /// Like [`Cursor::options`], and also accepts the command's own `flags` (e.g.
-    /// `INTERVAL`), each at most once; bit `i` of the returned mask is set when `flags[i]`
-    /// was given. `accepted` lists every option for the error text.
-    pub fn options_with(
+    /// The rest of the arguments as the options of `grammar`: the shared ones it takes and
+    /// the command's own. `value(i, bytes)` gets the value of the command's own option
+    /// `grammar.valued[i]` as it is read, and may refuse it (the error is the call's). Returns
+    /// the shared options and the mask of the command's flags given (bit `i`: `flags[i]`).
+    pub fn options_by(
         &mut self,
-        flags: &[&'static str],
-        accepted: &'static str,
+        grammar: &Grammar,
+        value: impl FnMut(usize, &'a [u8]) -> Result<(), Error>,
     ) -> Result<(Options, u32), Error> {
         let at = self.at;
-        parse_options(self.rest(), at, flags, None, accepted).map(|(opts, mask, _)| (opts, mask))
-    }
-
-    /// Like [`Cursor::options`], and also accepts the command's own option `word` followed
-    /// by a value (RL.WARMUP's `COLDFACTOR factor`), at most once; returns the value's bytes
-    /// when given, for the command to parse. `accepted` lists every option for the error
-    /// text.
-    pub fn options_with_value(
-        &mut self,
-        word: &'static str,
-        expected: &'static str,
-        accepted: &'static str,
-    ) -> Result<(Options, Option<&'a [u8]>), Error> {
-        let at = self.at;
-        parse_options(self.rest(), at, &[], Some((word, expected)), accepted)
-            .map(|(opts, _, value)| (opts, value))
+        parse_options(self.rest(), at, grammar, value)
     }
 }
 
@@ -179,6 +165,7 @@ fn arity(syntax: Option<&'static Syntax>) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::args::ACCEPTED_OPTIONS;
 
     #[test]
     fn a_cursor_reads_in_order_and_keeps_the_position() {

@@ -86,33 +86,9 @@ pub fn offset_ms(bytes: &[u8]) -> Option<i64> {
     i64::try_from(ms).ok().map(|ms| sign * ms)
 }
 
-/// The options every admission command takes after its positional arguments.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Options {
-    /// Units this request takes (default 1).
-    pub cost: u64,
-    /// Compute the reply only: write nothing, propagate nothing.
-    pub dryrun: bool,
-    /// `BLOCK duration`: a denied request blocks the key this long (ms).
-    pub block_ms: Option<u64>,
-    /// `SHADOW`: a would-be denial writes nothing, starts no BLOCK, and is answered as
-    /// admitted with `shadow_denied` 1.
-    pub shadow: bool,
-    /// `ATMOST n` (instead of COST): take as many units as the key allows now, up to n.
-    pub atmost: Option<u64>,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            cost: 1,
-            dryrun: false,
-            block_ms: None,
-            shadow: false,
-            atmost: None,
-        }
-    }
-}
+/// The options every admission command takes after its positional arguments: what they
+/// decide is the algorithms crate's ([`algorithms::request`]), reading them is this grammar's.
+pub use algorithms::request::Options;
 
 const ACCEPTED_OPTIONS: &str = "COST n, ATMOST max, DRYRUN, BLOCK duration or SHADOW";
 
@@ -135,46 +111,78 @@ fn option_value<'a>(
     }
 }
 
-/// The options, the command's flags, and its one option with a value (`valued`: its word
-/// and what its value must be, for the error when it is missing); `first_position` is the
-/// argument number of `rest[0]` (the key being argument 1), for the error texts.
+/// What a command takes after its positional arguments, in any order, each at most once,
+/// case-insensitive: the shared options it takes, its own flags (bit `i` of the parsed mask
+/// set when `flags[i]` was given), and its own options with a value (each value handed to
+/// the command as it is read, so that errors come in the order of the words).
+#[derive(Debug, Clone, Copy)]
+pub struct Grammar {
+    /// `COST n`, `ATMOST max` and `BLOCK duration`: every admission command but
+    /// RL.CONCURRENCY.ACQUIRE (one lease a request, never blocked).
+    pub counted: bool,
+    /// `DRYRUN` and `SHADOW`: every admission command.
+    pub previews: bool,
+    /// The command's own flags (RL.TOKENBUCKET's `INTERVAL`).
+    pub flags: &'static [&'static str],
+    /// The command's own options with a value: the word, and what the value must be (the
+    /// error when it is missing).
+    pub valued: &'static [(&'static str, &'static str)],
+    /// Every option the command takes, for the error on any other word.
+    pub accepted: &'static str,
+}
+
+impl Grammar {
+    /// The options of every admission command, and none of its own.
+    pub const ADMISSION: Grammar = Grammar {
+        counted: true,
+        previews: true,
+        flags: &[],
+        valued: &[],
+        accepted: ACCEPTED_OPTIONS,
+    };
+}
+
+/// Parses `rest` by `grammar`; `first_position` is the argument number of `rest[0]` (the key
+/// being argument 1), for the error texts. `value(i, bytes)` gets the value of
+/// `grammar.valued[i]` when it is read, and may refuse it. Returns the shared options (their
+/// defaults where the grammar does not take them) and the mask of the flags given.
 fn parse_options<'a>(
     rest: &[&'a [u8]],
     first_position: usize,
-    flags: &[&'static str],
-    valued: Option<(&'static str, &'static str)>,
-    accepted: &'static str,
-) -> Result<(Options, u32, Option<&'a [u8]>), Error> {
-    let mut value = None;
+    grammar: &Grammar,
+    mut value: impl FnMut(usize, &'a [u8]) -> Result<(), Error>,
+) -> Result<(Options, u32), Error> {
     let mut opts = Options::default();
     let (mut seen_cost, mut seen_dryrun) = (false, false);
-    let mut mask = 0u32;
+    let (mut mask, mut valued_seen) = (0u32, 0u32);
     let mut i = 0;
     while i < rest.len() {
         let token = rest[i];
-        if token.eq_ignore_ascii_case(b"COST") {
-            let expected = "an integer from 0 to 1000000000000";
-            let value = option_value(rest, i, "COST", expected, seen_cost)?;
-            seen_cost = true;
-            opts.cost = count(value, "COST", 0, MAX_COUNT)?;
-            i += 2;
-            continue;
+        if grammar.counted {
+            if token.eq_ignore_ascii_case(b"COST") {
+                let expected = "an integer from 0 to 1000000000000";
+                let value = option_value(rest, i, "COST", expected, seen_cost)?;
+                seen_cost = true;
+                opts.cost = count(value, "COST", 0, MAX_COUNT)?;
+                i += 2;
+                continue;
+            }
+            if token.eq_ignore_ascii_case(b"ATMOST") {
+                let expected = "an integer from 1 to 1000000000000";
+                let value = option_value(rest, i, "ATMOST", expected, opts.atmost.is_some())?;
+                opts.atmost = Some(positive_count(value, "ATMOST")?);
+                i += 2;
+                continue;
+            }
+            if token.eq_ignore_ascii_case(b"BLOCK") {
+                let expected = "a duration from 1ms to 10 years";
+                let value = option_value(rest, i, "BLOCK", expected, opts.block_ms.is_some())?;
+                opts.block_ms = Some(duration_ms(value, "BLOCK")?);
+                i += 2;
+                continue;
+            }
         }
-        if token.eq_ignore_ascii_case(b"ATMOST") {
-            let expected = "an integer from 1 to 1000000000000";
-            let value = option_value(rest, i, "ATMOST", expected, opts.atmost.is_some())?;
-            opts.atmost = Some(positive_count(value, "ATMOST")?);
-            i += 2;
-            continue;
-        }
-        if token.eq_ignore_ascii_case(b"BLOCK") {
-            let expected = "a duration from 1ms to 10 years";
-            let value = option_value(rest, i, "BLOCK", expected, opts.block_ms.is_some())?;
-            opts.block_ms = Some(duration_ms(value, "BLOCK")?);
-            i += 2;
-            continue;
-        }
-        if token.eq_ignore_ascii_case(b"SHADOW") {
+        if grammar.previews && token.eq_ignore_ascii_case(b"SHADOW") {
             if opts.shadow {
                 return Err(Error::OptionTwice { option: "SHADOW" });
             }
@@ -182,14 +190,19 @@ fn parse_options<'a>(
             i += 1;
             continue;
         }
-        if let Some((word, expected)) =
-            valued.filter(|(w, _)| token.eq_ignore_ascii_case(w.as_bytes()))
+        if let Some(at) = grammar
+            .valued
+            .iter()
+            .position(|(word, _)| token.eq_ignore_ascii_case(word.as_bytes()))
         {
-            value = Some(option_value(rest, i, word, expected, value.is_some())?);
+            let (word, expected) = grammar.valued[at];
+            let given = valued_seen & (1 << at) != 0;
+            value(at, option_value(rest, i, word, expected, given)?)?;
+            valued_seen |= 1 << at;
             i += 2;
             continue;
         }
-        if token.eq_ignore_ascii_case(b"DRYRUN") {
+        if grammar.previews && token.eq_ignore_ascii_case(b"DRYRUN") {
             if seen_dryrun {
                 return Err(Error::OptionTwice { option: "DRYRUN" });
             }
@@ -198,19 +211,22 @@ fn parse_options<'a>(
             i += 1;
             continue;
         }
-        match flags
+        match grammar
+            .flags
             .iter()
             .position(|f| token.eq_ignore_ascii_case(f.as_bytes()))
         {
             Some(bit) if mask & (1 << bit) != 0 => {
-                return Err(Error::OptionTwice { option: flags[bit] })
+                return Err(Error::OptionTwice {
+                    option: grammar.flags[bit],
+                })
             }
             Some(bit) => mask |= 1 << bit,
             None => {
                 return Err(Error::UnknownOption {
                     position: first_position + i,
                     token: quote(token),
-                    accepted,
+                    accepted: grammar.accepted,
                 })
             }
         }
@@ -219,7 +235,7 @@ fn parse_options<'a>(
     if seen_cost && opts.atmost.is_some() {
         return Err(Error::CostWithAtmost);
     }
-    Ok((opts, mask, value))
+    Ok((opts, mask))
 }
 
 #[cfg(test)]
@@ -229,30 +245,42 @@ mod tests {
 
     /// [`Cursor::options`] of `rest`, `first_position` the argument number of `rest[0]`.
     fn options(rest: &[&[u8]], first_position: usize) -> Result<Options, Error> {
-        parse_options(rest, first_position, &[], None, ACCEPTED_OPTIONS).map(|(opts, _, _)| opts)
+        parse_options(rest, first_position, &Grammar::ADMISSION, |_, _| Ok(())).map(|(o, _)| o)
     }
 
-    /// [`Cursor::options_with`] of `rest`.
+    /// The admission options and the command's own `flags`.
     fn options_with(
         rest: &[&[u8]],
         first_position: usize,
-        flags: &[&'static str],
+        flags: &'static [&'static str],
         accepted: &'static str,
     ) -> Result<(Options, u32), Error> {
-        parse_options(rest, first_position, flags, None, accepted)
-            .map(|(opts, mask, _)| (opts, mask))
+        let grammar = Grammar {
+            flags,
+            accepted,
+            ..Grammar::ADMISSION
+        };
+        parse_options(rest, first_position, &grammar, |_, _| Ok(()))
     }
 
-    /// [`Cursor::options_with_value`] of `rest`.
+    /// The admission options and the command's own option `word` with a value.
     fn options_with_value<'a>(
         rest: &[&'a [u8]],
         first_position: usize,
-        word: &'static str,
-        expected: &'static str,
+        valued: &'static [(&'static str, &'static str)],
         accepted: &'static str,
     ) -> Result<(Options, Option<&'a [u8]>), Error> {
-        parse_options(rest, first_position, &[], Some((word, expected)), accepted)
-            .map(|(opts, _, value)| (opts, value))
+        let grammar = Grammar {
+            valued,
+            accepted,
+            ..Grammar::ADMISSION
+        };
+        let mut value = None;
+        parse_options(rest, first_position, &grammar, |_, v| {
+            value = Some(v);
+            Ok(())
+        })
+        .map(|(o, _)| (o, value))
     }
 
     #[test]
@@ -432,18 +460,19 @@ mod tests {
 
     #[test]
     fn command_flags_are_options_too() {
-        let flags = ["INTERVAL"];
+        const FLAGS: &[&str] = &["INTERVAL"];
+        let flags = FLAGS;
         let accepted = "COST n, ATMOST max, DRYRUN, BLOCK duration, SHADOW or INTERVAL";
-        let (o, mask) = options_with(&[b"cost", b"2", b"interval"], 5, &flags, accepted).unwrap();
+        let (o, mask) = options_with(&[b"cost", b"2", b"interval"], 5, flags, accepted).unwrap();
         assert_eq!((o.cost, mask), (2, 1));
-        let (_, mask) = options_with(&[], 5, &flags, accepted).unwrap();
+        let (_, mask) = options_with(&[], 5, flags, accepted).unwrap();
         assert_eq!(mask, 0);
         assert_eq!(
-            options_with(&[b"INTERVAL", b"INTERVAL"], 5, &flags, accepted),
+            options_with(&[b"INTERVAL", b"INTERVAL"], 5, flags, accepted),
             Err(Error::OptionTwice { option: "INTERVAL" })
         );
         assert_eq!(
-            options_with(&[b"EVERY"], 5, &flags, accepted),
+            options_with(&[b"EVERY"], 5, flags, accepted),
             Err(Error::UnknownOption {
                 position: 5,
                 token: "EVERY".into(),
@@ -456,7 +485,12 @@ mod tests {
     fn a_command_option_with_a_value() {
         let accepted = "COST n, DRYRUN, BLOCK duration or COLDFACTOR factor";
         let parse = |rest: &[&'static [u8]]| {
-            options_with_value(rest, 5, "COLDFACTOR", "an integer from 2 to 10", accepted)
+            options_with_value(
+                rest,
+                5,
+                &[("COLDFACTOR", "an integer from 2 to 10")],
+                accepted,
+            )
         };
         let (o, v) = parse(&[b"cost", b"2", b"coldfactor", b"4"]).unwrap();
         assert_eq!((o.cost, v), (2, Some(&b"4"[..])));

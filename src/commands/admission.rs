@@ -7,17 +7,16 @@ use crate::args::Options;
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Admission, Extra, Propagate, Reply, Response};
-use crate::storage::{Key, Request, Updated, Variant};
+use crate::storage::{Key, Updated, Variant};
+use algorithms::request::{self, Aside, Request};
 use algorithms::{Decision, Span};
 
 /// What [`run`] decided, before it becomes a reply: the decision, what the algorithm's step
-/// handed back besides it (`aside`: RL.LIMIT's binding rule), the clock reading and the
-/// BLOCK it was decided with, and what the dispatcher needs.
+/// handed back besides it (`aside`: RL.LIMIT's binding rule), the BLOCK that answered, and
+/// what the dispatcher needs.
 pub struct Decided<T = ()> {
     pub decision: Decision,
     pub aside: T,
-    /// The clock reading every decision of the call used.
-    pub now_us: u64,
     /// The end of the BLOCK penalty that answered for the key (one in force, or one this
     /// request started), on the clock of `now_us`; `None` when the algorithm's decision stands.
     pub blocked_until_us: Option<u64>,
@@ -35,13 +34,8 @@ pub struct Decided<T = ()> {
 impl<T> Decided<T> {
     fn admission(self, extra: Extra) -> Admission {
         let mut decision = self.decision;
-        // SHADOW: a denial (which wrote nothing and started no BLOCK) is answered as
-        // admitted; the other fields stay the denial's (retry_after_ms the wait it would
-        // have had).
-        let shadow_denied = (self.shadow && !decision.allowed) || self.shadow_rule_denied;
-        if self.shadow {
-            decision.allowed = true;
-        }
+        let shadow_denied =
+            request::shadowed(&mut decision, self.shadow) || self.shadow_rule_denied;
         Admission {
             decision,
             extra,
@@ -110,7 +104,7 @@ pub fn run<A: Variant>(
 /// [`Algorithm::check`]: algorithms::Algorithm::check
 /// [`Algorithm::largest_cost`]: algorithms::Algorithm::largest_cost
 #[inline(always)]
-pub fn run_with<A: Variant, T>(
+pub fn run_with<A: Variant, T: Aside>(
     call: &Call,
     name: &'static CStr,
     params: A::Params,
@@ -129,17 +123,7 @@ pub fn run_with<A: Variant, T>(
     let mut key = Key::open(call.ctx, name_arg, true);
     key.prefetch();
     let (now_us, real_ms) = call.clock();
-    // ATMOST asks for at least one unit.
-    let cost = if opts.atmost.is_some() { 1 } else { opts.cost };
-    // DRYRUN and COST 0 ask what would happen: neither an admission nor a denial.
-    let write = cost > 0 && !opts.dryrun;
-    let request = Request {
-        now_us,
-        cost,
-        write,
-        // SHADOW never starts a BLOCK (one already in force still answers).
-        block_ms: opts.block_ms.filter(|_| !opts.shadow),
-    };
+    let request = opts.request(now_us);
     let (updated, granted) = match opts.atmost {
         None => {
             let updated = key.update::<A, T>(&params, request, |stored, write| {
@@ -157,22 +141,29 @@ pub fn run_with<A: Variant, T>(
     };
     let Updated {
         decision,
-        wrote,
         aside,
-        blocked_until_us,
+        effect,
     } = updated;
-    let propagate = if wrote {
-        written(call, &mut key, name, now_us, real_ms, decision.reset_after)
+    let propagate = if effect.writes() {
+        let kept_ms = A::kept_ms(&params);
+        written(
+            call,
+            &mut key,
+            name,
+            now_us,
+            real_ms,
+            decision.reset_after,
+            kept_ms,
+        )
     } else {
         Propagate::Nothing
     };
     Ok(Decided {
         decision,
         aside,
-        now_us,
-        blocked_until_us,
+        blocked_until_us: effect.blocked_until_us(),
         granted,
-        preview: !write,
+        preview: !request.write,
         replayed: call.replayed(),
         shadow: opts.shadow,
         shadow_rule_denied: false,
@@ -181,8 +172,9 @@ pub fn run_with<A: Variant, T>(
 }
 
 /// After a call of `name` wrote `key` at `now_us` (the server's clock read as `real_ms`): the
-/// key expires when it is fresh again, `reset_after` from now (or goes at once if it is fresh
-/// already), and the write goes to replicas and the AOF with that clock reading and expiry.
+/// key expires when it is fresh again, `reset_after` from now, and `kept_ms` later
+/// ([`algorithms::Algorithm::kept_ms`]), or goes at once if that is now; and the write goes to
+/// replicas and the AOF with that clock reading and expiry.
 pub fn written(
     call: &Call,
     key: &mut Key,
@@ -190,9 +182,11 @@ pub fn written(
     now_us: u64,
     real_ms: u64,
     reset_after: Span,
+    kept_ms: u64,
 ) -> Propagate {
-    let expire_at_ms = call.expire_at(real_ms, reset_after.ceil_ms());
-    if reset_after.is_zero() {
+    let ttl_ms = reset_after.ceil_ms().saturating_add(kept_ms);
+    let expire_at_ms = call.expire_at(real_ms, ttl_ms);
+    if ttl_ms == 0 {
         key.delete();
     } else {
         key.expire_at(expire_at_ms);
@@ -205,7 +199,7 @@ pub fn written(
 /// that is 0. Also returns the grant (before a block in force refuses it). Out of line, so that
 /// the path of every request without ATMOST stays as it was.
 #[inline(never)]
-fn update_at_most<A: Variant, T>(
+fn update_at_most<A: Variant, T: Aside>(
     key: &mut Key,
     params: &A::Params,
     request: Request,
@@ -223,8 +217,9 @@ fn update_at_most<A: Variant, T>(
     let mut grant = 0;
     let updated = key.update::<A, T>(params, request, |stored, write| {
         let stored_ref = stored.as_ref().map(|(p, s)| (*p, &**s));
-        grant = largest(params, stored_ref, now_us).min(atmost);
-        check(params, stored, now_us, grant.max(1), write)
+        let cost;
+        (grant, cost) = request::grant(atmost, largest(params, stored_ref, now_us));
+        check(params, stored, now_us, cost, write)
     })?;
     Ok((updated, grant))
 }

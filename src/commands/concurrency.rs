@@ -2,19 +2,19 @@
 
 use std::ffi::CStr;
 
-use super::{command, Command, When, ONE_KEY, WRITE};
+use super::{admission, command, Command, When, ONE_KEY, WRITE};
 use crate::args::syntax::{
     name, string, KeyUse, ADAPTIVE, ADAPTIVE_MAX, ADAPTIVE_MIN, DROPPED, DRYRUN, ID, KEY, LEASE,
     LEASES, RTT, SHADOW,
 };
-use crate::args::AlgorithmCommand;
-use crate::args::{params, Cursor};
+use crate::args::{params, AlgorithmCommand, Grammar};
 use crate::dispatch::{Call, Mode};
-use crate::error::{quote, Error};
-use crate::response::{Admission, Extra, Propagate, Reply, Response};
-use crate::storage::{Key, Stored};
+use crate::error::Error;
+use crate::response::{Extra, Reply, Response};
+use crate::storage::Key;
 use algorithms::adaptive::{self, Kind};
-use algorithms::concurrency::{self, Concurrency, Report, State, MAX_TOKEN};
+use algorithms::concurrency::{self, Concurrency, Report, MAX_TOKEN};
+use algorithms::{Algorithm, Lease};
 
 const LEASES_COMPLEXITY: &CStr = c"O(log N) where N is the number of leases held on the key, amortised: a write also drops the leases ended since the last one";
 
@@ -36,10 +36,6 @@ impl AlgorithmCommand for Concurrency {
     const NAME: &'static str = RL_CONCURRENCY_ACQUIRE.name().as_str();
 }
 
-/// How long an adaptive key outlives its last lease, so that the limit it learned is not
-/// forgotten between bursts of work: an hour without a lease, and it starts again at `limit`.
-pub const ADAPTIVE_KEEP_MS: u64 = 3_600_000;
-
 /// `RL.CONCURRENCY.ACQUIRE key limit lease [ID token] [DRYRUN] [SHADOW]
 /// [ADAPTIVE AIMD|VEGAS|GRADIENT2] [MIN n] [MAX n]`
 ///
@@ -48,9 +44,11 @@ pub const ADAPTIVE_KEEP_MS: u64 = 3_600_000;
 /// the setting `ratelimit.concurrency-max-limit`, which so bounds the leases a key holds.
 /// With ADAPTIVE the limit is the key's estimate (`limit` is where a new key starts), moved
 /// by what RELEASE reports, within MIN and MAX (see `algorithms::adaptive`).
-/// O(log n) in the leases held (amortised, see `algorithms::concurrency`). Reply: the five
-/// fields and the token (nil when denied or DRYRUN), then `shadow_denied` with SHADOW (a
-/// would-be denial is answered allowed, with a nil token: no lease was taken).
+/// O(log n) in the leases held (amortised, see `algorithms::concurrency`). The request goes
+/// the way of every admission ([`admission::run_with`]) with the lease's step
+/// ([`Lease::acquire`]). Reply: the five fields and the token (nil when denied or DRYRUN),
+/// then `shadow_denied` with SHADOW (a would-be denial is answered allowed, with a nil token:
+/// no lease was taken).
 pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
     let mut a = RL_CONCURRENCY_ACQUIRE.syntax.args(call.args)?;
     // A replica replays what its primary admitted, whatever its own setting says.
@@ -59,197 +57,119 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
         Mode::Replay { .. } => crate::config::CONCURRENCY_LIMIT_CEILING,
     };
     let mut params = params::concurrency(a.next_n()?, max)?;
-    let Options {
-        id,
-        dryrun,
-        shadow,
-        adaptive,
-    } = options(&mut a, max)?;
-    params.adaptive = adaptive.map(|a| a.bounds(params.limit)).transpose()?;
-    let (now_us, real_ms) = call.clock();
-    // A DRYRUN asks what would happen: neither an admission nor a denial.
-    let write = !dryrun;
-    let mut key = Key::open(call.ctx, call.key()?, true);
-    let acquired = match key.whole::<Concurrency>()? {
-        Some(stored) => {
-            let acquired = concurrency::acquire(&params, &mut stored.state, now_us, id, write);
-            if acquired.decision.allowed && write {
-                stored.params = params;
-            }
-            acquired
+    let (mut id, mut adaptive) = (None, AdaptiveOption::default());
+    let (opts, _) = a.options_by(&ACQUIRE_OPTIONS, |option, value| match option {
+        0 => {
+            id = Some(token(value)?);
+            Ok(())
         }
-        None => {
-            let mut state = State::default();
-            let acquired = concurrency::acquire(&params, &mut state, now_us, id, write);
-            if acquired.decision.allowed && write {
-                key.create::<Concurrency>(Stored { params, state });
-            }
-            acquired
-        }
-    };
-    let d = &acquired.decision;
-    let mut propagate = Propagate::Nothing;
-    if d.allowed && write {
-        let at = call.expire_at(real_ms, ttl_ms(&params, d.reset_after.ceil_ms()));
-        key.expire_at(at);
-        propagate = call.propagation(RL_CONCURRENCY_ACQUIRE.replay_name(), now_us, at);
-    }
-    let token = if write { acquired.token } else { None };
-    // SHADOW: a would-be denial takes no lease (token nil: nothing to release) and is
-    // answered as admitted.
-    let mut decision = acquired.decision;
-    let shadow_denied = shadow && !decision.allowed;
-    decision.allowed |= shadow;
-    let admission = Admission {
-        decision,
-        extra: Extra::Token(token),
-        granted: None,
-        preview: dryrun,
-        replayed: call.replayed(),
-        shadow,
-        shadow_denied,
-    };
-    Ok(Response::propagating(
-        Reply::Admission(admission),
-        propagate,
-    ))
+        1 => adaptive.kind(value),
+        _ => adaptive.bound(option == 2, value, max),
+    })?;
+    params.adaptive = adaptive.bounds(params.limit)?;
+    let acquire = |params: &concurrency::Params,
+                   stored: Option<(&concurrency::Params, &mut concurrency::State)>,
+                   now_us,
+                   _cost,
+                   write| Concurrency::acquire(params, stored, now_us, id, write);
+    let decided = admission::run_with::<Concurrency, _>(
+        call,
+        RL_CONCURRENCY_ACQUIRE.replay_name(),
+        params,
+        opts,
+        acquire,
+        Concurrency::largest_cost,
+    )?;
+    let token = decided.aside.clone();
+    Ok(decided.reply(Extra::Token(token)))
 }
 
-/// ACQUIRE's options after its positional arguments.
-struct Options<'a> {
-    id: Option<&'a [u8]>,
-    dryrun: bool,
-    shadow: bool,
-    adaptive: Option<AdaptiveOption>,
+/// ACQUIRE's options: DRYRUN and SHADOW, and its own with a value (their order is the
+/// option numbers the parser hands back).
+const ACQUIRE_OPTIONS: Grammar = Grammar {
+    counted: false,
+    previews: true,
+    flags: &[],
+    valued: &[
+        ("ID", "a token of 1 to 256 bytes"),
+        ("ADAPTIVE", "AIMD, VEGAS or GRADIENT2"),
+        ("MIN", BOUND_EXPECTED),
+        ("MAX", BOUND_EXPECTED),
+    ],
+    accepted: "ID token, DRYRUN, SHADOW, ADAPTIVE algorithm, MIN n or MAX n, each once",
+};
+
+const BOUND_EXPECTED: &str = "a limit from 1 to the setting ratelimit.concurrency-max-limit";
+
+/// `ID token`: 1 to [`MAX_TOKEN`] bytes.
+fn token(value: &[u8]) -> Result<&[u8], Error> {
+    match value.len() {
+        1..=MAX_TOKEN => Ok(value),
+        _ => Err(Error::OptionValue {
+            option: "ID",
+            expected: "a token of 1 to 256 bytes",
+        }),
+    }
 }
 
 /// `ADAPTIVE algorithm [MIN n] [MAX n]` as given.
+#[derive(Default)]
 struct AdaptiveOption {
-    kind: Kind,
+    kind: Option<Kind>,
     min: Option<u32>,
     max: Option<u32>,
 }
 
 impl AdaptiveOption {
-    /// The bounds, Netflix's defaults for those not given (widened to take in `start`).
-    fn bounds(&self, start: u64) -> Result<adaptive::Params, Error> {
+    /// `ADAPTIVE`'s value.
+    fn kind(&mut self, value: &[u8]) -> Result<(), Error> {
+        self.kind = Some(match value {
+            k if k.eq_ignore_ascii_case(b"AIMD") => Kind::Aimd,
+            k if k.eq_ignore_ascii_case(b"VEGAS") => Kind::Vegas,
+            k if k.eq_ignore_ascii_case(b"GRADIENT2") => Kind::Gradient2,
+            _ => {
+                return Err(Error::OptionValue {
+                    option: "ADAPTIVE",
+                    expected: "AIMD, VEGAS or GRADIENT2",
+                })
+            }
+        });
+        Ok(())
+    }
+
+    /// `MIN n` (`is_min`) or `MAX n`: 1 to `max`, the lease cap.
+    fn bound(&mut self, is_min: bool, value: &[u8], max: u64) -> Result<(), Error> {
+        let option = if is_min { "MIN" } else { "MAX" };
+        let n = crate::digits::digits(value)
+            .filter(|n| (1..=max).contains(n))
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or(Error::OptionValue {
+                option,
+                expected: BOUND_EXPECTED,
+            })?;
+        *(if is_min { &mut self.min } else { &mut self.max }) = Some(n);
+        Ok(())
+    }
+
+    /// The bounds, Netflix's defaults for those not given (widened to take in `start`);
+    /// `None` without ADAPTIVE, where MIN and MAX are an error.
+    fn bounds(&self, start: u64) -> Result<Option<adaptive::Params>, Error> {
+        let Some(kind) = self.kind else {
+            if self.min.is_some() || self.max.is_some() {
+                return Err(Error::AdaptiveBounds {
+                    message: "MIN and MAX bound an adaptive limit: give them with ADAPTIVE AIMD|VEGAS|GRADIENT2",
+                });
+            }
+            return Ok(None);
+        };
         let start = u32::try_from(start).unwrap_or(u32::MAX);
-        let bounds = adaptive::Params::with_defaults(self.kind, start, self.min, self.max);
+        let bounds = adaptive::Params::with_defaults(kind, start, self.min, self.max);
         if bounds.min > bounds.max {
             return Err(Error::AdaptiveBounds {
                 message: "MIN is above MAX: an adaptive limit stays within MIN <= MAX (without MAX, the default is 200 for AIMD and GRADIENT2, 1000 for VEGAS, or limit if higher)",
             });
         }
-        Ok(bounds)
-    }
-}
-
-/// Reads ACQUIRE's options: each once, in any order; MIN and MAX (1 to `max`, the lease cap)
-/// only with ADAPTIVE.
-fn options<'a>(a: &mut Cursor<'a>, max: u64) -> Result<Options<'a>, Error> {
-    let (mut id, mut dryrun, mut shadow) = (None, false, false);
-    let (mut kind, mut min, mut max_limit) = (None, None, None);
-    loop {
-        let position = a.position();
-        let Some(word) = a.optional() else {
-            break;
-        };
-        if word.eq_ignore_ascii_case(b"ID") {
-            if id.is_some() {
-                return Err(Error::OptionTwice { option: "ID" });
-            }
-            let Some(token) = a.optional() else {
-                return Err(Error::OptionValue {
-                    option: "ID",
-                    expected: "a token of 1 to 256 bytes",
-                });
-            };
-            if token.is_empty() || token.len() > MAX_TOKEN {
-                return Err(Error::OptionValue {
-                    option: "ID",
-                    expected: "a token of 1 to 256 bytes",
-                });
-            }
-            id = Some(token);
-        } else if word.eq_ignore_ascii_case(b"SHADOW") {
-            if shadow {
-                return Err(Error::OptionTwice { option: "SHADOW" });
-            }
-            shadow = true;
-        } else if word.eq_ignore_ascii_case(b"DRYRUN") {
-            if dryrun {
-                return Err(Error::OptionTwice { option: "DRYRUN" });
-            }
-            dryrun = true;
-        } else if word.eq_ignore_ascii_case(b"ADAPTIVE") {
-            if kind.is_some() {
-                return Err(Error::OptionTwice { option: "ADAPTIVE" });
-            }
-            kind = Some(match a.optional() {
-                Some(k) if k.eq_ignore_ascii_case(b"AIMD") => Kind::Aimd,
-                Some(k) if k.eq_ignore_ascii_case(b"VEGAS") => Kind::Vegas,
-                Some(k) if k.eq_ignore_ascii_case(b"GRADIENT2") => Kind::Gradient2,
-                _ => {
-                    return Err(Error::OptionValue {
-                        option: "ADAPTIVE",
-                        expected: "AIMD, VEGAS or GRADIENT2",
-                    })
-                }
-            });
-        } else if word.eq_ignore_ascii_case(b"MIN") || word.eq_ignore_ascii_case(b"MAX") {
-            let is_min = word.eq_ignore_ascii_case(b"MIN");
-            let (slot, option) = if is_min {
-                (&mut min, "MIN")
-            } else {
-                (&mut max_limit, "MAX")
-            };
-            if slot.is_some() {
-                return Err(Error::OptionTwice { option });
-            }
-            let n = a
-                .optional()
-                .and_then(crate::digits::digits)
-                .filter(|n| (1..=max).contains(n))
-                .and_then(|n| u32::try_from(n).ok())
-                .ok_or(Error::OptionValue {
-                    option,
-                    expected: "a limit from 1 to the setting ratelimit.concurrency-max-limit",
-                })?;
-            *slot = Some(n);
-        } else {
-            return Err(Error::UnknownOption {
-                position,
-                token: quote(word),
-                accepted: "ID token, DRYRUN, SHADOW, ADAPTIVE algorithm, MIN n or MAX n, each once",
-            });
-        }
-    }
-    let adaptive = match kind {
-        Some(kind) => Some(AdaptiveOption {
-            kind,
-            min,
-            max: max_limit,
-        }),
-        None if min.is_some() || max_limit.is_some() => return Err(Error::AdaptiveBounds {
-            message:
-                "MIN and MAX bound an adaptive limit: give them with ADAPTIVE AIMD|VEGAS|GRADIENT2",
-        }),
-        None => None,
-    };
-    Ok(Options {
-        id,
-        dryrun,
-        shadow,
-        adaptive,
-    })
-}
-
-/// A key's time to live from its leases' reset: an adaptive key outlives them by
-/// [`ADAPTIVE_KEEP_MS`].
-fn ttl_ms(params: &concurrency::Params, reset_ms: u64) -> u64 {
-    match params.adaptive {
-        Some(_) => reset_ms.saturating_add(ADAPTIVE_KEEP_MS),
-        None => reset_ms,
+        Ok(Some(bounds))
     }
 }
 
@@ -281,54 +201,44 @@ pub fn rl_concurrency_release(call: &Call) -> Result<Response, Error> {
     let mut a = RL_CONCURRENCY_RELEASE.syntax.args(call.args)?;
     let token = a.next()?;
     let mut report = Report::default();
-    let mut dropped_given = false;
-    loop {
-        let position = a.position();
-        let Some(word) = a.optional() else {
-            break;
-        };
-        if word.eq_ignore_ascii_case(b"RTT") {
-            if report.rtt_us.is_some() {
-                return Err(Error::OptionTwice { option: "RTT" });
-            }
-            report.rtt_us = Some(a.optional().and_then(crate::args::duration_us).ok_or(
-                Error::OptionValue {
-                    option: "RTT",
-                    expected: "a duration from 1us to 10 years: a number and us, ms, s, m, h or d (a bare number is ms)",
-                },
-            )?);
-        } else if word.eq_ignore_ascii_case(b"DROPPED") {
-            if dropped_given {
-                return Err(Error::OptionTwice { option: "DROPPED" });
-            }
-            dropped_given = true;
-            report.dropped = true;
-        } else {
-            return Err(Error::UnknownOption {
-                position,
-                token: quote(word),
-                accepted: "RTT duration or DROPPED, each once",
-            });
-        }
-    }
+    let (_, dropped) = a.options_by(&RELEASE_OPTIONS, |_, value| {
+        report.rtt_us = Some(crate::args::duration_us(value).ok_or(Error::OptionValue {
+            option: "RTT",
+            expected: RTT_EXPECTED,
+        })?);
+        Ok(())
+    })?;
+    report.dropped = dropped & 1 != 0;
     let (now_us, real_ms) = call.clock();
     let mut key = Key::open(call.ctx, call.key()?, true);
     let Some(stored) = key.whole::<Concurrency>()? else {
         return Ok(Response::reply(Reply::Int(0)));
     };
-    if !concurrency::release_reporting(&mut stored.state, token, now_us, report) {
+    if !Concurrency::release(&mut stored.state, token, now_us, report) {
         return Ok(Response::reply(Reply::Int(0)));
     }
-    let reset_ms = ttl_ms(
-        &stored.params,
-        concurrency::reset_after(&stored.state, now_us).ceil_ms(),
+    let reset_after = Concurrency::reset_after(&stored.state, now_us);
+    let params = stored.params;
+    let propagate = admission::written(
+        call,
+        &mut key,
+        RL_CONCURRENCY_RELEASE.replay_name(),
+        now_us,
+        real_ms,
+        reset_after,
+        Concurrency::kept_ms(&params),
     );
-    let at = call.expire_at(real_ms, reset_ms);
-    if reset_ms == 0 {
-        key.delete();
-    } else {
-        key.expire_at(at);
-    }
-    let propagate = call.propagation(RL_CONCURRENCY_RELEASE.replay_name(), now_us, at);
     Ok(Response::propagating(Reply::Int(1), propagate))
 }
+
+/// RELEASE's options: `RTT duration` and `DROPPED`, none of the admission options.
+const RELEASE_OPTIONS: Grammar = Grammar {
+    counted: false,
+    previews: false,
+    flags: &["DROPPED"],
+    valued: &[("RTT", RTT_EXPECTED)],
+    accepted: "RTT duration or DROPPED, each once",
+};
+
+const RTT_EXPECTED: &str =
+    "a duration from 1us to 10 years: a number and us, ms, s, m, h or d (a bare number is ms)";

@@ -9,7 +9,6 @@ use crate::dispatch::Call;
 use crate::error::{quote, Error};
 use crate::response::{Extra, Response};
 use crate::storage::policies;
-use algorithms::penalty;
 use algorithms::rule_set::{self, Limit, Rules, Verdict};
 
 pub static RL_LIMIT: Command = command! {
@@ -70,18 +69,15 @@ pub fn rl_limit(call: &Call) -> Result<Response, Error> {
     };
     let mut decided =
         admission::run_with::<Limit, _>(call, RL_LIMIT.replay_name(), rules, opts, check, largest)?;
+    // A BLOCK penalty (in force, or started by this request) answered for the binding rule
+    // too (`request::decide`).
     let Verdict {
         binding: index,
-        binding_decision: mut binding,
+        binding_decision: binding,
         shadow_denied: shadow_rules,
         ..
     } = decided.aside;
-    // A BLOCK penalty (in force, or started by this request) answers for the key, and so for
-    // the binding rule too.
     let blocked = decided.blocked_until_us.is_some();
-    if let Some(until_us) = decided.blocked_until_us {
-        penalty::apply(&mut binding, until_us, decided.now_us);
-    }
     // The reply is the binding rule's; the counters and the event go by it too, as they
     // did by the reply before (it agrees with the key's decision on `allowed`).
     let enforced_admits = binding.allowed;

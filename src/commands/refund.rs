@@ -69,6 +69,8 @@ pub fn rl_refund(call: &Call) -> Result<Response, Error> {
         now_us,
         real_ms,
         refunded.reset_after,
+        // The algorithms RL.REFUND takes keep nothing past their reset.
+        0,
     );
     Ok(Response::propagating(reply, propagate))
 }

@@ -3,7 +3,7 @@
 use super::{admission, command, Command, When, O1, ONE_KEY, WRITE};
 use crate::args::params::{self, TOKEN_BUCKET_PARAMS};
 use crate::args::syntax::{admission_args, name, KeyUse};
-use crate::args::AlgorithmCommand;
+use crate::args::{AlgorithmCommand, Grammar};
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
@@ -27,6 +27,13 @@ impl AlgorithmCommand for TokenBucket {
     const NAME: &'static str = RL_TOKENBUCKET.name().as_str();
 }
 
+/// The admission options and `INTERVAL`.
+const OPTIONS: Grammar = Grammar {
+    flags: &["INTERVAL"],
+    accepted: "COST n, ATMOST max, DRYRUN, BLOCK duration, SHADOW or INTERVAL",
+    ..Grammar::ADMISSION
+};
+
 /// `RL.TOKENBUCKET key capacity refill_amount refill_period [INTERVAL] [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///
 /// A bucket of `capacity` tokens, full at first, refilled with `refill_amount` tokens per
@@ -35,10 +42,7 @@ impl AlgorithmCommand for TokenBucket {
 pub fn rl_tokenbucket(call: &Call) -> Result<Response, Error> {
     let mut a = RL_TOKENBUCKET.syntax.args(call.args)?;
     let mut params = params::token_bucket(a.next_n()?, false)?;
-    let (opts, flags) = a.options_with(
-        &["INTERVAL"],
-        "COST n, ATMOST max, DRYRUN, BLOCK duration, SHADOW or INTERVAL",
-    )?;
+    let (opts, flags) = a.options_by(&OPTIONS, |_, _| Ok(()))?;
     params.interval = flags & 1 != 0;
     Ok(
         admission::run::<TokenBucket>(call, RL_TOKENBUCKET.replay_name(), params, opts)?

@@ -3,7 +3,7 @@
 use super::{admission, command, Command, When, O1, ONE_KEY, WRITE};
 use crate::args::params::{self, WARMUP_PARAMS};
 use crate::args::syntax::{admission_args, name, KeyUse};
-use crate::args::AlgorithmCommand;
+use crate::args::{AlgorithmCommand, Grammar};
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
@@ -27,6 +27,13 @@ impl AlgorithmCommand for Warmup {
     const NAME: &'static str = RL_WARMUP.name().as_str();
 }
 
+/// The admission options and `COLDFACTOR factor`.
+const OPTIONS: Grammar = Grammar {
+    valued: &[("COLDFACTOR", params::COLD_FACTOR_EXPECTED)],
+    accepted: "COST n, ATMOST max, DRYRUN, BLOCK duration, SHADOW or COLDFACTOR factor",
+    ..Grammar::ADMISSION
+};
+
 /// `RL.WARMUP key rate period warmup [COLDFACTOR factor] [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`
 ///
 /// Guava's SmoothWarmingUp: `rate` per `period` once warm; after idle the spacing starts at
@@ -38,11 +45,11 @@ pub fn rl_warmup(call: &Call) -> Result<Response, Error> {
     let mut a = RL_WARMUP.syntax.args(call.args)?;
     // Read now, parsed after the options: an unknown option is the error a call sees first.
     let positional = a.next_n()?;
-    let (opts, cold_factor) = a.options_with_value(
-        "COLDFACTOR",
-        params::COLD_FACTOR_EXPECTED,
-        "COST n, ATMOST max, DRYRUN, BLOCK duration, SHADOW or COLDFACTOR factor",
-    )?;
+    let mut cold_factor = None;
+    let (opts, _) = a.options_by(&OPTIONS, |_, value| {
+        cold_factor = Some(value);
+        Ok(())
+    })?;
     let params = params::warmup(positional, cold_factor)?;
     Ok(admission::run::<Warmup>(call, RL_WARMUP.replay_name(), params, opts)?.reply(Extra::None))
 }

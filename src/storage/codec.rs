@@ -15,8 +15,16 @@ use algorithms::{
     token_bucket, warmup,
 };
 
-use super::value::{Stored, Value};
+use super::value::{Stored, Value, Variant};
 use algorithms::adaptive::{self, Estimate, Gradient2, Kind, Vegas};
+use algorithms::concurrency::Concurrency;
+use algorithms::fixed_window::FixedWindow;
+use algorithms::gcra::Gcra;
+use algorithms::leaky_bucket::LeakyBucket;
+use algorithms::sliding_log::SlidingLog;
+use algorithms::sliding_window::SlidingWindow;
+use algorithms::token_bucket::TokenBucket;
+use algorithms::warmup::Warmup;
 
 /// The encoding version this build writes. Bump it when a layout changes, and keep decoding
 /// every older version. Version 2 added the key's block (`BLOCK duration`) after the state;
@@ -215,7 +223,7 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
                 period_ms: r.duration_ms()?,
             };
             let state = gcra::State { tat: r.u128()? };
-            Value::Gcra(Stored { params, state })
+            checked::<Gcra>(params, state)?
         }
         TOKEN_BUCKET => {
             let params = token_bucket::Params {
@@ -228,11 +236,7 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
                 scaled_tokens: r.u128()?,
                 updated_us: r.u64()?,
             };
-            let full = u128::from(params.capacity) * u128::from(params.refill_period_ms) * 1000;
-            if state.scaled_tokens > full {
-                return Err(DecodeError);
-            }
-            Value::TokenBucket(Stored { params, state })
+            checked::<TokenBucket>(params, state)?
         }
         LEAKY_BUCKET => {
             let params = leaky_bucket::Params {
@@ -241,7 +245,7 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
                 leak_period_ms: r.duration_ms()?,
             };
             let state = leaky_bucket::State { tat: r.u128()? };
-            Value::LeakyBucket(Stored { params, state })
+            checked::<LeakyBucket>(params, state)?
         }
         FIXED_WINDOW => {
             let params = fixed_window::Params {
@@ -252,7 +256,7 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
                 window_start_us: r.u64()?,
                 count: r.u64()?,
             };
-            Value::FixedWindow(Stored { params, state })
+            checked::<FixedWindow>(params, state)?
         }
         SLIDING_WINDOW => {
             let params = sliding_window::Params {
@@ -264,7 +268,7 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
                 current: r.u64()?,
                 previous: r.u64()?,
             };
-            Value::SlidingWindow(Stored { params, state })
+            checked::<SlidingWindow>(params, state)?
         }
         SLIDING_LOG => {
             let params = sliding_log::Params {
@@ -282,10 +286,7 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
                 words.push_back(r.u32()?);
             }
             let state = sliding_log::State::new(words, base_us, unit_us, total);
-            if !sliding_log::is_valid(&state) {
-                return Err(DecodeError);
-            }
-            Value::SlidingLog(Stored { params, state })
+            checked::<SlidingLog>(params, state)?
         }
         CONCURRENCY => {
             let params = concurrency::Params {
@@ -313,7 +314,7 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
                     return Err(DecodeError);
                 }
             }
-            Value::Concurrency(Stored { params, state })
+            checked::<Concurrency>(params, state)?
         }
         LEASES => {
             let mut params = concurrency::Params {
@@ -336,9 +337,6 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
                         .ok_or(DecodeError)
                 };
                 let (min, max) = (bound()?, bound()?);
-                if min > max {
-                    return Err(DecodeError);
-                }
                 params.adaptive = Some(adaptive::Params { kind, min, max });
             }
             let issued = r.u64()?;
@@ -352,9 +350,6 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
                 let expires_us = r.u64()?;
                 let started_us = r.u64()?;
                 let inflight = u32::try_from(r.u64()?).map_err(|_| DecodeError)?;
-                if started_us > expires_us {
-                    return Err(DecodeError);
-                }
                 let token = r.token()?;
                 let start = concurrency::Start {
                     started_us,
@@ -384,12 +379,9 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
                         long_count: i32::try_from(r.u64()?).map_err(|_| DecodeError)?,
                     }),
                 };
-                if !estimate.is_valid(&bounds) {
-                    return Err(DecodeError);
-                }
                 state.set_adaptive(Some((bounds, estimate)));
             }
-            Value::Concurrency(Stored { params, state })
+            checked::<Concurrency>(params, state)?
         }
         WARMUP => {
             let params = warmup::Params {
@@ -402,13 +394,7 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
                 stored: r.u128()?,
                 next_free: r.u128()?,
             };
-            // Never written: a cold factor out of range, more stored permits than a cold key.
-            if !warmup::COLD_FACTORS.contains(&params.cold_factor)
-                || state.stored > params.max_stored()
-            {
-                return Err(DecodeError);
-            }
-            Value::Warmup(Stored { params, state })
+            checked::<Warmup>(params, state)?
         }
         LIMIT => {
             let count = r.u64()?;
@@ -430,6 +416,16 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
         _ => return Err(DecodeError),
     };
     Ok(value)
+}
+
+/// A value of algorithm `A`, refused when its state is not one `A` could have written under
+/// its parameters ([`algorithms::Algorithm::is_valid`]): the rules are the algorithm's, not
+/// the codec's.
+fn checked<A: Variant>(params: A::Params, state: A::State) -> Result<Value, DecodeError> {
+    if !A::is_valid(&params, &state) {
+        return Err(DecodeError);
+    }
+    Ok(A::wrap(Stored { params, state }))
 }
 
 struct Writer(Vec<u8>);

@@ -12,19 +12,9 @@ use super::pointer::{Held, Owned, Repr, Slot};
 use super::value::{Stored, Value, Variant};
 use crate::error::Error;
 use crate::redis::{Ctx, RString};
+use algorithms::request::{self, Aside, Effect, Request};
 use algorithms::rule_set::MAX_RULES;
 use algorithms::{penalty, Decision, Span};
-
-/// What a request brings besides its algorithm's parameters.
-#[derive(Debug, Clone, Copy)]
-pub struct Request {
-    pub now_us: u64,
-    pub cost: u64,
-    /// Whether an admitted request writes (not DRYRUN, COST > 0).
-    pub write: bool,
-    /// `BLOCK duration`, in ms.
-    pub block_ms: Option<u64>,
-}
 
 /// What [`Key::update`] did: the decision, whether the key changed, what the algorithm's step
 /// handed back besides the decision, and the BLOCK that answered for the key, if any.
@@ -32,36 +22,11 @@ pub struct Request {
 pub struct Updated<T> {
     /// The key's decision, a block's refusal included.
     pub decision: Decision,
-    /// The key changed (a new state, or a block started), so it must expire anew and propagate.
-    pub wrote: bool,
     /// What the step handed back besides its decision (RL.LIMIT's binding rule).
     pub aside: T,
-    /// The end of the BLOCK penalty applied to [`Updated::decision`] (µs on the clock the
-    /// request was decided with): one in force, or one this request started. `None` when the
-    /// algorithm's own decision stands.
-    pub blocked_until_us: Option<u64>,
-}
-
-impl<T> Updated<T> {
-    /// The algorithm's decision stands: no block answered.
-    fn decided(decision: Decision, wrote: bool, aside: T) -> Updated<T> {
-        Updated {
-            decision,
-            wrote,
-            aside,
-            blocked_until_us: None,
-        }
-    }
-
-    /// A block until `until_us` answered for the key.
-    fn blocked(decision: Decision, wrote: bool, aside: T, until_us: u64) -> Updated<T> {
-        Updated {
-            decision,
-            wrote,
-            aside,
-            blocked_until_us: Some(until_us),
-        }
-    }
+    /// What the key kept ([`request::decide`]): whether it changed (and so must expire anew
+    /// and propagate), and the block that answered for it.
+    pub effect: Effect,
 }
 
 /// What RL.REFUND did to a key.
@@ -128,38 +93,32 @@ impl<'a> Key<'a> {
     /// parameters and state (`None` for a fresh key) and whether it may write, and returns the
     /// decision, changing the state only when the request is admitted and writes (the
     /// algorithms' contract), and anything else it hands back (`T`, returned as is: RL.LIMIT's
-    /// binding rule). When the request writes and is admitted, the key then holds
-    /// `params` and the new state. A blocked key refuses everything until its block ends; a
-    /// denied request may start a block ([`penalty`]). Returns what happened ([`Updated`]):
-    /// the decision, whether the key changed (and so must expire anew and propagate), and
-    /// the block that answered, if one did. A key holding another algorithm's state is an
+    /// binding rule). What the request does around the step (a block in force, a block it
+    /// starts, whether it counts) is [`request::decide`]'s; this keeps what that says: the
+    /// new state with `params`, or the block. A key holding another algorithm's state is an
     /// error naming both; nothing changes on any error.
-    pub fn update<A: Variant, T>(
+    pub fn update<A: Variant, T: Aside>(
         &mut self,
         params: &A::Params,
         request: Request,
         step: impl FnOnce(Option<(&A::Params, &mut A::State)>, bool) -> (Decision, Option<A::State>, T),
     ) -> Result<Updated<T>, Error> {
         let outcome = self.decide::<A, T>(params, request, step);
-        if let Ok(Updated { wrote: true, .. }) = outcome {
-            self.modified = true;
+        if let Ok(updated) = &outcome {
+            if updated.effect.writes() {
+                self.modified = true;
+            }
         }
         outcome
     }
 
     /// [`Key::update`] without the bookkeeping of what changed.
-    fn decide<A: Variant, T>(
+    fn decide<A: Variant, T: Aside>(
         &mut self,
         params: &A::Params,
         request: Request,
         step: impl FnOnce(Option<(&A::Params, &mut A::State)>, bool) -> (Decision, Option<A::State>, T),
     ) -> Result<Updated<T>, Error> {
-        let Request {
-            now_us,
-            cost,
-            write,
-            block_ms,
-        } = request;
         // The error for a key of another algorithm, built only then.
         let other = |stored: &'static str| {
             Err(Error::OtherAlgorithm {
@@ -168,17 +127,21 @@ impl<'a> Key<'a> {
             })
         };
         let Some(lent) = self.slot.get()? else {
-            // A fresh key denies only what can never fit, which starts no block.
-            let (decision, fresh, aside) = step(None, write);
-            if let (true, Some(state)) = (decision.allowed && write, fresh) {
+            // A fresh key is never blocked.
+            let (decision, fresh, aside, effect) =
+                request::decide(0, &request, |write| step(None, write));
+            if let (Effect::Counted, Some(state)) = (effect, fresh) {
                 let stored = Stored {
                     params: params.clone(),
                     state,
                 };
                 self.set(Owned::new(Record::new(A::wrap(stored))));
-                return Ok(Updated::decided(decision, true, aside));
             }
-            return Ok(Updated::decided(decision, false, aside));
+            return Ok(Updated {
+                decision,
+                aside,
+                effect,
+            });
         };
         match lent.repr() {
             Repr::Whole(record) => {
@@ -187,38 +150,35 @@ impl<'a> Key<'a> {
                     return other(name);
                 };
                 let blocked = record.blocked_until_us;
-                if blocked > now_us {
-                    let (mut decision, _, aside) =
-                        step(Some((&stored.params, &mut stored.state)), false);
-                    penalty::apply(&mut decision, blocked, now_us);
-                    return Ok(Updated::blocked(decision, false, aside, blocked));
-                }
-                let (mut decision, _, aside) =
-                    step(Some((&stored.params, &mut stored.state)), write);
-                if decision.allowed && write {
-                    stored.params = params.clone();
-                    if blocked != 0 {
-                        // The block is over: the key takes the smallest form it fits again
-                        // (the whole record is freed as it is swapped out).
-                        let kept =
-                            matches!(record.value, Value::SlidingLog(_) | Value::Concurrency(_));
-                        if !kept {
-                            let value = record.value.clone();
-                            self.swap(Owned::new(Record::new(value)));
-                            return Ok(Updated::decided(decision, true, aside));
+                let (decision, _, aside, effect) = request::decide(blocked, &request, |write| {
+                    step(Some((&stored.params, &mut stored.state)), write)
+                });
+                match effect {
+                    Effect::Counted => {
+                        stored.params = params.clone();
+                        if blocked != 0 {
+                            // The block is over: the key takes the smallest form it fits
+                            // again (the whole record is freed as it is swapped out).
+                            let kept = matches!(
+                                record.value,
+                                Value::SlidingLog(_) | Value::Concurrency(_)
+                            );
+                            if kept {
+                                record.blocked_until_us = 0;
+                            } else {
+                                let value = record.value.clone();
+                                self.swap(Owned::new(Record::new(value)));
+                            }
                         }
-                        record.blocked_until_us = 0;
                     }
-                    return Ok(Updated::decided(decision, true, aside));
+                    Effect::Blocks(until) => record.blocked_until_us = until,
+                    Effect::Unchanged | Effect::Blocked(_) => {}
                 }
-                match penalty::starts(&decision, cost, write, block_ms, now_us) {
-                    Some(until) => {
-                        record.blocked_until_us = until;
-                        penalty::apply(&mut decision, until, now_us);
-                        Ok(Updated::blocked(decision, true, aside, until))
-                    }
-                    None => Ok(Updated::decided(decision, false, aside)),
-                }
+                Ok(Updated {
+                    decision,
+                    aside,
+                    effect,
+                })
             }
             packed => {
                 let requested = A::policy_rules(params);
@@ -228,30 +188,29 @@ impl<'a> Key<'a> {
                 let Some(stored) = A::get_mut(&mut value) else {
                     return other(name);
                 };
-                let (mut decision, _, aside) =
-                    step(Some((&stored.params, &mut stored.state)), write);
-                if !(decision.allowed && write) {
+                // A packed form holds no block.
+                let (decision, _, aside, effect) = request::decide(0, &request, |write| {
+                    step(Some((&stored.params, &mut stored.state)), write)
+                });
+                match effect {
+                    Effect::Counted => {
+                        stored.params = params.clone();
+                        if let Some(new) = repack(packed, &held, &bases, value) {
+                            self.store(new);
+                        }
+                    }
                     // A block keeps the whole record (a packed form has no room for it).
-                    return match penalty::starts(&decision, cost, write, block_ms, now_us) {
-                        Some(until) => {
-                            penalty::apply(&mut decision, until, now_us);
-                            self.swap(Owned::new(Record {
-                                value,
-                                blocked_until_us: until,
-                            }));
-                            Ok(Updated::blocked(decision, true, aside, until))
-                        }
-                        None => {
-                            compact::recycle(value);
-                            Ok(Updated::decided(decision, false, aside))
-                        }
-                    };
+                    Effect::Blocks(until) => self.swap(Owned::new(Record {
+                        value,
+                        blocked_until_us: until,
+                    })),
+                    Effect::Unchanged | Effect::Blocked(_) => compact::recycle(value),
                 }
-                stored.params = params.clone();
-                if let Some(new) = repack(packed, &held, &bases, value) {
-                    self.store(new);
-                }
-                Ok(Updated::decided(decision, true, aside))
+                Ok(Updated {
+                    decision,
+                    aside,
+                    effect,
+                })
             }
         }
     }
@@ -337,11 +296,6 @@ impl<'a> Key<'a> {
             stored: stored_name,
             requested: A::NAME,
         })
-    }
-
-    /// Creates the key with `stored` (it did not exist).
-    pub fn create<A: Variant>(&mut self, stored: Stored<A>) {
-        self.set(Owned::new(Record::new(A::wrap(stored))));
     }
 
     /// Replaces the key's value with `record` (RL.LOADSTATE); WRONGTYPE for another type.

@@ -30,5 +30,5 @@ pub mod policies;
 pub mod value;
 
 pub use data_type::{count_key_overhead, RL_TYPE};
-pub use key::{Key, Request, Updated};
-pub use value::{Stored, Value, Variant};
+pub use key::{Key, Updated};
+pub use value::{Value, Variant};
