@@ -20,7 +20,8 @@ from ratelimit_redis_module import (
     parse_rules,
     rate_limit_headers,
 )
-from ratelimit_redis_module.guard import AsyncGuard, check_name
+from ratelimit_redis_module.aio.guard import AsyncGuard
+from ratelimit_redis_module.guard import check_name
 
 
 def test_parse_resp2_and_resp3_alike() -> None:

@@ -14,6 +14,9 @@
   request path (they fail at once while Redis refuses connections).
 - :data:`COMMANDS`, :data:`LEFT_OUT`, :data:`RULE_KINDS`: what the package covers of the
   module's commands and policy rules, and what it leaves out.
+
+The asyncio twins live in :mod:`ratelimit_redis_module.aio`, beside the synchronous modules they
+mirror (as the ``limits`` library keeps ``limits.aio``), and are exported here too.
 """
 
 from .budget import BudgetStats, hold_ms
@@ -23,21 +26,19 @@ from .client import (
     ADMISSION_OPTIONS,
     COMMANDS,
     LEFT_OUT,
-    AsyncRateLimiter,
     CheckOptions,
     Counterpart,
     NotDurable,
     RateLimiter,
     Rtt,
-    async_client_from_sentinel,
-    async_client_from_url,
     client_from_sentinel,
     client_from_url,
     rtt_us,
 )
+from .aio import AsyncGuard, AsyncRateLimiter, async_client_from_sentinel, async_client_from_url
 from .denial_memory import DenialMemory
 from .fields import PROBLEM_JSON, UNAVAILABLE_BODY, load_shed_body, quota_exceeded_body, rate_limit_headers
-from .guard import AsyncGuard, Guard, InFlight, Verdict
+from .guard import Guard, InFlight, Verdict
 from .stats import Stats
 from .limit_types import (
     ADAPTIVE_KINDS,

@@ -13,7 +13,8 @@ from typing import Any, Callable, Generic, Mapping, MutableMapping, TypedDict, T
 
 from ._setup import SETUP_TIMEOUT_S
 from .fields import PROBLEM_JSON
-from .guard import AsyncGuard, Guard, Verdict
+from .aio.guard import AsyncGuard
+from .guard import Guard, Verdict
 from .stats import Stats
 from .limit_types import Limit
 

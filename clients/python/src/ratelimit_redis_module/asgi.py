@@ -27,7 +27,7 @@ from ._http import (
     refusal_headers,
     user,
 )
-from .guard import AsyncGuard
+from .aio.guard import AsyncGuard
 from .limit_types import Limit
 
 __all__ = ["RateLimitMiddleware", "KeyFunc", "client_ip", "exempt", "header", "limited", "user"]
