@@ -33,6 +33,24 @@ class DenialMemory {
     return cost === e.cost || (e.cost === undefined && cost > 0) ? e : undefined;
   }
 
+  /**
+   * The denial remembered for a request of `cost` units of `key` (lookup) as the decision answered
+   * without a round trip at `now`, `remaining` as the caller has it (RateLimit's 0, a local
+   * budget's units held); undefined when none refuses it.
+   */
+  refusal(key, cost, now, remaining = 0) {
+    const e = this.lookup(key, cost, now);
+    if (e === undefined) return undefined;
+    // Whole milliseconds, as the module counts them (the default clock has fractions).
+    return {
+      ...e.decision,
+      remaining,
+      retryAfterMs: Math.ceil(e.until - now),
+      resetAfterMs: Math.max(0, Math.ceil(e.resetAt - now)),
+      local: true,
+    };
+  }
+
   /** Forgets `key`'s denial: something gave units back to it (RateLimit's refund). */
   forget(key) {
     this.entries.delete(key);

@@ -84,6 +84,16 @@ const ALGORITHMS = {
 };
 const DURATION_PARAMS = new Set(['period', 'refillPeriod', 'leakPeriod', 'window', 'lease', 'warmup']);
 
+/**
+ * An algorithm's period or window in ms (its first duration), from its words after the key as
+ * the package writes them (durations in ms): what a local budget's default hold is taken from.
+ * @param {string} name the algorithm, lower case (a key of ALGORITHMS)
+ * @param {ReadonlyArray<string>} words
+ */
+function periodMs(name, words) {
+  return Number(words[ALGORITHMS[name].params.findIndex((p) => DURATION_PARAMS.has(p))]);
+}
+
 // The largest integer a Structured Field may carry (RFC 9651: 15 digits).
 const SF_INTEGER_MAX = 999_999_999_999_999n;
 
@@ -219,6 +229,7 @@ module.exports = {
   ALGORITHMS,
   DURATION_PARAMS,
   fieldShape,
+  periodMs,
   moreAfterMs,
   policyShapes,
   policyWindows,

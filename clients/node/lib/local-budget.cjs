@@ -123,17 +123,11 @@ class LocalBudget {
   // Not for a policy, as without a local budget (RL.POLICY.SET can change its rules unseen).
   #remembered(key, cost, now) {
     if (this.limiter.policy !== undefined) return undefined;
-    const r = this.limiter.memory.lookup(key, cost, now);
-    if (r === undefined) return undefined;
+    const refusal = this.limiter.memory.refusal(key, cost, now, this.entries.get(key)?.held ?? 0);
+    if (refusal === undefined) return undefined;
     this.stats.denied += 1;
     this.stats.deniedLocally += 1;
-    return {
-      ...r.decision,
-      remaining: this.entries.get(key)?.held ?? 0,
-      retryAfterMs: Math.ceil(r.until - now),
-      resetAfterMs: Math.max(0, Math.ceil(r.resetAt - now)),
-      local: true,
-    };
+    return refusal;
   }
 
   // Serves the waiters of `key` in arrival order, one refill at a time.

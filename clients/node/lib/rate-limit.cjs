@@ -14,20 +14,11 @@
 /** @typedef {import('../index.cjs').Failure} Failure */
 
 const { DenialMemory } = require('./denial-memory.cjs');
-const { checkName } = require('./fields.cjs');
-const { LocalBudget, defaultHoldMs } = require('./local-budget.cjs');
-const {
-  DURATION_PARAMS,
-  MAX_DURATION_MS,
-  count,
-  durationMs,
-  fieldShape,
-  moreAfterMs,
-  policyShapes,
-} = require('./limits.cjs');
+const { LocalBudget } = require('./local-budget.cjs');
+const { MAX_DURATION_MS, count, moreAfterMs, policyShapes } = require('./limits.cjs');
 const { parseReply } = require('./reply.cjs');
-const { adaptiveWords, algorithmWords, checkOptions, policyRules } = require('./validations.cjs');
-const { Setup, loadScripts, loadScriptsFor } = require('./setup.cjs');
+const { checkCall, checkFlag, checkOptions } = require('./validations.cjs');
+const { Setup, loadScripts, loadScriptsFor, sender } = require('./setup.cjs');
 const {
   ModuleRequiredError,
   POLICY_SCRIPT_OF,
@@ -37,9 +28,9 @@ const {
   evalPolicy,
   evalScript,
   moduleError,
+  moduleOnly,
   resolveBackend,
   scriptingError,
-  sender,
 } = require('./scripts.cjs');
 
 class TimeoutError extends Error {
@@ -191,20 +182,17 @@ class RateLimit {
   /** @param {RateLimitOptions} options */
   constructor(options = /** @type {RateLimitOptions} */ ({})) {
     const {
-      client, name, prefix, timeout, failMode, denialMemory, logger, now, backend, setupTimeout, durable,
-      durableTimeoutMs, limit,
+      client, prefix, timeout, failMode, denialMemory, logger, now, backend, setupTimeout, durable,
+      durableTimeoutMs, limit, localBudget,
     } = checkOptions(options);
-    this.backendOption = backend;
-    this.durable = durable;
-    this.durableTimeoutMs = durableTimeoutMs;
-    // The three kinds of client are told apart at run time (scripts.cjs, sender).
+    // The three kinds of client are told apart at run time (setup.cjs, sender).
     /** @type {any} */
-    const duck = client;
-    this.client = duck;
-    const how = sender(duck);
+    this.client = client;
+    const how = sender(client);
     this.sentinel = how.sentinel;
     this.cluster = how.cluster;
     this.send = how.send;
+    this.backendOption = backend;
     // The backend in use once known ('module' or 'script'); the promise of it while asked.
     // (backend "module": once the module is found there, per client).
     /** @type {'module' | 'script' | undefined} */
@@ -212,6 +200,8 @@ class RateLimit {
     /** @type {Promise<'module' | 'script'> | undefined} */
     this.backendPending = undefined;
     this[TEST_NOW] = undefined;
+    this.durable = durable;
+    this.durableTimeoutMs = durableTimeoutMs;
     this.prefix = prefix;
     this.timeout = timeout;
     this.failMode = failMode;
@@ -219,108 +209,64 @@ class RateLimit {
     this.now = now;
     this.memory = new DenialMemory(denialMemory);
     this.stats = newStats(backend);
-
-    // ADAPTIVE's kind, lower case, for an adaptive concurrency limit; MIN and MAX bound it only.
-    this.adaptive = undefined;
-    if (limit.adaptive === undefined) {
-      for (const bound of ['min', 'max']) {
-        if (limit[bound] !== undefined) {
-          throw new TypeError(`invalid limit.${bound}: only an adaptive concurrency limit (limit.adaptive) has bounds`);
-        }
-      }
-    }
-    // A policy's rules from the application's configuration ({ count, words, shapes }), or
-    // undefined: the policy is the server's (RL.POLICY.SET by someone else; module only).
-    this.rules = undefined;
-    if (limit.policy !== undefined) {
-      this.policy = checkName(limit.policy, 'policy');
-      this.name = checkName(name ?? this.policy, 'name');
-      this.command = 'RL.LIMIT';
-      this.sixth = 'rule';
-      this.args = [this.policy];
-      this.shapes = undefined; // the promise of RL.POLICY.GET's rules' field shapes, once
-      this.concurrent = false;
-      if (limit.adaptive !== undefined) adaptiveWords(undefined, limit);
-      if (limit.rules !== undefined) {
-        this.rules = policyRules(limit.rules);
-        this.shapes = Promise.resolve(this.rules.shapes); // known: no RL.POLICY.GET
-      }
-      // Backend "module" with rules: the promise of their RL.POLICY.SET, sent once.
-      this.policySet = undefined;
-    } else {
-      if (limit.rules !== undefined) {
-        throw new TypeError('invalid limit.rules: only a policy ({ policy, rules }) has rules');
-      }
-      const { algorithm, args } = algorithmWords(limit, 'limit');
-      this.name = checkName(name ?? 'default', 'name');
-      this.command = algorithm.command;
-      this.sixth = algorithm.sixth;
-      this.args = args;
-      if (limit.adaptive !== undefined) {
-        const [kind, words] = adaptiveWords(algorithm.adaptive, limit, Number(this.args[0]));
-        this.adaptive = kind;
-        this.args.push(...words);
-      }
-      this.concurrent = Boolean(algorithm.concurrent);
-      this.algorithm = String(limit.algorithm).toLowerCase();
-      // The limit's period or window (its first duration), for the default hold.
-      const period = algorithm.params.findIndex((p) => DURATION_PARAMS.has(p));
-      this.periodMs = Number(this.args[period]);
-      this.shape = fieldShape(String(limit.algorithm).toLowerCase(), this.args);
-    }
-    // A penalty: a refused request blocks the key for this long (BLOCK; RL.CONCURRENCY.ACQUIRE
-    // has none). Kept apart from `args`, which are the limit's own words (a policy rule's too).
-    this.block = [];
-    if (limit.block !== undefined) {
-      if (this.concurrent) throw new TypeError('invalid limit.block: a concurrency limit has no block');
-      this.block = ['BLOCK', `${durationMs(limit.block, 'limit.block')}`];
-    }
-    // The script backend forced: what needs the module is refused now, before anything is sent.
-    const moduleOnly = this.#moduleOnly();
-    if (this.backend === 'script' && moduleOnly !== undefined) throw new ModuleRequiredError(moduleOnly);
-    // A local budget: up to `localBudget` units taken at once (ATMOST), spent within `hold / 2`
-    // of their refill or given back then (local-budget.cjs says why half).
-    const { localBudget, hold } = options;
-    this.budget = undefined;
-    if (localBudget !== undefined) {
-      if (this.concurrent) {
-        throw new TypeError('invalid localBudget: a concurrency limit takes one lease per request (no ATMOST, no RL.REFUND)');
-      }
-      const k = count(localBudget, 'localBudget');
-      const holdMs = hold === undefined ? defaultHoldMs(this.periodMs) : durationMs(hold, 'hold');
-      this.budget = new LocalBudget({
-        limiter: this,
-        k,
-        holdMs,
-        ask: async (key, atMost) => {
-          await this.setup.pending;
-          return withTimeout(() => this.#ask(key, 1, { atMost }), this.timeout);
-        },
-        refund: (key, n) => this.refund(key, n),
-        windowed: this.algorithm === 'fixedwindow',
-      });
-    } else if (hold !== undefined) {
-      throw new TypeError('invalid hold: only a limit with localBudget holds units');
-    }
-    // The setup (setup.cjs), last: everything it reads is set. A failure is logged and counted,
-    // never thrown: the requests then ask what they need themselves, within their timeout.
-    this.setup = new Setup(duck, {
-      work: () => this.#setUp(),
-      timeoutMs: setupTimeout,
-      failed: (error) => {
-        this.stats.setupFailures += 1;
-        // A server where no backend can run (no Lua, no module): the application's to fix, and
-        // each request rejects with it; said in its own words.
-        if (error instanceof ModuleRequiredError) {
-          this.logger?.warn?.(`ratelimit: ${error.message}`);
-          return;
-        }
-        this.logger?.warn?.(
-          `ratelimit: the setup of ${this.command} (backend, scripts) failed (${error?.message ?? error}); ` +
-            'it runs again when the client is ready again, and until then each request asks what it needs within its timeout',
-        );
-      },
+    // The limit, checked (validations.cjs, CheckedLimit says each field).
+    this.name = limit.name;
+    this.command = limit.command;
+    this.sixth = limit.sixth;
+    this.args = limit.args;
+    this.block = limit.block;
+    this.concurrent = limit.concurrent;
+    this.adaptive = limit.adaptive;
+    this.algorithm = limit.algorithm;
+    this.periodMs = limit.periodMs;
+    this.shape = limit.shape;
+    this.policy = limit.policy;
+    this.rules = limit.rules;
+    this.shapes = undefined; // a policy's: the promise of its rules' field shapes (#policyShapes)
+    this.policySet = undefined; // backend "module" with rules: the promise of their RL.POLICY.SET
+    // A local budget: up to `k` units taken at once (ATMOST), spent within `hold / 2` of their
+    // refill or given back then (local-budget.cjs says why half).
+    this.budget = localBudget === undefined ? undefined : this.#newBudget(localBudget);
+    // The setup (setup.cjs), last: everything it reads is set.
+    this.setup = new Setup(client, {
+      work: () => this.#setUp(), timeoutMs: setupTimeout, failed: (error) => this.#setupFailed(error),
     });
+  }
+
+  /**
+   * The local budget of `k` units and `holdMs` (validations.cjs, checkLocalBudget): its refills
+   * are this limit's ATMOST calls, within the timeout, and what it gives back its refunds.
+   * @param {{ k: number, holdMs: number }} localBudget
+   * @returns {LocalBudget}
+   */
+  #newBudget({ k, holdMs }) {
+    return new LocalBudget({
+      limiter: this,
+      k,
+      holdMs,
+      ask: async (key, atMost) => {
+        await this.setup.pending;
+        return withTimeout(() => this.#ask(key, 1, { atMost }), this.timeout);
+      },
+      refund: (key, n) => this.refund(key, n),
+      windowed: this.algorithm === 'fixedwindow',
+    });
+  }
+
+  // A setup that failed: logged and counted, never thrown; the requests then ask what they need
+  // themselves, within their timeout.
+  #setupFailed(error) {
+    this.stats.setupFailures += 1;
+    // A server where no backend can run (no Lua, no module): the application's to fix, and
+    // each request rejects with it; said in its own words.
+    if (error instanceof ModuleRequiredError) {
+      this.logger?.warn?.(`ratelimit: ${error.message}`);
+      return;
+    }
+    this.logger?.warn?.(
+      `ratelimit: the setup of ${this.command} (backend, scripts) failed (${error?.message ?? error}); ` +
+        'it runs again when the client is ready again, and until then each request asks what it needs within its timeout',
+    );
   }
 
   // The setup's work: the backend (COMMAND INFO for "auto", once per client); on the scripts,
@@ -330,7 +276,7 @@ class RateLimit {
   async #setUp() {
     const backend = await this.resolveBackend();
     if (backend === 'script') {
-      if (this.#moduleOnly() !== undefined) return; // refused at the check: nothing to load
+      if (moduleOnly(this) !== undefined) return; // refused at the check: nothing to load
       await loadScriptsFor(this.backendOption, () => this.#loadOnce());
     } else if (this.rules !== undefined && !this.cluster) {
       await this.#setPolicy(undefined);
@@ -400,22 +346,12 @@ class RateLimit {
     return this.shapes;
   }
 
-  // What of this limit needs the module, or undefined (`shadow` does not: the scripts take
-  // SHADOW as the module does).
-  #moduleOnly() {
-    if (this.policy !== undefined && this.rules === undefined) {
-      return `a policy without rules in the configuration (RL.LIMIT ${this.policy}: the server's policy; limit.rules runs on the scripts)`;
-    }
-    if (this.adaptive !== undefined) return 'an adaptive concurrency limit';
-    return undefined; // a plain concurrency limit runs on the scripts too
-  }
-
   /** The backend, 'module' or 'script': decided at the first call (backend "auto"), then kept. */
   resolveBackend() {
     if (this.backend !== undefined) return Promise.resolve(this.backend);
     // "auto" takes the scripts once they are loaded (a server without Lua refuses them); a limit
     // that needs the module loads none (refused at the check).
-    const load = this.#moduleOnly() === undefined ? () => this.#loadOnce() : undefined;
+    const load = moduleOnly(this) === undefined ? () => this.#loadOnce() : undefined;
     this.backendPending ??= resolveBackend(this.client, this.send, this.backendOption, this.logger, load).then(
       (chosen) => {
         this.backend = chosen;
@@ -443,7 +379,7 @@ class RateLimit {
     try {
       if (this.policy !== undefined) {
         // RL.LIMIT (the probe's too) and RL.REFUND of a policy: over its rules' keys.
-        if (this.rules === undefined) throw new ModuleRequiredError(/** @type {string} */ (this.#moduleOnly()));
+        if (this.rules === undefined) throw new ModuleRequiredError(/** @type {string} */ (moduleOnly(this)));
         return await evalPolicy(send, args, this.rules, now);
       }
       return await evalScript(send, args, now);
@@ -460,7 +396,8 @@ class RateLimit {
   #setPolicy(key) {
     const rules = this.rules;
     if (this.policySet === undefined && rules !== undefined) {
-      const pending = Promise.resolve().then(() => this.send(['RL.POLICY.SET', this.policy, ...rules.words], key));
+      const policy = /** @type {string} */ (this.policy); // a policy's rules: it has a name
+      const pending = Promise.resolve().then(() => this.send(['RL.POLICY.SET', policy, ...rules.words], key));
       this.policySet = pending;
       pending.catch(() => {
         if (this.policySet === pending) this.policySet = undefined;
@@ -476,7 +413,7 @@ class RateLimit {
    */
   async #ask(key, cost, { atMost, shadow, dryRun, id }) {
     if ((this.backend ?? (await this.resolveBackend())) === 'script') {
-      const what = this.#moduleOnly();
+      const what = moduleOnly(this);
       if (what !== undefined) throw new ModuleRequiredError(what);
     } else if (this.rules !== undefined) {
       await this.#setPolicy(this.redisKey(key));
@@ -624,21 +561,7 @@ class RateLimit {
    * @returns {Promise<Decision | Failure>}
    */
   async #check(key, cost, options = {}) {
-    const { atMost, shadow = false, dryRun = false, id } = options;
-    count(cost, 'cost', 0);
-    if (atMost !== undefined) {
-      count(atMost, 'atMost');
-      if (this.concurrent) throw new TypeError('invalid atMost: a concurrency limit takes one lease per request');
-      if (cost !== 1) throw new TypeError('invalid atMost: give cost or atMost, not both');
-    }
-    if (typeof shadow !== 'boolean') throw new TypeError(`invalid shadow: expected true or false; got ${String(shadow)}`);
-    if (typeof dryRun !== 'boolean') throw new TypeError(`invalid dryRun: expected true or false; got ${String(dryRun)}`);
-    if (id !== undefined) {
-      if (!this.concurrent) throw new TypeError('invalid id: only a concurrency limit names its leases');
-      if (typeof id !== 'string' || id.length === 0 || Buffer.byteLength(id) > 256) {
-        throw new TypeError(`invalid id: expected a string of 1 to 256 bytes; got ${String(id)}`);
-      }
-    }
+    const { atMost, shadow, dryRun, id } = checkCall(cost, options, this.concurrent);
     const plain = atMost === undefined && !shadow && !dryRun;
     // From the local budget: a plain request of 1 to k units (a larger one, COST as without).
     // check() serves these itself; kept here for options it did not read as plain.
@@ -647,18 +570,11 @@ class RateLimit {
     }
     const memoryKey = String(key);
     const now = this.now();
-    const remembered = plain ? this.memory.lookup(memoryKey, cost, now) : undefined;
-    if (remembered !== undefined) {
+    const refusal = plain ? this.memory.refusal(memoryKey, cost, now) : undefined;
+    if (refusal !== undefined) {
       this.stats.denied += 1;
       this.stats.deniedLocally += 1;
-      // Whole milliseconds, as the module counts them (the default clock has fractions).
-      return {
-        ...remembered.decision,
-        remaining: 0,
-        retryAfterMs: Math.ceil(remembered.until - now),
-        resetAfterMs: Math.max(0, Math.ceil(remembered.resetAt - now)),
-        local: true,
-      };
+      return refusal;
     }
     // A setup in flight is waited for first, outside the timeout (setupTimeout bounds it).
     if (this.setup.pending !== undefined) await this.setup.pending;
@@ -674,16 +590,7 @@ class RateLimit {
         this.stats.calls -= 1; // no decision was asked
         throw error;
       }
-      this.stats.failures += 1;
-      if (error instanceof NotDurableError) this.stats.notDurable += 1;
-      const passes = this.failMode === 'open';
-      if (passes) this.stats.failOpen += 1;
-      else this.stats.failClosed += 1;
-      this.logger?.warn?.(
-        `ratelimit: ${this.command} for ${JSON.stringify(this.redisKey(key))} failed (${error?.message ?? error}); ` +
-          `fail ${this.failMode}: the request ${passes ? 'passes' : 'is refused'}`,
-      );
-      return { failed: true, allowed: passes, error };
+      return this.#failure(key, error);
     }
     // A preview is a call only, as the module counts it: nothing admitted, refused or watched.
     if (dryRun) return { ...decision, local: false };
@@ -712,6 +619,26 @@ class RateLimit {
   }
 
   /**
+   * The answer to a request whose call failed (a Redis error, the timeout, an admission not
+   * durable): counted and logged, and the request passes (fail open) or is refused (fail closed).
+   * @param {string} key
+   * @param {any} error
+   * @returns {Failure}
+   */
+  #failure(key, error) {
+    this.stats.failures += 1;
+    if (error instanceof NotDurableError) this.stats.notDurable += 1;
+    const passes = this.failMode === 'open';
+    if (passes) this.stats.failOpen += 1;
+    else this.stats.failClosed += 1;
+    this.logger?.warn?.(
+      `ratelimit: ${this.command} for ${JSON.stringify(this.redisKey(key))} failed (${error?.message ?? error}); ` +
+        `fail ${this.failMode}: the request ${passes ? 'passes' : 'is refused'}`,
+    );
+    return { failed: true, allowed: passes, error };
+  }
+
+  /**
    * Gives back up to `units` of what `key` has taken (RL.REFUND; `dryRun`: says how many it
    * would, writing nothing): for a request that failed downstream, or whose cost was estimated
    * too high. Resolves to the units given back; rejects when Redis fails or does not answer
@@ -725,7 +652,7 @@ class RateLimit {
   async refund(key, units, options = {}) {
     const { dryRun = false } = options;
     count(units, 'units', 0);
-    if (typeof dryRun !== 'boolean') throw new TypeError(`invalid dryRun: expected true or false; got ${String(dryRun)}`);
+    checkFlag(dryRun, 'dryRun');
     if (this.concurrent) throw new TypeError('invalid refund: a concurrency limit gives its leases back with release');
     const args = ['RL.REFUND', this.redisKey(key), String(units)];
     if (dryRun) args.push('DRYRUN');
@@ -758,7 +685,7 @@ class RateLimit {
     if (rtt !== undefined && (typeof rtt !== 'number' || !(rtt >= 0 && rtt <= MAX_DURATION_MS))) {
       throw new TypeError(`invalid rtt: expected the milliseconds the work took, a number from 0 to 10 years; got ${String(rtt)}`);
     }
-    if (typeof dropped !== 'boolean') throw new TypeError(`invalid dropped: expected true or false; got ${String(dropped)}`);
+    checkFlag(dropped, 'dropped');
     if (!this.concurrent || !decision?.allowed || decision.token === undefined) return;
     const args = ['RL.CONCURRENCY.RELEASE', this.redisKey(key), decision.token];
     if (rtt !== undefined) args.push('RTT', `${Math.max(1, Math.round(rtt * 1000))}us`);

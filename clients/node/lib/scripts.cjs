@@ -116,6 +116,21 @@ class ModuleRequiredError extends Error {
   }
 }
 
+/**
+ * What of a limit (as RateLimit keeps it: validations.cjs, checkLimit) needs the module, the
+ * subject of ModuleRequiredError's message, or undefined (`shadow` does not: the scripts take
+ * SHADOW as the module does).
+ * @param {{ policy?: string, rules?: unknown, adaptive?: string }} limit
+ * @returns {string | undefined}
+ */
+function moduleOnly({ policy, rules, adaptive }) {
+  if (policy !== undefined && rules === undefined) {
+    return `a policy without rules in the configuration (RL.LIMIT ${policy}: the server's policy; limit.rules runs on the scripts)`;
+  }
+  if (adaptive !== undefined) return 'an adaptive concurrency limit';
+  return undefined; // a plain concurrency limit runs on the scripts too
+}
+
 // What a server without a Lua scripting engine answers SCRIPT LOAD and EVAL: Valkey 9.1 and
 // later, whose Lua is a module an operator can unload ("ERR Could not find scripting engine
 // 'lua'"; EVALSHA answers NOSCRIPT there, the scripts gone with the engine).
@@ -190,26 +205,6 @@ function clusterKey(args) {
   if (command === 'EVALSHA' || command === 'EVAL') return Number(args[2]) > 0 ? args[3] : undefined;
   if (command.startsWith('RL.') && !command.startsWith('RL.POLICY.')) return args[1];
   return undefined;
-}
-
-/**
- * How a limiter sends a command on `client`, of the three kinds of node-redis client: its
- * Sentinel client (createSentinel) takes sendCommand(isReadonly, args), its standalone client
- * sendCommand(args); the Sentinel client alone has getMasterNode. Its cluster client
- * (createCluster) takes sendCommand(firstKey, isReadonly, args), firstKey choosing the node
- * (undefined: any); it alone has getSlotMaster and nodeClient. `send(args, key)`: on a cluster,
- * to the primary of `key`'s slot (left out: the key the command declares, clusterKey),
- * elsewhere to the one server (`key` ignored).
- * @param {any} client
- */
-function sender(client) {
-  const sentinel = typeof client.getMasterNode === 'function';
-  const cluster = isCluster(client);
-  /** @type {(args: string[], key?: string) => Promise<unknown>} */
-  let send = (args) => client.sendCommand(args);
-  if (sentinel) send = (args) => client.sendCommand(false, args);
-  else if (cluster) send = (args, key = clusterKey(args)) => client.sendCommand(key, false, args);
-  return { sentinel, cluster, send };
 }
 
 // Test-only: a limiter with this symbol set to a function returning µs sends the scripts' test
@@ -521,12 +516,12 @@ module.exports = {
   scriptSource,
   scripts,
   ModuleRequiredError,
+  moduleOnly,
   scriptingError,
   moduleError,
   checkBackend,
   isCluster,
   clusterKey,
-  sender,
   TEST_NOW,
   resolveBackend,
   noPermission,

@@ -1,5 +1,6 @@
 // What happens between a limiter's creation and its first request: the client it was given,
-// checked (a client the package does not take is refused in the constructor, by name), and its
+// checked (a client the package does not take is refused in the constructor, by name) and told
+// apart from the other kinds of node-redis client (sender: how a command is sent on it), and its
 // setup: the backend (`COMMAND INFO` for "auto", once per client), its scripts
 // (`SCRIPT LOAD`, on every primary of a cluster) and a policy's rules on the module
 // (`RL.POLICY.SET`), asked in the background when the limiter is created with a ready client
@@ -11,7 +12,7 @@
 // @ts-check
 'use strict';
 
-const { isCluster, scriptingError, scripts } = require('./scripts.cjs');
+const { clusterKey, isCluster, scriptingError, scripts } = require('./scripts.cjs');
 
 /** The default `setupTimeout`: how long a setup may take before it counts as failed. */
 const SETUP_TIMEOUT_MS = 1000;
@@ -44,6 +45,26 @@ function checkClient(client) {
   if (client === null || typeof client !== 'object' || typeof client.sendCommand !== 'function') {
     throw new TypeError(`invalid client: ${takes}; got ${described(client)}`);
   }
+}
+
+/**
+ * How a limiter sends a command on `client`, of the three kinds of node-redis client: its
+ * Sentinel client (createSentinel) takes sendCommand(isReadonly, args), its standalone client
+ * sendCommand(args); the Sentinel client alone has getMasterNode. Its cluster client
+ * (createCluster) takes sendCommand(firstKey, isReadonly, args), firstKey choosing the node
+ * (undefined: any); it alone has getSlotMaster and nodeClient. `send(args, key)`: on a cluster,
+ * to the primary of `key`'s slot (left out: the key the command declares, clusterKey),
+ * elsewhere to the one server (`key` ignored).
+ * @param {any} client
+ */
+function sender(client) {
+  const sentinel = typeof client.getMasterNode === 'function';
+  const cluster = isCluster(client);
+  /** @type {(args: string[], key?: string) => Promise<unknown>} */
+  let send = (args) => client.sendCommand(args);
+  if (sentinel) send = (args) => client.sendCommand(false, args);
+  else if (cluster) send = (args, key = clusterKey(args)) => client.sendCommand(key, false, args);
+  return { sentinel, cluster, send };
 }
 
 /**
@@ -236,4 +257,5 @@ module.exports = {
   isIoredis,
   loadScripts,
   loadScriptsFor,
+  sender,
 };

@@ -1,23 +1,29 @@
 // The checks of RateLimit's options, each with the error an application sees (a TypeError that
 // names the option, what it expects and what it got), apart from what the limiter does with
 // them, as express-rate-limit keeps its checks in a module of their own: the options as a whole
-// (checkOptions), then a limit's own words (algorithmWords, adaptiveWords, policyRules).
+// (checkOptions: the limit among them, checkLimit, as the words of its command, then its local
+// budget), a limit's own words (algorithmWords, adaptiveWords, policyRules), and those of each
+// call (checkCall, checkFlag).
 
 // @ts-check
 'use strict';
 
 /** @typedef {import('../index.cjs').RateLimitOptions} RateLimitOptions */
+/** @typedef {import('../index.cjs').CheckOptions} CheckOptions */
 
 const { monotonicMs } = require('./denial-memory.cjs');
-const { ALGORITHMS, DURATION_PARAMS, count, durationMs, fieldShape } = require('./limits.cjs');
+const { checkName } = require('./fields.cjs');
+const { defaultHoldMs } = require('./local-budget.cjs');
+const { ALGORITHMS, DURATION_PARAMS, count, durationMs, fieldShape, periodMs } = require('./limits.cjs');
 const { SETUP_TIMEOUT_MS, checkClient, checkSetupTimeout } = require('./setup.cjs');
-const { checkBackend } = require('./scripts.cjs');
+const { ModuleRequiredError, checkBackend, moduleOnly } = require('./scripts.cjs');
 
 /**
  * RateLimit's options checked, in the order a constructor meets them (the backend, the client,
- * setupTimeout, durable and durableTimeoutMs, failMode, timeout, denialMemory, prefix), with
- * their defaults; `limit` as a plain object, its members checked by the constructor with the
- * functions below (an application in JavaScript may pass anything).
+ * setupTimeout, durable and durableTimeoutMs, failMode, timeout, denialMemory, prefix, the limit
+ * with the name, what of it needs the module when backend is "script", then localBudget and
+ * hold), with their defaults: the limit as checkLimit gives it, and the local budget's
+ * `{ k, holdMs }` (undefined without localBudget).
  * @param {RateLimitOptions} options
  */
 function checkOptions(options) {
@@ -58,10 +64,151 @@ function checkOptions(options) {
   if (limit === null || typeof limit !== 'object') {
     throw new TypeError('invalid limit: expected { algorithm, ...parameters } or { policy }');
   }
+  const checked = checkLimit(limit, name);
+  // The script backend forced: what needs the module is refused now, before anything is sent.
+  const needs = backend === 'script' ? moduleOnly(checked) : undefined;
+  if (needs !== undefined) throw new ModuleRequiredError(needs);
   return {
-    client, name, prefix, timeout, failMode, denialMemory, logger, now, backend, setupTimeout, durable,
-    durableTimeoutMs, limit,
+    client, prefix, timeout, failMode, denialMemory, logger, now, backend, setupTimeout, durable,
+    durableTimeoutMs, limit: checked, localBudget: checkLocalBudget(options, checked),
   };
+}
+
+/**
+ * A limit checked, as RateLimit keeps it: the words of its command, and what the package reads
+ * of it.
+ * @typedef {object} CheckedLimit
+ * @property {string} name the limit's name in the HTTP fields (the option `name`, else the
+ *   policy's, else 'default')
+ * @property {string} command RL.LIMIT, or the algorithm's command
+ * @property {'rule' | 'delay_ms' | 'token' | undefined} sixth the reply's sixth field (parseReply)
+ * @property {string[]} args the command's words after the key: the limit's own (a policy's name;
+ *   an algorithm's parameters, its option and flag, ADAPTIVE ...)
+ * @property {string[]} block BLOCK and the penalty in ms, or nothing: kept apart from `args`
+ * @property {boolean} concurrent a concurrency limit (a lease per request, released)
+ * @property {import('../index.cjs').AdaptiveKind | undefined} adaptive an adaptive concurrency
+ *   limit's kind, lower case
+ * @property {string | undefined} algorithm the algorithm, lower case (undefined for a policy)
+ * @property {number | undefined} periodMs its period or window (limits.cjs, periodMs), for the
+ *   local budget's default hold (undefined for a policy)
+ * @property {ReturnType<typeof fieldShape> | undefined} shape what the HTTP fields say of it
+ *   (limits.cjs, fieldShape; undefined for a policy: its rules' shapes are read per rule)
+ * @property {string | undefined} policy the policy's name, for RL.LIMIT
+ * @property {ReturnType<typeof policyRules> | undefined} rules a policy's rules from the
+ *   application's configuration, or undefined: the policy is the server's (RL.POLICY.SET by
+ *   someone else; module only)
+ */
+
+/**
+ * `limit` (`{ algorithm, ...parameters }` or `{ policy, rules }`, either with `block`; a
+ * concurrency limit with `adaptive`, `min` and `max`) and the option `name`, checked in that
+ * order: the min and max of a limit that does not adapt, the policy's name or the algorithm's
+ * words, the name, adaptive, then block.
+ * @param {Record<string, any>} limit
+ * @param {string | undefined} name
+ * @returns {CheckedLimit}
+ */
+function checkLimit(limit, name) {
+  // MIN and MAX bound an adaptive concurrency limit only.
+  if (limit.adaptive === undefined) {
+    for (const bound of ['min', 'max']) {
+      if (limit[bound] !== undefined) {
+        throw new TypeError(`invalid limit.${bound}: only an adaptive concurrency limit (limit.adaptive) has bounds`);
+      }
+    }
+  }
+  /** @type {Omit<CheckedLimit, 'block'>} */
+  let checked;
+  if (limit.policy !== undefined) {
+    const policy = checkName(limit.policy, 'policy');
+    const named = checkName(name ?? policy, 'name');
+    if (limit.adaptive !== undefined) adaptiveWords(undefined, limit);
+    checked = {
+      name: named, command: 'RL.LIMIT', sixth: 'rule', args: [policy], concurrent: false, adaptive: undefined,
+      algorithm: undefined, periodMs: undefined, shape: undefined, policy,
+      rules: limit.rules === undefined ? undefined : policyRules(limit.rules),
+    };
+  } else {
+    if (limit.rules !== undefined) {
+      throw new TypeError('invalid limit.rules: only a policy ({ policy, rules }) has rules');
+    }
+    const { algorithm, name: lower, args } = algorithmWords(limit, 'limit');
+    const named = checkName(name ?? 'default', 'name');
+    let adaptive;
+    if (limit.adaptive !== undefined) {
+      const [kind, words] = adaptiveWords(algorithm.adaptive, limit, Number(args[0]));
+      adaptive = kind;
+      args.push(...words);
+    }
+    checked = {
+      name: named, command: algorithm.command, sixth: algorithm.sixth, args, concurrent: Boolean(algorithm.concurrent),
+      adaptive, algorithm: lower, periodMs: periodMs(lower, args), shape: fieldShape(lower, args), policy: undefined,
+      rules: undefined,
+    };
+  }
+  // A penalty: a refused request blocks the key for this long (BLOCK; RL.CONCURRENCY.ACQUIRE
+  // has none).
+  let block = [];
+  if (limit.block !== undefined) {
+    if (checked.concurrent) throw new TypeError('invalid limit.block: a concurrency limit has no block');
+    block = ['BLOCK', `${durationMs(limit.block, 'limit.block')}`];
+  }
+  return { ...checked, block };
+}
+
+/**
+ * `localBudget` and `hold` checked against the limit: `{ k, holdMs }` (hold's default from the
+ * limit's period: local-budget.cjs, defaultHoldMs), or undefined without localBudget.
+ * @param {RateLimitOptions} options
+ * @param {CheckedLimit} limit
+ */
+function checkLocalBudget({ localBudget, hold }, limit) {
+  if (localBudget === undefined) {
+    if (hold !== undefined) throw new TypeError('invalid hold: only a limit with localBudget holds units');
+    return undefined;
+  }
+  if (limit.concurrent) {
+    throw new TypeError('invalid localBudget: a concurrency limit takes one lease per request (no ATMOST, no RL.REFUND)');
+  }
+  const k = count(localBudget, 'localBudget');
+  const holdMs = hold === undefined ? defaultHoldMs(limit.periodMs) : durationMs(hold, 'hold');
+  return { k, holdMs };
+}
+
+/**
+ * A flag (`shadow`, `dryRun`, `dropped`, a rule's `shadow`), checked: true or false.
+ * @param {unknown} value
+ * @param {string} what
+ */
+function checkFlag(value, what) {
+  if (typeof value !== 'boolean') throw new TypeError(`invalid ${what}: expected true or false; got ${String(value)}`);
+  return value;
+}
+
+/**
+ * check()'s `cost` and options, checked for a limit (`concurrent`: a concurrency limit's), with
+ * their defaults.
+ * @param {number} cost
+ * @param {CheckOptions} options
+ * @param {boolean} concurrent
+ */
+function checkCall(cost, options, concurrent) {
+  const { atMost, shadow = false, dryRun = false, id } = options;
+  count(cost, 'cost', 0);
+  if (atMost !== undefined) {
+    count(atMost, 'atMost');
+    if (concurrent) throw new TypeError('invalid atMost: a concurrency limit takes one lease per request');
+    if (cost !== 1) throw new TypeError('invalid atMost: give cost or atMost, not both');
+  }
+  checkFlag(shadow, 'shadow');
+  checkFlag(dryRun, 'dryRun');
+  if (id !== undefined) {
+    if (!concurrent) throw new TypeError('invalid id: only a concurrency limit names its leases');
+    if (typeof id !== 'string' || id.length === 0 || Buffer.byteLength(id) > 256) {
+      throw new TypeError(`invalid id: expected a string of 1 to 256 bytes; got ${String(id)}`);
+    }
+  }
+  return { atMost, shadow, dryRun, id };
 }
 
 /**
@@ -170,9 +317,7 @@ function policyRules(rules) {
     for (const option of ['adaptive', 'min', 'max']) {
       if (rule[option] !== undefined) throw new TypeError(`invalid ${what}.${option}: only a concurrency limit adapts, and a rule is not one`);
     }
-    if (rule.shadow !== undefined && typeof rule.shadow !== 'boolean') {
-      throw new TypeError(`invalid ${what}.shadow: expected true or false; got ${String(rule.shadow)}`);
-    }
+    if (rule.shadow !== undefined) checkFlag(rule.shadow, `${what}.shadow`);
     const { algorithm, name, args } = algorithmWords(rule, what, true);
     if (rule.shadow) words.push('SHADOW');
     else enforced = true;
@@ -183,4 +328,4 @@ function policyRules(rules) {
   return { count: rules.length, words, shapes };
 }
 
-module.exports = { adaptiveWords, algorithmWords, checkOptions, policyRules };
+module.exports = { checkCall, checkFlag, checkOptions };
