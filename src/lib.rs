@@ -51,6 +51,7 @@ mod cluster;
 mod commands;
 mod compat;
 mod config;
+mod denials;
 mod digits;
 mod dispatch;
 mod error;
@@ -61,7 +62,6 @@ mod metrics;
 mod redis;
 mod response;
 mod storage;
-mod top;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

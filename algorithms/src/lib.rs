@@ -63,10 +63,12 @@ pub mod gcra;
 pub mod leaky_bucket;
 pub mod limits;
 pub mod penalty;
+pub mod policy_versions;
 pub mod request;
 pub mod rule_set;
 pub mod sliding_log;
 pub mod sliding_window;
+pub mod space_saving;
 pub mod token_bucket;
 pub mod warmup;
 

@@ -144,7 +144,7 @@ fn write_memory(info: &Info) -> bool {
 /// `# ratelimit_top`: RL.TOP's counters in use (both generations) and the denials of keys
 /// too long to record.
 fn write_top(info: &Info) -> bool {
-    let (counters, untracked) = crate::top::usage();
+    let (counters, untracked) = crate::denials::usage();
     if !info.section(c"top") {
         return false;
     }

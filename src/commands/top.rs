@@ -51,7 +51,7 @@ pub fn rl_top(call: &Call) -> Result<Response, Error> {
             })
         }
     };
-    let entries = crate::top::entries(read_clock().now_us);
+    let entries = crate::denials::entries(read_clock().now_us);
     let reader = KeyReader::caller(call.ctx);
     let listed = entries
         .into_iter()

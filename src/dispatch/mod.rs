@@ -76,8 +76,8 @@ pub fn run(ctx: Ctx, mut argv: Argv, handler: Handler, stats: &Stats) {
                 // A shadow denial's event is `ratelimit.shadow_denied`, under the same flags.
                 // A real denial is also recorded for RL.TOP (O(log S), see crate::top).
                 if let Some(key) = argv.get(1) {
-                    if event == DENIED_EVENT && crate::top::enabled() {
-                        crate::top::record(key.bytes(), read_clock().now_us);
+                    if event == DENIED_EVENT && crate::denials::enabled() {
+                        crate::denials::record(key.bytes(), read_clock().now_us);
                     }
                     ctx.notify_module_event(event, key);
                 }

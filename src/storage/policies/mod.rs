@@ -1,7 +1,7 @@
 //! Policies, the rules database: named lists of rules that RL.LIMIT checks a key against.
 //!
 //! Policies belong to the server, not to a key (like Redis functions). Each name holds its
-//! latest change with a version (`versions.rs`), so that on Redis Cluster every node converges
+//! latest change with a version (`algorithms::policy_versions`), so that on Redis Cluster every node converges
 //! to the same table whatever order changes reach it in (`crate::cluster` carries them over the
 //! cluster bus). They reach replicas and persistence like this:
 //!
@@ -23,7 +23,7 @@
 //! A policy is replaced whole: RL.LIMIT takes the policy's rules (shared, counted by
 //! reference) once, so it sees the old policy or the new one, never a mix.
 
-mod versions;
+use algorithms::policy_versions as versions;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -78,7 +78,7 @@ impl std::fmt::Debug for Policy {
     }
 }
 
-impl versions::Words for Arc<Policy> {
+impl versions::Words for Policy {
     fn words(&self) -> &[Vec<u8>] {
         &self.words
     }
@@ -182,7 +182,7 @@ pub fn merge(name: &[u8], incoming: Held, bounds: Bounds) -> Merged {
 }
 
 /// A change from this node's primary or its own AOF (RL.POLICY.SYNC): as [`merge`], but a
-/// version past the ceiling is taken at clock 0 and no count refuses it (see `versions.rs`).
+/// version past the ceiling is taken at clock 0 and no count refuses it (see `algorithms::policy_versions`).
 pub fn merge_loaded(name: &[u8], incoming: Held) -> Merged {
     let mut table = table();
     carry_stats(&table, name, &incoming);
@@ -232,7 +232,7 @@ pub fn merge_loads() {
 }
 
 /// Takes `loaded` (an RDB's, at `clock`), the counters of a live name carrying over; a version
-/// past the ceiling is taken at clock 0 (see `versions.rs`). On a cluster node it is merged
+/// past the ceiling is taken at clock 0 (see `algorithms::policy_versions`). On a cluster node it is merged
 /// into what the node holds, each name keeping the newer version: a replica's full sync brings
 /// its primary's table as of the primary's fork, and what the replica learned over the bus
 /// since (a policy, or a deletion's tombstone) would otherwise be gone until the primary's

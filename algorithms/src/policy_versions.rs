@@ -58,20 +58,35 @@ pub fn ceiling(wall_ms: u64, ahead_ms: u64) -> u64 {
 /// A change's version: compared by clock, then node id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Version {
+    /// The hybrid logical clock of the change ([`wall_clock`]).
     pub clock: u64,
+    /// The node that made it.
     pub node: NodeId,
 }
 
 /// What a policy is, for the table: its words, which the digest covers.
 pub trait Words {
+    /// The policy's words, as RL.POLICY.SET took them.
     fn words(&self) -> &[Vec<u8>];
+}
+
+/// A policy shared between the table and the keys written under it.
+impl<T: Words + ?Sized> Words for std::sync::Arc<T> {
+    fn words(&self) -> &[Vec<u8>] {
+        (**self).words()
+    }
 }
 
 /// What a name holds: a policy, or a tombstone since `deleted_at_ms`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Content<P> {
+    /// A policy.
     Live(P),
-    Tombstone { deleted_at_ms: u64 },
+    /// A delete, kept for [`TOMBSTONE_TTL_MS`] in a cluster.
+    Tombstone {
+        /// When the delete was made, ms on the wall clock.
+        deleted_at_ms: u64,
+    },
 }
 
 impl<P> Content<P> {
@@ -83,7 +98,9 @@ impl<P> Content<P> {
 /// A name's content and the version of the change that wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Versioned<P> {
+    /// The version of the change that wrote it.
     pub version: Version,
+    /// What it wrote.
     pub content: Content<P>,
 }
 
@@ -92,11 +109,19 @@ pub struct Versioned<P> {
 #[derive(Clone, Copy)]
 pub struct Fnv(u64);
 
+impl Default for Fnv {
+    fn default() -> Fnv {
+        Fnv::new()
+    }
+}
+
 impl Fnv {
+    /// The hash of nothing (FNV's offset basis).
     pub const fn new() -> Fnv {
         Fnv(0xcbf2_9ce4_8422_2325)
     }
 
+    /// `bytes` hashed in, as they are.
     pub fn bytes(mut self, bytes: &[u8]) -> Fnv {
         for &b in bytes {
             self.0 ^= u64::from(b);
@@ -110,10 +135,12 @@ impl Fnv {
         self.bytes(&(bytes.len() as u64).to_le_bytes()).bytes(bytes)
     }
 
+    /// `n` hashed in, as its 8 little-endian bytes.
     pub fn u64(self, n: u64) -> Fnv {
         self.bytes(&n.to_le_bytes())
     }
 
+    /// The hash.
     pub fn finish(self) -> u64 {
         self.0
     }
@@ -152,7 +179,9 @@ impl<P: Words> Versioned<P> {
 /// `max` live policies and the `max` newest tombstones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bounds {
+    /// The highest clock a change from elsewhere may carry.
     pub ceiling: u64,
+    /// The most live policies, and the most tombstones.
     pub max: usize,
 }
 
@@ -207,6 +236,7 @@ impl<P> Default for Table<P> {
 }
 
 impl<P> Table<P> {
+    /// An empty table.
     pub const fn new() -> Table<P> {
         Table {
             names: BTreeMap::new(),

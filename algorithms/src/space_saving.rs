@@ -20,10 +20,10 @@
 //! the memory is at most 2 × size × (MAX_KEY + the entry's overhead), twice over (the heap
 //! and the index each own a copy).
 //!
-//! Uses nothing but the standard library: the dispatcher records, RL.TOP reads.
+//! Uses nothing but the standard library; the module keeps one behind a lock
+//! (`src/denials.rs`): the dispatcher records, RL.TOP and INFO read.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// The longest key name recorded, in bytes.
 pub const MAX_KEY: usize = 256;
@@ -168,8 +168,11 @@ impl Summary {
 /// `count - error` times.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
+    /// The key's name.
     pub key: Vec<u8>,
+    /// Denials counted, at least the true number.
     pub count: u64,
+    /// How far `count` may be above the true number.
     pub error: u64,
 }
 
@@ -187,12 +190,19 @@ pub struct Top {
 }
 
 impl Top {
+    /// An empty summary of at most `size` counters a generation, each generation
+    /// `period_us` long.
     pub fn new(size: usize, period_us: u64) -> Top {
         Top {
             size,
             period_us: period_us.max(1),
             ..Top::default()
         }
+    }
+
+    /// Whether it was made with these settings (else its owner makes one anew).
+    pub fn is_for(&self, size: usize, period_us: u64) -> bool {
+        self.size == size && self.period_us == period_us
     }
 
     /// Moves to the period holding `now_us`: the current generation becomes the previous
@@ -276,46 +286,6 @@ impl Top {
             self.untracked,
         )
     }
-}
-
-static TOP: Mutex<Option<Top>> = Mutex::new(None);
-
-/// The summary as the settings now say: a changed `ratelimit.top-size` or
-/// `ratelimit.top-period` starts an empty one.
-fn top() -> MutexGuard<'static, Option<Top>> {
-    TOP.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn with_top<T>(f: impl FnOnce(&mut Top) -> T) -> T {
-    let (size, period_us) = crate::config::top_settings();
-    let mut guard = top();
-    let top = match &mut *guard {
-        Some(top) if top.size == size && top.period_us == period_us => top,
-        slot => slot.insert(Top::new(size, period_us)),
-    };
-    f(top)
-}
-
-/// Whether denials are recorded (`ratelimit.top-size` above 0): the dispatcher asks before
-/// it reads the clock.
-pub fn enabled() -> bool {
-    crate::config::top_size() != 0
-}
-
-/// Counts a client's denial of `key` at `now_us` (the dispatcher, on every denial, when
-/// [`enabled`]).
-pub fn record(key: &[u8], now_us: u64) {
-    with_top(|top| top.record(key, now_us));
-}
-
-/// What RL.TOP lists, before the caller's ACL filter.
-pub fn entries(now_us: u64) -> Vec<Entry> {
-    with_top(|top| top.entries(now_us))
-}
-
-/// Counters in use and untracked denials (INFO).
-pub fn usage() -> (usize, u64) {
-    top().as_ref().map_or((0, 0), Top::usage)
 }
 
 #[cfg(test)]
