@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use algorithms::limits::MAX_DURATION_MS;
+use algorithms::ranges::MAX_DURATION_MS;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {

@@ -37,7 +37,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 
-use super::rule_set::{Limit, Rule, Rules};
+use super::rule_set::{Rule, RuleSet, Rules};
 use super::{
     fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket, Algorithm,
     Decision,
@@ -434,7 +434,7 @@ fn every_algorithm_keeps_it_with_half_the_hold() {
     check_promise::<leaky_bucket::LeakyBucket>(leaky, half, RUNS).unwrap();
     check_promise::<sliding_window::SlidingWindow>(counter, half, RUNS).unwrap();
     check_promise::<sliding_log::SlidingLog>(log, half, RUNS).unwrap();
-    check_promise::<Limit>(policy, half, RUNS).unwrap();
+    check_promise::<RuleSet>(policy, half, RUNS).unwrap();
     check_promise::<fixed_window::FixedWindow>(fixed, half_to_window_end, RUNS).unwrap();
 }
 

@@ -560,8 +560,8 @@ mod tests {
 
         /// Extreme parameters, times and costs never panic or wrap.
         #[test]
-        fn extremes_never_panic(burst in 1u64..=crate::limits::MAX_COUNT, rate in 1u64..=crate::limits::MAX_COUNT,
-                                period in 1u64..=crate::limits::MAX_DURATION_MS, now in any::<u64>(),
+        fn extremes_never_panic(burst in 1u64..=crate::ranges::MAX_COUNT, rate in 1u64..=crate::ranges::MAX_COUNT,
+                                period in 1u64..=crate::ranges::MAX_DURATION_MS, now in any::<u64>(),
                                 tat in any::<u128>(), cost in any::<u64>()) {
             let p = params(burst, rate, period);
             let q = params(1, 1, 1);

@@ -49,7 +49,7 @@
 //! The algorithms, a module each: [`gcra`], [`token_bucket`], [`leaky_bucket`],
 //! [`fixed_window`], [`sliding_window`], [`sliding_log`], [`warmup`], [`concurrency`]; and
 //! [`rule_set`], a policy's rules at once (RL.LIMIT); [`request`], what the options COST,
-//! ATMOST, DRYRUN, BLOCK ([`penalty`]) and SHADOW decide around any of them; and [`limits`],
+//! ATMOST, DRYRUN, BLOCK ([`penalty`]) and SHADOW decide around any of them; and [`ranges`],
 //! the ranges the arithmetic is exact over.
 
 #![warn(missing_docs)]
@@ -61,9 +61,9 @@ pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
-pub mod limits;
 pub mod penalty;
 pub mod policy_versions;
+pub mod ranges;
 pub mod request;
 pub mod rule_set;
 pub mod sliding_log;
@@ -185,7 +185,7 @@ pub enum Snapshot {
     /// RL.CONCURRENCY.ACQUIRE's key.
     Concurrency(concurrency::Snapshot),
     /// RL.LIMIT's key: a policy's rules at once.
-    Limit(rule_set::Snapshot),
+    RuleSet(rule_set::Snapshot),
 }
 
 impl Snapshot {
@@ -200,7 +200,7 @@ impl Snapshot {
             Snapshot::SlidingLog(s) => s.now,
             Snapshot::Warmup(s) => s.now,
             Snapshot::Concurrency(s) => s.now,
-            Snapshot::Limit(s) => s.now,
+            Snapshot::RuleSet(s) => s.now,
         }
     }
 }

@@ -436,7 +436,7 @@ fn binds_before(a: &Decision, b: &Decision) -> bool {
 /// RL.LIMIT's state as the key's algorithm: the parameters are the rules the key was last
 /// written with, the state one entry per rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limit;
+pub struct RuleSet;
 
 /// [`Algorithm::largest_cost`] for a policy whose shadow rules are marked in `shadow` (bit
 /// `i`: rule `i`, as in [`step_shadow`]): the largest cost every enforced rule admits, each with
@@ -468,7 +468,7 @@ pub fn largest_cost_enforced(
         .unwrap_or(u64::MAX)
 }
 
-impl Algorithm for Limit {
+impl Algorithm for RuleSet {
     type Params = Rules;
     type State = Vec<RuleState>;
 
@@ -506,7 +506,7 @@ impl Algorithm for Limit {
         // A check of no units writes nothing; the copy satisfies `&mut`.
         let mut copy = state.clone();
         let now = step(params, Some((params, &mut copy)), now_us, 0, false).0;
-        AnySnapshot::Limit(Snapshot {
+        AnySnapshot::RuleSet(Snapshot {
             binding: now.binding,
             now: now.decision,
         })
@@ -560,10 +560,10 @@ mod tests {
         Rule::SlidingWindow(sliding_window::Params { limit, window_ms })
     }
 
-    type Key = testing::Key<Limit>;
+    type Key = testing::Key<RuleSet>;
 
     fn step(rules: &Rules, key: &mut Key, now_us: u64, cost: u64) -> Decision {
-        testing::step::<Limit>(rules, key, now_us, cost)
+        testing::step::<RuleSet>(rules, key, now_us, cost)
     }
 
     fn outcome(rules: &Rules, key: &Key, now_us: u64, cost: u64) -> Verdict {
@@ -735,7 +735,7 @@ mod tests {
         let rules: Rules = Arc::from(vec![gcra(10, 10, 1000), fixed(3, 60_000)]);
         assert_eq!(super::largest_cost_enforced(&rules, 0b10, None, T0), 10);
         assert_eq!(super::largest_cost_enforced(&rules, 0, None, T0), 3);
-        assert_eq!(Limit::largest_cost(&rules, None, T0), 3);
+        assert_eq!(RuleSet::largest_cost(&rules, None, T0), 3);
         // After 4 units, the enforced burst has 6 left.
         let mut key: Key = None;
         let o = shadow_step(&rules, 0b10, &mut key, T0, 4);
@@ -1122,7 +1122,7 @@ mod tests {
                 .map(|i| policies.iter().map(|(rules, _)| limit_of(&rules[i])).max().unwrap_or(0))
                 .min()
                 .unwrap_or(0);
-            let admitted = testing::admitted_at_one_instant::<Limit>(&mut key, &policies, now);
+            let admitted = testing::admitted_at_one_instant::<RuleSet>(&mut key, &policies, now);
             prop_assert!(admitted <= bound, "admitted {} > {}", admitted, bound);
         }
 
@@ -1157,9 +1157,9 @@ mod tests {
             more in 0u64..5_000_000,
         ) {
             let (old, new): (Rules, Rules) = (Arc::from(old), Arc::from(new));
-            let (key, now) = testing::after_gaps::<Limit>(&old, &requests, T0);
-            testing::largest_cost_is_what_a_dryrun_admits::<Limit>(&old, &key, now + more, 7)?;
-            testing::largest_cost_is_what_a_dryrun_admits::<Limit>(&new, &key, now + more, 7)?;
+            let (key, now) = testing::after_gaps::<RuleSet>(&old, &requests, T0);
+            testing::largest_cost_is_what_a_dryrun_admits::<RuleSet>(&old, &key, now + more, 7)?;
+            testing::largest_cost_is_what_a_dryrun_admits::<RuleSet>(&new, &key, now + more, 7)?;
         }
 
         /// RL.REFUND on RL.LIMIT: every rule gets the units back, so after admitting n and
@@ -1173,9 +1173,9 @@ mod tests {
             later in proptest::collection::vec((0u64..10_000_000, 0u64..4), 1..6),
         ) {
             let rules: Rules = Arc::from(rules);
-            let (key, now) = testing::after_gaps::<Limit>(&rules, &requests, T0);
-            testing::refund_at_one_instant::<Limit>(&rules, &key, now + more, n, k, &later, true)?;
-            testing::refund_of_more_than_was_taken::<Limit>(&key, now + more, false)?;
+            let (key, now) = testing::after_gaps::<RuleSet>(&rules, &requests, T0);
+            testing::refund_at_one_instant::<RuleSet>(&rules, &key, now + more, n, k, &later, true)?;
+            testing::refund_of_more_than_was_taken::<RuleSet>(&key, now + more, false)?;
         }
     }
 
@@ -1185,7 +1185,7 @@ mod tests {
 
     // Issue 22: one schedule for every reply, across policy changes.
     testing::properties! {
-        Limit, t0: T0;
+        RuleSet, t0: T0;
         one_schedule_for_every_reply(policy_strategy(), long_gap: 60_000_000, later_within: 20_000_000);
     }
 }

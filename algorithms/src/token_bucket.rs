@@ -939,8 +939,8 @@ mod tests {
         /// a fresh key admits its capacity and denies one more.
         #[test]
         fn the_largest_valid_parameters_still_decide(
-            capacity in 1u64..=crate::limits::MAX_COUNT, amount in 1u64..=crate::limits::MAX_COUNT,
-            period in 1u64..=crate::limits::MAX_DURATION_MS, interval in any::<bool>(), now in any::<u64>(),
+            capacity in 1u64..=crate::ranges::MAX_COUNT, amount in 1u64..=crate::ranges::MAX_COUNT,
+            period in 1u64..=crate::ranges::MAX_DURATION_MS, interval in any::<bool>(), now in any::<u64>(),
         ) {
             let p = Params { capacity, refill_amount: amount, refill_period_ms: period, interval };
             let mut key: Key<TokenBucket> = None;

@@ -50,7 +50,7 @@
 //! nothing, so what it says is what later calls find (issue 22).
 
 use super::gcra;
-use super::limits::MAX_COUNT;
+use super::ranges::MAX_COUNT;
 use super::{keep, Algorithm, Decision, Span};
 
 /// RL.WARMUP's parameters.

@@ -17,7 +17,7 @@ use crate::digits::digits;
 use crate::error::{quote, Error};
 
 /// The largest count and the longest duration: the algorithms' ranges are the grammar's.
-pub use algorithms::limits::{MAX_COUNT, MAX_DURATION_MS};
+pub use algorithms::ranges::{MAX_COUNT, MAX_DURATION_MS};
 
 /// Parses a decimal integer in `min..=max`, written as Redis writes it; anything else (signs,
 /// spaces, hex, floats, leading zeros, overflow) is an error naming `arg`.

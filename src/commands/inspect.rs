@@ -42,7 +42,7 @@ pub fn rl_inspect(call: &Call) -> Result<Response, Error> {
                 fields.push(("blocked_until_us", int(entry.blocked_until_us)));
             }
             let rules: Vec<Described> = match &entry.value {
-                Value::Limit(s) => s
+                Value::RuleSet(s) => s
                     .params
                     .iter()
                     .zip(&s.state)
@@ -183,7 +183,7 @@ fn named_fields(snapshot: &Snapshot) -> Vec<(&'static str, i64)> {
             ("max_micropermits", int(s.max_micropermits)),
             ("next_free_us", int(s.next_free_us)),
         ],
-        Snapshot::Limit(s) => vec![("binding_rule", int(s.binding as u64))],
+        Snapshot::RuleSet(s) => vec![("binding_rule", int(s.binding as u64))],
     };
     let now = snapshot.now();
     fields.push(("remaining", int(now.remaining)));

@@ -9,7 +9,7 @@ use crate::dispatch::Call;
 use crate::error::{quote, Error};
 use crate::response::{Extra, Response};
 use crate::storage::policies;
-use algorithms::rule_set::{self, Limit, Rules, Verdict};
+use algorithms::rule_set::{self, RuleSet, Rules, Verdict};
 
 pub static RL_LIMIT: Command = command! {
     name: name!("rl.limit"),
@@ -25,7 +25,7 @@ pub static RL_LIMIT: Command = command! {
     handler: rl_limit,
 };
 
-impl AlgorithmCommand for Limit {
+impl AlgorithmCommand for RuleSet {
     const NAME: &'static str = RL_LIMIT.name().as_str();
 }
 
@@ -67,8 +67,14 @@ pub fn rl_limit(call: &Call) -> Result<Response, Error> {
     let largest = |rules: &Rules, stored: Option<(&Rules, &Vec<rule_set::RuleState>)>, now_us| {
         rule_set::largest_cost_enforced(rules, shadow, stored, now_us)
     };
-    let mut decided =
-        admission::run_with::<Limit, _>(call, RL_LIMIT.replay_name(), rules, opts, check, largest)?;
+    let mut decided = admission::run_with::<RuleSet, _>(
+        call,
+        RL_LIMIT.replay_name(),
+        rules,
+        opts,
+        check,
+        largest,
+    )?;
     // A BLOCK penalty (in force, or started by this request) answered for the binding rule
     // too (`request::decide`).
     let Verdict {

@@ -319,7 +319,7 @@ mod tests {
         use crate::args::AlgorithmCommand;
         use algorithms::{
             concurrency::Concurrency, fixed_window::FixedWindow, gcra::Gcra,
-            leaky_bucket::LeakyBucket, rule_set::Limit, sliding_log::SlidingLog,
+            leaky_bucket::LeakyBucket, rule_set::RuleSet, sliding_log::SlidingLog,
             sliding_window::SlidingWindow, token_bucket::TokenBucket, warmup::Warmup,
         };
         let names = [
@@ -330,7 +330,7 @@ mod tests {
             SlidingWindow::NAME,
             SlidingLog::NAME,
             Concurrency::NAME,
-            Limit::NAME,
+            RuleSet::NAME,
             Warmup::NAME,
         ];
         let expected = [

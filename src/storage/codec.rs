@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use algorithms::limits::{MAX_COUNT, MAX_DURATION_MS};
+use algorithms::ranges::{MAX_COUNT, MAX_DURATION_MS};
 use algorithms::{
     concurrency, fixed_window, gcra, leaky_bucket, rule_set, sliding_log, sliding_window,
     token_bucket, warmup,
@@ -174,7 +174,7 @@ fn encode_value(w: &mut Writer, value: &Value) {
             w.u128(s.state.stored);
             w.u128(s.state.next_free);
         }
-        Value::Limit(s) => {
+        Value::RuleSet(s) => {
             w.u8(LIMIT);
             w.u64(s.params.len() as u64);
             for (rule, state) in s.params.iter().zip(&s.state) {
@@ -408,7 +408,7 @@ fn decode_value(r: &mut Reader, in_limit: bool) -> Result<Value, DecodeError> {
                 rules.push(rule);
                 states.push(state);
             }
-            Value::Limit(Stored {
+            Value::RuleSet(Stored {
                 params: Arc::from(rules),
                 state: states,
             })
@@ -690,7 +690,7 @@ mod tests {
             rules.push(rule);
             states.push(state);
         }
-        Value::Limit(Stored {
+        Value::RuleSet(Stored {
             params: Arc::from(rules),
             state: states,
         })

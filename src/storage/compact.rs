@@ -151,7 +151,7 @@ pub fn pack(value: &Value, base: u128) -> Option<(Params, u128)> {
             (sb <= STATE_BITS && fits(stored, sb) && fits(next_free, STATE_BITS - sb))
                 .then_some((Params::Warmup(s.params), next_free << sb | stored))
         }
-        Value::SlidingLog(_) | Value::Concurrency(_) | Value::Limit(_) => None,
+        Value::SlidingLog(_) | Value::Concurrency(_) | Value::RuleSet(_) => None,
     }
 }
 
@@ -675,7 +675,7 @@ pub fn unpack_rules(words: &[u64], table: &Interner) -> Option<Value> {
         rules.push(rule);
         states.push(state);
     }
-    Some(Value::Limit(Stored {
+    Some(Value::RuleSet(Stored {
         params: rules.into(),
         state: states,
     }))
@@ -722,7 +722,7 @@ thread_local! {
 /// Drops a value a call is done with; a policy's vector of states is kept (emptied) for
 /// the next [`rule_states`].
 pub fn recycle(value: Value) {
-    if let Value::Limit(s) = value {
+    if let Value::RuleSet(s) = value {
         let mut states = s.state;
         states.clear();
         if states.capacity() <= MAX_RULES {
@@ -1076,7 +1076,7 @@ mod tests {
         };
         let words = pack_rules(&rules, &states(NOW_US * 100, 1), &[], &mut t).unwrap();
         assert_eq!(words.len(), 2);
-        let Some(Value::Limit(s)) = unpack_rules(&words, &t) else {
+        let Some(Value::RuleSet(s)) = unpack_rules(&words, &t) else {
             panic!("not a policy");
         };
         assert_eq!(
@@ -1194,7 +1194,7 @@ mod tests {
         };
         let one_below = states(params.max_stored() - params.scale());
         let words = pack_rules(&rules, &one_below, &[], &mut t).unwrap();
-        let Some(Value::Limit(s)) = unpack_rules(&words, &t) else {
+        let Some(Value::RuleSet(s)) = unpack_rules(&words, &t) else {
             panic!("not a policy");
         };
         assert_eq!((&*s.params, &s.state), (&rules[..], &one_below));

@@ -373,7 +373,7 @@ fn repack(mut old: Repr<'_>, held: &Held, bases: &Bases, value: Value) -> Option
                 }
             }
         }
-        (Repr::Rules(words), Held::Rules(rules), Value::Limit(s)) => {
+        (Repr::Rules(words), Held::Rules(rules), Value::RuleSet(s)) => {
             // The rules the words were read under are still the value's.
             let same = Arc::ptr_eq(rules, &s.params);
             if same && compact::refit_rules(words, rules, &s.state, bases) {
@@ -419,7 +419,7 @@ fn repack(mut old: Repr<'_>, held: &Held, bases: &Bases, value: Value) -> Option
             }
         }
         Repr::Rules(words) => {
-            if let Value::Limit(s) = &value {
+            if let Value::RuleSet(s) = &value {
                 if s.state.len() == words.len() {
                     let packed = compact::pack_rules(&s.params, &s.state, words, &mut table);
                     if let Some(new) = packed {

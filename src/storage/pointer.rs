@@ -121,7 +121,7 @@ impl<'a> Repr<'a> {
             Repr::Rules(words) => {
                 if let Some(rules) = requested {
                     if let Some(states) = compact::rule_states(words, rules, &table, bases) {
-                        let value = Value::Limit(Stored {
+                        let value = Value::RuleSet(Stored {
                             params: Arc::clone(rules),
                             state: states,
                         });
@@ -184,7 +184,7 @@ impl Owned {
             if let Some(word) = compact::pack_word(&record.value, None, &mut table) {
                 return Owned::word(word);
             }
-            if let Value::Limit(s) = &record.value {
+            if let Value::RuleSet(s) = &record.value {
                 if let Some(words) = compact::pack_rules(&s.params, &s.state, &[], &mut table) {
                     return Owned::rules(&words);
                 }

@@ -4,7 +4,7 @@ use algorithms::concurrency::{self, Concurrency};
 use algorithms::fixed_window::FixedWindow;
 use algorithms::gcra::Gcra;
 use algorithms::leaky_bucket::LeakyBucket;
-use algorithms::rule_set::{self, Limit, Rule, RuleState};
+use algorithms::rule_set::{self, Rule, RuleSet, RuleState};
 use algorithms::sliding_log::{self, SlidingLog};
 use algorithms::sliding_window::SlidingWindow;
 use algorithms::token_bucket::TokenBucket;
@@ -117,7 +117,7 @@ values! {
     SlidingWindow(SlidingWindow) = "slidingwindow";
     SlidingLog(SlidingLog) = "slidinglog";
     Concurrency(Concurrency) = "concurrency";
-    Limit(Limit) = "limit", policy_rules;
+    RuleSet(RuleSet) = "limit", policy_rules;
     Warmup(Warmup) = "warmup";
 }
 
@@ -127,7 +127,7 @@ impl Value {
         let heap = match self {
             Value::SlidingLog(s) => sliding_log::heap_bytes(&s.state),
             Value::Concurrency(s) => concurrency::heap_bytes(&s.state),
-            Value::Limit(s) => rule_set::heap_bytes(&s.params, &s.state),
+            Value::RuleSet(s) => rule_set::heap_bytes(&s.params, &s.state),
             _ => 0,
         };
         std::mem::size_of::<Value>() + heap

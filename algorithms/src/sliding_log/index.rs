@@ -425,7 +425,7 @@ mod tests {
         fn refunds_keep_the_ring_and_its_index_exact(
             steps in proptest::collection::vec((0u64..3, 0u64..2_000, 0u64..5, 0u64..40), 1..400),
         ) {
-            let p = params(crate::limits::MAX_COUNT.min(MAX_LIMIT), 1000);
+            let p = params(crate::ranges::MAX_COUNT.min(MAX_LIMIT), 1000);
             let w = u128::from(p.window_us());
             let mut key: Key<SlidingLog> = None;
             let mut at = T0;

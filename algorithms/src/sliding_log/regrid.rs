@@ -168,7 +168,7 @@ mod tests {
         assert_eq!(d.retry_after, Some(Span::from_us(1)));
         assert!(peek::<SlidingLog>(&p, &key, T0 + w + 4, 2).allowed);
         // Ten years: units of 2^20 µs, about a second.
-        assert_eq!(unit_for(crate::limits::MAX_DURATION_MS * 1000), 1 << 20);
+        assert_eq!(unit_for(crate::ranges::MAX_DURATION_MS * 1000), 1 << 20);
         assert_eq!(unit_for((1 << 29) - 1), 1);
         assert_eq!(unit_for(1 << 29), 2);
         assert_eq!(unit_for(u64::MAX), 1 << 35);
@@ -232,7 +232,7 @@ mod tests {
         // back, a 1-second window makes them all "future" entries. The ring keeps its
         // coarser unit (µs would need more than 31 bits for that hour), so nothing moves and
         // nothing is forgotten.
-        let long = params(3, crate::limits::MAX_DURATION_MS);
+        let long = params(3, crate::ranges::MAX_DURATION_MS);
         let unit = unit_for(long.window_us());
         let hour = 3600 * S;
         let mut key = key_after(&long, &[(0, 1), (hour, 1)]);

@@ -203,7 +203,7 @@ fn snapshot_reports_the_state() {
 fn any_params() -> impl Strategy<Value = Params> {
     (
         1u64..=20,
-        prop_oneof![1u64..=5_000, 600_000u64..=crate::limits::MAX_DURATION_MS],
+        prop_oneof![1u64..=5_000, 600_000u64..=crate::ranges::MAX_DURATION_MS],
     )
         .prop_map(|(limit, window_ms)| params(limit, window_ms))
 }
@@ -371,9 +371,9 @@ proptest! {
     /// The largest valid parameters and far-apart times keep every invariant.
     #[test]
     fn extreme_valid_inputs_keep_the_invariants(
-        limit in 1u64..=1_000_000_000, window_ms in 1u64..=crate::limits::MAX_DURATION_MS,
+        limit in 1u64..=1_000_000_000, window_ms in 1u64..=crate::ranges::MAX_DURATION_MS,
         times in proptest::collection::vec(any::<u64>(), 1..20),
-        cost in 1u64..=crate::limits::MAX_COUNT,
+        cost in 1u64..=crate::ranges::MAX_COUNT,
     ) {
         let p = params(limit, window_ms);
         let mut key: Key<SlidingLog> = None;

@@ -3,7 +3,7 @@
 //! (a request's time rounded up to a whole tick of 1/rate µs).
 
 use super::*;
-use crate::limits::{MAX_COUNT, MAX_DURATION_MS};
+use crate::ranges::{MAX_COUNT, MAX_DURATION_MS};
 use crate::testing::{self, peek, step, summary, Key};
 use num_bigint::BigInt;
 use num_rational::BigRational;
