@@ -94,15 +94,13 @@ fn reply(d: &Decision, delay: bool) -> String {
     out
 }
 
-/// One case: `calls` on a fresh key of `A` under `params`, each reply as the module's.
-fn case<A: Algorithm>(
+/// One case: 16 calls on a fresh key of `A` under `params`, each reply as the module's.
+fn case<A: Entry>(
     rng: &mut Rng,
-    command: &str,
     args: &[String],
     params: A::Params,
     limit: u64,
     period_ms: u64,
-    delay: bool,
 ) -> String {
     let mut state: Option<A::State> = None;
     let mut now_us = 1_700_000_000_000_000 + rng.range(0, 86_400_000_000);
@@ -125,40 +123,54 @@ fn case<A: Algorithm>(
         if let Some(fresh) = fresh {
             state = Some(fresh);
         }
-        calls.push(format!("[{now_us},{cost},{}]", reply(&decision, delay)));
+        calls.push(format!("[{now_us},{cost},{}]", reply(&decision, A::DELAY)));
     }
     let args: Vec<String> = args.iter().map(|a| format!("\"{a}\"")).collect();
     format!(
-        "{{\"command\": \"{command}\", \"args\": [{}], \"calls\": [{}]}}",
+        "{{\"command\": \"{}\", \"args\": [{}], \"calls\": [{}]}}",
+        A::COMMAND,
         args.join(", "),
         calls.join(", ")
     )
 }
 
-/// Every case, one per line.
-fn generate() -> String {
-    let mut rng = Rng(0x5EED_0FC0_DE20_2026);
-    let mut cases = Vec::new();
-    for _ in 0..12 {
+/// One algorithm's entry in the vectors: its command and how a case draws its parameters.
+/// A new algorithm is one more implementation and one more line in [`ENTRIES`].
+trait Entry: Algorithm {
+    /// The command the case's arguments are for.
+    const COMMAND: &'static str;
+    /// The reply has `delay_ms` sixth (the leaky bucket's).
+    const DELAY: bool = false;
+
+    /// Draws one case's parameters: the command's arguments (durations spelled in any unit
+    /// that gives them exactly), the parameters they parse to, the limit (the most units a
+    /// fresh key admits at once) and the period or window, in ms, that the clock steps go by.
+    fn draw(rng: &mut Rng) -> (Vec<String>, Self::Params, u64, u64);
+}
+
+impl Entry for Gcra {
+    const COMMAND: &'static str = "RL.GCRA";
+
+    fn draw(rng: &mut Rng) -> (Vec<String>, gcra::Params, u64, u64) {
         let period = rng.pick(&DURATIONS);
         let (burst, rate) = (rng.range(1, 20), rng.range(1, 50));
-        let args = [burst.to_string(), rate.to_string(), spell(&mut rng, period)];
+        let args = vec![burst.to_string(), rate.to_string(), spell(rng, period)];
         let params = gcra::Params {
             burst,
             rate,
             period_ms: period,
         };
-        cases.push(case::<Gcra>(
-            &mut rng, "RL.GCRA", &args, params, burst, period, false,
-        ));
+        (args, params, burst, period)
+    }
+}
 
+impl Entry for TokenBucket {
+    const COMMAND: &'static str = "RL.TOKENBUCKET";
+
+    fn draw(rng: &mut Rng) -> (Vec<String>, token_bucket::Params, u64, u64) {
         let period = rng.pick(&DURATIONS);
         let (capacity, amount, interval) = (rng.range(1, 20), rng.range(1, 10), rng.chance(40));
-        let mut args = vec![
-            capacity.to_string(),
-            amount.to_string(),
-            spell(&mut rng, period),
-        ];
+        let mut args = vec![capacity.to_string(), amount.to_string(), spell(rng, period)];
         if interval {
             args.push("INTERVAL".into());
         }
@@ -168,89 +180,76 @@ fn generate() -> String {
             refill_period_ms: period,
             interval,
         };
-        cases.push(case::<TokenBucket>(
-            &mut rng,
-            "RL.TOKENBUCKET",
-            &args,
-            params,
-            capacity,
-            period,
-            false,
-        ));
+        (args, params, capacity, period)
+    }
+}
 
+impl Entry for LeakyBucket {
+    const COMMAND: &'static str = "RL.LEAKYBUCKET";
+    const DELAY: bool = true;
+
+    fn draw(rng: &mut Rng) -> (Vec<String>, leaky_bucket::Params, u64, u64) {
         let period = rng.pick(&DURATIONS);
         let (capacity, amount) = (rng.range(1, 20), rng.range(1, 10));
-        let args = [
-            capacity.to_string(),
-            amount.to_string(),
-            spell(&mut rng, period),
-        ];
+        let args = vec![capacity.to_string(), amount.to_string(), spell(rng, period)];
         let params = leaky_bucket::Params {
             capacity,
             leak_amount: amount,
             leak_period_ms: period,
         };
-        cases.push(case::<LeakyBucket>(
-            &mut rng,
-            "RL.LEAKYBUCKET",
-            &args,
-            params,
-            capacity,
-            period,
-            true,
-        ));
+        (args, params, capacity, period)
+    }
+}
 
+impl Entry for FixedWindow {
+    const COMMAND: &'static str = "RL.FIXEDWINDOW";
+
+    fn draw(rng: &mut Rng) -> (Vec<String>, fixed_window::Params, u64, u64) {
         let window = rng.pick(&DURATIONS);
         let limit = rng.range(1, 20);
-        let args = [limit.to_string(), spell(&mut rng, window)];
+        let args = vec![limit.to_string(), spell(rng, window)];
         let params = fixed_window::Params {
             limit,
             window_ms: window,
         };
-        cases.push(case::<FixedWindow>(
-            &mut rng,
-            "RL.FIXEDWINDOW",
-            &args,
-            params,
-            limit,
-            window,
-            false,
-        ));
+        (args, params, limit, window)
+    }
+}
 
+impl Entry for SlidingWindow {
+    const COMMAND: &'static str = "RL.SLIDINGWINDOW";
+
+    fn draw(rng: &mut Rng) -> (Vec<String>, sliding_window::Params, u64, u64) {
         let window = rng.pick(&DURATIONS);
         let limit = rng.range(1, 20);
-        let args = [limit.to_string(), spell(&mut rng, window)];
+        let args = vec![limit.to_string(), spell(rng, window)];
         let params = sliding_window::Params {
             limit,
             window_ms: window,
         };
-        cases.push(case::<SlidingWindow>(
-            &mut rng,
-            "RL.SLIDINGWINDOW",
-            &args,
-            params,
-            limit,
-            window,
-            false,
-        ));
+        (args, params, limit, window)
+    }
+}
 
+impl Entry for SlidingLog {
+    const COMMAND: &'static str = "RL.SLIDINGLOG";
+
+    fn draw(rng: &mut Rng) -> (Vec<String>, sliding_log::Params, u64, u64) {
         let window = rng.pick(&DURATIONS);
         let limit = rng.range(1, 20);
-        let args = [limit.to_string(), spell(&mut rng, window)];
+        let args = vec![limit.to_string(), spell(rng, window)];
         let params = sliding_log::Params {
             limit,
             window_ms: window,
         };
-        cases.push(case::<SlidingLog>(
-            &mut rng,
-            "RL.SLIDINGLOG",
-            &args,
-            params,
-            limit,
-            window,
-            false,
-        ));
+        (args, params, limit, window)
+    }
+}
 
+impl Entry for Warmup {
+    const COMMAND: &'static str = "RL.WARMUP";
+
+    fn draw(rng: &mut Rng) -> (Vec<String>, warmup::Params, u64, u64) {
         let period = rng.pick(&DURATIONS);
         let rate = rng.range(1, 20);
         let warmup_ms = period * rng.range(1, 10);
@@ -259,11 +258,7 @@ fn generate() -> String {
         } else {
             rng.range(2, 10)
         };
-        let mut args = vec![
-            rate.to_string(),
-            spell(&mut rng, period),
-            spell(&mut rng, warmup_ms),
-        ];
+        let mut args = vec![rate.to_string(), spell(rng, period), spell(rng, warmup_ms)];
         if cold_factor != warmup::DEFAULT_COLD_FACTOR {
             args.extend(["COLDFACTOR".to_string(), cold_factor.to_string()]);
         }
@@ -273,15 +268,35 @@ fn generate() -> String {
             warmup_ms,
             cold_factor,
         };
-        cases.push(case::<Warmup>(
-            &mut rng,
-            "RL.WARMUP",
-            &args,
-            params,
-            rate,
-            period,
-            false,
-        ));
+        (args, params, rate, period)
+    }
+}
+
+/// A case of `A`: its parameters drawn, then its calls.
+fn drawn_case<A: Entry>(rng: &mut Rng) -> String {
+    let (args, params, limit, period_ms) = A::draw(rng);
+    case::<A>(rng, &args, params, limit, period_ms)
+}
+
+/// Every algorithm of the vectors, in the order its cases are drawn.
+const ENTRIES: [fn(&mut Rng) -> String; 7] = [
+    drawn_case::<Gcra>,
+    drawn_case::<TokenBucket>,
+    drawn_case::<LeakyBucket>,
+    drawn_case::<FixedWindow>,
+    drawn_case::<SlidingWindow>,
+    drawn_case::<SlidingLog>,
+    drawn_case::<Warmup>,
+];
+
+/// Every case, one per line.
+fn generate() -> String {
+    let mut rng = Rng(0x5EED_0FC0_DE20_2026);
+    let mut cases = Vec::new();
+    for _ in 0..12 {
+        for entry in ENTRIES {
+            cases.push(entry(&mut rng));
+        }
     }
     format!(
         "{{\"generator\": \"algorithms/src/vectors.rs\", \"cases\": [\n{}\n]}}\n",
