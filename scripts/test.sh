@@ -57,8 +57,9 @@ step "mypy" clients/python/.venv/bin/python -m mypy --strict clients/python/src/
 step "commit messages" python3 scripts/check_commits.py
 step "unit and property tests" cargo test --release --workspace --lib
 step "doc tests" cargo test --release -p ratelimit-algorithms --doc
-# The Lua scripts held to the algorithms crate: its vectors (written by algorithms/src/vectors.rs,
-# which the unit tests above check against the crate) run through each script on every server,
+# The Lua scripts held to the algorithms crate: its vectors (replies.json and sequences.json, written
+# by algorithms/src/vectors.rs, which the unit tests above check against the crate) run through each
+# script on every server,
 # without the module (clients/lua/conformance/run.py; about a second a server).
 conformance() {
   local server

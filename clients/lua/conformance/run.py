@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The scripts held to the algorithms crate: every case of replies.json (written by
-algorithms/src/vectors.rs from the crate's own decisions) run through its script on a server
-without the module, call by call on one key, each reply compared with the module's.
+algorithms/src/vectors.rs from the crate's own decisions) and of sequences.json (written by
+algorithms/src/vectors/sequences.rs: the options, RL.REFUND, policies, leases and the ranges'
+edges) run through its scripts on a server without the module, call by call on one key (a
+policy: one key per rule), each reply compared with the module's.
 
 No package in between: the scripts are assembled here as every loader assembles them (the
 ``lib/`` parts their ``-- needs:`` line names, then the file; README.md, "One source") and sent
@@ -10,6 +12,9 @@ persistent: its TTL runs in real time, the calls' clock does not.
 
     python3 clients/lua/conformance/run.py        # on redis-server from PATH
     RATELIMIT_SERVER=path/to/valkey-server python3 clients/lua/conformance/run.py
+
+A call of replies.json with a cost of 1 is sent as a plain call (no COST), the shape a
+script's fast path takes (README.md, "One source"). The calls of a case are pipelined.
 
 Exits 1 at the first reply that differs, naming the case and the call. Standard library only.
 """
@@ -30,6 +35,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = HERE.parent
+SCRIPTS_RUN = ["gcra", "tokenbucket", "leakybucket", "fixedwindow", "slidingwindow", "slidinglog", "warmup",
+               "refund", "policy", "policyrefund", "concurrency_acquire", "concurrency_release"]
 SCRIPT_OF = {
     "RL.GCRA": "gcra",
     "RL.TOKENBUCKET": "tokenbucket",
@@ -56,13 +63,22 @@ class Resp:
         self.sock = socket.create_connection(("127.0.0.1", port))
         self.file = self.sock.makefile("rb")
 
-    def call(self, *args: object) -> object:
+    @staticmethod
+    def encode(args: tuple[object, ...] | list[object]) -> bytes:
         out = [f"*{len(args)}\r\n".encode()]
         for a in args:
             b = a if isinstance(a, bytes) else str(a).encode()
             out.append(b"$%d\r\n%s\r\n" % (len(b), b))
-        self.sock.sendall(b"".join(out))
+        return b"".join(out)
+
+    def call(self, *args: object) -> object:
+        self.sock.sendall(self.encode(args))
         return self.read()
+
+    def pipeline(self, commands: list[list[object]]) -> list[object]:
+        """Sends every command, then reads their replies, in order."""
+        self.sock.sendall(b"".join(self.encode(c) for c in commands))
+        return [self.read() for _ in commands]
 
     def read(self) -> object:
         line = self.file.readline()
@@ -112,37 +128,58 @@ def start(binary: str, folder: str) -> tuple[subprocess.Popen[bytes], Resp]:
     sys.exit(f"{binary} did not start")
 
 
+def cases() -> list[dict]:
+    """Every case of both files as {name, keys, calls: [[script, now_us, words, reply], ...]}."""
+    out = []
+    for case in json.loads((HERE / "replies.json").read_text())["cases"]:
+        name = f"{case['command']} {' '.join(case['args'])}"
+        calls = [[SCRIPT_OF[case["command"]], now_us,
+                  case["args"] + ([] if cost == 1 else ["COST", str(cost)]), want]
+                 for now_us, cost, want in case["calls"]]
+        out.append({"name": f"replies.json: {name}", "keys": 1, "calls": calls})
+    for case in json.loads((HERE / "sequences.json").read_text())["cases"]:
+        out.append({**case, "name": f"sequences.json: {case['name']}"})
+    return out
+
+
+def shown(reply: object) -> object:
+    """A reply as the files write it: an error as {"error": text}."""
+    return {"error": str(reply)} if isinstance(reply, RuntimeError) else reply
+
+
 def main() -> int:
     binary = os.environ.get("RATELIMIT_SERVER") or shutil.which("redis-server") or "redis-server"
-    vectors = json.loads((HERE / "replies.json").read_text())
+    every = cases()
     folder = tempfile.mkdtemp(prefix="conformance-")
     proc, conn = start(binary, folder)
     try:
         shas = {}
-        for command, name in SCRIPT_OF.items():
+        for name in SCRIPTS_RUN:
             sha = conn.call("SCRIPT", "LOAD", assemble(name))
             if isinstance(sha, Exception):
                 sys.exit(f"{name}.lua: SCRIPT LOAD refused it: {sha}")
             assert sha == hashlib.sha1(assemble(name).encode()).hexdigest()
-            shas[command] = sha
+            shas[name] = sha
         calls = 0
-        for n, case in enumerate(vectors["cases"]):
-            key = f"conformance:{n}"
-            conn.call("DEL", key)
-            for i, (now_us, cost, want) in enumerate(case["calls"]):
-                got = conn.call("EVALSHA", shas[case["command"]], 1, key, *case["args"], "COST", cost,
-                                "NOW", now_us)
-                if got != want:
-                    print(f"case {n} ({case['command']} {' '.join(case['args'])}), call {i} "
-                          f"(NOW {now_us}, COST {cost}): the script replied {got!r}, the crate {want!r}",
+        for n, case in enumerate(every):
+            keys = [f"{{conformance:{n}}}:{i}" for i in range(case["keys"])]
+            commands: list[list[object]] = [["DEL", *keys]]
+            for script, now_us, words, _ in case["calls"]:
+                commands.append(["EVALSHA", shas[script], len(keys), *keys, *words, "NOW", now_us])
+                # The keys' TTLs run in real time, the calls' clock does not.
+                commands.extend(["PERSIST", k] for k in keys)
+            replies = conn.pipeline(commands)[1::1 + len(keys)]
+            for i, ((script, now_us, words, want), got) in enumerate(zip(case["calls"], replies)):
+                if shown(got) != want:
+                    print(f"case {n} ({case['name']}), call {i}: {script}.lua {' '.join(map(str, words))} "
+                          f"NOW {now_us}: the script replied {shown(got)!r}, the crate {want!r}",
                           file=sys.stderr)
                     return 1
-                conn.call("PERSIST", key)
                 calls += 1
         info = str(conn.call("INFO", "server"))
         found = re.search(r"valkey_version:(\S+)", info) or re.search(r"redis_version:(\S+)", info)
         server = ("Valkey " if "valkey_version" in info else "Redis ") + (found.group(1) if found else "?")
-        print(f"conformance: {len(vectors['cases'])} cases, {calls} calls, every reply the crate's "
+        print(f"conformance: {len(every)} cases, {calls} calls, every reply the crate's "
               f"(clients/lua/*.lua on {server})")
         return 0
     finally:
