@@ -58,8 +58,8 @@ step "commit messages" python3 scripts/check_commits.py
 step "unit and property tests" cargo test --release --workspace --lib
 step "doc tests" cargo test --release -p ratelimit-algorithms --doc
 # The Lua scripts held to the algorithms crate: its vectors (replies.json and sequences.json, written
-# by algorithms/src/vectors.rs, which the unit tests above check against the crate) run through each
-# script on every server,
+# by algorithms/src/vectors.rs, which the unit tests above check against the crate; errors.json, by
+# src/commands/error_vectors.rs from the module's parsers) run through each script on every server,
 # without the module (clients/lua/conformance/run.py; about a second a server).
 conformance() {
   local server

@@ -83,7 +83,7 @@ fn spell(rng: &mut Rng, ms: u64) -> String {
 /// The edges of the ranges ([`crate::limits`]): the durations and counts of the wide cases.
 mod wide {
     use super::Rng;
-    use crate::limits::{MAX_COUNT, MAX_DURATION_MS};
+    use crate::ranges::{MAX_COUNT, MAX_DURATION_MS};
 
     /// 2^53: a double's exact integers end here (the scripts' plain numbers).
     const EXACT: u64 = 1 << 53;
@@ -454,11 +454,11 @@ impl Entry for Warmup {
         let period = wide::duration(rng);
         let rate = wide::count(rng, period);
         let warmup_ms = match rng.range(1, 3) {
-            1 => crate::limits::MAX_DURATION_MS,
+            1 => crate::ranges::MAX_DURATION_MS,
             2 => period.saturating_mul(rng.range(1, 10)),
             _ => wide::duration(rng),
         }
-        .min(crate::limits::MAX_DURATION_MS);
+        .min(crate::ranges::MAX_DURATION_MS);
         let cold_factor = rng.range(2, 10);
         let mut args = vec![rate.to_string(), spell(rng, period), spell(rng, warmup_ms)];
         if cold_factor != warmup::DEFAULT_COLD_FACTOR || rng.chance(50) {

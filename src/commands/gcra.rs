@@ -9,7 +9,7 @@ use crate::args::{AlgorithmCommand, Options};
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
-use algorithms::gcra::Gcra;
+use algorithms::gcra::{self, Gcra};
 
 pub static RL_GCRA: Command = command! {
     name: name!("rl.gcra"),
@@ -36,10 +36,15 @@ impl AlgorithmCommand for Gcra {
 /// `period / rate`. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`
 /// (a map with a boolean `allowed` for RESP3 clients), and `shadow_denied` with SHADOW.
 pub fn rl_gcra(call: &Call) -> Result<Response, Error> {
-    let mut a = RL_GCRA.syntax.args(call.args)?;
-    let params = params::gcra(a.next_n()?)?;
-    let opts = a.options()?;
+    let (params, opts) = parse(call.args)?;
     Ok(admission::run::<Gcra>(call, RL_GCRA.replay_name(), params, opts)?.reply(Extra::None))
+}
+
+/// RL.GCRA's arguments (`args[0]` the command's name, `args[1]` the key), before the key is read.
+pub(super) fn parse(args: &[&[u8]]) -> Result<(gcra::Params, Options), Error> {
+    let mut a = RL_GCRA.syntax.args(args)?;
+    let params = params::gcra(a.next_n()?)?;
+    Ok((params, a.options()?))
 }
 
 pub static CL_THROTTLE: Command = command! {

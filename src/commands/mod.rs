@@ -14,6 +14,8 @@ mod admission;
 mod concurrency;
 mod debug;
 mod docs;
+#[cfg(test)]
+mod error_vectors;
 mod fixed_window;
 mod gcra;
 mod info;

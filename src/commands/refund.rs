@@ -38,20 +38,7 @@ pub static RL_REFUND: Command = command! {
 /// and propagate nothing. A concurrency key is an error (use RL.CONCURRENCY.RELEASE).
 /// Reply: the units given back (with DRYRUN, what would be).
 pub fn rl_refund(call: &Call) -> Result<Response, Error> {
-    let mut a = RL_REFUND.syntax.args_bounded(call.args)?;
-    let units = args::count(a.next()?, "units", 0, MAX_COUNT)?;
-    let position = a.position();
-    let dryrun = match a.optional() {
-        None => false,
-        Some(token) if token.eq_ignore_ascii_case(b"DRYRUN") => true,
-        Some(token) => {
-            return Err(Error::UnknownOption {
-                position,
-                token: quote(token),
-                accepted: "DRYRUN",
-            })
-        }
-    };
+    let (units, dryrun) = parse(call.args)?;
     let (now_us, real_ms) = call.clock();
     let write = !dryrun && units > 0;
     let mut key = Key::open(call.ctx, call.key()?, true);
@@ -73,4 +60,24 @@ pub fn rl_refund(call: &Call) -> Result<Response, Error> {
         0,
     );
     Ok(Response::propagating(reply, propagate))
+}
+
+/// RL.REFUND's arguments (`args[0]` the command's name, `args[1]` the key): the units, and
+/// whether it is a DRYRUN.
+pub(super) fn parse(args: &[&[u8]]) -> Result<(u64, bool), Error> {
+    let mut a = RL_REFUND.syntax.args_bounded(args)?;
+    let units = args::count(a.next()?, "units", 0, MAX_COUNT)?;
+    let position = a.position();
+    let dryrun = match a.optional() {
+        None => false,
+        Some(token) if token.eq_ignore_ascii_case(b"DRYRUN") => true,
+        Some(token) => {
+            return Err(Error::UnknownOption {
+                position,
+                token: quote(token),
+                accepted: "DRYRUN",
+            })
+        }
+    };
+    Ok((units, dryrun))
 }

@@ -3,11 +3,11 @@
 use super::{admission, command, Command, When, ONE_KEY, WRITE};
 use crate::args::params::{self, WINDOW_PARAMS};
 use crate::args::syntax::{admission_args, name, KeyUse};
-use crate::args::AlgorithmCommand;
+use crate::args::{AlgorithmCommand, Options};
 use crate::dispatch::{Call, Mode};
 use crate::error::Error;
 use crate::response::{Extra, Response};
-use algorithms::sliding_log::SlidingLog;
+use algorithms::sliding_log::{self, SlidingLog};
 
 pub static RL_SLIDINGLOG: Command = command! {
     name: name!("rl.slidinglog"),
@@ -34,16 +34,22 @@ impl AlgorithmCommand for SlidingLog {
 /// a few bytes per admitted unit. Reply: `[allowed, limit, remaining, retry_after_ms,
 /// reset_after_ms]`.
 pub fn rl_slidinglog(call: &Call) -> Result<Response, Error> {
-    let mut a = RL_SLIDINGLOG.syntax.args(call.args)?;
     // A replica replays what its primary admitted, whatever its own setting says.
     let max = match call.mode {
         Mode::Live => crate::config::sliding_log_max_limit(),
         Mode::Replay { .. } => crate::config::SLIDING_LOG_LIMIT_CEILING,
     };
-    let params = params::sliding_log(a.next_n()?, max)?;
-    let opts = a.options()?;
+    let (params, opts) = parse(call.args, max)?;
     Ok(
         admission::run::<SlidingLog>(call, RL_SLIDINGLOG.replay_name(), params, opts)?
             .reply(Extra::None),
     )
+}
+
+/// RL.SLIDINGLOG's arguments (`args[0]` the command's name, `args[1]` the key), its limit at
+/// most `max`.
+pub(super) fn parse(args: &[&[u8]], max: u64) -> Result<(sliding_log::Params, Options), Error> {
+    let mut a = RL_SLIDINGLOG.syntax.args(args)?;
+    let params = params::sliding_log(a.next_n()?, max)?;
+    Ok((params, a.options()?))
 }

@@ -3,11 +3,11 @@
 use super::{admission, command, Command, When, O1, ONE_KEY, WRITE};
 use crate::args::params::{self, WINDOW_PARAMS};
 use crate::args::syntax::{admission_args, name, KeyUse};
-use crate::args::AlgorithmCommand;
+use crate::args::{AlgorithmCommand, Options};
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
-use algorithms::sliding_window::SlidingWindow;
+use algorithms::sliding_window::{self, SlidingWindow};
 
 pub static RL_SLIDINGWINDOW: Command = command! {
     name: name!("rl.slidingwindow"),
@@ -33,11 +33,16 @@ impl AlgorithmCommand for SlidingWindow {
 /// it still overlaps the sliding window, plus the current one's, at most `limit`.
 /// Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
 pub fn rl_slidingwindow(call: &Call) -> Result<Response, Error> {
-    let mut a = RL_SLIDINGWINDOW.syntax.args(call.args)?;
-    let params = params::sliding_window(a.next_n()?)?;
-    let opts = a.options()?;
+    let (params, opts) = parse(call.args)?;
     Ok(
         admission::run::<SlidingWindow>(call, RL_SLIDINGWINDOW.replay_name(), params, opts)?
             .reply(Extra::None),
     )
+}
+
+/// RL.SLIDINGWINDOW's arguments (`args[0]` the command's name, `args[1]` the key).
+pub(super) fn parse(args: &[&[u8]]) -> Result<(sliding_window::Params, Options), Error> {
+    let mut a = RL_SLIDINGWINDOW.syntax.args(args)?;
+    let params = params::sliding_window(a.next_n()?)?;
+    Ok((params, a.options()?))
 }

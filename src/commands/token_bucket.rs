@@ -3,11 +3,11 @@
 use super::{admission, command, Command, When, O1, ONE_KEY, WRITE};
 use crate::args::params::{self, TOKEN_BUCKET_PARAMS};
 use crate::args::syntax::{admission_args, name, KeyUse};
-use crate::args::{AlgorithmCommand, Grammar};
+use crate::args::{AlgorithmCommand, Grammar, Options};
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
-use algorithms::token_bucket::TokenBucket;
+use algorithms::token_bucket::{self, TokenBucket};
 
 pub static RL_TOKENBUCKET: Command = command! {
     name: name!("rl.tokenbucket"),
@@ -40,12 +40,18 @@ const OPTIONS: Grammar = Grammar {
 /// `refill_period` (continuously, or in whole steps at each period with `INTERVAL`); a request
 /// takes `COST` tokens. Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
 pub fn rl_tokenbucket(call: &Call) -> Result<Response, Error> {
-    let mut a = RL_TOKENBUCKET.syntax.args(call.args)?;
-    let mut params = params::token_bucket(a.next_n()?, false)?;
-    let (opts, flags) = a.options_by(&OPTIONS, |_, _| Ok(()))?;
-    params.interval = flags & 1 != 0;
+    let (params, opts) = parse(call.args)?;
     Ok(
         admission::run::<TokenBucket>(call, RL_TOKENBUCKET.replay_name(), params, opts)?
             .reply(Extra::None),
     )
+}
+
+/// RL.TOKENBUCKET's arguments (`args[0]` the command's name, `args[1]` the key).
+pub(super) fn parse(args: &[&[u8]]) -> Result<(token_bucket::Params, Options), Error> {
+    let mut a = RL_TOKENBUCKET.syntax.args(args)?;
+    let mut params = params::token_bucket(a.next_n()?, false)?;
+    let (opts, flags) = a.options_by(&OPTIONS, |_, _| Ok(()))?;
+    params.interval = flags & 1 != 0;
+    Ok((params, opts))
 }

@@ -3,11 +3,11 @@
 use super::{admission, command, Command, When, O1, ONE_KEY, WRITE};
 use crate::args::params::{self, WARMUP_PARAMS};
 use crate::args::syntax::{admission_args, name, KeyUse};
-use crate::args::{AlgorithmCommand, Grammar};
+use crate::args::{AlgorithmCommand, Grammar, Options};
 use crate::dispatch::Call;
 use crate::error::Error;
 use crate::response::{Extra, Response};
-use algorithms::warmup::Warmup;
+use algorithms::warmup::{self, Warmup};
 
 pub static RL_WARMUP: Command = command! {
     name: name!("rl.warmup"),
@@ -42,7 +42,13 @@ const OPTIONS: Grammar = Grammar {
 /// Reply: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`, limit 1, remaining 1
 /// when a request would be admitted now.
 pub fn rl_warmup(call: &Call) -> Result<Response, Error> {
-    let mut a = RL_WARMUP.syntax.args(call.args)?;
+    let (params, opts) = parse(call.args)?;
+    Ok(admission::run::<Warmup>(call, RL_WARMUP.replay_name(), params, opts)?.reply(Extra::None))
+}
+
+/// RL.WARMUP's arguments (`args[0]` the command's name, `args[1]` the key).
+pub(super) fn parse(args: &[&[u8]]) -> Result<(warmup::Params, Options), Error> {
+    let mut a = RL_WARMUP.syntax.args(args)?;
     // Read now, parsed after the options: an unknown option is the error a call sees first.
     let positional = a.next_n()?;
     let mut cold_factor = None;
@@ -50,6 +56,5 @@ pub fn rl_warmup(call: &Call) -> Result<Response, Error> {
         cold_factor = Some(value);
         Ok(())
     })?;
-    let params = params::warmup(positional, cold_factor)?;
-    Ok(admission::run::<Warmup>(call, RL_WARMUP.replay_name(), params, opts)?.reply(Extra::None))
+    Ok((params::warmup(positional, cold_factor)?, opts))
 }

@@ -24,7 +24,7 @@
 
 use super::{spell, Entry, Kind, Rng, DURATIONS, ENTRIES};
 use crate::concurrency::{self, Report};
-use crate::limits::{MAX_COUNT, MAX_DURATION_MS};
+use crate::ranges::{MAX_COUNT, MAX_DURATION_MS};
 use crate::rule_set::{self, Rules, Verdict};
 use crate::{penalty, Algorithm, Decision, Span};
 
@@ -498,8 +498,8 @@ pub fn policy(rng: &mut Rng) -> Option<String> {
                 now_us,
                 units,
                 dryrun,
-                <rule_set::Limit as Algorithm>::refund,
-                <rule_set::Limit as Algorithm>::view_now,
+                <rule_set::RuleSet as Algorithm>::refund,
+                <rule_set::RuleSet as Algorithm>::view_now,
             );
             s.push("policyrefund", now_us, &refund_words, given.to_string());
             continue;

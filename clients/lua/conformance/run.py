@@ -3,7 +3,9 @@
 algorithms/src/vectors.rs from the crate's own decisions) and of sequences.json (written by
 algorithms/src/vectors/sequences.rs: the options, RL.REFUND, policies, leases and the ranges'
 edges) run through its scripts on a server without the module, call by call on one key (a
-policy: one key per rule), each reply compared with the module's.
+policy: one key per rule), each reply compared with the module's; and every bad call of
+errors.json (written by src/commands/error_vectors.rs from the module's own parsers), each
+error text compared with the module's.
 
 No package in between: the scripts are assembled here as every loader assembles them (the
 ``lib/`` parts their ``-- needs:`` line names, then the file; README.md, "One source") and sent
@@ -176,10 +178,21 @@ def main() -> int:
                           file=sys.stderr)
                     return 1
                 calls += 1
+        # The argument errors (errors.json, written by src/commands/error_vectors.rs from the
+        # module's own parsers): the same words, the same text.
+        errors = json.loads((HERE / "errors.json").read_text())["errors"]
+        replies = conn.pipeline([["EVALSHA", shas[script], 1, "{conformance}:error", *words]
+                                 for script, words, _ in errors])
+        for i, ((script, words, want), got) in enumerate(zip(errors, replies)):
+            if shown(got) != {"error": want}:
+                print(f"errors.json {i}: {script}.lua {words!r}: the script replied {shown(got)!r}, "
+                      f"the module {want!r}", file=sys.stderr)
+                return 1
         info = str(conn.call("INFO", "server"))
         found = re.search(r"valkey_version:(\S+)", info) or re.search(r"redis_version:(\S+)", info)
         server = ("Valkey " if "valkey_version" in info else "Redis ") + (found.group(1) if found else "?")
-        print(f"conformance: {len(every)} cases, {calls} calls, every reply the crate's "
+        print(f"conformance: {len(every)} cases, {calls} calls, every reply the crate's, and "
+              f"{len(errors)} argument errors, every text the module's "
               f"(clients/lua/*.lua on {server})")
         return 0
     finally:
