@@ -6,11 +6,11 @@
 //! `update_at_most` in src/commands/admission.rs; `Key::decide` in src/storage/key.rs, where a
 //! BLOCK lives on the key), RL.REFUND (src/commands/refund.rs, `Key::refund`), RL.LIMIT's
 //! binding rule (src/commands/limit.rs) and the leases' replies (src/commands/concurrency.rs).
-//! That layer is a handful of steps on the crate's own functions ([`penalty::starts`],
-//! [`penalty::apply`], [`Algorithm::largest_cost`], [`Algorithm::refund`],
-//! [`Algorithm::view_now`], [`rule_set::step_shadow`], [`rule_set::largest_cost_enforced`],
-//! [`concurrency::acquire`], [`concurrency::release_reporting`]); [`update`], [`admit`],
-//! [`refund`] and the lease calls below take the same steps in the same order, and the
+//! What that layer decides is the crate's ([`request`]: the options, a BLOCK, the ATMOST
+//! grant, SHADOW; [`Algorithm::largest_cost`], [`Algorithm::refund`], [`Algorithm::view_now`],
+//! [`rule_set::step_shadow`], [`rule_set::largest_cost_enforced`], [`Lease::acquire`],
+//! [`Lease::release`]); what is left to the module is keeping the key, which [`update`],
+//! [`admit`], [`refund`] and the lease calls below do as its storage does, and the
 //! replies are rendered as src/response/render.rs renders them (RESP2): the five fields, the
 //! command's own sixth (`delay_ms`, `rule`, `token`), `granted` under ATMOST, `shadow_denied`
 //! last under SHADOW. The Lua scripts are held to the module's replies field by field by the
@@ -23,10 +23,11 @@
 //! a token or a nil as a string or null).
 
 use super::{spell, Entry, Kind, Rng, DURATIONS, ENTRIES};
-use crate::concurrency::{self, Report};
+use crate::concurrency::{self, Concurrency, Report};
 use crate::ranges::{MAX_COUNT, MAX_DURATION_MS};
+use crate::request::{self, Aside, Effect, Options as Opts};
 use crate::rule_set::{self, Rules, Verdict};
-use crate::{penalty, Algorithm, Decision, Span};
+use crate::{penalty, Algorithm, Decision, Lease, Span};
 
 /// Replies and TTLs must be below 2^53 ms on the scripts (README.md, "Ranges": beyond it a
 /// script refuses the call, where the module answers): a case that reaches it is drawn anew.
@@ -121,16 +122,6 @@ fn rendered(
     format!("[{}]", fields.join(","))
 }
 
-/// An admission's options (src/args/mod.rs `Options`).
-#[derive(Debug, Clone, Copy)]
-struct Opts {
-    cost: u64,
-    atmost: Option<u64>,
-    dryrun: bool,
-    block_ms: Option<u64>,
-    shadow: bool,
-}
-
 /// A key as the module holds it: the parameters of its last write and its state, and the end
 /// of a BLOCK (µs; over when not after now).
 struct Key<P, S> {
@@ -151,16 +142,14 @@ impl<P, S> Key<P, S> {
 struct Updated<T> {
     decision: Decision,
     aside: T,
-    /// The BLOCK that answered (in force, or started by this call).
-    blocked_until_us: Option<u64>,
     /// `ATMOST`: the units granted.
     granted: Option<u64>,
 }
 
 /// An admission on `key`: src/commands/admission.rs `run_with` and `update_at_most`, and
-/// src/storage/key.rs `Key::decide`, step for step. `check` and `largest` are the
-/// algorithm's (`Algorithm::check` and `largest_cost`, or RL.LIMIT's).
-fn update<P: Clone, S, T>(
+/// what src/storage/key.rs `Key::update` keeps of [`request::decide`]. `check` and `largest`
+/// are the algorithm's (`Algorithm::check` and `largest_cost`, or RL.LIMIT's).
+fn update<P: Clone, S, T: Aside>(
     key: &mut Key<P, S>,
     params: &P,
     now_us: u64,
@@ -168,19 +157,16 @@ fn update<P: Clone, S, T>(
     mut check: impl FnMut(&P, Option<(&P, &mut S)>, u64, u64, bool) -> (Decision, Option<S>, T),
     largest: impl Fn(&P, Option<(&P, &S)>, u64) -> u64,
 ) -> Updated<T> {
-    // ATMOST asks for at least one unit; DRYRUN and COST 0 write nothing.
-    let cost = if o.atmost.is_some() { 1 } else { o.cost };
-    let write = cost > 0 && !o.dryrun;
-    // SHADOW never starts a BLOCK.
-    let block_ms = o.block_ms.filter(|_| !o.shadow);
+    let request = o.request(now_us);
     let mut grant = 0;
     let mut step = |stored: Option<(&P, &mut S)>, write: bool| {
         let cost = match o.atmost {
             None => o.cost,
             Some(atmost) => {
                 let view = stored.as_ref().map(|(p, s)| (*p, &**s));
-                grant = largest(params, view, now_us).min(atmost);
-                grant.max(1)
+                let cost;
+                (grant, cost) = request::grant(atmost, largest(params, view, now_us));
+                cost
             }
         };
         check(params, stored, now_us, cost, write)
@@ -189,40 +175,29 @@ fn update<P: Clone, S, T>(
         stored,
         blocked_until_us,
     } = key;
-    let (decision, aside, wrote, blocked) = match stored {
+    let (decision, aside, effect) = match stored {
         None => {
-            // A fresh key denies only what can never fit, which starts no block.
-            let (d, fresh, aside) = step(None, write);
-            let mut wrote = false;
-            if let (true, Some(state)) = (d.allowed && write, fresh) {
+            let (d, fresh, aside, effect) = request::decide(0, &request, |w| step(None, w));
+            if let (Effect::Counted, Some(state)) = (effect, fresh) {
                 *stored = Some((params.clone(), state));
-                wrote = true;
             }
-            (d, aside, wrote, None)
+            (d, aside, effect)
         }
         Some((p, s)) => {
-            let blocked = *blocked_until_us;
-            if blocked > now_us {
-                let (mut d, _, aside) = step(Some((&*p, s)), false);
-                penalty::apply(&mut d, blocked, now_us);
-                (d, aside, false, Some(blocked))
-            } else {
-                let (mut d, _, aside) = step(Some((&*p, s)), write);
-                if d.allowed && write {
+            let (d, _, aside, effect) =
+                request::decide(*blocked_until_us, &request, |w| step(Some((&*p, s)), w));
+            match effect {
+                Effect::Counted => {
                     *p = params.clone();
                     *blocked_until_us = 0;
-                    (d, aside, true, None)
-                } else if let Some(until) = penalty::starts(&d, cost, write, block_ms, now_us) {
-                    *blocked_until_us = until;
-                    penalty::apply(&mut d, until, now_us);
-                    (d, aside, true, Some(until))
-                } else {
-                    (d, aside, false, None)
                 }
+                Effect::Blocks(until) => *blocked_until_us = until,
+                Effect::Unchanged | Effect::Blocked(_) => {}
             }
+            (d, aside, effect)
         }
     };
-    if wrote && decision.reset_after.is_zero() {
+    if effect.writes() && decision.reset_after.is_zero() {
         // `admission::written`: a key fresh again goes.
         *stored = None;
         *blocked_until_us = 0;
@@ -230,7 +205,6 @@ fn update<P: Clone, S, T>(
     Updated {
         decision,
         aside,
-        blocked_until_us: blocked,
         // A blocked key refuses whatever the algorithm would grant.
         granted: o.atmost.map(|_| if decision.allowed { grant } else { 0 }),
     }
@@ -260,9 +234,7 @@ fn admit<A: Entry>(
         Some(span) => s.ms(span).to_string(),
         None => "-1".to_string(),
     });
-    // SHADOW: a denial is answered as admitted, its other fields the denial's.
-    let shadow_denied = o.shadow && !d.allowed;
-    d.allowed |= o.shadow;
+    let shadow_denied = request::shadowed(&mut d, o.shadow);
     rendered(s, &d, delay, u.granted, o.shadow.then_some(shadow_denied))
 }
 
@@ -517,7 +489,7 @@ pub fn policy(rng: &mut Rng) -> Option<String> {
             },
             |p, stored, now| rule_set::largest_cost_enforced(p, shadow, stored, now),
         );
-        // src/commands/limit.rs: the reply is the binding rule's, a BLOCK applied to it.
+        // src/commands/limit.rs: the reply is the binding rule's (a BLOCK answered for it too).
         let Verdict {
             binding: index,
             binding_decision: mut d,
@@ -525,12 +497,8 @@ pub fn policy(rng: &mut Rng) -> Option<String> {
             ..
         } = u.aside;
         s.ms(u.decision.reset_after); // the keys' TTL
-        if let Some(until) = u.blocked_until_us {
-            penalty::apply(&mut d, until, now_us);
-        }
         let shadow_rule_denied = d.allowed && shadow_rules != 0;
-        let shadow_denied = (o.shadow && !d.allowed) || shadow_rule_denied;
-        d.allowed |= o.shadow;
+        let shadow_denied = request::shadowed(&mut d, o.shadow) || shadow_rule_denied;
         let reply = rendered(
             &mut s,
             &d,
@@ -590,13 +558,9 @@ pub fn leases(rng: &mut Rng, wide: bool) -> Option<String> {
             let released = match stored.as_mut() {
                 None => false,
                 Some((_, state)) => {
-                    let done = concurrency::release_reporting(
-                        state,
-                        token.as_bytes(),
-                        now_us,
-                        Report::default(),
-                    );
-                    if done && concurrency::reset_after(state, now_us).ceil_ms() == 0 {
+                    let done =
+                        Concurrency::release(state, token.as_bytes(), now_us, Report::default());
+                    if done && Concurrency::reset_after(state, now_us).ceil_ms() == 0 {
                         stored = None;
                     }
                     done
@@ -629,33 +593,22 @@ pub fn leases(rng: &mut Rng, wide: bool) -> Option<String> {
         }
         let write = !dryrun;
         let id_bytes = id.map(str::as_bytes);
-        let acquired = match stored.as_mut() {
-            Some((p, state)) => {
-                let a = concurrency::acquire(&params, state, now_us, id_bytes, write);
-                if a.decision.allowed && write {
-                    *p = params;
-                }
-                a
+        let view = stored.as_mut().map(|(p, state)| (&*p, state));
+        let (mut d, fresh, token) = Concurrency::acquire(&params, view, now_us, id_bytes, write);
+        if d.allowed && write {
+            match (stored.as_mut(), fresh) {
+                (Some((p, _)), _) => *p = params,
+                (None, Some(state)) => stored = Some((params, state)),
+                (None, None) => {}
             }
-            None => {
-                let mut state = concurrency::State::default();
-                let a = concurrency::acquire(&params, &mut state, now_us, id_bytes, write);
-                if a.decision.allowed && write {
-                    stored = Some((params, state));
-                }
-                a
-            }
-        };
-        let token = if write { acquired.token } else { None };
+        }
         let token = token.map(|t| String::from_utf8(t).expect("tokens here are text"));
         if let Some(t) = &token {
             if !tokens.contains(t) {
                 tokens.push(t.clone());
             }
         }
-        let mut d = acquired.decision;
-        let shadow_denied = shadow && !d.allowed;
-        d.allowed |= shadow;
+        let shadow_denied = request::shadowed(&mut d, shadow);
         let extra = Some(token.as_deref().map_or("null".to_string(), quoted));
         let reply = rendered(&mut s, &d, extra, None, shadow.then_some(shadow_denied));
         s.push("concurrency_acquire", now_us, &words, reply);
