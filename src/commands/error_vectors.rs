@@ -296,3 +296,57 @@ fn the_committed_errors_are_what_the_module_says() {
         path.display()
     );
 }
+
+/// The grammar every copy spells (the scripts' `lib/common.lua`, Python's `limit_types.py`,
+/// Node's `lib/limits.cjs`): the ranges, and durations and counts as the module reads them,
+/// each text with what the module makes of it (`null`: refused), for
+/// `clients/lua/conformance/grammar.json`. The packages' tests read it
+/// (`clients/python/tests/test_grammar.py`, `clients/node/test/grammar.test.js`).
+fn grammar() -> String {
+    use crate::args::{duration_ms, positive_count, MAX_COUNT, MAX_DURATION_MS};
+    let ms = |text: &str| duration_ms(text.as_bytes(), "d").ok();
+    let n = |text: &str| positive_count(text.as_bytes(), "n").ok();
+    let number = |v: Option<u64>| v.map_or("null".to_string(), |v| v.to_string());
+    let max_days = MAX_DURATION_MS / 86_400_000;
+    let durations: Vec<String> = [
+        "1", "1500", "1500ms", "1500MS", "90s", "90S", "1m", "1M", "24h", "7d", "7D",
+        "315360000000", "315360000001", "315360000s", "315360001s", "5256000m", "5256001m",
+        "87600h", "87601h", "3650d", "3651d", "0", "0s", "00", "01s", "05", "-5", "+5", "1.5s",
+        "1e3", "5x", "5 s", " 5", "5us", "ms", "s", "", "0x10", "99999999999999999999999",
+    ]
+    .iter()
+    .map(|t| format!("[{}, {}]", json(t), number(ms(t))))
+    .collect();
+    let counts: Vec<String> = [
+        "1", "5", "1000000000000", "1000000000001", "999999999999", "0", "00", "01", "-1", "+1",
+        "1.0", "1e3", " 1", "1 ", "", "0x10", "9007199254740993", "18446744073709551616",
+    ]
+    .iter()
+    .map(|t| format!("[{}, {}]", json(t), number(n(t))))
+    .collect();
+    format!(
+        "{{\"generator\": \"src/commands/error_vectors.rs\",\n \"max_count\": {MAX_COUNT}, \
+         \"max_duration_ms\": {MAX_DURATION_MS}, \"max_duration_days\": {max_days},\n \
+         \"durations\": [\n  {}\n ],\n \"counts\": [\n  {}\n ]}}\n",
+        durations.join(",\n  "),
+        counts.join(",\n  ")
+    )
+}
+
+#[test]
+fn the_committed_grammar_is_what_the_module_reads() {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients/lua/conformance/grammar.json");
+    let text = grammar();
+    if std::env::var_os("RATELIMIT_WRITE_VECTORS").is_some() {
+        std::fs::write(&path, &text).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == text,
+        "{} is not what the module's grammar reads now: if the change is meant, write it anew \
+         (RATELIMIT_WRITE_VECTORS=1 cargo test --release -p ratelimit --lib error_vectors) and \
+         make the packages agree",
+        path.display()
+    );
+}

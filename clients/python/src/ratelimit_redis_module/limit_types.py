@@ -43,21 +43,26 @@ Duration = Union[int, str, timedelta]
 
 _UNITS = {"": 1, "ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DURATION = re.compile(r"([1-9][0-9]*)(ms|s|m|h|d)?", re.IGNORECASE)
+#: The longest duration the module takes: ten 365-day years, in milliseconds (held to the
+#: module's by tests/test_grammar.py).
+MAX_DURATION_MS = 315_360_000_000
 
 
 def duration_ms(value: Duration) -> int | None:
     """The duration in milliseconds, or None when it is not one the module would accept."""
     if isinstance(value, timedelta):
         ms, rest = divmod(value, timedelta(milliseconds=1))
-        return int(ms) if not rest and ms > 0 else None
-    if isinstance(value, bool):
+        ms = int(ms) if not rest else 0
+    elif isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value if value > 0 else None
-    match = _DURATION.fullmatch(value)
-    if not match:
-        return None
-    return int(match.group(1)) * _UNITS[(match.group(2) or "").lower()]
+    elif isinstance(value, int):
+        ms = value
+    else:
+        match = _DURATION.fullmatch(value)
+        if not match:
+            return None
+        ms = int(match.group(1)) * _UNITS[(match.group(2) or "").lower()]
+    return ms if 0 < ms <= MAX_DURATION_MS else None
 
 
 def _arg(value: Duration) -> str:
