@@ -606,6 +606,7 @@ pub const ADAPTIVE_KEEP_MS: u64 = 3_600_000;
 impl super::Lease for Concurrency {
     type Report = Report;
 
+    #[inline]
     fn acquire(
         params: &Params,
         stored: Option<(&Params, &mut State)>,

@@ -3,10 +3,10 @@
 //! key: [`penalty`]) and `SHADOW` (a would-be denial answered as admitted). The module parses
 //! the options; this is what they decide, around an algorithm's own step.
 //!
-//! [`decide`] runs one request on a key: a block in force answers before the algorithm may
-//! write, a denial may start one, and the [`Effect`] tells the caller (the module's storage)
-//! what to keep: nothing, the new state, or a block. [`shadowed`] turns a denial into
-//! SHADOW's answer.
+//! One request on a key is [`may_write`], the algorithm's step, then [`settle`]: a block in
+//! force answers before the algorithm may write, a denial may start one, and the [`Effect`]
+//! tells the caller (the module's storage) what to keep: nothing, the new state, or a block.
+//! [`shadowed`] turns a denial into SHADOW's answer.
 
 use crate::{penalty, rule_set, Decision};
 
@@ -119,42 +119,50 @@ impl Aside for rule_set::Verdict {
     }
 }
 
-/// Decides `request` on a key blocked until `blocked_until_us` (0, or any past instant: not
-/// blocked; a fresh key is never blocked). `step(write)` is the algorithm's step (what
-/// [`crate::Algorithm::check`] does, handing back the state `S` and anything else `T`): while a
-/// block is in force it is asked what it would say without writing, and the block refuses
-/// it ([`penalty::apply`]); otherwise it decides, and a denial that counts may start a block
-/// ([`penalty::starts`]). Returns the decision, what the step handed back, and what the key
-/// keeps ([`Effect`]).
+/// Whether the algorithm's step may write for `request` on a key blocked until
+/// `blocked_until_us` (0, or any past instant: not blocked; a fresh key is never blocked):
+/// only when the request writes and no block is in force. While one is, the step is asked
+/// what it would say without writing, and [`settle`] has the block refuse it.
 #[inline(always)]
-pub fn decide<S, T: Aside>(
+pub fn may_write(blocked_until_us: u64, request: &Request) -> bool {
+    request.write && blocked_until_us <= request.now_us
+}
+
+/// A request on a key, after its algorithm's step (asked with [`may_write`]) decided
+/// `decision` and handed back `aside`: a block in force refuses both ([`penalty::apply`]); a
+/// denial that counts may start one ([`penalty::starts`]), which refuses them too. Returns
+/// what the key keeps ([`Effect`]). In two steps around the algorithm's own, so that its
+/// decision is changed where it lies (the admission path copies nothing more for it).
+#[inline(always)]
+pub fn settle(
     blocked_until_us: u64,
     request: &Request,
-    step: impl FnOnce(bool) -> (Decision, S, T),
-) -> (Decision, S, T, Effect) {
-    let Request {
-        now_us,
-        cost,
-        write,
-        block_ms,
-    } = *request;
+    decision: &mut Decision,
+    aside: &mut impl Aside,
+) -> Effect {
+    let now_us = request.now_us;
     if blocked_until_us > now_us {
-        let (mut decision, state, mut aside) = step(false);
-        penalty::apply(&mut decision, blocked_until_us, now_us);
+        penalty::apply(decision, blocked_until_us, now_us);
         aside.blocked(blocked_until_us, now_us);
-        return (decision, state, aside, Effect::Blocked(blocked_until_us));
+        return Effect::Blocked(blocked_until_us);
     }
-    let (mut decision, state, mut aside) = step(write);
-    if decision.allowed && write {
-        return (decision, state, aside, Effect::Counted);
+    if decision.allowed && request.write {
+        return Effect::Counted;
     }
-    match penalty::starts(&decision, cost, write, block_ms, now_us) {
+    let starts = penalty::starts(
+        decision,
+        request.cost,
+        request.write,
+        request.block_ms,
+        now_us,
+    );
+    match starts {
         Some(until) => {
-            penalty::apply(&mut decision, until, now_us);
+            penalty::apply(decision, until, now_us);
             aside.blocked(until, now_us);
-            (decision, state, aside, Effect::Blocks(until))
+            Effect::Blocks(until)
         }
-        None => (decision, state, aside, Effect::Unchanged),
+        None => Effect::Unchanged,
     }
 }
 
@@ -237,14 +245,20 @@ mod tests {
         assert_eq!(block.block_ms, Some(5));
     }
 
+    /// A request on a key blocked until `blocked`, the step answering `step`.
+    fn decide(blocked: u64, req: &Request, step: Decision) -> (Decision, bool, Effect) {
+        let write = may_write(blocked, req);
+        let mut d = step;
+        let effect = settle(blocked, req, &mut d, &mut ());
+        (d, write, effect)
+    }
+
     #[test]
     fn a_block_in_force_answers_and_the_step_does_not_write() {
         let blocked = NOW + 3_000_000;
         let req = request(Options::default());
-        let (d, (), (), effect) = decide(blocked, &req, |write| {
-            assert!(!write, "asked without writing");
-            (decision(true, Some(0)), (), ())
-        });
+        let (d, write, effect) = decide(blocked, &req, decision(true, Some(0)));
+        assert!(!write, "asked without writing");
         assert_eq!(effect, Effect::Blocked(blocked));
         assert!(!d.allowed);
         assert_eq!(
@@ -260,13 +274,14 @@ mod tests {
             block_ms: Some(60_000),
             ..Options::default()
         });
-        let (_, (), (), effect) = decide(NOW - 1, &req, |_| (decision(true, Some(0)), (), ()));
+        let (_, write, effect) = decide(NOW - 1, &req, decision(true, Some(0)));
+        assert!(write);
         assert_eq!(effect, Effect::Counted, "a block that is over is gone");
-        let (d, (), (), effect) = decide(0, &req, |_| (decision(false, Some(500)), (), ()));
+        let (d, _, effect) = decide(0, &req, decision(false, Some(500)));
         assert_eq!(effect, Effect::Blocks(NOW + 60_000_000));
         assert_eq!(d.retry_after, Some(Span::from_us(60_000_000)));
         assert!(effect.writes());
-        let (_, (), (), effect) = decide(0, &req, |_| (decision(false, None), (), ()));
+        let (_, _, effect) = decide(0, &req, decision(false, None));
         assert_eq!(
             effect,
             Effect::Unchanged,
@@ -277,7 +292,8 @@ mod tests {
             block_ms: Some(60_000),
             ..Options::default()
         });
-        let (_, (), (), effect) = decide(0, &dry, |_| (decision(false, Some(500)), (), ()));
+        let (_, write, effect) = decide(0, &dry, decision(false, Some(500)));
+        assert!(!write);
         assert_eq!(effect, Effect::Unchanged, "DRYRUN never blocks");
     }
 

@@ -129,7 +129,7 @@ impl<'a> Cursor<'a> {
     /// The rest of the arguments as the options every admission command takes,
     /// `[COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]`, in any order,
     /// case-insensitive.
-    #[inline]
+    #[inline(always)]
     pub fn options(&mut self) -> Result<Options, Error> {
         let at = self.at;
         parse_options(self.rest(), at, &Grammar::ADMISSION, |_, _| Ok(())).map(|(opts, _)| opts)
@@ -139,6 +139,7 @@ impl<'a> Cursor<'a> {
     /// the command's own. `value(i, bytes)` gets the value of the command's own option
     /// `grammar.valued[i]` as it is read, and may refuse it (the error is the call's). Returns
     /// the shared options and the mask of the command's flags given (bit `i`: `flags[i]`).
+    #[inline(always)]
     pub fn options_by(
         &mut self,
         grammar: &Grammar,

@@ -145,7 +145,9 @@ impl Grammar {
 /// Parses `rest` by `grammar`; `first_position` is the argument number of `rest[0]` (the key
 /// being argument 1), for the error texts. `value(i, bytes)` gets the value of
 /// `grammar.valued[i]` when it is read, and may refuse it. Returns the shared options (their
-/// defaults where the grammar does not take them) and the mask of the flags given.
+/// defaults where the grammar does not take them) and the mask of the flags given. Inlined
+/// into each command's parser, where the grammar is a constant.
+#[inline(always)]
 fn parse_options<'a>(
     rest: &[&'a [u8]],
     first_position: usize,

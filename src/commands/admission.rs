@@ -175,6 +175,7 @@ pub fn run_with<A: Variant, T: Aside>(
 /// key expires when it is fresh again, `reset_after` from now, and `kept_ms` later
 /// ([`algorithms::Algorithm::kept_ms`]), or goes at once if that is now; and the write goes to
 /// replicas and the AOF with that clock reading and expiry.
+#[inline]
 pub fn written(
     call: &Call,
     key: &mut Key,

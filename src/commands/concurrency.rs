@@ -72,7 +72,7 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
                    now_us,
                    _cost,
                    write| Concurrency::acquire(params, stored, now_us, id, write);
-    let decided = admission::run_with::<Concurrency, _>(
+    let mut decided = admission::run_with::<Concurrency, _>(
         call,
         RL_CONCURRENCY_ACQUIRE.replay_name(),
         params,
@@ -80,7 +80,7 @@ pub fn rl_concurrency_acquire(call: &Call) -> Result<Response, Error> {
         acquire,
         Concurrency::largest_cost,
     )?;
-    let token = decided.aside.clone();
+    let token = decided.aside.take();
     Ok(decided.reply(Extra::Token(token)))
 }
 

@@ -40,6 +40,7 @@ pub fn rl_fixedwindow(call: &Call) -> Result<Response, Error> {
 }
 
 /// RL.FIXEDWINDOW's arguments (`args[0]` the command's name, `args[1]` the key).
+#[inline(always)]
 pub(super) fn parse(args: &[&[u8]]) -> Result<(fixed_window::Params, Options), Error> {
     let mut a = RL_FIXEDWINDOW.syntax.args(args)?;
     let params = params::fixed_window(a.next_n()?)?;

@@ -41,6 +41,7 @@ pub fn rl_gcra(call: &Call) -> Result<Response, Error> {
 }
 
 /// RL.GCRA's arguments (`args[0]` the command's name, `args[1]` the key), before the key is read.
+#[inline(always)]
 pub(super) fn parse(args: &[&[u8]]) -> Result<(gcra::Params, Options), Error> {
     let mut a = RL_GCRA.syntax.args(args)?;
     let params = params::gcra(a.next_n()?)?;

@@ -43,6 +43,7 @@ pub fn rl_leakybucket(call: &Call) -> Result<Response, Error> {
 }
 
 /// RL.LEAKYBUCKET's arguments (`args[0]` the command's name, `args[1]` the key).
+#[inline(always)]
 pub(super) fn parse(args: &[&[u8]]) -> Result<(leaky_bucket::Params, Options), Error> {
     let mut a = RL_LEAKYBUCKET.syntax.args(args)?;
     let params = params::leaky_bucket(a.next_n()?)?;

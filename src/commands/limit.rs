@@ -76,7 +76,7 @@ pub fn rl_limit(call: &Call) -> Result<Response, Error> {
         largest,
     )?;
     // A BLOCK penalty (in force, or started by this request) answered for the binding rule
-    // too (`request::decide`).
+    // too (`request::settle`).
     let Verdict {
         binding: index,
         binding_decision: binding,

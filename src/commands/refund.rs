@@ -64,6 +64,7 @@ pub fn rl_refund(call: &Call) -> Result<Response, Error> {
 
 /// RL.REFUND's arguments (`args[0]` the command's name, `args[1]` the key): the units, and
 /// whether it is a DRYRUN.
+#[inline(always)]
 pub(super) fn parse(args: &[&[u8]]) -> Result<(u64, bool), Error> {
     let mut a = RL_REFUND.syntax.args_bounded(args)?;
     let units = args::count(a.next()?, "units", 0, MAX_COUNT)?;

@@ -48,6 +48,7 @@ pub fn rl_slidinglog(call: &Call) -> Result<Response, Error> {
 
 /// RL.SLIDINGLOG's arguments (`args[0]` the command's name, `args[1]` the key), its limit at
 /// most `max`.
+#[inline(always)]
 pub(super) fn parse(args: &[&[u8]], max: u64) -> Result<(sliding_log::Params, Options), Error> {
     let mut a = RL_SLIDINGLOG.syntax.args(args)?;
     let params = params::sliding_log(a.next_n()?, max)?;

@@ -41,6 +41,7 @@ pub fn rl_slidingwindow(call: &Call) -> Result<Response, Error> {
 }
 
 /// RL.SLIDINGWINDOW's arguments (`args[0]` the command's name, `args[1]` the key).
+#[inline(always)]
 pub(super) fn parse(args: &[&[u8]]) -> Result<(sliding_window::Params, Options), Error> {
     let mut a = RL_SLIDINGWINDOW.syntax.args(args)?;
     let params = params::sliding_window(a.next_n()?)?;

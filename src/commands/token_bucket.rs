@@ -48,6 +48,7 @@ pub fn rl_tokenbucket(call: &Call) -> Result<Response, Error> {
 }
 
 /// RL.TOKENBUCKET's arguments (`args[0]` the command's name, `args[1]` the key).
+#[inline(always)]
 pub(super) fn parse(args: &[&[u8]]) -> Result<(token_bucket::Params, Options), Error> {
     let mut a = RL_TOKENBUCKET.syntax.args(args)?;
     let mut params = params::token_bucket(a.next_n()?, false)?;

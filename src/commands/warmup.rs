@@ -47,6 +47,7 @@ pub fn rl_warmup(call: &Call) -> Result<Response, Error> {
 }
 
 /// RL.WARMUP's arguments (`args[0]` the command's name, `args[1]` the key).
+#[inline(always)]
 pub(super) fn parse(args: &[&[u8]]) -> Result<(warmup::Params, Options), Error> {
     let mut a = RL_WARMUP.syntax.args(args)?;
     // Read now, parsed after the options: an unknown option is the error a call sees first.

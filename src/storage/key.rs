@@ -24,7 +24,7 @@ pub struct Updated<T> {
     pub decision: Decision,
     /// What the step handed back besides its decision (RL.LIMIT's binding rule).
     pub aside: T,
-    /// What the key kept ([`request::decide`]): whether it changed (and so must expire anew
+    /// What the key kept ([`request::settle`]): whether it changed (and so must expire anew
     /// and propagate), and the block that answered for it.
     pub effect: Effect,
 }
@@ -94,7 +94,7 @@ impl<'a> Key<'a> {
     /// decision, changing the state only when the request is admitted and writes (the
     /// algorithms' contract), and anything else it hands back (`T`, returned as is: RL.LIMIT's
     /// binding rule). What the request does around the step (a block in force, a block it
-    /// starts, whether it counts) is [`request::decide`]'s; this keeps what that says: the
+    /// starts, whether it counts) is [`request::may_write`]'s and [`request::settle`]'s; this keeps what that says: the
     /// new state with `params`, or the block. A key holding another algorithm's state is an
     /// error naming both; nothing changes on any error.
     pub fn update<A: Variant, T: Aside>(
@@ -128,8 +128,8 @@ impl<'a> Key<'a> {
         };
         let Some(lent) = self.slot.get()? else {
             // A fresh key is never blocked.
-            let (decision, fresh, aside, effect) =
-                request::decide(0, &request, |write| step(None, write));
+            let (mut decision, fresh, mut aside) = step(None, request::may_write(0, &request));
+            let effect = request::settle(0, &request, &mut decision, &mut aside);
             if let (Effect::Counted, Some(state)) = (effect, fresh) {
                 let stored = Stored {
                     params: params.clone(),
@@ -150,9 +150,10 @@ impl<'a> Key<'a> {
                     return other(name);
                 };
                 let blocked = record.blocked_until_us;
-                let (decision, _, aside, effect) = request::decide(blocked, &request, |write| {
-                    step(Some((&stored.params, &mut stored.state)), write)
-                });
+                let write = request::may_write(blocked, &request);
+                let (mut decision, _, mut aside) =
+                    step(Some((&stored.params, &mut stored.state)), write);
+                let effect = request::settle(blocked, &request, &mut decision, &mut aside);
                 match effect {
                     Effect::Counted => {
                         stored.params = params.clone();
@@ -189,9 +190,10 @@ impl<'a> Key<'a> {
                     return other(name);
                 };
                 // A packed form holds no block.
-                let (decision, _, aside, effect) = request::decide(0, &request, |write| {
-                    step(Some((&stored.params, &mut stored.state)), write)
-                });
+                let write = request::may_write(0, &request);
+                let (mut decision, _, mut aside) =
+                    step(Some((&stored.params, &mut stored.state)), write);
+                let effect = request::settle(0, &request, &mut decision, &mut aside);
                 match effect {
                     Effect::Counted => {
                         stored.params = params.clone();

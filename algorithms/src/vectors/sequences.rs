@@ -147,7 +147,7 @@ struct Updated<T> {
 }
 
 /// An admission on `key`: src/commands/admission.rs `run_with` and `update_at_most`, and
-/// what src/storage/key.rs `Key::update` keeps of [`request::decide`]. `check` and `largest`
+/// what src/storage/key.rs `Key::update` keeps of [`request::settle`]. `check` and `largest`
 /// are the algorithm's (`Algorithm::check` and `largest_cost`, or RL.LIMIT's).
 fn update<P: Clone, S, T: Aside>(
     key: &mut Key<P, S>,
@@ -177,15 +177,18 @@ fn update<P: Clone, S, T: Aside>(
     } = key;
     let (decision, aside, effect) = match stored {
         None => {
-            let (d, fresh, aside, effect) = request::decide(0, &request, |w| step(None, w));
+            let (mut d, fresh, mut aside) = step(None, request::may_write(0, &request));
+            let effect = request::settle(0, &request, &mut d, &mut aside);
             if let (Effect::Counted, Some(state)) = (effect, fresh) {
                 *stored = Some((params.clone(), state));
             }
             (d, aside, effect)
         }
         Some((p, s)) => {
-            let (d, _, aside, effect) =
-                request::decide(*blocked_until_us, &request, |w| step(Some((&*p, s)), w));
+            let blocked = *blocked_until_us;
+            let write = request::may_write(blocked, &request);
+            let (mut d, _, mut aside) = step(Some((&*p, s)), write);
+            let effect = request::settle(blocked, &request, &mut d, &mut aside);
             match effect {
                 Effect::Counted => {
                     *p = params.clone();
