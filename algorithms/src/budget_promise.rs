@@ -13,7 +13,9 @@
 //! for it: 11 of 10 found); a fixed window is exact per window, however long they wait in it. Why half:
 //! a refund gives back the newest units, which may be another instance's, so the units left
 //! counted can be older than the ones spent by as long as the refunded ones were held. The
-//! wait and the refund's delay add up, and together they must fit in `hold`.
+//! wait and the refund's delay add up, and together they must fit in `hold`. The rule is
+//! [`falls_due`]; the packages' copies are held to it by `clients/lua/conformance/budget.json`
+//! ([`generate`]).
 //! - For a sliding log that is exact: with the whole `hold` for each, three instances admit 11
 //!   of 10 in an interval the `hold` does not cover
 //!   ([`a_log_refund_at_the_whole_hold_breaks_the_promise`]), and so does a refund that
@@ -164,19 +166,80 @@ impl Rng {
     }
 }
 
+/// When a refill's batch falls due, and what becomes of its units then: [`falls_due`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Due {
+    /// The instant (µs) its units are no longer spent from.
+    pub at: u64,
+    /// Dropped then, never given back (a fixed window's end); otherwise given back with
+    /// `RL.REFUND` then.
+    pub lapses: bool,
+}
+
+/// The packages' rule (docs/clients.md, Local budgets), the one the tests below check: a batch
+/// taken by a refill sent at `sent` (the clock read before the command left), under a limit
+/// whose hold is `hold`, with the refill's reply saying `reset_after` (all in µs). Its units may
+/// be spent until `sent + hold / 2` and are given back then; a fixed window's, when the window
+/// ends within the whole `hold` (`reset_after <= hold`), until the window's end, where they
+/// lapse (given back in the next window they would count for it).
+///
+/// Python's `falls_due` (budget.py) and Node's `fallsDue` (local-budget.cjs) are held to it by
+/// `clients/lua/conformance/budget.json` ([`generate`]).
+pub(crate) fn falls_due(fixed_window: bool, sent: u64, hold: u64, reset_after: u64) -> Due {
+    if fixed_window && reset_after <= hold {
+        Due {
+            at: sent + reset_after,
+            lapses: true,
+        }
+    } else {
+        Due {
+            at: sent + hold / 2,
+            lapses: false,
+        }
+    }
+}
+
 /// How long after its take a fixed window's units reach the window's end, from the reply.
 type WindowEnd<P> = fn(&P, &Decision) -> u64;
 
-/// How a package holds its units, as the module's doc says per algorithm.
-struct Protocol<P> {
-    /// A unit may be spent until its take + `spend`.
-    spend: u64,
-    /// Unspent units go back at their take + `refund`.
-    refund: u64,
-    /// A fixed window's: `(until its end, within)`: when the window ends (found from the
-    /// grant's reply) no later than `within` after the take, the units may be spent until then
-    /// and lapse there, never given back.
-    lapse: Option<(WindowEnd<P>, u64)>,
+/// How a package holds its units.
+enum Protocol<P> {
+    /// The packages' rule, [`falls_due`], with this `hold`; `window_end` for a fixed window.
+    Packages {
+        hold: u64,
+        window_end: Option<WindowEnd<P>>,
+    },
+    /// Another: a unit may be spent until its take + `spend`, and unspent units go back at
+    /// their take + `refund`.
+    Other { spend: u64, refund: u64 },
+}
+
+impl<P> Protocol<P> {
+    /// How long a unit may wait to be spent (outside a window's end): the scale of the
+    /// schedules' gaps.
+    fn spend(&self) -> u64 {
+        match *self {
+            Protocol::Packages { hold, .. } => falls_due(false, 0, hold, 0).at,
+            Protocol::Other { spend, .. } => spend,
+        }
+    }
+
+    /// A batch taken at `t` with `reply`: the last instant its units may be spent, when they
+    /// are given back, and whether they lapse instead. A unit is spent at the instant its
+    /// refund is due too (in either order: a package serves it just before, and its refund
+    /// reaches the module just after); a window's end belongs to the next window.
+    fn batch(&self, p: &P, t: u64, reply: &Decision) -> (u64, u64, bool) {
+        match *self {
+            Protocol::Packages { hold, window_end } => {
+                let reset_after = window_end.map_or(0, |end| end(p, reply));
+                match falls_due(window_end.is_some(), t, hold, reset_after) {
+                    Due { at, lapses: true } => (at - 1, at, true),
+                    Due { at, lapses: false } => (at, at, false),
+                }
+            }
+            Protocol::Other { spend, refund } => (t + spend, t + refund, false),
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -194,7 +257,7 @@ fn run<A: Algorithm>(
     (t0, horizon): (u64, u64),
 ) -> Vec<u64> {
     let mut key: Key<A> = None;
-    // Each instance's batches: (deadline, units, taken at, lapses at the deadline).
+    // Each instance's batches: (deadline, units, refund due at, lapses at the deadline).
     let mut held: Vec<Vec<(u64, u64, u64, bool)>> = vec![Vec::new(); instances];
     let mut events = BinaryHeap::new();
     for instance in 0..instances {
@@ -202,8 +265,8 @@ fn run<A: Algorithm>(
         loop {
             t += match rng.below(4) {
                 0 => 0,
-                1 => rng.below(protocol.spend / 4 + 1),
-                2 => rng.below(protocol.spend * 2 + 1),
+                1 => rng.below(protocol.spend() / 4 + 1),
+                2 => rng.below(protocol.spend() * 2 + 1),
                 _ => rng.below(horizon / 8 + 1),
             };
             if t > t0 + horizon {
@@ -223,14 +286,12 @@ fn run<A: Algorithm>(
         };
         // Units past their deadline: given back, or (a window's end) dropped.
         for batches in &mut held {
-            batches.retain(|&(deadline, units, taken, lapses)| {
+            batches.retain(|&(deadline, units, at, lapses)| {
                 if deadline >= t {
                     return true;
                 }
                 if !lapses {
-                    // Due at `taken + refund`: if that was before this request, it goes
-                    // first (below).
-                    let at = taken + protocol.refund;
+                    // Due at `at`: if that was before this request, it goes first (below).
                     events.push(Reverse((at, rng.next(), Event::Refund { units })));
                 }
                 false
@@ -257,12 +318,8 @@ fn run<A: Algorithm>(
         }
         spent.push(t);
         if got > 1 {
-            let (deadline, lapses) = match protocol.lapse {
-                // Spent until the last instant before the window ends.
-                Some((end, within)) if end(p, &reply) <= within => (t + end(p, &reply) - 1, true),
-                _ => (t + protocol.spend, false),
-            };
-            batches.push((deadline, got - 1, t, lapses));
+            let (deadline, at, lapses) = protocol.batch(p, t, &reply);
+            batches.push((deadline, got - 1, at, lapses));
             if rng.below(2) == 0 {
                 // The rest asked for at the last instant it may be spent.
                 for _ in 1..got {
@@ -334,38 +391,34 @@ fn check_promise<A: Algorithm>(
 
 /// What the packages do: a unit is spent within `hold / 2` of its take, and given back then.
 fn half<P>(hold: u64) -> Protocol<P> {
-    Protocol {
-        spend: hold / 2,
-        refund: hold / 2,
-        lapse: None,
+    Protocol::Packages {
+        hold,
+        window_end: None,
     }
 }
 
 /// The same, with the refund reaching the module `hold / 2` late.
 fn half_late<P>(hold: u64) -> Protocol<P> {
-    Protocol {
+    Protocol::Other {
         spend: hold / 2,
         refund: hold,
-        lapse: None,
     }
 }
 
 /// A fixed window's: when the window ends within the whole `hold` (the reply's `reset_after`),
 /// its units are spent until then and lapse; otherwise `half`.
 fn half_to_window_end(hold: u64) -> Protocol<fixed_window::Params> {
-    Protocol {
-        spend: hold / 2,
-        refund: hold / 2,
-        lapse: Some((|_, d| d.reset_after.ceil_us(), hold)),
+    Protocol::Packages {
+        hold,
+        window_end: Some(|_, d| d.reset_after.ceil_us()),
     }
 }
 
 /// Spent within the whole `hold` and given back at its end.
 fn whole<P>(hold: u64) -> Protocol<P> {
-    Protocol {
+    Protocol::Other {
         spend: hold,
         refund: hold,
-        lapse: None,
     }
 }
 
@@ -458,10 +511,9 @@ fn a_late_refund_costs_the_log_its_promise_but_not_gcra_and_the_buckets() {
     // The search can find a break: the log, the refund late (the 1,110th schedule)...
     let late = check_promise::<sliding_log::SlidingLog>(log, half_late, 2000);
     assert!(late.unwrap_err().starts_with("seed 1110,"));
-    let very_late = |hold| Protocol {
+    let very_late = |hold| Protocol::Other {
         spend: hold,
         refund: 3 * hold,
-        lapse: None,
     };
     let gcra_late = check_promise::<gcra::Gcra>(gcra, very_late, RUNS);
     assert!(gcra_late.unwrap_err().starts_with("seed 138,"));
@@ -512,4 +564,96 @@ fn a_log_refund_at_the_whole_hold_breaks_the_promise() {
         .flat_map(|&(at, n)| std::iter::repeat_n(t0 + at * SECOND, n))
         .collect();
     assert_eq!(broken(&spent, 15 * SECOND, |len| oracle.most(len)), None);
+}
+
+/// The kinds of limit a package keeps a local budget of, by their command (`INTERVAL`: the
+/// token bucket's flag; `RL.LIMIT`: a policy): whether the rule takes each for a fixed window.
+/// A concurrency limit has none (a lease per request).
+const KINDS: [(&str, bool); 9] = [
+    ("RL.GCRA", false),
+    ("RL.TOKENBUCKET", false),
+    ("RL.TOKENBUCKET INTERVAL", false),
+    ("RL.LEAKYBUCKET", false),
+    ("RL.FIXEDWINDOW", true),
+    ("RL.SLIDINGWINDOW", false),
+    ("RL.SLIDINGLOG", false),
+    ("RL.WARMUP", false),
+    ("RL.LIMIT", false),
+];
+
+/// `clients/lua/conformance/budget.json`: [`falls_due`] for every kind, in the packages' units.
+/// Each case: the kind, `sent_us` (the clock read before the refill left: Python's in µs,
+/// Node's in ms with fractions), `hold_ms` (a whole number of ms in both packages: the odd ones
+/// give half a ms), the reply's `reset_after_ms` (at least 1 after a grant: the window has not
+/// ended), and what the rule says: `due_us`, when the batch's units are no longer spent, and
+/// `lapses` (dropped then) or not (given back then). The reply's `reset_after_ms` and the hold
+/// are compared in µs, as the model does.
+fn generate() -> String {
+    const MS: u64 = 1000;
+    let holds: [u64; 12] = [
+        1, 2, 10, 11, 15, 249, 250, 999, 1000, 1001, 60_000, 86_400_001,
+    ];
+    let sents = [
+        0,
+        1,
+        999,
+        MS,
+        1001,
+        123_456_789,
+        864_000_000_123,
+        86_399_999_999,
+    ];
+    let mut cases = Vec::new();
+    let mut n = 0usize;
+    for (command, fixed_window) in KINDS {
+        for hold_ms in holds {
+            let mut resets = vec![
+                1,
+                hold_ms / 2,
+                hold_ms.div_ceil(2),
+                hold_ms - 1,
+                hold_ms,
+                hold_ms + 1,
+                2 * hold_ms,
+                315_360_000_000,
+            ];
+            resets.retain(|&r| r > 0);
+            resets.sort_unstable();
+            resets.dedup();
+            for reset_after_ms in resets {
+                let sent_us = sents[n % sents.len()];
+                n += 1;
+                let due = falls_due(fixed_window, sent_us, hold_ms * MS, reset_after_ms * MS);
+                cases.push(format!(
+                    "{{\"kind\": \"{command}\", \"sent_us\": {sent_us}, \"hold_ms\": {hold_ms}, \
+                     \"reset_after_ms\": {reset_after_ms}, \"due_us\": {}, \"lapses\": {}}}",
+                    due.at, due.lapses
+                ));
+            }
+        }
+    }
+    format!(
+        "{{\"generator\": \"algorithms/src/budget_promise.rs\", \"cases\": [\n{}\n]}}\n",
+        cases.join(",\n")
+    )
+}
+
+/// The packages' copies of the rule are held to budget.json; this fails when the committed
+/// file is not what [`falls_due`] says (`RATELIMIT_WRITE_VECTORS` set: writes it first).
+#[test]
+fn the_committed_budget_rule_is_what_the_crate_decides() {
+    let text = generate();
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../clients/lua/conformance/budget.json");
+    if std::env::var_os("RATELIMIT_WRITE_VECTORS").is_some() {
+        std::fs::write(&path, &text).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == text,
+        "{} is not what the crate's budget rule (falls_due) says now: if the change is meant, \
+         write it anew (RATELIMIT_WRITE_VECTORS=1 cargo test --release -p ratelimit-algorithms \
+         --lib budget) and commit it with the change, then make the packages agree",
+        path.display()
+    );
 }

@@ -8,7 +8,10 @@
 // the window's end instead when that end comes within the whole hold (`sent + hold`): nothing is
 // given back (the count goes with the window; given back in the next window, the units would
 // count for it); otherwise it is given back at `sent + hold / 2` like any other, at least
-// hold / 2 before the window ends.
+// hold / 2 before the window ends. The rule is `fallsDue`, held to the one the algorithms crate
+// checks the promise with (`falls_due` in algorithms/src/budget_promise.rs) by
+// clients/lua/conformance/budget.json, which test/budget-rule.test.js reads (docs/clients.md,
+// Local budgets).
 //
 // Why half: RL.REFUND gives back the newest units the key holds, which may be another instance's.
 // What stays counted can then be older than what was spent, by as long as the refunded units were
@@ -40,6 +43,33 @@ const MIN_DEFAULT_HOLD_MS = 10;
 const POLICY_HOLD_MS = 250;
 
 /**
+ * Whether a limit of `algorithm` (lower case; undefined for a policy) is a fixed window, whose
+ * units lapse at the window's end when it comes within the hold (fallsDue).
+ * @param {string | undefined} algorithm
+ */
+function lapsesAtWindowEnd(algorithm) {
+  return algorithm === 'fixedwindow';
+}
+
+/**
+ * The rule: the units of a refill sent at `at` (ms, the clock read before it left) under a
+ * hold of `holdMs`, whose reply says `resetAfterMs`, fall `due` (spent before it; fractions of a
+ * ms kept) and are given back then (`refund`), or, a fixed window's (`windowed`) when the window
+ * ends within the whole hold, lapse at its end.
+ * @param {boolean} windowed
+ * @param {number} at
+ * @param {number} holdMs
+ * @param {number} resetAfterMs
+ * @returns {{ due: number, refund: boolean }}
+ */
+function fallsDue(windowed, at, holdMs, resetAfterMs) {
+  if (windowed && resetAfterMs > 0 && resetAfterMs <= holdMs) {
+    return { due: at + resetAfterMs, refund: false };
+  }
+  return { due: at + holdMs / 2, refund: true };
+}
+
+/**
  * The default hold: a quarter of the limit's period or window (GCRA and the buckets: their
  * period; the windows and the log: the window; warm-up: its period), 250 ms for a policy, at
  * least 10 ms. Units are then spent within an eighth of the period (hold / 2) or given back.
@@ -61,7 +91,6 @@ class LocalBudget {
     this.limiter = limiter;
     this.k = k;
     this.holdMs = holdMs;
-    this.spendMs = holdMs / 2; // how long a batch's units may be spent (fractions kept)
     this.ask = ask;
     this.giveBack = refund;
     this.windowed = windowed;
@@ -219,12 +248,7 @@ class LocalBudget {
   // instead when it comes within the whole hold (at + hold): nothing to give back, the window's
   // count goes with it.
   #add(key, e, n, at, reply) {
-    let due = at + this.spendMs;
-    let refund = true;
-    if (this.windowed && reply.resetAfterMs > 0 && reply.resetAfterMs <= this.holdMs) {
-      due = at + reply.resetAfterMs;
-      refund = false;
-    }
+    const { due, refund } = fallsDue(this.windowed, at, this.holdMs, reply.resetAfterMs);
     const batch = { n, due, refund };
     e.batches.push(batch);
     e.held += n;
@@ -376,4 +400,4 @@ class LocalBudget {
   }
 }
 
-module.exports = { POLICY_HOLD_MS, defaultHoldMs, LocalBudget };
+module.exports = { POLICY_HOLD_MS, defaultHoldMs, fallsDue, lapsesAtWindowEnd, LocalBudget };

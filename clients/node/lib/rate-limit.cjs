@@ -14,7 +14,7 @@
 /** @typedef {import('../index.cjs').Failure} Failure */
 
 const { DenialMemory } = require('./denial-memory.cjs');
-const { LocalBudget } = require('./local-budget.cjs');
+const { LocalBudget, lapsesAtWindowEnd } = require('./local-budget.cjs');
 const { MAX_DURATION_MS, count, moreAfterMs, policyShapes } = require('./limits.cjs');
 const { parseReply } = require('./reply.cjs');
 const { checkCall, checkFlag, checkOptions } = require('./validations.cjs');
@@ -249,7 +249,7 @@ class RateLimit {
         return withTimeout(() => this.#ask(key, 1, { atMost }), this.timeout);
       },
       refund: (key, n) => this.refund(key, n),
-      windowed: this.algorithm === 'fixedwindow',
+      windowed: lapsesAtWindowEnd(this.algorithm),
     });
   }
 

@@ -12,7 +12,10 @@ what is left then is given back with ``RL.REFUND``. A fixed window whose end com
 whole hold (``reset_after_ms <= hold``) is the exception: its units may be spent until the
 window ends and lapse there (dropped, counted in ``expired``, nothing given back: a refund
 would land in the next window); a window ending later is refunded at ``hold / 2`` like the rest,
-so the refund has at least ``hold / 2`` to arrive before the window ends.
+so the refund has at least ``hold / 2`` to arrive before the window ends. The rule is
+:func:`falls_due`, held to the one the algorithms crate checks the promise with
+(``falls_due`` in algorithms/src/budget_promise.rs) by clients/lua/conformance/budget.json,
+which tests/test_budget_rule.py reads (docs/clients.md, Local budgets).
 
 Why half: a refund gives back the newest units the key counts, which may be another
 instance's, so the units left counted can be older than the ones spent by as long as the
@@ -149,6 +152,17 @@ class _Budget:
         self.due = 0
 
 
+def falls_due(limit: Limit, sent_us: int, hold_us: int, reset_after_ms: int) -> tuple[int, bool]:
+    """The rule (see the module's doc): when the units of a refill of ``limit`` sent at
+    ``sent_us``, under a hold of ``hold_us``, whose reply says ``reset_after_ms``, fall due (µs:
+    spent before it), and whether they lapse then (a fixed window ending within the whole
+    hold) or are given back then."""
+    window_end = sent_us + reset_after_ms * 1000
+    if isinstance(limit, FixedWindow) and window_end <= sent_us + hold_us:
+        return window_end, True
+    return sent_us + hold_us // 2, False
+
+
 def _ceil_ms(us: int) -> int:
     return -(-us // 1000)
 
@@ -230,10 +244,7 @@ class _Core:
         b.last, b.last_us = reply, now
         granted = reply.granted or 0
         if granted > 0:
-            deadline, lapses = sent + hold_us // 2, False
-            window_end = sent + reply.reset_after_ms * 1000
-            if isinstance(b.limit, FixedWindow) and window_end <= sent + hold_us:
-                deadline, lapses = window_end, True
+            deadline, lapses = falls_due(b.limit, sent, hold_us, reply.reset_after_ms)
             b.batches.append([deadline, granted, lapses])
             b.held += granted
             self.stats.held += granted
