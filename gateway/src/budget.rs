@@ -90,6 +90,20 @@ pub struct Budgets {
     pub stats: Stats,
 }
 
+/// When a refill's units fall due, µs, and whether they lapse there (else they are given
+/// back): `sent + hold / 2`, or, for a fixed window ending within the whole hold
+/// (`reset_after_ms` after `sent`), the window's end, where they lapse. `sent` and `hold` in
+/// µs. The packages' rule, held to the algorithms crate's model by
+/// `clients/lua/conformance/budget.json` (`tests::the_rule_is_the_crates`).
+fn falls_due(fixed_window: bool, sent: u64, hold: u64, reset_after_ms: u64) -> (u64, bool) {
+    let window_end = sent.saturating_add(reset_after_ms.saturating_mul(1000));
+    if fixed_window && window_end <= sent.saturating_add(hold) {
+        (window_end, true)
+    } else {
+        (sent.saturating_add(hold / 2), false)
+    }
+}
+
 fn ceil_ms(us: u64) -> i64 {
     i64::try_from(us.div_ceil(1000)).unwrap_or(i64::MAX)
 }
@@ -196,18 +210,14 @@ impl Budgets {
                 .rule
                 .local_budget
                 .map_or(0, |l| l.hold_ms.saturating_mul(1000));
-            let mut batch = Batch {
-                deadline: sent.saturating_add(hold / 2),
-                units: granted,
-                lapses: false,
-            };
             let reset = u64::try_from(reply.reset_after_ms).unwrap_or(0);
-            let window_end = sent.saturating_add(reset.saturating_mul(1000));
-            if b.rule.algorithm == Algorithm::FixedWindow && window_end <= sent.saturating_add(hold)
-            {
-                batch.deadline = window_end;
-                batch.lapses = true;
-            }
+            let windowed = b.rule.algorithm == Algorithm::FixedWindow;
+            let (deadline, lapses) = falls_due(windowed, sent, hold, reset);
+            let batch = Batch {
+                deadline,
+                units: granted,
+                lapses,
+            };
             insert(b, batch);
             b.held += granted;
             self.stats.held += granted;

@@ -171,3 +171,38 @@ fn a_failed_refill_lets_the_next_request_refill() {
     assert!(b.collect(0, false).is_empty());
     assert!(b.is_empty());
 }
+
+/// The rule in `clients/lua/conformance/budget.json` (written by the algorithms crate's
+/// model of the local budgets, `algorithms/src/budget_promise.rs`), case by case.
+#[test]
+fn the_rule_is_the_crates() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../clients/lua/conformance/budget.json"
+    );
+    let text = std::fs::read_to_string(path).expect("budget.json");
+    let cases: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let cases = cases["cases"].as_array().expect("cases");
+    assert!(cases.len() > 700, "{} cases", cases.len());
+    let number = |case: &serde_json::Value, field: &str| case[field].as_u64().expect(field);
+    let differ: Vec<_> = cases
+        .iter()
+        .filter(|case| {
+            let windowed = case["kind"] == "RL.FIXEDWINDOW";
+            let hold = number(case, "hold_ms") * MS;
+            let got = falls_due(
+                windowed,
+                number(case, "sent_us"),
+                hold,
+                number(case, "reset_after_ms"),
+            );
+            got != (number(case, "due_us"), case["lapses"] == true)
+        })
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "{} differ, the first: {}",
+        differ.len(),
+        differ[0]
+    );
+}
