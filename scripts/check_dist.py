@@ -213,7 +213,7 @@ def main() -> int:
                 package = json.load(t.extractfile("package/package.json"))  # type: ignore[arg-type]
             if package.get("version") != version:
                 problems.append(f"{name}: package.json says {package.get('version')}")
-            if "package/scripts/gcra.lua" not in files:
+            if "package/lua/gcra.lua" not in files:
                 problems.append(f"{name}: the Lua scripts are missing")
         print(f"{name:48} {os.path.getsize(path):>10,} bytes  {detail}")
 
