@@ -18,7 +18,7 @@
 //! - [`log`], [`compat`], [`metrics`]: the server log, the API fallbacks, and the counters.
 //! - [`response`]: what a handler returns, and its rendering (RESP2/RESP3).
 //! - [`storage`]: the data type and the only code that opens keys or sets expiry.
-//! - [`top`]: RL.TOP's summary of the keys denied most.
+//! - [`denials`]: RL.TOP's summary of the keys denied most.
 //! - [`cluster`]: policies that follow a Redis Cluster: each change sent to every node, and a
 //!   digest exchange once a second that brings a node that missed any up to date, over the
 //!   cluster bus (its wire format in `cluster/wire.rs`).

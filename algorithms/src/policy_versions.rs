@@ -394,7 +394,7 @@ impl<P: Words> Table<P> {
     /// A policy deleted here, by `node`, at `now_ms` (the module clock, the tombstone's time)
     /// and `wall_ms`: its version, or None when `name` was not live (nothing changes then).
     /// With `tombstone`, the name keeps a tombstone (a cluster's; the oldest tombstones past
-    /// `max` are dropped, see [`Table::trim_graves`]); else it is removed (a standalone
+    /// `max` are dropped, see `Table::trim_graves`); else it is removed (a standalone
     /// server's).
     pub fn delete_local(
         &mut self,

@@ -55,7 +55,7 @@ impl Options {
     }
 }
 
-/// One request on one key, as [`decide`] takes it.
+/// One request on one key, as [`may_write`] and [`settle`] take it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request {
     /// The clock reading every decision of the call uses.
@@ -68,7 +68,7 @@ pub struct Request {
     pub block_ms: Option<u64>,
 }
 
-/// What the caller keeps after [`decide`].
+/// What the caller keeps after [`settle`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Effect {
     /// Nothing changes: a denial, or a request that does not write.

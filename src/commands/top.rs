@@ -1,4 +1,4 @@
-//! RL.TOP: the keys denied most often lately (see [`crate::top`]).
+//! RL.TOP: the keys denied most often lately (see [`crate::denials`]).
 
 use super::{command, Command, When, NO_KEYS, READ};
 use crate::args;
