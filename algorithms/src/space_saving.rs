@@ -11,7 +11,8 @@
 //!
 //! The counters sit in slots, ordered by a binary min-heap of slot numbers by count, with a
 //! hash index from key to slot: a denial costs one hash lookup (two when it takes over a
-//! counter) and O(log size) swaps of two numbers (a new key replaces the root, the smallest). "Lately" is two generations of one period each (`ratelimit.top-period`,
+//! counter) and O(log size) swaps of two numbers (a new key replaces the root, the smallest).
+//! "Lately" is two generations of one period each (`ratelimit.top-period`,
 //! aligned to multiples of the period since the Unix epoch, on the module's clock): the
 //! current one and the previous one, so a key's count covers the last one to two periods; a
 //! period with no call at all drops both.

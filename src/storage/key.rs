@@ -94,9 +94,9 @@ impl<'a> Key<'a> {
     /// decision, changing the state only when the request is admitted and writes (the
     /// algorithms' contract), and anything else it hands back (`T`, returned as is: RL.LIMIT's
     /// binding rule). What the request does around the step (a block in force, a block it
-    /// starts, whether it counts) is [`request::may_write`]'s and [`request::settle`]'s; this keeps what that says: the
-    /// new state with `params`, or the block. A key holding another algorithm's state is an
-    /// error naming both; nothing changes on any error.
+    /// starts, whether it counts) is [`request::may_write`]'s and [`request::settle`]'s; this
+    /// keeps what they say: the new state with `params`, or the block. A key holding another
+    /// algorithm's state is an error naming both; nothing changes on any error.
     pub fn update<A: Variant, T: Aside>(
         &mut self,
         params: &A::Params,
