@@ -68,12 +68,12 @@ for target in "${targets[@]}"; do
     echo "dist: ${libgcc_s[$target]} is missing (scripts/deps.sh test installs it)" >&2
     exit 1
   }
-  PATH="$tools/bin:$PATH" RUSTFLAGS="-C link-arg=${libgcc_s[$target]}" \
-    cargo zigbuild --release --locked -p ratelimit --target "$target.2.17"
-  # The gateway, an executable: its unwinder is the one Zig links in (LLVM's libunwind), which
-  # is right for a program on the system's malloc; the libgcc_s argument above is the module's,
-  # for the servers' jemalloc (and would make every dependency build again for nothing).
-  PATH="$tools/bin:$PATH" cargo zigbuild --release --locked -p ratelimit-gateway-server --target "$target.2.17"
+  # The module and the gateway in one run, sharing their dependencies. The libgcc_s argument
+  # is the module's alone (build.rs passes it to the module's link, for the servers' jemalloc):
+  # the gateway, an executable, keeps the unwinder Zig links in (LLVM's libunwind), which is
+  # right for a program on the system's malloc.
+  PATH="$tools/bin:$PATH" RATELIMIT_LINK_UNWINDER="${libgcc_s[$target]}" \
+    cargo zigbuild --release --locked -p ratelimit -p ratelimit-gateway-server --target "$target.2.17"
 done
 
 rm -rf dist
