@@ -43,7 +43,8 @@ test: test-deps build servers dist
 	bash scripts/test.sh
 
 # Not part of `make test` or CI: numbers on a shared 2-core machine are for reading, not for
-# asserting. Criterion micro-benchmarks of the pure algorithms (ns per decision), then the
+# asserting. Criterion micro-benchmarks of the pure algorithms (ns per decision; bench/algorithms,
+# a crate outside the workspace, so that the tests do not build Criterion), then the
 # module against INCR and Lua twins on a real server (scripts/bench.py; report also in
 # target/bench/report.md). BENCH_REPS, BENCH_N1 and BENCH_N16 tune the second part. It runs on
 # Debian's Redis 7.0 (BENCH_SERVER names another binary); INCREX, the core command of Redis 8.8+
@@ -56,7 +57,7 @@ test: test-deps build servers dist
 # calls sent the same way, on one Redis with the same descriptors (scripts/bench_gateway.py; its
 # report in target/bench/gateway.md).
 bench: test-deps build
-	cargo bench -p ratelimit-algorithms --bench algorithms
+	cargo bench --manifest-path bench/algorithms/Cargo.toml --target-dir target
 	python3 scripts/bench.py
 	clients/python/.venv/bin/python scripts/bench_scripts.py
 	clients/python/.venv/bin/python scripts/bench_clients_python.py
