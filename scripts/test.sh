@@ -55,8 +55,23 @@ step "docs (gateway)" env RUSTDOCFLAGS="-D warnings" cargo doc --release -p rate
 step "mypy" clients/python/.venv/bin/python -m mypy --strict clients/python/src/ratelimit_redis_module
 # Every commit message since CONTRIBUTING.md's rule: a subject of at most 72 characters, a body.
 step "commit messages" python3 scripts/check_commits.py
+# The test binaries in one cargo run: the unit and property tests of every crate and the
+# integration tests' binary (tests/integration/; its path from cargo's messages, so that the runs
+# below only run it, the smoke runs too). One run, one set of dependency features: the doc tests
+# of one package and the integration tests of another, each in a cargo run of its own, built the
+# dependencies their dev-dependencies share again with other features (serde, regex, libc and
+# what depends on them): 31 s less on two cores, 50 s of CPU.
+integration_bin=
+build_tests() {
+  integration_bin=$(cargo test --release --workspace --lib --test integration --no-run --message-format=json-render-diagnostics |
+    sed -n 's|.*"executable":"\([^"]*/deps/integration-[0-9a-f]*\)".*|\1|p' | tail -n 1)
+  [ -x "$integration_bin" ]
+}
+step "tests built" build_tests
 step "unit and property tests" cargo test --release --workspace --lib
-step "doc tests" cargo test --release -p ratelimit-algorithms --doc
+# The examples in the docs of the workspace's libraries (the algorithms crate's; the module is a
+# cdylib, whose docs have none to run), with the same dependencies as the runs above.
+step "doc tests" cargo test --release --workspace --doc
 # The Lua scripts held to the algorithms crate: its vectors (replies.json and sequences.json, written
 # by algorithms/src/vectors.rs, which the unit tests above check against the crate; errors.json, by
 # src/commands/error_vectors.rs from the module's parsers) run through each script on every server,
@@ -68,37 +83,20 @@ conformance() {
   done
 }
 step "script conformance" conformance
-# The integration tests' binary (tests/integration/), built once here so that the runs below
-# only run it (its path from cargo's messages).
-integration_bin=
-build_integration() {
-  integration_bin=$(cargo test --release --no-run --test integration --message-format=json |
-    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
-  [ -x "$integration_bin" ]
-}
-step "integration tests built" build_integration
 
 version_of() {
   "$1" --version | grep -o -E '^(Redis|Valkey) server v=[0-9.]+' | sed 's/ server v=/ /'
 }
 # A server that comes with other modules (Redis 7.4's, the Redis Stack's, in modules/ beside
 # it): tests/integration/other_modules.rs loads ours beside them.
-# Part by part (main.rs's modules), as when each file was a binary of its own: the test threads
-# on one part's tests at a time, the load on the servers as it was. (All the parts at once took
-# 72 to 86 s of CPU a server in one fresh run against 55 to 68 in the run before; part by part
-# took 71 to 88 s in the next, on a machine that ran the same unit tests a fifth slower: not
-# settled.) A part's tests are named exactly (libtest's filters match anywhere: `policies::`
-# would also run `cluster_policies::`'s); a failed part does not stop the others.
+# Every part at once (the binary's two test threads go from one part's tests to the next
+# without waiting for a part's last test): on Redis 8.2, alone on the machine, 155 and 158 s
+# against 178 and 174 s part by part (main.rs's modules one after another, as when each was a
+# binary of its own), the CPU the same (77 and 77 s against 77 and 75).
 integration() {
-  local others part failed=0
-  local -a names
+  local others
   others=$(find "$(dirname "$1")/modules" -name '*.so' 2>/dev/null | sort | paste -sd:)
-  for part in $(sed -n 's/^mod \([a-z_]*\);$/\1/p' tests/integration/main.rs | grep -vx common); do
-    mapfile -t names < <("$integration_bin" --list 2>/dev/null | sed -n 's/: test$//p' | grep "^$part::")
-    ((${#names[@]})) || continue
-    RATELIMIT_OTHER_MODULES="$others" RATELIMIT_SERVER="$1" "$integration_bin" --exact "${names[@]}" || failed=1
-  done
-  return "$failed"
+  RATELIMIT_OTHER_MODULES="$others" RATELIMIT_SERVER="$1" "$integration_bin"
 }
 # The release's modules (make dist wrote them; scripts/check_dist.py checked their machine and
 # glibc symbol versions): loaded into the servers users run, the smoke tests (the reported
@@ -115,7 +113,7 @@ smoke() {
   # integration tests having tried them all on the same server with the same code (60 s of CPU
   # less over the six servers).
   RATELIMIT_DAMAGED_STRIDE=4 RATELIMIT_MODULE="$(echo "$PWD"/dist/ratelimit-*-linux-"$machine".so)" \
-    RATELIMIT_SERVER="$server" cargo test --release --test integration -- "${parts[@]}"
+    RATELIMIT_SERVER="$server" "$integration_bin" "${parts[@]}"
 }
 # The packages' tests of the package itself rather than of a server (types under mypy and tsc,
 # the package installed into a fresh folder, require and import of it) run with the first
@@ -168,7 +166,7 @@ gateway() {
     clients/python/.venv/bin/python -m pytest gateway-server/tests -q
 }
 
-# The runs side by side: "name|function|argument...", the longest first. The packages' suites
+# The runs side by side: "name|function|argument...", the long ones first. The packages' suites
 # run on Redis 7.0 and 8.2 and Valkey 8.1 and 9.1 (the one that can unload Lua), not on Redis
 # 7.4, which is here for the module beside the Redis Stack's modules, nor on Redis 8.10: the
 # packages talk to the module as on 8.2, and they passed on both the same (7.4: 443 and 219
@@ -180,14 +178,15 @@ packages_on() {
     "Redis 7.4.1" | "Redis 8.10.2") return 1 ;;
   esac
 }
+# A server's three runs next to each other: the packages' suites keep a core busy, the
+# integration tests half of one (they wait on their servers), so that the first six runs
+# (three of each) fill both cores where four integration runs among them left a quarter idle;
+# the short runs of the release last, to fill the tail.
 runs=()
 for server in "${servers[@]}"; do
   version=$(version_of "$server")
   packages_on "$server" && runs+=("Python package on $version|python_package|$server")
   runs+=("integration tests on $version|integration|$server")
-done
-for server in "${servers[@]}"; do
-  version=$(version_of "$server")
   packages_on "$server" && runs+=("Node package on $version|node_package|$server")
 done
 for server in "${servers[@]}"; do
