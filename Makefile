@@ -80,8 +80,8 @@ lint: test-deps
 	cargo fmt --all -- --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --release -p ratelimit-algorithms --no-deps
-	RUSTDOCFLAGS="-D warnings" cargo doc --release -p ratelimit --no-deps --document-private-items
-	RUSTDOCFLAGS="-D warnings" cargo doc --release -p ratelimit-gateway -p ratelimit-gateway-server --no-deps --document-private-items
+	RUSTDOCFLAGS="-D warnings" cargo doc --release -p ratelimit -p ratelimit-gateway -p ratelimit-gateway-server \
+	  --no-deps --document-private-items
 	clients/python/.venv/bin/python -m mypy --strict clients/python/src/ratelimit_redis_module
 	cd clients/node && node_modules/.bin/tsc -p . && node_modules/.bin/tsc -p test
 	python3 scripts/check_commits.py
