@@ -5,8 +5,10 @@
 //! temporary file (diskless load).
 //!
 //! `RATELIMIT_DAMAGED_STRIDE=k` tries every k-th mutation and damaged file only (default 1, all
-//! of them): make test's runs of the release's module (scripts/test.sh, smoke) take every
-//! fourth, the same code having taken them all in the host build's run on that server.
+//! of them), from the `RATELIMIT_DAMAGED_OFFSET`-th (default 0): make test (scripts/test.sh)
+//! tries them all on its first server, every fourth on each of the others, from offsets that
+//! differ from server to server (so that each is tried on a second server too), and every
+//! fourth in its runs of the release's module (smoke).
 
 use crate::common;
 
@@ -103,14 +105,24 @@ fn read_length(b: &[u8], at: usize) -> (Option<u64>, usize) {
 /// bytes), the opcode 5 (string), the string, the opcode 0 (EOF).
 const STRING_AT: usize = 11;
 
-/// Every how many mutations (and damaged files) one is tried: `RATELIMIT_DAMAGED_STRIDE`, 1.
-fn stride() -> usize {
-    std::env::var("RATELIMIT_DAMAGED_STRIDE").map_or(1, |s| {
-        s.parse()
-            .ok()
-            .filter(|&k| k >= 1)
-            .expect("RATELIMIT_DAMAGED_STRIDE: a whole number, 1 or more")
-    })
+/// The mutations (or damaged files) of `all` that are tried: every `RATELIMIT_DAMAGED_STRIDE`-th
+/// (default 1) from the `RATELIMIT_DAMAGED_OFFSET`-th (default 0, less than the stride).
+fn sample<T>(all: impl Iterator<Item = T>) -> impl Iterator<Item = T> {
+    let var = |name: &str, default: usize, at_least: usize| {
+        std::env::var(name).map_or(default, |s| {
+            s.parse()
+                .ok()
+                .filter(|&k| k >= at_least)
+                .unwrap_or_else(|| panic!("{name}: a whole number, {at_least} or more"))
+        })
+    };
+    let stride = var("RATELIMIT_DAMAGED_STRIDE", 1, 1);
+    let offset = var("RATELIMIT_DAMAGED_OFFSET", 0, 0);
+    assert!(
+        offset < stride,
+        "RATELIMIT_DAMAGED_OFFSET: less than the stride, {stride}"
+    );
+    all.skip(offset).step_by(stride)
 }
 
 /// The frame-level mutations of `value`, each with a name for the failure message.
@@ -372,7 +384,7 @@ fn restore_mutations(compression: &str) -> (usize, usize) {
         }
         // The payload as dumped is accepted and holds the same state.
         assert!(restore_and_check(&mut c, &payload, &["RL.INSPECT", "m"]));
-        for (what, value) in mutations(&original.value).into_iter().step_by(stride()) {
+        for (what, value) in sample(mutations(&original.value).into_iter()) {
             let payload = original.payload(&value);
             let outcome = catch_unwind(AssertUnwindSafe(|| {
                 restore_and_check(&mut c, &payload, request)
@@ -519,7 +531,7 @@ fn an_rdb_file_with_damaged_policies_is_refused_at_start_never_a_crash() {
     // loops for ever on module data cut short (rdbLoadCheckModuleValue, in Redis 7.0, 8.2
     // and Valkey 8.1 alike), so the server never exits.
     let (mut tried, mut started_ok) = (0, 0);
-    for at in aux.clone().step_by(stride()) {
+    for at in sample(aux.clone()) {
         for bit in [at % 8, (at + 3) % 8] {
             let mut damaged = rdb.clone();
             damaged[at] ^= 1 << bit;
