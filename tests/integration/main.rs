@@ -4,9 +4,9 @@
 //! module; `scripts/test.sh` runs them on each server `make test` has).
 //!
 //! One binary rather than one per file: `common` is compiled once, not once per file. `make
-//! test` runs it part by part, as the files ran when each was a binary (scripts/test.sh says
-//! why). A part alone: `cargo test --release --test integration <part>::`, e.g. `examples::`
-//! (a filter matches anywhere in a test's name: `policies::` runs `cluster_policies::` too).
+//! test` runs all its parts at once (scripts/test.sh has the measure against part by part). A
+//! part alone: `cargo test --release --test integration <part>::`, e.g. `examples::` (a
+//! filter matches anywhere in a test's name: `policies::` runs `cluster_policies::` too).
 
 mod common;
 
