@@ -80,19 +80,30 @@ class Gateway:
         for name, text in rules.items():
             (self.config / name).write_text(text)
         self.log_path = directory / "gateway.log"
-        self.http_port, self.grpc_port, self.debug_port = free_port(), free_port(), free_port()
+        self.redis_url, self.directory, self.extra_env = redis_url, directory, env or {}
+        self.attempts = 0
+        self._spawn()
+        if ready:
+            self.wait_ready()
+
+    def _spawn(self) -> None:
+        """The gateway on three ports free when asked (free_port, looked up on this module so
+        that a test can choose them)."""
+        self.attempts += 1
+        ports = globals()["free_port"]
+        self.http_port, self.grpc_port, self.debug_port = ports(), ports(), ports()
         self.env = {
             "PATH": os.environ.get("PATH", ""),
             "REDIS_SOCKET_TYPE": "tcp",
-            "REDIS_URL": redis_url,
-            "RUNTIME_ROOT": str(directory / "runtime"),
+            "REDIS_URL": self.redis_url,
+            "RUNTIME_ROOT": str(self.directory / "runtime"),
             "RUNTIME_SUBDIRECTORY": "ratelimit",
             "RUNTIME_WATCH_ROOT": "false",
             "HOST": "127.0.0.1", "PORT": str(self.http_port),
             "GRPC_HOST": "127.0.0.1", "GRPC_PORT": str(self.grpc_port),
             "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": str(self.debug_port),
             "LOG_LEVEL": "info",
-            **(env or {}),
+            **self.extra_env,
         }
         self.proc = subprocess.Popen(
             gateway_command(), env=self.env, stdin=subprocess.DEVNULL,
@@ -100,19 +111,27 @@ class Gateway:
         )
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.grpc_port}")
         self.stub = rls_pb2_grpc.RateLimitServiceStub(self.channel)
-        if ready:
-            self.wait_ready()
 
     def wait_ready(self) -> None:
-        """Until /healthcheck answers 200 (the listeners open once Redis answered)."""
+        """Until /healthcheck answers 200 (the listeners open once Redis answered). A port
+        another process took after free_port found it free (the gateway exits with "Address
+        already in use") is the harness's, not the gateway's: it starts again on other ports,
+        up to five times, as the package harness's Server does."""
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                if "Address already in use" in self.log() and self.attempts < 5:
+                    self.channel.close()
+                    self._spawn()
+                    continue
                 raise RuntimeError(f"the gateway exited ({self.proc.returncode}):\n{self.log()}")
+            # A probe of a second at most: on a port another process took, a listener that is
+            # not the gateway's may hold the request unanswered, or answer it in another
+            # protocol, while the gateway exits.
             try:
-                if self.get(self.http_port, "/healthcheck")[0] == 200:
+                if self.get(self.http_port, "/healthcheck", timeout=1)[0] == 200:
                     return
-            except OSError:
+            except (OSError, http.client.HTTPException):
                 time.sleep(0.02)
         raise RuntimeError(f"the gateway did not answer:\n{self.log()}")
 
@@ -125,8 +144,8 @@ class Gateway:
             timeout=60,
         )
 
-    def get(self, port: int, path: str, method: str = "GET", body: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, bytes, Any]:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    def get(self, port: int, path: str, method: str = "GET", body: bytes | None = None, headers: dict[str, str] | None = None, timeout: float = 60) -> tuple[int, bytes, Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         try:
             conn.request(method, path, body=body, headers=headers or {})
             r = conn.getresponse()
