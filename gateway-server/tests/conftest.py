@@ -87,11 +87,10 @@ class Gateway:
             self.wait_ready()
 
     def _spawn(self) -> None:
-        """The gateway on three ports free when asked (free_port, looked up on this module so
-        that a test can choose them)."""
+        """The gateway on three ports free when asked (free_port is this module's global, read
+        at each call, so that a test can choose them)."""
         self.attempts += 1
-        ports = globals()["free_port"]
-        self.http_port, self.grpc_port, self.debug_port = ports(), ports(), ports()
+        self.http_port, self.grpc_port, self.debug_port = free_port(), free_port(), free_port()
         self.env = {
             "PATH": os.environ.get("PATH", ""),
             "REDIS_SOCKET_TYPE": "tcp",
