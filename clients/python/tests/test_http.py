@@ -217,6 +217,26 @@ def test_client_ip_is_the_default_key_and_no_key_means_no_limit(server: Server, 
     assert client_ip({"client": ("10.0.0.1", 1234)}) == "10.0.0.1"
 
 
+TIMED_OUT_OPEN = "rate limiter unavailable (no answer within 50 ms); failing open: request let through"
+TIMED_OUT_CLOSED = "rate limiter unavailable (no answer within 50 ms); failing closed: request refused with 503"
+DEFAULT_POLICY = ("ratelimit-policy", '"default";q=5;w=30')
+UNAVAILABLE_FIELDS = [("content-type", PROBLEM), ("content-length", str(len(UNAVAILABLE_BODY)))]
+
+
+def until_decided(http: Any, headers: dict[str, str]) -> tuple[int, int]:
+    """Requests until one is decided by Redis (it carries the policy's field): (its status, how
+    many before it failed open or closed). With the package's default timeout of 50 ms, a loaded
+    machine (make test's runs side by side) can leave any request unanswered in time, the first
+    after a reconnection most of all; the test waits for the event, a decided request, and counts
+    what it took instead of assuming it came at once."""
+    for failed in range(100):
+        status, fields, _ = http.get(headers=headers)
+        if DEFAULT_POLICY in fields:
+            return status, failed
+        assert (status, fields) in [(200, PLAIN), (503, UNAVAILABLE_FIELDS)]
+    raise AssertionError("100 requests, none decided by Redis")
+
+
 def test_fail_open_and_closed_when_redis_hangs_then_dies(
     server: Server, serve: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -231,18 +251,18 @@ def test_fail_open_and_closed_when_redis_hangs_then_dies(
     closed = serve(app_for(server, patient=False, limit=GCRA(5, 10, "1m"), key=header("x-client-id"),
                            stats=closed_stats, fail_open=False))
     a, b = {"X-Client-Id": "a"}, {"X-Client-Id": "b"}
-    assert opened.get(headers=a) == (200, PLAIN + limited("default", 5, 30, 4, 6, 6), b"hello")
-    assert closed.get(headers=b) == (200, PLAIN + limited("default", 5, 30, 4, 6, 6), b"hello")
+    # Limited, each (the exact fields of a decided request: the tests above, with patient
+    # timeouts; a request that timed out here may still have been counted).
+    assert until_decided(opened, a)[0] == 200
+    assert until_decided(closed, b)[0] == 200
+    late_open, late_closed = open_stats.failures, closed_stats.failures
 
-    # Hung (SIGSTOP): each check times out after 50 ms.
+    # Hung (SIGSTOP): each check times out after 50 ms (the warnings say so). That an answer
+    # comes at all from a stopped server is the timeout's doing; how soon, the machine decides.
     server.pause()
     try:
-        start = time.monotonic()
         assert opened.get(headers=a) == (200, PLAIN, b"hello")
-        assert closed.get(headers=b) == (
-            503, [("content-type", PROBLEM), ("content-length", str(len(UNAVAILABLE_BODY)))], UNAVAILABLE_BODY,
-        )
-        assert time.monotonic() - start < 2
+        assert closed.get(headers=b) == (503, UNAVAILABLE_FIELDS, UNAVAILABLE_BODY)
     finally:
         server.resume()
     assert UNAVAILABLE_BODY == (
@@ -250,27 +270,28 @@ def test_fail_open_and_closed_when_redis_hangs_then_dies(
         b'"title":"Rate limiter unavailable","status":503}'
     )
     # Back: limited again (the request that timed out may have been counted when Redis woke).
-    status, fields, _ = opened.get(headers=a)
-    assert status == 200 and ("ratelimit-policy", '"default";q=5;w=30') in fields
+    status, back = until_decided(opened, a)
+    assert status == 200
 
     # Dead (killed): the connection is refused.
     server.stop()
     assert opened.get(headers=a) == (200, PLAIN, b"hello")
     assert closed.get(headers=b)[0] == 503
-    assert (open_stats.failures, open_stats.fail_open, open_stats.fail_closed) == (2, 2, 0)
-    assert (closed_stats.failures, closed_stats.fail_open, closed_stats.fail_closed) == (2, 0, 2)
+    # Each app: the hang's failure and the dead server's, and those the load made before and after.
+    failed_open, failed_closed = late_open + 1 + back + 1, late_closed + 1 + 1
+    assert (open_stats.failures, open_stats.fail_open, open_stats.fail_closed) == (failed_open, failed_open, 0)
+    assert (closed_stats.failures, closed_stats.fail_open, closed_stats.fail_closed) == (failed_closed, 0, failed_closed)
     warnings = [r.getMessage() for r in caplog.records if r.name == "ratelimit_redis_module"]
-    assert len(warnings) == 4
-    assert sum("failing open" in w for w in warnings) == 2
-    assert sum("failing closed" in w for w in warnings) == 2
-    assert warnings[:2] == [
-        "rate limiter unavailable (no answer within 50 ms); failing open: request let through",
-        "rate limiter unavailable (no answer within 50 ms); failing closed: request refused with 503",
-    ]
-    assert warnings[2].startswith("rate limiter unavailable (ConnectionError: ")
-    assert "Error 111 connecting to 127.0.0.1" in warnings[2]
-    assert warnings[2].endswith("; failing open: request let through")
-    assert warnings[3] == warnings[1]
+    # In order: what the machine's load took before the hang (none on an idle one), the hang's
+    # two, what it took to be decided again, then the dead server's two.
+    head = [TIMED_OUT_OPEN] * late_open + [TIMED_OUT_CLOSED] * late_closed + [TIMED_OUT_OPEN, TIMED_OUT_CLOSED]
+    assert warnings[: len(head)] == head
+    assert warnings[len(head) : -2] == [TIMED_OUT_OPEN] * back
+    assert warnings[-2].startswith("rate limiter unavailable (ConnectionError: ")
+    assert "Error 111 connecting to 127.0.0.1" in warnings[-2]
+    assert warnings[-2].endswith("; failing open: request let through")
+    # The closed app's client retries a refused connection (redis-py's default), past 50 ms.
+    assert warnings[-1] == TIMED_OUT_CLOSED
 
 
 def test_a_remembered_denial_holds_while_redis_is_down(server: Server, serve: Any) -> None:
