@@ -227,9 +227,12 @@ export const PATIENT = { timeout: 60_000, setupTimeout: 60_000 };
 /**
  * The `skip` of a test of the package itself rather than of a server: its type declarations
  * (tsc), its tarball installed into a fresh folder, require and import of it, the manual's app
- * installed from it. make test runs this suite on five servers and sets
- * RATELIMIT_SKIP_PACKAGE_TESTS=1 on all but the first, where such a test would repeat itself
- * (about 35 s of CPU each time on a machine make test keeps busy).
+ * installed from it, and its local budgets across processes (node:cluster workers and forked
+ * processes started, stopped and killed; each process's commands are a plain client's, which
+ * local-budget.test.js and the module's own tests hold to the server). make test runs this
+ * suite on four servers and sets RATELIMIT_SKIP_PACKAGE_TESTS=1 on all but the first, where
+ * such a test would repeat itself (about 65 s of CPU each time on a machine make test keeps
+ * busy, 29 of them the processes').
  */
 export const PACKAGE_TEST = process.env.RATELIMIT_SKIP_PACKAGE_TESTS === '1'
   ? 'a test of the package, not of the server: make test runs it with the first server'

@@ -37,8 +37,11 @@ T0_MS = 1_700_000_000_000
 PATIENT = 60.0
 
 #: The mark of a test of the package itself rather than of a server (its types under mypy, the
-#: package installed into a fresh venv): make test runs this suite on five servers and sets
-#: RATELIMIT_SKIP_PACKAGE_TESTS=1 on all but the first, where such a test would repeat itself.
+#: package installed into a fresh venv, its local budgets in uvicorn's worker processes started,
+#: stopped and killed, each process's commands a plain client's, which test_local_budget.py and
+#: the module's own tests hold to the server): make test runs this suite on four servers and
+#: sets RATELIMIT_SKIP_PACKAGE_TESTS=1 on all but the first, where such a test would repeat
+#: itself.
 package_test = pytest.mark.skipif(
     os.environ.get("RATELIMIT_SKIP_PACKAGE_TESTS") == "1",
     reason="a test of the package, not of the server: make test runs it with the first server",

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Server, free_port
+from conftest import Server, free_port, package_test
 from ratelimit_redis_module import GCRA, FixedWindow, RateLimiter
 
 APP_DIR = Path(__file__).resolve().parent
@@ -132,6 +132,7 @@ def served(responses: list[tuple[int, int]]) -> int:
     return sum(status == 200 for status, _ in responses)
 
 
+@package_test
 @pytest.mark.parametrize("kind", KINDS)
 def test_workers_admit_exactly_what_the_module_counts_after_sigterm(server: Server, kind: str) -> None:
     set_up(server, kind)
@@ -154,6 +155,7 @@ def test_workers_admit_exactly_what_the_module_counts_after_sigterm(server: Serv
     assert counted(server) == [ok] * (2 if kind == "policy" else 1)
 
 
+@package_test
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_killed_worker_loses_exactly_what_it_held(server: Server, kind: str) -> None:
     set_up(server, kind)
