@@ -4,9 +4,10 @@
 # then, against
 # each of the six servers users run (Debian's Redis 7.0 on PATH; Redis 7.4, 8.2 and 8.10,
 # Valkey 8.1 and 9.1 as scripts/servers.sh brought them): every integration test, the
-# release's module (make dist's) with the smoke tests, both packages' test suites (on all but
-# Redis 7.4 and 8.10), and the gateway's (on Redis 7.0, 8.2 and Valkey 8.1). The tests start each server themselves ($RATELIMIT_SERVER names the binary)
-# on free loopback ports and stop it by PID, so the runs against different servers share
+# release's module (make dist's) with the smoke tests, both packages' test suites (on Redis 7.0
+# and 8.2 and Valkey 8.1; on Valkey 9.1 their Lua and cluster parts, package_files below), and
+# the gateway's (on Redis 7.0, 8.2 and Valkey 8.1). The tests start each server themselves
+# ($RATELIMIT_SERVER names the binary) on free loopback ports and stop it by PID, so the runs against different servers share
 # nothing but the machine: they run side by side, RATELIMIT_TEST_JOBS at a time (6 by
 # default: a run alone uses about half of one core, waiting on its servers the rest; with 4
 # the two cores stood idle a sixth of the time), each into a log of its own under
