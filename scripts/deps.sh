@@ -126,17 +126,6 @@ if [ "$stamp" != "$(cat "$pkg/.venv/installed.sha256" 2>/dev/null)" ]; then
   echo "$stamp" >"$pkg/.venv/installed.sha256"
 fi
 
-# make bench's scripts/bench_scripts.py measures the script backend against the Lua of `limits`
-# (PyPI), the library its sliding log and sliding window replace: pinned here with what it pulls
-# in, into the same venv (again after the venv is redone, or when these pins change).
-bench_pins="limits==5.8.0 Deprecated==1.3.1 wrapt==2.5.2"
-if [ "$bench_pins" != "$(cat "$pkg/.venv/bench-pins.txt" 2>/dev/null)" ]; then
-  echo "deps: installing $bench_pins into $pkg/.venv (make bench)" >&2
-  # shellcheck disable=SC2086 # the pins are separate words
-  "$pkg/.venv/bin/python" -m pip install -q --disable-pip-version-check $bench_pins
-  echo "$bench_pins" >"$pkg/.venv/bench-pins.txt"
-fi
-
 # The Node example: npm ci installs exactly package-lock.json (removing node_modules first);
 # the copy of it left in node_modules says what is installed there.
 node=examples/node
