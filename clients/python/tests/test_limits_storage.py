@@ -56,6 +56,18 @@ class Clock:
     def us(self) -> int:
         return self.ms * 1000
 
+    def expire(self, storage: RatelimitStorage) -> int:
+        """Delete the storage's keys that are fresh by this clock: the keys Redis would have
+        expired by now, whose TTL (reset_after_ms, SPEC §2) runs in real time under the debug
+        clock (SPEC §6). A token bucket's beat is anchored anew only on a key that expired
+        (docs/token-bucket.md), so the fixed window's next window starts at the next hit."""
+        gone = 0
+        for k in storage.client.scan_iter(match=f"{storage.key_prefix}:*"):
+            peek = storage._peek(k.decode().removeprefix(f"{storage.key_prefix}:"))
+            if peek is not None and peek.reset_after_ms == 0:
+                gone += storage.client.delete(k)
+        return gone
+
 
 @pytest.fixture(params=["module", "script"])
 def backend(request: pytest.FixtureRequest, module_server: Server, plain: PlainServer) -> tuple[str, Server]:
@@ -99,6 +111,12 @@ def test_fixed_window_counts_from_the_first_hit(setup: tuple[RatelimitStorage, C
     assert fw.get_window_stats(item, "u") == (A + 67, 5)
     assert fw.hit(item, "u")
     assert fw.get_window_stats(item, "u") == (A + 127, 4)
+    # After a window with no hit at its end, the next hit starts a window of its own, as in
+    # limits: the key expired (Redis' TTL, in real time; Clock.expire does it here).
+    clock.advance(70_000)
+    assert clock.expire(storage) == 1
+    assert fw.hit(item, "u")
+    assert fw.get_window_stats(item, "u") == (A + 197, 4)
 
 
 def test_fixed_window_costs(setup: tuple[RatelimitStorage, Clock]) -> None:
