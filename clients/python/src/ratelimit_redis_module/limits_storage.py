@@ -33,6 +33,7 @@ import redis
 import redis.cluster
 import redis.sentinel
 from limits.storage import MovingWindowSupport, SlidingWindowCounterSupport, Storage
+from limits.storage.base import TimestampedSlidingWindow
 
 from .client import RateLimiter
 from .reply import Decision, _text
@@ -286,9 +287,11 @@ def expiry_at(peek: _Peek | None) -> float:
     return time.time() + (peek.reset_after_ms + 500) // 1000
 
 
-class RatelimitStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport):
+class RatelimitStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport, TimestampedSlidingWindow):
     """A ``limits`` storage on the ratelimit module: the fixed window, the moving window and the
     sliding window counter, one command per hit, on redis-py (standalone, Sentinel or Cluster).
+    ``TimestampedSlidingWindow`` says, as limits' memory and memcached storages say it, that its
+    sliding windows are aligned on the epoch (limits' strategies and tests read it so).
 
     Args:
         uri: ``ratelimit+redis://host:port/db``, ``ratelimit+rediss://...``,

@@ -16,6 +16,7 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.asyncio.sentinel
 from limits.aio.storage import MovingWindowSupport, SlidingWindowCounterSupport, Storage
+from limits.storage.base import TimestampedSlidingWindow
 
 from ..limits_storage import (
     COUNTER_CAPACITY,
@@ -62,7 +63,7 @@ def async_client(target: _Target, options: dict[str, Any]) -> redis.asyncio.Redi
     return redis.asyncio.Redis.from_url(target.url, **options)
 
 
-class AsyncRatelimitStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport):
+class AsyncRatelimitStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport, TimestampedSlidingWindow):
     """The asyncio twin of :class:`~ratelimit_redis_module.limits_storage.RatelimitStorage`, on
     ``redis.asyncio`` (the arguments are the same; the URI's scheme starts with ``async+``)."""
 
