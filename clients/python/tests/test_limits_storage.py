@@ -364,6 +364,23 @@ def test_cluster(monkeypatch: pytest.MonkeyPatch, cluster: list[Server]) -> None
     storage.client.close()
 
 
+def test_cluster_on_the_script_backend(monkeypatch: pytest.MonkeyPatch, plain_cluster: list[Server]) -> None:
+    clock = Clock(monkeypatch, plain_cluster)
+    storage = storage_from_string(f"ratelimit+redis+cluster://127.0.0.1:{plain_cluster[0].port}?backend=script")
+    assert isinstance(storage, RatelimitStorage)
+    storage.limiter._script_now = clock.us
+    storage.reset()
+    item = parse("2/minute")
+    limiters = [FixedWindowRateLimiter(storage), MovingWindowRateLimiter(storage),
+                SlidingWindowCounterRateLimiter(storage)]
+    for i, limiter in enumerate(limiters):
+        for who in range(10):
+            assert [limiter.hit(item, f"{i}-{who}") for _ in range(3)] == [True, True, False]
+            assert limiter.get_window_stats(item, f"{i}-{who}") == ((A + 60, A + 60, A)[i], 0)
+    assert storage.reset() == 30
+    storage.client.close()
+
+
 async def test_async_cluster(monkeypatch: pytest.MonkeyPatch, cluster: list[Server]) -> None:
     Clock(monkeypatch, cluster)
     storage = storage_from_string(f"async+ratelimit+redis+cluster://127.0.0.1:{cluster[2].port}")
