@@ -13,6 +13,8 @@
 //   an adaptive concurrency limit's 503 (loadSheddingBody).
 // - flexible.cjs, RateLimiterRedis and RateLimiterRes: rate-limiter-flexible's interface, backed
 //   by the module, so that its users switch by changing one constructor.
+// - express-store.cjs, RedisModuleStore: a store for express-rate-limit (its Store interface),
+//   one module call per request, so that its users swap `store:` and keep their options.
 // - scripts.cjs: the script backend (backend "auto" where the server has no module, or
 //   "script"): each command run as its Lua script of clients/lua/ (EVALSHA), and
 //   ModuleRequiredError for what needs the module there.
@@ -46,6 +48,7 @@ const { NotDurableError, RateLimit } = require('./lib/rate-limit.cjs');
 const { rateLimitMiddleware } = require('./lib/middleware.cjs');
 const { ModuleRequiredError } = require('./lib/scripts.cjs');
 const { RateLimiterRedis, RateLimiterRes } = require('./lib/flexible.cjs');
+const { RedisModuleStore } = require('./lib/express-store.cjs');
 const { reconnectStrategy } = require('./lib/reconnect.cjs');
 
 module.exports = {
@@ -56,6 +59,7 @@ module.exports = {
   RateLimit,
   RateLimiterRedis,
   RateLimiterRes,
+  RedisModuleStore,
   UNAVAILABLE_BODY,
   durationMs,
   loadSheddingBody,

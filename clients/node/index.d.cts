@@ -448,3 +448,72 @@ export class RateLimiterRedis implements RateLimiterLike {
   set(): Promise<never>;
   deleteInMemoryBlockedAll(): void;
 }
+
+/** express-rate-limit's ClientRateLimitInfo: what a store's increment and get resolve to. */
+export interface ClientRateLimitInfo {
+  totalHits: number;
+  resetTime: Date | undefined;
+}
+
+/**
+ * What RedisModuleStore reads of express-rate-limit's options (its `Options`, passed to
+ * `init`): the package does not import express-rate-limit, so this is the part of that type it
+ * needs, which express-rate-limit's own `Options` fits.
+ */
+export interface ExpressRateLimitOptionsLike {
+  windowMs: number;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  limit: number | ((...args: any[]) => unknown);
+  skipFailedRequests?: boolean;
+}
+
+export interface RedisModuleStoreOptions {
+  /** createClient, createSentinel or createCluster (each command to its key's node). */
+  client: RedisClientLike | RedisSentinelLike | RedisClusterLike;
+  /** Prepended to express-rate-limit's key; default "rl:erl:" (not rate-limit-redis's "rl:", whose keys are strings). */
+  prefix?: string;
+  /**
+   * Left out: express-rate-limit's own window (windowMs from its first hit, every hit counted).
+   * Given: one of the module's algorithms decides (express-rate-limit's `limit` must be the number it admits).
+   */
+  limit?: AlgorithmLimit & Block;
+  /** "auto" (default), "module" or "script", as RateLimitOptions' backend. */
+  backend?: 'auto' | 'module' | 'script';
+  /** Milliseconds a call may wait for Redis before it rejects (express-rate-limit's passOnStoreError decides); default 50. */
+  timeout?: number;
+  /** Milliseconds the setup (backend, scripts) may take; default 1000. */
+  setupTimeout?: number;
+  /** Hears the backend "auto" chose (info) and a failed setup (warn); default console; null: nothing. */
+  logger?: Logger | null;
+}
+
+export interface RedisModuleStoreStats {
+  /** Round trips to Redis. */
+  calls: number;
+  /** Of those, the ones that failed or timed out (each rejected to express-rate-limit). */
+  failures: number;
+  /** Setups that failed or did not finish within setupTimeout (each logged). */
+  setupFailures: number;
+  /** 'module' or 'script' once decided; undefined before. */
+  backend: 'module' | 'script' | undefined;
+}
+
+/**
+ * A store for express-rate-limit (its `Store` interface), backed by the module:
+ * `rateLimit({ windowMs, limit, store: new RedisModuleStore({ client }) })`.
+ */
+export class RedisModuleStore {
+  constructor(options: RedisModuleStoreOptions);
+  readonly prefix: string;
+  /** Keys are shared by every instance (express-rate-limit's double-count check reads it). */
+  readonly localKeys: false;
+  readonly stats: RedisModuleStoreStats;
+  /** 'module' or 'script' once decided; undefined before. */
+  readonly backend: 'module' | 'script' | undefined;
+  init(options: ExpressRateLimitOptionsLike): void;
+  increment(key: string): Promise<ClientRateLimitInfo>;
+  decrement(key: string): Promise<void>;
+  resetKey(key: string): Promise<void>;
+  get(key: string): Promise<ClientRateLimitInfo | undefined>;
+  shutdown(): Promise<void>;
+}

@@ -10,6 +10,7 @@ export {
   RateLimit,
   RateLimiterRedis,
   RateLimiterRes,
+  RedisModuleStore,
   UNAVAILABLE_BODY,
   durationMs,
   loadSheddingBody,

@@ -703,4 +703,4 @@ class RateLimit {
   }
 }
 
-module.exports = { NotDurableError, RateLimit, TRY_AGAIN_PAUSE_MS, retryPauseMs };
+module.exports = { NotDurableError, RateLimit, TRY_AGAIN_PAUSE_MS, retryPauseMs, withTimeout };

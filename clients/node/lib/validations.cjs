@@ -328,4 +328,4 @@ function policyRules(rules) {
   return { count: rules.length, words, shapes };
 }
 
-module.exports = { checkCall, checkFlag, checkOptions };
+module.exports = { checkCall, checkFlag, checkLimit, checkOptions };

@@ -44,11 +44,12 @@ test('npm install of the packed package into a fresh directory', { skip: PACKAGE
     // The peer dependency came along, and the package's files are those it declares.
     assert.ok(existsSync(path.join(dir, 'node_modules/redis/package.json')), 'node-redis installed as the peer');
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module')).sort(),
-      ['README.md', 'flexible.cjs', 'flexible.d.cts', 'flexible.d.ts', 'flexible.js', 'index.cjs', 'index.d.cts', 'index.d.ts', 'index.js',
+      ['README.md', 'express-rate-limit.cjs', 'express-rate-limit.d.cts', 'express-rate-limit.d.ts', 'express-rate-limit.js',
+        'flexible.cjs', 'flexible.d.cts', 'flexible.d.ts', 'flexible.js', 'index.cjs', 'index.d.cts', 'index.d.ts', 'index.js',
         'lib', 'lua', 'package.json']);
     assert.ok(!existsSync(path.join(source, 'lua')), 'postpack removed the copy: clients/lua/ stays the only one');
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module/lib')).sort(),
-      ['denial-memory.cjs', 'fields.cjs', 'flexible.cjs', 'limits.cjs', 'local-budget.cjs', 'middleware.cjs', 'rate-limit.cjs', 'reconnect.cjs',
+      ['denial-memory.cjs', 'express-store.cjs', 'fields.cjs', 'flexible.cjs', 'limits.cjs', 'local-budget.cjs', 'middleware.cjs', 'rate-limit.cjs', 'reconnect.cjs',
         'reply.cjs', 'scripts.cjs', 'setup.cjs', 'validations.cjs']);
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module/lua')).sort(),
       readdirSync(path.join(pkg, '../lua')).filter((f) => f !== 'README.md' && f !== 'conformance').sort());
@@ -72,6 +73,14 @@ test('npm install of the packed package into a fresh directory', { skip: PACKAGE
         ModuleRequiredError === main.ModuleRequiredError);
     `);
     assert.equal(execFileSync(process.execPath, ['flexible.mjs'], { cwd: dir, encoding: 'utf8' }), 'true true true\n');
+    // The store for express-rate-limit on its own subpath: the main entry's very class.
+    writeFileSync(path.join(dir, 'store.mjs'), `
+      import * as main from 'ratelimit-redis-module';
+      import { RedisModuleStore, ModuleRequiredError } from 'ratelimit-redis-module/express-rate-limit';
+      const { RedisModuleStore: Required } = (await import('node:module')).createRequire(import.meta.url)('ratelimit-redis-module/express-rate-limit');
+      console.log(RedisModuleStore === main.RedisModuleStore, Required === RedisModuleStore, ModuleRequiredError === main.ModuleRequiredError);
+    `);
+    assert.equal(execFileSync(process.execPath, ['store.mjs'], { cwd: dir, encoding: 'utf8' }), 'true true true\n');
     // The public API, the same names through import and through require (on any Node:
     // require.test.js runs it as Node 18 would), whichever files under lib/ define them.
     writeFileSync(path.join(dir, 'names.cjs'), `
@@ -81,7 +90,7 @@ test('npm install of the packed package into a fresh directory', { skip: PACKAGE
     const [imported, required] = JSON.parse(execFileSync(process.execPath, ['names.cjs'], { cwd: dir, encoding: 'utf8' }));
     assert.deepEqual(imported, [
       'ModuleRequiredError', 'NotDurableError', 'QUOTA_EXCEEDED_TYPE', 'REDUCED_CAPACITY_TYPE', 'RateLimit', 'RateLimiterRedis', 'RateLimiterRes',
-      'UNAVAILABLE_BODY', 'durationMs', 'loadSheddingBody', 'parseReply', 'policyWindows', 'quotaExceededBody',
+      'RedisModuleStore', 'UNAVAILABLE_BODY', 'durationMs', 'loadSheddingBody', 'parseReply', 'policyWindows', 'quotaExceededBody',
       'rateLimitHeaders', 'rateLimitMiddleware', 'reconnectStrategy',
     ]);
     assert.deepEqual(required, imported);

@@ -60,7 +60,9 @@ test('require of both entries works without require(esm), and talks to the serve
       const refused = await limiter.consume('required').catch((e) => e);
       console.log(JSON.stringify({
         requireModule: process.features.require_module,
-        files: [require.resolve('ratelimit-redis-module'), require.resolve('ratelimit-redis-module/flexible')].map((f) => f.slice(f.lastIndexOf('/') + 1)),
+        files: [require.resolve('ratelimit-redis-module'), require.resolve('ratelimit-redis-module/flexible'),
+          require.resolve('ratelimit-redis-module/express-rate-limit')].map((f) => f.slice(f.lastIndexOf('/') + 1)),
+        store: require('ratelimit-redis-module/express-rate-limit').RedisModuleStore === require('ratelimit-redis-module').RedisModuleStore,
         backend: limit.stats.backend,
         checks,
         consumed,
@@ -72,7 +74,8 @@ test('require of both entries works without require(esm), and talks to the serve
   `);
   assert.deepEqual(run('required.js', redis.url), {
     requireModule: false, // the flag took: this Node cannot require an ES module
-    files: ['index.cjs', 'flexible.cjs'],
+    files: ['index.cjs', 'flexible.cjs', 'express-rate-limit.cjs'],
+    store: true,
     backend: 'module',
     checks: [true, true, false],
     consumed: 2,
@@ -123,7 +126,7 @@ test('import of both entries works there too, and gives the classes require give
   assert.deepEqual(flexibleRequired, flexibleImported);
   assert.deepEqual(imported, [
     'ModuleRequiredError', 'NotDurableError', 'QUOTA_EXCEEDED_TYPE', 'REDUCED_CAPACITY_TYPE', 'RateLimit', 'RateLimiterRedis',
-    'RateLimiterRes', 'UNAVAILABLE_BODY', 'durationMs', 'loadSheddingBody', 'parseReply', 'policyWindows', 'quotaExceededBody',
+    'RateLimiterRes', 'RedisModuleStore', 'UNAVAILABLE_BODY', 'durationMs', 'loadSheddingBody', 'parseReply', 'policyWindows', 'quotaExceededBody',
     'rateLimitHeaders', 'rateLimitMiddleware', 'reconnectStrategy',
   ]);
   assert.deepEqual(flexibleImported, ['ModuleRequiredError', 'RateLimiterRedis', 'RateLimiterRes']);
@@ -132,7 +135,7 @@ test('import of both entries works there too, and gives the classes require give
 test("exports: per entry import, require, default; each condition's types first; every target shipped", { skip: PACKAGE_TEST }, () => {
   const { exports, main, types, files } = JSON.parse(readFileSync(path.join(pkg, 'package.json'), 'utf8'));
   const installed = path.join(dir, 'node_modules/ratelimit-redis-module');
-  for (const [entry, base] of [['.', 'index'], ['./flexible', 'flexible']]) {
+  for (const [entry, base] of [['.', 'index'], ['./flexible', 'flexible'], ['./express-rate-limit', 'express-rate-limit']]) {
     // Node and TypeScript take the first condition that matches: "import" and "require" before
     // "default", and within each its own "types" (ESM .d.ts, CommonJS .d.cts) before the code.
     assert.deepEqual(exports[entry], {

@@ -4,6 +4,8 @@
 import { createClient } from 'redis';
 import rl = require('ratelimit-redis-module');
 import flexible = require('ratelimit-redis-module/flexible');
+import erl = require('ratelimit-redis-module/express-rate-limit');
+import expressRateLimit = require('express-rate-limit');
 
 const client = createClient();
 const limit = new rl.RateLimit({ client, limit: { algorithm: 'gcra', burst: 5, rate: 10, period: '1m' } });
@@ -16,4 +18,6 @@ const res: Promise<flexible.RateLimiterRes> = limiter.consume('user:1');
 const options: flexible.RateLimiterRedisOptions = { storeClient: client, keyPrefix: 'login' };
 // @ts-expect-error: not an option of RateLimit (a misspelt failMode)
 new rl.RateLimit({ client, limit: { algorithm: 'gcra', burst: 5, rate: 10, period: '1m' }, failmode: 'closed' });
-export { checked, res, options };
+const store: expressRateLimit.Store = new erl.RedisModuleStore({ client, limit: { algorithm: 'gcra', burst: 5, rate: 5, period: '1m' } });
+const same: rl.RedisModuleStore = store as erl.RedisModuleStore;
+export { checked, res, options, same };

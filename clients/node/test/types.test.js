@@ -23,6 +23,8 @@ test('the declarations type-check typed programs, import and require each throug
   assert.deepEqual([...new Set(resolved)].sort(), [
     'ratelimit-redis-module index.d.cts',
     'ratelimit-redis-module index.d.ts',
+    'ratelimit-redis-module/express-rate-limit express-rate-limit.d.cts',
+    'ratelimit-redis-module/express-rate-limit express-rate-limit.d.ts',
     'ratelimit-redis-module/flexible flexible.d.cts',
     'ratelimit-redis-module/flexible flexible.d.ts',
   ]);

@@ -6,6 +6,7 @@ import {
   RateLimit,
   RateLimiterRedis,
   RateLimiterRes,
+  RedisModuleStore,
   rateLimitHeaders,
   rateLimitMiddleware,
   reconnectStrategy,
@@ -15,6 +16,8 @@ import {
   type PolicyRule,
 } from 'ratelimit-redis-module';
 import { RateLimiterRedis as FlexibleRedis, type RateLimiterRedisOptions } from 'ratelimit-redis-module/flexible';
+import { rateLimit, type Store } from 'express-rate-limit';
+import { RedisModuleStore as ErlStore, type ClientRateLimitInfo } from 'ratelimit-redis-module/express-rate-limit';
 
 const client = createClient({ RESP: 3, disableOfflineQueue: true, socket: { reconnectStrategy } });
 const app = express();
@@ -123,3 +126,20 @@ new RateLimiterRedis({ storeClient: cluster, points: 5, duration: 1 });
 const flexibleOptions: RateLimiterRedisOptions = { storeClient: client, points: 5, duration: 1 };
 const fromSubpath: RateLimiterRedis = new FlexibleRedis(flexibleOptions);
 void fromSubpath.consume('k');
+
+// A store for express-rate-limit, checked against express-rate-limit's own `Store` and `Options`
+// types (the pinned devDependency's): on its subpath and from the main entry, the same class.
+const erlStore: Store = new RedisModuleStore({ client, prefix: 'rl:api:', timeout: 100, backend: 'auto' });
+app.use(rateLimit({ windowMs: 15 * 60_000, limit: (req) => (req.get('X-Plan') === 'pro' ? 1000 : 100), store: erlStore }));
+app.use(rateLimit({
+  windowMs: 60_000,
+  limit: 10,
+  store: new ErlStore({ client: cluster, limit: { algorithm: 'slidingwindow', limit: 10, window: '1m' } }),
+}));
+const erlInfo: Promise<ClientRateLimitInfo | undefined> = new ErlStore({ client }).get('k');
+const erlStats: number = new ErlStore({ client }).stats.calls;
+// @ts-expect-error: a concurrency limit is not a store's
+new ErlStore({ client, limit: { algorithm: 'concurrency', limit: 2, lease: '30s' } });
+// @ts-expect-error: windowMs is express-rate-limit's option, not the store's
+new ErlStore({ client, windowMs: 1000 });
+export { erlInfo, erlStats };

@@ -1,0 +1,341 @@
+// RedisModuleStore: a store for express-rate-limit (its `Store` interface: init, increment,
+// decrement, resetKey, get, shutdown, localKeys, prefix) backed by the module, one call per
+// request, on any client setup.cjs takes (standalone, Sentinel, Cluster), on the module or its
+// scripts (backend "auto", "module", "script"), so that an express-rate-limit user swaps
+// `store:` and keeps every other option. Two modes:
+// - express-rate-limit's own window (the default): a key's window starts at its first hit and
+//   lasts windowMs, every hit counts (those over the limit too) and decrement takes one back, as
+//   its MemoryStore and rate-limit-redis count. A counter that never refuses:
+//   `RL.TOKENBUCKET key N N windowMs INTERVAL`, N the module's largest count (10^12): its beat is
+//   anchored at the key's first hit, and all N come back at once windowMs later, when the key,
+//   full again, expires. totalHits = N - remaining, resetTime from reset_after_ms, decrement
+//   RL.REFUND 1, get a peek (COST 0 DRYRUN: writes and propagates nothing), resetKey DEL.
+// - `limit: { algorithm, ... }`: one of the module's algorithms decides (GCRA, buckets, windows,
+//   sliding log, warm-up); a refused request takes nothing, and totalHits is what makes
+//   express-rate-limit decide the same: the units taken when admitted, limit + 1 when refused.
+// docs/express-rate-limit.md says what each field means in each mode, and every difference.
+
+// @ts-check
+'use strict';
+
+/** @typedef {import('../index.cjs').RedisModuleStoreOptions} RedisModuleStoreOptions */
+/** @typedef {import('../index.cjs').ExpressRateLimitOptionsLike} ExpressRateLimitOptionsLike */
+/** @typedef {import('../index.cjs').ClientRateLimitInfo} ClientRateLimitInfo */
+
+const { MAX_COUNT, MAX_DURATION_MS } = require('./limits.cjs');
+const { parseReply } = require('./reply.cjs');
+const { withTimeout } = require('./rate-limit.cjs');
+const { SETUP_TIMEOUT_MS, Setup, checkClient, checkSetupTimeout, loadScripts, loadScriptsFor, sender } = require('./setup.cjs');
+const {
+  ModuleRequiredError,
+  SCRIPT_OF,
+  TEST_NOW,
+  checkBackend,
+  evalScript,
+  moduleError,
+  resolveBackend,
+  scriptingError,
+} = require('./scripts.cjs');
+const { checkLimit } = require('./validations.cjs');
+
+const OPTIONS = new Set(['client', 'prefix', 'limit', 'backend', 'timeout', 'setupTimeout', 'logger']);
+// The algorithms whose parameters hold a window: express-rate-limit's windowMs must be it.
+const WINDOWED = new Set(['fixedwindow', 'slidingwindow', 'slidinglog']);
+
+const unexpected = (what) => new Error(`unexpected reply from the module: ${what}`);
+
+/**
+ * A store for express-rate-limit on the module: `rateLimit({ windowMs, limit, store: new
+ * RedisModuleStore({ client }) })`. Its setup (the backend, the scripts) runs in the background
+ * from the constructor; a Redis error or a reply it cannot read rejects the call, so that
+ * express-rate-limit's `passOnStoreError` decides.
+ */
+class RedisModuleStore {
+  /** @param {RedisModuleStoreOptions} options */
+  constructor(options = /** @type {RedisModuleStoreOptions} */ ({})) {
+    if (options === null || typeof options !== 'object') {
+      throw new TypeError(`invalid options: expected an object with a client; got ${String(options)}`);
+    }
+    for (const name of Object.keys(options)) {
+      if (!OPTIONS.has(name)) {
+        throw new TypeError(`invalid option ${name}: RedisModuleStore takes ${[...OPTIONS].join(', ')} (express-rate-limit's own options go to rateLimit())`);
+      }
+    }
+    const {
+      client, prefix = 'rl:erl:', limit, backend = 'auto', timeout = 50, setupTimeout = SETUP_TIMEOUT_MS,
+      logger = console,
+    } = options;
+    checkClient(client);
+    if (typeof prefix !== 'string') throw new TypeError(`invalid prefix: expected a string; got ${String(prefix)}`);
+    if (typeof timeout !== 'number' || !Number.isFinite(timeout) || timeout <= 0) {
+      throw new TypeError(`invalid timeout: expected a positive number of milliseconds; got ${String(timeout)}`);
+    }
+    /** @type {any} */
+    this.client = client;
+    this.send = sender(client).send;
+    this.backendOption = checkBackend(backend);
+    /** @type {'module' | 'script' | undefined} */
+    this.backend = backend === 'script' ? 'script' : undefined;
+    this.timeout = timeout;
+    this.logger = logger;
+    /** express-rate-limit's double-count check reads these: keys are shared by every instance. */
+    this.prefix = prefix;
+    /** @type {false} */
+    this.localKeys = false;
+    /** @type {import('../index.cjs').RedisModuleStoreStats} */
+    this.stats = { calls: 0, failures: 0, setupFailures: 0, backend: this.backend };
+    this[TEST_NOW] = undefined;
+    // The mode: express-rate-limit's window (algorithm undefined), or one of the module's
+    // algorithms, checked now (a policy and a concurrency limit are refused: no single key's
+    // units to count, or a lease a store cannot give back).
+    this.algorithm = undefined;
+    if (limit !== undefined) {
+      if (limit === null || typeof limit !== 'object') {
+        throw new TypeError(`invalid limit: expected { algorithm, ...parameters } (or leave it out for express-rate-limit's window); got ${String(limit)}`);
+      }
+      if (Reflect.get(limit, 'policy') !== undefined) {
+        throw new TypeError('invalid limit.policy: the store takes one algorithm; a policy needs rateLimitMiddleware or RateLimit');
+      }
+      const checked = checkLimit(limit, undefined);
+      if (checked.concurrent) {
+        throw new TypeError('invalid limit.algorithm: a concurrency limit holds a lease until the response ends, which a store cannot give back; use rateLimitMiddleware');
+      }
+      const lower = /** @type {string} */ (checked.algorithm);
+      this.algorithm = {
+        name: lower,
+        command: checked.command,
+        words: [...checked.args, ...checked.block],
+        sixth: checked.sixth,
+        // The reply's `limit`: the burst, the capacity or the window's limit (a warm-up's is 1).
+        limit: lower === 'warmup' ? 1 : Number(checked.args[0]),
+        windowMs: WINDOWED.has(lower) ? Number(checked.args[1]) : undefined,
+      };
+    }
+    // Set by init: express-rate-limit's windowMs (the counter's period), and whether a refused
+    // request is decremented later (skipFailedRequests).
+    /** @type {number | undefined} */
+    this.windowMs = undefined;
+    /** @type {Error | undefined} */
+    this.initError = new Error('RedisModuleStore: init(options) was not called; pass the store to rateLimit({ store })');
+    this.refusalsDecremented = false;
+    // With an algorithm and skipFailedRequests: per key, the resetTimes (ms) of refused requests
+    // whose decrement is still to come. A refusal took nothing, so its decrement gives nothing back.
+    /** @type {Map<string, number[]>} */
+    this.refused = new Map();
+    this.setup = new Setup(client, {
+      work: async () => {
+        if ((await this.#backend()) === 'script') await loadScriptsFor(this.backendOption, () => this.#loadOnce());
+      },
+      timeoutMs: checkSetupTimeout(setupTimeout),
+      failed: (error) => {
+        this.stats.setupFailures += 1;
+        if (error instanceof ModuleRequiredError) {
+          this.logger?.warn?.(`ratelimit: ${error.message}`);
+          return;
+        }
+        this.logger?.warn?.(
+          `ratelimit: the setup of RedisModuleStore (backend, scripts) failed (${error?.message ?? error}); ` +
+            'it runs again when the client is ready again, and until then each call asks what it needs',
+        );
+      },
+    });
+  }
+
+  /**
+   * Called once by express-rate-limit with its options: reads `windowMs` (an integer from 1 ms to
+   * 10 years), and with an algorithm checks `limit` (a number equal to the algorithm's) and, for a
+   * window or a log, that `windowMs` is its window. A bad option throws here (express-rate-limit
+   * logs it) and every later call rejects with the same error.
+   * @param {ExpressRateLimitOptionsLike} options
+   */
+  init(options) {
+    try {
+      const windowMs = options?.windowMs;
+      if (!Number.isSafeInteger(windowMs) || windowMs < 1 || windowMs > MAX_DURATION_MS) {
+        throw new TypeError(`invalid windowMs for RedisModuleStore: expected an integer number of milliseconds from 1 to 10 years; got ${String(windowMs)}`);
+      }
+      const a = this.algorithm;
+      if (a !== undefined) {
+        const limit = options.limit;
+        if (typeof limit === 'function') {
+          throw new TypeError(`invalid limit for RedisModuleStore with limit.algorithm ${a.name}: the algorithm decides, so express-rate-limit's limit must be the number it admits (${a.limit}), not a function`);
+        }
+        if (limit !== a.limit) {
+          throw new TypeError(`invalid limit for RedisModuleStore with limit.algorithm ${a.name}: express-rate-limit's limit is ${String(limit)}, the algorithm admits ${a.limit}; make them equal`);
+        }
+        if (a.windowMs !== undefined && windowMs !== a.windowMs) {
+          throw new TypeError(`invalid windowMs for RedisModuleStore with limit.algorithm ${a.name}: express-rate-limit's windowMs is ${windowMs}, the algorithm's window ${a.windowMs} ms; make them equal`);
+        }
+      }
+      this.windowMs = windowMs;
+      this.refusalsDecremented = a !== undefined && options.skipFailedRequests === true;
+      this.initError = undefined;
+    } catch (error) {
+      this.initError = error;
+      throw error;
+    }
+  }
+
+  /**
+   * One hit of `key`: `{ totalHits, resetTime }`. express-rate-limit's window: the hits of the
+   * key's window, this one included (never refused here: express-rate-limit compares with its
+   * limit), and when the window ends. An algorithm: the units the key holds taken, this one
+   * included, when admitted, and when it is fresh again; `limit + 1` and the retry time when
+   * refused (it took nothing).
+   * @param {string} key
+   * @returns {Promise<ClientRateLimitInfo>}
+   */
+  async increment(key) {
+    const sent = Date.now();
+    const r = await this.#admission(key, []);
+    const a = this.algorithm;
+    if (a === undefined) {
+      if (!r.allowed) throw new Error(`RedisModuleStore: ${this.#key(key)} has counted ${MAX_COUNT} hits in its window, the most the module counts`);
+      return { totalHits: MAX_COUNT - r.remaining, resetTime: new Date(sent + r.resetAfterMs) };
+    }
+    if (r.allowed) return { totalHits: Math.max(1, a.limit - r.remaining), resetTime: new Date(sent + r.resetAfterMs) };
+    const retryAt = sent + (r.retryAfterMs >= 0 ? r.retryAfterMs : r.resetAfterMs);
+    if (this.refusalsDecremented) {
+      const list = this.refused.get(key);
+      if (list !== undefined) list.push(retryAt);
+      else {
+        // Bounded: past 10,000 keys the oldest goes (its decrements, if any come, then refund).
+        if (this.refused.size >= 10_000) this.refused.delete(/** @type {string} */ (this.refused.keys().next().value));
+        this.refused.set(key, [retryAt]);
+      }
+    }
+    return { totalHits: a.limit + 1, resetTime: new Date(retryAt) };
+  }
+
+  /**
+   * Takes one hit of `key` back (express-rate-limit's skipFailedRequests and
+   * skipSuccessfulRequests): RL.REFUND 1. With an algorithm, a refused request took nothing,
+   * so its decrement (with skipFailedRequests) gives nothing back and costs no round trip.
+   * @param {string} key
+   * @returns {Promise<void>}
+   */
+  async decrement(key) {
+    if (this.initError !== undefined) throw this.initError;
+    const list = this.refused.get(key);
+    if (list !== undefined) {
+      const now = Date.now();
+      while (list.length > 0 && /** @type {number} */ (list[0]) <= now) list.shift();
+      const pending = list.length > 0;
+      if (pending) list.shift();
+      if (list.length === 0) this.refused.delete(key);
+      if (pending) return;
+    }
+    const given = await this.#call(['RL.REFUND', this.#key(key), '1']);
+    if (typeof given !== 'number' || (given !== 0 && given !== 1)) {
+      throw unexpected(`RL.REFUND answered ${String(given)}`);
+    }
+  }
+
+  /**
+   * The key's hits and when its window ends, or undefined for a key with none (no key, or a
+   * window that has ended), read without writing anything (COST 0 DRYRUN).
+   * @param {string} key
+   * @returns {Promise<ClientRateLimitInfo | undefined>}
+   */
+  async get(key) {
+    const sent = Date.now();
+    const r = await this.#admission(key, ['COST', '0', 'DRYRUN']);
+    if (r.allowed && r.resetAfterMs === 0) return undefined;
+    const a = this.algorithm;
+    if (a === undefined) return { totalHits: MAX_COUNT - r.remaining, resetTime: new Date(sent + r.resetAfterMs) };
+    // Refused at COST 0: a BLOCK (limit.block) in force.
+    if (!r.allowed) return { totalHits: a.limit + 1, resetTime: new Date(sent + r.retryAfterMs) };
+    return { totalHits: a.limit - r.remaining, resetTime: new Date(sent + r.resetAfterMs) };
+  }
+
+  /**
+   * Forgets `key` (DEL): its next hit starts a new window.
+   * @param {string} key
+   * @returns {Promise<void>}
+   */
+  async resetKey(key) {
+    if (this.initError !== undefined) throw this.initError;
+    this.refused.delete(key);
+    const k = this.#key(key);
+    await this.#call(['DEL', k], k);
+  }
+
+  /**
+   * express-rate-limit's shutdown: forgets what this instance keeps in memory (the refusals
+   * whose decrement is to come). The client is the application's: not closed.
+   * @returns {Promise<void>}
+   */
+  async shutdown() {
+    this.refused.clear();
+  }
+
+  #key(key) {
+    return `${this.prefix}${key}`;
+  }
+
+  // The module command for `key` in this mode, with `options` (COST 0 DRYRUN for a peek), sent;
+  // its reply read (a reply of another shape, or of another limit, rejects).
+  async #admission(key, options) {
+    if (this.initError !== undefined) throw this.initError;
+    const a = this.algorithm;
+    const k = this.#key(key);
+    const args = a === undefined
+      ? ['RL.TOKENBUCKET', k, `${MAX_COUNT}`, `${MAX_COUNT}`, `${this.windowMs}`, 'INTERVAL', ...options]
+      : [a.command, k, ...a.words, ...options];
+    const r = parseReply(await this.#call(args), a?.sixth);
+    const limit = a === undefined ? MAX_COUNT : a.limit;
+    if (r.limit !== limit) throw unexpected(`limit ${r.limit} where ${limit} was expected (${args[0]})`);
+    return r;
+  }
+
+  // A command, within `timeout` (after a setup in flight, which setupTimeout bounds): on the
+  // module as it is, on the scripts as its script (DEL as it is on either), sent by `routing`'s
+  // slot on a cluster (left out: the key the command declares). Counted; a failure rejects.
+  /**
+   * @param {string[]} args
+   * @param {string} [routing]
+   */
+  async #call(args, routing = undefined) {
+    if (this.setup.pending !== undefined) await this.setup.pending;
+    this.stats.calls += 1;
+    try {
+      return await withTimeout(() => this.#run(args, routing), this.timeout);
+    } catch (error) {
+      this.stats.failures += 1;
+      throw error;
+    }
+  }
+
+  /**
+   * @param {string[]} args
+   * @param {string | undefined} routing
+   */
+  async #run(args, routing) {
+    if (args[0] === 'DEL') return this.send(args, routing);
+    if ((this.backend ?? (await this.#backend())) === 'script') {
+      const clock = this[TEST_NOW];
+      return evalScript(this.send, args, typeof clock === 'function' ? clock() : undefined).catch((error) => {
+        throw scriptingError(error, this.backendOption);
+      });
+    }
+    return this.send(args).catch((error) => {
+      throw moduleError(this.client, error);
+    });
+  }
+
+  async #backend() {
+    if (this.backend === undefined) {
+      this.backend = await resolveBackend(this.client, this.send, this.backendOption, this.logger, () => this.#loadOnce());
+      this.stats.backend = this.backend;
+    }
+    return this.backend;
+  }
+
+  // SCRIPT LOAD of the mode's script and the refund's, once per client (loadScripts).
+  #loadOnce() {
+    const command = this.algorithm === undefined ? 'RL.TOKENBUCKET' : this.algorithm.command;
+    return loadScripts(this.client, this.send, [SCRIPT_OF[command], SCRIPT_OF['RL.REFUND']]);
+  }
+}
+
+module.exports = { RedisModuleStore };
