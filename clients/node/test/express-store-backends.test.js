@@ -1,0 +1,185 @@
+// RedisModuleStore on both backends and with the module's other algorithms, behind
+// express-rate-limit in Express apps over real HTTP: the same requests on a server with the
+// module (its debug clock) and on a plain redis-server (the script backend, on the scripts'
+// test-only clock, NOW), at one shared instant, give the same fields; express-rate-limit's
+// window on the scripts (EVALSHA, one a request); `limit: { algorithm }` (GCRA, a sliding
+// window) with its exact fields, a refusal that takes nothing and whose decrement under
+// skipFailedRequests gives nothing back; and what init and the constructor refuse, by name.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { RedisModuleStore } from '../express-rate-limit.js';
+import { DRAFT6, LEGACY, app, fields, watchDecrements } from './express-store-app.js';
+import { PATIENT, calls, moduleAndPlainForFile, quiet, sharedClock } from './helpers.js';
+
+const { m, p } = await moduleAndPlainForFile();
+
+/** A store on the module's server and one on the plain server, and their shared clock. */
+function pair(options = {}) {
+  const base = { timeout: PATIENT.timeout, setupTimeout: PATIENT.setupTimeout, logger: quiet, ...options };
+  const mod = new RedisModuleStore({ ...base, client: m, backend: 'module' });
+  const scr = new RedisModuleStore({ ...base, client: p });
+  return { mod, scr, clock: sharedClock(m, [scr]) };
+}
+
+/**
+ * A response as both backends must give it: its status, fields and body, without what is read
+ * off this process's wall clock (X-RateLimit-Reset, /info's resetTime).
+ */
+const NAMES = [...LEGACY, ...DRAFT6, 'retry-after'];
+function seen(r) {
+  const body = r.body.startsWith('{') ? { ...JSON.parse(r.body), resetTime: undefined } : r.body;
+  return [r.status, fields(r, NAMES), body];
+}
+
+test('express-rate-limit\'s window on the scripts: the module\'s fields, one EVALSHA a request', async () => {
+  const { mod, scr, clock } = pair({ prefix: 'rl:erlw:' });
+  const options = { windowMs: 30_000, limit: 2, standardHeaders: 'draft-6' };
+  const a = await app({ ...options, store: mod });
+  const b = await app({ ...options, store: scr });
+  try {
+    const evals = await calls(p, 'evalsha');
+    const steps = [[0, 'w'], [0, 'w'], [0, 'w'], [12_000, 'w'], [30_000, 'w'], [30_000, 'v']];
+    const ours = [];
+    const theirs = [];
+    for (const [ms, id] of steps) {
+      await clock.at(ms);
+      ours.push(seen(await a.as(id)));
+      theirs.push(seen(await b.as(id)));
+    }
+    assert.deepEqual(theirs, ours);
+    assert.deepEqual(ours.map(([status, f]) => [status, f['x-ratelimit-remaining'], f['ratelimit-reset'], f['retry-after']]), [
+      [200, '1', '30', undefined],
+      [200, '0', '30', undefined],
+      [429, '0', '30', '30'],
+      [429, '0', '18', '18'],
+      [200, '1', '30', undefined], // a new window, 30 s after the first hit
+      [200, '1', '30', undefined],
+    ]);
+    assert.equal(await calls(p, 'evalsha') - evals, steps.length, 'one EVALSHA a request');
+    assert.equal(scr.stats.backend, 'script');
+    assert.equal(mod.stats.backend, 'module');
+    // A decrement and a peek on the scripts: RL.REFUND's script and COST 0 DRYRUN.
+    assert.equal((await scr.get('w'))?.totalHits, 1);
+    await scr.decrement('w');
+    assert.equal(await scr.get('w'), undefined);
+  } finally {
+    await a.close();
+    await b.close();
+  }
+});
+
+test('limit: { algorithm: "gcra" }: the module decides, a refusal takes nothing, on both backends', async () => {
+  // GCRA burst 3 at 3 a minute: one unit back each 20 s.
+  const { mod, scr, clock } = pair({ prefix: 'rl:erlg:', limit: { algorithm: 'gcra', burst: 3, rate: 3, period: '1m' } });
+  const options = { windowMs: 60_000, limit: 3, standardHeaders: 'draft-6' };
+  const a = await app({ ...options, store: mod });
+  const b = await app({ ...options, store: scr });
+  try {
+    const steps = [[0, '/info'], [0, '/info'], [0, '/'], [0, '/'], [0, '/'], [20_000, '/info'], [20_000, '/']];
+    const ours = [];
+    const theirs = [];
+    for (const [ms, path] of steps) {
+      await clock.at(ms);
+      ours.push(await a.as('g', path));
+      theirs.push(await b.as('g', path));
+    }
+    assert.deepEqual(theirs.map(seen), ours.map(seen));
+    assert.deepEqual(ours.map((r) => [r.status, r.headers['x-ratelimit-remaining'], r.headers['ratelimit-reset'], r.headers['retry-after']]), [
+      [200, '2', '20', undefined],
+      [200, '1', '40', undefined],
+      [200, '0', '60', undefined],
+      [429, '0', '20', '20'], // refused: resetTime is the retry time
+      [429, '0', '20', '20'], // the refusal took nothing: still 20 s
+      [200, '0', '60', undefined], // 20 s later one unit is back, and taken
+      [429, '0', '20', '20'],
+    ]);
+    assert.deepEqual([JSON.parse(ours[0].body).used, JSON.parse(ours[1].body).used, JSON.parse(ours[5].body).used], [1, 2, 3]);
+    assert.equal(ours[3].headers['ratelimit-policy'], '3;w=60');
+  } finally {
+    await a.close();
+    await b.close();
+  }
+});
+
+test('an algorithm with skipFailedRequests: a refused request\'s decrement gives nothing back', async () => {
+  const { mod, clock } = pair({ prefix: 'rl:erlgs:', limit: { algorithm: 'gcra', burst: 2, rate: 2, period: '1m' } });
+  const decrements = watchDecrements(mod);
+  const a = await app({ windowMs: 60_000, limit: 2, skipFailedRequests: true, store: mod });
+  try {
+    await clock.at(0);
+    const refunds = await calls(m, 'rl.refund');
+    const fail = await a.as('s', '/fail');
+    await decrements.done(1);
+    assert.equal(fail.status, 400);
+    assert.equal(await calls(m, 'rl.refund') - refunds, 1, 'the failed request, admitted, gave its unit back');
+    const statuses = [(await a.as('s')).status, (await a.as('s')).status];
+    const refused = await a.as('s');
+    await decrements.done(2);
+    statuses.push(refused.status);
+    assert.deepEqual(statuses, [200, 200, 429]);
+    assert.equal(await calls(m, 'rl.refund') - refunds, 1, 'the refusal took nothing: no RL.REFUND');
+    const still = await a.as('s');
+    assert.deepEqual([still.status, still.headers['retry-after']], [429, '30']);
+    await decrements.done(3);
+    assert.equal(await calls(m, 'rl.refund') - refunds, 1);
+  } finally {
+    await a.close();
+  }
+});
+
+test('limit: { algorithm: "slidingwindow" }: its window is windowMs; what init refuses is logged and every request fails', async () => {
+  const { mod, scr, clock } = pair({ prefix: 'rl:erlsw:', limit: { algorithm: 'slidingwindow', limit: 2, window: '10s' } });
+  const options = { windowMs: 10_000, limit: 2, standardHeaders: 'draft-6' };
+  const a = await app({ ...options, store: mod });
+  const b = await app({ ...options, store: scr });
+  try {
+    const ours = [];
+    const theirs = [];
+    // (Half a second past the windows' edges, T0 being on one: the module's sliding window frees
+    // a unit a microsecond past an edge, so a wait there is x001 ms, which the fields round up
+    // to one second more or not by how long the response took.)
+    for (const ms of [500, 500, 500, 5_500, 10_500, 12_500]) {
+      await clock.at(ms);
+      ours.push(await a.as('sw'));
+      theirs.push(await b.as('sw'));
+    }
+    assert.deepEqual(theirs.map(seen), ours.map(seen));
+    assert.deepEqual(ours.map((r) => [r.status, r.headers['x-ratelimit-remaining'], r.headers['retry-after']]), [
+      [200, '1', undefined], [200, '0', undefined], [429, '0', '10'], [429, '0', '5'],
+      // 10.5 s: the two hits are the previous window's, floor(2 × 0.95) = 1 of them counted: one
+      // more fits; 12.5 s: floor(2 × 0.75) + 1 = 2, full until the previous window counts 0 (15 s).
+      [200, '0', undefined], [429, '0', '3'],
+    ]);
+  } finally {
+    await a.close();
+    await b.close();
+  }
+  const init = 'express-rate-limit: error during store initialization.';
+  const cases = [
+    [{ windowMs: 60_000, limit: 2 }, "invalid windowMs for RedisModuleStore with limit.algorithm slidingwindow: express-rate-limit's windowMs is 60000, the algorithm's window 10000 ms; make them equal"],
+    [{ windowMs: 10_000, limit: 5 }, "invalid limit for RedisModuleStore with limit.algorithm slidingwindow: express-rate-limit's limit is 5, the algorithm admits 2; make them equal"],
+    [{ windowMs: 10_000, limit: () => 2 }, "invalid limit for RedisModuleStore with limit.algorithm slidingwindow: the algorithm decides, so express-rate-limit's limit must be the number it admits (2), not a function"],
+  ];
+  for (const [options, message] of cases) {
+    const s = new RedisModuleStore({ client: m, limit: { algorithm: 'slidingwindow', limit: 2, window: '10s' }, logger: quiet });
+    const bad = await app({ ...options, store: s });
+    try {
+      assert.deepEqual(bad.logger.lines.map(([kind, m2, e]) => [kind, m2, e?.message]), [['error', init, message]]);
+      const r = await bad.as('x');
+      assert.deepEqual([r.status, r.body], [500, message]);
+    } finally {
+      await bad.close();
+    }
+  }
+  assert.throws(() => new RedisModuleStore(/** @type {any} */ ({ client: m, limit: { algorithm: 'concurrency', limit: 2, lease: '30s' } })), {
+    name: 'TypeError',
+    message: 'invalid limit.algorithm: a concurrency limit holds a lease until the response ends, which a store cannot give back; use rateLimitMiddleware',
+  });
+  assert.throws(() => new RedisModuleStore(/** @type {any} */ ({ client: m, limit: { policy: 'api' } })), {
+    message: 'invalid limit.policy: the store takes one algorithm; a policy needs rateLimitMiddleware or RateLimit',
+  });
+  assert.throws(() => new RedisModuleStore(/** @type {any} */ ({ client: m, limit: { algorithm: 'gcra', burst: 0, rate: 1, period: '1s' } })), {
+    message: 'invalid limit.burst: expected an integer from 1 to 10^12; got 0',
+  });
+});

@@ -1,0 +1,142 @@
+// RedisModuleStore behind express-rate-limit over node-redis's cluster client (createCluster),
+// on two 3-primary clusters of startCluster, one with the module on its debug clock and one
+// without (the script backend, on the scripts' test-only clock): keys on every node, each
+// request one call on its key's node (INFO commandstats of each node), decrement, get and
+// resetKey (DEL) by the key's slot; and over node-redis's Sentinel client (createSentinel), a
+// real Sentinel process watching a primary with the module.
+
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import { createSentinel } from 'redis';
+import { RedisModuleStore } from '../express-rate-limit.js';
+import { TEST_NOW } from '../lib/scripts.cjs';
+import { app } from './express-store-app.js';
+import { PATIENT, T0_MS, calls, connect, freePort, quiet, startCluster, startRedis } from './helpers.js';
+
+const stacks = {}; // 'module' and 'script': startCluster's { direct, cluster, nodeOf, calls, ... }
+
+before(async () => {
+  [stacks.module, stacks.script] = await Promise.all([startCluster(), startCluster({ withModule: false })]);
+  for (const c of stacks.module.direct) await c.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+});
+
+after(async () => {
+  await Promise.all(Object.values(stacks).map((s) => s?.stop()));
+});
+
+/** Three application keys, one whose Redis key (`prefix` + key) is on each node, in node order. */
+async function keysOnEveryNode(kind, prefix) {
+  const keys = [];
+  for (let i = 0; keys.filter(Boolean).length < 3; i++) {
+    const node = await stacks[kind].nodeOf(`${prefix}k${i}`);
+    keys[node] ??= `k${i}`;
+  }
+  return keys;
+}
+
+for (const kind of ['module', 'script']) {
+  test(`a cluster (${kind}): each request one call on its key's node, all three nodes`, async () => {
+    const s = stacks[kind];
+    const store = new RedisModuleStore({ client: s.cluster, prefix: `rl:erlc:${kind}:`, ...PATIENT, logger: quiet });
+    if (kind === 'script') store[TEST_NOW] = () => T0_MS * 1000;
+    const a = await app({ windowMs: 60_000, limit: 2, store });
+    try {
+      const keys = await keysOnEveryNode(kind, `rl:erlc:${kind}:`);
+      const command = kind === 'module' ? 'rl.tokenbucket' : 'evalsha';
+      for (const [node, key] of keys.entries()) {
+        const before = await Promise.all([0, 1, 2].map((i) => s.calls(i, command)));
+        const statuses = [];
+        for (let i = 0; i < 4; i++) {
+          const r = await a.as(key);
+          statuses.push([r.status, r.headers['x-ratelimit-remaining']]);
+        }
+        assert.deepEqual(statuses, [[200, '1'], [200, '0'], [429, '0'], [429, '0']], `key ${key} on node ${node}`);
+        const afterCalls = await Promise.all([0, 1, 2].map((i) => s.calls(i, command)));
+        assert.deepEqual(afterCalls.map((n, i) => n - before[i]), [0, 1, 2].map((i) => (i === node ? 4 : 0)));
+        assert.equal((await store.get(key))?.totalHits, 4);
+        await store.decrement(key);
+        assert.equal((await store.get(key))?.totalHits, 3);
+        await a.limiter.resetKey(key);
+        assert.equal(await s.direct[node].exists(`rl:erlc:${kind}:${key}`), 0);
+        assert.equal(await store.get(key), undefined);
+      }
+      assert.equal(store.stats.backend, kind);
+    } finally {
+      await a.close();
+    }
+  });
+}
+
+/** A Sentinel process watching `main` at 127.0.0.1:`primary` (quorum 1), stopped by its PID. */
+async function startSentinel(primary) {
+  const port = await freePort();
+  const dir = mkdtempSync(path.join(tmpdir(), 'rl-erl-sentinel-'));
+  const conf = path.join(dir, 'sentinel.conf');
+  writeFileSync(conf, `port ${port}\nbind 127.0.0.1\ndir ${dir}\nsentinel monitor main 127.0.0.1 ${primary} 1\n`);
+  const child = spawn(process.env.RATELIMIT_SERVER || 'redis-server', [conf, '--sentinel'], { stdio: 'ignore' });
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      const gone = new Promise((r) => child.once('exit', r));
+      process.kill(child.pid, 'SIGKILL');
+      await gone;
+    }
+    rmSync(dir, { recursive: true, force: true });
+  };
+  // Ready when it names the primary (SENTINEL get-master-addr-by-name answers its port).
+  for (;;) {
+    assert.equal(child.exitCode, null, 'Sentinel exited');
+    const named = await new Promise((resolve) => {
+      const sock = net.connect(port, '127.0.0.1');
+      let data = '';
+      sock.once('connect', () => sock.write('SENTINEL get-master-addr-by-name main\r\n'));
+      sock.on('data', (d) => {
+        data += d;
+        if (data.includes(`${primary}\r\n`) || data.startsWith('*-1') || data.startsWith('-')) {
+          sock.destroy();
+          resolve(data.includes(`${primary}\r\n`));
+        }
+      });
+      sock.once('error', () => resolve(false));
+    });
+    if (named) return { port, stop };
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+test('a Sentinel client: the store on the primary Sentinel names', async () => {
+  const primary = await startRedis();
+  const direct = await connect(primary);
+  const sentinel = await startSentinel(primary.port);
+  const client = createSentinel({ name: 'main', sentinelRootNodes: [{ host: '127.0.0.1', port: sentinel.port }] });
+  client.on('error', () => {});
+  try {
+    await client.connect();
+    await direct.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+    const a = await app({
+      windowMs: 60_000, limit: 2, standardHeaders: 'draft-7',
+      store: new RedisModuleStore({ client, ...PATIENT, logger: quiet }),
+    });
+    try {
+      const before = await calls(direct, 'rl.tokenbucket');
+      const seen = [];
+      for (let i = 0; i < 3; i++) seen.push(await a.as('s'));
+      assert.deepEqual(seen.map((r) => [r.status, r.headers.ratelimit]), [
+        [200, 'limit=2, remaining=1, reset=60'], [200, 'limit=2, remaining=0, reset=60'], [429, 'limit=2, remaining=0, reset=60'],
+      ]);
+      assert.equal(await calls(direct, 'rl.tokenbucket') - before, 3);
+      assert.equal(await direct.exists('rl:erl:s'), 1);
+    } finally {
+      await a.close();
+    }
+  } finally {
+    await client.close().catch(() => {});
+    direct.destroy();
+    await sentinel.stop();
+    await primary.stop();
+  }
+});
