@@ -479,7 +479,7 @@ export interface RedisModuleStoreOptions {
   limit?: AlgorithmLimit & Block;
   /** "auto" (default), "module" or "script", as RateLimitOptions' backend. */
   backend?: 'auto' | 'module' | 'script';
-  /** Milliseconds a call may wait for Redis before it rejects (express-rate-limit's passOnStoreError decides); default 50. */
+  /** Milliseconds a call may wait for Redis before it rejects (express-rate-limit's passOnStoreError decides); default 1000. */
   timeout?: number;
   /** Milliseconds the setup (backend, scripts) may take; default 1000. */
   setupTimeout?: number;

@@ -62,7 +62,7 @@ class RedisModuleStore {
       }
     }
     const {
-      client, prefix = 'rl:erl:', limit, backend = 'auto', timeout = 50, setupTimeout = SETUP_TIMEOUT_MS,
+      client, prefix = 'rl:erl:', limit, backend = 'auto', timeout = 1000, setupTimeout = SETUP_TIMEOUT_MS,
       logger = console,
     } = options;
     checkClient(client);

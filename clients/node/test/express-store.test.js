@@ -4,9 +4,9 @@
 // with the exact fields of standardHeaders draft-6, draft-7 and draft-8 and the legacy ones;
 // `limit` as a number and as a function, `handler`, `message`, `statusCode`,
 // `requestPropertyName`, `keyGenerator`, skipFailedRequests and skipSuccessfulRequests (the
-// decrement awaited as an event), passOnStoreError with Redis stopped, two app instances on one
-// Redis counting together, resetKey and getKey; one module call per request (INFO
-// commandstats); and the store's own calls, checks and errors.
+// decrement awaited as an event), passOnStoreError with Redis hung (the store's timeout) and
+// stopped, two app instances on one Redis counting together, resetKey and getKey; one module
+// call per request (INFO commandstats); and the store's own calls, checks and errors.
 
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
@@ -213,7 +213,7 @@ test('two app instances on one Redis count together; resetKey and getKey', async
   }
 });
 
-test('passOnStoreError with Redis stopped: passed (and logged) or refused with a 500', async () => {
+test('passOnStoreError with Redis hung and stopped: passed (and logged) or refused with a 500', async () => {
   const gone = await startRedis();
   const c = await connect(gone);
   const open = store({ client: c, prefix: 'rl:erldown:', timeout: 5_000 });
@@ -223,6 +223,23 @@ test('passOnStoreError with Redis stopped: passed (and logged) or refused with a
   try {
     assert.equal((await passing.as('d')).status, 200);
     assert.equal(open.stats.backend, 'module');
+    // A hang (SIGSTOP): the call rejects after the store's timeout, and passes.
+    const hung = store({ client: c, prefix: 'rl:erldown:', timeout: 200 });
+    const waiting = await app({ windowMs: 60_000, limit: 1, passOnStoreError: true, store: hung });
+    try {
+      assert.equal((await waiting.as('h')).status, 200);
+      gone.pause();
+      const r = await waiting.as('h');
+      gone.resume();
+      assert.deepEqual([r.status, r.headers['x-ratelimit-limit']], [200, undefined]);
+      assert.ok(r.after - r.before >= 190, `answered after ${r.after - r.before} ms, before the timeout`);
+      assert.deepEqual(waiting.logger.lines.map(([, m, e]) => [m, e?.message]),
+        [['express-rate-limit: error from store, allowing request without rate-limiting.', 'no answer from Redis within 200 ms']]);
+      assert.equal(hung.stats.failures, 1);
+    } finally {
+      if (gone.paused) gone.resume();
+      await waiting.close();
+    }
     await gone.stop();
     const passed = await passing.as('d');
     assert.deepEqual([passed.status, passed.body, passed.headers['x-ratelimit-limit']], [200, 'hello', undefined]);
