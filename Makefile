@@ -35,11 +35,12 @@ dist: test-deps
 # The lints (as `make lint`: rustfmt, clippy and rustdoc with warnings denied, mypy), the unit,
 # property and doc tests; then against each of six servers (Debian's Redis 7.0, Redis 7.4, 8.2 and
 # 8.10, Valkey 8.1 and 9.1), real processes that the tests start on free loopback ports and
-# stop themselves: the integration tests, make dist's x86_64 module (the smoke tests: version,
-# algorithms, GCRA, persistence, damaged payloads), the Python and Node packages' tests; and
-# the aarch64 module in an aarch64 Redis 8.2 under qemu-user. The runs against different
-# servers go side by side (scripts/test.sh: RATELIMIT_TEST_JOBS at a time, 6 by default).
-test: test-deps build servers dist
+# stop themselves: the integration tests, the Python and Node packages' tests, the gateway's,
+# all with the release's modules (make dist's, as users install them; `build`'s host module is
+# for `make run`): the x86_64 one, and the aarch64 one in an aarch64 Redis 8.2 under qemu-user
+# (the smoke tests: version, algorithms, GCRA, persistence). The runs against different servers
+# go side by side (scripts/test.sh: RATELIMIT_TEST_JOBS at a time, 6 by default).
+test: test-deps servers dist
 	bash scripts/test.sh
 
 # Not part of `make test` or CI: numbers on a shared 2-core machine are for reading, not for
