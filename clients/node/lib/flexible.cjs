@@ -7,16 +7,15 @@
 const { DenialMemory, monotonicMs } = require('./denial-memory.cjs');
 const { MAX_COUNT, MAX_DURATION_MS, durationMs } = require('./limits.cjs');
 const { parseReply } = require('./reply.cjs');
+const { clientOf } = require('./client.cjs');
 const { SETUP_TIMEOUT_MS, Setup, checkSetupTimeout, checkStoreClient, loadScripts, loadScriptsFor } = require('./setup.cjs');
 const {
   ModuleRequiredError,
   SCRIPT_OF,
   TEST_NOW,
   checkBackend,
-  clusterKey,
   evalMulti,
   evalScript,
-  isCluster,
   moduleError,
   resolveBackend,
   scriptingError,
@@ -71,18 +70,19 @@ class RateLimiterRedis {
     for (const o of UNSUPPORTED_OPTIONS) {
       if (Reflect.get(opts, o)) throw new Error(`${o} is not supported by ratelimit-redis-module's RateLimiterRedis`);
     }
-    // A client it cannot drive is refused now, by name (an ioredis client would fail deep
-    // inside ioredis at the first consume).
+    // A client it cannot drive is refused now, by name.
     checkStoreClient(opts.storeClient);
-    // A standalone or a cluster client, told apart at run time (isCluster).
+    // node-redis's or ioredis's, a standalone or a cluster client (client.cjs): on a cluster each
+    // command to its key's node (the SCRIPT LOAD after NOSCRIPT too), COMMAND INFO to any, a
+    // MULTI to its key's. An object that only says whether it is ready (rejectIfRedisNotReady's
+    // stand-in for a client not connected) has no adapter: it is never sent anything.
     /** @type {any} */
     this.client = opts.storeClient;
-    // node-redis's cluster client (createCluster) as RateLimit takes it: each command to its
-    // key's node (the SCRIPT LOAD after NOSCRIPT too), COMMAND INFO to any, a MULTI to its key's.
-    this.cluster = isCluster(this.client);
-    this.send = this.cluster
-      ? (args, key = clusterKey(args)) => this.client.sendCommand(key, false, args)
-      : (args) => this.client.sendCommand(args);
+    const adapter = typeof this.client.sendCommand === 'function' ? clientOf(this.client) : undefined;
+    this.adapter = adapter;
+    this.cluster = adapter?.cluster ?? false;
+    /** @type {(args: string[], key?: string) => Promise<any>} */
+    this.send = adapter !== undefined ? adapter.send : () => Promise.reject(new Error('storeClient has no sendCommand'));
     // The backend, as RateLimit's (not in rate-limiter-flexible): "auto" (default), "module" or
     // "script"; `backend` is 'module' or 'script' once decided. `logger` hears the choice.
     this.backendOption = checkBackend(opts.backend ?? 'auto');
@@ -210,10 +210,16 @@ class RateLimiterRedis {
   }
 
   // rejectIfRedisNotReady: a command is not sent, and the call rejects at once, unless the client
-  // says it is ready: node-redis's isReady (a boolean since node-redis 4, a function before), or
-  // failing that its isOpen (false once the client is closed).
+  // says it is ready: ioredis's `status` 'ready'; node-redis's isReady (a boolean since node-redis
+  // 4, a function before), or failing that its isOpen (false once the client is closed).
   #checkReady() {
     if (!this.rejectIfRedisNotReady) return;
+    // ioredis's client (or a stand-in for one not connected: `{ status: 'closed' }`, as
+    // rate-limiter-flexible's tests give it) says it with `status`.
+    if (this.adapter?.kind === 'ioredis' || (this.adapter === undefined && typeof this.client.status === 'string')) {
+      if (this.client.status !== 'ready') throw new Error('Redis connection is not ready');
+      return;
+    }
     const { isReady, isOpen } = this.client;
     let ready = isOpen !== false;
     if (typeof isReady === 'function') ready = Boolean(isReady.call(this.client));
@@ -264,16 +270,12 @@ class RateLimiterRedis {
         throw scriptingError(error, this.backendOption);
       });
     }
-    if (this.cluster) {
-      const multi = this.client.multi(commands[0][1]);
-      for (const args of commands) multi.addCommand(undefined, false, args);
-      return multi.exec();
-    }
-    const multi = this.client.multi();
-    for (const args of commands) multi.addCommand(args);
-    return multi.exec().catch((error) => {
+    const replies = await /** @type {NonNullable<typeof this.adapter>} */ (this.adapter).multi(commands, commands[0][1]).catch((error) => {
       throw moduleError(this.client, error);
     });
+    const failed = replies.find((r) => r instanceof Error);
+    if (failed !== undefined) throw moduleError(this.client, failed);
+    return replies;
   }
 
   // msBeforeNext: -1 for "never", as rate-limiter-flexible says of a key without expiry. The

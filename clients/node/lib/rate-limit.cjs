@@ -18,13 +18,13 @@ const { LocalBudget, lapsesAtWindowEnd } = require('./local-budget.cjs');
 const { MAX_DURATION_MS, count, moreAfterMs, policyShapes } = require('./limits.cjs');
 const { parseReply } = require('./reply.cjs');
 const { checkCall, checkFlag, checkOptions } = require('./validations.cjs');
+const { clusterKey } = require('./client.cjs');
 const { Setup, loadScripts, loadScriptsFor, sender } = require('./setup.cjs');
 const {
   ModuleRequiredError,
   POLICY_SCRIPT_OF,
   SCRIPT_OF,
   TEST_NOW,
-  clusterKey,
   evalPolicy,
   evalScript,
   moduleError,
@@ -185,10 +185,11 @@ class RateLimit {
       client, prefix, timeout, failMode, denialMemory, logger, now, backend, setupTimeout, durable,
       durableTimeoutMs, limit, localBudget,
     } = checkOptions(options);
-    // The three kinds of client are told apart at run time (setup.cjs, sender).
+    // The kinds of client are told apart at run time (client.cjs, through setup.cjs's sender).
     /** @type {any} */
     this.client = client;
     const how = sender(client);
+    this.adapter = how.adapter;
     this.sentinel = how.sentinel;
     this.cluster = how.cluster;
     this.send = how.send;
@@ -459,10 +460,15 @@ class RateLimit {
   }
 
   // The command, and with `durable` (not for a DRYRUN) `WAIT durable durableTimeoutMs` sent in
-  // the same round trip (node-redis pipelines what is sent in one tick on one connection; the
-  // Sentinel client's are sent on one leased connection): [reply, replicas that acknowledged].
-  // On a cluster, WAIT goes after the reply, to the node the command was last sent to (by its
-  // key: a policy's scripts run on the node of its rule keys).
+  // the same round trip on the same connection (WAIT vouches for the writes of its own
+  // connection): [reply, replicas that acknowledged]. node-redis's standalone client and
+  // ioredis's (a server or a Sentinel setup: one connection each) write what is sent in one tick
+  // in order on their connection. node-redis's Sentinel client sends each command on a
+  // connection of its pool: the command and its WAIT go as one pipeline (its multi's
+  // execAsPipeline, run on one of its connections without the per-call client `use` builds),
+  // each command #run sends with a WAIT of its own, and the last WAIT's count is the answer. On a
+  // cluster, WAIT goes after the reply, to the node the command was last sent to (by its key: a
+  // policy's scripts run on the node of its rule keys).
   async #sendWaiting(args, dryRun) {
     if (this.durable === 0 || dryRun) return [await this.#run(args), undefined];
     // The backend known first, so that the command leaves before WAIT, in the same tick.
@@ -477,21 +483,26 @@ class RateLimit {
       const reply = await this.#run(args, send);
       return [reply, Number(await this.send(wait, routed))];
     }
+    if (this.sentinel) {
+      // A command sent again (after NOSCRIPT, or RULEKEYS) has its own WAIT in its own pipeline.
+      let acked;
+      const paired = async (/** @type {string[]} */ a) => {
+        const [reply, count] = await this.adapter.pipeline([a, wait]);
+        acked = count;
+        return reply;
+      };
+      const reply = await this.#run(args, paired);
+      return [reply, Number(acked)];
+    }
     // A command sent again (after NOSCRIPT, or RULEKEYS for a policy that lost rules) writes
     // after that WAIT, which cannot vouch for it: a WAIT of its own follows the reply then.
-    const both = async (send) => {
-      let sent = 0;
-      const counted = (/** @type {string[]} */ a) => {
-        sent += 1;
-        return send(a);
-      };
-      const [reply, acked] = await Promise.all([this.#run(args, counted), send(wait)]);
-      return [reply, sent > 1 ? await send(wait) : acked];
+    let sent = 0;
+    const counted = (/** @type {string[]} */ a) => {
+      sent += 1;
+      return this.send(a);
     };
-    const [reply, acked] = this.sentinel
-      ? await this.client.use((c) => both((a) => c.sendCommand(false, a)))
-      : await both(this.send);
-    return [reply, Number(acked)];
+    const [reply, acked] = await Promise.all([this.#run(args, counted), this.send(wait)]);
+    return [reply, Number(sent > 1 ? await this.send(wait) : acked)];
   }
 
   // An admission fewer replicas than `durable` acknowledged throws (the request then fails as

@@ -18,6 +18,8 @@ const { createHash } = require('node:crypto');
 const { existsSync, readFileSync } = require('node:fs');
 const path = require('node:path');
 
+const { clientOf } = require('./client.cjs');
+
 const here = __dirname;
 
 /**
@@ -181,30 +183,6 @@ function checkBackend(backend) {
     throw new TypeError(`invalid backend: expected "auto", "module" or "script"; got ${String(backend)}`);
   }
   return backend;
-}
-
-/**
- * Whether `client` is node-redis's cluster client (createCluster): its sendCommand takes
- * (firstKey, isReadonly, args) and its multi(routing) a key; it alone has getSlotMaster and
- * nodeClient (the Sentinel client has getMasterNode, the standalone client neither).
- */
-function isCluster(client) {
-  return typeof client?.getMasterNode !== 'function' && typeof client?.getSlotMaster === 'function' &&
-    typeof client?.nodeClient === 'function';
-}
-
-/**
- * The key a command is routed by on a cluster client when none is given: a module command's
- * (`[command, key, ...]`), EVALSHA's (and EVAL's) first declared key; none (any node) for what
- * declares none: COMMAND INFO, RL.POLICY.GET and RL.POLICY.SET (policies are the cluster's: the
- * module spreads a change over the cluster bus; RateLimit sends its SET with the key of the
- * RL.LIMIT that follows). WAIT and SCRIPT LOAD are sent with the key of the command before them.
- */
-function clusterKey(args) {
-  const command = String(args[0]).toUpperCase();
-  if (command === 'EVALSHA' || command === 'EVAL') return Number(args[2]) > 0 ? args[3] : undefined;
-  if (command.startsWith('RL.') && !command.startsWith('RL.POLICY.')) return args[1];
-  return undefined;
 }
 
 // Test-only: a limiter with this symbol set to a function returning µs sends the scripts' test
@@ -383,11 +361,12 @@ async function evalLoading(send, call, source, key) {
 }
 
 /**
- * Runs module commands in one MULTI as their scripts with node-redis's `client`: EVALSHA each.
- * The entries that NOSCRIPT did nothing; from the first of them on, the entries run again in
- * a second MULTI after SCRIPT LOAD of every script it needs (RateLimiterRedis's MULTIs run
- * one script twice, which fails or succeeds both times, or a write then a DRYRUN, which reads
- * again harmlessly). Resolves to the replies, as exec() does.
+ * Runs module commands in one MULTI as their scripts with `client` (client.cjs's adapter's
+ * `multi`): EVALSHA each. The entries that NOSCRIPT did nothing; from the first of them on, the
+ * entries run again in a second MULTI after SCRIPT LOAD of every script it needs
+ * (RateLimiterRedis's MULTIs run one script twice, which fails or succeeds both times, or a
+ * write then a DRYRUN, which reads again harmlessly). Resolves to the replies; rejects with the
+ * first error among them.
  */
 async function evalMulti(client, commands, now = undefined) {
   const calls = commands.map((args) => {
@@ -400,19 +379,10 @@ async function evalMulti(client, commands, now = undefined) {
   });
   // On a cluster, the MULTI goes to the node of the first command's key (the commands of one
   // MULTI share their key).
-  const cluster = isCluster(client);
+  const adapter = clientOf(client);
+  const key = calls[0].call[3];
   const exec = async (list, load) => {
-    const multi = cluster ? client.multi(calls[0].call[3]) : client.multi();
-    const add = cluster ? (args) => multi.addCommand(undefined, false, args) : (args) => multi.addCommand(args);
-    for (const name of load) add(['SCRIPT', 'LOAD', scripts()[name].source]);
-    for (const { call } of list) add(call);
-    let replies;
-    try {
-      replies = await multi.exec();
-    } catch (error) {
-      if (!Array.isArray(error?.replies)) throw error;
-      replies = error.replies;
-    }
+    const replies = await adapter.multi([...load.map((name) => ['SCRIPT', 'LOAD', scripts()[name].source]), ...list.map((c) => c.call)], key);
     // A SCRIPT LOAD refused (a server without Lua): the reason its calls failed, not their NOSCRIPT.
     const refused = replies.slice(0, load.length).find((r) => r instanceof Error);
     if (refused !== undefined) throw refused;
@@ -426,7 +396,7 @@ async function evalMulti(client, commands, now = undefined) {
   }
   const failed = replies.findIndex((r) => r instanceof Error);
   if (failed >= 0) {
-    const send = cluster ? (args) => client.sendCommand(calls[0].call[3], false, args) : (args) => client.sendCommand(args);
+    const send = (args) => adapter.send(args, key);
     throw await refusedInScript(replies[failed], calls[failed].name, calls[failed].call[3], send);
   }
   return replies;
@@ -520,8 +490,6 @@ module.exports = {
   scriptingError,
   moduleError,
   checkBackend,
-  isCluster,
-  clusterKey,
   TEST_NOW,
   resolveBackend,
   noPermission,

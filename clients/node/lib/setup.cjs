@@ -1,7 +1,6 @@
 // What happens between a limiter's creation and its first request: the client it was given,
-// checked (a client the package does not take is refused in the constructor, by name) and told
-// apart from the other kinds of node-redis client (sender: how a command is sent on it), and its
-// setup: the backend (`COMMAND INFO` for "auto", once per client), its scripts
+// checked (a client the package does not take is refused in the constructor, by name; how a
+// command is sent on each kind is client.cjs's), and its setup: the backend (`COMMAND INFO` for "auto", once per client), its scripts
 // (`SCRIPT LOAD`, on every primary of a cluster) and a policy's rules on the module
 // (`RL.POLICY.SET`), asked in the background when the limiter is created with a ready client
 // and again each time its client becomes ready (a server that restarted has an empty script
@@ -12,18 +11,11 @@
 // @ts-check
 'use strict';
 
-const { clusterKey, isCluster, scriptingError, scripts } = require('./scripts.cjs');
+const { clientOf, isIoredis } = require('./client.cjs');
+const { scriptingError, scripts } = require('./scripts.cjs');
 
 /** The default `setupTimeout`: how long a setup may take before it counts as failed. */
 const SETUP_TIMEOUT_MS = 1000;
-
-/**
- * Whether `client` is an ioredis client (Redis or Cluster): its sendCommand takes a Command
- * object, not a command's words, so the package cannot drive it (issue 41 is to take it).
- */
-function isIoredis(client) {
-  return typeof client?.pipeline === 'function' && typeof client?.status === 'string' && typeof client?.isCluster === 'boolean';
-}
 
 /** A value as an error message names it: its class, or its type. */
 function described(value) {
@@ -34,56 +26,47 @@ function described(value) {
 
 /**
  * `client` checked for RateLimit (and the middleware): node-redis's standalone client
- * (createClient), its Sentinel client (createSentinel) or its cluster client (createCluster).
- * Throws a TypeError that says which clients it takes and what it got.
+ * (createClient), its Sentinel client (createSentinel) or its cluster client (createCluster), or
+ * ioredis's client (`new Redis()`, a server or a Sentinel setup) or its `Cluster`. Throws a
+ * TypeError that says which clients it takes and what it got.
  */
 function checkClient(client) {
-  const takes = 'expected a node-redis client (createClient, createSentinel or createCluster from "redis")';
-  if (isIoredis(client)) {
-    throw new TypeError(`invalid client: ${takes}; got an ioredis client, which the package does not take yet`);
-  }
+  if (isIoredis(client)) return;
   if (client === null || typeof client !== 'object' || typeof client.sendCommand !== 'function') {
-    throw new TypeError(`invalid client: ${takes}; got ${described(client)}`);
+    throw new TypeError(`invalid client: expected a node-redis client (createClient, createSentinel or createCluster from "redis") or an ioredis client (new Redis() or new Cluster() from "ioredis"); got ${described(client)}`);
   }
 }
 
 /**
- * How a limiter sends a command on `client`, of the three kinds of node-redis client: its
- * Sentinel client (createSentinel) takes sendCommand(isReadonly, args), its standalone client
- * sendCommand(args); the Sentinel client alone has getMasterNode. Its cluster client
- * (createCluster) takes sendCommand(firstKey, isReadonly, args), firstKey choosing the node
- * (undefined: any); it alone has getSlotMaster and nodeClient. `send(args, key)`: on a cluster,
- * to the primary of `key`'s slot (left out: the key the command declares, clusterKey),
- * elsewhere to the one server (`key` ignored).
+ * How a limiter sends a command on `client` (client.cjs's adapter): `send(args, key)`, on a
+ * cluster to the primary of `key`'s slot (left out: the key the command declares,
+ * clusterKey), elsewhere to the one server (`key` ignored); whether it is a cluster client, and
+ * node-redis's Sentinel client.
  * @param {any} client
  */
 function sender(client) {
-  const sentinel = typeof client.getMasterNode === 'function';
-  const cluster = isCluster(client);
-  /** @type {(args: string[], key?: string) => Promise<unknown>} */
-  let send = (args) => client.sendCommand(args);
-  if (sentinel) send = (args) => client.sendCommand(false, args);
-  else if (cluster) send = (args, key = clusterKey(args)) => client.sendCommand(key, false, args);
-  return { sentinel, cluster, send };
+  const adapter = clientOf(client);
+  return { sentinel: adapter.sentinel, cluster: adapter.cluster, send: adapter.send, adapter };
 }
 
 /**
  * `storeClient` checked for RateLimiterRedis: node-redis's standalone client (createClient) or
- * its cluster client (createCluster), the two its commands and MULTIs are written for. Throws
- * an Error (as rate-limiter-flexible's option errors are) that says which clients it takes.
+ * its cluster client (createCluster), or ioredis's client (`new Redis()`, a server or a Sentinel
+ * setup) or its `Cluster`. Throws an Error (as rate-limiter-flexible's option errors are) that
+ * says which clients it takes.
  */
 function checkStoreClient(client) {
-  const takes = 'RateLimiterRedis takes a node-redis client (createClient from "redis") or its cluster client (createCluster)';
-  if (isIoredis(client)) {
-    throw new Error(`invalid storeClient: ${takes}; got an ioredis client, which it does not take yet`);
-  }
+  const takes = 'RateLimiterRedis takes a node-redis client (createClient from "redis") or its cluster client (createCluster), ' +
+    'or an ioredis client (new Redis() or new Cluster() from "ioredis")';
+  if (isIoredis(client)) return;
   if (typeof client?.getMasterNode === 'function') {
     throw new Error(`invalid storeClient: ${takes}; got node-redis's Sentinel client (createSentinel), which it does not take (RateLimit and rateLimitMiddleware do)`);
   }
   // An object without sendCommand that says whether it is ready is taken, as rate-limiter-flexible
-  // takes it: its own tests stand for a client not connected with `{ isReady: () => false }` or
-  // `{ isOpen: false }` and rejectIfRedisNotReady, which then sends nothing.
-  const saysReady = client?.isReady !== undefined || client?.isOpen !== undefined;
+  // takes it: its own tests stand for a client not connected with `{ isReady: () => false }`,
+  // `{ isOpen: false }` or ioredis's `{ status: 'closed' }` and rejectIfRedisNotReady, which then
+  // sends nothing.
+  const saysReady = client?.isReady !== undefined || client?.isOpen !== undefined || typeof client?.status === 'string';
   if (client === null || typeof client !== 'object' || (typeof client.sendCommand !== 'function' && !saysReady)) {
     throw new Error(`invalid storeClient: ${takes}; got ${described(client)}`);
   }
@@ -98,30 +81,31 @@ function checkSetupTimeout(ms) {
 }
 
 /**
- * Whether `client` can take commands now: node-redis's `isReady` (the standalone and the
- * Sentinel client), or for its cluster client, open with its primaries known. Anything else (a
+ * Whether `client` can take commands now (client.cjs's `ready`: node-redis's `isReady`, or for
+ * its cluster client open with its primaries known; ioredis's `status` 'ready'). Anything else (a
  * wrapper of the application's) is not known to be: its setup waits for the first request.
  */
 function clientReady(client) {
-  if (isCluster(client)) return client.isOpen === true && Array.isArray(client.masters) && client.masters.length > 0;
-  return client.isReady === true;
+  if (client === null || typeof client !== 'object') return false;
+  if (typeof client.sendCommand !== 'function' && !isIoredis(client)) return client.isReady === true;
+  return clientOf(client).ready();
 }
 
-// Per client, the setups to run again when it becomes ready: node-redis's standalone client
-// says 'ready' at each connection (a reconnection included), its cluster client 'connect' once
-// its slots are known. One listener per client however many limiters share it (node-redis warns
-// past ten), holding each setup weakly: a limiter the application lets go is not kept alive by
-// its client. Dead entries are dropped as the set grows and at each event.
+// Per client, the setups to run again when it becomes ready (client.cjs's `onReady`: at each
+// connection, a reconnection included, or a cluster client's once its slots are known). One
+// listener per client however many limiters share it (node-redis warns past ten), holding each
+// setup weakly: a limiter the application lets go is not kept alive by its client. Dead entries
+// are dropped as the set grows and at each event.
 const watched = new WeakMap();
 
 function watch(client, setup) {
-  if (typeof client?.on !== 'function') return;
+  if (typeof client?.on !== 'function' || typeof client?.sendCommand !== 'function') return;
   let entry = watched.get(client);
   if (entry === undefined) {
     const refs = new Set();
     entry = { refs, pruneAt: 64 };
     watched.set(client, entry);
-    client.on(isCluster(client) ? 'connect' : 'ready', () => {
+    clientOf(client).onReady(() => {
       loaded.delete(client); // a new connection: perhaps a server that restarted, its cache empty
       for (const ref of refs) {
         const s = ref.deref();
@@ -201,7 +185,7 @@ const loaded = new WeakMap();
 
 /**
  * SCRIPT LOAD of the scripts `names` with `send(args)` (the limiter's: the one server, or a
- * Sentinel client's primary); on a cluster client, on each primary (a script is per node).
+ * Sentinel setup's primary); on a cluster client, on each primary (a script is per node).
  */
 async function loadScripts(client, send, names) {
   let sent = loaded.get(client);
@@ -214,7 +198,7 @@ async function loadScripts(client, send, names) {
     let load = sent.get(name);
     if (load === undefined) {
       const source = all[name].source;
-      load = isCluster(client) ? loadOnPrimaries(client, source) : Promise.resolve().then(() => send(['SCRIPT', 'LOAD', source]));
+      load = clientOf(client).cluster ? loadOnPrimaries(client, source) : Promise.resolve().then(() => send(['SCRIPT', 'LOAD', source]));
       sent.set(name, load);
       const pending = load;
       pending.catch(() => {
@@ -242,9 +226,10 @@ async function loadScriptsFor(backend, load) {
   }
 }
 
-// SCRIPT LOAD of `source` on every primary of node-redis's cluster client.
+// SCRIPT LOAD of `source` on every primary of a cluster client.
 async function loadOnPrimaries(client, source) {
-  await Promise.all(client.masters.map(async (node) => (await client.nodeClient(node)).sendCommand(['SCRIPT', 'LOAD', source])));
+  const primaries = await clientOf(client).primaries();
+  await Promise.all(primaries.map((send) => send(['SCRIPT', 'LOAD', source])));
 }
 
 module.exports = {

@@ -1,19 +1,26 @@
 // RateLimiterRedis against rate-limiter-flexible's own RateLimiterRedis on the same server: the
 // scenarios its README and wiki document (consume within and over the points, a cost above 1,
-// blockDuration, get, delete, penalty, block, insuranceLimiter), field by field. Ours runs on the
-// frozen debug clock, so its msBeforeNext is exact; rate-limiter-flexible's comes from real
-// PTTLs, so it is compared within the few milliseconds the test takes.
+// blockDuration, get, delete, penalty, block, insuranceLimiter), field by field, on each client
+// both take (node-redis's and ioredis's). Ours runs on the frozen debug clock, so its
+// msBeforeNext is exact; rate-limiter-flexible's comes from real PTTLs, so it is compared within
+// the few milliseconds the test takes.
 
 import assert from 'node:assert/strict';
-import { test } from 'node:test';
+import { after, test } from 'node:test';
 import Redis, { Cluster } from 'ioredis';
 import * as RLF from 'rate-limiter-flexible';
 import { createSentinel } from 'redis';
 import { RateLimit, RateLimiterRedis, RateLimiterRes } from '../index.js';
-import { T0_MS, calls, connect, refusal, serverForFile } from './helpers.js';
+import { PATIENT, T0_MS, calls, connect, quiet, refusal, serverForFile } from './helpers.js';
 
 const { redis, client } = await serverForFile();
 await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+// ioredis's client on the same server (RESP2; node-redis's `client` is RESP3).
+const io = new Redis({ host: '127.0.0.1', port: redis.port });
+after(() => io.disconnect());
+
+// The clients the scenarios run on: [kind, the store client, rate-limiter-flexible's options for it].
+const KINDS = [['node-redis', client, { useRedisPackage: true }], ['ioredis', io, {}]];
 
 /** Runs one call, returning ['resolved' | 'rejected', fields] or ['error', message]. */
 async function outcome(promise) {
@@ -27,11 +34,11 @@ async function outcome(promise) {
 }
 const fields = (res) => (typeof res === 'boolean' ? res : { ...res.toJSON() });
 
-/** Both limiters with the same options, each on its own key prefix. */
-function pair(options, name) {
-  const ours = new RateLimiterRedis({ storeClient: client, keyPrefix: `ours-${name}`, ...options });
+/** Both limiters with the same options on the client of `kind`, each on its own key prefix. */
+function pair(options, name, [kind, store, theirOptions] = KINDS[0]) {
+  const ours = new RateLimiterRedis({ storeClient: store, keyPrefix: `ours-${kind}-${name}`, ...options });
   const theirs = new RLF.RateLimiterRedis({
-    storeClient: client, useRedisPackage: true, keyPrefix: `rlf-${name}`, ...options,
+    storeClient: store, ...theirOptions, keyPrefix: `rlf-${kind}-${name}`, ...options,
   });
   return { ours, theirs };
 }
@@ -51,187 +58,191 @@ function same(ourOutcome, theirOutcome, what, slack = 1000) {
   assert.ok(theirMs <= ourMs && theirMs > ourMs - slack, `${what}: msBeforeNext ${ourMs} against ${theirMs}`);
 }
 
-test('consume within the points resolves, over them rejects with a RateLimiterRes', async () => {
-  const { ours, theirs } = pair({ points: 5, duration: 10 }, 'basic');
-  const expected = [
-    ['resolved', { remainingPoints: 4, msBeforeNext: 10_000, consumedPoints: 1, isFirstInDuration: true }],
-    ['resolved', { remainingPoints: 2, msBeforeNext: 10_000, consumedPoints: 3, isFirstInDuration: false }],
-    ['resolved', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 5, isFirstInDuration: false }],
-    ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 6, isFirstInDuration: false }],
-  ];
-  const costs = [1, 2, 2, 1];
-  for (const [i, cost] of costs.entries()) {
-    const mine = await outcome(ours.consume('user1', cost));
-    assert.deepEqual(mine, expected[i], `consume ${i}`);
-    same(mine, await outcome(theirs.consume('user1', cost)), `consume ${i}`);
-  }
-  // get: the state, and null for a key that has consumed nothing.
-  const mine = await outcome(ours.get('user1'));
-  assert.deepEqual(mine, ['resolved', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 5, isFirstInDuration: false }]);
-  // rate-limiter-flexible counts the refused point too (6): ours took nothing for it.
-  const theirs6 = await outcome(theirs.get('user1'));
-  assert.equal(theirs6[1].consumedPoints, 6);
-  same(await outcome(ours.get('nobody')), await outcome(theirs.get('nobody')), 'get of a missing key');
-  assert.deepEqual(await outcome(ours.get('nobody')), ['resolved', null]);
-  // delete: true when the key was there, then false.
-  for (const expectedDeleted of [true, false]) {
-    const d = await outcome(ours.delete('user1'));
-    assert.deepEqual(d, ['resolved', expectedDeleted]);
-    same(d, await outcome(theirs.delete('user1')), 'delete');
-  }
-  assert.equal(await ours.get('user1'), null);
-  // A string of digits is a number of points; a fraction is an Error, as there.
-  // (There, isFirstInDuration compares the count with the string '2', so it is false: ours says
-  // true, as it does for the number 2.)
-  const byString = await outcome(ours.consume('user2', '2'));
-  assert.deepEqual(byString, ['resolved', { remainingPoints: 3, msBeforeNext: 10_000, consumedPoints: 2, isFirstInDuration: true }]);
-  const theirByString = await outcome(theirs.consume('user2', '2'));
-  same(byString, ['resolved', { ...theirByString[1], isFirstInDuration: true }], 'points as a string');
-  same(await outcome(ours.consume('user2', 1.5)), await outcome(theirs.consume('user2', 1.5)), 'fractional points');
-});
+for (const K of KINDS) {
+  const [kind, store] = K;
 
-test('the window starts at the first consume and lasts duration seconds', async () => {
-  // (Keys expire in real time while the server's clock is frozen: each step below leaves the
-  // key at least 10 s to live, so that no key vanishes under the test.)
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS + 123}`]); // not on a round second
-  const limiter = new RateLimiterRedis({ storeClient: client, points: 2, duration: 60, keyPrefix: 'window' });
-  assert.equal((await limiter.consume('k')).msBeforeNext, 60_000);
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '50000']);
-  assert.deepEqual((await limiter.consume('k')).toJSON(),
-    { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 2, isFirstInDuration: false });
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '9999']);
-  await assert.rejects(limiter.consume('k'), (res) => res instanceof RateLimiterRes && res.msBeforeNext === 1);
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '1']);
-  assert.deepEqual((await limiter.consume('k')).toJSON(),
-    { remainingPoints: 1, msBeforeNext: 60_000, consumedPoints: 1, isFirstInDuration: true });
-});
-
-test('blockDuration: the consume that goes over blocks the key for blockDuration seconds', async () => {
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
-  const { ours, theirs } = pair({ points: 2, duration: 1, blockDuration: 30 }, 'blockdur');
-  for (let i = 0; i < 2; i++) {
-    same(await outcome(ours.consume('ip')), await outcome(theirs.consume('ip')), `consume ${i}`);
-  }
-  const mine = await outcome(ours.consume('ip'));
-  assert.deepEqual(mine, ['rejected', { remainingPoints: 0, msBeforeNext: 30_000, consumedPoints: 3, isFirstInDuration: false }]);
-  same(mine, await outcome(theirs.consume('ip')), 'the consume that blocks');
-  // Long after the window (5 s), the key is still blocked, with the time left.
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '5000']);
-  const blocked = await outcome(ours.consume('ip'));
-  assert.equal(blocked[0], 'rejected');
-  assert.equal(blocked[1].msBeforeNext, 25_000);
-  assert.deepEqual(await outcome(ours.get('ip')),
-    ['resolved', { remainingPoints: 0, msBeforeNext: 25_000, consumedPoints: 3, isFirstInDuration: false }]);
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '25000']);
-  assert.equal((await ours.consume('ip')).remainingPoints, 1);
-});
-
-test('penalty takes points without refusing; block(key, s) refuses every consume for s', async () => {
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
-  const { ours, theirs } = pair({ points: 5, duration: 10 }, 'penalty');
-  same(await outcome(ours.penalty('p', 2)), await outcome(theirs.penalty('p', 2)), 'penalty on a fresh key');
-  same(await outcome(ours.penalty('p', 3)), await outcome(theirs.penalty('p', 3)), 'penalty up to the points');
-  // Over the points: rate-limiter-flexible counts past them (8); the module stops at the limit.
-  assert.deepEqual(await outcome(ours.penalty('p', 3)),
-    ['resolved', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 5, isFirstInDuration: false }]);
-  assert.equal((await theirs.penalty('p', 3)).consumedPoints, 8);
-  // A penalty that does not fit takes what is left.
-  await ours.penalty('q', 4);
-  assert.deepEqual((await ours.penalty('q', 3)).toJSON(),
-    { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 5, isFirstInDuration: false });
-
-  for (const key of ['fresh', 'used']) {
-    if (key === 'used') {
-      await ours.consume(key);
-      await theirs.consume(key);
+  test(`consume within the points resolves, over them rejects with a RateLimiterRes (${kind})`, async () => {
+    const { ours, theirs } = pair({ points: 5, duration: 10 }, 'basic', K);
+    const expected = [
+      ['resolved', { remainingPoints: 4, msBeforeNext: 10_000, consumedPoints: 1, isFirstInDuration: true }],
+      ['resolved', { remainingPoints: 2, msBeforeNext: 10_000, consumedPoints: 3, isFirstInDuration: false }],
+      ['resolved', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 5, isFirstInDuration: false }],
+      ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 6, isFirstInDuration: false }],
+    ];
+    const costs = [1, 2, 2, 1];
+    for (const [i, cost] of costs.entries()) {
+      const mine = await outcome(ours.consume('user1', cost));
+      assert.deepEqual(mine, expected[i], `consume ${i}`);
+      same(mine, await outcome(theirs.consume('user1', cost)), `consume ${i}`);
     }
-    const mine = await outcome(ours.block(key, 60));
-    assert.deepEqual(mine, ['resolved', { remainingPoints: 0, msBeforeNext: 60_000, consumedPoints: 6, isFirstInDuration: false }]);
-    same(mine, await outcome(theirs.block(key, 60)), `block a ${key} key`);
-    const refused = await outcome(ours.consume(key));
-    assert.deepEqual(refused, ['rejected', { remainingPoints: 0, msBeforeNext: 60_000, consumedPoints: 6, isFirstInDuration: false }]);
-    const theirRefusal = await outcome(theirs.consume(key));
-    assert.equal(theirRefusal[0], 'rejected', `consume in a block of a ${key} key`);
-  }
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '60000']);
-  assert.equal((await ours.consume('fresh')).isFirstInDuration, true);
-});
-
-test('a store error rejects with an Error, or goes to insuranceLimiter', async () => {
-  // A key of another type makes the module answer WRONGTYPE: a store error, not a refusal.
-  await client.set('ours-err:k', 'x');
-  const plain = new RateLimiterRedis({ storeClient: client, points: 2, duration: 1, keyPrefix: 'ours-err' });
-  const [kind, message] = await outcome(plain.consume('k'));
-  assert.equal(kind, 'error');
-  assert.match(message, /WRONGTYPE/);
-  const insured = new RateLimiterRedis({
-    storeClient: client, points: 2, duration: 1, keyPrefix: 'ours-err',
-    insuranceLimiter: new RLF.RateLimiterMemory({ points: 1, duration: 1 }),
+    // get: the state, and null for a key that has consumed nothing.
+    const mine = await outcome(ours.get('user1'));
+    assert.deepEqual(mine, ['resolved', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 5, isFirstInDuration: false }]);
+    // rate-limiter-flexible counts the refused point too (6): ours took nothing for it.
+    const theirs6 = await outcome(theirs.get('user1'));
+    assert.equal(theirs6[1].consumedPoints, 6);
+    same(await outcome(ours.get('nobody')), await outcome(theirs.get('nobody')), 'get of a missing key');
+    assert.deepEqual(await outcome(ours.get('nobody')), ['resolved', null]);
+    // delete: true when the key was there, then false.
+    for (const expectedDeleted of [true, false]) {
+      const d = await outcome(ours.delete('user1'));
+      assert.deepEqual(d, ['resolved', expectedDeleted]);
+      same(d, await outcome(theirs.delete('user1')), 'delete');
+    }
+    assert.equal(await ours.get('user1'), null);
+    // A string of digits is a number of points; a fraction is an Error, as there.
+    // (There, isFirstInDuration compares the count with the string '2', so it is false: ours says
+    // true, as it does for the number 2.)
+    const byString = await outcome(ours.consume('user2', '2'));
+    assert.deepEqual(byString, ['resolved', { remainingPoints: 3, msBeforeNext: 10_000, consumedPoints: 2, isFirstInDuration: true }]);
+    const theirByString = await outcome(theirs.consume('user2', '2'));
+    same(byString, ['resolved', { ...theirByString[1], isFirstInDuration: true }], 'points as a string');
+    same(await outcome(ours.consume('user2', 1.5)), await outcome(theirs.consume('user2', 1.5)), 'fractional points');
   });
-  assert.deepEqual((await insured.consume('k')).toJSON().remainingPoints, 0);
-  await assert.rejects(insured.consume('k'), (res) => res instanceof RLF.RateLimiterRes);
-});
 
-test('reward gives points back with RL.REFUND', async () => {
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
-  const { ours, theirs } = pair({ points: 5, duration: 10 }, 'reward');
-  for (let i = 0; i < 3; i++) {
-    await ours.consume('r');
-    await theirs.consume('r');
-  }
-  const mine = await outcome(ours.reward('r', 2));
-  assert.deepEqual(mine, ['resolved', { remainingPoints: 4, msBeforeNext: 10_000, consumedPoints: 1, isFirstInDuration: false }]);
-  same(mine, await outcome(theirs.reward('r', 2)), 'reward');
-  assert.equal((await ours.consume('r')).remainingPoints, 3);
-});
+  test(`the window starts at the first consume and lasts duration seconds (${kind})`, async () => {
+    // (Keys expire in real time while the server's clock is frozen: each step below leaves the
+    // key at least 10 s to live, so that no key vanishes under the test.)
+    await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS + 123}`]); // not on a round second
+    const limiter = new RateLimiterRedis({ storeClient: store, points: 2, duration: 60, keyPrefix: `window-${kind}` });
+    assert.equal((await limiter.consume('k')).msBeforeNext, 60_000);
+    await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '50000']);
+    assert.deepEqual((await limiter.consume('k')).toJSON(),
+      { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 2, isFirstInDuration: false });
+    await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '9999']);
+    await assert.rejects(limiter.consume('k'), (res) => res instanceof RateLimiterRes && res.msBeforeNext === 1);
+    await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '1']);
+    assert.deepEqual((await limiter.consume('k')).toJSON(),
+      { remainingPoints: 1, msBeforeNext: 60_000, consumedPoints: 1, isFirstInDuration: true });
+  });
 
-test('execEvenly: admitted consumes are spread over the time left in the window', async () => {
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
-  const { ours, theirs } = pair({ points: 3, duration: 2, execEvenly: true }, 'evenly');
-  // The first of a window at once; then ceil(ms left / (points left + 2)): 2000 / 3 = 667 ms,
-  // then 2000 / 2 = 1000 ms (our clock is frozen), msBeforeNext less the wait. (The key lives
-  // 2 s of real time from each write: long enough for the waits.)
-  const expected = [
-    [0, { remainingPoints: 2, msBeforeNext: 2000, consumedPoints: 1, isFirstInDuration: true }],
-    [667, { remainingPoints: 1, msBeforeNext: 1333, consumedPoints: 2, isFirstInDuration: false }],
-    [1000, { remainingPoints: 0, msBeforeNext: 1000, consumedPoints: 3, isFirstInDuration: false }],
-  ];
-  for (const [wait, fields] of expected) {
-    const started = performance.now();
-    const mine = await outcome(ours.consume('e'));
-    const waited = performance.now() - started;
-    assert.deepEqual(mine, ['resolved', fields]);
-    assert.ok(waited >= wait - 2 && waited < wait + 1000, `waited ${waited} ms for ${wait}`);
-  }
-  // Theirs, on a real clock, the same fields (msBeforeNext within the time the test took).
-  const theirFields = [];
-  for (let i = 0; i < 3; i++) theirFields.push(await outcome(theirs.consume('e')));
-  assert.deepEqual(theirFields.map(([kind, f]) => [kind, f.remainingPoints, f.consumedPoints, f.isFirstInDuration]),
-    expected.map(([, f]) => ['resolved', f.remainingPoints, f.consumedPoints, f.isFirstInDuration]));
-});
+  test(`blockDuration: the consume that goes over blocks the key for blockDuration seconds (${kind})`, async () => {
+    await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+    const { ours, theirs } = pair({ points: 2, duration: 1, blockDuration: 30 }, 'blockdur', K);
+    for (let i = 0; i < 2; i++) {
+      same(await outcome(ours.consume('ip')), await outcome(theirs.consume('ip')), `consume ${i}`);
+    }
+    const mine = await outcome(ours.consume('ip'));
+    assert.deepEqual(mine, ['rejected', { remainingPoints: 0, msBeforeNext: 30_000, consumedPoints: 3, isFirstInDuration: false }]);
+    same(mine, await outcome(theirs.consume('ip')), 'the consume that blocks');
+    // Long after the window (5 s), the key is still blocked, with the time left.
+    await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '5000']);
+    const blocked = await outcome(ours.consume('ip'));
+    assert.equal(blocked[0], 'rejected');
+    assert.equal(blocked[1].msBeforeNext, 25_000);
+    assert.deepEqual(await outcome(ours.get('ip')),
+      ['resolved', { remainingPoints: 0, msBeforeNext: 25_000, consumedPoints: 3, isFirstInDuration: false }]);
+    await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '25000']);
+    assert.equal((await ours.consume('ip')).remainingPoints, 1);
+  });
 
-test('inMemoryBlockOnConsumed: a key over it is refused in the process, without Redis', async () => {
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
-  const { ours, theirs } = pair({ points: 2, duration: 60, inMemoryBlockOnConsumed: 3, inMemoryBlockDuration: 10 }, 'inmem');
-  for (let i = 0; i < 2; i++) same(await outcome(ours.consume('m')), await outcome(theirs.consume('m')), `consume ${i}`);
-  // The third reaches 3: refused, and blocked in memory for 10 s.
-  const third = await outcome(ours.consume('m'));
-  assert.deepEqual(third, ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 3, isFirstInDuration: false }]);
-  same(third, await outcome(theirs.consume('m')), 'the consume that blocks in memory');
-  // The next is refused by the process: RateLimiterRes(0, time left), no command sent.
-  const before = await calls(client, 'RL.TOKENBUCKET');
-  const [kind, res] = await outcome(ours.consume('m'));
-  assert.equal(await calls(client, 'RL.TOKENBUCKET'), before);
-  assert.equal(kind, 'rejected');
-  assert.deepEqual({ ...res, msBeforeNext: 0 }, { remainingPoints: 0, msBeforeNext: 0, consumedPoints: 0, isFirstInDuration: false });
-  assert.ok(res.msBeforeNext > 9_000 && res.msBeforeNext <= 10_000, `${res.msBeforeNext}`);
-  same(['rejected', { ...res, msBeforeNext: 10_000 }], await outcome(theirs.consume('m')), 'refused in memory', 2000);
-  // delete() forgets the block too.
-  assert.equal(await ours.delete('m'), true);
-  assert.equal((await ours.consume('m')).consumedPoints, 1);
-  assert.throws(() => new RateLimiterRedis({ storeClient: client, points: 5, inMemoryBlockOnConsumed: 4 }),
-    /inMemoryBlockOnConsumed option must be greater or equal "points" option/);
-});
+  test(`penalty takes points without refusing; block(key, s) refuses every consume for s (${kind})`, async () => {
+    await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+    const { ours, theirs } = pair({ points: 5, duration: 10 }, 'penalty', K);
+    same(await outcome(ours.penalty('p', 2)), await outcome(theirs.penalty('p', 2)), 'penalty on a fresh key');
+    same(await outcome(ours.penalty('p', 3)), await outcome(theirs.penalty('p', 3)), 'penalty up to the points');
+    // Over the points: rate-limiter-flexible counts past them (8); the module stops at the limit.
+    assert.deepEqual(await outcome(ours.penalty('p', 3)),
+      ['resolved', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 5, isFirstInDuration: false }]);
+    assert.equal((await theirs.penalty('p', 3)).consumedPoints, 8);
+    // A penalty that does not fit takes what is left.
+    await ours.penalty('q', 4);
+    assert.deepEqual((await ours.penalty('q', 3)).toJSON(),
+      { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 5, isFirstInDuration: false });
+
+    for (const key of ['fresh', 'used']) {
+      if (key === 'used') {
+        await ours.consume(key);
+        await theirs.consume(key);
+      }
+      const mine = await outcome(ours.block(key, 60));
+      assert.deepEqual(mine, ['resolved', { remainingPoints: 0, msBeforeNext: 60_000, consumedPoints: 6, isFirstInDuration: false }]);
+      same(mine, await outcome(theirs.block(key, 60)), `block a ${key} key`);
+      const refused = await outcome(ours.consume(key));
+      assert.deepEqual(refused, ['rejected', { remainingPoints: 0, msBeforeNext: 60_000, consumedPoints: 6, isFirstInDuration: false }]);
+      const theirRefusal = await outcome(theirs.consume(key));
+      assert.equal(theirRefusal[0], 'rejected', `consume in a block of a ${key} key`);
+    }
+    await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '60000']);
+    assert.equal((await ours.consume('fresh')).isFirstInDuration, true);
+  });
+
+  test(`a store error rejects with an Error, or goes to insuranceLimiter (${kind})`, async () => {
+    // A key of another type makes the module answer WRONGTYPE: a store error, not a refusal.
+    await client.set(`ours-err-${kind}:k`, 'x');
+    const plain = new RateLimiterRedis({ storeClient: store, points: 2, duration: 1, keyPrefix: `ours-err-${kind}` });
+    const [how, message] = await outcome(plain.consume('k'));
+    assert.equal(how, 'error');
+    assert.match(message, /WRONGTYPE/);
+    const insured = new RateLimiterRedis({
+      storeClient: store, points: 2, duration: 1, keyPrefix: `ours-err-${kind}`,
+      insuranceLimiter: new RLF.RateLimiterMemory({ points: 1, duration: 1 }),
+    });
+    assert.deepEqual((await insured.consume('k')).toJSON().remainingPoints, 0);
+    await assert.rejects(insured.consume('k'), (res) => res instanceof RLF.RateLimiterRes);
+  });
+
+  test(`reward gives points back with RL.REFUND (${kind})`, async () => {
+    await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+    const { ours, theirs } = pair({ points: 5, duration: 10 }, 'reward', K);
+    for (let i = 0; i < 3; i++) {
+      await ours.consume('r');
+      await theirs.consume('r');
+    }
+    const mine = await outcome(ours.reward('r', 2));
+    assert.deepEqual(mine, ['resolved', { remainingPoints: 4, msBeforeNext: 10_000, consumedPoints: 1, isFirstInDuration: false }]);
+    same(mine, await outcome(theirs.reward('r', 2)), 'reward');
+    assert.equal((await ours.consume('r')).remainingPoints, 3);
+  });
+
+  test(`execEvenly: admitted consumes are spread over the time left in the window (${kind})`, async () => {
+    await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+    const { ours, theirs } = pair({ points: 3, duration: 2, execEvenly: true }, 'evenly', K);
+    // The first of a window at once; then ceil(ms left / (points left + 2)): 2000 / 3 = 667 ms,
+    // then 2000 / 2 = 1000 ms (our clock is frozen), msBeforeNext less the wait. (The key lives
+    // 2 s of real time from each write: long enough for the waits.)
+    const expected = [
+      [0, { remainingPoints: 2, msBeforeNext: 2000, consumedPoints: 1, isFirstInDuration: true }],
+      [667, { remainingPoints: 1, msBeforeNext: 1333, consumedPoints: 2, isFirstInDuration: false }],
+      [1000, { remainingPoints: 0, msBeforeNext: 1000, consumedPoints: 3, isFirstInDuration: false }],
+    ];
+    for (const [wait, fields] of expected) {
+      const started = performance.now();
+      const mine = await outcome(ours.consume('e'));
+      const waited = performance.now() - started;
+      assert.deepEqual(mine, ['resolved', fields]);
+      assert.ok(waited >= wait - 2 && waited < wait + 1000, `waited ${waited} ms for ${wait}`);
+    }
+    // Theirs, on a real clock, the same fields (msBeforeNext within the time the test took).
+    const theirFields = [];
+    for (let i = 0; i < 3; i++) theirFields.push(await outcome(theirs.consume('e')));
+    assert.deepEqual(theirFields.map(([kind, f]) => [kind, f.remainingPoints, f.consumedPoints, f.isFirstInDuration]),
+      expected.map(([, f]) => ['resolved', f.remainingPoints, f.consumedPoints, f.isFirstInDuration]));
+  });
+
+  test(`inMemoryBlockOnConsumed: a key over it is refused in the process, without Redis (${kind})`, async () => {
+    await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+    const { ours, theirs } = pair({ points: 2, duration: 60, inMemoryBlockOnConsumed: 3, inMemoryBlockDuration: 10 }, 'inmem', K);
+    for (let i = 0; i < 2; i++) same(await outcome(ours.consume('m')), await outcome(theirs.consume('m')), `consume ${i}`);
+    // The third reaches 3: refused, and blocked in memory for 10 s.
+    const third = await outcome(ours.consume('m'));
+    assert.deepEqual(third, ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 3, isFirstInDuration: false }]);
+    same(third, await outcome(theirs.consume('m')), 'the consume that blocks in memory');
+    // The next is refused by the process: RateLimiterRes(0, time left), no command sent.
+    const before = await calls(client, 'RL.TOKENBUCKET');
+    const [kind, res] = await outcome(ours.consume('m'));
+    assert.equal(await calls(client, 'RL.TOKENBUCKET'), before);
+    assert.equal(kind, 'rejected');
+    assert.deepEqual({ ...res, msBeforeNext: 0 }, { remainingPoints: 0, msBeforeNext: 0, consumedPoints: 0, isFirstInDuration: false });
+    assert.ok(res.msBeforeNext > 9_000 && res.msBeforeNext <= 10_000, `${res.msBeforeNext}`);
+    same(['rejected', { ...res, msBeforeNext: 10_000 }], await outcome(theirs.consume('m')), 'refused in memory', 2000);
+    // delete() forgets the block too.
+    assert.equal(await ours.delete('m'), true);
+    assert.equal((await ours.consume('m')).consumedPoints, 1);
+    assert.throws(() => new RateLimiterRedis({ storeClient: store, points: 5, inMemoryBlockOnConsumed: 4 }),
+      /inMemoryBlockOnConsumed option must be greater or equal "points" option/);
+  });
+}
 
 test('options rate-limiter-flexible has and the module cannot honour are refused', () => {
   for (const option of ['blockOnConsumed']) {
@@ -242,32 +253,53 @@ test('options rate-limiter-flexible has and the module cannot honour are refused
   assert.throws(() => new RateLimiterRedis({ storeClient: client, points: 1.5 }), /points must be an integer/);
 });
 
-test('a client it does not take is refused in the constructor, saying which it takes: ioredis, a Sentinel client', async () => {
-  // An ioredis client, connected to the same server: its sendCommand takes a Command object, so
-  // unrefused, the first consume failed deep inside ioredis ("Cannot read properties of
-  // undefined (reading 'toLowerCase')"). Supporting it is another issue's.
-  const io = new Redis({ host: '127.0.0.1', port: redis.port });
+test('a client it does not take is refused in the constructor, saying which it takes: a Sentinel client', async () => {
   const ioCluster = new Cluster([{ host: '127.0.0.1', port: redis.port }], { lazyConnect: true });
   const sentinel = createSentinel({ name: 'mymaster', sentinelRootNodes: [{ host: '127.0.0.1', port: redis.port }] });
   try {
-    assert.equal(await io.ping(), 'PONG');
-    const takes = 'invalid storeClient: RateLimiterRedis takes a node-redis client (createClient from "redis") or its cluster client (createCluster); got ';
+    // ioredis's clients are taken (a Redis, a Cluster), by both classes.
     for (const storeClient of [io, ioCluster]) {
-      assert.throws(() => new RateLimiterRedis({ storeClient, points: 5, duration: 1 }),
-        { name: 'Error', message: `${takes}an ioredis client, which it does not take yet` });
+      assert.ok(new RateLimiterRedis({ storeClient, points: 5, duration: 1, logger: quiet }) instanceof RateLimiterRedis);
+      assert.ok(new RateLimit({ client: storeClient, logger: quiet, limit: { algorithm: 'gcra', burst: 1, rate: 1, period: '1s' } }) instanceof RateLimit);
     }
+    const takes = 'invalid storeClient: RateLimiterRedis takes a node-redis client (createClient from "redis") or its cluster client (createCluster), ' +
+      'or an ioredis client (new Redis() or new Cluster() from "ioredis"); got ';
     assert.throws(() => new RateLimiterRedis({ storeClient: sentinel, points: 5, duration: 1 }),
       { name: 'Error', message: `${takes}node-redis's Sentinel client (createSentinel), which it does not take (RateLimit and rateLimitMiddleware do)` });
     assert.throws(() => new RateLimiterRedis({ storeClient: {}, points: 5, duration: 1 }),
       { name: 'Error', message: `${takes}an object without sendCommand` });
-    // RateLimit (and so the middleware) says the same of ioredis.
-    assert.throws(() => new RateLimit({ client: io, limit: { algorithm: 'gcra', burst: 1, rate: 1, period: '1s' } }), {
+    assert.throws(() => new RateLimit({ client: {}, limit: { algorithm: 'gcra', burst: 1, rate: 1, period: '1s' } }), {
       name: 'TypeError',
-      message: 'invalid client: expected a node-redis client (createClient, createSentinel or createCluster from "redis"); got an ioredis client, which the package does not take yet',
+      message: 'invalid client: expected a node-redis client (createClient, createSentinel or createCluster from "redis") or an ioredis client ' +
+        '(new Redis() or new Cluster() from "ioredis"); got an object without sendCommand',
     });
   } finally {
-    io.disconnect();
     ioCluster.disconnect();
+  }
+});
+
+test("ioredis's keyPrefix prefixes every key the class and RateLimit write, on both backends", async () => {
+  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const prefixed = new Redis({ host: '127.0.0.1', port: redis.port, keyPrefix: 'app:' });
+  try {
+    for (const backend of ['module', 'script']) {
+      const limiter = new RateLimiterRedis({ storeClient: prefixed, points: 3, duration: 10, keyPrefix: `kp-${backend}`, backend, logger: quiet });
+      assert.deepEqual((await limiter.consume('u', 2)).toJSON(),
+        { remainingPoints: 1, msBeforeNext: 10_000, consumedPoints: 2, isFirstInDuration: true });
+      // The key in Redis is ioredis's prefix, then the class's key; none without it.
+      assert.equal(await client.exists(`app:kp-${backend}:u`), 1, backend);
+      assert.equal(await client.exists(`kp-${backend}:u`), 0, backend);
+      assert.equal((await limiter.get('u')).consumedPoints, 2);
+      // delete (ioredis's DEL, which ioredis prefixes) finds the same key.
+      assert.equal(await limiter.delete('u'), true);
+      assert.equal(await client.exists(`app:kp-${backend}:u`), 0, backend);
+      const rl = new RateLimit({ client: prefixed, backend, prefix: `rl-${backend}:`, logger: quiet, ...PATIENT,
+        limit: { algorithm: 'fixedwindow', limit: 2, window: '10s' } });
+      assert.equal((await rl.check('u')).remaining, 1);
+      assert.equal(await client.exists(`app:rl-${backend}:u`), 1, backend);
+    }
+  } finally {
+    prefixed.disconnect();
   }
 });
 
@@ -417,9 +449,17 @@ test('rejectIfRedisNotReady: a client that says it is not ready gets no command'
   await closed.quit();
   const limiter = new RateLimiterRedis({ storeClient: closed, points: 2, duration: 1, rejectIfRedisNotReady: true });
   await assert.rejects(limiter.consume('k'), /^Error: Redis connection is not ready$/);
+  // ioredis says it with `status` ('ready' once connected): a stand-in, and a client closed.
+  const standIn = new RateLimiterRedis({ storeClient: { status: 'closed' }, points: 2, duration: 1, rejectIfRedisNotReady: true });
+  await assert.rejects(standIn.consume('k'), /^Error: Redis connection is not ready$/);
+  const ioClosed = new Redis({ host: '127.0.0.1', port: redis.port, lazyConnect: true });
+  const ioLimiter = new RateLimiterRedis({ storeClient: ioClosed, points: 2, duration: 1, rejectIfRedisNotReady: true, logger: quiet });
+  await assert.rejects(ioLimiter.consume('k'), /^Error: Redis connection is not ready$/);
   // Ready: sent.
-  const ready = new RateLimiterRedis({ storeClient: client, points: 2, duration: 1, rejectIfRedisNotReady: true, keyPrefix: 'ours-ready' });
-  assert.equal((await ready.consume('k')).remainingPoints, 1);
+  for (const [kind, store] of KINDS) {
+    const ready = new RateLimiterRedis({ storeClient: store, points: 2, duration: 1, rejectIfRedisNotReady: true, keyPrefix: `ours-ready-${kind}` });
+    assert.equal((await ready.consume('k')).remainingPoints, 1, kind);
+  }
 });
 
 test('a number key without keyPrefix is sent as a string (getKey returns one, as declared)', async () => {
