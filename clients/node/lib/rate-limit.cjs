@@ -99,17 +99,25 @@ function retryPauseMs(error, leftMs) {
  * from a command the server did not run, and what an attempt did before it is kept by its caller
  * (a policy's RL.POLICY.SET is sent once), so a second attempt repeats no write. The deadline is
  * this process's real time (setTimeout's), not the limiter's `now`, which tests make fake.
+ * `attempt` is given `{ expired }`, true once the call has timed out: an attempt still waiting
+ * then (for the backend's question, a policy's RL.POLICY.SET) sends nothing more, so that a
+ * request already failed open or closed is not counted by Redis later (ioredis keeps a command
+ * in flight at a disconnection and sends it again once reconnected, answering it then).
  * @template T
- * @param {() => Promise<T>} attempt
+ * @param {(call: { expired: boolean }) => Promise<T>} attempt
  * @param {number} ms
  * @returns {Promise<T>}
  */
 async function withTimeout(attempt, ms) {
   const deadline = performance.now() + ms;
+  const call = { expired: false };
   let timer;
   let pause;
   const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new TimeoutError(ms)), ms);
+    timer = setTimeout(() => {
+      call.expired = true;
+      reject(new TimeoutError(ms));
+    }, ms);
   });
   // The last TRYAGAIN the server answered: should the timeout end the call after it (the
   // round trips sent again not answered in time, or the pause running late), the call fails
@@ -121,7 +129,7 @@ async function withTimeout(attempt, ms) {
   try {
     for (;;) {
       try {
-        return await Promise.race([attempt(), spent]);
+        return await Promise.race([attempt(call), spent]);
       } catch (error) {
         const wait = retryPauseMs(error, deadline - performance.now());
         if (wait === undefined) throw error;
@@ -247,7 +255,7 @@ class RateLimit {
       holdMs,
       ask: async (key, atMost) => {
         await this.setup.pending;
-        return withTimeout(() => this.#ask(key, 1, { atMost }), this.timeout);
+        return withTimeout((call) => this.#ask(key, 1, { atMost }, call), this.timeout);
       },
       refund: (key, n) => this.refund(key, n),
       windowed: lapsesAtWindowEnd(this.algorithm),
@@ -368,8 +376,14 @@ class RateLimit {
   }
 
   // A module command (`[command, key, ...words]`) on the backend: as it is, or as its script.
-  async #run(args, send = this.send) {
+  /**
+   * @param {string[]} args
+   * @param {(args: string[], key?: string) => Promise<any>} [send]
+   * @param {{ expired: boolean }} [call]
+   */
+  async #run(args, send = this.send, call = undefined) {
     const backend = this.backend ?? (await this.resolveBackend());
+    if (call?.expired) throw new TimeoutError(this.timeout); // failed already: nothing sent now
     if (backend === 'module') {
       return send(args).catch((error) => {
         throw moduleError(this.client, error);
@@ -411,14 +425,16 @@ class RateLimit {
    * @param {string} key
    * @param {number} cost
    * @param {CheckOptions} options
+   * @param {{ expired: boolean }} [call]
    */
-  async #ask(key, cost, { atMost, shadow, dryRun, id }) {
+  async #ask(key, cost, { atMost, shadow, dryRun, id }, call = undefined) {
     if ((this.backend ?? (await this.resolveBackend())) === 'script') {
       const what = moduleOnly(this);
       if (what !== undefined) throw new ModuleRequiredError(what);
     } else if (this.rules !== undefined) {
       await this.#setPolicy(this.redisKey(key));
     }
+    if (call?.expired) throw new TimeoutError(this.timeout); // failed already: nothing sent now
     const args = [this.command, this.redisKey(key), ...this.args, ...this.block];
     /** @type {Array<'granted' | 'shadow_denied'>} */
     const extras = [];
@@ -523,7 +539,7 @@ class RateLimit {
     if (decision.remaining >= decision.limit) return undefined;
     const args = [this.command, this.redisKey(key), ...this.args, 'COST', String(decision.remaining + 1), 'DRYRUN'];
     try {
-      const probe = parseReply(await withTimeout(() => this.#run(args), this.timeout), this.sixth);
+      const probe = parseReply(await withTimeout((call) => this.#run(args, this.send, call), this.timeout), this.sixth);
       return probe.retryAfterMs >= 0 ? probe.retryAfterMs : undefined;
     } catch {
       return undefined;
@@ -593,7 +609,7 @@ class RateLimit {
     let decision;
     let more;
     try {
-      [decision, more] = await withTimeout(() => this.#ask(key, cost, { atMost, shadow, dryRun, id }), this.timeout);
+      [decision, more] = await withTimeout((call) => this.#ask(key, cost, { atMost, shadow, dryRun, id }, call), this.timeout);
     } catch (error) {
       // What needs the module, on the script backend (or backend "module" without it): the
       // application's configuration, not a Redis failure: rejected, never passed.
@@ -668,7 +684,7 @@ class RateLimit {
     const args = ['RL.REFUND', this.redisKey(key), String(units)];
     if (dryRun) args.push('DRYRUN');
     await this.setup.pending;
-    const reply = await withTimeout(() => this.#run(args), this.timeout);
+    const reply = await withTimeout((call) => this.#run(args, this.send, call), this.timeout);
     const given = Number(reply);
     if (typeof reply !== 'number' || !Number.isSafeInteger(given) || given < 0) {
       throw new Error(`unexpected reply from the module: RL.REFUND answered ${String(reply)}`);
@@ -703,7 +719,7 @@ class RateLimit {
     if (dropped) args.push('DROPPED');
     await this.setup.pending;
     try {
-      await withTimeout(() => this.#run(args), this.timeout); // on the backend the lease was taken on
+      await withTimeout((call) => this.#run(args, this.send, call), this.timeout); // on the backend the lease was taken on
     } catch (error) {
       this.stats.releaseFailures += 1;
       this.logger?.warn?.(

@@ -1,21 +1,24 @@
 // Redis stops answering mid-traffic: SIGSTOP (a hang, so the timeout) and then SIGKILL
 // (connection refused). Fail open passes with no rate-limit fields; fail closed answers 503 with
-// its problem body. Either way one warning per failure and the counters.
+// its problem body. Either way one warning per failure and the counters. On node-redis's client
+// and on ioredis's (its offline queue off).
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { rateLimitMiddleware } from '../index.js';
-import { T0_MS, connect, helloApp, limitFields, memoryLogger, startRedis } from './helpers.js';
+import { T0_MS, connect, connectIoredis, helloApp, limitFields, memoryLogger, startRedis } from './helpers.js';
 
 const PROBLEM_503 =
   '{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity",' +
   '"title":"Rate limiter unavailable","status":503}';
 const NO_FIELDS = [undefined, undefined, undefined, undefined, undefined, undefined];
 
-async function scenario(failMode) {
+async function scenario(failMode, kind) {
   const redis = await startRedis();
-  const client = await connect(redis);
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const admin = await connect(redis);
+  await admin.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  admin.destroy();
+  const client = kind === 'ioredis' ? await connectIoredis(redis, { retryStrategy: () => 50 }) : await connect(redis);
   const logger = memoryLogger();
   const limit = rateLimitMiddleware({
     client,
@@ -59,7 +62,7 @@ async function scenario(failMode) {
     assert.equal(logger.lines.length, 3);
     assert.match(logger.lines[0], /^ratelimit: RL\.GCRA for "rl:http:alice" failed \(no answer from Redis within 50 ms\); fail (open|closed)/);
 
-    // Gone: connection refused (node-redis fails at once without its offline queue).
+    // Gone: connection refused (either client fails at once without its offline queue).
     await redis.stop();
     for (let i = 0; i < 3; i++) await expectFailure(`gone ${i}`);
     assert.equal(stats.failures, 6);
@@ -69,13 +72,16 @@ async function scenario(failMode) {
     assert.equal(stats.admitted, 2);
   } finally {
     await http.close();
-    client.destroy();
+    if (kind === 'ioredis') client.disconnect();
+    else client.destroy();
     await redis.stop();
   }
 }
 
-test('fail open: a hung and then a dead Redis lets requests through, logged and counted', () =>
-  scenario('open'));
+for (const kind of ['node-redis', 'ioredis']) {
+  test(`fail open: a hung and then a dead Redis lets requests through, logged and counted (${kind})`, () =>
+    scenario('open', kind));
 
-test('fail closed: a hung and then a dead Redis answers 503, logged and counted', () =>
-  scenario('closed'));
+  test(`fail closed: a hung and then a dead Redis answers 503, logged and counted (${kind})`, () =>
+    scenario('closed', kind));
+}

@@ -5,16 +5,27 @@
 // the private TEST_NOW hook), and the decisions are compared field by field. Also: `auto`
 // chooses, `module` and `script` forced, NOSCRIPT after SCRIPT FLUSH, shadow as on the module,
 // what needs the module refused, each backend's keys refused by the other, a RESP2 client, local
-// budgets and the Express middleware's fields and 429 (and shadow) on the scripts.
+// budgets and the Express middleware's fields and 429 (and shadow) on the scripts. The
+// comparison of every algorithm, NOSCRIPT and RateLimiterRedis run on node-redis's clients and
+// on ioredis's.
 
 import assert from 'node:assert/strict';
-import { test } from 'node:test';
+import { after, test } from 'node:test';
+import Redis from 'ioredis';
 import { ModuleRequiredError, RateLimit, RateLimiterRedis, rateLimitMiddleware } from '../index.js';
 import { TEST_NOW, scripts } from '../lib/scripts.cjs';
 import { PATIENT, connect, helloApp, limitFields, moduleAndPlainForFile, quiet, sharedClock, strip, T0_MS } from './helpers.js';
 
 // m: a client on the module's server, p: on the plain one (RESP3).
 const { withModule, plain, m, p } = await moduleAndPlainForFile();
+// The same with ioredis (RESP2).
+const [im, ip] = [withModule, plain].map((server) => new Redis({ host: '127.0.0.1', port: server.port }));
+after(() => {
+  im.disconnect();
+  ip.disconnect();
+});
+// [kind, a client on the module's server, a client on the plain one].
+const CLIENTS = [['node-redis', m, p], ['ioredis', im, ip]];
 
 
 // Both clocks at T0 + ms: the module's debug clock, and the scripts' NOW for the limiters given.
@@ -53,26 +64,28 @@ const STEPS = [
   [25_000, (l, k) => l.check(k)],
 ];
 
-test('every algorithm on the scripts answers as the module: admitted, refused, COST, ATMOST, DRYRUN, refund, BLOCK', async () => {
-  for (const [name, limit] of Object.entries(LIMITS)) {
-    const options = { limit, prefix: `rl:eq:${name}:`, denialMemory: 0, logger: quiet };
-    const mod = new RateLimit({ ...PATIENT, ...options, client: m, backend: 'module' });
-    const scr = new RateLimit({ ...PATIENT, ...options, client: p });
-    const clock = clockFor([scr]);
-    const seen = [];
-    for (const [ms, step] of STEPS) {
-      await clock.at(ms);
-      const [a, b] = [await step(mod, 'k'), await step(scr, 'k')];
-      assert.ok(a.failed === undefined && b.failed === undefined, `${name} at ${ms}: ${a.error ?? b.error}`);
-      assert.deepEqual(typeof b === 'number' ? b : strip(b), typeof a === 'number' ? a : strip(a), `${name} at ${ms} ms`);
-      seen.push(typeof a === 'number' ? 'refund' : a.allowed ? 'admitted' : 'refused');
+for (const [kind, mc, pc] of CLIENTS) {
+  test(`every algorithm on the scripts answers as the module: admitted, refused, COST, ATMOST, DRYRUN, refund, BLOCK (${kind})`, async () => {
+    for (const [name, limit] of Object.entries(LIMITS)) {
+      const options = { limit, prefix: `rl:eq:${kind}:${name}:`, denialMemory: 0, logger: quiet };
+      const mod = new RateLimit({ ...PATIENT, ...options, client: mc, backend: 'module' });
+      const scr = new RateLimit({ ...PATIENT, ...options, client: pc });
+      const clock = clockFor([scr]);
+      const seen = [];
+      for (const [ms, step] of STEPS) {
+        await clock.at(ms);
+        const [a, b] = [await step(mod, 'k'), await step(scr, 'k')];
+        assert.ok(a.failed === undefined && b.failed === undefined, `${name} at ${ms}: ${a.error ?? b.error}`);
+        assert.deepEqual(typeof b === 'number' ? b : strip(b), typeof a === 'number' ? a : strip(a), `${name} at ${ms} ms`);
+        seen.push(typeof a === 'number' ? 'refund' : a.allowed ? 'admitted' : 'refused');
+      }
+      assert.ok(seen.includes('admitted') && seen.includes('refused'), `${name}: ${seen}`);
+      assert.deepEqual([mod.stats.backend, scr.stats.backend], ['module', 'script']);
+      // The scripts' state is a hash, the module's its own type.
+      assert.equal(await p.sendCommand(['TYPE', `rl:eq:${kind}:${name}:k`]), 'hash');
     }
-    assert.ok(seen.includes('admitted') && seen.includes('refused'), `${name}: ${seen}`);
-    assert.deepEqual([mod.stats.backend, scr.stats.backend], ['module', 'script']);
-    // The scripts' state is a hash, the module's its own type.
-    assert.equal(await p.sendCommand(['TYPE', 'rl:eq:' + name + ':k']), 'hash');
-  }
-});
+  });
+}
 
 // [ms after T0, what]: shadow's would-be denials answered as allowed (shadowDenied), nothing
 // written and no BLOCK started (the plain checks after them say so), with COST, ATMOST, DRYRUN,
@@ -184,19 +197,21 @@ test('backend "module" without the module rejects with an error naming it; "scri
   assert.throws(() => new RateLimit({ client: m, limit: LIMITS.gcra, backend: 'lua' }), /invalid backend/);
 });
 
-test('NOSCRIPT: after SCRIPT FLUSH the next call loads the script again and answers', async () => {
-  const limiter = new RateLimit({ ...PATIENT, client: p, limit: LIMITS.slidinglog, prefix: 'rl:flush:', denialMemory: 0, logger: quiet });
-  const { sha } = scripts().slidinglog;
-  assert.equal((await limiter.check('k')).remaining, 2);
-  assert.deepEqual(await p.sendCommand(['SCRIPT', 'EXISTS', sha]), [1]);
-  await p.sendCommand(['SCRIPT', 'FLUSH']);
-  assert.deepEqual(await p.sendCommand(['SCRIPT', 'EXISTS', sha]), [0]);
-  const d = await limiter.check('k');
-  assert.deepEqual([d.failed, d.allowed, d.remaining], [undefined, true, 1]);
-  assert.deepEqual(await p.sendCommand(['SCRIPT', 'EXISTS', sha]), [1]);
-  await p.sendCommand(['SCRIPT', 'FLUSH']);
-  assert.equal(await limiter.refund('k', 1), 1, 'RL.REFUND too');
-});
+for (const [kind, mc, pc] of CLIENTS) {
+  test(`NOSCRIPT: after SCRIPT FLUSH the next call loads the script again and answers (${kind})`, async () => {
+    const limiter = new RateLimit({ ...PATIENT, client: pc, limit: LIMITS.slidinglog, prefix: `rl:flush:${kind}:`, denialMemory: 0, logger: quiet });
+    const { sha } = scripts().slidinglog;
+    assert.equal((await limiter.check('k')).remaining, 2);
+    assert.deepEqual(await p.sendCommand(['SCRIPT', 'EXISTS', sha]), [1]);
+    await p.sendCommand(['SCRIPT', 'FLUSH']);
+    assert.deepEqual(await p.sendCommand(['SCRIPT', 'EXISTS', sha]), [0]);
+    const d = await limiter.check('k');
+    assert.deepEqual([d.failed, d.allowed, d.remaining], [undefined, true, 1]);
+    assert.deepEqual(await p.sendCommand(['SCRIPT', 'EXISTS', sha]), [1]);
+    await p.sendCommand(['SCRIPT', 'FLUSH']);
+    assert.equal(await limiter.refund('k', 1), 1, 'RL.REFUND too');
+  });
+}
 
 test('what needs the module is refused on the scripts before anything is sent, naming the module', async () => {
   const needs = (e) => e instanceof ModuleRequiredError && /needs the ratelimit module/.test(e.message);
@@ -298,39 +313,41 @@ test('the Express middleware on the scripts: the same fields and 429 as on the m
   }
 });
 
-test('RateLimiterRedis on the scripts: consume, get, reward, penalty, block, delete as on the module', async () => {
-  const flexible = (client, backend) =>
-    new RateLimiterRedis({ storeClient: client, points: 3, duration: 10, blockDuration: 20, keyPrefix: 'flx', backend, logger: null });
-  const mod = flexible(m, 'module');
-  const scr = flexible(p, 'auto');
-  const clock = clockFor([scr]);
-  const json = (r) => (typeof r?.toJSON === 'function' ? r.toJSON() : r);
-  const settle = (promise) => promise.then((r) => ['ok', json(r)], (r) => ['refused', r instanceof Error ? r.message : json(r)]);
-  const steps = [
-    [0, (l) => l.consume('u')],
-    [0, (l) => l.consume('u', 2)],
-    [100, (l) => l.get('u')],
-    [100, (l) => l.reward('u', 1)],
-    [200, (l) => l.consume('u')],
-    [300, (l) => l.consume('u')], // refused: blockDuration starts
-    [5_000, (l) => l.consume('u')],
-    [5_000, (l) => l.penalty('v', 2)],
-    [5_000, (l) => l.consume('v', 5)], // more than points
-    [6_000, (l) => l.block('w', 30)],
-    [6_000, (l) => l.get('w')],
-    [6_000, (l) => l.delete('w')],
-  ];
-  for (const [ms, step] of steps) {
-    await clock.at(ms);
-    assert.deepEqual(await settle(step(scr)), await settle(step(mod)), `at ${ms} ms: ${step}`);
-  }
-  assert.equal(scr.backend, 'script');
-  // NOSCRIPT in a MULTI (reward): loaded again, answered.
-  await p.sendCommand(['SCRIPT', 'FLUSH']);
-  await m.sendCommand(['DEL', 'flx:x']);
-  await clock.at(40_000);
-  await Promise.all([mod.consume('x', 2), scr.consume('x', 2)]);
-  await p.sendCommand(['SCRIPT', 'FLUSH']);
-  assert.deepEqual(await settle(scr.reward('x', 1)), await settle(mod.reward('x', 1)));
-  assert.throws(() => flexible(p, 'redis'), /invalid backend/);
-});
+for (const [kind, mc, pc] of CLIENTS) {
+  test(`RateLimiterRedis on the scripts: consume, get, reward, penalty, block, delete as on the module (${kind})`, async () => {
+    const flexible = (client, backend) =>
+      new RateLimiterRedis({ storeClient: client, points: 3, duration: 10, blockDuration: 20, keyPrefix: `flx-${kind}`, backend, logger: null });
+    const mod = flexible(mc, 'module');
+    const scr = flexible(pc, 'auto');
+    const clock = clockFor([scr]);
+    const json = (r) => (typeof r?.toJSON === 'function' ? r.toJSON() : r);
+    const settle = (promise) => promise.then((r) => ['ok', json(r)], (r) => ['refused', r instanceof Error ? r.message : json(r)]);
+    const steps = [
+      [0, (l) => l.consume('u')],
+      [0, (l) => l.consume('u', 2)],
+      [100, (l) => l.get('u')],
+      [100, (l) => l.reward('u', 1)],
+      [200, (l) => l.consume('u')],
+      [300, (l) => l.consume('u')], // refused: blockDuration starts
+      [5_000, (l) => l.consume('u')],
+      [5_000, (l) => l.penalty('v', 2)],
+      [5_000, (l) => l.consume('v', 5)], // more than points
+      [6_000, (l) => l.block('w', 30)],
+      [6_000, (l) => l.get('w')],
+      [6_000, (l) => l.delete('w')],
+    ];
+    for (const [ms, step] of steps) {
+      await clock.at(ms);
+      assert.deepEqual(await settle(step(scr)), await settle(step(mod)), `at ${ms} ms: ${step}`);
+    }
+    assert.equal(scr.backend, 'script');
+    // NOSCRIPT in a MULTI (reward): loaded again, answered.
+    await p.sendCommand(['SCRIPT', 'FLUSH']);
+    await m.sendCommand(['DEL', `flx-${kind}:x`]);
+    await clock.at(40_000);
+    await Promise.all([mod.consume('x', 2), scr.consume('x', 2)]);
+    await p.sendCommand(['SCRIPT', 'FLUSH']);
+    assert.deepEqual(await settle(scr.reward('x', 1)), await settle(mod.reward('x', 1)));
+    assert.throws(() => flexible(pc, 'redis'), /invalid backend/);
+  });
+}

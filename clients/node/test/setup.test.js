@@ -9,6 +9,8 @@
 // SCRIPT LOAD, RL.POLICY.SET) can be held until an event. That, not a server paused (CLIENT
 // PAUSE, DEBUG SLEEP, SIGSTOP), because only the setup is to be slow: the request's own command
 // must pass, and a paused server holds both, and holds the parent's own view of it too.
+// A setup the server dies in, and a limiter made before its client connects, run on node-redis's
+// client and on ioredis's.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -20,14 +22,15 @@ import { fileURLToPath } from 'node:url';
 import { RateLimit, rateLimitMiddleware } from '../index.js';
 import { reconnectStrategy } from '../lib/reconnect.cjs';
 import { scripts } from '../lib/scripts.cjs';
-import { connect, get, helloApp, limitFields, respParse, startCluster, startRedis } from './helpers.js';
+import Redis from 'ioredis';
+import { connect, connectIoredis, get, helloApp, limitFields, respParse, startCluster, startRedis } from './helpers.js';
 
 const APP = path.join(path.dirname(fileURLToPath(import.meta.url)), 'setup-app.js');
 
 /** The commands of a limiter's setup. */
 const SETUP = new Set(['COMMAND INFO', 'SCRIPT LOAD', 'RL.POLICY.SET']);
-/** What node-redis says on each connection before any of the limiter's commands. */
-const HANDSHAKE = /^(CLIENT|HELLO|AUTH|SELECT)\b/;
+/** What node-redis and ioredis (its ready check: INFO) say on each connection before any of the limiter's commands. */
+const HANDSHAKE = /^(CLIENT|HELLO|AUTH|SELECT|INFO)\b/;
 
 // One command off the front of `buf` (a RESP array of bulk strings, as node-redis writes every
 // command): { args, end }, or undefined while it is incomplete.
@@ -88,6 +91,7 @@ async function startProxy(port, hold = () => undefined) {
   await new Promise((r) => server.listen(0, '127.0.0.1', r));
   return {
     url: `redis://127.0.0.1:${server.address().port}`,
+    port: server.address().port,
     log,
     /** The limiter's commands so far, the handshake's left out. */
     commands: () => log.filter((c) => !HANDSHAKE.test(c)),
@@ -255,87 +259,100 @@ test('a request that arrives while the setup runs waits for it, and the wait is 
   }
 });
 
-test('a setup the server dies in: nothing thrown nor unhandled, logged and counted; requests fail as configured; run again once the client is ready', async () => {
-  let redis = await startRedis({ withModule: false });
-  const { port } = redis;
-  let first = true;
-  // The first COMMAND INFO is held for ever: the server dies under it.
-  const proxy = await startProxy(port, (name) => {
-    if (name !== 'COMMAND INFO' || !first) return undefined;
-    first = false;
-    return new Promise(() => {});
+for (const kind of ['node-redis', 'ioredis']) {
+  test(`a setup the server dies in: nothing thrown nor unhandled, logged and counted; requests fail as configured; run again once the client is ready (${kind})`, async () => {
+    let redis = await startRedis({ withModule: false });
+    const { port } = redis;
+    let first = true;
+    // The first COMMAND INFO is held for ever: the server dies under it.
+    const proxy = await startProxy(port, (name) => {
+      if (name !== 'COMMAND INFO' || !first) return undefined;
+      first = false;
+      return new Promise(() => {});
+    });
+    const client = kind === 'ioredis'
+      ? await connectIoredis(proxy, { retryStrategy: () => 50 })
+      : await connect({ url: proxy.url }, { socket: { reconnectStrategy } });
+    const middlewareLogger = watcher(/^ratelimit: the setup of RL\.GCRA/);
+    const flexibleLogger = watcher(/^ratelimit: the setup of RateLimiterRedis/);
+    let http;
+    try {
+      // timeout 1000: a busy machine must not fail the request after the recovery (the failures
+      // here are refused connections, at once).
+      const limit = rateLimitMiddleware({ client, limit: GCRA, key: () => 'k', failMode: 'closed', timeout: 1000, logger: middlewareLogger });
+      const { RateLimiterRedis } = await import('../index.js');
+      const flexible = new RateLimiterRedis({ storeClient: client, points: 5, duration: 60, logger: flexibleLogger });
+      assert.equal(limit.limiter.stats.setupFailures, 0);
+      const app = await helloApp(limit);
+      http = app.http;
+      await proxy.seen('COMMAND INFO');
+      assert.deepEqual(proxy.commands(), ['COMMAND INFO']);
+      await redis.stop();
+      await Promise.all([middlewareLogger.seen, flexibleLogger.seen]);
+      assert.equal(limit.limiter.stats.setupFailures, 1);
+      assert.match(middlewareLogger.lines[0],
+        /^ratelimit: the setup of RL\.GCRA \(backend, scripts\) failed \(.+\); it runs again when the client is ready again, and until then each request asks what it needs within its timeout$/);
+      assert.match(flexibleLogger.lines[0],
+        /^ratelimit: the setup of RateLimiterRedis \(backend, scripts\) failed \(.+\); it runs again when the client is ready again, and until then each call asks what it needs$/);
+      // The server away: failing closed, logged and counted.
+      const refused = await app.as('a');
+      assert.equal(refused.status, 503);
+      assert.deepEqual([limit.limiter.stats.failures, limit.limiter.stats.failClosed], [1, 1]);
+      assert.match(middlewareLogger.lines[1], /^ratelimit: RL\.GCRA for "rl:http:k" failed \(.+\); fail closed: the request is refused$/);
+      // node-redis rejects the calls in flight when the connection drops. ioredis keeps them and
+      // sends them again once it is ready (autoResendUnfulfilledCommands): RateLimiterRedis's call,
+      // which has no timeout of its own (nor has rate-limiter-flexible's), would wait for the
+      // server to be back (docs/node.md, "ioredis").
+      if (kind === 'node-redis') await assert.rejects(flexible.consume('k'), Error);
+      // Back on the same port: the client reconnects, and each setup runs again before a request.
+      const ready = new Promise((r) => client.once('ready', r));
+      redis = await startRedis({ port, withModule: false });
+      await ready;
+      await Promise.all([limit.limiter.setup.pending, flexible.setup.pending]);
+      const asked = proxy.commands().length;
+      assert.deepEqual(limitFields(await app.as('a')), FIRST.middleware);
+      assert.deepEqual((await flexible.consume('k')).toJSON(), JSON.parse(FIRST.flexible));
+      assert.deepEqual(proxy.commands().slice(asked), ['EVALSHA', 'EVALSHA'], 'one command each: the scripts were loaded');
+      assert.deepEqual([limit.limiter.stats.setupFailures, middlewareLogger.lines.length, flexibleLogger.lines.length], [1, 2, 1]);
+      await new Promise((r) => setImmediate(r));
+      assert.deepEqual(unhandled, []);
+    } finally {
+      await http?.close();
+      if (kind === 'ioredis') client.disconnect();
+      else client.destroy();
+      await proxy.close();
+      await redis.stop();
+    }
   });
-  const client = await connect({ url: proxy.url }, { socket: { reconnectStrategy } });
-  const middlewareLogger = watcher(/^ratelimit: the setup of RL\.GCRA/);
-  const flexibleLogger = watcher(/^ratelimit: the setup of RateLimiterRedis/);
-  let http;
-  try {
-    // timeout 1000: a busy machine must not fail the request after the recovery (the failures
-    // here are refused connections, at once).
-    const limit = rateLimitMiddleware({ client, limit: GCRA, key: () => 'k', failMode: 'closed', timeout: 1000, logger: middlewareLogger });
-    const { RateLimiterRedis } = await import('../index.js');
-    const flexible = new RateLimiterRedis({ storeClient: client, points: 5, duration: 60, logger: flexibleLogger });
-    assert.equal(limit.limiter.stats.setupFailures, 0);
-    const app = await helloApp(limit);
-    http = app.http;
-    await proxy.seen('COMMAND INFO');
-    assert.deepEqual(proxy.commands(), ['COMMAND INFO']);
-    await redis.stop();
-    await Promise.all([middlewareLogger.seen, flexibleLogger.seen]);
-    assert.equal(limit.limiter.stats.setupFailures, 1);
-    assert.match(middlewareLogger.lines[0],
-      /^ratelimit: the setup of RL\.GCRA \(backend, scripts\) failed \(.+\); it runs again when the client is ready again, and until then each request asks what it needs within its timeout$/);
-    assert.match(flexibleLogger.lines[0],
-      /^ratelimit: the setup of RateLimiterRedis \(backend, scripts\) failed \(.+\); it runs again when the client is ready again, and until then each call asks what it needs$/);
-    // The server away: failing closed, logged and counted.
-    const refused = await app.as('a');
-    assert.equal(refused.status, 503);
-    assert.deepEqual([limit.limiter.stats.failures, limit.limiter.stats.failClosed], [1, 1]);
-    assert.match(middlewareLogger.lines[1], /^ratelimit: RL\.GCRA for "rl:http:k" failed \(.+\); fail closed: the request is refused$/);
-    await assert.rejects(flexible.consume('k'), Error);
-    // Back on the same port: the client reconnects, and each setup runs again before a request.
-    const ready = new Promise((r) => client.once('ready', r));
-    redis = await startRedis({ port, withModule: false });
-    await ready;
-    await Promise.all([limit.limiter.setup.pending, flexible.setup.pending]);
-    const asked = proxy.commands().length;
-    assert.deepEqual(limitFields(await app.as('a')), FIRST.middleware);
-    assert.deepEqual((await flexible.consume('k')).toJSON(), JSON.parse(FIRST.flexible));
-    assert.deepEqual(proxy.commands().slice(asked), ['EVALSHA', 'EVALSHA'], 'one command each: the scripts were loaded');
-    assert.deepEqual([limit.limiter.stats.setupFailures, middlewareLogger.lines.length, flexibleLogger.lines.length], [1, 2, 1]);
-    await new Promise((r) => setImmediate(r));
-    assert.deepEqual(unhandled, []);
-  } finally {
-    await http?.close();
-    client.destroy();
-    await proxy.close();
-    await redis.stop();
-  }
-});
 
-test('a limiter made before its client connects: nothing thrown or sent; its setup runs when the client is ready', async () => {
-  const redis = await startRedis({ withModule: false });
-  const proxy = await startProxy(redis.port);
-  const { createClient } = await import('redis');
-  const client = createClient({ url: proxy.url, disableOfflineQueue: true });
-  client.on('error', () => {});
-  try {
-    const limiter = new RateLimit({ client, limit: GCRA, timeout: 1000, logger: watcher(/./) });
-    assert.equal(limiter.setup.pending, undefined);
-    await client.connect();
-    await limiter.setup.pending;
-    assert.deepEqual(proxy.commands(), ['COMMAND INFO', 'SCRIPT LOAD', 'SCRIPT LOAD']);
-    assert.deepEqual(await limiter.check('k'), FIRST_DECISION);
-    assert.deepEqual(proxy.commands(), ['COMMAND INFO', 'SCRIPT LOAD', 'SCRIPT LOAD', 'EVALSHA']);
-    // The scripts are the package's: the server holds the one the limit needs, by its SHA.
-    assert.deepEqual(await client.sendCommand(['SCRIPT', 'EXISTS', scripts().gcra.sha, scripts().refund.sha]), [1, 1]);
-    assert.deepEqual(unhandled, []);
-  } finally {
-    if (client.isOpen) client.destroy();
-    await proxy.close();
-    await redis.stop();
-  }
-});
+  test(`a limiter made before its client connects: nothing thrown or sent; its setup runs when the client is ready (${kind})`, async () => {
+    const redis = await startRedis({ withModule: false });
+    const proxy = await startProxy(redis.port);
+    const { createClient } = await import('redis');
+    const client = kind === 'ioredis'
+      ? new Redis({ host: '127.0.0.1', port: proxy.port, lazyConnect: true, enableOfflineQueue: false })
+      : createClient({ url: proxy.url, disableOfflineQueue: true });
+    client.on('error', () => {});
+    try {
+      const limiter = new RateLimit({ client, limit: GCRA, timeout: 1000, logger: watcher(/./) });
+      assert.equal(limiter.setup.pending, undefined);
+      await client.connect();
+      await limiter.setup.pending;
+      assert.deepEqual(proxy.commands(), ['COMMAND INFO', 'SCRIPT LOAD', 'SCRIPT LOAD']);
+      assert.deepEqual(await limiter.check('k'), FIRST_DECISION);
+      assert.deepEqual(proxy.commands(), ['COMMAND INFO', 'SCRIPT LOAD', 'SCRIPT LOAD', 'EVALSHA']);
+      // The scripts are the package's: the server holds the one the limit needs, by its SHA.
+      const exists = ['SCRIPT', 'EXISTS', scripts().gcra.sha, scripts().refund.sha];
+      assert.deepEqual(await (kind === 'ioredis' ? client.call(...exists) : client.sendCommand(exists)), [1, 1]);
+      assert.deepEqual(unhandled, []);
+    } finally {
+      if (kind === 'ioredis') client.disconnect();
+      else if (client.isOpen) client.destroy();
+      await proxy.close();
+      await redis.stop();
+    }
+  });
+}
 
 test('a setup that overruns setupTimeout: logged and counted, and requests stop waiting for it', async () => {
   const redis = await startRedis({ withModule: false });
