@@ -500,9 +500,11 @@ class RateLimit {
       return [reply, Number(await this.send(wait, routed))];
     }
     if (this.sentinel) {
-      // A command sent again (after NOSCRIPT, or RULEKEYS) has its own WAIT in its own pipeline.
+      // A command sent again (after NOSCRIPT, or RULEKEYS) has its own WAIT in its own pipeline;
+      // a SCRIPT LOAD (the server's, whatever the connection) writes no key and needs none.
       let acked;
       const paired = async (/** @type {string[]} */ a) => {
+        if (String(a[0]).toUpperCase() === 'SCRIPT') return this.send(a);
         const [reply, count] = await this.adapter.pipeline([a, wait]);
         acked = count;
         return reply;
