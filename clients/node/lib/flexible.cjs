@@ -8,6 +8,7 @@ const { DenialMemory, monotonicMs } = require('./denial-memory.cjs');
 const { MAX_COUNT, MAX_DURATION_MS, durationMs } = require('./limits.cjs');
 const { parseReply } = require('./reply.cjs');
 const { clientOf } = require('./client.cjs');
+const { LimiterBase, ResBase } = require('./flexible-base.cjs');
 const { SETUP_TIMEOUT_MS, Setup, checkSetupTimeout, checkStoreClient, loadScripts, loadScriptsFor } = require('./setup.cjs');
 const {
   ModuleRequiredError,
@@ -25,8 +26,12 @@ const {
 // two part.
 /** @typedef {import('../index.cjs').RateLimiterRedisOptions} RateLimiterRedisOptions */
 
-/** rate-limiter-flexible's RateLimiterRes: what consume and the others resolve (or reject) with. */
-class RateLimiterRes {
+/**
+ * rate-limiter-flexible's RateLimiterRes: what consume and the others resolve (or reject) with.
+ * When rate-limiter-flexible is installed, a subclass of its own (flexible-base.cjs), so that
+ * its BurstyRateLimiter takes a refusal of ours for one; its fields are then its accessors.
+ */
+class RateLimiterRes extends ResBase {
   /**
    * @param {number} [remainingPoints]
    * @param {number} [msBeforeNext]
@@ -34,9 +39,14 @@ class RateLimiterRes {
    * @param {boolean} [isFirstInDuration]
    */
   constructor(remainingPoints = 0, msBeforeNext = 0, consumedPoints = 0, isFirstInDuration = false) {
+    super(remainingPoints, msBeforeNext, consumedPoints, Boolean(isFirstInDuration));
+    /** @type {number} */
     this.remainingPoints = remainingPoints;
+    /** @type {number} */
     this.msBeforeNext = msBeforeNext;
+    /** @type {number} */
     this.consumedPoints = consumedPoints;
+    /** @type {boolean} */
     this.isFirstInDuration = Boolean(isFirstInDuration);
   }
 
@@ -61,11 +71,18 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  * rate-limiter-flexible's RateLimiterRedis, on the module: `points` per `duration` seconds, the
  * window starting at the key's first consume (RL.TOKENBUCKET key points points duration
  * INTERVAL: all the points come back at once, `duration` after the window began). See
- * docs/node.md for every difference.
+ * docs/node.md for every difference. When rate-limiter-flexible is installed, a subclass of its
+ * RateLimiterCompatibleAbstract (flexible-base.cjs), which its wrappers take.
  */
-class RateLimiterRedis {
+class RateLimiterRedis extends LimiterBase {
+  // RateLimiterCompatibleAbstract's accessors, which throw until a subclass gives its own.
+  #keyPrefix = 'rlflx';
+  #blockDuration = 0;
+  #execEvenly = false;
+
   /** @param {RateLimiterRedisOptions} opts */
   constructor(opts = /** @type {RateLimiterRedisOptions} */ ({})) {
+    super();
     if (opts.storeClient === undefined) throw new Error('storeClient is not set');
     for (const o of UNSUPPORTED_OPTIONS) {
       if (Reflect.get(opts, o)) throw new Error(`${o} is not supported by ratelimit-redis-module's RateLimiterRedis`);
@@ -150,6 +167,33 @@ class RateLimiterRedis {
         );
       },
     });
+  }
+
+  /** @returns {string} */
+  get keyPrefix() {
+    return this.#keyPrefix;
+  }
+
+  set keyPrefix(value) {
+    this.#keyPrefix = value;
+  }
+
+  /** @returns {number} */
+  get blockDuration() {
+    return this.#blockDuration;
+  }
+
+  set blockDuration(value) {
+    this.#blockDuration = value;
+  }
+
+  /** @returns {boolean} */
+  get execEvenly() {
+    return this.#execEvenly;
+  }
+
+  set execEvenly(value) {
+    this.#execEvenly = value;
   }
 
   // Blocks from `now`, read before the consume was sent: the server's msBeforeNext counts
