@@ -34,6 +34,21 @@ export interface RedisClusterStoreClientLike extends RedisClusterLike {
   isOpen?: boolean;
 }
 
+/**
+ * ioredis's client (`new Redis()`, for a server or a Sentinel setup) or its `Cluster`, told apart
+ * from node-redis's by `pipeline`, `status` and `isCluster`. Structural: ioredis's own types are
+ * not needed to use the package (ioredis is an optional peer).
+ */
+export interface IoredisClientLike {
+  status: string;
+  isCluster: boolean;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  sendCommand(command: any, ...rest: any[]): unknown;
+  pipeline(): unknown;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  on(event: string, listener: (...args: any[]) => void): unknown;
+}
+
 /** A node-redis client as RateLimiterRedis uses it (sendCommand, del, multi). */
 export interface RedisStoreClientLike extends RedisClientLike {
   del(key: string): Promise<unknown>;
@@ -103,8 +118,11 @@ export interface Logger {
 }
 
 export interface RateLimitOptions {
-  /** createClient, createSentinel or createCluster (each command to its key's node). */
-  client: RedisClientLike | RedisSentinelLike | RedisClusterLike;
+  /**
+   * node-redis's createClient, createSentinel or createCluster, or ioredis's `new Redis()` (a
+   * server or a Sentinel setup) or `new Cluster()` (on a cluster each command to its key's node).
+   */
+  client: RedisClientLike | RedisSentinelLike | RedisClusterLike | IoredisClientLike;
   limit: Limit;
   /** The name in the fields; default "default", or the policy's; "<name>/<rule>" for a policy of several rules. */
   name?: string;
@@ -393,7 +411,8 @@ export interface RateLimiterLike {
 }
 
 export interface RateLimiterRedisOptions {
-  storeClient: RedisStoreClientLike | RedisClusterStoreClientLike;
+  /** node-redis's createClient or createCluster, or ioredis's `new Redis()` or `new Cluster()`. */
+  storeClient: RedisStoreClientLike | RedisClusterStoreClientLike | IoredisClientLike;
   /** As RateLimitOptions' backend (not in rate-limiter-flexible); default "auto". */
   backend?: 'auto' | 'module' | 'script';
   /** Hears the backend "auto" chose (info) and a failed setup (warn); default console; null: nothing. */

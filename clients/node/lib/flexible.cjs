@@ -344,7 +344,11 @@ class RateLimiterRedis extends LimiterBase {
    * @returns {number}
    */
   #checkPoints(points) {
-    const n = typeof points === 'string' && /^[1-9][0-9]*$/.test(points) ? Number(points) : points;
+    // rate-limiter-flexible's words: a string of digits is a count, any other string refused.
+    if (typeof points === 'string' && !/^[1-9][0-9]*$/.test(points)) {
+      throw new Error('Consuming string different than integer values is not supported by this package');
+    }
+    const n = typeof points === 'string' ? Number(points) : points;
     if (typeof n !== 'number' || !Number.isSafeInteger(n)) {
       throw new Error('Consuming decimal number of points is not supported by this package');
     }

@@ -98,6 +98,10 @@ for (const K of KINDS) {
     const theirByString = await outcome(theirs.consume('user2', '2'));
     same(byString, ['resolved', { ...theirByString[1], isFirstInDuration: true }], 'points as a string');
     same(await outcome(ours.consume('user2', 1.5)), await outcome(theirs.consume('user2', 1.5)), 'fractional points');
+    // Another string is refused in rate-limiter-flexible's words.
+    const byOtherString = await outcome(ours.consume('user2', '2.0'));
+    assert.deepEqual(byOtherString, ['error', 'Consuming string different than integer values is not supported by this package']);
+    same(byOtherString, await outcome(theirs.consume('user2', '2.0')), 'points as a string with a fraction');
   });
 
   test(`the window starts at the first consume and lasts duration seconds (${kind})`, async () => {

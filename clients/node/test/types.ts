@@ -143,3 +143,14 @@ new ErlStore({ client, limit: { algorithm: 'concurrency', limit: 2, lease: '30s'
 // @ts-expect-error: windowMs is express-rate-limit's option, not the store's
 new ErlStore({ client, windowMs: 1000 });
 export { erlInfo, erlStats };
+// ioredis's clients, where node-redis's are taken (ioredis's own types, structurally).
+import { Redis as IORedis, Cluster as IOCluster } from 'ioredis';
+const io = new IORedis({ lazyConnect: true });
+const ioSentinel = new IORedis({ sentinels: [{ host: '127.0.0.1', port: 26379 }], name: 'main', lazyConnect: true });
+const ioCluster = new IOCluster([{ host: '127.0.0.1', port: 7000 }], { lazyConnect: true });
+const ioLimits: RateLimit[] = [io, ioSentinel, ioCluster].map(
+  (c) => new RateLimit({ client: c, limit: { algorithm: 'gcra', burst: 5, rate: 10, period: '1m' } }),
+);
+const ioFlexible: RateLimiterRedis[] = [io, ioCluster].map((storeClient) => new RateLimiterRedis({ storeClient, points: 5, duration: 1 }));
+void ioLimits;
+void ioFlexible;
