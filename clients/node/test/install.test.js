@@ -43,6 +43,11 @@ test('npm install of the packed package into a fresh directory', { skip: PACKAGE
     npm(['install', '--prefer-offline', `./${tarball}`], dir);
     // The peer dependency came along, and the package's files are those it declares.
     assert.ok(existsSync(path.join(dir, 'node_modules/redis/package.json')), 'node-redis installed as the peer');
+    // ioredis is an optional peer, and rate-limiter-flexible no dependency: neither is installed,
+    // and the package loads and runs without them (below).
+    for (const absent of ['ioredis', 'rate-limiter-flexible']) {
+      assert.ok(!existsSync(path.join(dir, 'node_modules', absent)), `${absent} not installed`);
+    }
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module')).sort(),
       ['README.md', 'express-rate-limit.cjs', 'express-rate-limit.d.cts', 'express-rate-limit.d.ts', 'express-rate-limit.js',
         'flexible.cjs', 'flexible.d.cts', 'flexible.d.ts', 'flexible.js', 'index.cjs', 'index.d.cts', 'index.d.ts', 'index.js',
