@@ -194,8 +194,9 @@ function ioredis(client) {
   const redisKey = (key) => `${prefix}${key}`;
   // A Command for `args`, its keys prefixed (keyPrefix); on a cluster, routed to `key`'s slot
   // (clusterKey's when left out; none: any node).
+  let Command; // ioredis's Command class, found at the first command (commandClass)
   const command = (args, key = clusterKey(args)) => {
-    const Command = commandClass(client);
+    Command ??= commandClass(client);
     const words = args.map(String);
     if (prefix !== '') for (const i of keyPositions(words)) words[i] = redisKey(words[i]);
     const c = new Command(words[0], words.slice(1), { replyEncoding: 'utf8' });
