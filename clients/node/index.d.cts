@@ -487,8 +487,8 @@ export interface ExpressRateLimitOptionsLike {
 }
 
 export interface RedisModuleStoreOptions {
-  /** createClient, createSentinel or createCluster (each command to its key's node). */
-  client: RedisClientLike | RedisSentinelLike | RedisClusterLike;
+  /** node-redis's createClient, createSentinel or createCluster, or ioredis's Redis or Cluster (each command to its key's node). */
+  client: RedisClientLike | RedisSentinelLike | RedisClusterLike | IoredisClientLike;
   /** Prepended to express-rate-limit's key; default "rl:erl:" (not rate-limit-redis's "rl:", whose keys are strings). */
   prefix?: string;
   /**

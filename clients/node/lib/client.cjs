@@ -70,8 +70,8 @@ function clusterKey(args) {
 }
 
 /**
- * The positions of the keys in a command the package sends (clusterKey's: a module command's
- * key, EVALSHA's declared keys), for ioredis's keyPrefix.
+ * The positions of the keys in a command the package sends (a module command's key, EVALSHA's
+ * declared keys, DEL's: express-rate-limit's resetKey), for ioredis's keyPrefix.
  * @param {ReadonlyArray<string>} args
  * @returns {number[]}
  */
@@ -82,6 +82,7 @@ function keyPositions(args) {
     return Array.from({ length: Number.isSafeInteger(n) && n > 0 ? n : 0 }, (_, i) => 3 + i);
   }
   if (command.startsWith('RL.') && !command.startsWith('RL.POLICY.')) return [1];
+  if (command === 'DEL') return args.slice(1).map((_, i) => 1 + i);
   return [];
 }
 

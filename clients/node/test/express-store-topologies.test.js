@@ -1,9 +1,10 @@
-// RedisModuleStore behind express-rate-limit over node-redis's cluster client (createCluster),
-// on two 3-primary clusters of startCluster, one with the module on its debug clock and one
+// RedisModuleStore behind express-rate-limit over node-redis's cluster client (createCluster)
+// and ioredis's (Cluster), on two 3-primary clusters of startCluster, one with the module on its debug clock and one
 // without (the script backend, on the scripts' test-only clock): keys on every node, each
 // request one call on its key's node (INFO commandstats of each node), decrement, get and
 // resetKey (DEL) by the key's slot; and over node-redis's Sentinel client (createSentinel), a
-// real Sentinel process watching a primary with the module.
+// real Sentinel process watching a primary with the module; and over ioredis's standalone
+// client.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -12,20 +13,28 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
+import { Cluster } from 'ioredis';
 import { createSentinel } from 'redis';
 import { RedisModuleStore } from '../express-rate-limit.js';
 import { TEST_NOW } from '../lib/scripts.cjs';
 import { app } from './express-store-app.js';
-import { PATIENT, T0_MS, calls, connect, freePort, quiet, startCluster, startRedis } from './helpers.js';
+import { PATIENT, T0_MS, calls, connect, connectIoredis, freePort, quiet, startCluster, startRedis } from './helpers.js';
 
 const stacks = {}; // 'module' and 'script': startCluster's { direct, cluster, nodeOf, calls, ... }
 
 before(async () => {
   [stacks.module, stacks.script] = await Promise.all([startCluster(), startCluster({ withModule: false })]);
   for (const c of stacks.module.direct) await c.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  // ioredis's Cluster on each, ready (its slots known).
+  for (const s of Object.values(stacks)) {
+    s.io = new Cluster([{ host: '127.0.0.1', port: s.nodes[0].port }]);
+    s.io.on('error', () => {});
+    await new Promise((resolve) => s.io.once('ready', resolve));
+  }
 });
 
 after(async () => {
+  for (const s of Object.values(stacks)) s?.io?.disconnect();
   await Promise.all(Object.values(stacks).map((s) => s?.stop()));
 });
 
@@ -39,14 +48,16 @@ async function keysOnEveryNode(kind, prefix) {
   return keys;
 }
 
-for (const kind of ['module', 'script']) {
-  test(`a cluster (${kind}): each request one call on its key's node, all three nodes`, async () => {
+for (const [kind, using] of [['module', 'node-redis'], ['script', 'node-redis'], ['module', 'ioredis'], ['script', 'ioredis']]) {
+  test(`a cluster (${kind}, ${using}): each request one call on its key's node, all three nodes`, async () => {
     const s = stacks[kind];
-    const store = new RedisModuleStore({ client: s.cluster, prefix: `rl:erlc:${kind}:`, ...PATIENT, logger: quiet });
+    const prefix = `rl:erlc:${kind}:${using}:`;
+    const client = using === 'ioredis' ? s.io : s.cluster;
+    const store = new RedisModuleStore({ client, prefix, ...PATIENT, logger: quiet });
     if (kind === 'script') store[TEST_NOW] = () => T0_MS * 1000;
     const a = await app({ windowMs: 60_000, limit: 2, store });
     try {
-      const keys = await keysOnEveryNode(kind, `rl:erlc:${kind}:`);
+      const keys = await keysOnEveryNode(kind, prefix);
       const command = kind === 'module' ? 'rl.tokenbucket' : 'evalsha';
       for (const [node, key] of keys.entries()) {
         const before = await Promise.all([0, 1, 2].map((i) => s.calls(i, command)));
@@ -62,7 +73,7 @@ for (const kind of ['module', 'script']) {
         await store.decrement(key);
         assert.equal((await store.get(key))?.totalHits, 3);
         await a.limiter.resetKey(key);
-        assert.equal(await s.direct[node].exists(`rl:erlc:${kind}:${key}`), 0);
+        assert.equal(await s.direct[node].exists(`${prefix}${key}`), 0);
         assert.equal(await store.get(key), undefined);
       }
       assert.equal(store.stats.backend, kind);
@@ -138,5 +149,39 @@ test('a Sentinel client: the store on the primary Sentinel names', async () => {
     direct.destroy();
     await sentinel.stop();
     await primary.stop();
+  }
+});
+
+test("ioredis's standalone client: the store's one call a request, its keys under ioredis's keyPrefix", async () => {
+  const redis = await startRedis();
+  const direct = await connect(redis);
+  // ioredis's keyPrefix would prefix DEL's and a script's keys but not a module command's: the
+  // package puts it before every key itself, once (docs/node.md, "ioredis"), on each call.
+  const client = await connectIoredis(redis, { keyPrefix: 'io:' });
+  try {
+    await direct.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+    const store = new RedisModuleStore({ client, ...PATIENT, logger: quiet });
+    const a = await app({ windowMs: 60_000, limit: 2, standardHeaders: 'draft-7', store });
+    try {
+      const before = await calls(direct, 'rl.tokenbucket');
+      const seen = [];
+      for (let i = 0; i < 3; i++) seen.push(await a.as('i'));
+      assert.deepEqual(seen.map((r) => [r.status, r.headers.ratelimit]), [
+        [200, 'limit=2, remaining=1, reset=60'], [200, 'limit=2, remaining=0, reset=60'], [429, 'limit=2, remaining=0, reset=60'],
+      ]);
+      assert.equal(await calls(direct, 'rl.tokenbucket') - before, 3);
+      assert.deepEqual([await direct.exists('io:rl:erl:i'), await direct.exists('rl:erl:i')], [1, 0]);
+      assert.equal((await store.get('i'))?.totalHits, 3);
+      await store.decrement('i');
+      assert.equal((await store.get('i'))?.totalHits, 2);
+      await store.resetKey('i');
+      assert.deepEqual(await direct.keys('*'), []);
+    } finally {
+      await a.close();
+    }
+  } finally {
+    client.disconnect();
+    direct.destroy();
+    await redis.stop();
   }
 });

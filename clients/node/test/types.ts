@@ -154,3 +154,5 @@ const ioLimits: RateLimit[] = [io, ioSentinel, ioCluster].map(
 const ioFlexible: RateLimiterRedis[] = [io, ioCluster].map((storeClient) => new RateLimiterRedis({ storeClient, points: 5, duration: 1 }));
 void ioLimits;
 void ioFlexible;
+const ioStores: RedisModuleStore[] = [io, ioSentinel, ioCluster].map((c) => new RedisModuleStore({ client: c }));
+void ioStores;
