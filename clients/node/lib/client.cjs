@@ -23,7 +23,7 @@
 // ioredis's `keyPrefix` option: ioredis prefixes the keys of the commands it knows (EVALSHA's,
 // DEL's) but not a module command's, whose keys it cannot tell. The adapter sends ioredis Command
 // objects built without it and prefixes every key it sends itself (a module command's key,
-// EVALSHA's declared keys), so that the key in Redis is `<keyPrefix><the package's key>` on both
+// EVALSHA's declared keys, DEL's: keyPositions), so that the key in Redis is `<keyPrefix><the package's key>` on both
 // backends alike, as ioredis's own commands (RateLimiterRedis's `delete`) name it; on a cluster
 // the slot is the prefixed key's, as ioredis routes its own commands.
 
