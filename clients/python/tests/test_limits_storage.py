@@ -58,8 +58,8 @@ class Clock:
 
     def expire(self, storage: RatelimitStorage) -> int:
         """Delete the storage's keys that are fresh by this clock: the keys Redis would have
-        expired by now, whose TTL (reset_after_ms, SPEC §2) runs in real time under the debug
-        clock (SPEC §6). A token bucket's beat is anchored anew only on a key that expired
+        expired by now, whose TTL (reset_after_ms, docs/commands.md) runs in real time under the debug
+        clock (CONTRIBUTING.md, "Tests"). A token bucket's beat is anchored anew only on a key that expired
         (docs/token-bucket.md), so the fixed window's next window starts at the next hit."""
         gone = 0
         for k in storage.client.scan_iter(match=f"{storage.key_prefix}:*"):
@@ -139,7 +139,7 @@ def test_fixed_window_costs(setup: tuple[RatelimitStorage, Clock]) -> None:
 
 
 def test_moving_window_is_the_sliding_log(setup: tuple[RatelimitStorage, Clock]) -> None:
-    # The sliding log's worked example (SPEC §3): 2 per minute, at 0:01, 0:30, 0:50, 1:40.
+    # The sliding log's worked example (docs/sliding-log.md): 2 per minute, at 0:01, 0:30, 0:50, 1:40.
     storage, clock = setup
     item = parse("2/minute")
     mw = MovingWindowRateLimiter(storage)
@@ -167,7 +167,7 @@ def test_moving_window_is_the_sliding_log(setup: tuple[RatelimitStorage, Clock])
 
 
 def test_sliding_window_counter_weights_the_previous_window(setup: tuple[RatelimitStorage, Clock]) -> None:
-    # SPEC §3's example: 7 per minute, 5 in the previous minute; 30% into this one the estimate
+    # docs/sliding-window.md's example: 7 per minute, 5 in the previous minute; 30% into this one the estimate
     # is floor(5 × 0.7) = 3, so four more pass and the fifth is denied.
     storage, clock = setup
     item = parse("7/minute")
