@@ -217,7 +217,7 @@ fn a_node_added_and_resharded_under_rl_limit_traffic_answers_every_request() {
             })
         })
         .collect();
-    // A fourth node, empty: added, then given 3000 slots of the first.
+    // A fourth node, empty: added, then given 1000 slots of the first.
     let added = Server::with(cluster_config());
     let out = std::process::Command::new("redis-cli")
         .args(["--cluster", "add-node"])
@@ -241,7 +241,7 @@ fn a_node_added_and_resharded_under_rl_limit_traffic_answers_every_request() {
         .args(["--cluster-to", &node_id(&added)])
         .args([
             "--cluster-slots",
-            "3000",
+            "1000",
             "--cluster-yes",
             "--cluster-pipeline",
             "50",
