@@ -10,7 +10,8 @@
 // - fields.cjs: those fields, RateLimit-Policy and RateLimit
 //   (draft-ietf-httpapi-ratelimit-headers-11), X-RateLimit-*, and on a refusal 429 with
 //   Retry-After and an application/problem+json body (quotaExceededBody, UNAVAILABLE_BODY), and
-//   an adaptive concurrency limit's 503 (loadSheddingBody).
+//   an adaptive concurrency limit's 503 (loadSheddingBody); X-RateLimit-Reset as delta or epoch
+//   seconds (xRateLimitReset), the epoch's instant fixed on a decision when its reply arrives.
 // - flexible.cjs, RateLimiterRedis and RateLimiterRes: rate-limiter-flexible's interface, backed
 //   by the module, so that its users switch by changing one constructor.
 // - express-store.cjs, RedisModuleStore: a store for express-rate-limit (its Store interface),

@@ -358,6 +358,8 @@ export interface MiddlewareOptions extends Partial<RateLimitOptions> {
   shadow?: boolean | ((req: IncomingMessage) => boolean);
   /** Requests that pass unlimited, with no round trip and no fields (health checks, internal callers). */
   skip?: (req: IncomingMessage & { ip?: string }, res: ServerResponse) => boolean | Promise<boolean>;
+  /** X-RateLimit-Reset as delta seconds (`'delta'`, the default) or epoch seconds (`'epoch'`). */
+  xRateLimitReset?: XRateLimitReset;
 }
 
 export type Middleware = ((
@@ -368,7 +370,20 @@ export type Middleware = ((
 
 export function rateLimitMiddleware(options: MiddlewareOptions): Middleware;
 
-export function rateLimitHeaders(decision: Decision): Array<[string, string]>;
+/**
+ * What X-RateLimit-Reset says: `'delta'`, the seconds until the key is fresh again
+ * (ceil(resetAfterMs / 1000)); `'epoch'`, that instant in seconds since the Unix epoch, rounded up
+ * (express-rate-limit's legacy field, GitHub's): this process's clock when the reply arrived plus
+ * resetAfterMs, the same instant in the denial memory's answers.
+ */
+export type XRateLimitReset = 'delta' | 'epoch';
+
+export interface HeaderOptions {
+  /** X-RateLimit-Reset as delta seconds (the default) or epoch seconds. */
+  xRateLimitReset?: XRateLimitReset;
+}
+
+export function rateLimitHeaders(decision: Decision, options?: HeaderOptions): Array<[string, string]>;
 export function quotaExceededBody(name: string): string;
 /** The 503 body of an adaptive concurrency limit's refusal: load shedding (temporary-reduced-capacity). */
 export function loadSheddingBody(name: string): string;

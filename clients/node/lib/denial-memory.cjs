@@ -5,6 +5,8 @@
 // @ts-check
 'use strict';
 
+const { fixedResetAt, withResetAt } = require('./fields.cjs');
+
 /**
  * Denials remembered until their retry time, at most `max` of them. A full memory first drops
  * expired entries among the oldest few, else the oldest one: bounded work per insert.
@@ -41,14 +43,15 @@ class DenialMemory {
   refusal(key, cost, now, remaining = 0) {
     const e = this.lookup(key, cost, now);
     if (e === undefined) return undefined;
-    // Whole milliseconds, as the module counts them (the default clock has fractions).
-    return {
+    // Whole milliseconds, as the module counts them (the default clock has fractions); the
+    // reset instant on the wall clock the one the denial's reply fixed (fields.cjs, RESET_AT).
+    return withResetAt({
       ...e.decision,
       remaining,
       retryAfterMs: Math.ceil(e.until - now),
       resetAfterMs: Math.max(0, Math.ceil(e.resetAt - now)),
       local: true,
-    };
+    }, fixedResetAt(e.decision));
   }
 
   /** Forgets `key`'s denial: something gave units back to it (RateLimit's refund). */

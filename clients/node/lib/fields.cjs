@@ -1,7 +1,8 @@
 // The HTTP fields of docs/node.md: RateLimit-Policy and RateLimit
 // (draft-ietf-httpapi-ratelimit-headers-11, a name being a Structured Field String),
 // X-RateLimit-*, Retry-After, and the application/problem+json bodies of 429 and 503 (fail
-// closed, and an adaptive concurrency limit shedding load).
+// closed, and an adaptive concurrency limit shedding load); and a decision's reset instant, the
+// epoch X-RateLimit-Reset.
 
 // @ts-check
 'use strict';
@@ -17,6 +18,52 @@ function checkName(name, what) {
   return name;
 }
 const sfString = (s) => `"${s.replace(/[\\"]/g, (c) => `\\${c}`)}"`;
+
+/** What X-RateLimit-Reset says: delta seconds (the default) or epoch seconds. */
+const X_RATELIMIT_RESET = ['delta', 'epoch'];
+
+/** The xRateLimitReset option checked: 'delta' (the default) or 'epoch'. */
+function checkXRateLimitReset(value = 'delta') {
+  if (!X_RATELIMIT_RESET.includes(value)) {
+    throw new TypeError(`invalid xRateLimitReset: expected "delta" or "epoch"; got ${String(value)}`);
+  }
+  return /** @type {'delta' | 'epoch'} */ (value);
+}
+
+// The instant a decision's key is fresh again, in ms since the Unix epoch: this process's
+// wall clock when the reply arrived plus its reset_after_ms, fixed then, so that the denial
+// memory's later answers say the same instant (their resetAfterMs, counted down on the monotonic
+// clock, would round to another second now and then, or follow a step of the wall clock). A
+// hidden property (not enumerable, not copied by a spread): the decision's fields stay those
+// index.d.cts declares.
+const RESET_AT = Symbol('ratelimit reset instant');
+
+/**
+ * `d` with its reset instant `ms` (ms since the epoch) fixed; as it is when `ms` is undefined.
+ * @template {object} T
+ * @param {T} d
+ * @param {number | undefined} ms
+ * @returns {T}
+ */
+function withResetAt(d, ms) {
+  if (ms !== undefined) Object.defineProperty(d, RESET_AT, { value: ms, enumerable: false, configurable: true, writable: true });
+  return d;
+}
+
+/**
+ * The reset instant fixed on `d` (ms since the epoch), or undefined.
+ * @param {object} d
+ * @returns {number | undefined}
+ */
+const fixedResetAt = (d) => /** @type {any} */ (d)[RESET_AT];
+
+/**
+ * A decision's reset instant in ms since the epoch: the one fixed when its reply arrived, or for
+ * a decision without one (a local budget's, one made by the application) now plus resetAfterMs.
+ * @param {import('../index.cjs').Decision} d
+ * @returns {number}
+ */
+const resetAt = (d) => fixedResetAt(d) ?? Date.now() + d.resetAfterMs;
 
 const QUOTA_EXCEEDED_TYPE = 'https://iana.org/assignments/http-problem-types#quota-exceeded';
 const REDUCED_CAPACITY_TYPE =
@@ -62,10 +109,14 @@ const UNAVAILABLE_BODY = JSON.stringify({
  * The response fields for a decision, in order, as [name, value] pairs: RateLimit-Policy,
  * RateLimit, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, and on a refusal
  * Retry-After (left out when the request can never pass; at least 1 for an adaptive
- * concurrency limit's 503, and `t` with it).
+ * concurrency limit's 503, and `t` with it). X-RateLimit-Reset is ceil(resetAfterMs / 1000),
+ * or with `xRateLimitReset: 'epoch'` the reset instant in seconds since the epoch, rounded up
+ * (express-rate-limit's legacy field).
  * @param {import('../index.cjs').Decision} d
+ * @param {import('../index.cjs').HeaderOptions} [options]
  */
-function rateLimitHeaders(d) {
+function rateLimitHeaders(d, options = undefined) {
+  const epoch = checkXRateLimitReset(options?.xRateLimitReset) === 'epoch';
   // A refusal's seconds: an adaptive limit's 503 says at least 1 (a retry at once would be shed).
   const retrySeconds = (ms) => (d.adaptive === undefined ? ceilSeconds(ms) : Math.max(1, ceilSeconds(ms)));
   let w = d.windowSeconds === undefined ? '' : `;w=${d.windowSeconds}`;
@@ -82,7 +133,7 @@ function rateLimitHeaders(d) {
     ['RateLimit', `${name};r=${d.remaining}${t}`],
     ['X-RateLimit-Limit', String(d.limit)],
     ['X-RateLimit-Remaining', String(d.remaining)],
-    ['X-RateLimit-Reset', String(ceilSeconds(d.resetAfterMs))],
+    ['X-RateLimit-Reset', String(epoch ? ceilSeconds(resetAt(d)) : ceilSeconds(d.resetAfterMs))],
   ];
   if (!d.allowed && d.retryAfterMs >= 0) headers.push(['Retry-After', String(retrySeconds(d.retryAfterMs))]);
   return headers;
@@ -90,6 +141,9 @@ function rateLimitHeaders(d) {
 
 module.exports = {
   checkName,
+  checkXRateLimitReset,
+  withResetAt,
+  fixedResetAt,
   QUOTA_EXCEEDED_TYPE,
   REDUCED_CAPACITY_TYPE,
   quotaExceededBody,

@@ -35,6 +35,7 @@
 // @ts-check
 'use strict';
 
+const { fixedResetAt, withResetAt } = require('./fields.cjs');
 const { moreAfterMs } = require('./limits.cjs');
 
 const MIN_DEFAULT_HOLD_MS = 10;
@@ -185,7 +186,7 @@ class LocalBudget {
             w.resolve(remembered);
           } else {
             this.stats.denied += 1;
-            w.resolve({ ...exhausted, remaining: e.held, local: false });
+            w.resolve(withResetAt({ ...exhausted, remaining: e.held, local: false }, fixedResetAt(exhausted)));
           }
           continue;
         }
@@ -202,6 +203,10 @@ class LocalBudget {
           this.#failAll(key, e, error);
           break;
         }
+        // The reset instant, fixed as the reply arrives (fields.cjs, RESET_AT), for a refusal the
+        // memory keeps. (A decision served from the budget has none: its resetAfterMs is the
+        // refill's, approximate, and it is kept free of anything but its fields.)
+        withResetAt(decision, Date.now() + decision.resetAfterMs);
         const granted = decision.granted ?? 0;
         e.last = decision;
         e.more = more;
@@ -211,7 +216,7 @@ class LocalBudget {
           this.#add(key, e, granted, now, decision);
         } else {
           const { granted: _, ...refusal } = decision;
-          exhausted = refusal;
+          exhausted = withResetAt(refusal, fixedResetAt(decision));
           // Remembered from `now`, read before the refill left (see RateLimit.check).
           if (this.limiter.policy === undefined) this.limiter.memory.remember(key, refusal, undefined, now);
         }

@@ -11,6 +11,7 @@
 
 const {
   UNAVAILABLE_BODY,
+  checkXRateLimitReset,
   loadSheddingBody,
   quotaExceededBody,
   rateLimitHeaders,
@@ -75,11 +76,15 @@ function holdLease(limiter, key, d, req, res, next) {
  * `cost(req)` (default 1), `shadow` (true, or `shadow(req)`: the limit is checked, counted
  * and answered in the fields, but never refuses) and `skip(req, res)` (true, or a promise of
  * true: the request passes unlimited, with no round trip and no fields; health checks, internal
- * callers). The returned function has the RateLimit as `.limiter`.
+ * callers) and `xRateLimitReset` ('delta', the default: X-RateLimit-Reset in seconds from now;
+ * 'epoch': the reset instant in seconds since the Unix epoch, as express-rate-limit's legacy
+ * field). The returned function has the RateLimit as `.limiter`.
  * @param {MiddlewareOptions} options
  * @returns {import('../index.cjs').Middleware}
  */
 function rateLimitMiddleware(options = {}) {
+  // Checked before a RateLimit is made (its setup starts at once).
+  const fields = { xRateLimitReset: checkXRateLimitReset(options.xRateLimitReset) };
   // Without `limiter`, the options are RateLimit's, which checks `client` and `limit` itself.
   const limiter = options.limiter ?? new RateLimit(/** @type {RateLimitOptions} */ (options));
   const keyOf = options.key ?? ((req) => req.ip ?? req.socket?.remoteAddress ?? 'unknown');
@@ -106,7 +111,7 @@ function rateLimitMiddleware(options = {}) {
           else send(res, 503, UNAVAILABLE_BODY);
           return;
         }
-        for (const [name, value] of rateLimitHeaders(d)) res.setHeader(name, value);
+        for (const [name, value] of rateLimitHeaders(d, fields)) res.setHeader(name, value);
         // A concurrency lease is held while the response is in flight.
         if (d.allowed && d.token !== undefined) holdLease(limiter, key, d, req, res, next);
         else if (d.allowed) next();

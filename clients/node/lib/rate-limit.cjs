@@ -14,6 +14,7 @@
 /** @typedef {import('../index.cjs').Failure} Failure */
 
 const { DenialMemory } = require('./denial-memory.cjs');
+const { withResetAt } = require('./fields.cjs');
 const { LocalBudget, lapsesAtWindowEnd } = require('./local-budget.cjs');
 const { MAX_DURATION_MS, count, moreAfterMs, policyShapes } = require('./limits.cjs');
 const { parseReply } = require('./reply.cjs');
@@ -621,8 +622,12 @@ class RateLimit {
       }
       return this.#failure(key, error);
     }
+    // The reset instant on the wall clock, fixed as the reply arrives (fields.cjs, RESET_AT):
+    // X-RateLimit-Reset's epoch form, which the denial memory's answers repeat.
+    const resetAtMs = Date.now() + decision.resetAfterMs;
+    withResetAt(decision, resetAtMs);
     // A preview is a call only, as the module counts it: nothing admitted, refused or watched.
-    if (dryRun) return { ...decision, local: false };
+    if (dryRun) return withResetAt({ ...decision, local: false }, resetAtMs);
     // RateLimit's `t` while admitted (a refusal's is its retry time).
     if (decision.allowed) {
       const ms = await this.#moreAfter(key, decision, more);
@@ -644,7 +649,7 @@ class RateLimit {
       // Nor a denial of `atMost` (no cost of its own to match) or under `shadow`.
       if (plain && !this.concurrent && this.policy === undefined) this.memory.remember(memoryKey, decision, cost, now);
     }
-    return { ...decision, local: false };
+    return withResetAt({ ...decision, local: false }, resetAtMs);
   }
 
   /**

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import express from 'express';
-import { parseReply, rateLimitMiddleware } from '../index.js';
+import { parseReply, rateLimitHeaders, rateLimitMiddleware } from '../index.js';
 import { PATIENT, T0_MS, calls, clocks, connect, get, helloApp, limitFields, memoryLogger, serve, serverForFile } from './helpers.js';
 
 const PROBLEM_429 =
@@ -85,6 +85,96 @@ test('GCRA: the burst, the 429 with its problem body, then the denial memory', a
       200, '"default";q=5;w=30', '"default";r=0;t=6', '5', '0', '30', undefined,
     ]);
     assert.equal(await calls(client, 'RL.GCRA'), before429 + 3);
+  } finally {
+    await http.close();
+  }
+});
+
+/** `send()`'s response with `before` and `after`, this process's wall clock (ms) around it. */
+async function timed(send) {
+  const before = Date.now();
+  const r = await send();
+  return { ...r, before, after: Date.now() };
+}
+
+/**
+ * X-RateLimit-Reset in epoch seconds for a key fresh `ms` after the reply: the reply arrived
+ * between `before` and `after`, so the field is ceil((that + ms) / 1000) for an instant between.
+ */
+function epochReset(r, ms) {
+  const reset = Number(r.headers['x-ratelimit-reset']);
+  assert.ok(Number.isSafeInteger(reset), `X-RateLimit-Reset ${r.headers['x-ratelimit-reset']} is not whole seconds`);
+  const [low, high] = [Math.ceil((r.before + ms) / 1000), Math.ceil((r.after + ms) / 1000)];
+  assert.ok(low <= reset && reset <= high, `X-RateLimit-Reset ${reset} is not ${ms} ms after the reply: ${low}..${high}`);
+  return reset;
+}
+
+test("xRateLimitReset 'epoch': X-RateLimit-Reset the reset instant, the same from the denial memory", async () => {
+  const { http, clock, limiter, as } = await app({
+    limit: { algorithm: 'gcra', burst: 5, rate: 10, period: '1m' },
+    prefix: 'rl:epoch:',
+    xRateLimitReset: 'epoch',
+  });
+  try {
+    // The burst of the GCRA test above: every other field as there, X-RateLimit-Reset the
+    // wall clock's epoch seconds 6 s more each time.
+    for (const [r, reset] of [[4, 6], [3, 12], [2, 18], [1, 24], [0, 30]]) {
+      const res = await timed(() => as('alice'));
+      epochReset(res, reset * 1000);
+      assert.deepEqual(limitFields(res), [
+        200, '"default";q=5;w=30', `"default";r=${r};t=6`, '5', `${r}`, res.headers['x-ratelimit-reset'], undefined,
+      ]);
+    }
+    const before429 = await calls(client, 'RL.GCRA');
+    const denied = await timed(() => as('alice'));
+    const instant = epochReset(denied, 30_000);
+    assert.deepEqual(limitFields(denied), [429, '"default";q=5;w=30', '"default";r=0;t=6', '5', '0', `${instant}`, '6']);
+    // From the memory, 2.5 s then 5999 ms later on its clock (t and Retry-After counted down, as
+    // in the GCRA test; delta seconds would say 28 and 25): the instant the reply fixed, not
+    // this process's clock now plus the time left, which gives an earlier second here (the fake
+    // monotonic clock moves, the wall clock does not, as after a step of the wall clock).
+    clock.ms += 2_500;
+    assert.deepEqual(limitFields(await as('alice')), [429, '"default";q=5;w=30', '"default";r=0;t=4', '5', '0', `${instant}`, '4']);
+    clock.ms += 3_499;
+    assert.deepEqual(limitFields(await as('alice')), [429, '"default";q=5;w=30', '"default";r=0;t=1', '5', '0', `${instant}`, '1']);
+    assert.equal(await calls(client, 'RL.GCRA'), before429 + 1, 'the memory answered without Redis');
+    assert.equal(limiter.stats.deniedLocally, 2);
+
+    // At the retry time Redis is asked again: admitted, a new instant 30 s after its reply.
+    clock.ms += 1;
+    await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '6000']);
+    const admitted = await timed(() => as('alice'));
+    assert.equal(admitted.status, 200);
+    epochReset(admitted, 30_000);
+  } finally {
+    await http.close();
+  }
+});
+
+test("xRateLimitReset: 'delta' by default, and anything else is refused when the middleware is made", async () => {
+  const limit = { algorithm: 'gcra', burst: 5, rate: 10, period: '1m' };
+  for (const bad of ['seconds', 'Epoch', '', 1, null]) {
+    assert.throws(() => rateLimitMiddleware({ client, limit, xRateLimitReset: bad }), {
+      name: 'TypeError',
+      message: `invalid xRateLimitReset: expected "delta" or "epoch"; got ${String(bad)}`,
+    });
+  }
+  const d = { allowed: true, name: 'default', limit: 5, remaining: 4, retryAfterMs: 0, resetAfterMs: 6000, windowSeconds: 30, local: false };
+  assert.throws(() => rateLimitHeaders(d, { xRateLimitReset: 'utc' }), {
+    name: 'TypeError',
+    message: 'invalid xRateLimitReset: expected "delta" or "epoch"; got utc',
+  });
+  // The default and 'delta': the seconds from now, whatever the clock.
+  assert.deepEqual(rateLimitHeaders(d), rateLimitHeaders(d, { xRateLimitReset: 'delta' }));
+  assert.deepEqual(rateLimitHeaders(d).at(-1), ['X-RateLimit-Reset', '6']);
+  // A decision the application made has no instant fixed: now plus resetAfterMs, rounded up.
+  const before = Date.now();
+  const reset = Number(rateLimitHeaders(d, { xRateLimitReset: 'epoch' }).at(-1)?.[1]);
+  const after = Date.now();
+  assert.ok(Math.ceil((before + 6000) / 1000) <= reset && reset <= Math.ceil((after + 6000) / 1000), `${reset}`);
+  const { http, as } = await app({ limit, prefix: 'rl:delta:', xRateLimitReset: 'delta' });
+  try {
+    assert.deepEqual(limitFields(await as('alice')), [200, '"default";q=5;w=30', '"default";r=4;t=6', '5', '4', '6', undefined]);
   } finally {
     await http.close();
   }

@@ -14,6 +14,7 @@ import {
   type AdaptiveKind,
   type Decision,
   type PolicyRule,
+  type XRateLimitReset,
 } from 'ratelimit-redis-module';
 import { RateLimiterRedis as FlexibleRedis, type RateLimiterRedisOptions } from 'ratelimit-redis-module/flexible';
 import { rateLimit, type Store } from 'express-rate-limit';
@@ -45,7 +46,7 @@ async function check(): Promise<Array<[string, string]>> {
   if (!partial.failed && partial.shadowDenied) return [['granted', String(partial.granted ?? 0)]];
   const given: number = await policy.refund('user:1', 2, { dryRun: true });
   if (given > 0) await policy.check('user:1', 1, { dryRun: true });
-  return rateLimitHeaders(decision);
+  return rateLimitHeaders(decision, { xRateLimitReset: 'epoch' });
 }
 
 const limiter = new RateLimiterRedis({ storeClient: client, points: 5, duration: 1, blockDuration: 60 });
@@ -80,6 +81,11 @@ rateLimitMiddleware({ client, limit: { policy: 'api', rules: [{ algorithm: 'gcra
 // @ts-expect-error: only a policy has rules
 rateLimitMiddleware({ client, limit: { algorithm: 'gcra', burst: 1, rate: 1, period: '1s', rules } });
 rateLimitMiddleware({ client, limit: { policy: 'api' }, skip: async (req) => req.headers['x-internal'] === '1' });
+// X-RateLimit-Reset in epoch seconds, as express-rate-limit's legacy field.
+const resetForm: XRateLimitReset = 'epoch';
+rateLimitMiddleware({ client, limit: { policy: 'api' }, xRateLimitReset: resetForm });
+// @ts-expect-error: X-RateLimit-Reset is 'delta' or 'epoch'
+rateLimitMiddleware({ client, limit: { policy: 'api' }, xRateLimitReset: 'seconds' });
 const leases = new RateLimit({ client, limit: { algorithm: 'concurrency', limit: 2, lease: '30s' } });
 leases.check('jobs', 1, { id: 'worker-7' }).then((d) => (d.failed ? undefined : leases.release('jobs', d)));
 // An adaptive concurrency limit, as the README's example; a release reporting the work's latency.
