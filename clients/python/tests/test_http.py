@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 import redis.asyncio
@@ -14,10 +14,13 @@ from redis.backoff import NoBackoff
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 
-from conftest import PATIENT, Server
+from conftest import PATIENT, FakeTime, Server
 from ratelimit_redis_module import (
     GCRA,
     UNAVAILABLE_BODY,
+    AsyncGuard,
+    Decision,
+    Guard,
     FixedWindow,
     Policy,
     RateLimiter,
@@ -28,6 +31,7 @@ from ratelimit_redis_module import (
     client_ip,
     header,
     quota_exceeded_body,
+    rate_limit_headers,
 )
 
 MIDNIGHT_MS = 1_699_920_000_000
@@ -118,6 +122,95 @@ def test_gcra_headers_429_and_denial_memory(server: Server, serve: Any, protocol
     assert server.calls("rl.gcra") == calls + 3
     # A remembered denial of 1 unit does not refuse 0 units (a request that costs nothing).
     assert http.get(headers={**alice, "X-Cost": "0"})[0] == 200
+
+
+Response = tuple[int, list[tuple[str, str]], bytes]
+
+
+def timed(send: Callable[[], Response]) -> tuple[Response, int, int]:
+    """``send()``'s response, with the wall clock (ms since the epoch) read before and after it."""
+    before = time.time_ns() // 1_000_000
+    response = send()
+    return response, before, time.time_ns() // 1_000_000
+
+
+def epoch_reset(response: Response, before: int, after: int, ms: int) -> int:
+    """X-RateLimit-Reset in epoch seconds for a key fresh ``ms`` after the reply, which came
+    between ``before`` and ``after``: ceil((that instant + ms) / 1000), in whole seconds."""
+    value = dict(response[1])["x-ratelimit-reset"]
+    assert value.isdigit(), f"X-RateLimit-Reset {value!r} is not whole seconds"
+    low, high = -(-(before + ms) // 1000), -(-(after + ms) // 1000)
+    assert low <= int(value) <= high, f"X-RateLimit-Reset {value} is not {ms} ms after the reply: {low}..{high}"
+    return int(value)
+
+
+def test_x_ratelimit_reset_epoch_the_same_instant_from_the_denial_memory(server: Server, serve: Any) -> None:
+    clock = FakeTime(server)
+    stats = Stats()
+    http = serve(app_for(server, limit=GCRA(5, 10, "1m"), key=header("x-client-id"), stats=stats, clock=clock,
+                         x_ratelimit_reset="epoch"))
+    alice = {"X-Client-Id": "alice"}
+    # The burst of the test above: every other field as there, X-RateLimit-Reset the wall
+    # clock's epoch seconds 6 s more each time.
+    for i in range(1, 6):
+        response, before, after = timed(lambda: http.get(headers=alice))
+        reset = epoch_reset(response, before, after, 6000 * i)
+        assert response == (200, PLAIN + limited("default", 5, 30, 5 - i, 6, reset), b"hello")
+    response, before, after = timed(lambda: http.get(headers=alice))
+    instant = epoch_reset(response, before, after, 30_000)
+    assert response == (429, refused(QUOTA_BODY, "default", 5, 30, 6, instant), QUOTA_BODY)
+    calls = server.calls("rl.gcra")
+    # From the memory, 2.5 s then 5999 ms later on its clock (t and Retry-After counted down;
+    # delta seconds would say 28 and 25): the instant the reply fixed, not the wall clock now
+    # plus the time left, which gives an earlier second here (the package's monotonic clock
+    # moves, the wall clock does not, as after a step of the wall clock).
+    clock.ms += 2_500
+    assert http.get(headers=alice) == (429, refused(QUOTA_BODY, "default", 5, 30, 4, instant), QUOTA_BODY)
+    clock.ms += 3_499
+    assert http.get(headers=alice) == (429, refused(QUOTA_BODY, "default", 5, 30, 1, instant), QUOTA_BODY)
+    assert server.calls("rl.gcra") == calls
+    assert (stats.round_trips, stats.remembered) == (6, 2)
+    # At the retry time Redis is asked again: admitted, a new instant 30 s after its reply.
+    clock.ms += 1
+    server.advance(6_000)
+    response, before, after = timed(lambda: http.get(headers=alice))
+    assert response[0] == 200
+    epoch_reset(response, before, after, 30_000)
+
+
+def test_x_ratelimit_reset_is_delta_or_epoch(server: Server, serve: Any) -> None:
+    """"delta" by default; anything else than the two refused when the middleware (or a guard)
+    is made, the option and the values named; and an option the guard given does not have."""
+    url = f"redis://127.0.0.1:{server.port}"
+    bad: Any
+    for bad in ("seconds", "Epoch", "", 1, None):
+        message = f"invalid x_ratelimit_reset {bad!r}: expected 'delta' or 'epoch'"
+        for make in (
+            lambda: RateLimitMiddleware(FastAPI(), redis=url, limit=GCRA(5, 10, "1m"), x_ratelimit_reset=bad),
+            lambda: AsyncGuard(url, GCRA(5, 10, "1m"), x_ratelimit_reset=bad),
+            lambda: Guard(url, GCRA(5, 10, "1m"), x_ratelimit_reset=bad),
+        ):
+            with pytest.raises(ValueError) as refusal:
+                make()
+            assert str(refusal.value) == message
+    guard = AsyncGuard(url, GCRA(5, 10, "1m"))
+    assert guard.x_ratelimit_reset == "delta"
+    with pytest.raises(ValueError) as refusal:
+        RateLimitMiddleware(FastAPI(), guard=guard, x_ratelimit_reset="epoch")
+    assert str(refusal.value) == "x_ratelimit_reset='epoch' differs from the guard's 'delta': give it to the guard"
+    RateLimitMiddleware(FastAPI(), guard=guard, x_ratelimit_reset="delta")
+    # The fields alone: delta seconds, or an instant given in ms since the epoch, rounded up.
+    decision = Decision(True, 5, 4, 0, 6000)
+    assert rate_limit_headers("default", decision, 30)[-1] == ("x-ratelimit-reset", "6")
+    assert rate_limit_headers("default", decision, 30, reset_at_ms=1_764_514_650_001)[-1] == (
+        "x-ratelimit-reset", "1764514651",
+    )
+    assert rate_limit_headers("default", decision, 30, reset_at_ms=1_764_514_650_000)[-1] == (
+        "x-ratelimit-reset", "1764514650",
+    )
+    # "delta" said: the default's fields.
+    http = serve(app_for(server, limit=GCRA(5, 10, "1m"), key=header("x-client-id"), x_ratelimit_reset="delta"))
+    assert http.get(headers={"X-Client-Id": "bo"}) == (200, PLAIN + limited("default", 5, 30, 4, 6, 6), b"hello")
 
 
 def test_rounding_and_window_left_out_when_not_whole_seconds(server: Server, serve: Any) -> None:

@@ -16,7 +16,10 @@ pytestmark = package_test
 GOOD = '''
 import redis
 import redis.asyncio
-from ratelimit_redis_module import AsyncRateLimiter, Decision, GCRA, RateLimiter, Stats
+from typing import Any
+from ratelimit_redis_module import (
+    AsyncRateLimiter, Decision, GCRA, Guard, RateLimiter, RateLimitMiddleware, Stats, XRateLimitReset,
+)
 
 def sync_use(client: redis.Redis) -> bool:
     limiter = RateLimiter(client, stats=Stats())
@@ -28,6 +31,10 @@ async def async_use(client: redis.asyncio.Redis) -> int:
     limiter = AsyncRateLimiter(client)
     d = await limiter.sliding_window("user:1", 100, "1m", cost=1)
     return d.remaining
+
+def epoch_reset(client: redis.Redis, app: Any) -> XRateLimitReset:
+    RateLimitMiddleware(app, redis="redis://127.0.0.1:6379", limit=GCRA(1, 1, "1s"), x_ratelimit_reset="epoch")
+    return Guard(client, GCRA(1, 1, "1s"), x_ratelimit_reset="delta").x_ratelimit_reset
 '''
 
 # Each line an error of its own: (code, the message's part that names it).
@@ -37,6 +44,7 @@ BAD = [
     ('RateLimiter(redis.Redis()).fixed_window("k", 1, "1s", dryrun=None)', 'Argument "dryrun"'),
     ('RateLimiter(redis.asyncio.Redis())', 'Argument 1 to "RateLimiter" has incompatible type "redis.asyncio.client.Redis'),
     ('AsyncRateLimiter(redis.Redis())', 'Argument 1 to "AsyncRateLimiter" has incompatible type "redis.client.Redis'),
+    ('Guard(redis.Redis(), GCRA(1, 1, "1s"), x_ratelimit_reset="utc")', 'Argument "x_ratelimit_reset" to "Guard" has incompatible type'),
 ]
 
 
@@ -57,7 +65,7 @@ def test_correct_use_passes_mypy_strict(tmp_path: Path) -> None:
 
 
 def test_wrong_options_and_clients_are_type_errors(tmp_path: Path) -> None:
-    header = "import redis\nimport redis.asyncio\nfrom ratelimit_redis_module import AsyncRateLimiter, RateLimiter\n"
+    header = "import redis\nimport redis.asyncio\nfrom ratelimit_redis_module import GCRA, AsyncRateLimiter, Guard, RateLimiter\n"
     result = mypy(tmp_path, header + "".join(line + "\n" for line, _ in BAD))
     assert result.returncode == 1, result.stdout + result.stderr
     errors = [line for line in result.stdout.splitlines() if ": error: " in line]

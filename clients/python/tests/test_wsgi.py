@@ -169,6 +169,36 @@ def test_the_functions_of_the_environ(server: Server, serve_wsgi: Any) -> None:
         assert c.exists("rl:http:ada") == 1
 
 
+def test_x_ratelimit_reset_epoch(server: Server, serve_wsgi: Any) -> None:
+    """x_ratelimit_reset="epoch", as the ASGI middleware's (test_http.py): X-RateLimit-Reset the
+    reset instant in seconds since the epoch, rounded up, the same while the denial memory
+    answers, whatever its clock says since."""
+    clock = FakeTime(server)
+    app = WSGIRateLimitMiddleware(
+        hello, redis=f"redis://127.0.0.1:{server.port}", limit=GCRA(1, 1, "1m"), key=header("x-client-id"),
+        clock=clock, timeout=PATIENT, setup_timeout=PATIENT, x_ratelimit_reset="epoch",
+    )
+    http = serve_wsgi(app)
+    who = {"X-Client-Id": "ada"}
+    stamps = []
+    for _ in range(2):
+        before = time.time_ns() // 1_000_000
+        stamps.append((http.get(headers=who), before, time.time_ns() // 1_000_000))
+    # Admitted, then refused: the key fresh 60 s after each reply.
+    resets = [int(dict(got[1])["x-ratelimit-reset"]) for got, _, _ in stamps]
+    for reset, (_, before, after) in zip(resets, stamps):
+        assert -(-(before + 60_000) // 1000) <= reset <= -(-(after + 60_000) // 1000)
+    assert stamps[0][0] == (200, PLAIN + fields("default", 1, 60, 0, 60, resets[0]), b"hello")
+    body = quota_exceeded_body("default")
+    assert stamps[1][0] == (429, refusal(body, "default", 1, 60, 60, resets[1]), body)
+    calls = server.calls("rl.gcra")
+    clock.ms += 30_000  # the memory's clock only: 30 s left
+    assert http.get(headers=who) == (429, refusal(body, "default", 1, 60, 30, resets[1]), body)
+    assert server.calls("rl.gcra") == calls
+    with pytest.raises(ValueError, match="^invalid x_ratelimit_reset 'utc': expected 'delta' or 'epoch'$"):
+        WSGIRateLimitMiddleware(hello, redis="redis://127.0.0.1:1", limit=GCRA(1, 1, "1s"), x_ratelimit_reset="utc")
+
+
 def test_the_key_functions_read_an_environ_as_they_read_a_scope() -> None:
     environ = {"REMOTE_ADDR": "10.0.0.7", "HTTP_X_API_KEY": "k1", "CONTENT_TYPE": "text/csv", "REMOTE_USER": "amy"}
     scope = {"type": "http", "client": ("10.0.0.7", 5000), "headers": [(b"x-api-key", b"k1")]}

@@ -37,7 +37,7 @@ from .client import (
 )
 from .aio import AsyncGuard, AsyncRateLimiter, async_client_from_sentinel, async_client_from_url
 from .denial_memory import DenialMemory
-from .fields import PROBLEM_JSON, UNAVAILABLE_BODY, load_shed_body, quota_exceeded_body, rate_limit_headers
+from .fields import PROBLEM_JSON, UNAVAILABLE_BODY, XRateLimitReset, load_shed_body, quota_exceeded_body, rate_limit_headers
 from .guard import Guard, InFlight, Verdict
 from .stats import Stats
 from .limit_types import (
@@ -73,7 +73,7 @@ __all__ = [
     "Decision", "DenialMemory", "Duration", "FieldShape", "FixedWindow", "GCRA", "Guard", "LEFT_OUT", "LeakyBucket",
     "Limit", "NotDurable", "PROBLEM_JSON", "Policy", "RULE_KINDS", "RateLimitMiddleware", "RateLimiter", "Rule",
     "RuleKind", "SlidingLog", "SlidingWindow", "Stats", "TokenBucket", "UNAVAILABLE_BODY", "Verdict",
-    "Warmup", "async_client_from_sentinel", "async_client_from_url", "client_from_sentinel",
+    "Warmup", "XRateLimitReset", "async_client_from_sentinel", "async_client_from_url", "client_from_sentinel",
     "client_from_url", "client_ip", "duration_ms", "exempt", "field_shape", "header", "limited",
     "more_after_ms", "parse_decision", "parse_rules", "quota_exceeded_body", "rate_limit_headers", "user",
     "DjangoRateLimitMiddleware", "WSGIRateLimitMiddleware",

@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable, Generic, Mapping, MutableMapping, TypedDict, TypeVar, Union
 
 from ._setup import SETUP_TIMEOUT_S
-from .fields import PROBLEM_JSON
+from .fields import PROBLEM_JSON, XRateLimitReset, check_x_ratelimit_reset
 from .aio.guard import AsyncGuard
 from .guard import Guard, Verdict
 from .stats import Stats
@@ -204,6 +204,7 @@ class Options(TypedDict, total=False):
     clock: Callable[[], float]
     backend: str
     setup_timeout: float
+    x_ratelimit_reset: XRateLimitReset
 
 
 class Limiting(Generic[G]):
@@ -219,6 +220,8 @@ class Limiting(Generic[G]):
             raise TypeError(f"{type(self).__name__} got unknown options: {', '.join(unknown)}")
         max_remembered = options.get("max_remembered", 10_000)
         if guard is None:
+            # Checked before the guard is made (its setup starts with it).
+            x_ratelimit_reset = check_x_ratelimit_reset(options.get("x_ratelimit_reset", "delta"))
             if redis is None or limit is None:
                 raise TypeError(f"{type(self).__name__} needs redis= and limit= (or guard=)")
             guard = self._new_guard(
@@ -227,7 +230,13 @@ class Limiting(Generic[G]):
                 max_remembered=max_remembered, stats=options.get("stats"),
                 clock=options.get("clock", time.monotonic), durable=options.get("durable", 0),
                 durable_timeout_ms=options.get("durable_timeout_ms", 100), backend=options.get("backend", "auto"),
-                setup_timeout=options.get("setup_timeout", SETUP_TIMEOUT_S),
+                setup_timeout=options.get("setup_timeout", SETUP_TIMEOUT_S), x_ratelimit_reset=x_ratelimit_reset,
+            )
+        elif "x_ratelimit_reset" in options and options["x_ratelimit_reset"] != guard.x_ratelimit_reset:
+            # The guard makes the fields: an option it does not have would be dropped silently.
+            raise ValueError(
+                f"x_ratelimit_reset={options['x_ratelimit_reset']!r} differs from the guard's "
+                f"{guard.x_ratelimit_reset!r}: give it to the guard"
             )
         self.guard: G = guard
         self.key: KeyFunc = options.get("key", client_ip)
@@ -270,6 +279,7 @@ class Limiting(Generic[G]):
                 prefix=f"{base.prefix}{name}:", fail_open=base.fail_open, max_remembered=self._max_remembered,
                 stats=base.stats, clock=base.memory.clock, durable=base.durable,
                 durable_timeout_ms=base.durable_timeout_ms, backend=base.limiter.backend_option,
+                x_ratelimit_reset=base.x_ratelimit_reset,
             )
             # Two threads of a WSGI server may make one at once: both keep the first.
             guard = self._routes.setdefault((name, limit), made)

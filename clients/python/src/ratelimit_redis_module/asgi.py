@@ -122,6 +122,11 @@ class RateLimitMiddleware(Limiting[AsyncGuard]):
             a request that comes while it runs waits for it. A setup that fails (Redis down) is
             tried again in the background, logged and counted (``stats.setup_failures``); the
             requests meanwhile fail open or closed as any other.
+        x_ratelimit_reset: ``"delta"`` (default: ``X-RateLimit-Reset`` is the seconds until the
+            key is fresh again, ceil(reset_after_ms / 1000)) or ``"epoch"`` (that instant in
+            seconds since the Unix epoch, rounded up, as express-rate-limit's legacy field and
+            GitHub's; the same instant while the denial memory answers); anything else raises
+            ``ValueError`` when the middleware is made.
 
     A limit with a local budget (``GCRA(..., local_budget=64)``) is served from it: a request
     costs a round trip only when its key's budget is empty, and at the ASGI lifespan's

@@ -23,6 +23,9 @@ class _Denial:
     params: Hashable
     name: str
     window_s: int | None
+    #: The reset instant in ms since the Unix epoch, as the denial's reply fixed it (the
+    #: guard's ``x_ratelimit_reset="epoch"``), or None.
+    reset_at_ms: int | None = None
 
 
 def _us(seconds: float) -> int:
@@ -66,11 +69,12 @@ class DenialMemory:
 
     def remember(
         self, key: Hashable, decision: Decision, cost: int, name: str, window_s: int | None, *,
-        params: Hashable = None, sent: float | None = None,
+        params: Hashable = None, sent: float | None = None, reset_at_ms: int | None = None,
     ) -> None:
         """Remember a denial of ``key`` (a refused ``decision`` for ``cost`` units under the
         parameters ``params``), replacing what the key had; ``sent`` is the clock's reading
-        when the request was sent (default: now)."""
+        when the request was sent (default: now); ``reset_at_ms``, the reset instant on the wall
+        clock (ms since the epoch) to answer with, unchanged, while it is remembered."""
         if decision.allowed or decision.retry_after_ms < 0 or self.max_entries == 0:
             return
         with self._lock:
@@ -82,6 +86,7 @@ class DenialMemory:
                 return
             entry = _Denial(
                 until, start + decision.reset_after_ms * 1000, decision.limit, cost, params, name, window_s,
+                reset_at_ms,
             )
             # Insertion order is roughly expiry order: expired entries at the front go first,
             # then, while still full, the oldest. O(1) per call, amortised.
@@ -95,6 +100,13 @@ class DenialMemory:
         """The remembered denial of ``key``, recomputed for now, if it is one of ``cost`` units
         under ``params`` and its retry time has not come: the decision, with ``remaining`` 0
         and the times left rounded up to whole ms, the limit's name and its window."""
+        found = self._recall(key, cost, params)
+        return None if found is None else found[:3]
+
+    def _recall(
+        self, key: Hashable, cost: int, params: Hashable = None,
+    ) -> tuple[Decision, str, int | None, int | None] | None:
+        """As :meth:`recall`, and the reset instant remembered with the denial (``reset_at_ms``)."""
         entry = self._entries.get(key)
         if entry is None:
             return None
@@ -108,7 +120,7 @@ class DenialMemory:
             return None
         retry_ms = _ceil_ms(entry.until_us - now)
         reset_ms = max(retry_ms, _ceil_ms(entry.reset_until_us - now))
-        return Decision(False, entry.limit, 0, retry_ms, reset_ms), entry.name, entry.window_s
+        return Decision(False, entry.limit, 0, retry_ms, reset_ms), entry.name, entry.window_s, entry.reset_at_ms
 
     def forget(self, key: Hashable) -> None:
         """Forget the denial remembered for ``key``, if any (the key was written since: an

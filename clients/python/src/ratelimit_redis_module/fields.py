@@ -1,16 +1,19 @@
 """The HTTP fields and bodies of a decision, framework-agnostic: ``RateLimit-Policy`` and
 ``RateLimit`` (draft-ietf-httpapi-ratelimit-headers-11), the legacy ``X-RateLimit-*`` and
 ``Retry-After``, and the ``application/problem+json`` bodies of a 429 and a 503 (docs/python.md,
-"The headers")."""
+"The headers"); ``X-RateLimit-Reset`` as delta or epoch seconds."""
 
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 from .reply import Decision
 
 __all__ = [
     "rate_limit_headers",
+    "check_x_ratelimit_reset",
+    "XRateLimitReset",
     "quota_exceeded_body",
     "load_shed_body",
     "check_name",
@@ -27,6 +30,21 @@ UNAVAILABLE_BODY = (
 
 def _ceil_s(ms: int) -> int:
     return -(-ms // 1000)
+
+
+#: What ``X-RateLimit-Reset`` says: ``"delta"``, the seconds until the key is fresh again
+#: (ceil(reset_after_ms / 1000)); ``"epoch"``, that instant in seconds since the Unix epoch,
+#: rounded up (express-rate-limit's legacy field, GitHub's).
+XRateLimitReset = Literal["delta", "epoch"]
+
+
+def check_x_ratelimit_reset(value: object) -> XRateLimitReset:
+    """The ``x_ratelimit_reset`` option checked: ``"delta"`` or ``"epoch"``."""
+    if isinstance(value, str) and value == "delta":
+        return "delta"
+    if isinstance(value, str) and value == "epoch":
+        return "epoch"
+    raise ValueError(f"invalid x_ratelimit_reset {value!r}: expected 'delta' or 'epoch'")
 
 
 def check_name(name: str) -> str:
@@ -64,7 +82,7 @@ def load_shed_body(name: str) -> bytes:
 
 def rate_limit_headers(
     name: str, decision: Decision, window_s: int | None, concurrent: bool = False,
-    more_after_ms: int | None = None,
+    more_after_ms: int | None = None, *, reset_at_ms: int | None = None,
 ) -> list[tuple[str, str]]:
     """The response headers for a decision, in this order: ``RateLimit-Policy``,
     ``RateLimit`` (draft-ietf-httpapi-ratelimit-headers-11), ``X-RateLimit-Limit``,
@@ -80,6 +98,9 @@ def rate_limit_headers(
         concurrent: the quota is requests in flight (``qu="concurrent-requests"``).
         more_after_ms: when admitted, the ms until ``remaining`` grows (RateLimit's ``t``);
             None leaves ``t`` out. A refusal's ``t`` is its retry time.
+        reset_at_ms: the instant the key is fresh again, in ms since the Unix epoch:
+            ``X-RateLimit-Reset`` is then that instant in seconds, rounded up (its ``"epoch"``
+            form); None (the default) gives ceil(reset_after_ms / 1000), the ``"delta"`` form.
     """
     quoted = _sf_string(name)
     policy = f"{quoted};q={decision.limit}" + ("" if window_s is None else f";w={window_s}")
@@ -95,7 +116,7 @@ def rate_limit_headers(
         ("ratelimit", state),
         ("x-ratelimit-limit", str(decision.limit)),
         ("x-ratelimit-remaining", str(decision.remaining)),
-        ("x-ratelimit-reset", str(_ceil_s(decision.reset_after_ms))),
+        ("x-ratelimit-reset", str(_ceil_s(decision.reset_after_ms if reset_at_ms is None else reset_at_ms))),
     ]
     if not decision.allowed and t is not None:
         headers.append(("retry-after", str(t)))

@@ -18,7 +18,15 @@ import redis
 from ._setup import SETUP_TIMEOUT_S
 from .client import NotDurable, RateLimiter, Rtt, _is_cluster, client_from_url
 from .denial_memory import DenialMemory
-from .fields import UNAVAILABLE_BODY, check_name, load_shed_body, quota_exceeded_body, rate_limit_headers
+from .fields import (
+    UNAVAILABLE_BODY,
+    XRateLimitReset,
+    check_name,
+    check_x_ratelimit_reset,
+    load_shed_body,
+    quota_exceeded_body,
+    rate_limit_headers,
+)
 from .limit_types import Concurrency, FieldShape, Limit, More, Policy, Rule, field_shape, more_after_ms, parse_rules
 from .reply import Decision
 from .stats import Stats
@@ -138,9 +146,12 @@ class _GuardBase:
         clock: Callable[[], float],
         durable: int = 0,
         durable_timeout_ms: int = 100,
+        x_ratelimit_reset: XRateLimitReset = "delta",
     ) -> None:
         if durable < 0 or durable_timeout_ms < 0:
             raise ValueError("durable and durable_timeout_ms are 0 or more")
+        #: ``X-RateLimit-Reset`` in delta seconds (``"delta"``) or epoch seconds (``"epoch"``).
+        self.x_ratelimit_reset = check_x_ratelimit_reset(x_ratelimit_reset)
         self.durable = durable
         self.durable_timeout_ms = durable_timeout_ms
         self._given_name = name
@@ -214,15 +225,29 @@ class _GuardBase:
         rtt, dropped = request._sample()
         return (rtt, dropped) if setup.adaptive else (None, False)
 
+    def _reset_at_ms(self, decision: Decision) -> int | None:
+        """With ``x_ratelimit_reset="epoch"``, the instant ``decision``'s key is fresh again, in
+        ms since the Unix epoch: the wall clock now (the reply has just arrived) plus its
+        ``reset_after_ms``. None for delta seconds."""
+        if self.x_ratelimit_reset == "delta":
+            return None
+        return time.time_ns() // 1_000_000 + decision.reset_after_ms
+
     def _recall(self, setup: _Setup, redis_key: str, cost: int) -> Verdict | None:
-        remembered = self.memory.recall(redis_key, cost, setup.params)
+        remembered = self.memory._recall(redis_key, cost, setup.params)
         if remembered is None:
             return None
-        decision, name, window_s = remembered
+        decision, name, window_s, reset_at_ms = remembered
         self.stats.remembered += 1
-        return Verdict(
-            False, 429, rate_limit_headers(name, decision, window_s), quota_exceeded_body(name), decision, "memory"
-        )
+        # The epoch's instant is the one the denial's reply fixed: the time left, counted down on
+        # the monotonic clock, added to the wall clock now would give another second now and
+        # then (rounding, a step of the wall clock).
+        if self.x_ratelimit_reset == "delta":
+            reset_at_ms = None
+        elif reset_at_ms is None:
+            reset_at_ms = self._reset_at_ms(decision)
+        headers = rate_limit_headers(name, decision, window_s, reset_at_ms=reset_at_ms)
+        return Verdict(False, 429, headers, quota_exceeded_body(name), decision, "memory")
 
     @staticmethod
     def _named(setup: _Setup, decision: Decision) -> tuple[str, FieldShape]:
@@ -273,8 +298,10 @@ class _GuardBase:
         # An adaptive limit's fields are a concurrency limit's, its current limit as q; its
         # refusal (a 503) says to come back in 1 s at the soonest: at once would be shed again.
         fields = replace(decision, retry_after_ms=max(decision.retry_after_ms, 1)) if setup.adaptive else decision
+        reset_at_ms = self._reset_at_ms(decision)
         headers = rate_limit_headers(
-            name, fields, window_s, setup.concurrent, self._more_after(decision, shape.more, probed)
+            name, fields, window_s, setup.concurrent, self._more_after(decision, shape.more, probed),
+            reset_at_ms=reset_at_ms,
         )
         if decision.shadow_denied:
             # Let through as the module answered it; nothing was written.
@@ -291,7 +318,9 @@ class _GuardBase:
         # remembered under the old ones would refuse what the new ones admit), nor a denial of
         # ``at_most`` (no cost of its own for a later request to match).
         if plain and not setup.concurrent and setup.policy is None:
-            self.memory.remember(redis_key, decision, cost, name, window_s, params=setup.params, sent=sent)
+            self.memory.remember(
+                redis_key, decision, cost, name, window_s, params=setup.params, sent=sent, reset_at_ms=reset_at_ms,
+            )
         if setup.adaptive:
             return Verdict(False, 503, headers, load_shed_body(name), decision, source)
         return Verdict(False, 429, headers, quota_exceeded_body(name), decision, source)
@@ -354,6 +383,10 @@ class Guard(_GuardBase):
             The setup (the backend, the scripts; a policy's rules on the module) starts when
             the guard is created, in the background; a check that comes while it runs waits
             for it before its own time starts (see :class:`~ratelimit_redis_module.RateLimiter`).
+        x_ratelimit_reset: ``"delta"`` (the default: ``X-RateLimit-Reset`` is the seconds until
+            the key is fresh again) or ``"epoch"`` (that instant in seconds since the Unix epoch,
+            rounded up: the wall clock when the reply arrived plus ``reset_after_ms``, the same
+            instant in the denial memory's answers); anything else raises ``ValueError``.
     """
 
     def __init__(
@@ -371,10 +404,12 @@ class Guard(_GuardBase):
         durable_timeout_ms: int = 100,
         backend: str = "auto",
         setup_timeout: float = SETUP_TIMEOUT_S,
+        x_ratelimit_reset: XRateLimitReset = "delta",
     ) -> None:
         super().__init__(
             limit, name=name, prefix=prefix, fail_open=fail_open, max_remembered=max_remembered,
             stats=stats, clock=clock, durable=durable, durable_timeout_ms=durable_timeout_ms,
+            x_ratelimit_reset=x_ratelimit_reset,
         )
         if isinstance(client, RateLimiter):  # shared with another guard (a route's own limit)
             self.limiter = client

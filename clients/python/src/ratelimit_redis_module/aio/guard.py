@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator, Callable
 
 from .._setup import SETUP_TIMEOUT_S
 from ..client import Rtt, _is_cluster
+from ..fields import XRateLimitReset
 from ..guard import _FAILURES, InFlight, Verdict, _GuardBase, _Setup, logger
 from ..limit_types import Limit
 from ..reply import Decision
@@ -58,10 +59,12 @@ class AsyncGuard(_GuardBase):
         durable_timeout_ms: int = 100,
         backend: str = "auto",
         setup_timeout: float = SETUP_TIMEOUT_S,
+        x_ratelimit_reset: XRateLimitReset = "delta",
     ) -> None:
         super().__init__(
             limit, name=name, prefix=prefix, fail_open=fail_open, max_remembered=max_remembered,
             stats=stats, clock=clock, durable=durable, durable_timeout_ms=durable_timeout_ms,
+            x_ratelimit_reset=x_ratelimit_reset,
         )
         if isinstance(client, AsyncRateLimiter):  # shared with another guard (a route's own limit)
             self.limiter = client
