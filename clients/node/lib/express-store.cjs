@@ -25,17 +25,9 @@
 const { MAX_COUNT, MAX_DURATION_MS } = require('./limits.cjs');
 const { parseReply } = require('./reply.cjs');
 const { withTimeout } = require('./rate-limit.cjs');
-const { SETUP_TIMEOUT_MS, Setup, checkClient, checkSetupTimeout, loadScripts, loadScriptsFor, sender } = require('./setup.cjs');
-const {
-  ModuleRequiredError,
-  SCRIPT_OF,
-  TEST_NOW,
-  checkBackend,
-  evalScript,
-  moduleError,
-  resolveBackend,
-  scriptingError,
-} = require('./scripts.cjs');
+const { Backend } = require('./backend.cjs');
+const { SETUP_TIMEOUT_MS, checkClient } = require('./setup.cjs');
+const { TEST_NOW, checkBackend } = require('./scripts.cjs');
 const { checkLimit } = require('./validations.cjs');
 
 const OPTIONS = new Set(['client', 'prefix', 'limit', 'backend', 'timeout', 'setupTimeout', 'logger']);
@@ -70,20 +62,14 @@ class RedisModuleStore {
     if (typeof timeout !== 'number' || !Number.isFinite(timeout) || timeout <= 0) {
       throw new TypeError(`invalid timeout: expected a positive number of milliseconds; got ${String(timeout)}`);
     }
-    /** @type {any} */
-    this.client = client;
-    this.send = sender(client).send;
-    this.backendOption = checkBackend(backend);
-    /** @type {'module' | 'script' | undefined} */
-    this.backend = backend === 'script' ? 'script' : undefined;
+    checkBackend(backend); // checked in the options' order; backend.cjs keeps it
     this.timeout = timeout;
-    this.logger = logger;
     /** express-rate-limit's double-count check reads these: keys are shared by every instance. */
     this.prefix = prefix;
     /** @type {false} */
     this.localKeys = false;
     /** @type {import('../index.cjs').RedisModuleStoreStats} */
-    this.stats = { calls: 0, failures: 0, setupFailures: 0, backend: this.backend };
+    this.stats = { calls: 0, failures: 0, setupFailures: 0, backend: undefined };
     this[TEST_NOW] = undefined;
     // The mode: express-rate-limit's window (algorithm undefined), or one of the module's
     // algorithms, checked now (a policy and a concurrency limit are refused: no single key's
@@ -122,23 +108,26 @@ class RedisModuleStore {
     // whose decrement is still to come. A refusal took nothing, so its decrement gives nothing back.
     /** @type {Map<string, number[]>} */
     this.refused = new Map();
-    this.setup = new Setup(client, {
-      work: async () => {
-        if ((await this.#backend()) === 'script') await loadScriptsFor(this.backendOption, () => this.#loadOnce());
-      },
-      timeoutMs: checkSetupTimeout(setupTimeout),
-      failed: (error) => {
-        this.stats.setupFailures += 1;
-        if (error instanceof ModuleRequiredError) {
-          this.logger?.warn?.(`ratelimit: ${error.message}`);
-          return;
-        }
-        this.logger?.warn?.(
-          `ratelimit: the setup of RedisModuleStore (backend, scripts) failed (${error?.message ?? error}); ` +
-            'it runs again when the client is ready again, and until then each call asks what it needs',
-        );
-      },
+    // The backend (backend.cjs): the mode's command and the refund's, their scripts loaded by
+    // its setup, in the background from now.
+    this.wiring = new Backend(this, {
+      client,
+      option: backend,
+      commands: [this.algorithm === undefined ? 'RL.TOKENBUCKET' : this.algorithm.command, 'RL.REFUND'],
+      setupTimeout,
+      logger,
+      name: 'RedisModuleStore',
+      stats: this.stats,
     });
+    this.setup = this.wiring.setup;
+  }
+
+  /**
+   * The backend in use, 'module' or 'script', once known.
+   * @returns {'module' | 'script' | undefined}
+   */
+  get backend() {
+    return this.wiring.chosen;
   }
 
   /**
@@ -299,42 +288,12 @@ class RedisModuleStore {
     if (this.setup.pending !== undefined) await this.setup.pending;
     this.stats.calls += 1;
     try {
-      return await withTimeout(() => this.#run(args, routing), this.timeout);
+      const run = () => (args[0] === 'DEL' ? this.wiring.send(args, routing) : this.wiring.run(args));
+      return await withTimeout(run, this.timeout);
     } catch (error) {
       this.stats.failures += 1;
       throw error;
     }
-  }
-
-  /**
-   * @param {string[]} args
-   * @param {string | undefined} routing
-   */
-  async #run(args, routing) {
-    if (args[0] === 'DEL') return this.send(args, routing);
-    if ((this.backend ?? (await this.#backend())) === 'script') {
-      const clock = this[TEST_NOW];
-      return evalScript(this.send, args, typeof clock === 'function' ? clock() : undefined).catch((error) => {
-        throw scriptingError(error, this.backendOption);
-      });
-    }
-    return this.send(args).catch((error) => {
-      throw moduleError(this.client, error);
-    });
-  }
-
-  async #backend() {
-    if (this.backend === undefined) {
-      this.backend = await resolveBackend(this.client, this.send, this.backendOption, this.logger, () => this.#loadOnce());
-      this.stats.backend = this.backend;
-    }
-    return this.backend;
-  }
-
-  // SCRIPT LOAD of the mode's script and the refund's, once per client (loadScripts).
-  #loadOnce() {
-    const command = this.algorithm === undefined ? 'RL.TOKENBUCKET' : this.algorithm.command;
-    return loadScripts(this.client, this.send, [SCRIPT_OF[command], SCRIPT_OF['RL.REFUND']]);
   }
 }
 

@@ -7,20 +7,10 @@
 const { DenialMemory, monotonicMs } = require('./denial-memory.cjs');
 const { MAX_COUNT, MAX_DURATION_MS, durationMs } = require('./limits.cjs');
 const { parseReply } = require('./reply.cjs');
-const { clientOf } = require('./client.cjs');
+const { Backend } = require('./backend.cjs');
 const { LimiterBase, ResBase } = require('./flexible-base.cjs');
-const { SETUP_TIMEOUT_MS, Setup, checkSetupTimeout, checkStoreClient, loadScripts, loadScriptsFor } = require('./setup.cjs');
-const {
-  ModuleRequiredError,
-  SCRIPT_OF,
-  TEST_NOW,
-  checkBackend,
-  evalMulti,
-  evalScript,
-  moduleError,
-  resolveBackend,
-  scriptingError,
-} = require('./scripts.cjs');
+const { SETUP_TIMEOUT_MS, checkStoreClient } = require('./setup.cjs');
+const { TEST_NOW, checkBackend, evalMulti, moduleError, scriptingError } = require('./scripts.cjs');
 
 // The options are read as index.d.cts declares them, so that tsc (tsconfig.json) fails when the
 // two part.
@@ -89,23 +79,11 @@ class RateLimiterRedis extends LimiterBase {
     }
     // A client it cannot drive is refused now, by name.
     checkStoreClient(opts.storeClient);
-    // node-redis's or ioredis's, a standalone or a cluster client (client.cjs): on a cluster each
-    // command to its key's node (the SCRIPT LOAD after NOSCRIPT too), COMMAND INFO to any, a
-    // MULTI to its key's. An object that only says whether it is ready (rejectIfRedisNotReady's
-    // stand-in for a client not connected) has no adapter: it is never sent anything.
     /** @type {any} */
     this.client = opts.storeClient;
-    const adapter = typeof this.client.sendCommand === 'function' ? clientOf(this.client) : undefined;
-    this.adapter = adapter;
-    this.cluster = adapter?.cluster ?? false;
-    /** @type {(args: string[], key?: string) => Promise<any>} */
-    this.send = adapter !== undefined ? adapter.send : () => Promise.reject(new Error('storeClient has no sendCommand'));
     // The backend, as RateLimit's (not in rate-limiter-flexible): "auto" (default), "module" or
-    // "script"; `backend` is 'module' or 'script' once decided. `logger` hears the choice.
-    this.backendOption = checkBackend(opts.backend ?? 'auto');
-    /** @type {'module' | 'script' | undefined} */
-    this.backend = this.backendOption === 'script' ? 'script' : undefined;
-    this.logger = opts.logger === undefined ? console : opts.logger;
+    // "script" (checked here, in the options' order; backend.cjs keeps it).
+    checkBackend(opts.backend ?? 'auto');
     this[TEST_NOW] = undefined;
     // points 0 admits nothing, as there: the module has no bucket of 0, so nothing is stored and
     // every consume of a point or more is refused in the process.
@@ -146,27 +124,31 @@ class RateLimiterRedis extends LimiterBase {
     // test gives a fake one that moves with the server's debug clock).
     this.now = opts.now ?? monotonicMs;
     if (typeof this.now !== 'function') throw new Error('now must be a function returning milliseconds');
-    // The setup (setup.cjs), as RateLimit's: the backend, and on the scripts SCRIPT LOAD of the
-    // token bucket's and the refund's (reward), in the background from now and each time the
-    // client is ready again; a call waits for a setup in flight (setupTimeout at most). A
-    // failure is logged, never thrown: the calls then ask for themselves.
-    this.setup = new Setup(this.client, {
-      work: async () => {
-        if ((await this.#backend()) === 'script') await loadScriptsFor(this.backendOption, () => this.#loadOnce());
-      },
-      timeoutMs: checkSetupTimeout(opts.setupTimeout ?? SETUP_TIMEOUT_MS),
-      failed: (error) => {
-        // A server where no backend can run (no Lua, no module): said in its own words, as RateLimit's.
-        if (error instanceof ModuleRequiredError) {
-          this.logger?.warn?.(`ratelimit: ${error.message}`);
-          return;
-        }
-        this.logger?.warn?.(
-          `ratelimit: the setup of RateLimiterRedis (backend, scripts) failed (${error?.message ?? error}); ` +
-            'it runs again when the client is ready again, and until then each call asks what it needs',
-        );
-      },
+    // The client's adapter and the backend (backend.cjs), as RateLimit's: node-redis's or
+    // ioredis's, a standalone or a cluster client (client.cjs): on a cluster each command to its
+    // key's node (the SCRIPT LOAD after NOSCRIPT too), COMMAND INFO to any, a MULTI to its key's.
+    // An object that only says whether it is ready (rejectIfRedisNotReady's stand-in for a client
+    // not connected) has no adapter: it is never sent anything. Its setup loads the token
+    // bucket's script and the refund's (reward); `logger` hears the choice and a failed setup.
+    this.wiring = new Backend(this, {
+      client: this.client,
+      option: opts.backend ?? 'auto',
+      commands: ['RL.TOKENBUCKET', 'RL.REFUND'],
+      setupTimeout: opts.setupTimeout ?? SETUP_TIMEOUT_MS,
+      logger: opts.logger === undefined ? console : opts.logger,
+      name: 'RateLimiterRedis',
     });
+    this.adapter = this.wiring.adapter;
+    this.cluster = this.wiring.cluster;
+    this.setup = this.wiring.setup;
+  }
+
+  /**
+   * The backend in use, 'module' or 'script', once known.
+   * @returns {'module' | 'script' | undefined}
+   */
+  get backend() {
+    return this.wiring.chosen;
   }
 
   /** @returns {string} */
@@ -271,47 +253,19 @@ class RateLimiterRedis extends LimiterBase {
     if (!ready) throw new Error('Redis connection is not ready');
   }
 
-  async #backend() {
-    if (this.backend === undefined) {
-      // "auto" takes the scripts once they are loaded (a server without Lua refuses them).
-      this.backend = await resolveBackend(this.client, this.send, this.backendOption, this.logger, () => this.#loadOnce());
-    }
-    return this.backend;
-  }
-
-  // SCRIPT LOAD of the token bucket's script and the refund's (reward), once per client (a
-  // server without Lua refuses them: the setup makes that the script backend's error,
-  // loadScriptsFor), the server's refusal as it is.
-  #loadOnce() {
-    return loadScripts(this.client, this.send, [SCRIPT_OF['RL.TOKENBUCKET'], SCRIPT_OF['RL.REFUND']]);
-  }
-
-  #testNow() {
-    const now = this[TEST_NOW];
-    return typeof now === 'function' ? now() : undefined;
-  }
-
   async #send(args, extras) {
     this.#checkReady();
     await this.setup.pending;
-    if ((await this.#backend()) === 'script') {
-      const reply = await evalScript(this.send, args, this.#testNow()).catch((error) => {
-        throw scriptingError(error, this.backendOption);
-      });
-      return parseReply(reply, undefined, extras);
-    }
-    const reply = await this.send(args).catch((error) => {
-      throw moduleError(this.client, error);
-    });
-    return parseReply(reply, undefined, extras);
+    return parseReply(await this.wiring.run(args), undefined, extras);
   }
 
+  // Commands in one MULTI to their key's node (backend.cjs has the single command's way).
   async #multi(commands) {
     this.#checkReady();
     await this.setup.pending;
-    if ((await this.#backend()) === 'script') {
-      return evalMulti(this.client, commands, this.#testNow()).catch((error) => {
-        throw scriptingError(error, this.backendOption);
+    if ((await this.wiring.resolve()) === 'script') {
+      return evalMulti(this.client, commands, this.wiring.now()).catch((error) => {
+        throw scriptingError(error, this.wiring.option);
       });
     }
     const replies = await /** @type {NonNullable<typeof this.adapter>} */ (this.adapter).multi(commands, commands[0][1]).catch((error) => {

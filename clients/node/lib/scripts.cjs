@@ -285,6 +285,7 @@ function noPermission(error) {
  * Runs a module command (`[command, key, ...words]`) as its script with `send`: EVALSHA by the
  * SHA computed here, and after NOSCRIPT, SCRIPT LOAD and EVALSHA once more. `now`: the test
  * clock's µs, or undefined.
+ * @param {number | undefined} [now]
  */
 async function evalScript(send, args, now = undefined) {
   const [command, key, ...words] = args;
@@ -367,6 +368,7 @@ async function evalLoading(send, call, source, key) {
  * (RateLimiterRedis's MULTIs run one script twice, which fails or succeeds both times, or a
  * write then a DRYRUN, which reads again harmlessly). Resolves to the replies; rejects with the
  * first error among them.
+ * @param {number | undefined} [now]
  */
 async function evalMulti(client, commands, now = undefined) {
   const calls = commands.map((args) => {

@@ -54,7 +54,7 @@ test('npm install of the packed package into a fresh directory', { skip: PACKAGE
         'lib', 'lua', 'package.json']);
     assert.ok(!existsSync(path.join(source, 'lua')), 'postpack removed the copy: clients/lua/ stays the only one');
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module/lib')).sort(),
-      ['client.cjs', 'denial-memory.cjs', 'express-store.cjs', 'fields.cjs', 'flexible-base.cjs', 'flexible.cjs', 'limits.cjs', 'local-budget.cjs', 'middleware.cjs', 'rate-limit.cjs', 'reconnect.cjs',
+      ['backend.cjs', 'client.cjs', 'denial-memory.cjs', 'express-store.cjs', 'fields.cjs', 'flexible-base.cjs', 'flexible.cjs', 'limits.cjs', 'local-budget.cjs', 'middleware.cjs', 'rate-limit.cjs', 'reconnect.cjs',
         'reply.cjs', 'scripts.cjs', 'setup.cjs', 'validations.cjs']);
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module/lua')).sort(),
       readdirSync(path.join(pkg, '../lua')).filter((f) => f !== 'README.md' && f !== 'conformance').sort());
