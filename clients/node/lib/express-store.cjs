@@ -34,6 +34,19 @@ const OPTIONS = new Set(['client', 'prefix', 'limit', 'backend', 'timeout', 'set
 // The algorithms whose parameters hold a window: express-rate-limit's windowMs must be it.
 const WINDOWED = new Set(['fixedwindow', 'slidingwindow', 'slidinglog']);
 
+// With an algorithm and skipFailedRequests, the refusals of one key remembered each with its
+// retry time until its decrement comes: as many as can be in flight at once. A refusal's
+// decrement comes when its response ends, and express-rate-limit's handler answers at once, so
+// a key has about one in flight for each connection its client holds to this process (browsers
+// open 6 a host over HTTP/1.1; HTTP/2 advises at least 100 streams a connection, RFC 9113
+// 6.5.2). Past it the oldest are kept as a count, which lasts until the latest of their retry
+// times (`folded`): a decrement then taken for a refusal's gives nothing back. That is the safe
+// side: an admitted request's failure taken for a refusal's keeps its unit taken (stricter),
+// where the other way round a unit never taken would be given back (more than the limit).
+const REMEMBERED_REFUSALS = 100;
+// The keys whose refusals are remembered, at most: past it the oldest key is forgotten.
+const REMEMBERED_KEYS = 10_000;
+
 const unexpected = (what) => new Error(`unexpected reply from the module: ${what}`);
 
 /**
@@ -105,9 +118,13 @@ class RedisModuleStore {
     this.initError = new Error('RedisModuleStore: init(options) was not called; pass the store to rateLimit({ store })');
     this.refusalsDecremented = false;
     // With an algorithm and skipFailedRequests: per key, the resetTimes (ms) of refused requests
-    // whose decrement is still to come. A refusal took nothing, so its decrement gives nothing back.
+    // whose decrement is still to come, the latest REMEMBERED_REFUSALS of them, and the count of
+    // older ones with the latest of their resetTimes (a key in `folded` is in `refused`, perhaps
+    // with no time). A refusal took nothing, so its decrement gives nothing back.
     /** @type {Map<string, number[]>} */
     this.refused = new Map();
+    /** @type {Map<string, { count: number, until: number }>} */
+    this.folded = new Map();
     // The backend (backend.cjs): the mode's command and the refund's, their scripts loaded by
     // its setup, in the background from now.
     this.wiring = new Backend(this, {
@@ -184,15 +201,7 @@ class RedisModuleStore {
     }
     if (r.allowed) return { totalHits: Math.max(1, a.limit - r.remaining), resetTime: new Date(sent + r.resetAfterMs) };
     const retryAt = sent + (r.retryAfterMs >= 0 ? r.retryAfterMs : r.resetAfterMs);
-    if (this.refusalsDecremented) {
-      const list = this.refused.get(key);
-      if (list !== undefined) list.push(retryAt);
-      else {
-        // Bounded: past 10,000 keys the oldest goes (its decrements, if any come, then refund).
-        if (this.refused.size >= 10_000) this.refused.delete(/** @type {string} */ (this.refused.keys().next().value));
-        this.refused.set(key, [retryAt]);
-      }
-    }
+    if (this.refusalsDecremented) this.#remember(key, retryAt);
     return { totalHits: a.limit + 1, resetTime: new Date(retryAt) };
   }
 
@@ -205,15 +214,7 @@ class RedisModuleStore {
    */
   async decrement(key) {
     if (this.initError !== undefined) throw this.initError;
-    const list = this.refused.get(key);
-    if (list !== undefined) {
-      const now = Date.now();
-      while (list.length > 0 && /** @type {number} */ (list[0]) <= now) list.shift();
-      const pending = list.length > 0;
-      if (pending) list.shift();
-      if (list.length === 0) this.refused.delete(key);
-      if (pending) return;
-    }
+    if (this.#forget(key)) return;
     const given = await this.#call(['RL.REFUND', this.#key(key), '1']);
     if (typeof given !== 'number' || (given !== 0 && given !== 1)) {
       throw unexpected(`RL.REFUND answered ${String(given)}`);
@@ -245,6 +246,7 @@ class RedisModuleStore {
   async resetKey(key) {
     if (this.initError !== undefined) throw this.initError;
     this.refused.delete(key);
+    this.folded.delete(key);
     const k = this.#key(key);
     await this.#call(['DEL', k], k);
   }
@@ -256,6 +258,61 @@ class RedisModuleStore {
    */
   async shutdown() {
     this.refused.clear();
+    this.folded.clear();
+  }
+
+  // A refusal of `key` whose decrement is to come, until `retryAt` (ms): past
+  // REMEMBERED_REFUSALS, the oldest is folded into the key's count.
+  /**
+   * @param {string} key
+   * @param {number} retryAt
+   */
+  #remember(key, retryAt) {
+    let times = this.refused.get(key);
+    if (times === undefined) {
+      // Past REMEMBERED_KEYS keys the oldest goes (its decrements, if any come, then refund).
+      if (this.refused.size >= REMEMBERED_KEYS) {
+        const oldest = /** @type {string} */ (this.refused.keys().next().value);
+        this.refused.delete(oldest);
+        this.folded.delete(oldest);
+      }
+      times = [];
+      this.refused.set(key, times);
+    }
+    if (times.length >= REMEMBERED_REFUSALS) {
+      const until = /** @type {number} */ (times.shift());
+      const folded = this.folded.get(key);
+      if (folded === undefined) this.folded.set(key, { count: 1, until });
+      else {
+        folded.count += 1;
+        folded.until = Math.max(folded.until, until);
+      }
+    }
+    times.push(retryAt);
+  }
+
+  // Whether a decrement of `key` is a remembered refusal's: then the oldest one still before
+  // its resetTime is taken (the folded count first) and nothing is given back. Those past their
+  // resetTime go: their decrement is not coming.
+  /** @param {string} key */
+  #forget(key) {
+    const times = this.refused.get(key);
+    if (times === undefined) return false;
+    const now = Date.now();
+    let taken = false;
+    const folded = this.folded.get(key);
+    if (folded !== undefined && folded.until > now) {
+      folded.count -= 1;
+      taken = true;
+    }
+    if (folded !== undefined && (folded.count === 0 || folded.until <= now)) this.folded.delete(key);
+    while (times.length > 0 && /** @type {number} */ (times[0]) <= now) times.shift();
+    if (!taken && times.length > 0) {
+      times.shift();
+      taken = true;
+    }
+    if (times.length === 0 && !this.folded.has(key)) this.refused.delete(key);
+    return taken;
   }
 
   #key(key) {

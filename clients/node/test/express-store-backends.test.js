@@ -4,7 +4,8 @@
 // test-only clock, NOW), at one shared instant, give the same fields; express-rate-limit's
 // window on the scripts (EVALSHA, one a request); `limit: { algorithm }` (GCRA, a sliding
 // window) with its exact fields, a refusal that takes nothing and whose decrement under
-// skipFailedRequests gives nothing back; and what init and the constructor refuse, by name.
+// skipFailedRequests gives nothing back, the refusals a key remembers for that bounded (the
+// rest counted, never given back); and what init and the constructor refuse, by name.
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -124,6 +125,90 @@ test('an algorithm with skipFailedRequests: a refused request\'s decrement gives
     await decrements.done(3);
     assert.equal(await calls(m, 'rl.refund') - refunds, 1);
   } finally {
+    await a.close();
+  }
+});
+
+// With skipFailedRequests a store remembers a key's refusals until their decrement comes (at most
+// 100 each with its retry time, the rest as a count: RedisModuleStore's REMEMBERED_REFUSALS).
+const GCRA_2_PER_MINUTE = { algorithm: 'gcra', burst: 2, rate: 2, period: '1m' };
+
+test('a refusal answered below 400 (no decrement comes): a key remembers 100 with their times, the rest as a count', async () => {
+  const { mod, clock } = pair({ prefix: 'rl:erlgb:', limit: GCRA_2_PER_MINUTE });
+  const decrements = watchDecrements(mod);
+  // A handler that sends the refused to a page of their own: a success (303) to
+  // express-rate-limit, which then decrements nothing.
+  const handler = (req, res) => res.redirect(303, '/slow-down');
+  const a = await app({ windowMs: 60_000, limit: 2, skipFailedRequests: true, handler, store: mod });
+  try {
+    await clock.at(0);
+    assert.deepEqual([(await a.as('b')).status, (await a.as('b')).status], [200, 200]);
+    const refunds = await calls(m, 'rl.refund');
+    const statuses = new Set();
+    for (let i = 0; i < 150; i++) statuses.add((await a.as('b')).status);
+    assert.deepEqual([...statuses], [303]);
+    assert.equal(decrements.keys.length, 0, 'no refusal was decremented');
+    assert.equal(mod.refused.get('b')?.length, 100, 'the 100 latest refusals, each with its retry time');
+    assert.equal(mod.folded.get('b')?.count, 50, 'the 50 oldest, counted');
+    // An admitted request that fails, 30 s later: its decrement is taken for a refusal's (the
+    // safe side: it gives nothing back), and the oldest remembered refusal goes.
+    await clock.at(30_000);
+    assert.equal((await a.as('b', '/fail')).status, 400);
+    await decrements.done(1);
+    assert.equal(await calls(m, 'rl.refund') - refunds, 0, 'nothing given back');
+    assert.equal(mod.folded.get('b')?.count, 49);
+    assert.equal(mod.refused.get('b')?.length, 100);
+    // resetKey forgets them all.
+    await a.limiter.resetKey('b');
+    assert.deepEqual([mod.refused.has('b'), mod.folded.has('b')], [false, false]);
+  } finally {
+    await a.close();
+  }
+});
+
+test('more refusals in flight than a key remembers with their times: no decrement gives back what was never taken', async () => {
+  const { mod, clock } = pair({ prefix: 'rl:erlgf:', limit: GCRA_2_PER_MINUTE });
+  const decrements = watchDecrements(mod);
+  // The handler holds each refusal until the test lets them all go, then answers at once, with
+  // express-rate-limit's own status (429) and message: 120 refused requests of one key in flight.
+  const held = [];
+  let holding = true;
+  let heldChanged = () => {};
+  const handler = (req, res, next, options) => {
+    const answer = () => res.status(options.statusCode).send(options.message);
+    if (!holding) return answer();
+    held.push(answer);
+    heldChanged();
+  };
+  const a = await app({ windowMs: 60_000, limit: 2, skipFailedRequests: true, handler, store: mod });
+  try {
+    await clock.at(0);
+    assert.deepEqual([(await a.as('c')).status, (await a.as('c')).status], [200, 200]);
+    const refunds = await calls(m, 'rl.refund');
+    const storeCalls = mod.stats.calls;
+    const responses = Array.from({ length: 120 }, () => a.as('c'));
+    while (held.length < 120) await new Promise((r) => { heldChanged = r; });
+    assert.equal(mod.refused.get('c')?.length, 100);
+    assert.equal(mod.folded.get('c')?.count, 20);
+    holding = false;
+    for (const release of held.splice(0)) release();
+    assert.deepEqual(new Set((await Promise.all(responses)).map((r) => r.status)), new Set([429]));
+    await decrements.done(120);
+    assert.equal(await calls(m, 'rl.refund') - refunds, 0, 'no RL.REFUND: all 120 refusals took nothing');
+    assert.equal(mod.stats.calls - storeCalls, 120, 'one call an increment, none a decrement');
+    assert.deepEqual([mod.refused.has('c'), mod.folded.has('c')], [false, false], 'each decrement took one refusal');
+    // Nothing given back: still refused, 30 s from the two admitted.
+    const still = await a.as('c');
+    assert.deepEqual([still.status, still.headers['retry-after']], [429, '30']);
+    await decrements.done(121);
+    // 30 s later one is admitted again, and its failure is given back: no refusal is left over.
+    await clock.at(30_000);
+    assert.equal((await a.as('c', '/fail')).status, 400);
+    await decrements.done(122);
+    assert.equal(await calls(m, 'rl.refund') - refunds, 1, 'the admitted failure gave its unit back');
+  } finally {
+    holding = false;
+    for (const release of held.splice(0)) release();
     await a.close();
   }
 });
