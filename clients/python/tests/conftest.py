@@ -237,6 +237,13 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlainServer]:
     s.stop()
 
 
+@pytest.fixture(params=["module", "script"])
+def backend(request: pytest.FixtureRequest, module_server: Server, plain: PlainServer) -> tuple[str, Server]:
+    """A test once on each backend: ("module", the module's server) and ("script", a plain
+    server). A test that parametrizes ``backend`` itself replaces it."""
+    return request.param, module_server if request.param == "module" else plain
+
+
 def start_cluster(base: Path, kind: type[Server]) -> list[Server]:
     """Three primaries of ``kind``, slots split in three with CLUSTER ADDSLOTSRANGE, joined by
     MEET; stopped if they do not come up."""

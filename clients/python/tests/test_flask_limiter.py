@@ -12,7 +12,6 @@ computes it from limits' answers (``X-RateLimit-Reset`` = int(reset time) + 1, `
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
@@ -21,12 +20,11 @@ from flask_limiter import Limiter
 from flask_limiter.util import get_remote_address
 
 import ratelimit_redis_module.limits_storage  # noqa: F401  (registers the schemes)
-from conftest import PlainServer, Server
+from conftest import Server
+from limits_apps import STRATEGIES, fields_for, first_reset, limited, on_clock, storage_uri
 from ratelimit_redis_module.limits_storage import RatelimitStorage
 from test_limits_storage import A, Clock
 from test_wsgi import serve_wsgi  # noqa: F401 (a fixture)
-
-STRATEGIES = ["fixed-window", "moving-window", "sliding-window-counter"]
 
 
 def make_app(uri: str, strategy: str) -> tuple[Flask, Limiter]:
@@ -62,47 +60,25 @@ def make_app(uri: str, strategy: str) -> tuple[Flask, Limiter]:
     return app, limiter
 
 
-def limited(http: Any, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-    status, fields, body = http.get(path, headers)
-    return status, {k: v for k, v in fields if k.startswith("x-ratelimit") or k == "retry-after"}, body
-
-
 def expect(limit: int, remaining: int, reset: float) -> dict[str, str]:
-    """flask-limiter's headers for limits' window stats (reset time, remaining), now being A."""
-    reset_at = int(reset + 1)
-    return {
-        "x-ratelimit-limit": str(limit), "x-ratelimit-remaining": str(remaining),
-        "x-ratelimit-reset": str(reset_at), "retry-after": str(int(reset_at - time.time())),
-    }
-
-
-@pytest.fixture(params=["module", "script"])
-def backend(request: pytest.FixtureRequest, module_server: Server, plain: PlainServer) -> tuple[str, Server]:
-    return request.param, module_server if request.param == "module" else plain
+    """flask-limiter's headers for limits' window stats (reset time, remaining)."""
+    return fields_for(limit, remaining, int(reset + 1))
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_flask_limiter_app(
     strategy: str, backend: tuple[str, Server], monkeypatch: pytest.MonkeyPatch, serve_wsgi: Any
 ) -> None:
-    name, server = backend
-    clock = Clock(monkeypatch, [server])
-    app, limiter = make_app(f"ratelimit+redis://127.0.0.1:{server.port}?backend={name}", strategy)
-    storage = limiter.storage
-    assert isinstance(storage, RatelimitStorage)
-    storage.limiter._script_now = clock.us
-    storage.reset()
+    clock = Clock(monkeypatch, [backend[1]])
+    app, limiter = make_app(storage_uri(backend), strategy)
+    storage = on_clock(limiter.storage, clock)
     http = serve_wsgi(app)
 
-    # default_limits: 3 a minute per address. Every strategy resets a fresh key's first minute
-    # at A + 60 here (the moving window's oldest hit is now; the sliding window is aligned, and
-    # A is a round minute; limits' sliding-window reset for one hit in the current window is
-    # now + its TTL % 60 = now + 120 % 60 = now).
-    first_reset = A if strategy == "sliding-window-counter" else A + 60
+    # default_limits: 3 a minute per address.
     for left in (2, 1, 0):
-        assert limited(http, "/") == (200, expect(3, left, first_reset), b"hello")
+        assert limited(http, "/") == (200, expect(3, left, first_reset(strategy)), b"hello")
     status, fields, body = limited(http, "/")
-    assert status == 429 and fields == expect(3, 0, first_reset)
+    assert status == 429 and fields == expect(3, 0, first_reset(strategy))
     assert json.loads(body) == {"error": "rate limited", "limit": "3 per 1 minute"}
 
     # A route's own limit and key function: each API key its own 2 a minute.

@@ -69,11 +69,6 @@ class Clock:
         return gone
 
 
-@pytest.fixture(params=["module", "script"])
-def backend(request: pytest.FixtureRequest, module_server: Server, plain: PlainServer) -> tuple[str, Server]:
-    return request.param, module_server if request.param == "module" else plain
-
-
 def storage_on(server: Server, clock: Clock, backend: str, **options: Any) -> RatelimitStorage:
     s = storage_from_string(f"ratelimit+redis://127.0.0.1:{server.port}?backend={backend}", **options)
     assert isinstance(s, RatelimitStorage)

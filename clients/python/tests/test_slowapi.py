@@ -12,7 +12,6 @@ float; ``Retry-After`` = int(that - now)).
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
@@ -24,11 +23,9 @@ from slowapi.middleware import SlowAPIMiddleware
 from slowapi.util import get_remote_address
 
 import ratelimit_redis_module.limits_storage  # noqa: F401  (registers the schemes)
-from conftest import PlainServer, Server
-from ratelimit_redis_module.limits_storage import RatelimitStorage
+from conftest import Server
+from limits_apps import STRATEGIES, fields_for, first_reset, limited, on_clock, storage_uri
 from test_limits_storage import A, Clock
-
-STRATEGIES = ["fixed-window", "moving-window", "sliding-window-counter"]
 
 
 def make_app(uri: str, strategy: str) -> tuple[FastAPI, Limiter]:
@@ -63,43 +60,23 @@ def make_app(uri: str, strategy: str) -> tuple[FastAPI, Limiter]:
     return app, limiter
 
 
-def limited(http: Any, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-    status, fields, body = http.get(path, headers)
-    return status, {k: v for k, v in fields if k.startswith("x-ratelimit") or k == "retry-after"}, body
-
-
 def expect(limit: int, remaining: int, reset: float) -> dict[str, str]:
     """slowapi's headers for limits' window stats (reset time, remaining)."""
-    reset_in = 1 + reset
-    return {
-        "x-ratelimit-limit": str(limit), "x-ratelimit-remaining": str(remaining),
-        "x-ratelimit-reset": str(reset_in), "retry-after": str(int(reset_in - time.time())),
-    }
-
-
-@pytest.fixture(params=["module", "script"])
-def backend(request: pytest.FixtureRequest, module_server: Server, plain: PlainServer) -> tuple[str, Server]:
-    return request.param, module_server if request.param == "module" else plain
+    return fields_for(limit, remaining, 1 + reset)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_slowapi_app(
     strategy: str, backend: tuple[str, Server], monkeypatch: pytest.MonkeyPatch, serve: Any
 ) -> None:
-    name, server = backend
-    clock = Clock(monkeypatch, [server])
-    app, limiter = make_app(f"ratelimit+redis://127.0.0.1:{server.port}?backend={name}", strategy)
-    storage = limiter._storage
-    assert isinstance(storage, RatelimitStorage)
-    storage.limiter._script_now = clock.us
-    storage.reset()
+    clock = Clock(monkeypatch, [backend[1]])
+    app, limiter = make_app(storage_uri(backend), strategy)
+    storage = on_clock(limiter._storage, clock)
     http = serve(app)
 
-    # default_limits through the middleware: 3 a minute per address (the reset times as in
-    # test_flask_limiter.py).
-    first_reset = A if strategy == "sliding-window-counter" else A + 60
+    # default_limits through the middleware: 3 a minute per address.
     for left in (2, 1, 0):
-        assert limited(http, "/") == (200, expect(3, left, first_reset), b"hello")
+        assert limited(http, "/") == (200, expect(3, left, first_reset(strategy)), b"hello")
     status, fields, body = limited(http, "/")
     assert status == 429
     assert json.loads(body) == {"error": "Rate limit exceeded: 3 per 1 minute"}
@@ -108,7 +85,7 @@ def test_slowapi_app(
     for key in ("k1", "k2"):
         assert [limited(http, "/search", {"x-api-key": key})[0] for _ in range(2)] == [200, 200]
         status, fields, body = limited(http, "/search", {"x-api-key": key})
-        assert (status, fields) == (429, expect(2, 0, first_reset))
+        assert (status, fields) == (429, expect(2, 0, first_reset(strategy)))
         assert json.loads(body) == {"error": "Rate limit exceeded: 2 per 1 minute"}
 
     # exempt_when: the admin header passes without counting; others get 1 a minute.

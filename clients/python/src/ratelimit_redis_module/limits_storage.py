@@ -287,7 +287,26 @@ def expiry_at(peek: _Peek | None) -> float:
     return time.time() + (peek.reset_after_ms + 500) // 1000
 
 
-class RatelimitStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport, TimestampedSlidingWindow):
+def held(peek: _Peek | None) -> int:
+    """limits' ``get``: the units a peeked key holds (its limit less what remains), 0 for no key."""
+    return 0 if peek is None else peek.limit - peek.remaining
+
+
+class _Prefixed:
+    """What both storages (this one and its asyncio twin) answer alike, whatever their client:
+    their keys under ``key_prefix`` and redis-py's errors as the ones limits wraps."""
+
+    key_prefix: str
+
+    @property
+    def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
+        return redis.RedisError
+
+    def _key(self, key: str) -> str:
+        return redis_key(self.key_prefix, key)
+
+
+class RatelimitStorage(_Prefixed, Storage, MovingWindowSupport, SlidingWindowCounterSupport, TimestampedSlidingWindow):
     """A ``limits`` storage on the ratelimit module: the fixed window, the moving window and the
     sliding window counter, one command per hit, on redis-py (standalone, Sentinel or Cluster).
     ``TimestampedSlidingWindow`` says, as limits' memory and memcached storages say it, that its
@@ -317,13 +336,6 @@ class RatelimitStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport
         self.client = sync_client(target, own)
         #: The package's limiter on that client, which sends each command (and picks the backend).
         self.limiter = RateLimiter(self.client, backend=target.backend)
-
-    @property
-    def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
-        return redis.RedisError
-
-    def _key(self, key: str) -> str:
-        return redis_key(self.key_prefix, key)
 
     def _backend(self) -> str:
         self.limiter.ready()
@@ -363,8 +375,7 @@ class RatelimitStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport
     def get(self, key: str) -> int:
         """The units the key holds now: a fixed window's count, a moving window's entries in
         the window, a sliding window's weighted count (rounded down); 0 for no key."""
-        peek = self._peek(key)
-        return 0 if peek is None else peek.limit - peek.remaining
+        return held(self._peek(key))
 
     def get_expiry(self, key: str) -> float:
         """When the key is fresh again (epoch seconds), as limits' Redis storage gives it: now

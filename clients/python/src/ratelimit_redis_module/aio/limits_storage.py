@@ -24,14 +24,15 @@ from ..limits_storage import (
     _credentials,
     _glob_escape,
     _Peek,
+    _Prefixed,
     _Target,
     counted,
     expiry_at,
     hashed,
+    held,
     inspected,
     parse_uri,
     peeked,
-    redis_key,
     seconds,
     sliding_window,
     window_start,
@@ -63,7 +64,7 @@ def async_client(target: _Target, options: dict[str, Any]) -> redis.asyncio.Redi
     return redis.asyncio.Redis.from_url(target.url, **options)
 
 
-class AsyncRatelimitStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport, TimestampedSlidingWindow):
+class AsyncRatelimitStorage(_Prefixed, Storage, MovingWindowSupport, SlidingWindowCounterSupport, TimestampedSlidingWindow):
     """The asyncio twin of :class:`~ratelimit_redis_module.limits_storage.RatelimitStorage`, on
     ``redis.asyncio`` (the arguments are the same; the URI's scheme starts with ``async+``)."""
 
@@ -78,13 +79,6 @@ class AsyncRatelimitStorage(Storage, MovingWindowSupport, SlidingWindowCounterSu
         self.client = async_client(target, own)
         #: The package's asyncio limiter on that client.
         self.limiter = AsyncRateLimiter(self.client, backend=target.backend)
-
-    @property
-    def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
-        return redis.RedisError
-
-    def _key(self, key: str) -> str:
-        return redis_key(self.key_prefix, key)
 
     async def _backend(self) -> str:
         await self.limiter.ready()
@@ -122,8 +116,7 @@ class AsyncRatelimitStorage(Storage, MovingWindowSupport, SlidingWindowCounterSu
 
     async def get(self, key: str) -> int:
         """See ``RatelimitStorage.get``."""
-        peek = await self._peek(key)
-        return 0 if peek is None else peek.limit - peek.remaining
+        return held(await self._peek(key))
 
     async def get_expiry(self, key: str) -> float:
         """See ``RatelimitStorage.get_expiry``."""
