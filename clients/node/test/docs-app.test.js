@@ -1,8 +1,8 @@
 // docs/node.md's install and complete Express app, as a new user meets them: in a
-// fresh folder, the page's install commands as written (the package's path put in; npm's
-// cache first, which npm ci filled), then the page's app saved as app.js and started with
-// node there (its Redis URL and port put to this test's). It answers with the fields the page
-// describes.
+// fresh folder, the page's install commands as written, from the release's npm tarball (packed
+// here, helpers.js's packTarball; npm's cache first, which npm ci filled), then the page's app
+// saved as app.js and started with node there (its Redis URL and port put to this test's). It
+// answers with the fields the page describes.
 
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
@@ -10,10 +10,7 @@ import { existsSync, lstatSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
-import { fileURLToPath } from 'node:url';
-import { PACKAGE_TEST, ROOT, T0_MS, connect, get, limitFields, startRedis } from './helpers.js';
-
-const pkg = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+import { PACKAGE_TEST, ROOT, T0_MS, connect, get, limitFields, packTarball, startRedis } from './helpers.js';
 
 /** The code block of the section `heading` of docs/node.md. */
 function docsBlock(heading, lang = '') {
@@ -23,10 +20,12 @@ function docsBlock(heading, lang = '') {
   return m[1];
 }
 
-/** The page's install commands, run in `dir`. */
-function install(dir) {
-  for (const line of docsBlock('Install').trim().split('\n')) {
-    const [npm, ...args] = line.replace('./path/to/ratelimit/clients/node', pkg).split(' ');
+/** The page's install commands, run in `dir`, which holds the release's tarball `tarball`. */
+function install(dir, tarball) {
+  const lines = docsBlock('Install').trim().split('\n');
+  assert.ok(lines.some((l) => l.startsWith(`npm install ./${tarball} `)), `the page installs ./${tarball}`);
+  for (const line of lines) {
+    const [npm, ...args] = line.split(' ');
     assert.equal(npm, 'npm', line);
     const quiet = args[0] === 'install' ? ['--prefer-offline', '--no-audit', '--no-fund'] : [];
     execFileSync('npm', [...args, ...quiet, '--loglevel=error'], { cwd: dir, encoding: 'utf8' });
@@ -35,10 +34,13 @@ function install(dir) {
 
 test("docs/node.md's install and complete Express app, in a fresh folder, run and limit", { skip: PACKAGE_TEST }, async () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'rl-node-docs-'));
-  install(dir);
-  // The package linked, its peer and express installed beside it, the app an ES module.
-  assert.ok(lstatSync(path.join(dir, 'node_modules/ratelimit-redis-module')).isSymbolicLink());
+  install(dir, packTarball(dir));
+  // The package installed from the tarball (not a link), its required peer (node-redis) with
+  // it though the page does not name it, its optional one (ioredis) not; express beside it; the
+  // app an ES module.
+  assert.ok(!lstatSync(path.join(dir, 'node_modules/ratelimit-redis-module')).isSymbolicLink());
   for (const name of ['redis', 'express']) assert.ok(existsSync(path.join(dir, `node_modules/${name}/package.json`)), name);
+  assert.ok(!existsSync(path.join(dir, 'node_modules/ioredis')), 'ioredis, an optional peer, not installed');
   assert.equal(JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')).type, 'module');
   const redis = await startRedis();
   const client = await connect(redis);

@@ -1,35 +1,27 @@
 // docs/express-rate-limit.md as an express-rate-limit user meets it: in a fresh folder, the
-// page's install from the release's npm tarball (packed here from a copy of the package, as
-// install.test.js packs it; npm's cache first), `npm pkg set type=module`, then the page's app
+// page's install from the release's npm tarball (packed here from a copy of the package,
+// helpers.js's packTarball; npm's cache first), `npm pkg set type=module`, then the page's app
 // saved as app.js and started with node (its Redis URL and port put to this test's): it answers
 // with the fields the page shows, and the 101st request with 429.
 
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
-import { fileURLToPath } from 'node:url';
-import { PACKAGE_TEST, ROOT, T0_MS, connect, get, startRedis } from './helpers.js';
+import { PACKAGE_TEST, ROOT, T0_MS, connect, get, packTarball, startRedis } from './helpers.js';
 
-const pkg = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const page = () => readFileSync(path.join(ROOT, 'docs/express-rate-limit.md'), 'utf8');
 const npm = (args, cwd) => execFileSync('npm', [...args, '--loglevel=error'], { cwd, encoding: 'utf8' });
 
 test("docs/express-rate-limit.md's install from the tarball and its app, in a fresh folder, limit", { skip: PACKAGE_TEST }, async () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'rl-node-erl-docs-'));
-  const work = mkdtempSync(path.join(tmpdir(), 'rl-node-erl-pack-'));
   let child;
   let redis;
   let client;
   try {
-    // The release's tarball: npm pack of a copy (prepack copies clients/lua in beside it).
-    cpSync(path.join(pkg, '../lua'), path.join(work, 'lua'), { recursive: true });
-    const skip = [path.join(pkg, 'node_modules'), path.join(pkg, 'lua')];
-    cpSync(pkg, path.join(work, 'node'), { recursive: true, filter: (from) => !skip.some((s) => from === s || from.startsWith(s + path.sep)) });
-    npm(['pack', path.join(work, 'node'), '--pack-destination', dir], dir);
-    const tarball = readdirSync(dir).find((f) => f.endsWith('.tgz'));
+    const tarball = packTarball(dir);
     // The page's first command, as written (the tarball's version is the package's).
     const install = /## Install\n[\s\S]*?```\n(npm install \.\/ratelimit-redis-module-[^\n]*)\n```/.exec(page());
     assert.ok(install, 'the page installs from the tarball first');
@@ -79,6 +71,5 @@ test("docs/express-rate-limit.md's install from the tarball and its app, in a fr
     await client?.quit();
     await redis?.stop();
     rmSync(dir, { recursive: true, force: true });
-    rmSync(work, { recursive: true, force: true });
   }
 });

@@ -2,11 +2,12 @@
 // with the module ($RATELIMIT_MODULE, default target/release/libratelimit.so of this checkout)
 // loaded with the debug clock, on a free loopback port, stopped by PID (one a test file:
 // serverForFile); HTTP servers on node:http on free loopback ports, and requests to them; the
-// fake clock that moves with the server's; what a refused consume rejects with.
+// fake clock that moves with the server's; what a refused consume rejects with; the release's
+// npm tarball, packed for the docs' install tests.
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { cpSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -234,6 +235,29 @@ export async function moduleAndPlainForFile() {
  * and changes what the test sees. A minute is a hang, not a busy machine. Tests of the timeout
  * itself set theirs.
  */
+/**
+ * The release's npm tarball (`make dist`'s npm pack) packed into `dir`: its file name. It packs a
+ * copy of clients/node and clients/lua (the package's prepack copies the Lua in beside it, and
+ * postpack removes it: never under another test running at the same time), removed after.
+ * @param {string} dir
+ * @returns {string}
+ */
+export function packTarball(dir) {
+  const pkg = path.join(ROOT, 'clients/node');
+  const work = mkdtempSync(path.join(tmpdir(), 'rl-node-pack-'));
+  try {
+    cpSync(path.join(ROOT, 'clients/lua'), path.join(work, 'lua'), { recursive: true });
+    const skip = [path.join(pkg, 'node_modules'), path.join(pkg, 'lua')];
+    cpSync(pkg, path.join(work, 'node'), { recursive: true, filter: (from) => !skip.some((s) => from === s || from.startsWith(s + path.sep)) });
+    execFileSync('npm', ['pack', path.join(work, 'node'), '--pack-destination', dir, '--loglevel=error'], { cwd: dir, encoding: 'utf8' });
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+  const tarball = readdirSync(dir).find((f) => f.endsWith('.tgz'));
+  assert.ok(tarball, 'npm pack made a tarball');
+  return tarball;
+}
+
 export const PATIENT = { timeout: 60_000, setupTimeout: 60_000 };
 
 /**
