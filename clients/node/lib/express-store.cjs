@@ -44,8 +44,16 @@ const WINDOWED = new Set(['fixedwindow', 'slidingwindow', 'slidinglog']);
 // side: an admitted request's failure taken for a refusal's keeps its unit taken (stricter),
 // where the other way round a unit never taken would be given back (more than the limit).
 const REMEMBERED_REFUSALS = 100;
-// The keys whose refusals are remembered, at most: past it the oldest key is forgotten.
+// The keys whose refusals are remembered, at most. A key is forgotten when its refusals' retry
+// times have all passed (their decrements are not coming), never before: a key forgotten with a
+// refusal in flight would give back, at its decrement, a unit never taken. Past the bound, with
+// every remembered key's refusals still in force, a new key's refusal joins a count of refusals
+// without their key (`unkeyed`), which lasts until the latest of their retry times: meanwhile a
+// decrement of a key not remembered is taken for one of them (the safe side, as `folded`).
 const REMEMBERED_KEYS = 10_000;
+// Remembered keys looked at for forgetting when a new key is remembered: the oldest two, each
+// forgotten if its times have passed, else moved to the back (a round, in O(1) a refusal).
+const SWEPT = 2;
 
 const unexpected = (what) => new Error(`unexpected reply from the module: ${what}`);
 
@@ -125,6 +133,10 @@ class RedisModuleStore {
     this.refused = new Map();
     /** @type {Map<string, { count: number, until: number }>} */
     this.folded = new Map();
+    // The refusals of keys not remembered (past rememberedKeys): their count and the latest of
+    // their retry times. rememberedKeys is REMEMBERED_KEYS; tests lower it.
+    this.unkeyed = { count: 0, until: 0 };
+    this.rememberedKeys = REMEMBERED_KEYS;
     // The backend (backend.cjs): the mode's command and the refund's, their scripts loaded by
     // its setup, in the background from now.
     this.wiring = new Backend(this, {
@@ -259,6 +271,7 @@ class RedisModuleStore {
   async shutdown() {
     this.refused.clear();
     this.folded.clear();
+    this.unkeyed = { count: 0, until: 0 };
   }
 
   // A refusal of `key` whose decrement is to come, until `retryAt` (ms): past
@@ -270,11 +283,13 @@ class RedisModuleStore {
   #remember(key, retryAt) {
     let times = this.refused.get(key);
     if (times === undefined) {
-      // Past REMEMBERED_KEYS keys the oldest goes (its decrements, if any come, then refund).
-      if (this.refused.size >= REMEMBERED_KEYS) {
-        const oldest = /** @type {string} */ (this.refused.keys().next().value);
-        this.refused.delete(oldest);
-        this.folded.delete(oldest);
+      const now = Date.now();
+      this.#sweep(now);
+      if (this.refused.size >= this.rememberedKeys) {
+        if (this.unkeyed.until <= now) this.unkeyed = { count: 0, until: 0 };
+        this.unkeyed.count += 1;
+        this.unkeyed.until = Math.max(this.unkeyed.until, retryAt);
+        return;
       }
       times = [];
       this.refused.set(key, times);
@@ -297,8 +312,12 @@ class RedisModuleStore {
   /** @param {string} key */
   #forget(key) {
     const times = this.refused.get(key);
-    if (times === undefined) return false;
     const now = Date.now();
+    if (times === undefined) {
+      if (this.unkeyed.count === 0 || this.unkeyed.until <= now) return false;
+      this.unkeyed.count -= 1;
+      return true;
+    }
     let taken = false;
     const folded = this.folded.get(key);
     if (folded !== undefined && folded.until > now) {
@@ -313,6 +332,19 @@ class RedisModuleStore {
     }
     if (times.length === 0 && !this.folded.has(key)) this.refused.delete(key);
     return taken;
+  }
+
+  // The oldest SWEPT remembered keys: each forgotten if its retry times (its own and its folded
+  // count's) have passed, else moved behind the others.
+  /** @param {number} now */
+  #sweep(now) {
+    for (let i = 0; i < SWEPT && this.refused.size > 0; i++) {
+      const [key, times] = /** @type {[string, number[]]} */ (this.refused.entries().next().value);
+      const folded = this.folded.get(key);
+      this.refused.delete(key);
+      if ((times.at(-1) ?? 0) <= now && (folded === undefined || folded.until <= now)) this.folded.delete(key);
+      else this.refused.set(key, times);
+    }
   }
 
   #key(key) {

@@ -268,3 +268,53 @@ test('limit: { algorithm: "slidingwindow" }: its window is windowMs; what init r
     message: 'invalid limit.burst: expected an integer from 1 to 10^12; got 0',
   });
 });
+
+test('past the keys it remembers, a key with a refusal in flight is not forgotten: its decrement gives nothing back', async () => {
+  const { mod, clock } = pair({ prefix: 'rl:erlgk:', limit: GCRA_2_PER_MINUTE });
+  // Three keys here where a store keeps 10,000 (the same code past the bound, without 10,000
+  // requests).
+  mod.rememberedKeys = 3;
+  const decrements = watchDecrements(mod);
+  // k1's refusal held in flight (answered later with 429, so its decrement comes); the other
+  // keys' refusals answered 303 at once (no decrement comes; their retry times still ahead).
+  let release = () => {};
+  let heldNow = () => {};
+  const held = new Promise((r) => { heldNow = r; });
+  const handler = (req, res, next, options) => {
+    const answer = () => res.status(options.statusCode).send(options.message);
+    if (req.get('X-Client-Id') === 'k1') {
+      release = () => {
+        release = () => {};
+        answer();
+      };
+      heldNow();
+      return;
+    }
+    res.redirect(303, '/slow-down');
+  };
+  const a = await app({ windowMs: 60_000, limit: 2, skipFailedRequests: true, handler, store: mod });
+  try {
+    await clock.at(0);
+    for (const key of ['k1', 'k2', 'k3', 'k4']) {
+      assert.deepEqual([(await a.as(key)).status, (await a.as(key)).status], [200, 200], key);
+    }
+    const refunds = await calls(m, 'rl.refund');
+    const first = a.as('k1');
+    await held;
+    for (const key of ['k2', 'k3', 'k4']) assert.equal((await a.as(key)).status, 303, key);
+    assert.deepEqual([...mod.refused.keys()].sort(), ['k1', 'k2', 'k3'], 'three keys remembered, k4 counted');
+    assert.equal(mod.unkeyed.count, 1);
+    release();
+    assert.equal((await first).status, 429);
+    await decrements.done(1);
+    assert.equal(await calls(m, 'rl.refund') - refunds, 0, 'k1\'s refusal took nothing: nothing given back');
+    // An admitted request of a key never refused fails while k4's refusal is counted without its
+    // key: taken for a refusal's (the safe side), nothing given back.
+    assert.equal((await a.as('k5', '/fail')).status, 400);
+    await decrements.done(2);
+    assert.equal(await calls(m, 'rl.refund') - refunds, 0, 'the count of refusals without their key takes it');
+  } finally {
+    release();
+    await a.close();
+  }
+});
