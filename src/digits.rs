@@ -1,5 +1,6 @@
-//! An integer as Redis writes it: digits only, no sign, no leading zero, no overflow. The one
-//! reader of numbers that the argument grammar (`args`) and the load arguments (`config`)
+//! An integer as Redis writes it: digits only, no sign, no leading zero, no overflow; and a
+//! signed one as Redis reads a string's integer (INCRBY's). The one reader of numbers that the
+//! argument grammar (`args`), the load arguments (`config`) and RL.COUNTER's stored values
 //! share; a leaf.
 
 /// Only ASCII digits, at most 20 of them, no leading zero (`05` is refused, as Redis refuses
@@ -23,6 +24,42 @@ pub fn digits(bytes: &[u8]) -> Option<u64> {
         n = n.wrapping_mul(10).wrapping_add(u64::from(digit));
     }
     Some(n)
+}
+
+/// A signed 64-bit integer as Redis reads one (`string2ll`, what INCRBY takes from a string
+/// and from its argument): [`digits`], or `-` and digits that are not 0, from `i64::MIN` to
+/// `i64::MAX`. No `+`, no spaces, no leading zero, no `-0`.
+#[inline]
+pub fn signed(bytes: &[u8]) -> Option<i64> {
+    match bytes.split_first() {
+        Some((b'-', magnitude)) => match digits(magnitude)? {
+            0 => None,
+            // 2^63 is `i64::MIN`'s magnitude, which is no `i64`: it wraps to itself.
+            n if n <= i64::MIN.unsigned_abs() => Some((n as i64).wrapping_neg()),
+            _ => None,
+        },
+        _ => digits(bytes).and_then(|n| i64::try_from(n).ok()),
+    }
+}
+
+/// `n` in decimal as Redis writes it, into `buf` (20 bytes hold any i64): what [`signed`]
+/// reads back.
+pub fn decimal(n: i64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    let mut magnitude = n.unsigned_abs();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (magnitude % 10) as u8;
+        magnitude /= 10;
+        if magnitude == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        at -= 1;
+        buf[at] = b'-';
+    }
+    &buf[at..]
 }
 
 /// [`digits`] of 20 digits, which may overflow: out of line, so that the common path stays
@@ -58,7 +95,66 @@ mod tests {
         assert_eq!(digits(b"/"), None);
     }
 
+    #[test]
+    fn signed_reads_what_incrby_reads() {
+        let cases: [(&[u8], Option<i64>); 16] = [
+            (b"0", Some(0)),
+            (b"-1", Some(-1)),
+            (b"42", Some(42)),
+            (b"9223372036854775807", Some(i64::MAX)),
+            (b"-9223372036854775808", Some(i64::MIN)),
+            (b"9223372036854775808", None),
+            (b"-9223372036854775809", None),
+            (b"-0", None),
+            (b"-", None),
+            (b"", None),
+            (b"+1", None),
+            (b"01", None),
+            (b"-01", None),
+            (b" 1", None),
+            (b"1.0", None),
+            (b"--1", None),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(
+                signed(text),
+                expected,
+                "{:?}",
+                String::from_utf8_lossy(text)
+            );
+        }
+    }
+
+    #[test]
+    fn decimal_writes_every_i64_as_redis_does() {
+        for n in [0, 1, -1, 9, 10, -10, 1_000_000_000_000, i64::MAX, i64::MIN] {
+            let mut buf = [0u8; 20];
+            assert_eq!(decimal(n, &mut buf), n.to_string().as_bytes(), "{n}");
+        }
+    }
+
     proptest! {
+        /// Every i64 written as Redis writes it reads back; what the standard parser
+        /// refuses, or reads from a text Redis would not write, is refused.
+        #[test]
+        fn signed_agrees_with_the_standard_parser(
+            bytes in proptest::collection::vec(
+                prop_oneof![9 => b'0'..=b'9', 1 => Just(b'-'), 1 => any::<u8>()], 0..22),
+        ) {
+            let expected = std::str::from_utf8(&bytes)
+                .ok()
+                .and_then(|t| t.parse::<i64>().ok())
+                .filter(|n| n.to_string().as_bytes() == bytes.as_slice());
+            prop_assert_eq!(signed(&bytes), expected);
+        }
+
+        #[test]
+        fn any_i64_round_trips(n: i64) {
+            prop_assert_eq!(signed(n.to_string().as_bytes()), Some(n));
+            let (mut buf, text) = ([0u8; 20], n.to_string());
+            prop_assert_eq!(decimal(n, &mut buf), text.as_bytes());
+        }
+
         /// Digits only, no leading zero, no overflow: what the standard parser reads of
         /// plain digits, on every length up to 21 (19 and fewer take the unchecked path).
         #[test]

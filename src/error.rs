@@ -21,6 +21,8 @@ pub enum Error {
         min: u64,
         max: u64,
     },
+    /// A signed count (RL.COUNTER's `BY`) that is not an integer from `-max` to `max`.
+    SignedCount { arg: &'static str, max: u64 },
     /// A limit above the module setting that bounds it (`sliding-log-max-limit` for
     /// RL.SLIDINGLOG, `concurrency-max-limit` for RL.CONCURRENCY.ACQUIRE).
     CappedLimit { max: u64, setting: &'static str },
@@ -49,6 +51,10 @@ pub enum Error {
     },
     /// The key holds a value of another Redis type.
     WrongType,
+    /// RL.COUNTER on a string that is not an integer: INCRBY's text.
+    NotInteger,
+    /// RL.COUNTER's increment takes the value past a 64-bit signed integer: INCRBY's text.
+    IncrementOverflow,
     /// The key holds the state of another algorithm.
     OtherAlgorithm {
         stored: &'static str,
@@ -114,6 +120,9 @@ impl fmt::Display for Error {
             Error::Count { arg, min, max } => {
                 write!(f, "ERR invalid {arg}: expected an integer from {min} to {max}")
             }
+            Error::SignedCount { arg, max } => {
+                write!(f, "ERR invalid {arg}: expected an integer from -{max} to {max}")
+            }
             Error::CappedLimit { max, setting } => write!(
                 f,
                 "ERR invalid limit: expected an integer from 1 to {max} (the module setting \
@@ -150,6 +159,8 @@ impl fmt::Display for Error {
             Error::WrongType => {
                 f.write_str("WRONGTYPE Operation against a key holding the wrong kind of value")
             }
+            Error::NotInteger => f.write_str("ERR value is not an integer or out of range"),
+            Error::IncrementOverflow => f.write_str("ERR increment or decrement would overflow"),
             Error::OtherAlgorithm { stored, requested } => write!(
                 f,
                 "ERR the key holds {stored} state, not {requested}: use {stored} on it, or another key"

@@ -50,7 +50,8 @@
 //! [`fixed_window`], [`sliding_window`], [`sliding_log`], [`warmup`], [`concurrency`]; and
 //! [`rule_set`], a policy's rules at once (RL.LIMIT); [`request`], what the options COST,
 //! ATMOST, DRYRUN, BLOCK ([`penalty`]) and SHADOW decide around any of them; and [`ranges`],
-//! the ranges the arithmetic is exact over.
+//! the ranges the arithmetic is exact over. Beside them, [`counter`]: a fixed window kept as
+//! a plain integer string whose TTL is the window (RL.COUNTER), as other libraries keep it.
 
 #![warn(missing_docs)]
 // Plain arithmetic on values: no unsafe code belongs here, and the compiler keeps it out.
@@ -58,6 +59,7 @@
 
 pub mod adaptive;
 pub mod concurrency;
+pub mod counter;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;

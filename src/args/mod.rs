@@ -13,7 +13,7 @@ pub mod syntax;
 pub use cursor::Cursor;
 pub use params::AlgorithmCommand;
 
-use crate::digits::digits;
+use crate::digits::{digits, signed};
 use crate::error::{quote, Error};
 
 /// The largest count and the longest duration: the algorithms' ranges are the grammar's.
@@ -33,6 +33,15 @@ pub fn count(bytes: &[u8], arg: &'static str, min: u64, max: u64) -> Result<u64,
 /// A count from 1 to 10^12.
 pub fn positive_count(bytes: &[u8], arg: &'static str) -> Result<u64, Error> {
     count(bytes, arg, 1, MAX_COUNT)
+}
+
+/// Parses a signed integer from `-max` to `max`, written as Redis writes it (RL.COUNTER's
+/// `BY`): as [`count`], with an optional leading `-` (`-0` is refused, as Redis refuses it).
+pub fn signed_count(bytes: &[u8], arg: &'static str, max: u64) -> Result<i64, Error> {
+    match signed(bytes) {
+        Some(n) if n.unsigned_abs() <= max => Ok(n),
+        _ => Err(Error::SignedCount { arg, max }),
+    }
 }
 
 /// Parses a duration: a positive integer with an optional unit `ms`, `s`, `m`, `h` or `d`
@@ -283,6 +292,36 @@ mod tests {
             Ok(())
         })
         .map(|(o, _)| (o, value))
+    }
+
+    #[test]
+    fn signed_counts_are_bounded_both_ways() {
+        assert_eq!(
+            signed_count(b"-1000000000000", "BY", MAX_COUNT),
+            Ok(-1_000_000_000_000)
+        );
+        assert_eq!(
+            signed_count(b"1000000000000", "BY", MAX_COUNT),
+            Ok(1_000_000_000_000)
+        );
+        assert_eq!(signed_count(b"0", "BY", MAX_COUNT), Ok(0));
+        let err = Err(Error::SignedCount {
+            arg: "BY",
+            max: MAX_COUNT,
+        });
+        for bad in [
+            &b"1000000000001"[..],
+            b"-1000000000001",
+            b"-0",
+            b"+1",
+            b"01",
+            b"1.5",
+            b"",
+            b"-",
+            b"-9223372036854775808",
+        ] {
+            assert_eq!(signed_count(bad, "BY", MAX_COUNT), err, "{:?}", bad);
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@
 
 mod admission;
 mod concurrency;
+mod counter;
 mod debug;
 mod docs;
 #[cfg(test)]
@@ -142,7 +143,7 @@ const PRIVILEGED: &CStr = c"admin dangerous";
 const O1: &CStr = c"O(1)";
 
 /// Every command of the module, in the order they are registered (and listed by INFO).
-pub static COMMANDS: [&Command; 26] = [
+pub static COMMANDS: [&Command; 27] = [
     &gcra::RL_GCRA,
     &gcra::CL_THROTTLE,
     &token_bucket::RL_TOKENBUCKET,
@@ -155,6 +156,7 @@ pub static COMMANDS: [&Command; 26] = [
     &concurrency::RL_CONCURRENCY_RELEASE,
     &limit::RL_LIMIT,
     &refund::RL_REFUND,
+    &counter::RL_COUNTER,
     &policy::RL_POLICY_SET,
     &policy::RL_POLICY_GET,
     &policy::RL_POLICY_DEL,
@@ -261,6 +263,7 @@ mod tests {
             (&concurrency::RL_CONCURRENCY_RELEASE, "RL.CONCURRENCY.RELEASE", "key token [RTT rtt] [DROPPED]"),
             (&inspect::RL_INSPECT, "RL.INSPECT", "key"),
             (&refund::RL_REFUND, "RL.REFUND", "key units [DRYRUN]"),
+            (&counter::RL_COUNTER, "RL.COUNTER", "key window [BY n] [XX]"),
             (&limit::RL_LIMIT, "RL.LIMIT", "key policy [COST n | ATMOST max] [DRYRUN] [BLOCK duration] [SHADOW]"),
             (
                 &policy::RL_POLICY_SET,

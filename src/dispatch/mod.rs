@@ -142,6 +142,18 @@ fn propagate(ctx: Ctx, argv: &mut Argv, propagate: Propagate) {
                 crate::cluster::announce(ctx, name.bytes());
             }
         }
+        Propagate::SetCounter {
+            count,
+            expire_at_ms,
+        } => {
+            let Some(key) = argv.get(1) else {
+                return;
+            };
+            let mut count_text = [0u8; 20];
+            let count = crate::digits::decimal(count, &mut count_text);
+            let at = expire_at_ms.to_string();
+            ctx.replicate(c"SET", &[key.bytes(), count, b"PXAT", at.as_bytes()]);
+        }
         Propagate::Replay {
             command,
             now_us,

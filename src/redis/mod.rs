@@ -290,6 +290,66 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// Publishes the keyspace event `event` of the class `class` on `key`, as a Redis command
+    /// of that class does (RL.COUNTER's `incrby` and `expire`, as INCRBY and PEXPIRE's).
+    pub fn notify_keyspace_event(self, class: Event, event: &CStr, key: RString<'_>) {
+        let class = match class {
+            Event::Generic => raw::REDISMODULE_NOTIFY_GENERIC,
+            Event::String => raw::REDISMODULE_NOTIFY_STRING,
+        };
+        // SAFETY: the context is live, the key one of its strings, the event NUL-terminated.
+        unsafe {
+            if let Some(notify) = raw::RedisModule_NotifyKeyspaceEvent {
+                notify(self.raw(), class as c_int, event.as_ptr(), key.raw());
+            }
+        }
+    }
+
+    /// Reads the Redis string at `name` as `GET` replies it and hands its bytes to `read`
+    /// (`None`: no string there). Through `RedisModule_Call`, not the key API: the key API
+    /// lends a string's bytes only through `RedisModule_StringDMA`, which first rewrites a
+    /// value held as an integer or an embedded string as a plain one (a read that changes
+    /// `OBJECT ENCODING` and `MEMORY USAGE`), and on Redis 8.2 leaves a key opened for reading
+    /// pointing at the replaced object (the next call on it crashed the server). The call
+    /// runs as the module (no ACL check: the command's own key check has passed) and is
+    /// counted in `INFO commandstats` as a `GET`.
+    pub fn get_string<R>(self, name: RString<'_>, read: impl FnOnce(Option<&[u8]>) -> R) -> R {
+        // SAFETY: reads pointers set once at load.
+        let pointers = unsafe {
+            (
+                raw::RedisModule_Call,
+                raw::RedisModule_CallReplyType,
+                raw::RedisModule_CallReplyStringPtr,
+                raw::RedisModule_FreeCallReply,
+            )
+        };
+        let (Some(call), Some(kind), Some(string_ptr), Some(free)) = pointers else {
+            return read(None);
+        };
+        // SAFETY: a live context; "s" tells Redis the one argument is a RedisModuleString,
+        // which `name` is (alive for the call). The reply is read while it lives (the bytes
+        // are borrowed only inside `read`) and freed once.
+        unsafe {
+            let reply = call(self.raw(), c"GET".as_ptr(), c"s".as_ptr(), name.raw());
+            if reply.is_null() {
+                return read(None);
+            }
+            let mut len = 0;
+            let ptr = if kind(reply) == raw::REDISMODULE_REPLY_STRING as c_int {
+                string_ptr(reply, &mut len)
+            } else {
+                std::ptr::null()
+            };
+            let out = if ptr.is_null() {
+                read(None)
+            } else {
+                read(Some(slice::from_raw_parts(ptr.cast::<u8>(), len)))
+            };
+            free(reply);
+            out
+        }
+    }
+
     /// Opens the key `name` for reading, or for reading and writing; closed when dropped.
     #[inline]
     pub fn open_key(self, name: RString<'a>, write: bool) -> RawKey<'a> {
@@ -380,6 +440,13 @@ impl<'a> Ctx<'a> {
     pub fn log(self, level: &CStr, message: &CStr) {
         log_raw(self.raw(), level, message);
     }
+}
+
+/// The class of a keyspace event (`notify-keyspace-events`): `g` generic, `$` string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    Generic,
+    String,
 }
 
 /// The bytes the server's allocator gives a request of `bytes`, as `used_memory` counts them:
@@ -652,6 +719,12 @@ pub fn check_api() -> Result<(), &'static str> {
         RedisModule_ModuleTypeReplaceValue,
         RedisModule_DeleteKey,
         RedisModule_SetExpire,
+        RedisModule_GetExpire,
+        RedisModule_StringSet,
+        RedisModule_Call,
+        RedisModule_CallReplyType,
+        RedisModule_CallReplyStringPtr,
+        RedisModule_FreeCallReply,
         RedisModule_Milliseconds,
         RedisModule_SignalModifiedKey,
         RedisModule_NotifyKeyspaceEvent,

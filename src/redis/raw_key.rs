@@ -13,6 +13,8 @@ pub enum Holds {
     Nothing,
     /// A value of the module data type `ty` (compare with the type's own pointer).
     Module(*mut raw::RedisModuleType),
+    /// A Redis string (RL.COUNTER's).
+    String,
     /// A value of another Redis type.
     Other,
 }
@@ -60,6 +62,8 @@ impl<'a> RawKey<'a> {
             let kind = raw::RedisModule_KeyType.map_or(0, |kind| kind(self.ptr));
             if kind == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
                 Holds::Nothing
+            } else if kind == raw::REDISMODULE_KEYTYPE_STRING as c_int {
+                Holds::String
             } else if kind == raw::REDISMODULE_KEYTYPE_MODULE as c_int {
                 Holds::Module(
                     raw::RedisModule_ModuleTypeGetType
@@ -127,6 +131,55 @@ impl<'a> RawKey<'a> {
                 raw::set_expire(self.ptr, at.saturating_sub(super::milliseconds()).max(1));
             }
         }
+    }
+
+    /// Sets the key to the Redis string `bytes` (a key of another type, or none, is replaced).
+    /// As SET without KEEPTTL, the key loses its TTL: set one after.
+    pub fn set_string(&mut self, bytes: &[u8]) {
+        let string = self.ctx.create_string(bytes);
+        if string.is_null() {
+            return;
+        }
+        // The key is open for writing (never null then); Redis takes its own reference to
+        // the string, so this one is freed after.
+        raw::string_set(self.ptr, string);
+        self.ctx.free_string(string);
+    }
+
+    /// When the key expires, in ms since the Unix epoch (`None`: no TTL, or no key).
+    pub fn expire_at_ms(&self) -> Option<u64> {
+        // Redis 8.2 reads the value's expiry before it checks that there is a value: a key
+        // opened for writing that holds nothing would crash it.
+        if self.holds() == Holds::Nothing {
+            return None;
+        }
+        // SAFETY: reads a pointer set once at load (Redis 6.2.2 on: looked up all the same).
+        let get_abs = unsafe { raw::RedisModule_GetAbsExpire };
+        let at = match get_abs {
+            // SAFETY: the key is open.
+            Some(get_abs) => unsafe { get_abs(self.ptr) },
+            None => {
+                let ttl = self.ttl_ms()?;
+                return u64::try_from(super::milliseconds()).ok()?.checked_add(ttl);
+            }
+        };
+        u64::try_from(at).ok()
+    }
+
+    /// The key's TTL in ms as `PTTL` says it (`None`: no TTL, or no key).
+    pub fn ttl_ms(&self) -> Option<u64> {
+        // As in `expire_at_ms`.
+        if self.holds() == Holds::Nothing {
+            return None;
+        }
+        // SAFETY: the key is open (checked at load: the function exists).
+        let ttl = unsafe { raw::RedisModule_GetExpire.map_or(-1, |get| get(self.ptr)) };
+        u64::try_from(ttl).ok()
+    }
+
+    /// Expires the key `ms` from now, as `PEXPIRE` does (the server's clock).
+    pub fn expire_in(&mut self, ms: u64) {
+        raw::set_expire(self.ptr, i64::try_from(ms).unwrap_or(i64::MAX));
     }
 
     /// Deletes the key.

@@ -49,6 +49,8 @@ pub enum Reply {
     /// redis-cell's CL.THROTTLE array (`extra` is always [`Extra::None`]).
     RedisCell(Admission),
     Int(i64),
+    /// Two integers, an array in RESP2 and RESP3 alike (RL.COUNTER's `[count, pttl]`).
+    IntPair(i64, i64),
     Nil,
     Ok,
     /// An array of bulk strings (RL.POLICY.GET's words, RL.POLICY.LIST's names).
@@ -139,6 +141,9 @@ pub enum Propagate {
     /// replicas and the AOF as `RL.POLICY.SYNC` with its version, and to every other node of
     /// the cluster over the bus.
     PolicyChange,
+    /// RL.COUNTER's write, as its result: `SET key count PXAT expire_at_ms`, so that
+    /// replicas and the AOF hold the same value and expiry instant, never "now" read again.
+    SetCounter { count: i64, expire_at_ms: u64 },
     /// A client's write, as `RL.REPLAY key now_us:expire_at_ms:COMMAND:arg2 arg3...`: the
     /// primary's clock reading and the key's absolute expiry, never "now" read again.
     Replay {

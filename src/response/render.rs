@@ -33,6 +33,11 @@ pub fn reply(ctx: Ctx, reply: &Reply) {
         Reply::Admission(a) => admission(ctx, a),
         Reply::RedisCell(a) => redis_cell(ctx, &a.decision),
         Reply::Int(n) => ctx.reply_long(*n),
+        Reply::IntPair(a, b) => {
+            ctx.reply_array(2);
+            ctx.reply_long(*a);
+            ctx.reply_long(*b);
+        }
         Reply::Nil => ctx.reply_null(),
         Reply::Ok => ctx.reply_ok(),
         Reply::Strings(items) => {

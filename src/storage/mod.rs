@@ -2,6 +2,7 @@
 //! callbacks, and key access for the commands.
 //!
 //! - [`Key`] (in `key.rs`): an open key, as the commands read and write it; safe code only;
+//! - [`CounterKey`] (in `counter.rs`): RL.COUNTER's key, a plain Redis string and its TTL;
 //! - `pointer.rs`: the value pointer Redis holds for a key, in one of four forms (an
 //!   inline word, a block of rule words, a 16-byte cell, a whole [`codec::Record`]), and
 //!   all the code that looks behind it;
@@ -17,6 +18,7 @@
 
 pub mod codec;
 pub mod compact;
+mod counter;
 // The data type's callbacks: what Redis hands them is raw.
 #[allow(unsafe_code)]
 mod data_type;
@@ -29,6 +31,7 @@ mod pointer;
 pub mod policies;
 pub mod value;
 
+pub use counter::{CounterKey, Written};
 pub use data_type::{count_key_overhead, RL_TYPE};
 pub use key::{Key, Updated};
 pub use value::{Value, Variant};
