@@ -18,6 +18,7 @@ mod cluster_floods;
 mod cluster_policies;
 mod cluster_versions;
 mod concurrency;
+mod counter;
 mod damaged;
 mod docs;
 mod durability;

@@ -77,6 +77,7 @@ const RECIPE: &[&str] = &[
     "+rl.concurrency.release",
     "+rl.limit",
     "+rl.refund",
+    "+rl.counter",
     "+rl.policy.get",
     "+rl.policy.list",
 ];
@@ -265,6 +266,7 @@ fn an_application_user_checks_limits_but_cannot_change_policies() {
                 "cl.throttle",
                 "rl.concurrency.acquire",
                 "rl.concurrency.release",
+                "rl.counter",
                 "rl.fixedwindow",
                 "rl.gcra",
                 "rl.leakybucket",
