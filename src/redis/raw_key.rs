@@ -133,6 +133,24 @@ impl<'a> RawKey<'a> {
         }
     }
 
+    /// The bytes of the Redis string the key (open for writing) holds, through
+    /// `RedisModule_StringDMA` in write mode: a value held as an integer or an embedded string
+    /// is first made a plain one of the same bytes (`OBJECT ENCODING` says `raw` after), which
+    /// a key about to be written takes anyway. `None`: no string there.
+    pub fn string_for_write(&mut self) -> Option<&[u8]> {
+        if self.holds() != Holds::String {
+            return None;
+        }
+        let mut len = 0;
+        let ptr = raw::string_dma(self.ptr, &mut len, raw::KeyMode::WRITE);
+        if ptr.is_null() {
+            return None;
+        }
+        // SAFETY: DMA lends `len` bytes of the key's string until the key is next written or
+        // closed; the borrow of `self` ends before either.
+        Some(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
+    }
+
     /// Sets the key to the Redis string `bytes` (a key of another type, or none, is replaced).
     /// As SET without KEEPTTL, the key loses its TTL: set one after.
     pub fn set_string(&mut self, bytes: &[u8]) {
