@@ -39,7 +39,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SCRIPTS = HERE.parent
 SCRIPTS_RUN = ["gcra", "tokenbucket", "leakybucket", "fixedwindow", "slidingwindow", "slidinglog", "warmup",
-               "refund", "policy", "policyrefund", "concurrency_acquire", "concurrency_release"]
+               "refund", "policy", "policyrefund", "concurrency_acquire", "concurrency_release", "counter"]
 SCRIPT_OF = {
     "RL.GCRA": "gcra",
     "RL.TOKENBUCKET": "tokenbucket",

@@ -48,6 +48,7 @@ const SCRIPT_OF = {
   'RL.REFUND': 'refund',
   'RL.CONCURRENCY.ACQUIRE': 'concurrency_acquire', // not ADAPTIVE (the script says it needs the module)
   'RL.CONCURRENCY.RELEASE': 'concurrency_release',
+  'RL.COUNTER': 'counter', // a plain integer string (RedisModuleStore's and RateLimiterRedis's fixed window)
 };
 
 /**

@@ -1,7 +1,9 @@
 """What the tests of a web framework's limiter on the ``limits`` storage share
 (test_flask_limiter.py, test_slowapi.py): limits' three strategies, each app's set-up (its
 storage URI on the backend's server, and the storage its limiter made checked to be ours, on the
-fake clock and emptied), and the rate-limit fields of a response. The ``backend`` fixture (the
+fake clock and emptied), the reset times a fresh key may show and the fixed windows ended by an
+event (their window is the key's real TTL, which the fake clock does not move), and the
+rate-limit fields of a response. The ``backend`` fixture (the
 module's server or a plain one) is conftest.py's; the clock is test_limits_storage.Clock.
 """
 
@@ -12,7 +14,7 @@ from typing import Any
 
 from conftest import Server
 from ratelimit_redis_module.limits_storage import RatelimitStorage
-from test_limits_storage import A, Clock
+from test_limits_storage import A, Clock, end_window, whole_seconds_left
 
 STRATEGIES = ["fixed-window", "moving-window", "sliding-window-counter"]
 
@@ -38,6 +40,27 @@ def first_reset(strategy: str) -> float:
     window's oldest hit is now), A for the sliding window counter (aligned, A a round minute:
     limits' reset for one hit in the current window is now + its TTL % 60 = now + 120 % 60)."""
     return A if strategy == "sliding-window-counter" else A + 60
+
+
+def first_resets(strategy: str, since: float, at: float = A) -> set[float]:
+    """The reset times a fresh key's first minute may show, the fake clock at ``at``: for the
+    fixed window, whose window is the key's TTL on the server's clock, ``at`` plus the whole
+    seconds left of it, read between bounds of the real time since ``since`` (time.monotonic()
+    before the key's first hit); for the others, :func:`first_reset`'s."""
+    if strategy == "fixed-window":
+        return {at + s for s in whole_seconds_left(60_000, since)}
+    return {first_reset(strategy)}
+
+
+def end_windows(storage: RatelimitStorage) -> int:
+    """End every fixed window of the storage now (test_limits_storage.end_window: its keys are
+    the plain strings), as their TTLs would; how many."""
+    ended = 0
+    for k in storage.client.scan_iter(match=f"{storage.key_prefix}:*"):
+        if storage.client.type(k) == b"string":
+            end_window(storage, k.decode().removeprefix(f"{storage.key_prefix}:"))
+            ended += 1
+    return ended
 
 
 def fields_for(limit: int, remaining: int, reset: float) -> dict[str, str]:

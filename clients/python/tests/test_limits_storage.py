@@ -5,7 +5,10 @@ Cluster and Sentinel.
 Time is one fake clock: the servers' debug clocks (the script backend: its test-only ``NOW``,
 through the limiter's private ``_script_now``), and ``time.time``, which limits' strategies and
 the storage read (the moving window's start, the sliding window's reset time), patched to show
-the same instant. The exact values are those docs/limits.md gives: limits' own answers for the
+the same instant. The fixed window is the exception: a plain counter (``RL.COUNTER``) whose
+window is the key's TTL on the server's own clock, which the debug clock does not move; its
+window is ended by an event (the key made to expire, then seen gone) and its reset time asserted
+between bounds of the real time measured since the hit that set the TTL. The exact values are those docs/limits.md gives: limits' own answers for the
 same hits; the moving window's are checked against limits' own Redis storage on a plain server
 under the same clock, hit by hit.
 """
@@ -29,6 +32,7 @@ from limits.strategies import (
 )
 
 import ratelimit_redis_module.limits_storage  # noqa: F401  (registers the schemes)
+from test_counter import elapsed_ms
 from conftest import PlainServer, Server
 from ratelimit_redis_module.aio.limits_storage import AsyncRatelimitStorage
 from ratelimit_redis_module.limits_storage import RatelimitStorage
@@ -63,10 +67,27 @@ class Clock:
         (docs/token-bucket.md), so the fixed window's next window starts at the next hit."""
         gone = 0
         for k in storage.client.scan_iter(match=f"{storage.key_prefix}:*"):
+            if storage.client.type(k) == b"string":
+                continue  # a fixed window's counter: its TTL is its window (end_window)
             peek = storage._peek(k.decode().removeprefix(f"{storage.key_prefix}:"))
             if peek is not None and peek.reset_after_ms == 0:
                 gone += storage.client.delete(k)
         return gone
+
+
+def whole_seconds_left(window_ms: int, since: float) -> set[int]:
+    """A key's TTL in whole seconds as Redis' TTL rounds it (limits' Redis storage reads TTL),
+    read now, of a key given ``window_ms`` at some instant after ``since`` (time.monotonic()):
+    one value, or two when the real time since crosses a rounding boundary."""
+    return set(range((window_ms - elapsed_ms(since) - 1 + 500) // 1000, (window_ms + 500) // 1000 + 1))
+
+
+def end_window(storage: RatelimitStorage, key: str) -> None:
+    """End a fixed window now, as its TTL would: the key made to expire in 1 ms, then seen gone."""
+    k = f"{storage.key_prefix}:{key}"
+    assert storage.client.pexpire(k, 1)
+    while storage.client.exists(k):
+        pass
 
 
 def storage_on(server: Server, clock: Clock, backend: str, **options: Any) -> RatelimitStorage:
@@ -94,43 +115,73 @@ def test_fixed_window_counts_from_the_first_hit(setup: tuple[RatelimitStorage, C
     storage, clock = setup
     item = parse("5/minute")
     fw = FixedWindowRateLimiter(storage)
-    clock.advance(7_000)  # not a round minute: the window starts at the first hit
+    clock.advance(7_000)  # time.time() reads A + 7
+    since = time.monotonic()
     assert [fw.hit(item, "u") for _ in range(6)] == [True] * 5 + [False]
     assert not fw.test(item, "u")
-    assert fw.get_window_stats(item, "u") == (A + 67, 0)
+    reset, remaining = fw.get_window_stats(item, "u")
+    assert remaining == 0 and reset - (A + 7) in whole_seconds_left(60_000, since)  # 60 s from the first hit
     assert storage.get(item.key_for("u")) == 6  # the denied hit is counted, as limits counts it
-    clock.advance(30_000)
-    assert fw.get_window_stats(item, "u") == (A + 67, 0)
-    clock.advance(30_000)  # the window's end: fresh
+    assert storage.client.get(f"rl:limits:{item.key_for('u')}") == b"6"  # limits' own plain counter
+    clock.advance(30_000)  # the debug clock does not move the window: the key's TTL does
+    assert not fw.test(item, "u")
+    end_window(storage, item.key_for("u"))  # the window's end: fresh
     assert fw.test(item, "u")
-    assert fw.get_window_stats(item, "u") == (A + 67, 5)
+    assert fw.get_window_stats(item, "u") == (A + 37, 5)  # no key: reset now, as limits says
+    since = time.monotonic()
     assert fw.hit(item, "u")
-    assert fw.get_window_stats(item, "u") == (A + 127, 4)
-    # After a window with no hit at its end, the next hit starts a window of its own, as in
-    # limits: the key expired (Redis' TTL, in real time; Clock.expire does it here).
-    clock.advance(70_000)
-    assert clock.expire(storage) == 1
-    assert fw.hit(item, "u")
-    assert fw.get_window_stats(item, "u") == (A + 197, 4)
+    reset, remaining = fw.get_window_stats(item, "u")
+    assert remaining == 4 and reset - (A + 37) in whole_seconds_left(60_000, since)
+    assert 60_000 - elapsed_ms(since) - 1 <= storage.client.pttl(f"rl:limits:{item.key_for('u')}") <= 60_000
 
 
 def test_fixed_window_costs(setup: tuple[RatelimitStorage, Clock]) -> None:
     storage, clock = setup
     item = parse("5/minute")
     fw = FixedWindowRateLimiter(storage)
+    since = time.monotonic()
     assert fw.hit(item, "c", cost=4)
     assert fw.test(item, "c", cost=1) and not fw.test(item, "c", cost=2)
     assert not fw.hit(item, "c", cost=3)  # limits counts it: 7
     assert not fw.hit(item, "c", cost=1)  # 8 > 5, as in limits
     assert storage.get(item.key_for("c")) == 8
-    assert fw.get_window_stats(item, "c") == (A + 60, 0)
+    reset, remaining = fw.get_window_stats(item, "c")
+    assert remaining == 0 and reset - A in whole_seconds_left(60_000, since)
+    since = time.monotonic()
     assert storage.incr("raw", 90, amount=10) == 10
     assert storage.incr("raw", 90, amount=1) == 11
-    assert storage.get_expiry("raw") == A + 90
-    clock.advance(500)  # TTL rounds as Redis' TTL does: 89.5 s is 90
-    assert storage.get_expiry("raw") == A + 0.5 + 90
-    clock.advance(1)
-    assert storage.get_expiry("raw") == A + 0.501 + 89
+    assert storage.get_expiry("raw") - A in whole_seconds_left(90_000, since)  # TTL rounds as Redis' TTL
+    with storage.client.pipeline(transaction=True) as pipe:
+        pipe.pexpire("rl:limits:raw", 89_500)  # 89.5 s is 90, as Redis' TTL rounds it
+        pipe.pttl("rl:limits:raw")
+        assert pipe.execute() == [True, 89_500]
+    since = time.monotonic()
+    assert storage.get_expiry("raw") - A in whole_seconds_left(89_500, since)
+    storage.client.pexpire("rl:limits:raw", 89_499)
+    since = time.monotonic()
+    assert storage.get_expiry("raw") - A in whole_seconds_left(89_499, since)
+
+
+def test_the_fixed_windows_keys_are_limits_own(
+    monkeypatch: pytest.MonkeyPatch, backend: tuple[str, Server]
+) -> None:
+    """With ``key_prefix="LIMITS"`` (limits' own), limits' RedisStorage and this storage count on
+    the same keys: a limits user's counts in flight carry over, both ways."""
+    name, server = backend
+    Clock(monkeypatch, [server])
+    ours = storage_from_string(f"ratelimit+redis://127.0.0.1:{server.port}?backend={name}&key_prefix=LIMITS")
+    theirs = RedisStorage(f"redis://127.0.0.1:{server.port}")
+    item = parse("5/minute")
+    since = time.monotonic()
+    assert [FixedWindowRateLimiter(theirs).hit(item, "carry") for _ in range(2)] == [True, True]
+    assert ours.get(item.key_for("carry")) == 2
+    assert [FixedWindowRateLimiter(ours).hit(item, "carry") for _ in range(4)] == [True, True, True, False]
+    assert theirs.get(item.key_for("carry")) == 6
+    assert FixedWindowRateLimiter(theirs).get_window_stats(item, "carry")[1] == 0
+    assert ours.get_expiry(item.key_for("carry")) - A in whole_seconds_left(60_000, since)
+    assert ours.get_expiry(item.key_for("carry")) == theirs.get_expiry(item.key_for("carry"))
+    assert ours.reset() == 1
+    ours.client.close()
 
 
 def test_moving_window_is_the_sliding_log(setup: tuple[RatelimitStorage, Clock]) -> None:
@@ -232,7 +283,7 @@ def test_one_command_per_hit(setup: tuple[RatelimitStorage, Clock], backend: tup
     storage.limiter.ready()
     item = parse("3/minute")
     for strategy, command in (
-        (FixedWindowRateLimiter, "RL.TOKENBUCKET"), (MovingWindowRateLimiter, "RL.SLIDINGLOG"),
+        (FixedWindowRateLimiter, "RL.COUNTER"), (MovingWindowRateLimiter, "RL.SLIDINGLOG"),
         (SlidingWindowCounterRateLimiter, "RL.SLIDINGWINDOW"),
     ):
         counted = command if name == "module" else "EVALSHA"
@@ -277,9 +328,9 @@ def test_key_prefix_and_wrapped_errors(setup: tuple[RatelimitStorage, Clock], ba
     other.incr("x", 60)
     with server.client() as c:
         assert c.exists("app2:x") == 1
-        c.set("app2:plain", "1")
-    with pytest.raises(StorageError):
-        other.incr("plain", 60)  # a plain string is WRONGTYPE
+        c.set("app2:plain", "x")
+    with pytest.raises(StorageError, match="value is not an integer or out of range"):
+        other.incr("plain", 60)  # a string that is not a counter
     assert other.reset() == 2
     other.client.close()
 
@@ -324,8 +375,10 @@ async def test_async_storage_answers_as_the_sync_one(
     fw = aio_strategies.FixedWindowRateLimiter(storage)
     mw = aio_strategies.MovingWindowRateLimiter(storage)
     sw = aio_strategies.SlidingWindowCounterRateLimiter(storage)
+    since = time.monotonic()
     assert [await fw.hit(item, "f") for _ in range(3)] == [True, True, False]
-    assert await fw.get_window_stats(item, "f") == (A + 60, 0)
+    reset, remaining = await fw.get_window_stats(item, "f")
+    assert remaining == 0 and reset - A in whole_seconds_left(60_000, since)
     clock.advance(1_000)
     assert [await mw.hit(item, "m") for _ in range(3)] == [True, True, False]
     assert await mw.get_window_stats(item, "m") == (A + 61, 0)
@@ -334,7 +387,7 @@ async def test_async_storage_answers_as_the_sync_one(
     clock.advance(89_000)  # 30 s into the next minute: floor(2 × 0.5) = 1
     assert await sw.get_window_stats(item, "s") == (A + 90 + 30 % 30, 1)
     assert await sw.hit(item, "s") and not await sw.hit(item, "s")
-    assert await storage.get("f") == 0 and await storage.check()
+    assert await storage.get(item.key_for("f")) == 3 and await storage.check()  # its window: the real TTL
     assert await storage.reset() == 3
     await storage.client.aclose()
 
@@ -370,8 +423,11 @@ def test_cluster_on_the_script_backend(monkeypatch: pytest.MonkeyPatch, plain_cl
                 SlidingWindowCounterRateLimiter(storage)]
     for i, limiter in enumerate(limiters):
         for who in range(10):
+            since = time.monotonic()
             assert [limiter.hit(item, f"{i}-{who}") for _ in range(3)] == [True, True, False]
-            assert limiter.get_window_stats(item, f"{i}-{who}") == ((A + 60, A + 60, A)[i], 0)
+            reset, remaining = limiter.get_window_stats(item, f"{i}-{who}")
+            assert remaining == 0
+            assert reset - A in whole_seconds_left(60_000, since) if i == 0 else reset == (A + 60, A)[i - 1]
     assert storage.reset() == 30
     storage.client.close()
 
@@ -406,8 +462,10 @@ def test_sentinel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
             assert isinstance(storage, RatelimitStorage)
             item = parse("2/minute")
             fw = FixedWindowRateLimiter(storage)
+            since = time.monotonic()
             assert [fw.hit(item, "s") for _ in range(3)] == [True, True, False]
-            assert fw.get_window_stats(item, "s") == (A + 60, 0)
+            reset, remaining = fw.get_window_stats(item, "s")
+            assert remaining == 0 and reset - A in whole_seconds_left(60_000, since)
             assert storage.reset() == 1
             storage.client.close()
 

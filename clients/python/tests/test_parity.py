@@ -139,6 +139,7 @@ CALLS: dict[str, Callable[[RateLimiter], Any]] = {
                                           rl.check(Concurrency(4, "1s", adaptive="gradient2", min=2), "cg")],
     "RL.CONCURRENCY.RELEASE": lambda rl: rl.release("c", "t1") and rl.release("ca", "t2", rtt=0.0025, dropped=True),
     "RL.REFUND": lambda rl: rl.refund("g", 1, dryrun=True),
+    "RL.COUNTER": lambda rl: [rl.counter("n", "1s", 2, xx=True), rl.counter("n", "1s")],
     "RL.POLICY.DEL": lambda rl: rl.policy_del("p"),
 }
 

@@ -432,6 +432,7 @@ assert limiter.sliding_window("s", 2, "1h").remaining == 1
 assert limiter.sliding_log("sl", 2, "1h").remaining == 1
 assert limiter.warmup("w", 2, "1h", "1h").allowed
 assert limiter.refund("g", 1) == 1
+assert limiter.counter("n", "1h", 2) == rl.Count(2, 3_600_000)
 assert limiter.stats.backend == "script"
 print(sorted(p.name for p in folder.rglob("*.lua")))
 """

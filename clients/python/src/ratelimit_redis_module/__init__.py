@@ -14,6 +14,8 @@
   request path (they fail at once while Redis refuses connections).
 - :data:`COMMANDS`, :data:`LEFT_OUT`, :data:`RULE_KINDS`: what the package covers of the
   module's commands and policy rules, and what it leaves out.
+- :meth:`RateLimiter.counter`: ``RL.COUNTER``, a fixed window kept as a plain integer string (a
+  :class:`Count`), what the ``limits`` storage's fixed window runs.
 
 The asyncio twins live in :mod:`ratelimit_redis_module.aio`, beside the synchronous modules they
 mirror (as the ``limits`` library keeps ``limits.aio``), and are exported here too.
@@ -62,19 +64,19 @@ from .limit_types import (
     more_after_ms,
     parse_rules,
 )
-from .reply import Decision, parse_decision
+from .reply import Count, Decision, parse_count, parse_decision
 from .scripts import BACKENDS, ModuleRequired
 from ._script_acl import ScriptPermissionError
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ADAPTIVE_KINDS", "ADMISSION_OPTIONS", "BACKENDS", "ModuleRequired", "ScriptPermissionError", "BudgetStats", "hold_ms", "InFlight", "Rtt", "load_shed_body", "rtt_us", "AsyncGuard", "AsyncRateLimiter", "CheckOptions", "COMMANDS", "Concurrency", "Counterpart",
+    "ADAPTIVE_KINDS", "ADMISSION_OPTIONS", "BACKENDS", "ModuleRequired", "ScriptPermissionError", "BudgetStats", "hold_ms", "InFlight", "Rtt", "load_shed_body", "rtt_us", "AsyncGuard", "AsyncRateLimiter", "CheckOptions", "COMMANDS", "Concurrency", "Counterpart", "Count",
     "Decision", "DenialMemory", "Duration", "FieldShape", "FixedWindow", "GCRA", "Guard", "LEFT_OUT", "LeakyBucket",
     "Limit", "NotDurable", "PROBLEM_JSON", "Policy", "RULE_KINDS", "RateLimitMiddleware", "RateLimiter", "Rule",
     "RuleKind", "SlidingLog", "SlidingWindow", "Stats", "TokenBucket", "UNAVAILABLE_BODY", "Verdict",
     "Warmup", "XRateLimitReset", "async_client_from_sentinel", "async_client_from_url", "client_from_sentinel",
     "client_from_url", "client_ip", "duration_ms", "exempt", "field_shape", "header", "limited",
-    "more_after_ms", "parse_decision", "parse_rules", "quota_exceeded_body", "rate_limit_headers", "user",
+    "more_after_ms", "parse_count", "parse_decision", "parse_rules", "quota_exceeded_body", "rate_limit_headers", "user",
     "DjangoRateLimitMiddleware", "WSGIRateLimitMiddleware",
 ]

@@ -40,7 +40,7 @@ from .limit_types import (
     parse_rules,
 )
 from .budget import BudgetStats, LocalBudgets
-from .reply import Decision, _text, parse_decision
+from .reply import Count, Decision, _text, parse_count, parse_decision
 from ._script_acl import PROBE, PROBE_SHA, probed, refused_in_script, script_commands
 from ._setup import SETUP_TIMEOUT_S, SyncSetup
 from .scripts import (
@@ -190,6 +190,7 @@ COMMANDS: dict[str, Counterpart] = {
     ),
     "RL.CONCURRENCY.RELEASE": Counterpart("release (rtt: RTT <n>us, dropped: DROPPED)", frozenset({"RTT", "DROPPED"})),
     "RL.REFUND": Counterpart("refund", frozenset({"DRYRUN"})),
+    "RL.COUNTER": Counterpart("counter (by: BY n, xx: XX), Count", frozenset({"BY", "XX"})),
     "RL.POLICY.SET": Counterpart("policy_set (a Rule's shadow: SHADOW)", frozenset({"SHADOW"})),
     "RL.POLICY.GET": Counterpart("policy_get, parse_rules", frozenset()),
     "RL.POLICY.DEL": Counterpart("policy_del", frozenset()),
@@ -283,6 +284,18 @@ def rtt_us(rtt: Rtt) -> int:
     if us < 0:
         raise ValueError(f"invalid rtt {rtt!r}: expected 0 or more")
     return max(1, us)
+
+
+#: The most ``RL.COUNTER`` adds or takes in one call (``BY``): the module's largest count.
+MAX_BY = 10**12
+
+
+def _counter_args(key: str | bytes, window: Duration, by: int, xx: bool) -> list[Any]:
+    """``RL.COUNTER key window [BY n] [XX]``; ``by`` an int of at most 10^12 either way
+    (ValueError otherwise: nothing is sent)."""
+    if isinstance(by, bool) or not isinstance(by, int) or not -MAX_BY <= by <= MAX_BY:
+        raise ValueError(f"invalid by {by!r}: expected an int from -{MAX_BY} to {MAX_BY}")
+    return ["RL.COUNTER", key, _arg(window), *(["BY", str(by)] if by != 1 else []), *(["XX"] if xx else [])]
 
 
 def _release_args(key: str | bytes, token: str, rtt: Rtt | None, dropped: bool) -> list[Any]:
@@ -889,6 +902,15 @@ class RateLimiter(_Backend):
         the rules')."""
         return int(self._send(["RL.REFUND", key, str(units), *(["DRYRUN"] if dryrun else [])],
                               getattr(limit, "rule_words", ())))
+
+    def counter(self, key: str | bytes, window: Duration, by: int = 1, *, xx: bool = False) -> Count:
+        """``RL.COUNTER``: a fixed window kept as a plain integer string, as ``INCRBY`` and
+        ``PEXPIRE`` keep it (``GET`` reads it): adds ``by`` (negative: gives back; 0: reads,
+        writing nothing) and answers the count and the key's PTTL. A key created here expires
+        ``window`` later (on the server's clock: the module's debug clock does not move it);
+        a key without a TTL gets ``window``. ``xx``: write only if the key exists (no key:
+        ``Count(0, -2)``). On the script backend, ``counter.lua``."""
+        return parse_count(self._send(_counter_args(key, window, by, xx)))
 
     def policy_get(self, name: str) -> list[Rule] | None:
         """``RL.POLICY.GET``: the policy's rules, or None when there is no such policy (on a

@@ -8,17 +8,18 @@ twin, ``aio/limits_storage.py``, whose ``async+ratelimit+...`` schemes ``limits.
 Each hit is one command on the key (the script backend's ``EVALSHA`` where the module is
 refused):
 
-- fixed window (``incr``): ``RL.TOKENBUCKET key C C <expiry>s INTERVAL COST amount`` with
-  ``C`` = 10^12, a counter whose window starts at its first hit and ends ``expiry`` later, as
-  limits' ``INCRBY`` + ``EXPIRE`` (the count is ``C - remaining``; a denied hit is counted, as
-  limits counts it);
+- fixed window (``incr``): ``RL.COUNTER key <expiry>s BY amount``, limits' own format: a plain
+  integer string whose TTL is set at its first hit (limits' ``INCRBY`` + ``EXPIRE``), so ``GET``
+  reads it and, with ``key_prefix="LIMITS"``, the keys are those of limits' own Redis storage (a
+  denied hit is counted, as limits counts it);
 - moving window (``acquire_entry``): ``RL.SLIDINGLOG key limit <expiry>s COST amount``;
 - sliding window counter (``acquire_sliding_window_entry``): ``RL.SLIDINGWINDOW key limit
   <expiry>s COST amount``, whose windows are aligned on the epoch (limits' memory and memcached
   storages align them so; its Redis storage starts them at the first hit).
 
-The reads (``get``, ``get_expiry``, ``get_moving_window``, ``get_sliding_window``) answer in
-limits' terms from ``RL.INSPECT`` (the script backend: the key's hash and a ``DRYRUN`` check) or
+The reads answer in limits' terms: ``get`` and ``get_expiry`` of a fixed window from ``RL.COUNTER
+key 1 BY 0`` (the count and the PTTL, writing nothing); of the other keys, and the windows'
+(``get_moving_window``, ``get_sliding_window``), from ``RL.INSPECT`` (the script backend: the key's hash and a ``DRYRUN`` check) or
 ``DRYRUN`` checks, writing nothing. docs/limits.md says what each answer is and where it differs
 from limits' own Redis storage.
 """
@@ -36,14 +37,10 @@ from limits.storage import MovingWindowSupport, SlidingWindowCounterSupport, Sto
 from limits.storage.base import TimestampedSlidingWindow
 
 from .client import RateLimiter
-from .reply import Decision, _text
+from .reply import Count, Decision, _text
 from .scripts import BACKENDS
 
-__all__ = ["RatelimitStorage", "COUNTER_CAPACITY", "DEFAULT_PREFIX", "SCHEMES"]
-
-#: The capacity of the token bucket that stands for limits' fixed-window counter: the most a
-#: counter can count (the module's largest count), so no hit is refused by the bucket itself.
-COUNTER_CAPACITY = 10**12
+__all__ = ["RatelimitStorage", "DEFAULT_PREFIX", "SCHEMES"]
 
 #: The keys' prefix unless ``key_prefix`` says otherwise: ``rl:`` so that the ACL pattern the
 #: manual gives the application (``~rl:*``) covers them.
@@ -186,11 +183,20 @@ def seconds(expiry: int) -> str:
     return f"{expiry}s"
 
 
-def counted(decision: Decision, amount: int) -> int:
-    """limits' counter after ``incr`` from the token bucket's reply: the units taken in the
-    window (a refusal, past 10^12, is counted as limits' ``INCRBY`` would count it)."""
-    taken = COUNTER_CAPACITY - decision.remaining
-    return taken if decision.allowed else taken + amount
+#: ``RL.COUNTER``'s window for a read (``BY 0``), which sets no TTL: any valid duration.
+READ_WINDOW = "1"
+
+
+def other_key(error: redis.ResponseError) -> bool:
+    """``RL.COUNTER``'s refusal of a key that is not a plain string (a moving or sliding
+    window's, which the reads then take from ``RL.INSPECT``)."""
+    return str(error).startswith("WRONGTYPE")
+
+
+def counter_expiry(count: Count) -> float:
+    """limits' ``get_expiry`` of a fixed window: now plus its TTL in whole seconds as Redis'
+    ``TTL`` rounds it (limits' Redis storage reads ``TTL``; no key or no TTL: now)."""
+    return time.time() + max((count.ttl_ms + 500) // 1000, 0)
 
 
 def _fields(reply: Any) -> dict[str, str]:
@@ -365,21 +371,29 @@ class RatelimitStorage(_Prefixed, Storage, MovingWindowSupport, SlidingWindowCou
         return check(k, params[0], params[1], cost=0, dryrun=True)
 
     def incr(self, key: str, expiry: int, amount: int = 1) -> int:
-        """Count ``amount`` hits in the key's window (``expiry`` seconds from its first hit);
-        the count so far, denied hits included, as limits' Redis storage counts them."""
-        d = self.limiter.token_bucket(
-            self._key(key), COUNTER_CAPACITY, COUNTER_CAPACITY, seconds(expiry), interval=True, cost=amount
-        )
-        return counted(d, amount)
+        """Count ``amount`` hits in the key's window (``expiry`` seconds from its first hit, on
+        the server's clock); the count so far, denied hits included, as limits' Redis storage
+        counts them (``RL.COUNTER``: the key is limits' plain integer string)."""
+        return self.limiter.counter(self._key(key), seconds(expiry), amount).count
 
     def get(self, key: str) -> int:
         """The units the key holds now: a fixed window's count, a moving window's entries in
         the window, a sliding window's weighted count (rounded down); 0 for no key."""
+        try:
+            return self.limiter.counter(self._key(key), READ_WINDOW, 0).count
+        except redis.ResponseError as error:
+            if not other_key(error):
+                raise
         return held(self._peek(key))
 
     def get_expiry(self, key: str) -> float:
         """When the key is fresh again (epoch seconds), as limits' Redis storage gives it: now
         plus the whole seconds of its TTL."""
+        try:
+            return counter_expiry(self.limiter.counter(self._key(key), READ_WINDOW, 0))
+        except redis.ResponseError as error:
+            if not other_key(error):
+                raise
         return expiry_at(self._peek(key))
 
     def check(self) -> bool:

@@ -1,11 +1,12 @@
-"""The reply of the module's admission commands, parsed from RESP2 or RESP3."""
+"""The replies of the module's admission commands (:class:`Decision`) and of ``RL.COUNTER``
+(:class:`Count`), parsed from RESP2 or RESP3."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Decision", "parse_decision"]
+__all__ = ["Count", "Decision", "parse_count", "parse_decision"]
 
 _FIELDS = ("allowed", "limit", "remaining", "retry_after_ms", "reset_after_ms")
 _EXTRAS = ("delay_ms", "rule", "token")
@@ -132,3 +133,34 @@ def parse_decision(reply: Any, extra: str | None = None, *, granted: bool = Fals
         reset_after_ms=_int(values["reset_after_ms"], "reset_after_ms"),
         **kwargs,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """``RL.COUNTER``'s answer: a fixed window kept as a plain integer string (``GET`` reads it),
+    its TTL set at the first hit on the server's clock.
+
+    Attributes:
+        count: the key's value after the call (0 when there is no key).
+        ttl_ms: the key's PTTL after the call: ms until the window ends; -1 when the key has
+            no TTL (only a read, ``by=0``, sees one: a write gives it the window), -2 when
+            there is no key (a read of none, or ``xx`` on none).
+    """
+
+    count: int
+    ttl_ms: int
+
+
+def parse_count(reply: Any) -> Count:
+    """``RL.COUNTER``'s reply, ``[count, pttl]`` in RESP2 and RESP3, as a :class:`Count`.
+
+    Raises:
+        ValueError: anything else (another shape, a field that is not an integer, a PTTL below
+            -2): the server said something the package cannot read.
+    """
+    if not isinstance(reply, (list, tuple)) or len(reply) != 2:
+        raise ValueError(f"unexpected RL.COUNTER reply: {reply!r}, expected [count, pttl]")
+    count, ttl_ms = _int(reply[0], "count"), _int(reply[1], "pttl")
+    if ttl_ms < -2:
+        raise ValueError(f"unexpected RL.COUNTER reply: {reply!r}, a PTTL below -2")
+    return Count(count, ttl_ms)

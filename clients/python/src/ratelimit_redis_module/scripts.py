@@ -38,6 +38,7 @@ SCRIPTS: dict[str, str] = {
     "RL.REFUND": "refund",
     "RL.CONCURRENCY.ACQUIRE": "concurrency_acquire",
     "RL.CONCURRENCY.RELEASE": "concurrency_release",
+    "RL.COUNTER": "counter",
 }
 
 

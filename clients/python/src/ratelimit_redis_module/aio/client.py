@@ -27,6 +27,7 @@ from ..client import (
     _budgeted,
     _check_args,
     _checked_durable,
+    _counter_args,
     _has_module,
     _is_cluster,
     _keyless,
@@ -53,7 +54,7 @@ from ..limit_types import (
     Warmup,
     rule_words,
 )
-from ..reply import Decision, parse_decision
+from ..reply import Count, Decision, parse_count, parse_decision
 from ..scripts import script_source
 from ._setup import AsyncSetup
 from .budget import AsyncLocalBudgets
@@ -358,6 +359,10 @@ class AsyncRateLimiter(_Backend):
         """``RL.REFUND``: returns the units given back (``limit``: see :meth:`RateLimiter.refund`)."""
         return int(await self._send(["RL.REFUND", key, str(units), *(["DRYRUN"] if dryrun else [])],
                                     getattr(limit, "rule_words", ())))
+
+    async def counter(self, key: str | bytes, window: Duration, by: int = 1, *, xx: bool = False) -> Count:
+        """``RL.COUNTER``: see :meth:`RateLimiter.counter`."""
+        return parse_count(await self._send(_counter_args(key, window, by, xx)))
 
     async def policy_get(self, name: str) -> list[Rule] | None:
         """``RL.POLICY.GET``."""

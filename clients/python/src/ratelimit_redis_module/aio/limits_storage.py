@@ -19,18 +19,19 @@ from limits.aio.storage import MovingWindowSupport, SlidingWindowCounterSupport,
 from limits.storage.base import TimestampedSlidingWindow
 
 from ..limits_storage import (
-    COUNTER_CAPACITY,
+    READ_WINDOW,
     SCHEMES,
     _credentials,
     _glob_escape,
     _Peek,
     _Prefixed,
     _Target,
-    counted,
+    counter_expiry,
     expiry_at,
     hashed,
     held,
     inspected,
+    other_key,
     parse_uri,
     peeked,
     seconds,
@@ -109,17 +110,24 @@ class AsyncRatelimitStorage(_Prefixed, Storage, MovingWindowSupport, SlidingWind
 
     async def incr(self, key: str, expiry: int, amount: int = 1) -> int:
         """See ``RatelimitStorage.incr``."""
-        d = await self.limiter.token_bucket(
-            self._key(key), COUNTER_CAPACITY, COUNTER_CAPACITY, seconds(expiry), interval=True, cost=amount
-        )
-        return counted(d, amount)
+        return (await self.limiter.counter(self._key(key), seconds(expiry), amount)).count
 
     async def get(self, key: str) -> int:
         """See ``RatelimitStorage.get``."""
+        try:
+            return (await self.limiter.counter(self._key(key), READ_WINDOW, 0)).count
+        except redis.ResponseError as error:
+            if not other_key(error):
+                raise
         return held(await self._peek(key))
 
     async def get_expiry(self, key: str) -> float:
         """See ``RatelimitStorage.get_expiry``."""
+        try:
+            return counter_expiry(await self.limiter.counter(self._key(key), READ_WINDOW, 0))
+        except redis.ResponseError as error:
+            if not other_key(error):
+                raise
         return expiry_at(await self._peek(key))
 
     async def check(self) -> bool:
