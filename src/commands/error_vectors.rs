@@ -15,7 +15,7 @@
 
 use std::path::PathBuf;
 
-use super::{fixed_window, gcra, leaky_bucket, refund, sliding_log, sliding_window};
+use super::{counter, fixed_window, gcra, leaky_bucket, refund, sliding_log, sliding_window};
 use super::{token_bucket, warmup};
 use crate::error::Error;
 
@@ -256,6 +256,38 @@ fn generate() -> String {
         let bytes: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
         if let Some(e) = call("RL.REFUND", &bytes, |a| refund::parse(a).map(drop)) {
             push("refund", words, e);
+        }
+    }
+    // RL.COUNTER: its window, BY and XX (the key's own errors, WRONGTYPE, not an integer and
+    // overflow, need a key: tests/integration/counter.rs has them).
+    let counters: [&[&str]; 22] = [
+        &[],
+        &["0"],
+        &["0ms"],
+        &["-1s"],
+        &["1x"],
+        &["3651d"],
+        &[""],
+        &["1m", "BY"],
+        &["1m", "BY", "x"],
+        &["1m", "BY", "-0"],
+        &["1m", "BY", "+1"],
+        &["1m", "BY", "01"],
+        &["1m", "BY", "1.5"],
+        &["1m", "BY", "1000000000001"],
+        &["1m", "BY", "-1000000000001"],
+        &["1m", "by", "1", "BY", "2"],
+        &["1m", "XX", "xx"],
+        &["1m", "NX"],
+        &["1m", "XX", "COST", "1"],
+        &["1m", "DRYRUN"],
+        &["0", "BY", "x"],
+        &["1m", "BY", "x", "FOO"],
+    ];
+    for words in counters {
+        let bytes: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+        if let Some(e) = call("RL.COUNTER", &bytes, |a| counter::parse(a).map(drop)) {
+            push("counter", words, e);
         }
     }
     format!(
