@@ -16,11 +16,14 @@
 //   by the module, so that its users switch by changing one constructor.
 // - express-store.cjs, RedisModuleStore: a store for express-rate-limit (its Store interface),
 //   one module call per request, so that its users swap `store:` and keep their options.
+// - counter.cjs, Counter: RL.COUNTER, a fixed window kept as a plain integer string (the format
+//   rate-limiter-flexible, express-rate-limit's Redis stores and limits keep), which both run.
 // - scripts.cjs: the script backend (backend "auto" where the server has no module, or
 //   "script"): each command run as its Lua script of clients/lua/ (EVALSHA), and
 //   ModuleRequiredError for what needs the module there.
 // - limits.cjs: the module's durations (durationMs), each algorithm's command and parameters,
-//   and a policy's windows (policyWindows); reply.cjs: the module's reply (parseReply).
+//   and a policy's windows (policyWindows); reply.cjs: the module's replies (parseReply,
+//   parseCount).
 // - reconnect.cjs: reconnectStrategy, node-redis's reconnect strategy that suits a limiter on
 //   the request path (back within 100 ms of Redis).
 //
@@ -36,7 +39,7 @@
 'use strict';
 
 const { durationMs, policyWindows } = require('./lib/limits.cjs');
-const { parseReply } = require('./lib/reply.cjs');
+const { parseCount, parseReply } = require('./lib/reply.cjs');
 const {
   QUOTA_EXCEEDED_TYPE,
   REDUCED_CAPACITY_TYPE,
@@ -50,9 +53,11 @@ const { rateLimitMiddleware } = require('./lib/middleware.cjs');
 const { ModuleRequiredError } = require('./lib/scripts.cjs');
 const { RateLimiterRedis, RateLimiterRes } = require('./lib/flexible.cjs');
 const { RedisModuleStore } = require('./lib/express-store.cjs');
+const { Counter } = require('./lib/counter.cjs');
 const { reconnectStrategy } = require('./lib/reconnect.cjs');
 
 module.exports = {
+  Counter,
   ModuleRequiredError,
   NotDurableError,
   QUOTA_EXCEEDED_TYPE,
@@ -64,6 +69,7 @@ module.exports = {
   UNAVAILABLE_BODY,
   durationMs,
   loadSheddingBody,
+  parseCount,
   parseReply,
   policyWindows,
   quotaExceededBody,

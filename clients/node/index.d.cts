@@ -397,6 +397,48 @@ export function parseReply(
   extras?: ReadonlyArray<'granted' | 'shadow_denied'>,
 ): Omit<Decision, 'name' | 'windowSeconds' | 'moreAfterMs' | 'local'>;
 export function policyWindows(flat: ReadonlyArray<string | Buffer>): Array<number | undefined>;
+/** RL.COUNTER's reply, `[count, pttl]` in either protocol, as a Count; anything else throws. */
+export function parseCount(reply: unknown): Count;
+
+/** RL.COUNTER's answer: the key's count after the call and its PTTL (-1: no TTL, -2: no key). */
+export interface Count {
+  count: number;
+  ttlMs: number;
+}
+
+export interface CounterOptions {
+  /** node-redis's createClient, createSentinel or createCluster, or ioredis's Redis or Cluster (each command to its key's node). */
+  client: RedisClientLike | RedisSentinelLike | RedisClusterLike | IoredisClientLike;
+  /** Prepended to every key; default "". */
+  prefix?: string;
+  /** "auto" (default), "module" or "script", as RateLimitOptions' backend. */
+  backend?: 'auto' | 'module' | 'script';
+  /** Milliseconds a call may wait for Redis before it rejects; default 1000. */
+  timeout?: number;
+  /** Milliseconds the setup (backend, script) may take; default 1000. */
+  setupTimeout?: number;
+  /** Hears the backend "auto" chose (info) and a failed setup (warn); default console; null: nothing. */
+  logger?: Logger | null;
+}
+
+export interface CountOptions {
+  /** Added to the count: -10^12 to 10^12, default 1; negative gives back, 0 only reads. */
+  by?: number;
+  /** Write only a key that exists (none: `{ count: 0, ttlMs: -2 }`); default false. */
+  xx?: boolean;
+}
+
+/**
+ * RL.COUNTER: a fixed window kept as a plain integer string (INCRBY, and PEXPIRE at the first
+ * hit), the window the key's TTL on the server's clock: `new Counter({ client }).count(key, '1m')`.
+ */
+export class Counter {
+  constructor(options: CounterOptions);
+  readonly prefix: string;
+  /** 'module' or 'script' once decided; undefined before. */
+  readonly backend: 'module' | 'script' | undefined;
+  count(key: string, window: Duration, options?: CountOptions): Promise<Count>;
+}
 
 /**
  * node-redis's socket.reconnectStrategy for a limiter on the request path: the next attempt 50 to
@@ -436,12 +478,14 @@ export interface RateLimiterRedisOptions {
   setupTimeout?: number;
   /** Points per duration; default 4. */
   points?: number;
-  /** Seconds; default 1; 0: never reset. */
+  /** Seconds (whole, as its key's EX: less than one is none); default 1; 0: never reset. */
   duration?: number;
   /** Default "rlflx". */
   keyPrefix?: string;
   /** Seconds a key is blocked for once a consume goes over the points; default 0 (none). */
   blockDuration?: number;
+  /** Points consumed at which that block starts (at least points); default 0: the first consume over the points. */
+  blockOnConsumed?: number;
   /** Spread admitted consumes over the window: resolve after a delay. */
   execEvenly?: boolean;
   execEvenlyMinDelayMs?: number;
@@ -469,6 +513,7 @@ export class RateLimiterRedis implements RateLimiterLike {
   readonly duration: number;
   readonly keyPrefix: string;
   readonly blockDuration: number;
+  readonly blockOnConsumed: number;
   readonly msDuration: number;
   readonly msBlockDuration: number;
   getKey(key: string | number): string;
@@ -479,7 +524,8 @@ export class RateLimiterRedis implements RateLimiterLike {
   reward(key: string | number, points?: number, options?: object): Promise<RateLimiterRes>;
   penalty(key: string | number, points?: number, options?: object): Promise<RateLimiterRes>;
   block(key: string | number, secDuration: number, options?: object): Promise<RateLimiterRes>;
-  set(): Promise<never>;
+  /** SET key points EX secDuration (0: no expiry; left out or negative: duration), as rate-limiter-flexible's. */
+  set(key: string | number, points: number, secDuration?: number, options?: object): Promise<RateLimiterRes>;
   deleteInMemoryBlockedAll(): void;
 }
 
@@ -504,7 +550,7 @@ export interface ExpressRateLimitOptionsLike {
 export interface RedisModuleStoreOptions {
   /** node-redis's createClient, createSentinel or createCluster, or ioredis's Redis or Cluster (each command to its key's node). */
   client: RedisClientLike | RedisSentinelLike | RedisClusterLike | IoredisClientLike;
-  /** Prepended to express-rate-limit's key; default "rl:erl:" (not rate-limit-redis's "rl:", whose keys are strings). */
+  /** Prepended to express-rate-limit's key; default "rl:erl:" (rate-limit-redis's is "rl:": with it, its keys are read and counted on). */
   prefix?: string;
   /**
    * Left out: express-rate-limit's own window (windowMs from its first hit, every hit counted).

@@ -3,6 +3,7 @@
 // the class `import` gives, and the other way round.
 
 export {
+  Counter,
   ModuleRequiredError,
   NotDurableError,
   QUOTA_EXCEEDED_TYPE,
@@ -14,6 +15,7 @@ export {
   UNAVAILABLE_BODY,
   durationMs,
   loadSheddingBody,
+  parseCount,
   parseReply,
   policyWindows,
   quotaExceededBody,

@@ -53,6 +53,10 @@ function isCluster(client) {
   return isNodeRedisCluster(client) || (isIoredis(client) && client.isCluster === true);
 }
 
+// The plain commands of one key the package sends (RateLimiterRedis's SET of a block, INCRBY and
+// PTTL of a window that never ends), the key their first argument.
+const ONE_KEY = new Set(['SET', 'INCRBY', 'PTTL', 'GET']);
+
 /**
  * The key a command is routed by on a cluster client when none is given: a module command's
  * (`[command, key, ...]`), EVALSHA's (and EVAL's) first declared key; none (any node) for what
@@ -66,6 +70,7 @@ function clusterKey(args) {
   const command = String(args[0]).toUpperCase();
   if (command === 'EVALSHA' || command === 'EVAL') return Number(args[2]) > 0 ? args[3] : undefined;
   if (command.startsWith('RL.') && !command.startsWith('RL.POLICY.')) return args[1];
+  if (ONE_KEY.has(command)) return args[1];
   return undefined;
 }
 
@@ -82,6 +87,7 @@ function keyPositions(args) {
     return Array.from({ length: Number.isSafeInteger(n) && n > 0 ? n : 0 }, (_, i) => 3 + i);
   }
   if (command.startsWith('RL.') && !command.startsWith('RL.POLICY.')) return [1];
+  if (ONE_KEY.has(command)) return [1];
   if (command === 'DEL') return args.slice(1).map((_, i) => 1 + i);
   return [];
 }

@@ -5,12 +5,13 @@
 'use strict';
 
 const { DenialMemory, monotonicMs } = require('./denial-memory.cjs');
-const { MAX_COUNT, MAX_DURATION_MS, durationMs } = require('./limits.cjs');
-const { parseReply } = require('./reply.cjs');
+const { MAX_COUNT, MAX_DURATION_MS } = require('./limits.cjs');
+const { parseCount } = require('./reply.cjs');
+const { counterArgs } = require('./counter.cjs');
 const { Backend } = require('./backend.cjs');
 const { LimiterBase, ResBase } = require('./flexible-base.cjs');
 const { SETUP_TIMEOUT_MS, checkStoreClient } = require('./setup.cjs');
-const { TEST_NOW, checkBackend, evalMulti, moduleError, scriptingError } = require('./scripts.cjs');
+const { TEST_NOW, checkBackend } = require('./scripts.cjs');
 
 // The options are read as index.d.cts declares them, so that tsc (tsconfig.json) fails when the
 // two part.
@@ -54,14 +55,16 @@ class RateLimiterRes extends ResBase {
   }
 }
 
-const UNSUPPORTED_OPTIONS = ['blockOnConsumed', 'customIncrTtlLuaScript'];
+const UNSUPPORTED_OPTIONS = ['customIncrTtlLuaScript'];
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
  * rate-limiter-flexible's RateLimiterRedis, on the module: `points` per `duration` seconds, the
- * window starting at the key's first consume (RL.TOKENBUCKET key points points duration
- * INTERVAL: all the points come back at once, `duration` after the window began). See
- * docs/node.md for every difference. When rate-limiter-flexible is installed, a subclass of its
+ * window starting at the key's first consume, in rate-limiter-flexible's own key: `keyPrefix:key`
+ * holding the points consumed as a plain integer string, its TTL the window (RL.COUNTER: INCRBY,
+ * and the expiry at the first consume, in one call; `block` and `set` write it with SET as
+ * there), so that keys it wrote read the same here and back. See docs/node.md for every
+ * difference. When rate-limiter-flexible is installed, a subclass of its
  * RateLimiterCompatibleAbstract (flexible-base.cjs), which its wrappers take.
  */
 class RateLimiterRedis extends LimiterBase {
@@ -69,6 +72,7 @@ class RateLimiterRedis extends LimiterBase {
   #keyPrefix = 'rlflx';
   #blockDuration = 0;
   #execEvenly = false;
+  #blockOnConsumed = 0;
 
   /** @param {RateLimiterRedisOptions} opts */
   constructor(opts = /** @type {RateLimiterRedisOptions} */ ({})) {
@@ -85,8 +89,7 @@ class RateLimiterRedis extends LimiterBase {
     // "script" (checked here, in the options' order; backend.cjs keeps it).
     checkBackend(opts.backend ?? 'auto');
     this[TEST_NOW] = undefined;
-    // points 0 admits nothing, as there: the module has no bucket of 0, so nothing is stored and
-    // every consume of a point or more is refused in the process.
+    // points 0 admits nothing, as there: every consume of a point or more is counted and refused.
     this.points = opts.points === undefined ? 4 : opts.points;
     if (!Number.isSafeInteger(this.points) || this.points < 0 || this.points > MAX_COUNT) {
       throw new Error('points must be an integer from 0 to 10^12');
@@ -95,8 +98,9 @@ class RateLimiterRedis extends LimiterBase {
     if (typeof this.duration !== 'number' || !Number.isFinite(this.duration) || this.duration < 0) {
       throw new Error('duration must be set and must be a finite, non-negative number');
     }
-    // duration 0 means "never expires": the longest period the module takes, and msBeforeNext -1.
-    this.periodMs = this.duration === 0 ? MAX_DURATION_MS : durationMs(Math.round(this.duration * 1000), 'duration');
+    // Whole seconds, as there (the key's EX); 0 (or less than a second) means "never expires":
+    // INCRBY with no expiry, msBeforeNext -1. RL.COUNTER's window is at most 10 years.
+    if (Math.floor(this.duration) * 1000 > MAX_DURATION_MS) throw new Error('duration must be at most 10 years (315360000 seconds)');
     this.blockDuration = opts.blockDuration ?? 0;
     if (typeof this.blockDuration !== 'number' || !(this.blockDuration >= 0)) {
       throw new Error('blockDuration must be a non-negative number of seconds');
@@ -119,6 +123,7 @@ class RateLimiterRedis extends LimiterBase {
     if (this.inMemoryBlockDuration > 0 && this.inMemoryBlockOnConsumed === 0) {
       throw new Error('inMemoryBlockOnConsumed option must be set up');
     }
+    this.blockOnConsumed = opts.blockOnConsumed ?? 0;
     this.inMemoryBlocked = new DenialMemory(10_000);
     // The in-memory blocks' clock: monotonic milliseconds (not in rate-limiter-flexible; a
     // test gives a fake one that moves with the server's debug clock).
@@ -128,12 +133,12 @@ class RateLimiterRedis extends LimiterBase {
     // ioredis's, a standalone or a cluster client (client.cjs): on a cluster each command to its
     // key's node (the SCRIPT LOAD after NOSCRIPT too), COMMAND INFO to any, a MULTI to its key's.
     // An object that only says whether it is ready (rejectIfRedisNotReady's stand-in for a client
-    // not connected) has no adapter: it is never sent anything. Its setup loads the token
-    // bucket's script and the refund's (reward); `logger` hears the choice and a failed setup.
+    // not connected) has no adapter: it is never sent anything. Its setup loads the counter's
+    // script (the other commands are plain ones); `logger` hears the choice and a failed setup.
     this.wiring = new Backend(this, {
       client: this.client,
       option: opts.backend ?? 'auto',
-      commands: ['RL.TOKENBUCKET', 'RL.REFUND'],
+      commands: ['RL.COUNTER'],
       setupTimeout: opts.setupTimeout ?? SETUP_TIMEOUT_MS,
       logger: opts.logger === undefined ? console : opts.logger,
       name: 'RateLimiterRedis',
@@ -197,6 +202,19 @@ class RateLimiterRedis extends LimiterBase {
     return this.blockDuration * 1000;
   }
 
+  /** @returns {number} */
+  get blockOnConsumed() {
+    return this.#blockOnConsumed;
+  }
+
+  set blockOnConsumed(value) {
+    // rate-limiter-flexible's: a threshold of consumed points at which a consume blocks the key
+    // for blockDuration (0: off, the first consume over points blocks).
+    const n = value ? parseInt(String(value), 10) : 0;
+    if (n > 0 && this.points > n) throw new Error('blockOnConsumed option must be greater or equal "points" option');
+    this.#blockOnConsumed = n;
+  }
+
   /**
    * @param {string | number} key
    * @returns {string}
@@ -214,25 +232,14 @@ class RateLimiterRedis extends LimiterBase {
     return this.keyPrefix.length > 0 ? rlKey.substring(this.keyPrefix.length + 1) : rlKey;
   }
 
-  #command(key, ...options) {
-    return this.#commandFor(key, this.periodMs, ...options);
-  }
-
-  #commandFor(key, periodMs, ...options) {
-    return ['RL.TOKENBUCKET', this.getKey(key), String(this.points), String(this.points), `${periodMs}`, 'INTERVAL', ...options];
-  }
-
-  // options.customDuration: the window's seconds for this call (0: never), as there, where it is
-  // the expiry of a key the call creates. Here it is the call's period: the length of a window
-  // the call starts; a window in progress is converted to it as the module converts a key whose
-  // parameters change, at the first admitted call (the same duration as before, on a fresh key).
-  #periodFor(options) {
+  // The seconds of a key's expiry for this call, as rate-limiter-flexible reads them:
+  // options.customDuration when it is a number of 0 or more (0: never), else duration; whole
+  // seconds, rounded down (its `EX`), so that less than a second is "never" too.
+  #secondsFor(options) {
     const seconds = options?.customDuration;
-    if (seconds === undefined || seconds === null) return this.periodMs;
-    if (typeof seconds !== 'number' || !(seconds >= 0)) {
-      throw new Error('options.customDuration must be a non-negative number of seconds');
-    }
-    return seconds === 0 ? MAX_DURATION_MS : durationMs(Math.max(1, Math.round(seconds * 1000)), 'customDuration');
+    const s = Math.floor(typeof seconds === 'number' && seconds >= 0 ? seconds : this.duration);
+    if (s * 1000 > MAX_DURATION_MS) throw new Error('options.customDuration must be at most 10 years (315360000 seconds)');
+    return s;
   }
 
   // rejectIfRedisNotReady: a command is not sent, and the call rejects at once, unless the client
@@ -253,44 +260,52 @@ class RateLimiterRedis extends LimiterBase {
     if (!ready) throw new Error('Redis connection is not ready');
   }
 
-  async #send(args, extras) {
+  // RL.COUNTER on the backend (the module, or counter.lua): [count, pttl].
+  async #counter(rlKey, seconds, by) {
     this.#checkReady();
     await this.setup.pending;
-    return parseReply(await this.wiring.run(args), undefined, extras);
+    return parseCount(await this.wiring.run(counterArgs(rlKey, `${seconds}s`, { by })));
   }
 
-  // Commands in one MULTI to their key's node (backend.cjs has the single command's way).
+  // Plain commands, the same on both backends: one to the key's node, or a MULTI there.
+  async #plain(args) {
+    this.#checkReady();
+    return this.wiring.send(args, args[1]);
+  }
+
   async #multi(commands) {
     this.#checkReady();
-    await this.setup.pending;
-    if ((await this.wiring.resolve()) === 'script') {
-      return evalMulti(this.client, commands, this.wiring.now()).catch((error) => {
-        throw scriptingError(error, this.wiring.option);
-      });
-    }
-    const replies = await /** @type {NonNullable<typeof this.adapter>} */ (this.adapter).multi(commands, commands[0][1]).catch((error) => {
-      throw moduleError(this.client, error);
-    });
+    const replies = await /** @type {NonNullable<typeof this.adapter>} */ (this.adapter).multi(commands, commands[0][1]);
     const failed = replies.find((r) => r instanceof Error);
-    if (failed !== undefined) throw moduleError(this.client, failed);
+    if (failed !== undefined) throw failed;
     return replies;
   }
 
-  // msBeforeNext: -1 for "never", as rate-limiter-flexible says of a key without expiry. The
-  // class's "never" (duration 0, block(key, 0)) is the module's longest duration, 10 years, and
-  // nothing else comes near it: a wait of more than half of that is never.
-  #ms(ms) {
-    return ms > MAX_DURATION_MS / 2 ? -1 : ms;
+  // rate-limiter-flexible's _upsert without forceExpire: `points` added to the key (negative
+  // given back), the key made with the expiry `seconds` (a key without one gets it; 0: none, so
+  // INCRBY and PTTL in a MULTI, as there). Resolves to its count and PTTL.
+  async #upsert(rlKey, points, seconds) {
+    if (seconds > 0) {
+      const { count, ttlMs } = await this.#counter(rlKey, seconds, points);
+      // 0 points only reads: on no key, what rate-limiter-flexible answers having made one of 0
+      // (the window), none made.
+      if (ttlMs === -2) return { consumed: 0, ttl: seconds * 1000 };
+      return { consumed: count, ttl: ttlMs };
+    }
+    const [consumed, ttl] = await this.#multi([['INCRBY', rlKey, String(points)], ['PTTL', rlKey]]);
+    return { consumed: Number(consumed), ttl: Number(ttl) };
   }
 
-  // The state as RateLimiterRes: `consumedPoints` is what the window has taken; in a block
-  // (a probe at COST 0 refused) it is points + 1, as rate-limiter-flexible's block stores it.
-  #res(r, changed, probe = false) {
-    if (probe && !r.allowed) {
-      return new RateLimiterRes(0, this.#ms(r.retryAfterMs), this.points + 1, false);
-    }
-    const consumed = r.limit - r.remaining;
-    return new RateLimiterRes(r.remaining, this.#ms(r.resetAfterMs), consumed, changed > 0 && consumed === changed);
+  // rate-limiter-flexible's _upsert with forceExpire (block, set): `SET key points EX seconds`
+  // (whole seconds, rounded down; none: no expiry), its own command.
+  async #write(rlKey, points, ms) {
+    const seconds = Math.floor(ms / 1000);
+    await this.#plain(seconds > 0 ? ['SET', rlKey, String(points), 'EX', String(seconds)] : ['SET', rlKey, String(points)]);
+  }
+
+  // The key's count and PTTL as RateLimiterRes (rate-limiter-flexible's _getRateLimiterRes).
+  #res({ consumed, ttl }, changed) {
+    return new RateLimiterRes(Math.max(this.points - consumed, 0), ttl, consumed, consumed === changed);
   }
 
   /**
@@ -320,32 +335,20 @@ class RateLimiterRedis extends LimiterBase {
     }
   }
 
-  // A consume of more than `points`, which no window can hold: there it is counted, so the
-  // window is used up and every consume is refused until it ends (or, with blockDuration, the
-  // key is blocked). The same here: ATMOST takes the points the window has left, and with
-  // blockDuration a consume of all the points, refused since none are left, starts the block.
-  // The refusal as RateLimiterRes: msBeforeNext to the window's end or the block's,
-  // consumedPoints what the window held plus what was asked.
-  async #overPoints(key, points, block, periodMs) {
-    const take = this.#commandFor(key, periodMs, 'ATMOST', String(this.points), ...block);
-    let taken;
-    let ms;
-    if (block.length > 0) {
-      const [first, second] = await this.#multi([take, this.#commandFor(key, periodMs, 'COST', String(this.points), ...block)]);
-      taken = parseReply(first, undefined, ['granted']);
-      ms = parseReply(second).retryAfterMs;
-    } else {
-      taken = await this.#send(take, ['granted']);
-      ms = taken.allowed ? taken.resetAfterMs : taken.retryAfterMs;
-    }
-    const held = taken.limit - taken.remaining - /** @type {number} */ (taken.granted); // asked for: there
-    return new RateLimiterRes(0, this.#ms(ms), held + points, false);
+  // The consume that crossed the storage block's threshold (rate-limiter-flexible's
+  // _crossedBlockThreshold): without blockOnConsumed, the one that first went over points.
+  #crossed(consumed, changed) {
+    const at = this.#blockOnConsumed;
+    if (!(at > 0 && at > this.points)) return consumed > this.points && consumed <= this.points + changed;
+    return consumed >= at && consumed - changed < at;
   }
 
   /**
-   * Takes `points` (default 1). Resolves with a RateLimiterRes when admitted; rejects with a
-   * RateLimiterRes when refused (the window is full, or the key is blocked), with an Error when
-   * Redis fails and there is no insuranceLimiter.
+   * Takes `points` (default 1): one RL.COUNTER (INCRBY, and the key's expiry `duration` at its
+   * first consume). Resolves with a RateLimiterRes when the key has consumed at most `points`;
+   * rejects with one when more (the consume counted, as there; with blockDuration the consume
+   * that went over blocks the key), or when it is blocked in memory; with an Error when Redis
+   * fails and there is no insuranceLimiter.
    * @param {string | number} key
    * @param {number | string} [points]
    * @param {object} [options]
@@ -354,45 +357,31 @@ class RateLimiterRedis extends LimiterBase {
   consume(key, points = 1, options = {}) {
     return this.#insured('consume', [key, points, options], async () => {
       points = this.#checkPoints(points);
-      if (this.points === 0) {
-        if (points > 0) throw new RateLimiterRes(0, this.#ms(this.periodMs), points, false);
-        return new RateLimiterRes(0, 0, 0, false);
-      }
       const rlKey = this.getKey(key);
       const now = this.now();
       if (this.inMemoryBlockOnConsumed > 0) {
         const blocked = this.inMemoryBlocked.lookup(rlKey, 0, now);
         if (blocked !== undefined) throw new RateLimiterRes(0, Math.ceil(blocked.until - now));
       }
-      const periodMs = this.#periodFor(options);
-      const block = this.blockDuration > 0 ? ['BLOCK', `${Math.max(1, Math.round(this.msBlockDuration))}ms`] : [];
-      let res;
-      let refused;
-      if (points > this.points) {
-        res = await this.#overPoints(key, points, block, periodMs);
-        refused = true;
-      } else {
-        const cost = points !== 1 ? ['COST', String(points)] : [];
-        const r = await this.#send(this.#commandFor(key, periodMs, ...cost, ...block));
-        refused = !r.allowed;
-        if (r.allowed) {
-          const consumed = r.limit - r.remaining;
-          res = new RateLimiterRes(r.remaining, this.#ms(r.resetAfterMs), consumed, consumed === points);
-        } else {
-          // Refused: what the window holds plus what was asked (more than points), as
-          // rate-limiter-flexible counts it; the state itself took nothing.
-          res = new RateLimiterRes(0, this.#ms(r.retryAfterMs), r.limit - r.remaining + points, false);
+      const res = this.#res(await this.#upsert(rlKey, points, this.#secondsFor(options)), points);
+      const over = res.consumedPoints > this.points;
+      if (this.inMemoryBlockOnConsumed > 0 && !(this.inMemoryBlockDuration > 0) && res.consumedPoints >= this.inMemoryBlockOnConsumed) {
+        this.#blockInMemory(rlKey, res.msBeforeNext, now);
+        if (over) throw res;
+        return res;
+      }
+      if (over) {
+        if (this.blockDuration > 0 && this.#crossed(res.consumedPoints, points)) {
+          res.msBeforeNext = this.msBlockDuration;
+          await this.#write(rlKey, res.consumedPoints, this.msBlockDuration);
         }
+        if (this.inMemoryBlockOnConsumed > 0 && res.consumedPoints >= this.inMemoryBlockOnConsumed) {
+          res.msBeforeNext = this.inMemoryBlockDuration * 1000;
+          this.#blockInMemory(rlKey, res.msBeforeNext, now);
+        }
+        throw res;
       }
-      const inMemory = this.inMemoryBlockOnConsumed > 0 && res.consumedPoints >= this.inMemoryBlockOnConsumed;
-      if (inMemory && !(this.inMemoryBlockDuration > 0)) {
-        this.#blockInMemory(rlKey, res.msBeforeNext, now);
-      } else if (inMemory && refused) {
-        res.msBeforeNext = this.inMemoryBlockDuration * 1000;
-        this.#blockInMemory(rlKey, res.msBeforeNext, now);
-      }
-      if (refused) throw res;
-      if (this.execEvenly && res.msBeforeNext > 0 && !res.isFirstInDuration) {
+      if (this.execEvenly && this.points > 0 && res.msBeforeNext > 0 && !res.isFirstInDuration) {
         // Spread: the time left shared by the points left and this one (+2), at least
         // execEvenlyMinDelayMs per point consumed; msBeforeNext counts the wait as spent.
         let delay = Math.ceil(res.msBeforeNext / (res.remainingPoints + 2));
@@ -405,17 +394,17 @@ class RateLimiterRedis extends LimiterBase {
   }
 
   /**
-   * The key's state, or null when it has taken nothing in its window.
+   * The key's state (RL.COUNTER ... BY 0: its count and PTTL, nothing written), or null when
+   * there is no key.
    * @param {string | number} key
    * @param {object} [options]
    * @returns {Promise<RateLimiterRes | null>}
    */
   get(key, options = {}) {
     return this.#insured('get', [key, options], async () => {
-      if (this.points === 0) return null;
-      const r = await this.#send(this.#command(key, 'COST', '0', 'DRYRUN'));
-      if (r.allowed && r.resetAfterMs === 0) return null;
-      return this.#res(r, 0, true);
+      const { count, ttlMs } = await this.#counter(this.getKey(key), 1, 0);
+      if (ttlMs === -2) return null;
+      return this.#res({ consumed: count, ttl: ttlMs }, 0);
     });
   }
 
@@ -427,15 +416,15 @@ class RateLimiterRedis extends LimiterBase {
    */
   delete(key, options = {}) {
     return this.#insured('delete', [key, options], async () => {
-      const n = await this.client.del(this.getKey(key));
+      const n = await this.#plain(['DEL', this.getKey(key)]);
       this.inMemoryBlocked.entries.delete(this.getKey(key));
       return Number(n) > 0;
     });
   }
 
   /**
-   * Gives back `points` (default 1) with RL.REFUND, up to what the window has taken; resolves
-   * with the state after it.
+   * Gives back `points` (default 1): RL.COUNTER with BY -points, the count going below 0 as
+   * there. Resolves with the state after it.
    * @param {string | number} key
    * @param {number} [points]
    * @param {object} [options]
@@ -444,18 +433,12 @@ class RateLimiterRedis extends LimiterBase {
   reward(key, points = 1, options = {}) {
     return this.#insured('reward', [key, points, options], async () => {
       points = this.#checkPoints(points);
-      if (this.points === 0) return new RateLimiterRes(0, 0, 0, false);
-      const [, state] = await this.#multi([
-        ['RL.REFUND', this.getKey(key), String(points)],
-        this.#command(key, 'COST', '0', 'DRYRUN'),
-      ]);
-      return this.#res(parseReply(state), 0, true);
+      return this.#res(await this.#upsert(this.getKey(key), -points, this.#secondsFor(options)), -points);
     });
   }
 
   /**
-   * Takes `points` (default 1) without refusing: as many as the window still has, at most
-   * `points` (the module never counts past the limit). Resolves with the state after it.
+   * Adds `points` (default 1) without refusing, as there. Resolves with the state after it.
    * @param {string | number} key
    * @param {number} [points]
    * @param {object} [options]
@@ -464,22 +447,14 @@ class RateLimiterRedis extends LimiterBase {
   penalty(key, points = 1, options = {}) {
     return this.#insured('penalty', [key, points, options], async () => {
       points = this.#checkPoints(points);
-      if (this.points === 0) return new RateLimiterRes(0, 0, 0, false);
-      const periodMs = this.#periodFor(options);
-      let want = points;
-      let r = await this.#send(this.#commandFor(key, periodMs, 'COST', String(want)));
-      // Refused: take what is left instead (twice at most, should another client take it first).
-      for (let i = 0; i < 2 && !r.allowed && r.remaining > 0; i++) {
-        want = Math.min(want, r.remaining);
-        r = await this.#send(this.#commandFor(key, periodMs, 'COST', String(want)));
-      }
-      return this.#res(r, r.allowed ? want : 0);
+      return this.#res(await this.#upsert(this.getKey(key), points, this.#secondsFor(options)), points);
     });
   }
 
   /**
-   * Blocks the key for `secDuration` seconds (0: as long as the module allows, 10 years):
-   * every consume is refused until then. Resolves with RateLimiterRes(0, ms, points + 1).
+   * Blocks the key for `secDuration` seconds (0: for good): `SET key <points + 1> EX
+   * secDuration` (blockOnConsumed instead of points + 1 when it is on), as there. Resolves with
+   * RateLimiterRes(0, ms or -1, that count).
    * @param {string | number} key
    * @param {number} secDuration
    * @param {object} [options]
@@ -490,23 +465,31 @@ class RateLimiterRedis extends LimiterBase {
       if (typeof secDuration !== 'number' || !(secDuration >= 0)) {
         throw new Error('secDuration must be a non-negative number of seconds');
       }
-      const ms = Math.round(secDuration * 1000);
-      if (this.points === 0) return new RateLimiterRes(0, ms >= 1 ? ms : -1, 1, false);
-      const blockMs = ms >= 1 ? Math.min(ms, MAX_DURATION_MS) : MAX_DURATION_MS;
-      // Taking all the points refuses at once when the window has taken any, starting the
-      // block; on a fresh window the first takes them all and the second starts it.
-      const take = this.#command(key, 'COST', String(this.points), 'BLOCK', `${blockMs}ms`);
-      await this.#multi([take, take]);
-      return new RateLimiterRes(0, ms >= 1 ? ms : -1, this.points + 1, false);
+      const ms = secDuration * 1000;
+      const at = this.#blockOnConsumed;
+      const points = at > 0 && at > this.points ? at : this.points + 1;
+      await this.#write(this.getKey(key), points, ms);
+      return new RateLimiterRes(0, ms > 0 ? ms : -1, points, false);
     });
   }
 
   /**
-   * rate-limiter-flexible's set(): the module has no way to write a count, so it refuses.
-   * @returns {Promise<never>}
+   * Sets the key's count to `points` for `secDuration` seconds (0: for good; left out or
+   * negative: duration): `SET key points EX secDuration`, as there. Resolves with
+   * RateLimiterRes(0, ms or -1, points).
+   * @param {string | number} key
+   * @param {number} points
+   * @param {number} [secDuration]
+   * @param {object} [options]
+   * @returns {Promise<RateLimiterRes>}
    */
-  set() {
-    return Promise.reject(new Error("set() is not supported by ratelimit-redis-module's RateLimiterRedis"));
+  set(key, points, secDuration, options = {}) {
+    return this.#insured('set', [key, points, secDuration, options], async () => {
+      if (!Number.isSafeInteger(points)) throw new Error('points must be an integer');
+      const ms = (typeof secDuration === 'number' && secDuration >= 0 ? secDuration : this.duration) * 1000;
+      await this.#write(this.getKey(key), points, ms);
+      return new RateLimiterRes(0, ms > 0 ? ms : -1, points, false);
+    });
   }
 }
 

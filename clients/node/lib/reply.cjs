@@ -1,5 +1,5 @@
-// The module's reply to an admission command, in either protocol, as the package's decision
-// fields.
+// The module's replies, in either protocol: an admission command's as the package's decision
+// fields (parseReply), RL.COUNTER's as a count and a PTTL (parseCount).
 
 // @ts-check
 'use strict';
@@ -67,4 +67,20 @@ function parseReply(reply, sixth, extras = []) {
   return out;
 }
 
-module.exports = { parseReply };
+/**
+ * RL.COUNTER's reply, `[count, pttl]` in either protocol (integers, or their text): `{ count,
+ * ttlMs }`. Anything else throws, as parseReply does: a count that is not a safe integer (the
+ * module counts to 2^63; past 2^53 a number cannot hold it exactly), a PTTL below -2.
+ * @param {unknown} reply
+ * @returns {import('../index.cjs').Count}
+ */
+function parseCount(reply) {
+  if (!Array.isArray(reply) || reply.length !== 2) throw unexpected(`RL.COUNTER answered ${String(reply)}, not [count, pttl]`);
+  const [count, ttlMs] = reply.map((v) => (typeof v === 'number' || typeof v === 'string' ? Number(v) : NaN));
+  if (!Number.isSafeInteger(count) || !Number.isSafeInteger(ttlMs) || ttlMs < -2) {
+    throw unexpected(`RL.COUNTER answered [${reply.map(String).join(', ')}], not [count, pttl]`);
+  }
+  return { count, ttlMs };
+}
+
+module.exports = { parseCount, parseReply };

@@ -14,7 +14,7 @@ import { after, before, describe, test } from 'node:test';
 import { Cluster } from 'ioredis';
 import { RateLimit, RateLimiterRedis, rateLimitMiddleware } from '../index.js';
 import { TEST_NOW, ruleKeys, scripts } from '../lib/scripts.cjs';
-import { PATIENT, T0_MS, helloApp, memoryLogger, quiet, refusal, startCluster } from './helpers.js';
+import { PATIENT, T0_MS, helloApp, memoryLogger, quiet, refusal, startCluster, ttlWithin } from './helpers.js';
 
 const stacks = {}; // 'module' and 'script': startCluster's { direct, cluster, nodeOf, calls, ... }
 
@@ -260,18 +260,28 @@ for (const client of CLIENTS) {
         assert.equal(limit.limiter.stats.failures, 0);
       });
 
-      test(`${client}, ${kind}: RateLimiterRedis over the cluster client, its MULTIs on the key's node`, async () => {
+      test(`${client}, ${kind}: RateLimiterRedis over the cluster client, each command on the key's node`, async () => {
         const flex = new RateLimiterRedis({ storeClient: clusterOf(kind), points: 2, duration: 10, keyPrefix: 'flx', logger: quiet });
         if (kind === 'script') flex[TEST_NOW] = () => T0_MS * 1000;
+        // msBeforeNext is the key's TTL on its node's clock (RL.COUNTER): between the window and
+        // that less the real time since the key's first consume (ttlWithin), written as the window.
+        const at = (res, windowMs, since) => {
+          ttlWithin(res.msBeforeNext, windowMs, since, 'msBeforeNext');
+          return { ...res.toJSON(), msBeforeNext: windowMs };
+        };
         for (const [node, key] of (await keysOnEveryNode(kind, 'user', 'flx:')).entries()) {
-          assert.deepEqual((await flex.consume(key)).toJSON(), { remainingPoints: 1, msBeforeNext: 10_000, consumedPoints: 1, isFirstInDuration: true });
-          assert.deepEqual((await flex.consume(key)).toJSON(), { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 2, isFirstInDuration: false });
-          assert.deepEqual((await refusal(flex.consume(key))).toJSON(), { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 3, isFirstInDuration: false });
-          // reward: RL.REFUND and a DRYRUN in one MULTI, on the key's node.
-          assert.deepEqual((await flex.reward(key, 1)).toJSON(), { remainingPoints: 1, msBeforeNext: 10_000, consumedPoints: 1, isFirstInDuration: false });
+          const since = performance.now();
+          assert.deepEqual(at(await flex.consume(key), 10_000, since), { remainingPoints: 1, msBeforeNext: 10_000, consumedPoints: 1, isFirstInDuration: true });
+          assert.deepEqual(at(await flex.consume(key), 10_000, since), { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 2, isFirstInDuration: false });
+          assert.deepEqual(at(await refusal(flex.consume(key)), 10_000, since), { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 3, isFirstInDuration: false });
+          // reward: RL.COUNTER BY -1, on the key's node.
+          assert.deepEqual(at(await flex.reward(key, 1), 10_000, since), { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 2, isFirstInDuration: false });
           assert.deepEqual(await whereIs(kind, `flx:${key}`), [node]);
+          // block: SET ... EX 60 on the key's node.
+          const blocked = performance.now();
           await flex.block(key, 60);
-          assert.equal((await refusal(flex.consume(key))).msBeforeNext, 60_000);
+          assert.deepEqual(await whereIs(kind, `flx:${key}`), [node]);
+          ttlWithin((await refusal(flex.consume(key))).msBeforeNext, 60_000, blocked, 'in the block');
           assert.equal(await flex.delete(key), true);
           assert.deepEqual(await whereIs(kind, `flx:${key}`), []);
         }

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { RateLimit, RateLimiterRedis, parseReply } from '../index.js';
-import { PATIENT, calls, clocks, memoryLogger, refusal, serverForFile } from './helpers.js';
+import { PATIENT, calls, clocks, endWindow, memoryLogger, refusal, serverForFile, ttlWithin } from './helpers.js';
 
 const { client } = await serverForFile();
 
@@ -76,18 +76,23 @@ test('a policy changed on the server is not refused from a denial remembered und
 
 test("RateLimiterRedis's in-memory block follows the injected clock, from when the consume was sent", async () => {
   const clock = await clocks(client);
-  const options = { points: 2, duration: 60, keyPrefix: 'inmem-clock', inMemoryBlockOnConsumed: 3 };
+  const options = { points: 2, duration: 60, keyPrefix: 'inmem-clock', inMemoryBlockOnConsumed: 3, logger: null };
+  const since = performance.now();
   await new RateLimiterRedis({ storeClient: client, ...options }).consume('kim', 2);
   const limiter = new RateLimiterRedis({ storeClient: slowAnswers(clock, 7), now: () => clock.ms, ...options });
-  // Refused, 60 s left in the window: blocked in memory until then (1000 + 60000).
-  assert.equal((await refusal(limiter.consume('kim'))).msBeforeNext, 60_000);
+  // Refused, the window's time left (the key's TTL, on the server's clock: RL.COUNTER): blocked
+  // in memory until then, counted from 1000, when the consume was sent, not from its answer.
+  const left = (await refusal(limiter.consume('kim'))).msBeforeNext;
+  ttlWithin(left, 60_000, since, 'the window\'s time left');
   assert.equal(clock.ms, 1_007);
-  const calls0 = await calls(client, 'RL.TOKENBUCKET');
-  await clock.at(60_000 - 1);
+  const calls0 = await calls(client, 'RL.COUNTER');
+  clock.ms = 1_000 + left - 1;
   assert.equal((await refusal(limiter.consume('kim'))).msBeforeNext, 1);
-  assert.equal(await calls(client, 'RL.TOKENBUCKET'), calls0, 'refused in memory');
-  await clock.at(60_000);
+  assert.equal(await calls(client, 'RL.COUNTER'), calls0, 'refused in memory');
+  // The key expires (made to, then seen gone); at the block's end the consume is sent, a new window.
+  await endWindow(client, 'inmem-clock:kim');
+  clock.ms = 1_000 + left;
   assert.deepEqual((await limiter.consume('kim')).toJSON(),
     { remainingPoints: 1, msBeforeNext: 60_000, consumedPoints: 1, isFirstInDuration: true });
-  assert.equal(await calls(client, 'RL.TOKENBUCKET'), calls0 + 1);
+  assert.equal(await calls(client, 'RL.COUNTER'), calls0 + 1);
 });

@@ -1,9 +1,12 @@
 // RateLimiterRedis against rate-limiter-flexible's own RateLimiterRedis on the same server: the
 // scenarios its README and wiki document (consume within and over the points, a cost above 1,
-// blockDuration, get, delete, penalty, block, insuranceLimiter), field by field, on each client
-// both take (node-redis's and ioredis's). Ours runs on the frozen debug clock, so its
-// msBeforeNext is exact; rate-limiter-flexible's comes from real PTTLs, so it is compared within
-// the few milliseconds the test takes.
+// blockDuration, blockOnConsumed, get, delete, penalty, reward, block, set, insuranceLimiter),
+// field by field, on each client both take (node-redis's and ioredis's). Both keep the same key:
+// `keyPrefix:key`, the points consumed as a plain integer string whose TTL is the window, so
+// keys either wrote are read and counted on by the other. The window is the key's TTL on the
+// server's own clock (RL.COUNTER; the debug clock does not move it): a msBeforeNext is asserted
+// between the window and the window less the real time measured since the call that set it, and
+// a window is ended by an event (the key made to expire, then seen gone).
 
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
@@ -11,10 +14,9 @@ import Redis, { Cluster } from 'ioredis';
 import * as RLF from 'rate-limiter-flexible';
 import { createSentinel } from 'redis';
 import { RateLimit, RateLimiterRedis, RateLimiterRes } from '../index.js';
-import { PATIENT, T0_MS, calls, connect, quiet, refusal, serverForFile } from './helpers.js';
+import { PATIENT, calls, connect, endWindow, quiet, refusal, serverForFile, ttlWithin } from './helpers.js';
 
 const { redis, client } = await serverForFile();
-await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
 // ioredis's client on the same server (RESP2; node-redis's `client` is RESP3).
 const io = new Redis({ host: '127.0.0.1', port: redis.port });
 after(() => io.disconnect());
@@ -36,225 +38,248 @@ const fields = (res) => (typeof res === 'boolean' ? res : { ...res.toJSON() });
 
 /** Both limiters with the same options on the client of `kind`, each on its own key prefix. */
 function pair(options, name, [kind, store, theirOptions] = KINDS[0]) {
-  const ours = new RateLimiterRedis({ storeClient: store, keyPrefix: `ours-${kind}-${name}`, ...options });
+  const ours = new RateLimiterRedis({ storeClient: store, keyPrefix: `ours-${kind}-${name}`, logger: quiet, ...options });
   const theirs = new RLF.RateLimiterRedis({
     storeClient: store, ...theirOptions, keyPrefix: `rlf-${kind}-${name}`, ...options,
   });
   return { ours, theirs };
 }
 
-/** Asserts ours equals rate-limiter-flexible's, msBeforeNext within `slack` ms below ours. */
-function same(ourOutcome, theirOutcome, what, slack = 1000) {
-  const [ourKind, ourRes] = ourOutcome;
-  const [theirKind, theirRes] = theirOutcome;
-  assert.equal(ourKind, theirKind, what);
-  if (ourRes === null || typeof ourRes !== 'object') {
-    assert.deepEqual(ourRes, theirRes, what);
+/**
+ * Asserts an outcome: its kind and fields as `expected`, but msBeforeNext, which is at most
+ * `windowMs` and at least that less the real time since `since` (performance.now() before the
+ * call that set the key's TTL); a negative msBeforeNext (-1: no expiry) exactly.
+ */
+function expectOutcome([kind, res], [wantKind, want], windowMs, since, what) {
+  assert.equal(kind, wantKind, what);
+  if (res === null || typeof res !== 'object') {
+    assert.deepEqual(res, want, what);
     return;
   }
-  const { msBeforeNext: ourMs, ...ourRest } = ourRes;
-  const { msBeforeNext: theirMs, ...theirRest } = theirRes;
-  assert.deepEqual(ourRest, theirRest, what);
-  assert.ok(theirMs <= ourMs && theirMs > ourMs - slack, `${what}: msBeforeNext ${ourMs} against ${theirMs}`);
+  const { msBeforeNext, ...rest } = res;
+  const { msBeforeNext: wantMs, ...wantRest } = want;
+  assert.deepEqual(rest, wantRest, what);
+  if (wantMs < 0 || since === undefined) assert.equal(msBeforeNext, wantMs, what);
+  else ttlWithin(msBeforeNext, windowMs, since, what);
 }
+
+/** Both outcomes as `expected` (expectOutcome), ours and rate-limiter-flexible's. */
+function both(mine, theirs, expected, windowMs, since, what) {
+  expectOutcome(mine, expected, windowMs, since, `${what} (ours)`);
+  expectOutcome(theirs, expected, windowMs, since, `${what} (rate-limiter-flexible)`);
+}
+
+const res = (remainingPoints, msBeforeNext, consumedPoints, isFirstInDuration = false) =>
+  ({ remainingPoints, msBeforeNext, consumedPoints, isFirstInDuration });
 
 for (const K of KINDS) {
   const [kind, store] = K;
 
-  test(`consume within the points resolves, over them rejects with a RateLimiterRes (${kind})`, async () => {
+  test(`consume within the points resolves, over them rejects, counted as there (${kind})`, async () => {
     const { ours, theirs } = pair({ points: 5, duration: 10 }, 'basic', K);
+    const since = performance.now();
     const expected = [
-      ['resolved', { remainingPoints: 4, msBeforeNext: 10_000, consumedPoints: 1, isFirstInDuration: true }],
-      ['resolved', { remainingPoints: 2, msBeforeNext: 10_000, consumedPoints: 3, isFirstInDuration: false }],
-      ['resolved', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 5, isFirstInDuration: false }],
-      ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 6, isFirstInDuration: false }],
+      ['resolved', res(4, 10_000, 1, true)],
+      ['resolved', res(2, 10_000, 3)],
+      ['resolved', res(0, 10_000, 5)],
+      ['rejected', res(0, 10_000, 6)],
     ];
-    const costs = [1, 2, 2, 1];
-    for (const [i, cost] of costs.entries()) {
-      const mine = await outcome(ours.consume('user1', cost));
-      assert.deepEqual(mine, expected[i], `consume ${i}`);
-      same(mine, await outcome(theirs.consume('user1', cost)), `consume ${i}`);
+    for (const [i, cost] of [1, 2, 2, 1].entries()) {
+      both(await outcome(ours.consume('user1', cost)), await outcome(theirs.consume('user1', cost)), expected[i], 10_000, since, `consume ${i}`);
     }
-    // get: the state, and null for a key that has consumed nothing.
-    const mine = await outcome(ours.get('user1'));
-    assert.deepEqual(mine, ['resolved', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 5, isFirstInDuration: false }]);
-    // rate-limiter-flexible counts the refused point too (6): ours took nothing for it.
-    const theirs6 = await outcome(theirs.get('user1'));
-    assert.equal(theirs6[1].consumedPoints, 6);
-    same(await outcome(ours.get('nobody')), await outcome(theirs.get('nobody')), 'get of a missing key');
-    assert.deepEqual(await outcome(ours.get('nobody')), ['resolved', null]);
+    // The first consume's msBeforeNext is the window exactly (the key was made by it).
+    assert.equal((await ours.consume('user0')).msBeforeNext, 10_000);
+    // The key is rate-limiter-flexible's own: the count as a string, the window as its TTL.
+    assert.equal(await client.get(`ours-${kind}-basic:user1`), '6');
+    assert.equal(await client.get(`rlf-${kind}-basic:user1`), '6');
+    ttlWithin(await client.pTTL(`ours-${kind}-basic:user1`), 10_000, since, 'the key\'s TTL');
+    // get: the state, and null for a key that has none.
+    both(await outcome(ours.get('user1')), await outcome(theirs.get('user1')), ['resolved', res(0, 10_000, 6)], 10_000, since, 'get');
+    both(await outcome(ours.get('nobody')), await outcome(theirs.get('nobody')), ['resolved', null], 0, undefined, 'get of a missing key');
     // delete: true when the key was there, then false.
-    for (const expectedDeleted of [true, false]) {
-      const d = await outcome(ours.delete('user1'));
-      assert.deepEqual(d, ['resolved', expectedDeleted]);
-      same(d, await outcome(theirs.delete('user1')), 'delete');
+    for (const deleted of [true, false]) {
+      both(await outcome(ours.delete('user1')), await outcome(theirs.delete('user1')), ['resolved', deleted], 0, undefined, 'delete');
     }
     assert.equal(await ours.get('user1'), null);
-    // A string of digits is a number of points; a fraction is an Error, as there.
-    // (There, isFirstInDuration compares the count with the string '2', so it is false: ours says
-    // true, as it does for the number 2.)
-    const byString = await outcome(ours.consume('user2', '2'));
-    assert.deepEqual(byString, ['resolved', { remainingPoints: 3, msBeforeNext: 10_000, consumedPoints: 2, isFirstInDuration: true }]);
-    const theirByString = await outcome(theirs.consume('user2', '2'));
-    same(byString, ['resolved', { ...theirByString[1], isFirstInDuration: true }], 'points as a string');
-    same(await outcome(ours.consume('user2', 1.5)), await outcome(theirs.consume('user2', 1.5)), 'fractional points');
-    // Another string is refused in rate-limiter-flexible's words.
-    const byOtherString = await outcome(ours.consume('user2', '2.0'));
-    assert.deepEqual(byOtherString, ['error', 'Consuming string different than integer values is not supported by this package']);
-    same(byOtherString, await outcome(theirs.consume('user2', '2.0')), 'points as a string with a fraction');
+    // A string of digits is a number of points; a fraction is an Error, as there. (There,
+    // isFirstInDuration compares the count with the string '2', so it is false: ours says true,
+    // as it does for the number 2.)
+    const s2 = performance.now();
+    expectOutcome(await outcome(ours.consume('user2', '2')), ['resolved', res(3, 10_000, 2, true)], 10_000, s2, 'points as a string');
+    expectOutcome(await outcome(theirs.consume('user2', '2')), ['resolved', res(3, 10_000, 2, false)], 10_000, s2, 'points as a string (theirs)');
+    for (const points of [1.5, '2.0']) {
+      const mine = await outcome(ours.consume('user2', points));
+      assert.equal(mine[0], 'error');
+      assert.deepEqual(mine, await outcome(theirs.consume('user2', points)), `points ${points}`);
+    }
   });
 
-  test(`the window starts at the first consume and lasts duration seconds (${kind})`, async () => {
-    // (Keys expire in real time while the server's clock is frozen: each step below leaves the
-    // key at least 10 s to live, so that no key vanishes under the test.)
-    await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS + 123}`]); // not on a round second
-    const limiter = new RateLimiterRedis({ storeClient: store, points: 2, duration: 60, keyPrefix: `window-${kind}` });
-    assert.equal((await limiter.consume('k')).msBeforeNext, 60_000);
-    await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '50000']);
-    assert.deepEqual((await limiter.consume('k')).toJSON(),
-      { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 2, isFirstInDuration: false });
-    await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '9999']);
-    await assert.rejects(limiter.consume('k'), (res) => res instanceof RateLimiterRes && res.msBeforeNext === 1);
-    await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '1']);
-    assert.deepEqual((await limiter.consume('k')).toJSON(),
-      { remainingPoints: 1, msBeforeNext: 60_000, consumedPoints: 1, isFirstInDuration: true });
+  test(`the window starts at the first consume and ends when the key expires (${kind})`, async () => {
+    const { ours, theirs } = pair({ points: 2, duration: 60 }, 'window', K);
+    for (const limiter of [ours, theirs]) {
+      const since = performance.now();
+      expectOutcome(await outcome(limiter.consume('k')), ['resolved', res(1, 60_000, 1, true)], 60_000, since, 'the first');
+      expectOutcome(await outcome(limiter.consume('k')), ['resolved', res(0, 60_000, 2)], 60_000, since, 'the second');
+      expectOutcome(await outcome(limiter.consume('k')), ['rejected', res(0, 60_000, 3)], 60_000, since, 'over');
+      await endWindow(client, limiter.getKey('k'));
+      const again = performance.now();
+      expectOutcome(await outcome(limiter.consume('k')), ['resolved', res(1, 60_000, 1, true)], 60_000, again, 'a new window');
+    }
   });
 
   test(`blockDuration: the consume that goes over blocks the key for blockDuration seconds (${kind})`, async () => {
-    await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
     const { ours, theirs } = pair({ points: 2, duration: 1, blockDuration: 30 }, 'blockdur', K);
+    const first = performance.now();
     for (let i = 0; i < 2; i++) {
-      same(await outcome(ours.consume('ip')), await outcome(theirs.consume('ip')), `consume ${i}`);
+      const since = first;
+      both(await outcome(ours.consume('ip')), await outcome(theirs.consume('ip')), ['resolved', res(1 - i, 1000, i + 1, i === 0)], 1000, since, `consume ${i}`);
     }
-    const mine = await outcome(ours.consume('ip'));
-    assert.deepEqual(mine, ['rejected', { remainingPoints: 0, msBeforeNext: 30_000, consumedPoints: 3, isFirstInDuration: false }]);
-    same(mine, await outcome(theirs.consume('ip')), 'the consume that blocks');
-    // Long after the window (5 s), the key is still blocked, with the time left.
-    await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '5000']);
-    const blocked = await outcome(ours.consume('ip'));
-    assert.equal(blocked[0], 'rejected');
-    assert.equal(blocked[1].msBeforeNext, 25_000);
-    assert.deepEqual(await outcome(ours.get('ip')),
-      ['resolved', { remainingPoints: 0, msBeforeNext: 25_000, consumedPoints: 3, isFirstInDuration: false }]);
-    await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '25000']);
-    assert.equal((await ours.consume('ip')).remainingPoints, 1);
+    const since = performance.now();
+    // The block: msBeforeNext the block's, the key written SET 3 EX 30, as there.
+    both(await outcome(ours.consume('ip')), await outcome(theirs.consume('ip')), ['rejected', res(0, 30_000, 3)], 30_000, undefined, 'the consume that blocks');
+    for (const prefix of ['ours', 'rlf']) {
+      assert.equal(await client.get(`${prefix}-${kind}-blockdur:ip`), '3');
+      ttlWithin(await client.pTTL(`${prefix}-${kind}-blockdur:ip`), 30_000, since, `${prefix}'s block`);
+    }
+    // Blocked: a consume is counted and refused until the key expires, the block's time left.
+    both(await outcome(ours.consume('ip')), await outcome(theirs.consume('ip')), ['rejected', res(0, 30_000, 4)], 30_000, since, 'in the block');
+    both(await outcome(ours.get('ip')), await outcome(theirs.get('ip')), ['resolved', res(0, 30_000, 4)], 30_000, since, 'get in the block');
+    await endWindow(client, ours.getKey('ip'));
+    assert.deepEqual((await ours.consume('ip')).toJSON(), res(1, 1000, 1, true));
   });
 
-  test(`penalty takes points without refusing; block(key, s) refuses every consume for s (${kind})`, async () => {
-    await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
-    const { ours, theirs } = pair({ points: 5, duration: 10 }, 'penalty', K);
-    same(await outcome(ours.penalty('p', 2)), await outcome(theirs.penalty('p', 2)), 'penalty on a fresh key');
-    same(await outcome(ours.penalty('p', 3)), await outcome(theirs.penalty('p', 3)), 'penalty up to the points');
-    // Over the points: rate-limiter-flexible counts past them (8); the module stops at the limit.
-    assert.deepEqual(await outcome(ours.penalty('p', 3)),
-      ['resolved', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 5, isFirstInDuration: false }]);
-    assert.equal((await theirs.penalty('p', 3)).consumedPoints, 8);
-    // A penalty that does not fit takes what is left.
-    await ours.penalty('q', 4);
-    assert.deepEqual((await ours.penalty('q', 3)).toJSON(),
-      { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 5, isFirstInDuration: false });
+  test(`blockOnConsumed: the block starts at that many points consumed (${kind})`, async () => {
+    const { ours, theirs } = pair({ points: 2, duration: 10, blockDuration: 20, blockOnConsumed: 4 }, 'blockon', K);
+    const since = performance.now();
+    const steps = [
+      ['resolved', res(1, 10_000, 1, true)], ['resolved', res(0, 10_000, 2)], ['rejected', res(0, 10_000, 3)],
+    ];
+    for (const [i, want] of steps.entries()) {
+      both(await outcome(ours.consume('b')), await outcome(theirs.consume('b')), want, 10_000, since, `consume ${i}`);
+    }
+    const blocked = performance.now();
+    both(await outcome(ours.consume('b')), await outcome(theirs.consume('b')), ['rejected', res(0, 20_000, 4)], 20_000, undefined, 'the fourth blocks');
+    ttlWithin(await client.pTTL(ours.getKey('b')), 20_000, blocked, 'the block\'s TTL');
+    // block(key) writes blockOnConsumed, as there.
+    both(await outcome(ours.block('c', 5)), await outcome(theirs.block('c', 5)), ['resolved', res(0, 5000, 4)], 0, undefined, 'block');
+    assert.throws(() => new RateLimiterRedis({ storeClient: store, points: 5, blockOnConsumed: 4 }),
+      /^Error: blockOnConsumed option must be greater or equal "points" option$/);
+  });
 
+  test(`penalty and reward add and take back, as there; block and set write the key with SET (${kind})`, async () => {
+    const { ours, theirs } = pair({ points: 5, duration: 10 }, 'penalty', K);
+    const since = performance.now();
+    const steps = [
+      [(l) => l.penalty('p', 2), res(3, 10_000, 2, true)],
+      [(l) => l.penalty('p', 3), res(0, 10_000, 5)],
+      [(l) => l.penalty('p', 3), res(0, 10_000, 8)], // past the points, as there
+      [(l) => l.reward('p', 6), res(3, 10_000, 2)],
+      [(l) => l.reward('p', 4), res(7, 10_000, -2)], // below zero, as there
+    ];
+    for (const [i, [call, want]] of steps.entries()) {
+      both(await outcome(call(ours)), await outcome(call(theirs)), ['resolved', want], 10_000, since, `step ${i}`);
+    }
     for (const key of ['fresh', 'used']) {
       if (key === 'used') {
         await ours.consume(key);
         await theirs.consume(key);
       }
-      const mine = await outcome(ours.block(key, 60));
-      assert.deepEqual(mine, ['resolved', { remainingPoints: 0, msBeforeNext: 60_000, consumedPoints: 6, isFirstInDuration: false }]);
-      same(mine, await outcome(theirs.block(key, 60)), `block a ${key} key`);
-      const refused = await outcome(ours.consume(key));
-      assert.deepEqual(refused, ['rejected', { remainingPoints: 0, msBeforeNext: 60_000, consumedPoints: 6, isFirstInDuration: false }]);
-      const theirRefusal = await outcome(theirs.consume(key));
-      assert.equal(theirRefusal[0], 'rejected', `consume in a block of a ${key} key`);
+      const blocked = performance.now();
+      both(await outcome(ours.block(key, 60)), await outcome(theirs.block(key, 60)), ['resolved', res(0, 60_000, 6)], 0, undefined, `block a ${key} key`);
+      assert.equal(await client.get(ours.getKey(key)), '6');
+      both(await outcome(ours.consume(key)), await outcome(theirs.consume(key)), ['rejected', res(0, 60_000, 7)], 60_000, blocked, `consume in a block of a ${key} key`);
     }
-    await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '60000']);
-    assert.equal((await ours.consume('fresh')).isFirstInDuration, true);
+    // set(key, points, secDuration): SET points EX secDuration; left out, duration.
+    both(await outcome(ours.set('s', 3, 20)), await outcome(theirs.set('s', 3, 20)), ['resolved', res(0, 20_000, 3)], 0, undefined, 'set');
+    const setAt = performance.now();
+    both(await outcome(ours.get('s')), await outcome(theirs.get('s')), ['resolved', res(2, 20_000, 3)], 20_000, setAt - 1, 'get after set');
+    both(await outcome(ours.set('t', 1)), await outcome(theirs.set('t', 1)), ['resolved', res(0, 10_000, 1)], 0, undefined, 'set for duration');
+    both(await outcome(ours.set('u', 2, 0)), await outcome(theirs.set('u', 2, 0)), ['resolved', res(0, -1, 2)], 0, undefined, 'set for good');
+    assert.equal(await client.pTTL(ours.getKey('u')), -1);
   });
 
   test(`a store error rejects with an Error, or goes to insuranceLimiter (${kind})`, async () => {
-    // A key of another type makes the module answer WRONGTYPE: a store error, not a refusal.
     await client.set(`ours-err-${kind}:k`, 'x');
-    const plain = new RateLimiterRedis({ storeClient: store, points: 2, duration: 1, keyPrefix: `ours-err-${kind}` });
-    const [how, message] = await outcome(plain.consume('k'));
-    assert.equal(how, 'error');
-    assert.match(message, /WRONGTYPE/);
+    await client.hSet(`ours-err-${kind}:h`, 'a', '1');
+    const plain = new RateLimiterRedis({ storeClient: store, points: 2, duration: 1, keyPrefix: `ours-err-${kind}`, logger: quiet });
+    assert.deepEqual(await outcome(plain.consume('k')), ['error', 'ERR value is not an integer or out of range']);
+    assert.deepEqual(await outcome(plain.consume('h')), ['error', 'WRONGTYPE Operation against a key holding the wrong kind of value']);
+    assert.equal(await client.get(`ours-err-${kind}:k`), 'x');
     const insured = new RateLimiterRedis({
-      storeClient: store, points: 2, duration: 1, keyPrefix: `ours-err-${kind}`,
+      storeClient: store, points: 2, duration: 1, keyPrefix: `ours-err-${kind}`, logger: quiet,
       insuranceLimiter: new RLF.RateLimiterMemory({ points: 1, duration: 1 }),
     });
-    assert.deepEqual((await insured.consume('k')).toJSON().remainingPoints, 0);
-    await assert.rejects(insured.consume('k'), (res) => res instanceof RLF.RateLimiterRes);
-  });
-
-  test(`reward gives points back with RL.REFUND (${kind})`, async () => {
-    await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
-    const { ours, theirs } = pair({ points: 5, duration: 10 }, 'reward', K);
-    for (let i = 0; i < 3; i++) {
-      await ours.consume('r');
-      await theirs.consume('r');
-    }
-    const mine = await outcome(ours.reward('r', 2));
-    assert.deepEqual(mine, ['resolved', { remainingPoints: 4, msBeforeNext: 10_000, consumedPoints: 1, isFirstInDuration: false }]);
-    same(mine, await outcome(theirs.reward('r', 2)), 'reward');
-    assert.equal((await ours.consume('r')).remainingPoints, 3);
+    assert.equal((await insured.consume('k')).remainingPoints, 0);
+    await assert.rejects(insured.consume('k'), (r) => r instanceof RLF.RateLimiterRes);
   });
 
   test(`execEvenly: admitted consumes are spread over the time left in the window (${kind})`, async () => {
-    await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
     const { ours, theirs } = pair({ points: 3, duration: 2, execEvenly: true }, 'evenly', K);
-    // The first of a window at once; then ceil(ms left / (points left + 2)): 2000 / 3 = 667 ms,
-    // then 2000 / 2 = 1000 ms (our clock is frozen), msBeforeNext less the wait. (The key lives
-    // 2 s of real time from each write: long enough for the waits.)
-    const expected = [
-      [0, { remainingPoints: 2, msBeforeNext: 2000, consumedPoints: 1, isFirstInDuration: true }],
-      [667, { remainingPoints: 1, msBeforeNext: 1333, consumedPoints: 2, isFirstInDuration: false }],
-      [1000, { remainingPoints: 0, msBeforeNext: 1000, consumedPoints: 3, isFirstInDuration: false }],
-    ];
-    for (const [wait, fields] of expected) {
-      const started = performance.now();
-      const mine = await outcome(ours.consume('e'));
-      const waited = performance.now() - started;
-      assert.deepEqual(mine, ['resolved', fields]);
-      assert.ok(waited >= wait - 2 && waited < wait + 1000, `waited ${waited} ms for ${wait}`);
+    for (const limiter of [ours, theirs]) {
+      // The first of a window at once; then a wait of ceil(ms left / (points left + 2)), the
+      // ms left being the key's TTL (2000 less the real time since the first), and msBeforeNext
+      // that TTL less the wait.
+      const since = performance.now();
+      assert.deepEqual((await limiter.consume('e')).toJSON(), res(2, 2000, 1, true));
+      for (const [remaining, consumed] of [[1, 2], [0, 3]]) {
+        const started = performance.now();
+        const r = await limiter.consume('e');
+        const ended = performance.now();
+        assert.deepEqual({ ...r.toJSON(), msBeforeNext: 0 }, res(remaining, 0, consumed));
+        const leastTtl = 2000 - Math.ceil(ended - since) - 1;
+        const mostTtl = 2000 - Math.floor(started - since);
+        const leastWait = Math.ceil(leastTtl / (remaining + 2));
+        const mostWait = Math.ceil(mostTtl / (remaining + 2));
+        assert.ok(ended - started >= leastWait - 1, `waited ${ended - started} ms, at least ${leastWait}`);
+        assert.ok(r.msBeforeNext >= leastTtl - mostWait && r.msBeforeNext <= mostTtl - leastWait,
+          `msBeforeNext ${r.msBeforeNext}: the TTL (${leastTtl} to ${mostTtl}) less the wait (${leastWait} to ${mostWait})`);
+      }
     }
-    // Theirs, on a real clock, the same fields (msBeforeNext within the time the test took).
-    const theirFields = [];
-    for (let i = 0; i < 3; i++) theirFields.push(await outcome(theirs.consume('e')));
-    assert.deepEqual(theirFields.map(([kind, f]) => [kind, f.remainingPoints, f.consumedPoints, f.isFirstInDuration]),
-      expected.map(([, f]) => ['resolved', f.remainingPoints, f.consumedPoints, f.isFirstInDuration]));
   });
 
   test(`inMemoryBlockOnConsumed: a key over it is refused in the process, without Redis (${kind})`, async () => {
-    await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
     const { ours, theirs } = pair({ points: 2, duration: 60, inMemoryBlockOnConsumed: 3, inMemoryBlockDuration: 10 }, 'inmem', K);
-    for (let i = 0; i < 2; i++) same(await outcome(ours.consume('m')), await outcome(theirs.consume('m')), `consume ${i}`);
-    // The third reaches 3: refused, and blocked in memory for 10 s.
-    const third = await outcome(ours.consume('m'));
-    assert.deepEqual(third, ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 3, isFirstInDuration: false }]);
-    same(third, await outcome(theirs.consume('m')), 'the consume that blocks in memory');
+    const since = performance.now();
+    for (let i = 0; i < 2; i++) {
+      both(await outcome(ours.consume('m')), await outcome(theirs.consume('m')), ['resolved', res(1 - i, 60_000, i + 1, i === 0)], 60_000, since, `consume ${i}`);
+    }
+    // The third reaches 3: refused, and blocked in memory for 10 s from the call.
+    const blocked = performance.now();
+    both(await outcome(ours.consume('m')), await outcome(theirs.consume('m')), ['rejected', res(0, 10_000, 3)], 0, undefined, 'the consume that blocks in memory');
     // The next is refused by the process: RateLimiterRes(0, time left), no command sent.
-    const before = await calls(client, 'RL.TOKENBUCKET');
-    const [kind, res] = await outcome(ours.consume('m'));
-    assert.equal(await calls(client, 'RL.TOKENBUCKET'), before);
-    assert.equal(kind, 'rejected');
-    assert.deepEqual({ ...res, msBeforeNext: 0 }, { remainingPoints: 0, msBeforeNext: 0, consumedPoints: 0, isFirstInDuration: false });
-    assert.ok(res.msBeforeNext > 9_000 && res.msBeforeNext <= 10_000, `${res.msBeforeNext}`);
-    same(['rejected', { ...res, msBeforeNext: 10_000 }], await outcome(theirs.consume('m')), 'refused in memory', 2000);
+    const before = await calls(client, 'RL.COUNTER');
+    const [how, r] = await outcome(ours.consume('m'));
+    assert.equal(await calls(client, 'RL.COUNTER'), before);
+    assert.equal(how, 'rejected');
+    expectOutcome(['rejected', r], ['rejected', res(0, 10_000, 0)], 10_000, blocked, 'refused in memory');
     // delete() forgets the block too.
     assert.equal(await ours.delete('m'), true);
     assert.equal((await ours.consume('m')).consumedPoints, 1);
     assert.throws(() => new RateLimiterRedis({ storeClient: store, points: 5, inMemoryBlockOnConsumed: 4 }),
       /inMemoryBlockOnConsumed option must be greater or equal "points" option/);
   });
+
+  test(`keys rate-limiter-flexible wrote are read and counted on, and back (${kind})`, async () => {
+    // The same keyPrefix: a user switching constructors keeps every count in flight.
+    const ours = new RateLimiterRedis({ storeClient: store, points: 5, duration: 30, keyPrefix: `shared-${kind}`, logger: quiet });
+    const theirs = new RLF.RateLimiterRedis({ storeClient: store, points: 5, duration: 30, keyPrefix: `shared-${kind}`, ...K[2] });
+    const since = performance.now();
+    await theirs.consume('u', 2);
+    expectOutcome(await outcome(ours.get('u')), ['resolved', res(3, 30_000, 2)], 30_000, since, 'ours reads theirs');
+    expectOutcome(await outcome(ours.consume('u', 2)), ['resolved', res(1, 30_000, 4)], 30_000, since, 'ours counts on');
+    expectOutcome(await outcome(theirs.consume('u', 2)), ['rejected', res(0, 30_000, 6)], 30_000, since, 'theirs counts on');
+    expectOutcome(await outcome(ours.reward('u', 3)), ['resolved', res(2, 30_000, 3)], 30_000, since, 'ours gives back');
+    await ours.block('v', 30);
+    await assert.rejects(theirs.consume('v'), (r) => r instanceof RLF.RateLimiterRes && r.consumedPoints === 7);
+  });
 }
 
-test('options rate-limiter-flexible has and the module cannot honour are refused', () => {
-  for (const option of ['blockOnConsumed']) {
-    assert.throws(() => new RateLimiterRedis({ storeClient: client, points: 5, [option]: 10 }),
-      new RegExp(`${option} is not supported`));
-  }
+test('an option rate-limiter-flexible has and the module cannot honour is refused', () => {
+  assert.throws(() => new RateLimiterRedis({ storeClient: client, points: 5, customIncrTtlLuaScript: 'return 1' }),
+    /customIncrTtlLuaScript is not supported/);
   assert.throws(() => new RateLimiterRedis({ points: 5 }), /storeClient is not set/);
   assert.throws(() => new RateLimiterRedis({ storeClient: client, points: 1.5 }), /points must be an integer/);
+  assert.throws(() => new RateLimiterRedis({ storeClient: client, points: 1, duration: 315_360_001 }), /duration must be at most 10 years/);
 });
 
 test('a client it does not take is refused in the constructor, saying which it takes: a Sentinel client', async () => {
@@ -283,18 +308,18 @@ test('a client it does not take is refused in the constructor, saying which it t
 });
 
 test("ioredis's keyPrefix prefixes every key the class and RateLimit write, on both backends", async () => {
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
   const prefixed = new Redis({ host: '127.0.0.1', port: redis.port, keyPrefix: 'app:' });
   try {
     for (const backend of ['module', 'script']) {
       const limiter = new RateLimiterRedis({ storeClient: prefixed, points: 3, duration: 10, keyPrefix: `kp-${backend}`, backend, logger: quiet });
-      assert.deepEqual((await limiter.consume('u', 2)).toJSON(),
-        { remainingPoints: 1, msBeforeNext: 10_000, consumedPoints: 2, isFirstInDuration: true });
+      assert.deepEqual((await limiter.consume('u', 2)).toJSON(), res(1, 10_000, 2, true));
       // The key in Redis is ioredis's prefix, then the class's key; none without it.
-      assert.equal(await client.exists(`app:kp-${backend}:u`), 1, backend);
+      assert.equal(await client.get(`app:kp-${backend}:u`), '2', backend);
       assert.equal(await client.exists(`kp-${backend}:u`), 0, backend);
       assert.equal((await limiter.get('u')).consumedPoints, 2);
-      // delete (ioredis's DEL, which ioredis prefixes) finds the same key.
+      // block (SET) and delete (DEL), which ioredis prefixes, find the same key.
+      await limiter.block('u', 5);
+      assert.equal(await client.get(`app:kp-${backend}:u`), '4', backend);
       assert.equal(await limiter.delete('u'), true);
       assert.equal(await client.exists(`app:kp-${backend}:u`), 0, backend);
       const rl = new RateLimit({ client: prefixed, backend, prefix: `rl-${backend}:`, logger: quiet, ...PATIENT,
@@ -307,129 +332,69 @@ test("ioredis's keyPrefix prefixes every key the class and RateLimit write, on b
   }
 });
 
-test('points 0 admits nothing: every consume is refused, without a round trip', async () => {
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+test('points 0 admits nothing: every consume is counted and refused, as there', async () => {
   const { ours, theirs } = pair({ points: 0, duration: 10 }, 'zero');
-  const before = await calls(client, 'RL.TOKENBUCKET');
   for (const cost of [1, 3]) {
-    const mine = await outcome(ours.consume('z', cost));
-    assert.deepEqual(mine, ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: cost, isFirstInDuration: false }]);
-    // (There a refusal that starts a window says isFirstInDuration; ours, stored nowhere, never.)
-    const their = await outcome(theirs.consume(`z${cost}`, cost));
-    same(mine, ['rejected', { ...their[1], isFirstInDuration: false }], `consume ${cost} of 0 points`);
+    const since = performance.now();
+    both(await outcome(ours.consume(`z${cost}`, cost)), await outcome(theirs.consume(`z${cost}`, cost)),
+      ['rejected', res(0, 10_000, cost, true)], 10_000, since, `consume ${cost} of 0 points`);
   }
-  // Nothing stored: get says null, penalty and reward change nothing, block refuses no more.
-  assert.equal(await ours.get('z'), null);
-  assert.deepEqual((await ours.penalty('z', 2)).toJSON(), { remainingPoints: 0, msBeforeNext: 0, consumedPoints: 0, isFirstInDuration: false });
-  assert.deepEqual((await ours.reward('z', 2)).toJSON(), { remainingPoints: 0, msBeforeNext: 0, consumedPoints: 0, isFirstInDuration: false });
-  assert.deepEqual((await ours.block('z', 5)).toJSON(), { remainingPoints: 0, msBeforeNext: 5000, consumedPoints: 1, isFirstInDuration: false });
-  assert.equal(await calls(client, 'RL.TOKENBUCKET'), before);
   // A consume of nothing takes nothing, and passes.
-  assert.deepEqual((await ours.consume('z', 0)).toJSON(), { remainingPoints: 0, msBeforeNext: 0, consumedPoints: 0, isFirstInDuration: false });
+  const since = performance.now();
+  both(await outcome(ours.consume('y', 0)), await outcome(theirs.consume('y', 0)), ['resolved', res(0, 10_000, 0, true)], 10_000, since, 'consume 0');
   assert.throws(() => new RateLimiterRedis({ storeClient: client, points: -1 }), /^Error: points must be an integer from 0 to 10\^12$/);
 });
 
-test('a cost above points uses the window up: refused to its end, or blocked for blockDuration', async () => {
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
-  // (There the consume that starts a window says isFirstInDuration, refused or not; ours never
-  // does for a refusal. And there each refused consume adds to the count: the second
-  // refusal's consumedPoints is 4 there, 3 here, the module counting no refusal.)
-  const firstOfTheirs = (o) => ['rejected', { ...o[1], isFirstInDuration: false }];
+test('a cost above points is counted and refused, as there; with blockDuration it blocks', async () => {
   const { ours, theirs } = pair({ points: 2, duration: 10 }, 'over');
-  const mine = await outcome(ours.consume('fresh', 3));
-  assert.deepEqual(mine, ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 3, isFirstInDuration: false }]);
-  same(mine, firstOfTheirs(await outcome(theirs.consume('fresh', 3))), 'a cost above points on a fresh key');
-  const next = await outcome(ours.consume('fresh'));
-  assert.deepEqual(next, ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 3, isFirstInDuration: false }]);
-  const theirNext = await outcome(theirs.consume('fresh'));
-  same(next, ['rejected', { ...theirNext[1], consumedPoints: 3 }], 'the next consume, in the used window');
-  // A key that has taken a point: the point left is taken too.
-  same(await outcome(ours.consume('used')), await outcome(theirs.consume('used')), 'a first point');
-  const over = await outcome(ours.consume('used', 3));
-  assert.deepEqual(over, ['rejected', { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 4, isFirstInDuration: false }]);
-  same(over, await outcome(theirs.consume('used', 3)), 'a cost above points on a key that has taken some');
-  assert.deepEqual((await ours.get('used')).toJSON(), { remainingPoints: 0, msBeforeNext: 10_000, consumedPoints: 2, isFirstInDuration: false });
-  // The window ends: every point is back.
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '10000']);
-  assert.equal((await ours.consume('fresh')).remainingPoints, 1);
-
-  // With blockDuration: blocked, as there; once the block is over the key is fresh again.
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  const since = performance.now();
+  both(await outcome(ours.consume('fresh', 3)), await outcome(theirs.consume('fresh', 3)), ['rejected', res(0, 10_000, 3, true)], 10_000, since, 'a cost above points on a fresh key');
+  both(await outcome(ours.consume('fresh')), await outcome(theirs.consume('fresh')), ['rejected', res(0, 10_000, 4)], 10_000, since, 'the next consume');
   const blocking = pair({ points: 2, duration: 10, blockDuration: 30 }, 'overblock');
-  const blocked = await outcome(blocking.ours.consume('b', 3));
-  assert.deepEqual(blocked, ['rejected', { remainingPoints: 0, msBeforeNext: 30_000, consumedPoints: 3, isFirstInDuration: false }]);
-  same(blocked, firstOfTheirs(await outcome(blocking.theirs.consume('b', 3))), 'a cost above points with blockDuration');
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '29999']);
-  assert.equal((await refusal(blocking.ours.consume('b'))).msBeforeNext, 1);
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '1']);
-  assert.deepEqual((await blocking.ours.consume('b')).toJSON(), { remainingPoints: 1, msBeforeNext: 10_000, consumedPoints: 1, isFirstInDuration: true });
-
-  // With inMemoryBlockOnConsumed: blocked in the process until the window ends.
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+  both(await outcome(blocking.ours.consume('b', 3)), await outcome(blocking.theirs.consume('b', 3)), ['rejected', res(0, 30_000, 3, true)], 0, undefined, 'with blockDuration');
+  // With inMemoryBlockOnConsumed: blocked in the process for the window's time left.
   const clock = { ms: 0 };
   const inMemory = new RateLimiterRedis({
-    storeClient: client, points: 1, duration: 5, inMemoryBlockOnConsumed: 1, keyPrefix: 'ours-overmem', now: () => clock.ms,
+    storeClient: client, points: 1, duration: 5, inMemoryBlockOnConsumed: 1, keyPrefix: 'ours-overmem', now: () => clock.ms, logger: quiet,
   });
-  assert.equal((await refusal(inMemory.consume('m', 2))).msBeforeNext, 5000);
-  const before = await calls(client, 'RL.TOKENBUCKET');
-  clock.ms = 4999;
+  const memSince = performance.now();
+  const first = await refusal(inMemory.consume('m', 2));
+  ttlWithin(first.msBeforeNext, 5000, memSince, 'blocked in memory');
+  const before = await calls(client, 'RL.COUNTER');
+  clock.ms = first.msBeforeNext - 1;
   assert.equal((await refusal(inMemory.consume('m'))).msBeforeNext, 1);
-  assert.equal(await calls(client, 'RL.TOKENBUCKET'), before, 'refused in the process');
-
-  // duration 0: the window never ends.
-  const never = new RateLimiterRedis({ storeClient: client, points: 2, duration: 0, keyPrefix: 'ours-overnever' });
-  assert.deepEqual((await refusal(never.consume('n', 3))).toJSON(), { remainingPoints: 0, msBeforeNext: -1, consumedPoints: 3, isFirstInDuration: false });
+  assert.equal(await calls(client, 'RL.COUNTER'), before, 'refused in the process');
+  // duration 0: the window never ends (INCRBY and PTTL, as there).
+  const never = pair({ points: 2, duration: 0 }, 'overnever');
+  both(await outcome(never.ours.consume('n', 3)), await outcome(never.theirs.consume('n', 3)), ['rejected', res(0, -1, 3, true)], 0, undefined, 'duration 0');
+  assert.equal(await client.pTTL(never.ours.getKey('n')), -1);
 });
 
-test('never: block(key, 0) and duration 0 say msBeforeNext -1, in get and in refusals', async () => {
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+test('block(key, 0) is for good; a consume then gives the key the window, as there', async () => {
   const { ours, theirs } = pair({ points: 1, duration: 1 }, 'forever');
-  same(await outcome(ours.block('k', 0)), await outcome(theirs.block('k', 0)), 'block(key, 0)');
-  // A year later, still blocked, for ever.
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', `${365 * 86_400_000}`]);
-  const got = await outcome(ours.get('k'));
-  assert.deepEqual(got, ['resolved', { remainingPoints: 0, msBeforeNext: -1, consumedPoints: 2, isFirstInDuration: false }]);
-  same(got, await outcome(theirs.get('k')), 'get in a block for ever');
-  const refused = await outcome(ours.consume('k'));
-  assert.deepEqual(refused, ['rejected', { remainingPoints: 0, msBeforeNext: -1, consumedPoints: 2, isFirstInDuration: false }]);
-  // (There the refused point is counted, 3, and its script gives the key, which had no expiry,
-  // the window's: msBeforeNext 1000, and the block for ever ends a second later. Not here.)
-  const theirRefusal = await outcome(theirs.consume('k'));
-  assert.deepEqual([theirRefusal[0], theirRefusal[1].consumedPoints], ['rejected', 3]);
-
-  const never = pair({ points: 2, duration: 0 }, 'never');
-  for (let i = 0; i < 2; i++) same(await outcome(never.ours.consume('n')), await outcome(never.theirs.consume('n')), `consume ${i}`);
-  const full = await outcome(never.ours.consume('n'));
-  assert.deepEqual(full, ['rejected', { remainingPoints: 0, msBeforeNext: -1, consumedPoints: 3, isFirstInDuration: false }]);
-  same(full, await outcome(never.theirs.consume('n')), 'a consume over the points of a window that never ends');
+  both(await outcome(ours.block('k', 0)), await outcome(theirs.block('k', 0)), ['resolved', res(0, -1, 2)], 0, undefined, 'block(key, 0)');
+  both(await outcome(ours.get('k')), await outcome(theirs.get('k')), ['resolved', res(0, -1, 2)], 0, undefined, 'get in a block for good');
+  // The refused point is counted, and the key, which had no expiry, gets the window's (its script's rule, RL.COUNTER's too).
+  const since = performance.now();
+  both(await outcome(ours.consume('k')), await outcome(theirs.consume('k')), ['rejected', res(0, 1000, 3)], 1000, since, 'a consume in it');
 });
 
-test('options.customDuration is the length of the window the call starts (0: never)', async () => {
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'SET', `${T0_MS}`]);
+test('options.customDuration is the expiry of a key the call makes (0, or under a second: none)', async () => {
   const { ours, theirs } = pair({ points: 2, duration: 5 }, 'custom');
-  for (const [key, customDuration, ms] of [['one', 1, 1000], ['half', 0.5, 500], ['never', 0, -1]]) {
-    const mine = await outcome(ours.consume(key, 1, { customDuration }));
-    assert.deepEqual(mine, ['resolved', { remainingPoints: 1, msBeforeNext: ms, consumedPoints: 1, isFirstInDuration: true }], key);
-    // (There fractions of a second are dropped, as for duration: 0.5 is no expiry at all.)
-    if (key !== 'half') same(mine, await outcome(theirs.consume(key, 1, { customDuration })), `customDuration ${customDuration}`);
+  for (const [key, customDuration, ms] of [['one', 1, 1000], ['half', 0.5, -1], ['never', 0, -1], ['negative', -1, 5000]]) {
+    const since = performance.now();
+    both(await outcome(ours.consume(key, 1, { customDuration })), await outcome(theirs.consume(key, 1, { customDuration })),
+      ['resolved', res(1, ms, 1, true)], ms, ms > 0 ? since : undefined, `customDuration ${customDuration}`);
   }
-  // The window is that long: its points come back a second after it began.
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '999']);
-  assert.equal((await refusal(ours.consume('one', 2, { customDuration: 1 }))).msBeforeNext, 1);
-  await client.sendCommand(['RL.DEBUG.CLOCK', 'ADVANCE', '1']);
-  assert.equal((await ours.consume('one', 2, { customDuration: 1 })).remainingPoints, 0);
   // penalty takes it too (rate-limiter-flexible's ExpressBruteFlexible does).
-  assert.deepEqual((await ours.penalty('pen', 1, { customDuration: 3 })).toJSON(),
-    { remainingPoints: 1, msBeforeNext: 3000, consumedPoints: 1, isFirstInDuration: true });
+  assert.deepEqual((await ours.penalty('pen', 1, { customDuration: 3 })).toJSON(), res(1, 3000, 1, true));
   // The insurance limiter gets the options as they were given.
   await client.set('ours-custom-broken:k', 'x');
   const insured = new RateLimiterRedis({
-    storeClient: client, points: 1, duration: 2, keyPrefix: 'ours-custom-broken',
-    insuranceLimiter: new RateLimiterRedis({ storeClient: client, points: 2, duration: 3, keyPrefix: 'ours-custom-insurance' }),
+    storeClient: client, points: 1, duration: 2, keyPrefix: 'ours-custom-broken', logger: quiet,
+    insuranceLimiter: new RateLimiterRedis({ storeClient: client, points: 2, duration: 3, keyPrefix: 'ours-custom-insurance', logger: quiet }),
   });
-  assert.deepEqual((await insured.consume('k', 1, { customDuration: 1 })).toJSON(),
-    { remainingPoints: 1, msBeforeNext: 1000, consumedPoints: 1, isFirstInDuration: true });
-  await assert.rejects(ours.consume('bad', 1, { customDuration: -1 }), /^Error: options\.customDuration must be a non-negative number of seconds$/);
+  assert.deepEqual((await insured.consume('k', 1, { customDuration: 1 })).toJSON(), res(1, 1000, 1, true));
 });
 
 test('rejectIfRedisNotReady: a client that says it is not ready gets no command', async () => {
@@ -442,8 +407,9 @@ test('rejectIfRedisNotReady: a client that says it is not ready gets no command'
   ]) {
     let sent = 0;
     const storeClient = { ...shape, sendCommand: async () => { sent += 1; }, multi: () => { sent += 1; } };
-    const limiter = new RateLimiterRedis({ storeClient, points: 2, duration: 1, rejectIfRedisNotReady: true });
-    for (const call of [() => limiter.consume('k'), () => limiter.get('k'), () => limiter.reward('k'), () => limiter.block('k', 1)]) {
+    const limiter = new RateLimiterRedis({ storeClient, points: 2, duration: 1, rejectIfRedisNotReady: true, logger: quiet });
+    for (const call of [() => limiter.consume('k'), () => limiter.get('k'), () => limiter.reward('k'), () => limiter.block('k', 1),
+      () => limiter.set('k', 1, 1), () => limiter.delete('k')]) {
       await assert.rejects(call(), /^Error: Redis connection is not ready$/, what);
     }
     assert.equal(sent, 0, what);
@@ -451,7 +417,7 @@ test('rejectIfRedisNotReady: a client that says it is not ready gets no command'
   // A closed node-redis client, really.
   const closed = await connect(redis);
   await closed.quit();
-  const limiter = new RateLimiterRedis({ storeClient: closed, points: 2, duration: 1, rejectIfRedisNotReady: true });
+  const limiter = new RateLimiterRedis({ storeClient: closed, points: 2, duration: 1, rejectIfRedisNotReady: true, logger: quiet });
   await assert.rejects(limiter.consume('k'), /^Error: Redis connection is not ready$/);
   // ioredis says it with `status` ('ready' once connected): a stand-in, and a client closed.
   const standIn = new RateLimiterRedis({ storeClient: { status: 'closed' }, points: 2, duration: 1, rejectIfRedisNotReady: true });
@@ -461,7 +427,7 @@ test('rejectIfRedisNotReady: a client that says it is not ready gets no command'
   await assert.rejects(ioLimiter.consume('k'), /^Error: Redis connection is not ready$/);
   // Ready: sent.
   for (const [kind, store] of KINDS) {
-    const ready = new RateLimiterRedis({ storeClient: store, points: 2, duration: 1, rejectIfRedisNotReady: true, keyPrefix: `ours-ready-${kind}` });
+    const ready = new RateLimiterRedis({ storeClient: store, points: 2, duration: 1, rejectIfRedisNotReady: true, keyPrefix: `ours-ready-${kind}`, logger: quiet });
     assert.equal((await ready.consume('k')).remainingPoints, 1, kind);
   }
 });
@@ -469,7 +435,7 @@ test('rejectIfRedisNotReady: a client that says it is not ready gets no command'
 test('a number key without keyPrefix is sent as a string (getKey returns one, as declared)', async () => {
   // Found by the type check (tsc -p .): getKey(7) with keyPrefix '' returned the number 7, which
   // node-redis refuses as a command word, so every call with such a key failed.
-  const limiter = new RateLimiterRedis({ storeClient: client, points: 2, duration: 60, keyPrefix: '' });
+  const limiter = new RateLimiterRedis({ storeClient: client, points: 2, duration: 60, keyPrefix: '', logger: quiet });
   assert.equal(limiter.getKey(7), '7');
   assert.equal((await limiter.consume(7)).consumedPoints, 1);
   assert.equal((await limiter.get(7)).consumedPoints, 1);

@@ -403,6 +403,50 @@ export async function clocks(client) {
   return clock;
 }
 
+/**
+ * A PTTL (or what a reply derives from one: msBeforeNext, a reset) read now of a key given
+ * `windowMs` at some instant after `since` (performance.now() before the call that set it): at
+ * most the window, at least the window less the real time since, rounded up. The counters'
+ * windows (RL.COUNTER) are their keys' TTLs on the server's clock, which no debug clock moves:
+ * asserted so, from the time measured, never from a tolerance.
+ * @param {number} ms
+ * @param {number} windowMs
+ * @param {number} since
+ * @param {string} [what]
+ */
+export function ttlWithin(ms, windowMs, since, what = 'a TTL') {
+  const elapsed = Math.ceil(performance.now() - since);
+  assert.ok(ms <= windowMs && ms >= windowMs - elapsed - 1, `${what}: ${ms} ms, where the window is ${windowMs} ms, ${elapsed} ms after it began`);
+}
+
+/**
+ * The whole seconds a client shows of a `windowMs` window begun after `since` (ttlWithin's
+ * bounds, rounded up, as express-rate-limit's RateLimit-Reset and Retry-After round): one value,
+ * or two when the time since crosses a second.
+ * @param {number} windowMs
+ * @param {number} since
+ * @returns {string[]}
+ */
+export function secondsLeft(windowMs, since) {
+  const elapsed = Math.ceil(performance.now() - since);
+  const values = [];
+  for (let s = Math.ceil(Math.max(0, windowMs - elapsed - 1) / 1000); s <= Math.ceil(windowMs / 1000); s++) values.push(String(s));
+  return values;
+}
+
+/**
+ * Ends the windows of counter keys now, as their TTLs would: each key made to expire in 1 ms
+ * (PEXPIRE), then seen gone (EXISTS, until it says 0: an event, not a wait of a set length).
+ * @param {any} client a node-redis client
+ * @param {...string} keys
+ */
+export async function endWindow(client, ...keys) {
+  for (const key of keys) {
+    assert.equal(await client.pExpire(key, 1), 1, `${key} exists`);
+    while ((await client.exists(key)) === 1);
+  }
+}
+
 /** The RateLimiterRes a consume rejects with (an admission or an Error fails the test). */
 export async function refusal(promise) {
   let res;

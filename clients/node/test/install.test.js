@@ -54,7 +54,7 @@ test('npm install of the packed package into a fresh directory', { skip: PACKAGE
         'lib', 'lua', 'package.json']);
     assert.ok(!existsSync(path.join(source, 'lua')), 'postpack removed the copy: clients/lua/ stays the only one');
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module/lib')).sort(),
-      ['backend.cjs', 'client.cjs', 'denial-memory.cjs', 'express-store.cjs', 'fields.cjs', 'flexible-base.cjs', 'flexible.cjs', 'limits.cjs', 'local-budget.cjs', 'middleware.cjs', 'rate-limit.cjs', 'reconnect.cjs',
+      ['backend.cjs', 'client.cjs', 'counter.cjs', 'denial-memory.cjs', 'express-store.cjs', 'fields.cjs', 'flexible-base.cjs', 'flexible.cjs', 'limits.cjs', 'local-budget.cjs', 'middleware.cjs', 'rate-limit.cjs', 'reconnect.cjs',
         'reply.cjs', 'scripts.cjs', 'setup.cjs', 'validations.cjs']);
     assert.deepEqual(readdirSync(path.join(dir, 'node_modules/ratelimit-redis-module/lua')).sort(),
       readdirSync(path.join(pkg, '../lua')).filter((f) => f !== 'README.md' && f !== 'conformance').sort());
@@ -94,8 +94,9 @@ test('npm install of the packed package into a fresh directory', { skip: PACKAGE
     `);
     const [imported, required] = JSON.parse(execFileSync(process.execPath, ['names.cjs'], { cwd: dir, encoding: 'utf8' }));
     assert.deepEqual(imported, [
-      'ModuleRequiredError', 'NotDurableError', 'QUOTA_EXCEEDED_TYPE', 'REDUCED_CAPACITY_TYPE', 'RateLimit', 'RateLimiterRedis', 'RateLimiterRes',
-      'RedisModuleStore', 'UNAVAILABLE_BODY', 'durationMs', 'loadSheddingBody', 'parseReply', 'policyWindows', 'quotaExceededBody',
+      'Counter', 'ModuleRequiredError', 'NotDurableError', 'QUOTA_EXCEEDED_TYPE', 'REDUCED_CAPACITY_TYPE', 'RateLimit', 'RateLimiterRedis',
+      'RateLimiterRes', 'RedisModuleStore', 'UNAVAILABLE_BODY', 'durationMs', 'loadSheddingBody', 'parseCount', 'parseReply', 'policyWindows',
+      'quotaExceededBody',
       'rateLimitHeaders', 'rateLimitMiddleware', 'reconnectStrategy',
     ]);
     assert.deepEqual(required, imported);
@@ -103,7 +104,7 @@ test('npm install of the packed package into a fresh directory', { skip: PACKAGE
     const plain = await startRedis({ withModule: false });
     try {
       writeFileSync(path.join(dir, 'scripts.mjs'), `
-        import { RateLimit } from 'ratelimit-redis-module';
+        import { Counter, RateLimit } from 'ratelimit-redis-module';
         import { createClient } from 'redis';
         const client = createClient({ url: process.argv[2] });
         await client.connect();
@@ -122,6 +123,8 @@ test('npm install of the packed package into a fresh directory', { skip: PACKAGE
           const d = await l.check(name, 2);
           out[name] = [l.stats.backend, d.allowed, d.limit, d.remaining, d.retryAfterMs, await l.refund(name, 1)];
         }
+        const counter = new Counter({ client, logger: null, timeout: 2000 });
+        out.counter = [(await counter.count('n', '1h', { by: 2 })).count, counter.backend];
         console.log(JSON.stringify(out));
         await client.quit();
       `);
@@ -134,11 +137,12 @@ test('npm install of the packed package into a fresh directory', { skip: PACKAGE
         slidingwindow: ['script', true, 3, 1, 0, 1],
         slidinglog: ['script', true, 3, 1, 0, 1],
         warmup: ['script', true, 1, 0, 0, 1],
+        counter: [2, 'script'],
       });
       // The installed scripts are the repository's, byte for byte: the same SHAs are loaded.
       const client = createClient({ url: plain.url });
       await client.connect();
-      const used = ['gcra', 'tokenbucket', 'leakybucket', 'fixedwindow', 'slidingwindow', 'slidinglog', 'warmup', 'refund'];
+      const used = ['gcra', 'tokenbucket', 'leakybucket', 'fixedwindow', 'slidingwindow', 'slidinglog', 'warmup', 'refund', 'counter'];
       const shas = used.map((name) => scripts()[name].sha);
       assert.deepEqual(await client.sendCommand(['SCRIPT', 'EXISTS', ...shas]), shas.map(() => 1));
       await client.quit();

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
-import { RateLimit, policyWindows } from '../index.js';
+import { Counter, RateLimit, policyWindows } from '../index.js';
 import { ALGORITHMS } from '../lib/limits.cjs';
 import { PATIENT, ROOT, memoryLogger, serverForFile } from './helpers.js';
 
@@ -41,6 +41,15 @@ const REACHED = {
       assert.equal(d.allowed, true);
       await l.release('k', d, way.release);
       assert.equal(l.stats.releaseFailures, 0);
+    },
+  },
+  // A Counter on the limit's recording client (its own class: no limit to check).
+  'RL.COUNTER': {
+    limit: { algorithm: 'gcra', burst: 5, rate: 10, period: '1m' },
+    call: async (l, way) => {
+      const counter = new Counter({ client: l.client, prefix: 'rl:parity:counter:', logger: null, timeout: 1000 });
+      const { count } = await counter.count('k', '1m', way.counter);
+      assert.ok(Number.isSafeInteger(count));
     },
   },
   'RL.REFUND': {
@@ -93,6 +102,9 @@ const OPTIONS = {
   MAX: { way: { limit: { adaptive: 'aimd', max: 50 } }, value: '50' },
   RTT: { way: { release: { rtt: 2.35 } }, value: '2350us' },
   DROPPED: { way: { release: { dropped: true } } },
+  // RL.COUNTER's, through Counter#count's options.
+  BY: { way: { counter: { by: -2 } }, value: '-2' },
+  XX: { way: { counter: { xx: true } } },
 };
 
 /** RESP3's maps as node-redis gives them: objects, or Maps with a type mapping. */

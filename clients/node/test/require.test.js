@@ -125,8 +125,8 @@ test('import of both entries works there too, and gives the classes require give
   assert.deepEqual(required, imported);
   assert.deepEqual(flexibleRequired, flexibleImported);
   assert.deepEqual(imported, [
-    'ModuleRequiredError', 'NotDurableError', 'QUOTA_EXCEEDED_TYPE', 'REDUCED_CAPACITY_TYPE', 'RateLimit', 'RateLimiterRedis',
-    'RateLimiterRes', 'RedisModuleStore', 'UNAVAILABLE_BODY', 'durationMs', 'loadSheddingBody', 'parseReply', 'policyWindows', 'quotaExceededBody',
+    'Counter', 'ModuleRequiredError', 'NotDurableError', 'QUOTA_EXCEEDED_TYPE', 'REDUCED_CAPACITY_TYPE', 'RateLimit', 'RateLimiterRedis',
+    'RateLimiterRes', 'RedisModuleStore', 'UNAVAILABLE_BODY', 'durationMs', 'loadSheddingBody', 'parseCount', 'parseReply', 'policyWindows', 'quotaExceededBody',
     'rateLimitHeaders', 'rateLimitMiddleware', 'reconnectStrategy',
   ]);
   assert.deepEqual(flexibleImported, ['ModuleRequiredError', 'RateLimiterRedis', 'RateLimiterRes']);

@@ -448,13 +448,20 @@ test('a lease script\'s refused command is named once, with its +command: no dou
   assertRefusedInScript(new Error(said[1]), 'leaser', 'zrem', 'concurrency_release', 'rl:c');
 });
 
-test('RateLimiterRedis as a user without a script\'s command: the command named, in a consume and in a MULTI', async () => {
-  for (const [dropped, call] of [['+hmget', (l) => l.consume('f')], ['+hset', (l) => l.block('f', 10)]]) {
+test('RateLimiterRedis as a user without a script\'s command: the command named', async () => {
+  // RateLimiterRedis runs the counter's script (GET, INCRBY, PEXPIRE, PTTL) and SET for a block.
+  const COUNTER = ['+get', '+incrby', '+pttl', '+set'];
+  for (const dropped of ['+get', '+incrby']) {
     await reset();
-    // RateLimiterRedis's block, reward and a cost above its points are a MULTI: +multi +exec.
-    const user = await userClient('flex', [...USER_RULES, '+multi', '+exec'].filter((r) => r !== dropped));
+    const user = await userClient('flex', [...USER_RULES, ...COUNTER].filter((r) => r !== dropped));
     const limiter = new RateLimiterRedis({ storeClient: user, points: 2, duration: 60, keyPrefix: 'rl:flx', backend: 'script', logger: quiet });
-    const error = await call(limiter).then((r) => assert.fail(`${dropped}: answered ${r}`), (e) => e);
-    assertRefusedInScript(error, 'flex', dropped.slice(1), 'tokenbucket', 'rl:flx:f');
+    const error = await limiter.consume('f').then((r) => assert.fail(`${dropped}: answered ${r}`), (e) => e);
+    assertRefusedInScript(error, 'flex', dropped.slice(1), 'counter', 'rl:flx:f');
   }
+  // With them all: answered.
+  await reset();
+  const user = await userClient('flex', [...USER_RULES, ...COUNTER]);
+  const limiter = new RateLimiterRedis({ storeClient: user, points: 2, duration: 60, keyPrefix: 'rl:flx', backend: 'script', logger: quiet });
+  assert.equal((await limiter.consume('f')).consumedPoints, 1);
+  assert.equal((await limiter.block('f', 10)).consumedPoints, 3);
 });

@@ -183,7 +183,9 @@ for (const kind of ['express', 'http', 'flexible']) {
     ['module', true, ['COMMAND INFO', 'INCR', 'RL.GCRA']],
     ['script', false, ['COMMAND INFO', 'INCR', 'SCRIPT LOAD', 'SCRIPT LOAD', 'EVALSHA']],
   ]) {
-    const expected = kind === 'flexible' ? commands.map((c) => (c === 'RL.GCRA' ? 'RL.TOKENBUCKET' : c)) : commands;
+    // RateLimiterRedis's one command is RL.COUNTER, and its setup loads that one script.
+    const expected = kind !== 'flexible' ? commands
+      : commands.map((c) => (c === 'RL.GCRA' ? 'RL.COUNTER' : c)).filter((c, i, all) => c !== 'SCRIPT LOAD' || all.indexOf(c) === i);
     test(`a fresh process's first request, ${kind} on the ${backend} backend: limited, the setup done before it`, async () => {
       const { res, before, commands: sentCommands, stderr } = await firstRequest(kind, withModule);
       if (kind === 'flexible') {

@@ -2,6 +2,7 @@
 import express from 'express';
 import { createClient, createCluster } from 'redis';
 import {
+  Counter,
   ModuleRequiredError,
   RateLimit,
   RateLimiterRedis,
@@ -12,6 +13,7 @@ import {
   reconnectStrategy,
   loadSheddingBody,
   type AdaptiveKind,
+  type Count,
   type Decision,
   type PolicyRule,
   type XRateLimitReset,
@@ -60,6 +62,14 @@ async function login(): Promise<number> {
   }
 }
 const maybe: Promise<RateLimiterRes | null> = limiter.get('ip');
+const written: Promise<RateLimiterRes> = limiter.set('ip', 3, 60);
+new RateLimiterRedis({ storeClient: client, points: 5, duration: 1, blockDuration: 60, blockOnConsumed: 8 });
+// RL.COUNTER: a plain counter.
+const counter = new Counter({ client, prefix: 'rl:hits:', backend: 'script', timeout: 100 });
+const counted: Promise<Count> = counter.count('42', '1m', { by: -2, xx: true });
+// @ts-expect-error: by is a number of units
+counter.count('42', '1m', { by: '2' });
+export { written, counted };
 // The in-memory blocks' clock, injectable as the middleware's is.
 const fake = { ms: 0 };
 new RateLimiterRedis({ storeClient: client, points: 5, inMemoryBlockOnConsumed: 6, now: () => fake.ms, setupTimeout: 2000 });
