@@ -5,11 +5,10 @@
 // `store:` and keeps every other option. Two modes:
 // - express-rate-limit's own window (the default): a key's window starts at its first hit and
 //   lasts windowMs, every hit counts (those over the limit too) and decrement takes one back, as
-//   its MemoryStore and rate-limit-redis count. A counter that never refuses:
-//   `RL.TOKENBUCKET key N N windowMs INTERVAL`, N the module's largest count (10^12): its beat is
-//   anchored at the key's first hit, and all N come back at once windowMs later, when the key,
-//   full again, expires. totalHits = N - remaining, resetTime from reset_after_ms, decrement
-//   RL.REFUND 1, get a peek (COST 0 DRYRUN: writes and propagates nothing), resetKey DEL.
+//   its MemoryStore and rate-limit-redis count, in rate-limit-redis's own format: a plain integer
+//   string whose TTL, set at the first hit, is the window (`GET` reads it). `RL.COUNTER key
+//   windowMs`: totalHits the count, resetTime now + its PTTL; decrement `BY -1 XX` (no key
+//   made), get `BY 0` (a read: writes and propagates nothing), resetKey DEL.
 // - `limit: { algorithm, ... }`: one of the module's algorithms decides (GCRA, buckets, windows,
 //   sliding log, warm-up); a refused request takes nothing, and totalHits is what makes
 //   express-rate-limit decide the same: the units taken when admitted, limit + 1 when refused.
@@ -22,8 +21,9 @@
 /** @typedef {import('../index.cjs').ExpressRateLimitOptionsLike} ExpressRateLimitOptionsLike */
 /** @typedef {import('../index.cjs').ClientRateLimitInfo} ClientRateLimitInfo */
 
-const { MAX_COUNT, MAX_DURATION_MS } = require('./limits.cjs');
-const { parseReply } = require('./reply.cjs');
+const { MAX_DURATION_MS } = require('./limits.cjs');
+const { parseCount, parseReply } = require('./reply.cjs');
+const { counterArgs } = require('./counter.cjs');
 const { withTimeout } = require('./rate-limit.cjs');
 const { Backend } = require('./backend.cjs');
 const { SETUP_TIMEOUT_MS, checkClient } = require('./setup.cjs');
@@ -137,12 +137,12 @@ class RedisModuleStore {
     // their retry times. rememberedKeys is REMEMBERED_KEYS; tests lower it.
     this.unkeyed = { count: 0, until: 0 };
     this.rememberedKeys = REMEMBERED_KEYS;
-    // The backend (backend.cjs): the mode's command and the refund's, their scripts loaded by
-    // its setup, in the background from now.
+    // The backend (backend.cjs): the mode's commands (the counter; an algorithm's and the
+    // refund's), their scripts loaded by its setup, in the background from now.
     this.wiring = new Backend(this, {
       client,
       option: backend,
-      commands: [this.algorithm === undefined ? 'RL.TOKENBUCKET' : this.algorithm.command, 'RL.REFUND'],
+      commands: this.algorithm === undefined ? ['RL.COUNTER'] : [this.algorithm.command, 'RL.REFUND'],
       setupTimeout,
       logger,
       name: 'RedisModuleStore',
@@ -205,12 +205,12 @@ class RedisModuleStore {
    */
   async increment(key) {
     const sent = Date.now();
-    const r = await this.#admission(key, []);
     const a = this.algorithm;
     if (a === undefined) {
-      if (!r.allowed) throw new Error(`RedisModuleStore: ${this.#key(key)} has counted ${MAX_COUNT} hits in its window, the most the module counts`);
-      return { totalHits: MAX_COUNT - r.remaining, resetTime: new Date(sent + r.resetAfterMs) };
+      const c = await this.#counter(key, 1);
+      return { totalHits: c.count, resetTime: new Date(sent + c.ttlMs) };
     }
+    const r = await this.#admission(key, []);
     if (r.allowed) return { totalHits: Math.max(1, a.limit - r.remaining), resetTime: new Date(sent + r.resetAfterMs) };
     const retryAt = sent + (r.retryAfterMs >= 0 ? r.retryAfterMs : r.resetAfterMs);
     if (this.refusalsDecremented) this.#remember(key, retryAt);
@@ -219,13 +219,18 @@ class RedisModuleStore {
 
   /**
    * Takes one hit of `key` back (express-rate-limit's skipFailedRequests and
-   * skipSuccessfulRequests): RL.REFUND 1. With an algorithm, a refused request took nothing,
+   * skipSuccessfulRequests): express-rate-limit's window, `RL.COUNTER key windowMs BY -1 XX`
+   * (a key gone makes none); an algorithm, RL.REFUND 1, where a refused request took nothing,
    * so its decrement (with skipFailedRequests) gives nothing back and costs no round trip.
    * @param {string} key
    * @returns {Promise<void>}
    */
   async decrement(key) {
     if (this.initError !== undefined) throw this.initError;
+    if (this.algorithm === undefined) {
+      await this.#counter(key, -1, true);
+      return;
+    }
     if (this.#forget(key)) return;
     const given = await this.#call(['RL.REFUND', this.#key(key), '1']);
     if (typeof given !== 'number' || (given !== 0 && given !== 1)) {
@@ -235,16 +240,22 @@ class RedisModuleStore {
 
   /**
    * The key's hits and when its window ends, or undefined for a key with none (no key, or a
-   * window that has ended), read without writing anything (COST 0 DRYRUN).
+   * window that has ended), read without writing anything (express-rate-limit's window:
+   * RL.COUNTER's BY 0; an algorithm: COST 0 DRYRUN).
    * @param {string} key
    * @returns {Promise<ClientRateLimitInfo | undefined>}
    */
   async get(key) {
     const sent = Date.now();
+    const a = this.algorithm;
+    if (a === undefined) {
+      const c = await this.#counter(key, 0);
+      if (c.ttlMs === -2) return undefined;
+      // A key without a TTL (written by hand: the store's keys always have one) has no resetTime.
+      return { totalHits: c.count, resetTime: c.ttlMs >= 0 ? new Date(sent + c.ttlMs) : undefined };
+    }
     const r = await this.#admission(key, ['COST', '0', 'DRYRUN']);
     if (r.allowed && r.resetAfterMs === 0) return undefined;
-    const a = this.algorithm;
-    if (a === undefined) return { totalHits: MAX_COUNT - r.remaining, resetTime: new Date(sent + r.resetAfterMs) };
     // Refused at COST 0: a BLOCK (limit.block) in force.
     if (!r.allowed) return { totalHits: a.limit + 1, resetTime: new Date(sent + r.retryAfterMs) };
     return { totalHits: a.limit - r.remaining, resetTime: new Date(sent + r.resetAfterMs) };
@@ -351,18 +362,21 @@ class RedisModuleStore {
     return `${this.prefix}${key}`;
   }
 
-  // The module command for `key` in this mode, with `options` (COST 0 DRYRUN for a peek), sent;
-  // its reply read (a reply of another shape, or of another limit, rejects).
+  // express-rate-limit's window: RL.COUNTER on `key` adding `by` (`xx`: only a key that
+  // exists), its reply read.
+  async #counter(key, by, xx = false) {
+    if (this.initError !== undefined) throw this.initError;
+    return parseCount(await this.#call(counterArgs(this.#key(key), /** @type {number} */ (this.windowMs), { by, xx })));
+  }
+
+  // An algorithm's command for `key`, with `options` (COST 0 DRYRUN for a peek), sent; its reply
+  // read (a reply of another shape, or of another limit, rejects).
   async #admission(key, options) {
     if (this.initError !== undefined) throw this.initError;
-    const a = this.algorithm;
-    const k = this.#key(key);
-    const args = a === undefined
-      ? ['RL.TOKENBUCKET', k, `${MAX_COUNT}`, `${MAX_COUNT}`, `${this.windowMs}`, 'INTERVAL', ...options]
-      : [a.command, k, ...a.words, ...options];
-    const r = parseReply(await this.#call(args), a?.sixth);
-    const limit = a === undefined ? MAX_COUNT : a.limit;
-    if (r.limit !== limit) throw unexpected(`limit ${r.limit} where ${limit} was expected (${args[0]})`);
+    const a = /** @type {NonNullable<typeof this.algorithm>} */ (this.algorithm);
+    const args = [a.command, this.#key(key), ...a.words, ...options];
+    const r = parseReply(await this.#call(args), a.sixth);
+    if (r.limit !== a.limit) throw unexpected(`limit ${r.limit} where ${a.limit} was expected (${args[0]})`);
     return r;
   }
 

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import express from 'express';
 import { rateLimit } from 'express-rate-limit';
-import { get, serve } from './helpers.js';
+import { get, secondsLeft, serve } from './helpers.js';
 
 /** express-rate-limit's logger, kept: its errors and warnings (validations) in `lines`. */
 export function erlLogger() {
@@ -53,11 +53,33 @@ export const LEGACY = ['x-ratelimit-limit', 'x-ratelimit-remaining'];
 export const DRAFT6 = ['ratelimit-policy', 'ratelimit-limit', 'ratelimit-remaining', 'ratelimit-reset'];
 export const DRAFT7 = ['ratelimit-policy', 'ratelimit'];
 
-/** X-RateLimit-Reset (epoch seconds of the window's end) for a window ending `ms` after the request. */
-export function assertEpochReset(r, ms) {
+/**
+ * X-RateLimit-Reset (epoch seconds of the window's end) for a window ending `ms` after the request,
+ * or after `from` (Date.now() before the request that began the window, which may be earlier).
+ */
+export function assertEpochReset(r, ms, from = r.before) {
   const reset = Number(r.headers['x-ratelimit-reset']);
-  assert.ok(reset >= Math.ceil((r.before + ms) / 1000) && reset <= Math.ceil((r.after + ms) / 1000),
-    `X-RateLimit-Reset ${reset} is not ${ms} ms after the request (${r.before}..${r.after})`);
+  assert.ok(reset >= Math.ceil((from + ms) / 1000) - 1 && reset <= Math.ceil((r.after + ms) / 1000),
+    `X-RateLimit-Reset ${reset} is not ${ms} ms after the request (${from}..${r.after})`);
+}
+
+/**
+ * `r` with the seconds left its fields say (RateLimit-Reset, Retry-After, draft-7's reset= and
+ * draft-8's t=) checked against a window of `windowMs` begun after `since` (performance.now()
+ * before the request that began it: helpers' secondsLeft, the window being the key's TTL on the
+ * server's clock) and then written as the window's whole seconds, so that the rest compares
+ * exactly; a value out of those bounds is left as it is, for the comparison to show.
+ */
+export function inWindow(r, windowMs, since) {
+  const ok = secondsLeft(windowMs, since);
+  const whole = String(Math.ceil(windowMs / 1000));
+  const fix = (v) => (ok.includes(v) ? whole : v);
+  const headers = { ...r.headers };
+  for (const name of ['ratelimit-reset', 'retry-after']) if (headers[name] !== undefined) headers[name] = fix(headers[name]);
+  if (typeof headers.ratelimit === 'string') {
+    headers.ratelimit = headers.ratelimit.replace(/\b(reset=|t=)(\d+)/, (_, k, v) => `${k}${fix(v)}`);
+  }
+  return { ...r, headers };
 }
 
 /**

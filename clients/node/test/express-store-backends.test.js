@@ -2,7 +2,8 @@
 // express-rate-limit in Express apps over real HTTP: the same requests on a server with the
 // module (its debug clock) and on a plain redis-server (the script backend, on the scripts'
 // test-only clock, NOW), at one shared instant, give the same fields; express-rate-limit's
-// window on the scripts (EVALSHA, one a request); `limit: { algorithm }` (GCRA, a sliding
+// window on the scripts (EVALSHA, one a request; its window the key's TTL on each server's own
+// clock); `limit: { algorithm }` (GCRA, a sliding
 // window) with its exact fields, a refusal that takes nothing and whose decrement under
 // skipFailedRequests gives nothing back, the refusals a key remembers for that bounded (the
 // rest counted, never given back); and what init and the constructor refuse, by name.
@@ -10,8 +11,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { RedisModuleStore } from '../express-rate-limit.js';
-import { DRAFT6, LEGACY, app, fields, watchDecrements } from './express-store-app.js';
-import { PATIENT, calls, moduleAndPlainForFile, quiet, sharedClock } from './helpers.js';
+import { DRAFT6, LEGACY, app, fields, inWindow, watchDecrements } from './express-store-app.js';
+import { PATIENT, calls, endWindow, moduleAndPlainForFile, quiet, sharedClock } from './helpers.js';
 
 const { m, p } = await moduleAndPlainForFile();
 
@@ -34,19 +35,30 @@ function seen(r) {
 }
 
 test('express-rate-limit\'s window on the scripts: the module\'s fields, one EVALSHA a request', async () => {
-  const { mod, scr, clock } = pair({ prefix: 'rl:erlw:' });
+  const { mod, scr } = pair({ prefix: 'rl:erlw:' });
   const options = { windowMs: 30_000, limit: 2, standardHeaders: 'draft-6' };
   const a = await app({ ...options, store: mod });
   const b = await app({ ...options, store: scr });
   try {
     const evals = await calls(p, 'evalsha');
-    const steps = [[0, 'w'], [0, 'w'], [0, 'w'], [12_000, 'w'], [30_000, 'w'], [30_000, 'v']];
+    // The window is the key's TTL on each server's clock: each step's seconds left checked
+    // between bounds of the real time since its window began (inWindow); 18 s left made so
+    // (PEXPIRE), and the window ended by the keys' expiry (endWindow).
+    const steps = [['w', 30_000], ['w', 30_000], ['w', 30_000], ['w', 18_000, 'left'], ['w', 30_000, 'ended'], ['v', 30_000]];
     const ours = [];
     const theirs = [];
-    for (const [ms, id] of steps) {
-      await clock.at(ms);
-      ours.push(seen(await a.as(id)));
-      theirs.push(seen(await b.as(id)));
+    let since = performance.now();
+    for (const [id, windowMs, event] of steps) {
+      if (event === 'left') {
+        since = performance.now();
+        for (const c of [m, p]) assert.equal(await c.pExpire('rl:erlw:w', 18_000), 1);
+      } else if (event === 'ended') {
+        await endWindow(m, 'rl:erlw:w');
+        await endWindow(p, 'rl:erlw:w');
+        since = performance.now();
+      }
+      ours.push(seen(inWindow(await a.as(id), windowMs, since)));
+      theirs.push(seen(inWindow(await b.as(id), windowMs, since)));
     }
     assert.deepEqual(theirs, ours);
     assert.deepEqual(ours.map(([status, f]) => [status, f['x-ratelimit-remaining'], f['ratelimit-reset'], f['retry-after']]), [
@@ -54,16 +66,17 @@ test('express-rate-limit\'s window on the scripts: the module\'s fields, one EVA
       [200, '0', '30', undefined],
       [429, '0', '30', '30'],
       [429, '0', '18', '18'],
-      [200, '1', '30', undefined], // a new window, 30 s after the first hit
+      [200, '1', '30', undefined], // a new window, once the key expired
       [200, '1', '30', undefined],
     ]);
     assert.equal(await calls(p, 'evalsha') - evals, steps.length, 'one EVALSHA a request');
     assert.equal(scr.stats.backend, 'script');
     assert.equal(mod.stats.backend, 'module');
-    // A decrement and a peek on the scripts: RL.REFUND's script and COST 0 DRYRUN.
+    // The keys are the same plain strings on both; a decrement and a read on the scripts.
+    assert.deepEqual([await m.get('rl:erlw:w'), await p.get('rl:erlw:w')], ['1', '1']);
     assert.equal((await scr.get('w'))?.totalHits, 1);
     await scr.decrement('w');
-    assert.equal(await scr.get('w'), undefined);
+    assert.equal((await scr.get('w'))?.totalHits, 0);
   } finally {
     await a.close();
     await b.close();

@@ -1,6 +1,8 @@
 // RedisModuleStore behind express-rate-limit itself (the pinned devDependency), in real Express
-// apps over real HTTP, on a redis-server with the module and its debug clock: express-rate-limit's
-// window (from the key's first hit, windowMs long, every hit counted, those over the limit too)
+// apps over real HTTP, on a redis-server with the module: express-rate-limit's window (from the
+// key's first hit, windowMs long, every hit counted, those over the limit too, in
+// rate-limit-redis's own key: a plain integer string whose TTL is the window, on the server's
+// clock, so the seconds left are checked between bounds of the real time measured, inWindow)
 // with the exact fields of standardHeaders draft-6, draft-7 and draft-8 and the legacy ones;
 // `limit` as a number and as a function, `handler`, `message`, `statusCode`,
 // `requestPropertyName`, `keyGenerator`, skipFailedRequests and skipSuccessfulRequests (the
@@ -13,11 +15,10 @@ import { createHash } from 'node:crypto';
 import { test } from 'node:test';
 import { RedisModuleStore } from '../express-rate-limit.js';
 import { RedisModuleStore as MainEntryStore } from '../index.js';
-import { DRAFT6, DRAFT7, LEGACY, app, assertEpochReset, fields, watchDecrements } from './express-store-app.js';
-import { PATIENT, calls, clocks, connect, quiet, serverForFile, startRedis } from './helpers.js';
+import { DRAFT6, DRAFT7, LEGACY, app, assertEpochReset, fields, inWindow, watchDecrements } from './express-store-app.js';
+import { PATIENT, calls, connect, endWindow, quiet, serverForFile, startRedis } from './helpers.js';
 
 const { client } = await serverForFile();
-const clock = await clocks(client);
 
 /** A store on the file's server, patient (a busy machine is not a timeout), quiet. */
 function store(options = {}) {
@@ -25,13 +26,14 @@ function store(options = {}) {
 }
 
 test('express-rate-limit\'s window: every hit counted, exact draft-6 and legacy fields, one module call per request', async () => {
-  await clock.at(123); // not on a round second
   const a = await app({ windowMs: 60_000, limit: 3, standardHeaders: 'draft-6', store: store() });
   try {
-    const before = await calls(client, 'rl.tokenbucket');
+    const before = await calls(client, 'rl.counter');
     const seen = [];
-    for (let i = 0; i < 5; i++) seen.push(await a.as('w1'));
-    assert.equal(await calls(client, 'rl.tokenbucket') - before, 5, 'one RL.TOKENBUCKET per request, nothing else');
+    const since = performance.now();
+    const from = Date.now();
+    for (let i = 0; i < 5; i++) seen.push(inWindow(await a.as('w1'), 60_000, since));
+    assert.equal(await calls(client, 'rl.counter') - before, 5, 'one RL.COUNTER per request, nothing else');
     assert.deepEqual(seen.map((r) => r.status), [200, 200, 200, 429, 429]);
     assert.deepEqual(seen.map((r) => fields(r, [...LEGACY, ...DRAFT6, 'retry-after'])), [2, 1, 0, 0, 0].map((remaining, i) => ({
       'x-ratelimit-limit': '3',
@@ -42,19 +44,23 @@ test('express-rate-limit\'s window: every hit counted, exact draft-6 and legacy 
       'ratelimit-reset': '60',
       'retry-after': i >= 3 ? '60' : undefined,
     })));
-    for (const r of seen) assertEpochReset(r, 60_000);
+    for (const r of seen) assertEpochReset(r, 60_000, from);
     assert.equal(seen[3].body, 'Too many requests, please try again later.');
-    // The hits over the limit counted: the store's count is 5, as MemoryStore's would be.
+    // The hits over the limit counted: the store's count is 5, as MemoryStore's would be; the key
+    // is rate-limit-redis's, a string GET reads.
     const info = await a.limiter.getKey('w1');
     assert.equal(info?.totalHits, 5);
-    // 50 s after the first hit the window has 10 s left; at 60 s exactly a new one starts.
-    await clock.at(123 + 50_000);
-    let r = await a.as('w1', '/info');
+    assert.equal(await client.get('rl:erl:w1'), '5');
+    // With 10 s left of the window (the key's TTL made so), the fields say 10 s; once the key has
+    // expired, a new window starts.
+    const left = performance.now();
+    assert.equal(await client.pExpire('rl:erl:w1', 10_000), 1);
+    let r = inWindow(await a.as('w1', '/info'), 10_000, left);
     assert.equal(r.status, 429);
     assert.equal(r.headers['ratelimit-reset'], '10');
     assert.equal(r.headers['retry-after'], '10');
-    assertEpochReset(r, 10_000);
-    await clock.at(123 + 60_000);
+    assertEpochReset(r, 10_000, r.before - Math.ceil(performance.now() - left));
+    await endWindow(client, 'rl:erl:w1');
     r = await a.as('w1', '/info');
     assert.equal(r.status, 200);
     const body = JSON.parse(r.body);
@@ -72,12 +78,12 @@ test('express-rate-limit\'s window: every hit counted, exact draft-6 and legacy 
 });
 
 test('standardHeaders draft-7 and draft-8: the exact fields', async () => {
-  await clock.at(0);
   const s7 = await app({ windowMs: 90_000, limit: 2, standardHeaders: 'draft-7', legacyHeaders: false, store: store() });
   const s8 = await app({ windowMs: 90_000, limit: 2, standardHeaders: 'draft-8', legacyHeaders: false, store: store({ prefix: 'rl:erl8:' }) });
   try {
     const r7 = [];
-    for (let i = 0; i < 3; i++) r7.push(await s7.as('d7'));
+    const since7 = performance.now();
+    for (let i = 0; i < 3; i++) r7.push(inWindow(await s7.as('d7'), 90_000, since7));
     assert.deepEqual(r7.map((r) => [r.status, fields(r, [...DRAFT7, 'retry-after', 'x-ratelimit-limit'])]), [
       [200, { 'ratelimit-policy': '2;w=90', ratelimit: 'limit=2, remaining=1, reset=90', 'retry-after': undefined, 'x-ratelimit-limit': undefined }],
       [200, { 'ratelimit-policy': '2;w=90', ratelimit: 'limit=2, remaining=0, reset=90', 'retry-after': undefined, 'x-ratelimit-limit': undefined }],
@@ -85,11 +91,13 @@ test('standardHeaders draft-7 and draft-8: the exact fields', async () => {
     ]);
     // draft-8's partition key: the first 12 hex digits of the key's SHA-256, in base64.
     const pk = Buffer.from(createHash('sha256').update('d8').digest('hex').slice(0, 12)).toString('base64');
-    await clock.at(30_000); // a window that began at 30 s (d8's first hit)
     const r8 = [];
-    for (let i = 0; i < 2; i++) r8.push(await s8.as('d8'));
-    await clock.at(75_000);
-    r8.push(await s8.as('d8'));
+    const since8 = performance.now();
+    for (let i = 0; i < 2; i++) r8.push(inWindow(await s8.as('d8'), 90_000, since8));
+    // 45 s left of the window (the key's TTL made so).
+    const left = performance.now();
+    assert.equal(await client.pExpire('rl:erl8:d8', 45_000), 1);
+    r8.push(inWindow(await s8.as('d8'), 45_000, left));
     assert.deepEqual(r8.map((r) => [r.status, fields(r, [...DRAFT7, 'retry-after'])]), [
       [200, { 'ratelimit-policy': `"2-in-1.5min"; q=2; w=90; pk=:${pk}:`, ratelimit: '"2-in-1.5min"; r=1; t=90', 'retry-after': undefined }],
       [200, { 'ratelimit-policy': `"2-in-1.5min"; q=2; w=90; pk=:${pk}:`, ratelimit: '"2-in-1.5min"; r=0; t=90', 'retry-after': undefined }],
@@ -102,7 +110,6 @@ test('standardHeaders draft-7 and draft-8: the exact fields', async () => {
 });
 
 test('limit as a function, handler, message, statusCode, requestPropertyName, keyGenerator', async () => {
-  await clock.at(0);
   const plans = await app({
     windowMs: 60_000,
     limit: (req) => (req.get('X-Plan') === 'pro' ? 4 : 2),
@@ -147,13 +154,12 @@ test('limit as a function, handler, message, statusCode, requestPropertyName, ke
   }
 });
 
-test('skipFailedRequests: a failed request, the 429s included, is taken back (RL.REFUND)', async () => {
-  await clock.at(0);
+test('skipFailedRequests: a failed request, the 429s included, is taken back (BY -1 XX)', async () => {
   const s = store({ prefix: 'rl:erlsf:' });
   const decrements = watchDecrements(s);
   const a = await app({ windowMs: 60_000, limit: 2, skipFailedRequests: true, store: s });
   try {
-    const refunds = await calls(client, 'rl.refund');
+    const counted = await calls(client, 'rl.counter');
     const statuses = [];
     let n = 0;
     for (const path of ['/fail', '/fail', '/', '/']) {
@@ -167,14 +173,14 @@ test('skipFailedRequests: a failed request, the 429s included, is taken back (RL
     assert.deepEqual([refused.status, refused.headers['x-ratelimit-remaining']], [429, '0']);
     await decrements.done(++n); // the 429 is a failed request: taken back, as MemoryStore does
     assert.equal((await a.limiter.getKey('sf'))?.totalHits, 2);
-    assert.equal(await calls(client, 'rl.refund') - refunds, 3);
+    // Five hits, three decrements and getKey's read: one RL.COUNTER each.
+    assert.equal(await calls(client, 'rl.counter') - counted, 9);
   } finally {
     await a.close();
   }
 });
 
 test('skipSuccessfulRequests: only failures count', async () => {
-  await clock.at(0);
   const s = store({ prefix: 'rl:erlss:' });
   const decrements = watchDecrements(s);
   const a = await app({ windowMs: 60_000, limit: 2, skipSuccessfulRequests: true, store: s });
@@ -193,7 +199,6 @@ test('skipSuccessfulRequests: only failures count', async () => {
 });
 
 test('two app instances on one Redis count together; resetKey and getKey', async () => {
-  await clock.at(0);
   const one = await app({ windowMs: 60_000, limit: 3, store: store({ prefix: 'rl:erlshared:' }) });
   const two = await app({ windowMs: 60_000, limit: 3, store: store({ prefix: 'rl:erlshared:' }) });
   try {
@@ -258,7 +263,6 @@ test('passOnStoreError with Redis hung and stopped: passed (and logged) or refus
 });
 
 test('the store on its own: the calls, the window, and each error named', async () => {
-  await clock.at(0);
   assert.equal(MainEntryStore, RedisModuleStore, 'one class, from the main entry and the subpath');
   const s = store({ prefix: 'rl:erlapi:' });
   assert.equal(s.localKeys, false);
@@ -280,14 +284,18 @@ test('the store on its own: the calls, the window, and each error named', async 
   await s.decrement('k');
   assert.equal((await s.get('k'))?.totalHits, 1);
   assert.equal((await s.increment('k')).totalHits, 2);
-  // Decremented to 0: the key is fresh, and goes (RL.REFUND never keeps a fresh key), so get
-  // says undefined where MemoryStore says 0 hits, and the next hit starts a new window.
+  // Decremented to 0 and below, as MemoryStore and rate-limit-redis's DECR count: the key and its
+  // window stay.
   await s.decrement('k');
   await s.decrement('k');
-  assert.equal(await client.exists('rl:erlapi:k'), 0);
-  assert.equal(await s.get('k'), undefined);
-  await s.decrement('k'); // nothing to give back: 0, no error
-  assert.equal(await s.get('k'), undefined);
+  assert.equal((await s.get('k'))?.totalHits, 0);
+  await s.decrement('k');
+  assert.equal(await client.get('rl:erlapi:k'), '-1');
+  assert.ok((await client.pTTL('rl:erlapi:k')) > 0);
+  // A decrement of no key makes none (XX).
+  await s.decrement('none');
+  assert.equal(await client.exists('rl:erlapi:none'), 0);
+  assert.equal(await s.get('none'), undefined);
   // resetKey: DEL.
   await s.increment('k');
   await s.resetKey('k');
@@ -298,9 +306,11 @@ test('the store on its own: the calls, the window, and each error named', async 
   await s.get('k');
   assert.equal((await s.get('k'))?.totalHits, 1);
   assert.ok((await client.pTTL('rl:erlapi:k')) <= ttl);
-  // A key of another type: the module's WRONGTYPE, rejected.
+  // A key of another type, a string that is no count: Redis's own errors, rejected.
+  await client.hSet('rl:erlapi:h', 'a', '1');
+  await assert.rejects(s.increment('h'), { message: 'WRONGTYPE Operation against a key holding the wrong kind of value' });
   await client.set('rl:erlapi:str', 'x');
-  await assert.rejects(s.increment('str'), /WRONGTYPE/);
+  await assert.rejects(s.increment('str'), { message: 'ERR value is not an integer or out of range' });
   await s.shutdown();
   // The constructor's checks.
   assert.throws(() => new RedisModuleStore(/** @type {any} */ ({ client, windowMs: 1000 })), {
@@ -314,14 +324,11 @@ test('the store on its own: the calls, the window, and each error named', async 
 });
 
 test('a window ends when its key expires: the next hit starts a new one', async () => {
-  await clock.at(0);
   const s = store({ prefix: 'rl:erlexp:' });
   s.init({ windowMs: 300, limit: 5 });
   await s.increment('e');
-  // The key's TTL is the window, in real time: wait for that event (the key gone), then move
-  // the module's clock past the window and hit again at 450 ms (1.5 windows).
+  // The key's TTL is the window, in real time: wait for that event (the key gone), and hit again.
   while ((await client.exists('rl:erlexp:e')) === 1) await new Promise((r) => setTimeout(r, 20));
-  await clock.at(450);
   const t = Date.now();
   const again = await s.increment('e');
   assert.equal(again.totalHits, 1);
