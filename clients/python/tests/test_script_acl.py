@@ -237,7 +237,7 @@ def test_the_script_backend_works_for_the_acl_user(locked: LockedServer, admin: 
     for step, call in workload(limiter):
         assert call() == WORKLOAD_ANSWERS[step], step
     # Every script, loaded by this user's limiter in its setup: no call got NOSCRIPT.
-    assert locked.calls("script|load") == loads + len(RateLimiter.SETUP_SCRIPTS) == loads + 12
+    assert locked.calls("script|load") == loads + len(RateLimiter.SETUP_SCRIPTS) == loads + 13
     assert locked.calls("evalsha") == evalsha + 11  # the workload's calls
     assert admin.exists("rl:g") == 0  # the refund's DEL
     assert admin.hkeys("rl:b") == ["a", "p", "t", "f"]  # the block's `k` deleted (HDEL)
