@@ -95,6 +95,22 @@ class Backend {
     return this.chosen;
   }
 
+  /**
+   * The backend, known and usable, before a plain command (SET, DEL, a MULTI) that is the same
+   * on both: on the script backend its scripts loaded, so that a server without Lua refuses it
+   * with the same clear error as a script call, before anything is written.
+   * @returns {Promise<'module' | 'script'>}
+   */
+  async usable() {
+    const chosen = this.chosen ?? (await this.resolve());
+    if (chosen === 'script') {
+      await this.load().catch((error) => {
+        throw scriptingError(error, this.option);
+      });
+    }
+    return chosen;
+  }
+
   /** SCRIPT LOAD of the commands' scripts, once per client (loadScripts), the refusal as it is. */
   load() {
     return loadScripts(this.client, this.send, this.scripts);

@@ -267,14 +267,21 @@ class RateLimiterRedis extends LimiterBase {
     return parseCount(await this.wiring.run(counterArgs(rlKey, `${seconds}s`, { by })));
   }
 
-  // Plain commands, the same on both backends: one to the key's node, or a MULTI there.
+  // Plain commands, the same on both backends: one to the key's node, or a MULTI there. Sent
+  // once the backend is known, as every other call: a server with neither the module nor Lua
+  // gets the same clear error from block, set, delete and a duration of 0 as from consume, and
+  // nothing written.
   async #plain(args) {
     this.#checkReady();
+    await this.setup.pending;
+    await this.wiring.usable();
     return this.wiring.send(args, args[1]);
   }
 
   async #multi(commands) {
     this.#checkReady();
+    await this.setup.pending;
+    await this.wiring.usable();
     const replies = await /** @type {NonNullable<typeof this.adapter>} */ (this.adapter).multi(commands, commands[0][1]);
     const failed = replies.find((r) => r instanceof Error);
     if (failed !== undefined) throw failed;

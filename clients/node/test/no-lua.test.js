@@ -54,7 +54,7 @@ const NO_LUA = Object.fromEntries([
     '(docs/managed.md, "A server without Lua")']));
 
 const GCRA = { algorithm: 'gcra', burst: 5, rate: 10, period: '1m' };
-const COUNTED = ['command|info', 'script|load', 'evalsha', 'eval', 'multi', 'rl.gcra', 'rl.tokenbucket'];
+const COUNTED = ['command|info', 'script|load', 'evalsha', 'eval', 'multi', 'rl.gcra', 'rl.counter'];
 
 async function counts(client) {
   return Object.fromEntries(await Promise.all(COUNTED.map(async (c) => [c, await calls(client, c)])));
@@ -165,7 +165,7 @@ test('with the module and no Lua, auto takes the module and a limiter works; "sc
   const res = await flexible.consume('flex');
   assert.deepEqual(res.toJSON(), { remainingPoints: 4, msBeforeNext: 60000, consumedPoints: 1, isFirstInDuration: true });
   assert.equal(flexible.backend, 'module');
-  assert.deepEqual(await sentSince(m, before), { 'command|info': 1, 'rl.gcra': 2, 'rl.tokenbucket': 1 });
+  assert.deepEqual(await sentSince(m, before), { 'command|info': 1, 'rl.gcra': 2, 'rl.counter': 1 });
 
   const scripted = new RateLimit({ client: m, limit: GCRA, backend: 'script', logger: keeper(), timeout: 5000 });
   await rejectsClearly(scripted.check('script'), 'script');
