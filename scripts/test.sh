@@ -51,18 +51,24 @@ step() {
   fi
 }
 started=$SECONDS
+# Every cargo run below goes through make dist's cargo-zigbuild (scripts/zigbuild.sh) for the
+# release's x86_64 target, with its settings, so that cargo reuses what make dist compiled: the
+# build scripts' runs (ring's C, bindgen's bindings of redis-module), the build scripts and proc
+# macros (syn, serde_derive, bindgen...) and for the tests every dependency. Plain cargo (as
+# `make lint` runs, which needs no make dist) compiled all of them once more for the host.
+cargo_x86=(bash scripts/zigbuild.sh)
+x86=(--release --locked --target x86_64-unknown-linux-gnu.2.17)
 # The compiler's and the linters' rules first (what `make lint` runs): formatting, clippy with
 # every warning an error (the crates' own lint attributes: no undocumented unsafe block, no
 # public item of the algorithms crate without docs...), and the docs without a broken link.
 step "rustfmt" cargo fmt --all -- --check
-step "clippy" cargo clippy --release --workspace --all-targets -- -D warnings
-step "docs (algorithms)" env RUSTDOCFLAGS="-D warnings" cargo doc --release -p ratelimit-algorithms --no-deps
-# In the release profile, as clippy above: the dependencies' build scripts and proc macros
-# (bindgen, syn, serde_derive) are built already, where the dev profile built them again (50 s of
-# CPU against 16). The module's and the gateway's in one run, their private items too (they are
-# for the people who work on them): two runs checked the dependencies they share twice, each
-# with its own features (29 s on two cores; one run, 13 s).
-step "docs (module, gateway)" env RUSTDOCFLAGS="-D warnings" cargo doc --release -p ratelimit \
+step "clippy" "${cargo_x86[@]}" clippy "${x86[@]}" --workspace --all-targets -- -D warnings
+step "docs (algorithms)" env RUSTDOCFLAGS="-D warnings" "${cargo_x86[@]}" doc "${x86[@]}" -p ratelimit-algorithms --no-deps
+# In the release profile, as clippy above, whose checked dependencies it reads. The module's
+# and the gateway's in one run, their private items too (they are for the people who work on
+# them): two runs checked the dependencies they share twice, each with its own features (29 s
+# on two cores; one run, 13 s).
+step "docs (module, gateway)" env RUSTDOCFLAGS="-D warnings" "${cargo_x86[@]}" doc "${x86[@]}" -p ratelimit \
   -p ratelimit-gateway -p ratelimit-gateway-server --no-deps --document-private-items
 # The Python package's sources under mypy --strict (what its `Typing :: Typed` promises).
 step "mypy" clients/python/.venv/bin/python -m mypy --strict clients/python/src/ratelimit_redis_module
@@ -74,23 +80,20 @@ step "commit messages" python3 scripts/check_commits.py
 # of one package and the integration tests of another, each in a cargo run of its own, built the
 # dependencies their dev-dependencies share again with other features (serde, regex, libc and
 # what depends on them): 31 s less on two cores, 50 s of CPU. Built as make dist built the
-# release (scripts/zigbuild.sh, the x86_64 target, glibc 2.17's symbols), so that cargo reuses
-# every dependency that build compiled and compiles only the tests and what they alone use:
-# a host build compiled the whole tree once more (157 s on two cores in a fresh make test;
-# 85 s this way).
-tests_target=(--target x86_64-unknown-linux-gnu.2.17)
+# release (cargo_x86 above), cargo compiles only the tests and what they alone use: a host build
+# compiled the whole tree once more (157 s on two cores in a fresh make test; 95 s this way).
 integration_bin=
 build_tests() {
-  integration_bin=$(bash scripts/zigbuild.sh test --release --locked "${tests_target[@]}" --workspace --lib \
-    --test integration --no-run --message-format=json-render-diagnostics |
+  integration_bin=$("${cargo_x86[@]}" test "${x86[@]}" --workspace --lib --test integration --no-run \
+    --message-format=json-render-diagnostics |
     sed -n 's|.*"executable":"\([^"]*/deps/integration-[0-9a-f]*\)".*|\1|p' | tail -n 1)
   [ -x "$integration_bin" ]
 }
 step "tests built" build_tests
-step "unit and property tests" bash scripts/zigbuild.sh test --release --locked "${tests_target[@]}" --workspace --lib
+step "unit and property tests" "${cargo_x86[@]}" test "${x86[@]}" --workspace --lib
 # The examples in the docs of the workspace's libraries (the algorithms crate's; the module is a
 # cdylib, whose docs have none to run), with the same dependencies as the runs above.
-step "doc tests" bash scripts/zigbuild.sh test --release --locked "${tests_target[@]}" --workspace --doc
+step "doc tests" "${cargo_x86[@]}" test "${x86[@]}" --workspace --doc
 # The Lua scripts held to the algorithms crate: its vectors (replies.json and sequences.json, written
 # by algorithms/src/vectors.rs, which the unit tests above check against the crate; errors.json, by
 # src/commands/error_vectors.rs from the module's parsers) run through each script on every server,
@@ -309,7 +312,9 @@ while ((running > 0)); do finish; done
 # they see to 10 times the service time: beside the runs above, with the machine's 2 cores
 # busy, the clients' own scheduling delay made it fail (p99 501 and 603 ms for a bound of 500).
 # It runs alone, once: what it checks is the adaptive commands' control loop, the same on
-# every server.
+# every server. Its two runs (no limiter, VEGAS) go side by side, under a core of the two
+# between them: 18 s where one after the other took 36 with the cores 79% idle, VEGAS's p99 at
+# 150-250 ms in three runs, the bound 500.
 step "Python adaptive demo on $(version_of "${servers[0]}"), alone" env RATELIMIT_SERVER="${servers[0]}" \
   clients/python/.venv/bin/python -m pytest clients/python/tests/test_adaptive_demo.py -q -p no:cacheprovider
 
