@@ -141,7 +141,8 @@ npm_ci() {
 
 # The four at once, each into its own folder: an install waits on the network or the disk about
 # half of its time (vmstat in a fresh make test: the cores 49% idle over the 66 s they took one
-# after another). Each one's output goes to a log printed when it fails.
+# after another; at once, 15 s). Each one's output goes to a log, printed when it ends, and a
+# failure is named.
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 jobs_started=()

@@ -81,7 +81,7 @@ step "commit messages" python3 scripts/check_commits.py
 # dependencies their dev-dependencies share again with other features (serde, regex, libc and
 # what depends on them): 31 s less on two cores, 50 s of CPU. Built as make dist built the
 # release (cargo_x86 above), cargo compiles only the tests and what they alone use: a host build
-# compiled the whole tree once more (157 s on two cores in a fresh make test; 95 s this way).
+# compiled the whole tree once more (157 s on two cores in a fresh make test; 107 s this way).
 integration_bin=
 build_tests() {
   integration_bin=$("${cargo_x86[@]}" test "${x86[@]}" --workspace --lib --test integration --no-run \
