@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make test: the lints (rustfmt, clippy, rustdoc, mypy, the commit messages, as `make lint`),
-# then the unit, property and doc tests of both crates (the algorithms and the module) once;
+# then the unit, property and doc tests of both crates (the algorithms and the module) once
+# (the packages' suites with the first server run beside them from the start, launch below);
 # then, against each of the six servers users run (Debian's Redis 7.0 on PATH; Redis 7.4, 8.2
 # and 8.10, Valkey 8.1 and 9.1 as scripts/servers.sh brought them): every integration test, both
 # packages' test suites (on Redis 7.0 and Valkey 8.1; on Redis 8.2 and Valkey 9.1 the parts
@@ -58,53 +59,14 @@ started=$SECONDS
 # `make lint` runs, which needs no make dist) compiled all of them once more for the host.
 cargo_x86=(bash scripts/zigbuild.sh)
 x86=(--release --locked --target x86_64-unknown-linux-gnu.2.17)
-# The compiler's and the linters' rules first (what `make lint` runs): formatting, clippy with
-# every warning an error (the crates' own lint attributes: no undocumented unsafe block, no
-# public item of the algorithms crate without docs...), and the docs without a broken link.
-step "rustfmt" cargo fmt --all -- --check
-step "clippy" "${cargo_x86[@]}" clippy "${x86[@]}" --workspace --all-targets -- -D warnings
-step "docs (algorithms)" env RUSTDOCFLAGS="-D warnings" "${cargo_x86[@]}" doc "${x86[@]}" -p ratelimit-algorithms --no-deps
-# In the release profile, as clippy above, whose checked dependencies it reads. The module's
-# and the gateway's in one run, their private items too (they are for the people who work on
-# them): two runs checked the dependencies they share twice, each with its own features (29 s
-# on two cores; one run, 13 s).
-step "docs (module, gateway)" env RUSTDOCFLAGS="-D warnings" "${cargo_x86[@]}" doc "${x86[@]}" -p ratelimit \
-  -p ratelimit-gateway -p ratelimit-gateway-server --no-deps --document-private-items
-# The Python package's sources under mypy --strict (what its `Typing :: Typed` promises).
-step "mypy" clients/python/.venv/bin/python -m mypy --strict clients/python/src/ratelimit_redis_module
-# Every commit message since CONTRIBUTING.md's rule: a subject of at most 72 characters, a body.
-step "commit messages" python3 scripts/check_commits.py
-# The test binaries in one cargo run: the unit and property tests of every crate and the
-# integration tests' binary (tests/integration/; its path from cargo's messages, so that the runs
-# below only run it, the smoke runs too). One run, one set of dependency features: the doc tests
-# of one package and the integration tests of another, each in a cargo run of its own, built the
-# dependencies their dev-dependencies share again with other features (serde, regex, libc and
-# what depends on them): 31 s less on two cores, 50 s of CPU. Built as make dist built the
-# release (cargo_x86 above), cargo compiles only the tests and what they alone use: a host build
-# compiled the whole tree once more (157 s on two cores in a fresh make test; 107 s this way).
-integration_bin=
-build_tests() {
-  integration_bin=$("${cargo_x86[@]}" test "${x86[@]}" --workspace --lib --test integration --no-run \
-    --message-format=json-render-diagnostics |
-    sed -n 's|.*"executable":"\([^"]*/deps/integration-[0-9a-f]*\)".*|\1|p' | tail -n 1)
-  [ -x "$integration_bin" ]
-}
-step "tests built" build_tests
-step "unit and property tests" "${cargo_x86[@]}" test "${x86[@]}" --workspace --lib
+
 # The examples in the docs of the workspace's libraries (the algorithms crate's; the module is a
-# cdylib, whose docs have none to run), with the same dependencies as the runs above.
-step "doc tests" "${cargo_x86[@]}" test "${x86[@]}" --workspace --doc
-# The Lua scripts held to the algorithms crate: its vectors (replies.json and sequences.json, written
-# by algorithms/src/vectors.rs, which the unit tests above check against the crate; errors.json, by
-# src/commands/error_vectors.rs from the module's parsers) run through each script on every server,
-# without the module (clients/lua/conformance/run.py; about a second a server).
-conformance() {
-  local server
-  for server in "${servers[@]}"; do
-    RATELIMIT_SERVER="$server" python3 clients/lua/conformance/run.py || return 1
-  done
+# cdylib, whose docs have none to run), with the same dependencies as the tests. Among the runs
+# side by side below: on a fresh machine Zig fills a cache of its own for rustdoc's links (25 s
+# on one core the first time, a second after).
+doc_tests() {
+  "${cargo_x86[@]}" test "${x86[@]}" --workspace --doc
 }
-step "script conformance" conformance
 
 version_of() {
   "$1" --version | grep -o -E '^(Redis|Valkey) server v=[0-9.]+' | sed 's/ server v=/ /'
@@ -289,11 +251,13 @@ cpu_of() {
   echo "$line" | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); t += p[1] * 60 + p[2] } printf "%d", t }'
 }
 n=0
-for run in "${runs[@]}"; do
-  IFS='|' read -r -a fields <<<"$run"
+# Starts a run in the background, RATELIMIT_TEST_JOBS at a time: "name|function|argument...".
+launch() {
+  local -a fields
+  IFS='|' read -r -a fields <<<"$1"
   while ((running >= ${RATELIMIT_TEST_JOBS:-6})); do finish; done
   n=$((n + 1))
-  log="$logs/$n.log"
+  local log="$logs/$n.log"
   # In a subshell that writes its children's CPU time (bash's `times`) beside the log.
   (
     "${fields[@]:1}"
@@ -305,7 +269,66 @@ for run in "${runs[@]}"; do
   run_log[$!]=$log
   run_start[$!]=$SECONDS
   running=$((running + 1))
+}
+# The two longest runs, the packages' suites with the first server (Python's and Node's, about
+# 7 minutes each), need make dist's module and the venvs, not the tests' build: they start
+# before the lints and fill what the cargo runs leave idle (a crate compiled alone at the end
+# of a build: the cores were 11-25% idle during the tests' build in a fresh make test).
+early=("Python package on $(version_of "${servers[0]}")" "Node package on $(version_of "${servers[0]}")")
+later=("doc tests|doc_tests")
+for run in "${runs[@]}"; do
+  case "${run%%|*}" in
+    "${early[0]}" | "${early[1]}") launch "$run" ;;
+    *) later+=("$run") ;;
+  esac
 done
+
+# The compiler's and the linters' rules first (what `make lint` runs): formatting, clippy with
+# every warning an error (the crates' own lint attributes: no undocumented unsafe block, no
+# public item of the algorithms crate without docs...), and the docs without a broken link.
+step "rustfmt" cargo fmt --all -- --check
+step "clippy" "${cargo_x86[@]}" clippy "${x86[@]}" --workspace --all-targets -- -D warnings
+step "docs (algorithms)" env RUSTDOCFLAGS="-D warnings" "${cargo_x86[@]}" doc "${x86[@]}" -p ratelimit-algorithms --no-deps
+# In the release profile, as clippy above, whose checked dependencies it reads. The module's
+# and the gateway's in one run, their private items too (they are for the people who work on
+# them): two runs checked the dependencies they share twice, each with its own features (29 s
+# on two cores; one run, 13 s).
+step "docs (module, gateway)" env RUSTDOCFLAGS="-D warnings" "${cargo_x86[@]}" doc "${x86[@]}" -p ratelimit \
+  -p ratelimit-gateway -p ratelimit-gateway-server --no-deps --document-private-items
+# The Python package's sources under mypy --strict (what its `Typing :: Typed` promises).
+step "mypy" clients/python/.venv/bin/python -m mypy --strict clients/python/src/ratelimit_redis_module
+# Every commit message since CONTRIBUTING.md's rule: a subject of at most 72 characters, a body.
+step "commit messages" python3 scripts/check_commits.py
+# The test binaries in one cargo run: the unit and property tests of every crate and the
+# integration tests' binary (tests/integration/; its path from cargo's messages, so that the runs
+# below only run it, the smoke runs too). One run, one set of dependency features: the doc tests
+# of one package and the integration tests of another, each in a cargo run of its own, built the
+# dependencies their dev-dependencies share again with other features (serde, regex, libc and
+# what depends on them): 31 s less on two cores, 50 s of CPU. Built as make dist built the
+# release (cargo_x86 above), cargo compiles only the tests and what they alone use: a host build
+# compiled the whole tree once more (157 s on two cores in a fresh make test; 107 s this way).
+integration_bin=
+build_tests() {
+  integration_bin=$("${cargo_x86[@]}" test "${x86[@]}" --workspace --lib --test integration --no-run \
+    --message-format=json-render-diagnostics |
+    sed -n 's|.*"executable":"\([^"]*/deps/integration-[0-9a-f]*\)".*|\1|p' | tail -n 1)
+  [ -x "$integration_bin" ]
+}
+step "tests built" build_tests
+step "unit and property tests" "${cargo_x86[@]}" test "${x86[@]}" --workspace --lib
+# The Lua scripts held to the algorithms crate: its vectors (replies.json and sequences.json, written
+# by algorithms/src/vectors.rs, which the unit tests above check against the crate; errors.json, by
+# src/commands/error_vectors.rs from the module's parsers) run through each script on every server,
+# without the module (clients/lua/conformance/run.py; about a second a server).
+conformance() {
+  local server
+  for server in "${servers[@]}"; do
+    RATELIMIT_SERVER="$server" python3 clients/lua/conformance/run.py || return 1
+  done
+}
+step "script conformance" conformance
+
+for run in "${later[@]}"; do launch "$run"; done
 while ((running > 0)); do finish; done
 
 # The adaptive demo's test runs its clients and backend in real time and holds the latency
